@@ -1,0 +1,1797 @@
+//! The dataset definition (`dataset.yaml`): its model, and the reader that validates it.
+//!
+//! The format is a superset of the public administrative-procedures format
+//! (`schema_version: "1"`). Reading never stops at the first problem: every error and warning
+//! is collected with the file, the line, the key path and a fix, so that one `tally check`
+//! run shows everything that needs mending.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Serialize;
+use tally_plugin_api::provenance::SourceType;
+
+use crate::names::{normalize, suggest};
+use crate::yaml::{self, Key, Node, Pos, Value};
+
+/// The format version this reader implements.
+pub const SCHEMA_VERSION: &str = "1";
+/// Separator of multi-value cells unless a field names another.
+pub const DEFAULT_SEPARATOR: &str = ";";
+
+/// A dataset definition that passed validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DatasetDef {
+    /// The folder name unless the file gives `id`.
+    pub id: String,
+    pub schema_version: String,
+    pub title: String,
+    pub description: Option<String>,
+    pub publisher: Option<String>,
+    pub license: Option<String>,
+    /// The date the data describes.
+    pub as_of_date: Option<DateValue>,
+    pub published_at: Option<DateValue>,
+    pub retrieved_at: Option<DateValue>,
+    pub source: SourceDef,
+    pub tags: Vec<String>,
+    pub enabled: bool,
+    pub id_field: Option<String>,
+    pub generic_values: Vec<String>,
+    /// Caveats about the whole dataset; they travel with every result.
+    pub notes: Vec<String>,
+    /// Data file of the built-in Parquet backend, relative to the dataset folder.
+    pub data_file: String,
+    pub backend: BackendDef,
+    pub fields: Vec<Field>,
+    pub computed_measures: Vec<ComputedMeasure>,
+}
+
+impl DatasetDef {
+    pub fn field(&self, name: &str) -> Option<&Field> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    pub fn field_index(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+
+    pub fn computed_measure(&self, name: &str) -> Option<&ComputedMeasure> {
+        self.computed_measures.iter().find(|m| m.name == name)
+    }
+}
+
+/// A date as the source gave it: a calendar date stays a date, a date-time stays a date-time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum DateValue {
+    Date(String),
+    DateTime(String),
+}
+
+impl DateValue {
+    pub fn as_str(&self) -> &str {
+        match self {
+            DateValue::Date(s) | DateValue::DateTime(s) => s,
+        }
+    }
+
+    /// Parses `YYYY-MM-DD` or an RFC 3339 date-time (`YYYY-MM-DDThh:mm:ss[.f](Z|±hh:mm)`).
+    pub fn parse(s: &str) -> Option<DateValue> {
+        let s = s.trim();
+        if s.len() == 10 {
+            return valid_date(s).then(|| DateValue::Date(s.to_string()));
+        }
+        let (date, time) = s.split_at_checked(10)?;
+        let time = time.strip_prefix(['T', 't'])?;
+        (valid_date(date) && valid_time_with_offset(time))
+            .then(|| DateValue::DateTime(s.to_string()))
+    }
+}
+
+impl fmt::Display for DateValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn digits(s: &str) -> Option<u32> {
+    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| s.parse().ok())
+        .flatten()
+}
+
+fn valid_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return false;
+    }
+    let (Some(y), Some(m), Some(d)) = (digits(&s[0..4]), digits(&s[5..7]), digits(&s[8..10]))
+    else {
+        return false;
+    };
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=days).contains(&d)
+}
+
+fn valid_time_with_offset(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() < 8 || b[2] != b':' || b[5] != b':' {
+        return false;
+    }
+    let (Some(h), Some(mi), Some(se)) = (digits(&s[0..2]), digits(&s[3..5]), digits(&s[6..8]))
+    else {
+        return false;
+    };
+    if h > 23 || mi > 59 || se > 60 {
+        return false;
+    }
+    let mut rest = &s[8..];
+    if let Some(frac) = rest.strip_prefix('.') {
+        let n = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return false;
+        }
+        rest = &frac[n..];
+    }
+    match rest {
+        "Z" | "z" => true,
+        _ => {
+            let rb = rest.as_bytes();
+            rb.len() == 6
+                && (rb[0] == b'+' || rb[0] == b'-')
+                && rb[3] == b':'
+                && digits(&rest[1..3]).is_some_and(|h| h <= 23)
+                && digits(&rest[4..6]).is_some_and(|m| m <= 59)
+        }
+    }
+}
+
+/// Where the dataset comes from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SourceDef {
+    /// The publisher's URL (http or https).
+    pub url: Option<String>,
+    pub note: Option<String>,
+    pub source_type: Option<SourceType>,
+    /// Ingest keys of the reference format, kept so such files load unchanged.
+    pub asset_pattern: Option<String>,
+    pub csv_filename: Option<String>,
+    pub csv_header_rows: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Parquet,
+    Wasm,
+    Native,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Parquet => "parquet",
+            BackendKind::Wasm => "wasm",
+            BackendKind::Native => "native",
+        }
+    }
+}
+
+/// A plugin file: inside the dataset folder, or one built with Tally itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginRef {
+    /// A path relative to the dataset folder (already checked to stay inside it).
+    File(String),
+    /// `builtin:<name>`.
+    Builtin(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendDef {
+    pub kind: BackendKind,
+    /// The wasm component (kind `wasm`) or shared library (kind `native`).
+    pub plugin: Option<PluginRef>,
+    /// Handed to the plugin as it is.
+    pub config: serde_json::Value,
+}
+
+impl Default for BackendDef {
+    fn default() -> Self {
+        BackendDef {
+            kind: BackendKind::Parquet,
+            plugin: None,
+            config: serde_json::Value::Object(Default::default()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Identifies a record: filterable, not groupable.
+    Id,
+    /// A dimension: groupable and filterable.
+    Dim,
+    /// A number to aggregate: not groupable.
+    Measure,
+    /// An attribute: groupable unless `groupable: false`.
+    Attr,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Role::Id, Role::Dim, Role::Measure, Role::Attr];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Id => "id",
+            Role::Dim => "dim",
+            Role::Measure => "measure",
+            Role::Attr => "attr",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataType {
+    String,
+    Integer,
+    /// Any number (integer or float of any width).
+    Number,
+    Boolean,
+    Date,
+}
+
+impl DataType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataType::String => "string",
+            DataType::Integer => "integer",
+            DataType::Number => "number",
+            DataType::Boolean => "boolean",
+            DataType::Date => "date",
+        }
+    }
+
+    pub fn is_numeric(self) -> bool {
+        matches!(self, DataType::Integer | DataType::Number)
+    }
+
+    fn parse(s: &str) -> Option<DataType> {
+        Some(match s {
+            "string" | "text" | "str" => DataType::String,
+            "integer" | "int" => DataType::Integer,
+            "number" | "float" | "double" | "decimal" => DataType::Number,
+            "boolean" | "bool" => DataType::Boolean,
+            "date" => DataType::Date,
+            _ => return None,
+        })
+    }
+}
+
+/// One code of a static codelist: `1 実施済`, optionally with a description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Code {
+    pub value: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+impl Code {
+    /// The code without its leading number, if it has one: `1 実施済` → `実施済`,
+    /// `2-1 申請等に基づく処分通知等` → `申請等に基づく処分通知等`.
+    pub fn label(&self) -> Option<&str> {
+        let (prefix, rest) = self.value.split_once([' ', '\u{3000}'])?;
+        let is_code = !prefix.is_empty()
+            && prefix.chars().next().is_some_and(|c| c.is_ascii_digit())
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+        let rest = rest.trim();
+        (is_code && !rest.is_empty()).then_some(rest)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Codelist {
+    /// Inline codes: values compared exactly are checked against them.
+    Static(Vec<Code>),
+    /// The values present in the data.
+    Auto,
+    /// The parts of the multi-value cells present in the data.
+    AutoSplit,
+}
+
+/// A declared field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field {
+    pub name: String,
+    pub role: Role,
+    pub desc: Option<String>,
+    pub data_type: DataType,
+    pub codelist: Option<Codelist>,
+    /// The separator when the field holds several values in one cell.
+    pub multi_value: Option<String>,
+    pub groupable: bool,
+    pub notes: Vec<String>,
+    pub csv_col_index: Option<u32>,
+    pub group: Option<String>,
+    /// Where the field is declared (for later diagnostics).
+    pub pos: Pos,
+}
+
+impl Field {
+    pub fn is_multi_value(&self) -> bool {
+        self.multi_value.is_some()
+    }
+
+    pub fn static_codes(&self) -> Option<&[Code]> {
+        match &self.codelist {
+            Some(Codelist::Static(codes)) => Some(codes),
+            _ => None,
+        }
+    }
+}
+
+/// A measure defined once and computed only by the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputedMeasure {
+    pub name: String,
+    pub desc: Option<String>,
+    pub formula: Formula,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Formula {
+    /// The share of rows whose `condition_field` is one of `condition_values`.
+    CountWhere {
+        condition_field: String,
+        condition_values: Vec<String>,
+    },
+    /// `sum(numerator) / sum(denominator)`, null when the denominator sums to 0.
+    SumRatio {
+        numerator: String,
+        denominator: String,
+    },
+}
+
+impl ComputedMeasure {
+    pub fn mode(&self) -> &'static str {
+        match self.formula {
+            Formula::CountWhere { .. } => "count_where",
+            Formula::SumRatio { .. } => "sum_ratio",
+        }
+    }
+
+    /// The formula in words, as `inspect_dataset` shows it.
+    pub fn formula_text(&self) -> String {
+        match &self.formula {
+            Formula::CountWhere {
+                condition_field,
+                condition_values,
+            } => format!(
+                "count(rows where {condition_field} in [{}]) / count(rows); rounded to 4 decimals",
+                condition_values.join(", ")
+            ),
+            Formula::SumRatio {
+                numerator,
+                denominator,
+            } => format!(
+                "sum({numerator}) / sum({denominator}); null when sum({denominator}) is 0; rounded to 4 decimals"
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One problem found in a dataset definition, with what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    /// The key path, e.g. `fields[12].codelist` (empty for the document itself).
+    pub path: String,
+    pub message: String,
+    pub fix: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let severity = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{}:{}:{}: {severity}", self.file, self.line, self.column)?;
+        if !self.path.is_empty() {
+            write!(f, " at `{}`", self.path)?;
+        }
+        write!(f, ": {}", self.message)?;
+        if !self.fix.is_empty() {
+            write!(f, " Fix: {}", self.fix)?;
+        }
+        Ok(())
+    }
+}
+
+/// A definition that cannot be served, with every error found (and the warnings beside them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", render(.diagnostics))]
+pub struct DefinitionError {
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl DefinitionError {
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+    }
+}
+
+fn render(diagnostics: &[Diagnostic]) -> String {
+    diagnostics
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A definition that can be served, and the warnings found while reading it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub dataset: DatasetDef,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// Reads and validates a dataset definition.
+///
+/// `file` names the file in diagnostics (e.g. `datasets/survey/dataset.yaml`); `folder_id` is
+/// the dataset folder's name, the id unless the file gives one.
+pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded, DefinitionError> {
+    let mut reader = Reader {
+        file: file.to_string(),
+        diagnostics: Vec::new(),
+    };
+    let root = match yaml::parse(text) {
+        Ok(root) => root,
+        Err(e) => {
+            reader.error(
+                e.pos,
+                &e.path,
+                format!("the file is not valid YAML: {}", e.message),
+                "correct the YAML syntax at this position (check indentation, colons and closing brackets)",
+            );
+            return Err(DefinitionError {
+                diagnostics: reader.diagnostics,
+            });
+        }
+    };
+    let dataset = reader.dataset(&root, folder_id);
+    reader
+        .diagnostics
+        .sort_by_key(|d| (d.line, d.column, d.severity == Severity::Warning));
+    match dataset {
+        Some(dataset) if !reader.has_errors() => Ok(Loaded {
+            dataset,
+            warnings: reader.diagnostics,
+        }),
+        _ => Err(DefinitionError {
+            diagnostics: reader.diagnostics,
+        }),
+    }
+}
+
+const DATASET_KEYS: &[&str] = &[
+    "schema_version",
+    "id",
+    "title",
+    "description",
+    "publisher",
+    "license",
+    "as_of_date",
+    "published_at",
+    "retrieved_at",
+    "source",
+    "tags",
+    "enabled",
+    "id_field",
+    "generic_values",
+    "notes",
+    "data_file",
+    "backend",
+    "fields",
+    "computed_measures",
+];
+const SOURCE_KEYS: &[&str] = &[
+    "url",
+    "note",
+    "type",
+    "asset_pattern",
+    "csv_filename",
+    "csv_header_rows",
+];
+const BACKEND_KEYS: &[&str] = &["kind", "component", "library", "config"];
+const FIELD_KEYS: &[&str] = &[
+    "name",
+    "role",
+    "desc",
+    "data_type",
+    "codelist",
+    "multi_value",
+    "groupable",
+    "filterable",
+    "notes",
+    "csv_col_index",
+    "group",
+];
+const MULTI_VALUE_KEYS: &[&str] = &["separator"];
+const MEASURE_KEYS: &[&str] = &[
+    "name",
+    "mode",
+    "desc",
+    "condition_field",
+    "condition_values",
+    "numerator",
+    "denominator",
+];
+const MAX_NAME_CHARS: usize = 200;
+
+struct Reader {
+    file: String,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// A mapping being read: remembers which keys were consumed so the rest can be reported.
+struct MapView<'a> {
+    pos: Pos,
+    entries: &'a [(Key, Node)],
+}
+
+impl<'a> MapView<'a> {
+    fn get(&self, key: &str) -> Option<&'a Node> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.name == key)
+            .map(|(_, v)| v)
+    }
+
+    fn key_pos(&self, key: &str) -> Pos {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.name == key)
+            .map(|(k, _)| k.pos)
+            .unwrap_or(self.pos)
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+impl Reader {
+    fn push(&mut self, severity: Severity, pos: Pos, path: &str, message: String, fix: &str) {
+        self.diagnostics.push(Diagnostic {
+            severity,
+            file: self.file.clone(),
+            line: pos.line,
+            column: pos.column,
+            path: path.to_string(),
+            message,
+            fix: fix.to_string(),
+        });
+    }
+
+    fn error(&mut self, pos: Pos, path: &str, message: impl Into<String>, fix: impl AsRef<str>) {
+        self.push(Severity::Error, pos, path, message.into(), fix.as_ref());
+    }
+
+    fn warning(&mut self, pos: Pos, path: &str, message: impl Into<String>, fix: impl AsRef<str>) {
+        self.push(Severity::Warning, pos, path, message.into(), fix.as_ref());
+    }
+
+    fn has_errors(&self) -> bool {
+        self.diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Error)
+    }
+
+    fn map<'a>(&mut self, node: &'a Node, path: &str, known: &[&str]) -> Option<MapView<'a>> {
+        match &node.value {
+            Value::Map(entries) => {
+                for (key, _) in entries {
+                    if !known.contains(&key.name.as_str()) {
+                        let key_path = join(path, &key.name);
+                        match suggest(&key.name, known.iter().copied()) {
+                            Some(near) => self.warning(
+                                key.pos,
+                                &key_path,
+                                format!(
+                                    "unknown key `{}` is ignored; did you mean `{near}`?",
+                                    key.name
+                                ),
+                                format!("rename it to `{near}`, or remove it"),
+                            ),
+                            None => self.warning(
+                                key.pos,
+                                &key_path,
+                                format!("unknown key `{}` is ignored", key.name),
+                                format!("remove it; known keys here are: {}", known.join(", ")),
+                            ),
+                        }
+                    }
+                }
+                Some(MapView {
+                    pos: node.pos,
+                    entries,
+                })
+            }
+            _ => {
+                self.error(
+                    node.pos,
+                    path,
+                    format!("expected a mapping of keys, found {}", node.kind()),
+                    format!(
+                        "write `key: value` lines here; allowed keys: {}",
+                        known.join(", ")
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A string value; numbers and booleans are refused rather than silently converted, except
+    /// where the caller allows it.
+    fn string(&mut self, map: &MapView<'_>, key: &str, path: &str, fix: &str) -> Option<String> {
+        let node = map.get(key)?;
+        let key_path = join(path, key);
+        match &node.value {
+            Value::Str(s) => Some(s.clone()),
+            Value::Null => None,
+            _ => {
+                self.error(
+                    node.pos,
+                    &key_path,
+                    format!("`{key}` must be a string, found {}", node.kind()),
+                    fix,
+                );
+                None
+            }
+        }
+    }
+
+    fn required_string(
+        &mut self,
+        map: &MapView<'_>,
+        key: &str,
+        path: &str,
+        fix: &str,
+    ) -> Option<String> {
+        let value = self.string(map, key, path, fix);
+        match value {
+            Some(s) if !s.trim().is_empty() => Some(s),
+            Some(_) => {
+                self.error(
+                    map.key_pos(key),
+                    &join(path, key),
+                    format!("`{key}` is empty"),
+                    fix,
+                );
+                None
+            }
+            None => {
+                if map.get(key).is_none() {
+                    let near = suggest_present(map, key);
+                    let fix = match near {
+                        Some(near) => {
+                            format!("{fix} (found `{near}`: is it a misspelling of `{key}`?)")
+                        }
+                        None => fix.to_string(),
+                    };
+                    self.error(
+                        map.pos,
+                        &join(path, key),
+                        format!("`{key}` is missing"),
+                        fix,
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, map: &MapView<'_>, key: &str, path: &str) -> Option<bool> {
+        let node = map.get(key)?;
+        match &node.value {
+            Value::Bool(b) => Some(*b),
+            Value::Null => None,
+            _ => {
+                self.error(
+                    node.pos,
+                    &join(path, key),
+                    format!("`{key}` must be true or false, found {}", node.kind()),
+                    format!("write `{key}: true` or `{key}: false`"),
+                );
+                None
+            }
+        }
+    }
+
+    fn string_list(&mut self, map: &MapView<'_>, key: &str, path: &str) -> Vec<String> {
+        let Some(node) = map.get(key) else {
+            return Vec::new();
+        };
+        let key_path = join(path, key);
+        match &node.value {
+            Value::Null => Vec::new(),
+            // A single string where a list is expected is what people write for one note.
+            Value::Str(s) => vec![s.clone()],
+            Value::Seq(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    match &item.value {
+                        Value::Str(s) => out.push(s.clone()),
+                        Value::Int(n) => out.push(n.to_string()),
+                        _ => self.error(
+                            item.pos,
+                            &format!("{key_path}[{i}]"),
+                            format!("expected a string, found {}", item.kind()),
+                            "write each entry as a plain string (quote it if it contains `:`)",
+                        ),
+                    }
+                }
+                out
+            }
+            _ => {
+                self.error(
+                    node.pos,
+                    &key_path,
+                    format!("`{key}` must be a list of strings, found {}", node.kind()),
+                    format!("write it as a list, e.g. `{key}: [\"a\", \"b\"]`"),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn date(&mut self, map: &MapView<'_>, key: &str, path: &str) -> Option<DateValue> {
+        let node = map.get(key)?;
+        let key_path = join(path, key);
+        let fix = format!(
+            "write a date as `{key}: \"2025-07-24\"` or a date-time as `{key}: \"2025-07-24T09:00:00+09:00\"`"
+        );
+        match &node.value {
+            Value::Null => None,
+            Value::Str(s) => match DateValue::parse(s) {
+                Some(d) => Some(d),
+                None => {
+                    self.error(
+                        node.pos,
+                        &key_path,
+                        format!("`{s}` is not a valid date (YYYY-MM-DD) or RFC 3339 date-time"),
+                        fix,
+                    );
+                    None
+                }
+            },
+            _ => {
+                self.error(
+                    node.pos,
+                    &key_path,
+                    format!("`{key}` must be a date string, found {}", node.kind()),
+                    fix,
+                );
+                None
+            }
+        }
+    }
+
+    /// A path inside the dataset folder: relative, no `..`, no drive or root.
+    fn relative_path(
+        &mut self,
+        node: &Node,
+        value: &str,
+        path: &str,
+        what: &str,
+    ) -> Option<String> {
+        let v = value.trim();
+        let escapes = v.is_empty()
+            || v.starts_with('/')
+            || v.starts_with('\\')
+            || v.contains('\0')
+            || v.split(['/', '\\']).any(|part| part == "..")
+            || (v.len() >= 2 && v.as_bytes()[1] == b':');
+        if escapes {
+            self.error(
+                node.pos,
+                path,
+                format!("{what} `{value}` is not a path inside the dataset folder"),
+                format!(
+                    "put the file in the dataset folder and give its name relative to it, e.g. `{}`",
+                    v.rsplit(['/', '\\']).find(|p| !p.is_empty() && *p != "..").unwrap_or("data.parquet")
+                ),
+            );
+            return None;
+        }
+        Some(v.trim_start_matches("./").to_string())
+    }
+
+    fn dataset(&mut self, root: &Node, folder_id: &str) -> Option<DatasetDef> {
+        if root.value == Value::Null {
+            self.error(
+                root.pos,
+                "",
+                "the file is empty",
+                "start from a definition with at least `title:` and `fields:` (see datasets/ for examples)",
+            );
+            return None;
+        }
+        let map = self.map(root, "", DATASET_KEYS)?;
+
+        let schema_version = match map.get("schema_version").map(|n| &n.value) {
+            None | Some(Value::Null) => SCHEMA_VERSION.to_string(),
+            Some(Value::Str(s)) => s.clone(),
+            Some(Value::Int(i)) => i.to_string(),
+            Some(_) => {
+                let node = map.get("schema_version").unwrap_or(root);
+                self.error(
+                    node.pos,
+                    "schema_version",
+                    format!("`schema_version` must be a string, found {}", node.kind()),
+                    "write `schema_version: \"1\"`",
+                );
+                SCHEMA_VERSION.to_string()
+            }
+        };
+        if schema_version != SCHEMA_VERSION {
+            self.warning(
+                map.key_pos("schema_version"),
+                "schema_version",
+                format!(
+                    "schema_version `{schema_version}` is newer than this server's `{SCHEMA_VERSION}`; keys it does not know are ignored"
+                ),
+                "upgrade Tally, or write `schema_version: \"1\"` if the file uses only version 1 keys",
+            );
+        }
+
+        let id = match self.string(
+            &map,
+            "id",
+            "",
+            "write `id: my-dataset` (letters, digits, `-`, `_`)",
+        ) {
+            Some(id) => {
+                if !valid_id(&id) {
+                    self.error(
+                        map.key_pos("id"),
+                        "id",
+                        format!("`{id}` is not a valid dataset id"),
+                        "use 1–64 characters: letters, digits, `-`, `_` or `.`, not starting with `.`",
+                    );
+                }
+                id
+            }
+            None => folder_id.to_string(),
+        };
+
+        let title = match self.string(&map, "title", "", "write `title: \"…\"`") {
+            Some(t) if !t.trim().is_empty() => t,
+            // A title of the wrong type was reported above.
+            _ if map
+                .get("title")
+                .is_some_and(|n| !matches!(n.value, Value::Null | Value::Str(_))) =>
+            {
+                id.clone()
+            }
+            _ => {
+                self.warning(
+                    map.pos,
+                    "title",
+                    format!("`title` is missing; the dataset is listed as `{id}`"),
+                    "add `title: \"…\"` so people and models can tell what the data is",
+                );
+                id.clone()
+            }
+        };
+        let description = self.string(&map, "description", "", "write `description: \"…\"`");
+        let publisher = self.string(&map, "publisher", "", "write `publisher: \"…\"`");
+        let license = self.string(
+            &map,
+            "license",
+            "",
+            "write `license: \"CC-BY-4.0\"` or similar",
+        );
+        let as_of_date = self.date(&map, "as_of_date", "");
+        let published_at = self.date(&map, "published_at", "");
+        let retrieved_at = self.date(&map, "retrieved_at", "");
+        let source = match map.get("source") {
+            Some(node) if node.value != Value::Null => self.source(node),
+            _ => SourceDef::default(),
+        };
+        let tags = self.string_list(&map, "tags", "");
+        let enabled = self.boolean(&map, "enabled", "").unwrap_or(true);
+        let generic_values = self.string_list(&map, "generic_values", "");
+        let notes = self.string_list(&map, "notes", "");
+        let data_file = match (
+            map.get("data_file"),
+            self.string(&map, "data_file", "", "write `data_file: data.parquet`"),
+        ) {
+            (Some(node), Some(value)) => self
+                .relative_path(node, &value, "data_file", "data_file")
+                .unwrap_or_default(),
+            _ => "data.parquet".to_string(),
+        };
+        let backend = match map.get("backend") {
+            Some(node) if node.value != Value::Null => self.backend(node),
+            _ => BackendDef::default(),
+        };
+
+        let fields = match map.get("fields") {
+            Some(node) => self.fields(node),
+            None => {
+                let fix = match suggest_present(&map, "fields") {
+                    Some(near) => format!(
+                        "list the data's columns under `fields:`, each with `name` and `role` (found `{near}`: is it a misspelling of `fields`?)"
+                    ),
+                    None => "list the data's columns under `fields:`, each with `name` and `role`"
+                        .to_string(),
+                };
+                self.error(map.pos, "fields", "`fields` is missing", fix);
+                Vec::new()
+            }
+        };
+
+        let id_field = self.string(
+            &map,
+            "id_field",
+            "",
+            "write `id_field: <name of a declared field>`",
+        );
+        if let Some(name) = &id_field
+            && !fields.iter().any(|f| &f.name == name)
+        {
+            let candidates = fields.iter().map(|f| f.name.as_str());
+            let fix = match suggest(name, candidates) {
+                Some(near) => {
+                    format!("did you mean `{near}`? id_field must name a declared field")
+                }
+                None => "name a field declared under `fields`".to_string(),
+            };
+            self.error(
+                map.key_pos("id_field"),
+                "id_field",
+                format!("id_field `{name}` is not a declared field"),
+                fix,
+            );
+        }
+
+        let computed_measures = match map.get("computed_measures") {
+            Some(node) => self.computed_measures(node, &fields),
+            None => Vec::new(),
+        };
+
+        Some(DatasetDef {
+            id,
+            schema_version,
+            title,
+            description,
+            publisher,
+            license,
+            as_of_date,
+            published_at,
+            retrieved_at,
+            source,
+            tags,
+            enabled,
+            id_field,
+            generic_values,
+            notes,
+            data_file,
+            backend,
+            fields,
+            computed_measures,
+        })
+    }
+
+    fn source(&mut self, node: &Node) -> SourceDef {
+        let Some(map) = self.map(node, "source", SOURCE_KEYS) else {
+            return SourceDef::default();
+        };
+        let url = self.string(&map, "url", "source", "write `url: https://…`");
+        if let Some(u) = &url
+            && !valid_http_url(u)
+        {
+            self.error(
+                map.key_pos("url"),
+                "source.url",
+                format!("`{u}` is not an http(s) URL"),
+                "give the publisher's page as `https://host/path`",
+            );
+        }
+        let source_type = match self.string(&map, "type", "source", "write `type: dataset`") {
+            Some(t) => match SourceType::parse(&t) {
+                Some(t) => Some(t),
+                None => {
+                    let all: Vec<&str> = SourceType::ALL.iter().map(|t| t.as_str()).collect();
+                    self.error(
+                        map.key_pos("type"),
+                        "source.type",
+                        format!("unknown source type `{t}`"),
+                        format!("use one of: {}", all.join(", ")),
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        let csv_header_rows = match map.get("csv_header_rows").map(|n| (n, &n.value)) {
+            Some((_, Value::Int(i))) if *i >= 0 => u32::try_from(*i).ok(),
+            Some((n, Value::Null)) => {
+                let _ = n;
+                None
+            }
+            Some((n, _)) => {
+                self.error(
+                    n.pos,
+                    "source.csv_header_rows",
+                    format!(
+                        "`csv_header_rows` must be a non-negative integer, found {}",
+                        n.kind()
+                    ),
+                    "write e.g. `csv_header_rows: 2`",
+                );
+                None
+            }
+            None => None,
+        };
+        SourceDef {
+            url,
+            note: self.string(&map, "note", "source", "write `note: \"…\"`"),
+            source_type,
+            asset_pattern: self.string(
+                &map,
+                "asset_pattern",
+                "source",
+                "write the pattern as a string",
+            ),
+            csv_filename: self.string(
+                &map,
+                "csv_filename",
+                "source",
+                "write the file name as a string",
+            ),
+            csv_header_rows,
+        }
+    }
+
+    fn backend(&mut self, node: &Node) -> BackendDef {
+        let Some(map) = self.map(node, "backend", BACKEND_KEYS) else {
+            return BackendDef::default();
+        };
+        let kind = match self.string(
+            &map,
+            "kind",
+            "backend",
+            "write `kind: parquet`, `kind: wasm` or `kind: native`",
+        ) {
+            None => Some(BackendKind::Parquet),
+            Some(k) => match k.as_str() {
+                "parquet" => Some(BackendKind::Parquet),
+                "wasm" => Some(BackendKind::Wasm),
+                "native" => Some(BackendKind::Native),
+                other => {
+                    let near = suggest(other, ["parquet", "wasm", "native"]);
+                    self.error(
+                        map.key_pos("kind"),
+                        "backend.kind",
+                        format!("unknown backend kind `{other}`"),
+                        match near {
+                            Some(n) => format!("did you mean `{n}`? use parquet, wasm or native"),
+                            None => "use parquet, wasm or native".to_string(),
+                        },
+                    );
+                    None
+                }
+            },
+        };
+        // With an unknown kind, which plugin key applies cannot be told: check no further.
+        let Some(kind) = kind else {
+            return BackendDef::default();
+        };
+        let plugin_key = match kind {
+            BackendKind::Wasm => Some("component"),
+            BackendKind::Native => Some("library"),
+            BackendKind::Parquet => None,
+        };
+        for key in ["component", "library"] {
+            if map.get(key).is_some() && plugin_key != Some(key) {
+                self.error(
+                    map.key_pos(key),
+                    &format!("backend.{key}"),
+                    format!("`{key}` does not apply to backend kind `{}`", kind.as_str()),
+                    match key {
+                        "component" => "use `component:` with `kind: wasm`",
+                        _ => "use `library:` with `kind: native`",
+                    },
+                );
+            }
+        }
+        let plugin = plugin_key.and_then(|key| {
+            let path = format!("backend.{key}");
+            let fix =
+                format!("write `{key}: <file in the dataset folder>` or `{key}: builtin:<name>`");
+            let value = self.required_string(&map, key, "backend", &fix)?;
+            let node = map.get(key)?;
+            match value.strip_prefix("builtin:") {
+                Some(name) => {
+                    if name.is_empty()
+                        || !name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                    {
+                        self.error(
+                            node.pos,
+                            &path,
+                            format!("`{value}` is not a valid built-in plugin name"),
+                            "write `builtin:<name>` with letters, digits, `-` or `_`",
+                        );
+                        return None;
+                    }
+                    Some(PluginRef::Builtin(name.to_string()))
+                }
+                None => self
+                    .relative_path(node, &value, &path, key)
+                    .map(PluginRef::File),
+            }
+        });
+        let config = match map.get("config") {
+            None => serde_json::Value::Object(Default::default()),
+            Some(n) => match &n.value {
+                Value::Map(_) => n.to_json(),
+                Value::Null => serde_json::Value::Object(Default::default()),
+                _ => {
+                    self.error(
+                        n.pos,
+                        "backend.config",
+                        format!("`config` must be a mapping, found {}", n.kind()),
+                        "write the plugin's settings as `key: value` lines under `config:`",
+                    );
+                    serde_json::Value::Object(Default::default())
+                }
+            },
+        };
+        BackendDef {
+            kind,
+            plugin,
+            config,
+        }
+    }
+
+    fn fields(&mut self, node: &Node) -> Vec<Field> {
+        let Value::Seq(items) = &node.value else {
+            self.error(
+                node.pos,
+                "fields",
+                format!("`fields` must be a list, found {}", node.kind()),
+                "write one `- name: … role: …` entry per column",
+            );
+            return Vec::new();
+        };
+        if items.is_empty() {
+            self.error(
+                node.pos,
+                "fields",
+                "`fields` is empty",
+                "declare at least one column, e.g. `- {name: 件数, role: measure}`",
+            );
+        }
+        let mut fields: Vec<Field> = Vec::with_capacity(items.len());
+        let mut seen: HashMap<String, (String, Pos)> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("fields[{i}]");
+            let Some(field) = self.field(item, &path) else {
+                continue;
+            };
+            let key = normalize(&field.name);
+            if let Some((first, pos)) = seen.get(&key) {
+                let same = first == &field.name;
+                self.error(
+                    item.pos,
+                    &format!("{path}.name"),
+                    if same {
+                        format!("field `{}` is declared twice (first on line {})", field.name, pos.line)
+                    } else {
+                        format!(
+                            "field `{}` differs from `{first}` (line {}) only in width or case, so names could not be told apart",
+                            field.name, pos.line
+                        )
+                    },
+                    "remove the duplicate entry or give it a distinct name",
+                );
+                continue;
+            }
+            seen.insert(key, (field.name.clone(), item.pos));
+            fields.push(field);
+        }
+        fields
+    }
+
+    fn field(&mut self, node: &Node, path: &str) -> Option<Field> {
+        let map = self.map(node, path, FIELD_KEYS)?;
+        let name = self.required_string(
+            &map,
+            "name",
+            path,
+            "give the column's name as it appears in the data: `name: …`",
+        )?;
+        if name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control) {
+            self.error(
+                map.key_pos("name"),
+                &join(path, "name"),
+                format!("field name `{name}` is longer than {MAX_NAME_CHARS} characters or contains control characters"),
+                "use the column's name as it appears in the data",
+            );
+            return None;
+        }
+        let roles: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
+        let role_fix = format!("write `role:` as one of {}", roles.join(", "));
+        let role = match self
+            .required_string(&map, "role", path, &role_fix)?
+            .as_str()
+        {
+            "id" => Role::Id,
+            "dim" | "dimension" => Role::Dim,
+            "measure" => Role::Measure,
+            "attr" | "attribute" => Role::Attr,
+            other => {
+                let fix = match suggest(other, roles.iter().copied()) {
+                    Some(near) => format!("did you mean `{near}`? {role_fix}"),
+                    None => role_fix,
+                };
+                self.error(
+                    map.key_pos("role"),
+                    &join(path, "role"),
+                    format!("unknown role `{other}`"),
+                    fix,
+                );
+                return None;
+            }
+        };
+        let data_type = match self.string(
+            &map,
+            "data_type",
+            path,
+            "write `data_type: integer` (or string, number, boolean, date)",
+        ) {
+            None => match role {
+                Role::Measure => DataType::Number,
+                _ => DataType::String,
+            },
+            Some(t) => match DataType::parse(&t) {
+                Some(t) => t,
+                None => {
+                    self.error(
+                        map.key_pos("data_type"),
+                        &join(path, "data_type"),
+                        format!("unknown data_type `{t}`"),
+                        "use one of string, integer, number, boolean, date",
+                    );
+                    // Go on with the role's default so one mistake is reported once.
+                    match role {
+                        Role::Measure => DataType::Number,
+                        _ => DataType::String,
+                    }
+                }
+            },
+        };
+        if role == Role::Measure && !data_type.is_numeric() {
+            self.error(
+                map.key_pos("data_type"),
+                &join(path, "data_type"),
+                format!(
+                    "a measure must be numeric, but data_type is `{}`",
+                    data_type.as_str()
+                ),
+                "use `data_type: integer` or `data_type: number`, or change the role to `attr`",
+            );
+        }
+        let codelist = map
+            .get("codelist")
+            .and_then(|n| self.codelist(n, &join(path, "codelist")));
+        if codelist.is_some() && role == Role::Measure {
+            self.error(
+                map.key_pos("codelist"),
+                &join(path, "codelist"),
+                "a measure cannot have a codelist",
+                "remove `codelist`, or change the role to `dim` or `attr`",
+            );
+        }
+        let multi_value = match map.get("multi_value") {
+            None => None,
+            Some(n) => match &n.value {
+                Value::Bool(true) => Some(DEFAULT_SEPARATOR.to_string()),
+                Value::Bool(false) | Value::Null => None,
+                Value::Map(_) => {
+                    let mv_path = join(path, "multi_value");
+                    let mv = self.map(n, &mv_path, MULTI_VALUE_KEYS)?;
+                    match self.string(&mv, "separator", &mv_path, "write `separator: \";\"`") {
+                        Some(sep) if !sep.is_empty() => Some(sep),
+                        Some(_) => {
+                            self.error(
+                                mv.key_pos("separator"),
+                                &join(&mv_path, "separator"),
+                                "the separator is empty",
+                                "write the character that separates values, e.g. `separator: \";\"`",
+                            );
+                            None
+                        }
+                        None => Some(DEFAULT_SEPARATOR.to_string()),
+                    }
+                }
+                _ => {
+                    self.error(
+                        n.pos,
+                        &join(path, "multi_value"),
+                        format!("`multi_value` must be true, false or `{{separator: \"…\"}}`, found {}", n.kind()),
+                        "write `multi_value: true` (values separated by `;`) or `multi_value: {separator: \"|\"}`",
+                    );
+                    None
+                }
+            },
+        };
+        if multi_value.is_some() && role == Role::Measure {
+            self.error(
+                map.key_pos("multi_value"),
+                &join(path, "multi_value"),
+                "a measure cannot be multi-valued",
+                "remove `multi_value`, or change the role to `attr`",
+            );
+        }
+        if let Some(Codelist::AutoSplit) = codelist
+            && multi_value.is_none()
+        {
+            self.error(
+                    map.key_pos("codelist"),
+                    &join(path, "codelist"),
+                    "`codelist: auto_split` lists the parts of multi-value cells, but the field is not multi-valued",
+                    "add `multi_value: true`, or use `codelist: auto`",
+                );
+        }
+        let groupable_default = matches!(role, Role::Dim | Role::Attr);
+        let groupable = match self.boolean(&map, "groupable", path) {
+            Some(true) if role == Role::Measure => {
+                self.error(
+                    map.key_pos("groupable"),
+                    &join(path, "groupable"),
+                    "a measure is aggregated, not grouped",
+                    "remove `groupable: true`, or change the role to `dim`",
+                );
+                false
+            }
+            Some(g) => g,
+            None => groupable_default,
+        };
+        let _filterable = self.boolean(&map, "filterable", path);
+        let notes = self.string_list(&map, "notes", path);
+        let csv_col_index = match map.get("csv_col_index").map(|n| (n, &n.value)) {
+            Some((_, Value::Int(i))) if *i >= 0 => u32::try_from(*i).ok(),
+            Some((_, Value::Null)) | None => None,
+            Some((n, _)) => {
+                self.error(
+                    n.pos,
+                    &join(path, "csv_col_index"),
+                    format!(
+                        "`csv_col_index` must be a non-negative integer, found {}",
+                        n.kind()
+                    ),
+                    "write the 0-based column index, e.g. `csv_col_index: 3`",
+                );
+                None
+            }
+        };
+        Some(Field {
+            desc: self.string(&map, "desc", path, "write `desc: \"…\"`"),
+            group: self.string(&map, "group", path, "write `group: \"…\"`"),
+            name,
+            role,
+            data_type,
+            codelist,
+            multi_value,
+            groupable,
+            notes,
+            csv_col_index,
+            pos: node.pos,
+        })
+    }
+
+    fn codelist(&mut self, node: &Node, path: &str) -> Option<Codelist> {
+        let fix = "write `codelist: auto`, `codelist: auto_split`, or a list of codes (`- 1 実施済` or `- \"1 実施済\": description`)";
+        match &node.value {
+            Value::Null => None,
+            Value::Str(s) => match s.as_str() {
+                "auto" => Some(Codelist::Auto),
+                "auto_split" => Some(Codelist::AutoSplit),
+                other => {
+                    let near = suggest(other, ["auto", "auto_split"]);
+                    self.error(
+                        node.pos,
+                        path,
+                        format!("unknown codelist mode `{other}`"),
+                        match near {
+                            Some(n) => format!("did you mean `{n}`? {fix}"),
+                            None => fix.to_string(),
+                        },
+                    );
+                    None
+                }
+            },
+            Value::Seq(items) => {
+                let mut codes: Vec<Code> = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let item_path = format!("{path}[{i}]");
+                    let code = match &item.value {
+                        Value::Str(s) => Code {
+                            value: s.clone(),
+                            description: None,
+                        },
+                        Value::Int(n) => Code {
+                            value: n.to_string(),
+                            description: None,
+                        },
+                        Value::Map(entries) if entries.len() == 1 => {
+                            let (key, value) = &entries[0];
+                            let description = match &value.value {
+                                Value::Str(s) => Some(s.clone()),
+                                Value::Null => None,
+                                _ => {
+                                    self.error(
+                                        value.pos,
+                                        &item_path,
+                                        format!("the description of code `{}` must be a string, found {}", key.name, value.kind()),
+                                        "write `- \"code\": description text`",
+                                    );
+                                    None
+                                }
+                            };
+                            Code {
+                                value: key.name.clone(),
+                                description,
+                            }
+                        }
+                        _ => {
+                            self.error(
+                                item.pos,
+                                &item_path,
+                                format!(
+                                    "expected a code (a string, or `code: description`), found {}",
+                                    item.kind()
+                                ),
+                                fix,
+                            );
+                            continue;
+                        }
+                    };
+                    if code.value.trim().is_empty() {
+                        self.error(
+                            item.pos,
+                            &item_path,
+                            "the code is empty",
+                            "remove the entry or write the code",
+                        );
+                        continue;
+                    }
+                    if codes.iter().any(|c| c.value == code.value) {
+                        self.error(
+                            item.pos,
+                            &item_path,
+                            format!("code `{}` is listed twice", code.value),
+                            "remove the duplicate entry",
+                        );
+                        continue;
+                    }
+                    codes.push(code);
+                }
+                if codes.is_empty() && !items.is_empty() {
+                    return None;
+                }
+                if codes.is_empty() {
+                    self.error(node.pos, path, "the codelist is empty", fix);
+                    return None;
+                }
+                Some(Codelist::Static(codes))
+            }
+            _ => {
+                self.error(
+                    node.pos,
+                    path,
+                    format!(
+                        "a codelist must be `auto`, `auto_split` or a list, found {}",
+                        node.kind()
+                    ),
+                    fix,
+                );
+                None
+            }
+        }
+    }
+
+    fn computed_measures(&mut self, node: &Node, fields: &[Field]) -> Vec<ComputedMeasure> {
+        let Value::Seq(items) = &node.value else {
+            if node.value != Value::Null {
+                self.error(
+                    node.pos,
+                    "computed_measures",
+                    format!("`computed_measures` must be a list, found {}", node.kind()),
+                    "write one `- name: … mode: …` entry per measure",
+                );
+            }
+            return Vec::new();
+        };
+        let mut out: Vec<ComputedMeasure> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("computed_measures[{i}]");
+            let Some(map) = self.map(item, &path, MEASURE_KEYS) else {
+                continue;
+            };
+            let Some(name) = self.required_string(&map, "name", &path, "write `name: …`") else {
+                continue;
+            };
+            if fields
+                .iter()
+                .any(|f| normalize(&f.name) == normalize(&name))
+            {
+                self.error(
+                    map.key_pos("name"),
+                    &join(&path, "name"),
+                    format!("computed measure `{name}` has the name of a field"),
+                    "give the computed measure a name of its own",
+                );
+                continue;
+            }
+            if out.iter().any(|m| normalize(&m.name) == normalize(&name)) {
+                self.error(
+                    map.key_pos("name"),
+                    &join(&path, "name"),
+                    format!("computed measure `{name}` is declared twice"),
+                    "remove the duplicate entry or rename it",
+                );
+                continue;
+            }
+            let desc = self.string(&map, "desc", &path, "write `desc: \"…\"`");
+            let mode_fix = "write `mode: count_where` (with condition_field, condition_values) or `mode: sum_ratio` (with numerator, denominator)";
+            let Some(mode) = self.required_string(&map, "mode", &path, mode_fix) else {
+                continue;
+            };
+            let formula = match mode.as_str() {
+                "count_where" => {
+                    let field = self.field_ref(&map, "condition_field", &path, fields, None);
+                    let values = self.string_list(&map, "condition_values", &path);
+                    if map.get("condition_values").is_none() || values.is_empty() {
+                        self.error(
+                            map.key_pos("condition_values"),
+                            &join(&path, "condition_values"),
+                            "`condition_values` is missing or empty",
+                            "list the values that count, e.g. `condition_values: [\"1 実施済\"]`",
+                        );
+                    }
+                    let Some(field) = field else { continue };
+                    if let Some(codes) = field.static_codes() {
+                        for (j, v) in values.iter().enumerate() {
+                            if !codes.iter().any(|c| &c.value == v) {
+                                let listed: Vec<&str> =
+                                    codes.iter().map(|c| c.value.as_str()).collect();
+                                self.error(
+                                    map.get("condition_values")
+                                        .map(|n| n.pos)
+                                        .unwrap_or(map.pos),
+                                    &format!("{path}.condition_values[{j}]"),
+                                    format!("`{v}` is not a code of `{}`", field.name),
+                                    format!(
+                                        "use codes as written in the codelist: {}",
+                                        listed.join(", ")
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                    Formula::CountWhere {
+                        condition_field: field.name.clone(),
+                        condition_values: values,
+                    }
+                }
+                "sum_ratio" => {
+                    let numerator =
+                        self.field_ref(&map, "numerator", &path, fields, Some(Role::Measure));
+                    let denominator =
+                        self.field_ref(&map, "denominator", &path, fields, Some(Role::Measure));
+                    let (Some(n), Some(d)) = (numerator, denominator) else {
+                        continue;
+                    };
+                    Formula::SumRatio {
+                        numerator: n.name.clone(),
+                        denominator: d.name.clone(),
+                    }
+                }
+                other => {
+                    let fix = match suggest(other, ["count_where", "sum_ratio"]) {
+                        Some(near) => format!("did you mean `{near}`? {mode_fix}"),
+                        None => mode_fix.to_string(),
+                    };
+                    self.error(
+                        map.key_pos("mode"),
+                        &join(&path, "mode"),
+                        format!("unknown mode `{other}`"),
+                        fix,
+                    );
+                    continue;
+                }
+            };
+            out.push(ComputedMeasure {
+                name,
+                desc,
+                formula,
+            });
+        }
+        out
+    }
+
+    /// A key whose value must name a declared field (of a given role, if any).
+    fn field_ref<'f>(
+        &mut self,
+        map: &MapView<'_>,
+        key: &str,
+        path: &str,
+        fields: &'f [Field],
+        role: Option<Role>,
+    ) -> Option<&'f Field> {
+        let name = self.required_string(
+            map,
+            key,
+            path,
+            &format!("write `{key}: <name of a declared field>`"),
+        )?;
+        let key_path = join(path, key);
+        let Some(field) = fields.iter().find(|f| f.name == name) else {
+            let pool = fields
+                .iter()
+                .filter(|f| role.is_none_or(|r| f.role == r))
+                .map(|f| f.name.as_str());
+            let fix = match suggest(&name, pool.clone()) {
+                Some(near) => format!("did you mean `{near}`?"),
+                None => format!(
+                    "name one of the declared {}: {}",
+                    if role == Some(Role::Measure) {
+                        "measures"
+                    } else {
+                        "fields"
+                    },
+                    pool.take(12).collect::<Vec<_>>().join(", ")
+                ),
+            };
+            self.error(
+                map.key_pos(key),
+                &key_path,
+                format!("`{name}` is not a declared field"),
+                fix,
+            );
+            return None;
+        };
+        if let Some(role) = role
+            && field.role != role
+        {
+            let measures: Vec<&str> = fields
+                .iter()
+                .filter(|f| f.role == role)
+                .map(|f| f.name.as_str())
+                .collect();
+            self.error(
+                map.key_pos(key),
+                &key_path,
+                format!(
+                    "`{name}` has role `{}`, but `{key}` needs a {}",
+                    field.role.as_str(),
+                    role.as_str()
+                ),
+                format!("name one of: {}", measures.join(", ")),
+            );
+            return None;
+        }
+        Some(field)
+    }
+}
+
+fn suggest_present(map: &MapView<'_>, key: &str) -> Option<String> {
+    let present = map.entries.iter().map(|(k, _)| k.name.as_str());
+    suggest(key, present).map(str::to_string)
+}
+
+/// Dataset ids appear in tool calls and URIs: keep them plain.
+pub fn valid_id(id: &str) -> bool {
+    let n = id.chars().count();
+    (1..=64).contains(&n)
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+fn valid_http_url(u: &str) -> bool {
+    let rest = u
+        .strip_prefix("https://")
+        .or_else(|| u.strip_prefix("http://"));
+    match rest {
+        Some(r) => {
+            let host = r.split(['/', '?', '#']).next().unwrap_or("");
+            !host.is_empty() && !u.chars().any(|c| c.is_whitespace() || c.is_control())
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_stay_dates() {
+        assert_eq!(
+            DateValue::parse("2025-07-24"),
+            Some(DateValue::Date("2025-07-24".into()))
+        );
+        assert_eq!(
+            DateValue::parse("2025-07-24T09:00:00+09:00"),
+            Some(DateValue::DateTime("2025-07-24T09:00:00+09:00".into()))
+        );
+        assert_eq!(
+            DateValue::parse("2025-07-24T09:00:00.5Z"),
+            Some(DateValue::DateTime("2025-07-24T09:00:00.5Z".into()))
+        );
+        assert_eq!(DateValue::parse("2025-02-30"), None);
+        assert!(DateValue::parse("2024-02-29").is_some());
+        assert_eq!(DateValue::parse("2025-07-24 09:00"), None);
+        assert_eq!(DateValue::parse("24/07/2025"), None);
+    }
+
+    #[test]
+    fn code_labels() {
+        let code = |v: &str| Code {
+            value: v.into(),
+            description: None,
+        };
+        assert_eq!(code("1 実施済").label(), Some("実施済"));
+        assert_eq!(
+            code("2-1 申請等に基づく処分通知等").label(),
+            Some("申請等に基づく処分通知等")
+        );
+        assert_eq!(code("弁護士").label(), None);
+        assert_eq!(code("1 2024年度").label(), Some("2024年度"));
+    }
+
+    #[test]
+    fn urls() {
+        assert!(valid_http_url("https://www.digital.go.jp/resources"));
+        assert!(!valid_http_url("ftp://x"));
+        assert!(!valid_http_url("https://"));
+        assert!(!valid_http_url("/etc/passwd"));
+    }
+}

@@ -1,0 +1,735 @@
+//! The arguments of the four tools, read from JSON as a language model sends them.
+//!
+//! LLM-shaped input is normal input: a list may arrive as a JSON string or as a single value,
+//! an object as a JSON string, a number as a string. Those forms are accepted here, once, for
+//! the CLI and the MCP tools alike. Everything is bounded, and an argument the tool does not
+//! have is refused (a misspelt `where` silently ignored would give wrong numbers).
+//!
+//! Names are still as the caller typed them; [`crate::resolve`] maps them onto a dataset.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::{Candidate, ErrorCode, RequestError};
+use crate::names::suggest;
+
+/// Bounds of `limit`: (min, max, default).
+pub const QUERY_LIMIT: (usize, usize, usize) = (1, 5000, 50);
+pub const SUMMARIZE_LIMIT: (usize, usize, usize) = (1, 10_000, 200);
+/// Longest free text (`q`, a value to compare).
+pub const MAX_TEXT_CHARS: usize = 1000;
+/// Longest name (dataset id, field, metric).
+pub const MAX_NAME_CHARS: usize = 256;
+/// Most names in one list argument (`select`, `group_by`, `metrics`, …).
+pub const MAX_NAMES: usize = 100;
+/// Most values in one `$in` list.
+pub const MAX_VALUES: usize = 1000;
+/// Most conditions in `where` or `having`.
+pub const MAX_CONDITIONS: usize = 64;
+pub const MAX_CURSOR_CHARS: usize = 4096;
+
+/// The four tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tool {
+    ListDatasets,
+    InspectDataset,
+    QueryRecords,
+    SummarizeRecords,
+}
+
+impl Tool {
+    pub const ALL: [Tool; 4] = [
+        Tool::ListDatasets,
+        Tool::InspectDataset,
+        Tool::QueryRecords,
+        Tool::SummarizeRecords,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::ListDatasets => "list_datasets",
+            Tool::InspectDataset => "inspect_dataset",
+            Tool::QueryRecords => "query_records",
+            Tool::SummarizeRecords => "summarize_records",
+        }
+    }
+
+    /// The parameters the tool takes.
+    pub fn parameters(self) -> &'static [&'static str] {
+        match self {
+            Tool::ListDatasets => &["q", "publisher"],
+            Tool::InspectDataset => &["dataset_id"],
+            Tool::QueryRecords => &[
+                "dataset_id",
+                "q",
+                "search_fields",
+                "select",
+                "where",
+                "order_by",
+                "limit",
+                "cursor",
+            ],
+            Tool::SummarizeRecords => &[
+                "dataset_id",
+                "metrics",
+                "group_by",
+                "where",
+                "having",
+                "explode",
+                "limit",
+            ],
+        }
+    }
+}
+
+/// Something the server changed about a call and says so (a clamped limit, an implied
+/// explode). Shown to the caller as a warning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Notice {
+    pub parameter: String,
+    pub message: String,
+}
+
+/// A value to compare with, typed as the caller sent it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Scalar {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl Scalar {
+    /// The value as text (what a substring or codelist comparison sees).
+    pub fn text(&self) -> String {
+        match self {
+            Scalar::Str(s) => s.clone(),
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Float(f) => f.to_string(),
+            Scalar::Bool(b) => b.to_string(),
+        }
+    }
+
+    /// The value as a number, if it is one or is a string holding one.
+    pub fn number(&self) -> Option<f64> {
+        match self {
+            Scalar::Int(i) => Some(*i as f64),
+            Scalar::Float(f) => Some(*f),
+            Scalar::Str(s) => s.trim().parse::<f64>().ok().filter(|f| f.is_finite()),
+            Scalar::Bool(_) => None,
+        }
+    }
+}
+
+/// A comparison operator with its operand.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "op", content = "value")]
+pub enum Op {
+    /// Exact match against any of the values (an array, or `$in`).
+    #[serde(rename = "$in")]
+    In(Vec<Scalar>),
+    /// Exact equality (a number, a boolean, or `$eq`).
+    #[serde(rename = "$eq")]
+    Eq(Scalar),
+    #[serde(rename = "$ne")]
+    Ne(Scalar),
+    /// Case-insensitive substring (a plain string, or `$contains`); null counts as "".
+    #[serde(rename = "$contains")]
+    Contains(String),
+    #[serde(rename = "$not_contains")]
+    NotContains(String),
+    #[serde(rename = "$gt")]
+    Gt(Scalar),
+    #[serde(rename = "$gte")]
+    Gte(Scalar),
+    #[serde(rename = "$lt")]
+    Lt(Scalar),
+    #[serde(rename = "$lte")]
+    Lte(Scalar),
+    /// `true`: the value is present and not blank; `false`: null or blank.
+    #[serde(rename = "$not_empty")]
+    NotEmpty(bool),
+}
+
+/// Every operator, as written in `where` and `having`. (A bare array is short for `$in`, a
+/// bare string for `$contains`, a bare number or boolean for `$eq`.)
+pub const OPERATORS: [&str; 10] = [
+    "$eq",
+    "$in",
+    "$ne",
+    "$contains",
+    "$not_contains",
+    "$gt",
+    "$gte",
+    "$lt",
+    "$lte",
+    "$not_empty",
+];
+
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::In(_) => "$in",
+            Op::Eq(_) => "$eq",
+            Op::Ne(_) => "$ne",
+            Op::Contains(_) => "$contains",
+            Op::NotContains(_) => "$not_contains",
+            Op::Gt(_) => "$gt",
+            Op::Gte(_) => "$gte",
+            Op::Lt(_) => "$lt",
+            Op::Lte(_) => "$lte",
+            Op::NotEmpty(_) => "$not_empty",
+        }
+    }
+
+    /// Whether the operator compares whole values exactly (and so is checked against a
+    /// codelist and, on multi-value fields, matches any part).
+    pub fn is_exact(&self) -> bool {
+        matches!(self, Op::In(_) | Op::Eq(_) | Op::Ne(_))
+    }
+
+    pub fn is_ordering(&self) -> bool {
+        matches!(self, Op::Gt(_) | Op::Gte(_) | Op::Lt(_) | Op::Lte(_))
+    }
+}
+
+/// One condition of `where` or `having`: a name as typed and an operator. Conditions are ANDed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Condition {
+    pub target: String,
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ListArgs {
+    pub q: Option<String>,
+    pub publisher: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InspectArgs {
+    pub dataset_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueryArgs {
+    pub dataset_id: String,
+    pub q: Option<String>,
+    pub search_fields: Vec<String>,
+    pub select: Vec<String>,
+    #[serde(rename = "where")]
+    pub conditions: Vec<Condition>,
+    pub order_by: Vec<String>,
+    pub limit: usize,
+    pub cursor: Option<String>,
+    pub notices: Vec<Notice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SummarizeArgs {
+    pub dataset_id: String,
+    pub metrics: Vec<String>,
+    pub group_by: Vec<String>,
+    #[serde(rename = "where")]
+    pub conditions: Vec<Condition>,
+    pub having: Vec<Condition>,
+    pub explode: Vec<String>,
+    pub limit: usize,
+    pub notices: Vec<Notice>,
+}
+
+/// Parsed arguments of any tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "tool", rename_all = "snake_case")]
+pub enum Request {
+    ListDatasets(ListArgs),
+    InspectDataset(InspectArgs),
+    QueryRecords(QueryArgs),
+    SummarizeRecords(SummarizeArgs),
+}
+
+/// Reads the arguments of `tool`.
+pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
+    let mut args = Args::new(tool, arguments)?;
+    let request = match tool {
+        Tool::ListDatasets => Request::ListDatasets(ListArgs {
+            q: args.text("q")?,
+            publisher: args.text("publisher")?,
+        }),
+        Tool::InspectDataset => Request::InspectDataset(InspectArgs {
+            dataset_id: args.dataset_id()?,
+        }),
+        Tool::QueryRecords => Request::QueryRecords(QueryArgs {
+            dataset_id: args.dataset_id()?,
+            q: args.text("q")?,
+            search_fields: args.names("search_fields")?,
+            select: args.names("select")?,
+            conditions: args.conditions("where")?,
+            order_by: args.names("order_by")?,
+            limit: args.limit(QUERY_LIMIT)?,
+            cursor: args.cursor()?,
+            notices: std::mem::take(&mut args.notices),
+        }),
+        Tool::SummarizeRecords => Request::SummarizeRecords(SummarizeArgs {
+            dataset_id: args.dataset_id()?,
+            metrics: args.names("metrics")?,
+            group_by: args.names("group_by")?,
+            conditions: args.conditions("where")?,
+            having: args.conditions("having")?,
+            explode: args.names("explode")?,
+            limit: args.limit(SUMMARIZE_LIMIT)?,
+            notices: std::mem::take(&mut args.notices),
+        }),
+    };
+    Ok(request)
+}
+
+struct Args {
+    tool: Tool,
+    map: Map<String, Value>,
+    notices: Vec<Notice>,
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A string holding JSON of the expected shape (`"[\"a\"]"`, `"{\"k\":1}"`) is read as that JSON.
+fn unwrap_json_string(v: &Value, want_object: bool) -> Option<Value> {
+    let s = v.as_str()?.trim();
+    let (open, close) = if want_object { ('{', '}') } else { ('[', ']') };
+    if s.starts_with(open) && s.ends_with(close) {
+        serde_json::from_str::<Value>(s).ok().filter(|parsed| {
+            parsed.is_object() == want_object && (want_object || parsed.is_array())
+        })
+    } else {
+        None
+    }
+}
+
+impl Args {
+    fn new(tool: Tool, arguments: &Value) -> Result<Args, RequestError> {
+        let map = match arguments {
+            Value::Null => Map::new(),
+            Value::Object(m) => m.clone(),
+            other => match unwrap_json_string(other, true) {
+                Some(Value::Object(m)) => m,
+                _ => {
+                    return Err(RequestError::invalid(
+                        "arguments",
+                        format!(
+                            "the arguments of {} must be an object, found {}",
+                            tool.name(),
+                            kind(other)
+                        ),
+                    ));
+                }
+            },
+        };
+        let known = tool.parameters();
+        for key in map.keys() {
+            if !known.contains(&key.as_str()) {
+                let mut err = RequestError::new(
+                    ErrorCode::UnknownParameter,
+                    format!("{} has no parameter `{key}`", tool.name()),
+                )
+                .at(key.clone())
+                .candidates(
+                    known.iter().map(|k| Candidate::new(*k)).collect(),
+                    known.len(),
+                );
+                let near = synonym(key)
+                    .filter(|s| known.contains(s))
+                    .or_else(|| suggest(key, known.iter().copied()));
+                if let Some(near) = near {
+                    err = err.hint(format!("did you mean `{near}`?"));
+                }
+                return Err(err);
+            }
+        }
+        Ok(Args {
+            tool,
+            map,
+            notices: Vec::new(),
+        })
+    }
+
+    /// The value of a parameter; null and blank strings count as absent.
+    fn get(&self, key: &str) -> Option<&Value> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.trim().is_empty() => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    fn dataset_id(&self) -> Result<String, RequestError> {
+        match self.get("dataset_id") {
+            None => Err(RequestError::invalid(
+                "dataset_id",
+                format!("{} needs `dataset_id`", self.tool.name()),
+            )
+            .hint("call list_datasets to see the dataset ids")
+            .example("list_datasets", serde_json::json!({}))),
+            Some(Value::String(s)) => bounded(s.trim(), MAX_NAME_CHARS, "dataset_id"),
+            Some(other) => Err(RequestError::invalid(
+                "dataset_id",
+                format!("`dataset_id` must be a string, found {}", kind(other)),
+            )),
+        }
+    }
+
+    fn text(&self, key: &str) -> Result<Option<String>, RequestError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => bounded(s, MAX_TEXT_CHARS, key).map(Some),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(other) => Err(RequestError::invalid(
+                key,
+                format!("`{key}` must be a string, found {}", kind(other)),
+            )),
+        }
+    }
+
+    fn cursor(&self) -> Result<Option<String>, RequestError> {
+        match self.get("cursor") {
+            None => Ok(None),
+            Some(Value::String(s)) => bounded(s.trim(), MAX_CURSOR_CHARS, "cursor").map(Some),
+            Some(other) => Err(RequestError::new(
+                ErrorCode::InvalidCursor,
+                format!(
+                    "`cursor` must be the string returned as next_cursor, found {}",
+                    kind(other)
+                ),
+            )
+            .at("cursor")),
+        }
+    }
+
+    /// A list of names: an array, a JSON string of an array, or one name.
+    fn names(&self, key: &str) -> Result<Vec<String>, RequestError> {
+        let Some(value) = self.get(key) else {
+            return Ok(Vec::new());
+        };
+        let parsed;
+        let value = match unwrap_json_string(value, false) {
+            Some(v) => {
+                parsed = v;
+                &parsed
+            }
+            None => value,
+        };
+        let items: Vec<&Value> = match value {
+            Value::Array(items) => items.iter().collect(),
+            single => vec![single],
+        };
+        if items.len() > MAX_NAMES {
+            return Err(RequestError::invalid(
+                key,
+                format!(
+                    "`{key}` has {} entries; at most {MAX_NAMES} are accepted",
+                    items.len()
+                ),
+            ));
+        }
+        let mut out: Vec<String> = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            let name = match item {
+                Value::String(s) => bounded(s.trim(), MAX_NAME_CHARS, &format!("{key}[{i}]"))?,
+                Value::Number(n) => n.to_string(),
+                other => {
+                    return Err(RequestError::invalid(
+                        format!("{key}[{i}]"),
+                        format!(
+                            "each entry of `{key}` must be a string (a name), found {}",
+                            kind(other)
+                        ),
+                    ));
+                }
+            };
+            if name.is_empty() {
+                continue;
+            }
+            // A repeated name changes nothing in the result: keep the first.
+            if out.contains(&name) {
+                continue;
+            }
+            out.push(name);
+        }
+        Ok(out)
+    }
+
+    fn limit(&mut self, (min, max, default): (usize, usize, usize)) -> Result<usize, RequestError> {
+        let Some(value) = self.get("limit") else {
+            return Ok(default);
+        };
+        let requested: f64 = match value {
+            Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
+            Value::String(s) => s.trim().parse::<f64>().map_err(|_| {
+                RequestError::invalid(
+                    "limit",
+                    format!("`limit` must be a number, found the string `{s}`"),
+                )
+            })?,
+            other => {
+                return Err(RequestError::invalid(
+                    "limit",
+                    format!("`limit` must be a number, found {}", kind(other)),
+                ));
+            }
+        };
+        if !requested.is_finite() || requested.fract() != 0.0 {
+            return Err(RequestError::invalid(
+                "limit",
+                format!(
+                    "`limit` must be a whole number between {min} and {max}, found {requested}"
+                ),
+            ));
+        }
+        let clamped = requested.clamp(min as f64, max as f64) as usize;
+        if clamped as f64 != requested {
+            self.notices.push(Notice {
+                parameter: "limit".into(),
+                message: format!("limit {requested} is outside {min}–{max}; {clamped} was used"),
+            });
+        }
+        Ok(clamped)
+    }
+
+    /// `where` or `having`: an object (or a JSON string of one) of name → condition.
+    fn conditions(&self, key: &str) -> Result<Vec<Condition>, RequestError> {
+        let Some(value) = self.get(key) else {
+            return Ok(Vec::new());
+        };
+        let parsed;
+        let value = match unwrap_json_string(value, true) {
+            Some(v) => {
+                parsed = v;
+                &parsed
+            }
+            None => value,
+        };
+        let Value::Object(map) = value else {
+            return Err(RequestError::invalid(
+                key,
+                format!(
+                    "`{key}` must be an object mapping names to conditions, found {}",
+                    kind(value)
+                ),
+            )
+            .hint(format!(
+                "e.g. \"{key}\": {{\"<field>\": [\"exact value\"], \"<other field>\": {{\"$gte\": 10}}}}"
+            )));
+        };
+        if map.len() > MAX_CONDITIONS {
+            return Err(RequestError::invalid(
+                key,
+                format!(
+                    "`{key}` has {} conditions; at most {MAX_CONDITIONS} are accepted",
+                    map.len()
+                ),
+            ));
+        }
+        let mut out = Vec::new();
+        for (target, cond) in map {
+            let path = format!("{key}.{target}");
+            let target = bounded(target.trim(), MAX_NAME_CHARS, &path)?;
+            for op in parse_condition(cond, &path)? {
+                out.push(Condition {
+                    target: target.clone(),
+                    op,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Names other APIs use for our parameters; a caller used to them is pointed to ours.
+fn synonym(key: &str) -> Option<&'static str> {
+    let k = key.to_ascii_lowercase().replace(['-', ' '], "_");
+    Some(match k.as_str() {
+        "filter" | "filters" | "conditions" | "query_filter" => "where",
+        "fields" | "columns" | "projection" => "select",
+        "sort" | "sort_by" | "orderby" | "order" => "order_by",
+        "group" | "groupby" | "group_by_fields" | "dimensions" => "group_by",
+        "metric" | "aggregations" | "aggregates" | "measures" => "metrics",
+        "dataset" | "datasetid" | "id" | "table" => "dataset_id",
+        "query" | "search" | "text" | "keyword" => "q",
+        "offset" | "page" | "page_token" | "next_cursor" => "cursor",
+        "max" | "top" | "size" | "page_size" => "limit",
+        _ => return None,
+    })
+}
+
+fn bounded(s: &str, max: usize, parameter: &str) -> Result<String, RequestError> {
+    let n = s.chars().count();
+    if n > max {
+        return Err(RequestError::invalid(
+            parameter,
+            format!("`{parameter}` is {n} characters long; at most {max} are accepted"),
+        ));
+    }
+    Ok(s.to_string())
+}
+
+fn scalar(v: &Value, path: &str) -> Result<Scalar, RequestError> {
+    match v {
+        Value::String(s) => bounded(s, MAX_TEXT_CHARS, path).map(Scalar::Str),
+        Value::Bool(b) => Ok(Scalar::Bool(*b)),
+        Value::Number(n) => Ok(match n.as_i64() {
+            Some(i) => Scalar::Int(i),
+            None => Scalar::Float(n.as_f64().unwrap_or(f64::NAN)),
+        }),
+        Value::Null => Err(
+            RequestError::invalid(path, "null is not a value to compare with")
+                .hint("to find empty values use {\"$not_empty\": false}"),
+        ),
+        other => Err(RequestError::invalid(
+            path,
+            format!(
+                "expected a single value (string, number or boolean), found {}",
+                kind(other)
+            ),
+        )),
+    }
+}
+
+fn values(v: &Value, path: &str) -> Result<Vec<Scalar>, RequestError> {
+    let parsed;
+    let v = match unwrap_json_string(v, false) {
+        Some(p) => {
+            parsed = p;
+            &parsed
+        }
+        None => v,
+    };
+    let items: Vec<&Value> = match v {
+        Value::Array(items) => items.iter().collect(),
+        single => vec![single],
+    };
+    if items.is_empty() {
+        return Err(RequestError::invalid(path, "an empty list matches nothing")
+            .hint("list at least one value, or remove the condition"));
+    }
+    if items.len() > MAX_VALUES {
+        return Err(RequestError::invalid(
+            path,
+            format!(
+                "{} values listed; at most {MAX_VALUES} are accepted",
+                items.len()
+            ),
+        ));
+    }
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| scalar(item, &format!("{path}[{i}]")))
+        .collect()
+}
+
+fn text_operand(v: &Value, path: &str) -> Result<String, RequestError> {
+    match scalar(v, path)? {
+        Scalar::Bool(_) => Err(RequestError::invalid(
+            path,
+            "expected text to search for, found a boolean",
+        )),
+        s => Ok(s.text()),
+    }
+}
+
+fn ordering_operand(v: &Value, path: &str) -> Result<Scalar, RequestError> {
+    match scalar(v, path)? {
+        Scalar::Bool(_) => Err(RequestError::invalid(
+            path,
+            "a comparison needs a number (or text for text fields), found a boolean",
+        )),
+        s => Ok(s),
+    }
+}
+
+/// One condition value: array → `$in`, string → substring, number/boolean → equality,
+/// object → operators (ANDed).
+fn parse_condition(cond: &Value, path: &str) -> Result<Vec<Op>, RequestError> {
+    if let Some(parsed) = unwrap_json_string(cond, true).or_else(|| unwrap_json_string(cond, false))
+    {
+        return parse_condition(&parsed, path);
+    }
+    Ok(match cond {
+        Value::Array(_) => vec![Op::In(values(cond, path)?)],
+        Value::String(s) => vec![Op::Contains(bounded(s, MAX_TEXT_CHARS, path)?)],
+        Value::Number(_) | Value::Bool(_) => vec![Op::Eq(scalar(cond, path)?)],
+        Value::Null => {
+            return Err(RequestError::invalid(path, "null is not a condition")
+                .hint("to find empty values use {\"$not_empty\": false}; to drop the condition, leave the key out"));
+        }
+        Value::Object(ops) => {
+            if ops.is_empty() {
+                return Err(
+                    RequestError::invalid(path, "an empty object is not a condition")
+                        .hint("write e.g. {\"$gte\": 10}, or leave the key out"),
+                );
+            }
+            let mut out = Vec::with_capacity(ops.len());
+            for (name, operand) in ops {
+                let op_path = format!("{path}.{name}");
+                let op = match name.as_str() {
+                    "$eq" => Op::Eq(scalar(operand, &op_path)?),
+                    "$ne" => Op::Ne(scalar(operand, &op_path)?),
+                    "$in" => Op::In(values(operand, &op_path)?),
+                    "$contains" => Op::Contains(text_operand(operand, &op_path)?),
+                    "$not_contains" => Op::NotContains(text_operand(operand, &op_path)?),
+                    "$gt" => Op::Gt(ordering_operand(operand, &op_path)?),
+                    "$gte" => Op::Gte(ordering_operand(operand, &op_path)?),
+                    "$lt" => Op::Lt(ordering_operand(operand, &op_path)?),
+                    "$lte" => Op::Lte(ordering_operand(operand, &op_path)?),
+                    "$not_empty" => Op::NotEmpty(match operand {
+                        Value::Bool(b) => *b,
+                        Value::String(s) if s == "true" => true,
+                        Value::String(s) if s == "false" => false,
+                        other => {
+                            return Err(RequestError::invalid(
+                                op_path,
+                                format!("`$not_empty` takes true or false, found {}", kind(other)),
+                            ));
+                        }
+                    }),
+                    other => {
+                        let valid = &OPERATORS[..];
+                        let probe = if other.starts_with('$') {
+                            other.to_string()
+                        } else {
+                            format!("${other}")
+                        };
+                        let mut err = RequestError::new(
+                            ErrorCode::UnknownOperator,
+                            format!("unknown operator `{other}`"),
+                        )
+                        .at(op_path)
+                        .candidates(
+                            OPERATORS.iter().map(|o| Candidate::new(*o)).collect(),
+                            OPERATORS.len(),
+                        );
+                        err = match valid.iter().find(|v| **v == probe).copied().or_else(|| suggest(&probe, valid.iter().copied())) {
+                            Some(near) => err.hint(format!("did you mean `{near}`?")),
+                            None => err.hint("operators start with `$`; a bare array means $in and a bare string means $contains"),
+                        };
+                        return Err(err);
+                    }
+                };
+                out.push(op);
+            }
+            out
+        }
+    })
+}

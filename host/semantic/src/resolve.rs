@@ -1,0 +1,866 @@
+//! Resolving a call's names against one dataset: the step between what a caller typed and
+//! what the engine plans.
+//!
+//! A plan holds field indices into the dataset's declared fields and names taken from the
+//! dataset's own vocabulary, so nothing the caller typed reaches a query plan as an
+//! identifier. Every name or code that was matched in a normalised form is reported in
+//! `resolved_fields`.
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::definition::{Codelist, DatasetDef, Field, Role};
+use crate::error::{Candidate, ErrorCode, RequestError};
+use crate::names::{self, Match, normalize};
+use crate::request::{Condition, Notice, Op, QueryArgs, Scalar, SummarizeArgs};
+
+/// Index of a field in [`DatasetDef::fields`].
+pub type FieldId = usize;
+
+/// How many candidates an error lists at most.
+pub const MAX_CANDIDATES: usize = 5;
+/// How many valid names an error samples beside the ranked candidates.
+pub const SAMPLE_SIZE: usize = 12;
+
+/// A name or code the server matched in a form other than the one typed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resolution {
+    /// Where it was typed (`where`, `group_by`, `metrics`, `dataset_id`, `where.F value`…).
+    pub parameter: String,
+    pub input: String,
+    pub canonical: String,
+}
+
+/// A filter on one field; conditions are ANDed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Filter {
+    pub field: FieldId,
+    pub op: Op,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Sort {
+    pub field: FieldId,
+    pub descending: bool,
+}
+
+/// A metric of `summarize_records`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "field", rename_all = "snake_case")]
+pub enum Metric {
+    Count,
+    Sum(FieldId),
+    Avg(FieldId),
+    Min(FieldId),
+    Max(FieldId),
+    /// `avg:<computed measure>`: index into [`DatasetDef::computed_measures`].
+    AvgComputed(usize),
+}
+
+impl Metric {
+    /// The result column: `count`, `sum:総手続件数`, `avg:オンライン率`.
+    pub fn column(&self, def: &DatasetDef) -> String {
+        let field = |i: &usize| def.fields[*i].name.as_str();
+        match self {
+            Metric::Count => "count".to_string(),
+            Metric::Sum(f) => format!("sum:{}", field(f)),
+            Metric::Avg(f) => format!("avg:{}", field(f)),
+            Metric::Min(f) => format!("min:{}", field(f)),
+            Metric::Max(f) => format!("max:{}", field(f)),
+            Metric::AvgComputed(m) => format!("avg:{}", def.computed_measures[*m].name),
+        }
+    }
+
+    /// The column counting rows whose value was null and so left out (`F:null_excluded`).
+    pub fn null_excluded_column(&self, def: &DatasetDef) -> Option<String> {
+        match self {
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => {
+                Some(format!("{}:null_excluded", def.fields[*f].name))
+            }
+            Metric::Count | Metric::AvgComputed(_) => None,
+        }
+    }
+
+    pub fn field(&self) -> Option<FieldId> {
+        match self {
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => Some(*f),
+            Metric::Count | Metric::AvgComputed(_) => None,
+        }
+    }
+}
+
+/// The metric kinds, as written before the colon.
+pub const METRIC_KINDS: [&str; 5] = ["count", "sum", "avg", "min", "max"];
+
+/// A condition on a result column of `summarize_records`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HavingFilter {
+    /// A column of the result (a metric or a group key), canonical.
+    pub column: String,
+    pub op: Op,
+}
+
+/// A resolved `query_records` call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueryPlan {
+    pub dataset_id: String,
+    pub q: Option<String>,
+    /// Fields `q` searches; empty means every text field.
+    pub search_fields: Vec<FieldId>,
+    /// Fields returned, in order (all declared fields when none were named).
+    pub select: Vec<FieldId>,
+    pub filters: Vec<Filter>,
+    pub order_by: Vec<Sort>,
+    pub limit: usize,
+    pub cursor: Option<String>,
+    pub resolved_fields: Vec<Resolution>,
+    pub notices: Vec<Notice>,
+}
+
+/// A resolved `summarize_records` call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SummarizePlan {
+    pub dataset_id: String,
+    pub metrics: Vec<Metric>,
+    pub group_by: Vec<FieldId>,
+    pub filters: Vec<Filter>,
+    pub having: Vec<HavingFilter>,
+    /// Multi-value fields split into their parts before grouping.
+    pub explode: Vec<FieldId>,
+    pub limit: usize,
+    pub resolved_fields: Vec<Resolution>,
+    pub notices: Vec<Notice>,
+}
+
+/// Resolves a dataset id against the ids served.
+pub fn resolve_dataset<'a>(
+    input: &str,
+    ids: &[&'a str],
+    titles: &dyn Fn(&str) -> Option<String>,
+) -> Result<(&'a str, Option<Resolution>), RequestError> {
+    match names::resolve(input, ids.iter().copied()) {
+        Ok(r) => Ok((r.canonical, resolution("dataset_id", input, r))),
+        Err(ranked) => {
+            let candidates = ranked
+                .iter()
+                .take(MAX_CANDIDATES)
+                .map(|id| Candidate {
+                    name: id.to_string(),
+                    description: titles(id),
+                })
+                .collect();
+            let mut err = RequestError::new(
+                ErrorCode::UnknownDataset,
+                format!("no dataset `{input}` is served"),
+            )
+            .at("dataset_id")
+            .candidates(candidates, ids.len())
+            .hint("call list_datasets to see every dataset and its title");
+            err = match ranked.first() {
+                Some(best) => err.example("inspect_dataset", json!({ "dataset_id": best })),
+                None => err.example("list_datasets", json!({})),
+            };
+            Err(err)
+        }
+    }
+}
+
+fn resolution(parameter: &str, input: &str, r: names::Resolved<'_>) -> Option<Resolution> {
+    (r.how == Match::Normalized).then(|| Resolution {
+        parameter: parameter.to_string(),
+        input: input.to_string(),
+        canonical: r.canonical.to_string(),
+    })
+}
+
+/// Resolves names of one dataset, collecting corrections.
+struct Resolver<'d> {
+    def: &'d DatasetDef,
+    tool: &'static str,
+    resolved: Vec<Resolution>,
+    notices: Vec<Notice>,
+}
+
+impl<'d> Resolver<'d> {
+    fn field(&mut self, input: &str, parameter: &str) -> Result<FieldId, RequestError> {
+        let names = self.def.fields.iter().map(|f| f.name.as_str());
+        match names::resolve(input, names) {
+            Ok(r) => {
+                if let Some(res) = resolution(parameter, input, r) {
+                    self.resolved.push(res);
+                }
+                self.def.field_index(r.canonical).ok_or_else(|| {
+                    RequestError::new(ErrorCode::UnknownField, "internal: resolved field vanished")
+                })
+            }
+            Err(ranked) => Err(self.unknown_field(input, parameter, &ranked)),
+        }
+    }
+
+    fn unknown_field(&self, input: &str, parameter: &str, ranked: &[&str]) -> RequestError {
+        let def = self.def;
+        let candidates = ranked
+            .iter()
+            .take(MAX_CANDIDATES)
+            .map(|name| {
+                Candidate::described(*name, def.field(name).and_then(|f| f.desc.as_deref()))
+            })
+            .collect();
+        let mut err = RequestError::new(
+            ErrorCode::UnknownField,
+            format!("dataset `{}` has no field `{input}`", def.id),
+        )
+        .at(parameter.to_string())
+        .candidates(candidates, def.fields.len());
+        let ascii_guess = input.is_ascii() && def.fields.iter().all(|f| !f.name.is_ascii());
+        err = if ascii_guess {
+            err.hint(format!(
+                "field names are in the dataset's language, not translated; call inspect_dataset(\"{}\") for the exact names",
+                def.id
+            ))
+        } else {
+            err.hint(format!(
+                "call inspect_dataset(\"{}\") for every field and its meaning",
+                def.id
+            ))
+        };
+        let best = ranked.first().copied().unwrap_or("");
+        self.example_with(err, parameter, best)
+    }
+
+    /// Adds a working example call that uses `name` in the parameter that failed.
+    fn example_with(&self, err: RequestError, parameter: &str, name: &str) -> RequestError {
+        let def = self.def;
+        let id = def.id.as_str();
+        let top = parameter.split(['.', '[']).next().unwrap_or(parameter);
+        let groupable = def
+            .fields
+            .iter()
+            .find(|f| f.groupable)
+            .map(|f| f.name.as_str());
+        let args = match top {
+            "where" => {
+                json!({ "dataset_id": id, "where": { name: { "$not_empty": true } }, "limit": 5 })
+            }
+            "group_by" | "explode" => {
+                json!({ "dataset_id": id, "group_by": [name], "metrics": ["count"] })
+            }
+            "metrics" | "having" => match groupable {
+                Some(g) => json!({ "dataset_id": id, "group_by": [g], "metrics": [name] }),
+                None => json!({ "dataset_id": id, "metrics": [name] }),
+            },
+            "order_by" => json!({ "dataset_id": id, "order_by": [format!("-{name}")], "limit": 5 }),
+            "search_fields" => {
+                json!({ "dataset_id": id, "q": "…", "search_fields": [name], "limit": 5 })
+            }
+            _ => json!({ "dataset_id": id, "select": [name], "limit": 5 }),
+        };
+        err.example(self.tool, args)
+    }
+
+    fn fields(&mut self, inputs: &[String], parameter: &str) -> Result<Vec<FieldId>, RequestError> {
+        let mut out = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let id = self.field(input, parameter)?;
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    fn filters(&mut self, conditions: Vec<Condition>) -> Result<Vec<Filter>, RequestError> {
+        let mut out = Vec::with_capacity(conditions.len());
+        for cond in conditions {
+            let field = self.field(&cond.target, &format!("where.{}", cond.target))?;
+            let op = self.check_operand(field, cond.op)?;
+            out.push(Filter { field, op });
+        }
+        Ok(out)
+    }
+
+    /// Types and codelists: ordering comparisons on numeric fields need numbers; values
+    /// compared exactly on a field with a static codelist must be codes.
+    fn check_operand(&mut self, field_id: FieldId, op: Op) -> Result<Op, RequestError> {
+        let field = &self.def.fields[field_id];
+        let parameter = format!("where.{}", field.name);
+        if op.is_ordering() && field.data_type.is_numeric() {
+            let value = match &op {
+                Op::Gt(v) | Op::Gte(v) | Op::Lt(v) | Op::Lte(v) => v,
+                _ => unreachable_op(),
+            };
+            let Some(n) = value.number() else {
+                return Err(RequestError::invalid(
+                    format!("{parameter}.{}", op.name()),
+                    format!("`{}` is numeric; `{}` needs a number, found `{}`", field.name, op.name(), value.text()),
+                )
+                .example(self.tool, json!({ "dataset_id": self.def.id, "where": { field.name.clone(): { op.name(): 100 } } })));
+            };
+            let number = if n.fract() == 0.0 && n.abs() < 9.0e15 {
+                Scalar::Int(n as i64)
+            } else {
+                Scalar::Float(n)
+            };
+            return Ok(match op {
+                Op::Gt(_) => Op::Gt(number),
+                Op::Gte(_) => Op::Gte(number),
+                Op::Lt(_) => Op::Lt(number),
+                _ => Op::Lte(number),
+            });
+        }
+        if !op.is_exact() {
+            return Ok(op);
+        }
+        let Some(Codelist::Static(_)) = &field.codelist else {
+            return Ok(op);
+        };
+        Ok(match op {
+            Op::In(values) => Op::In(
+                values
+                    .into_iter()
+                    .map(|v| self.code(field_id, v, &parameter))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Op::Eq(v) => Op::Eq(self.code(field_id, v, &parameter)?),
+            Op::Ne(v) => Op::Ne(self.code(field_id, v, &parameter)?),
+            other => other,
+        })
+    }
+
+    /// A value of a static codelist: exact → NFKC → the code with or without its prefix
+    /// (`実施済` ↔ `1 実施済`, or the bare number `1`); never a fuzzy guess.
+    fn code(
+        &mut self,
+        field_id: FieldId,
+        value: Scalar,
+        parameter: &str,
+    ) -> Result<Scalar, RequestError> {
+        let field: &Field = &self.def.fields[field_id];
+        let codes = field.static_codes().unwrap_or(&[]);
+        let text = value.text();
+        if codes.iter().any(|c| c.value == text) {
+            return Ok(Scalar::Str(text));
+        }
+        let wanted = normalize(&text);
+        let by = |f: &dyn Fn(&crate::definition::Code) -> bool| -> Option<&str> {
+            let mut hits = codes.iter().filter(|c| f(c));
+            match (hits.next(), hits.next()) {
+                (Some(one), None) => Some(one.value.as_str()),
+                _ => None,
+            }
+        };
+        let found = by(&|c| normalize(&c.value) == wanted)
+            .or_else(|| by(&|c| c.label().is_some_and(|l| normalize(l) == wanted)))
+            .or_else(|| {
+                by(&|c| {
+                    c.label().is_some()
+                        && c.value
+                            .split_once([' ', '\u{3000}'])
+                            .is_some_and(|(p, _)| normalize(p) == wanted)
+                })
+            })
+            .or_else(|| {
+                // The caller wrote a prefix the code does not have (`1 弁護士` for `弁護士`).
+                let (_, rest) = text.split_once([' ', '\u{3000}'])?;
+                by(&|c| c.label().is_none() && normalize(&c.value) == normalize(rest))
+            });
+        match found {
+            Some(code) => {
+                self.resolved.push(Resolution {
+                    parameter: format!("{parameter} value"),
+                    input: text,
+                    canonical: code.to_string(),
+                });
+                Ok(Scalar::Str(code.to_string()))
+            }
+            None => {
+                let candidates = codes
+                    .iter()
+                    .map(|c| Candidate::described(c.value.clone(), c.description.as_deref()))
+                    .collect();
+                let first = codes.first().map(|c| c.value.clone()).unwrap_or_default();
+                Err(RequestError::new(
+                    ErrorCode::InvalidCode,
+                    format!("`{text}` is not a code of `{}`", field.name),
+                )
+                .at(parameter.to_string())
+                .candidates(candidates, codes.len())
+                .hint("exact comparisons (an array, $eq, $in, $ne) take codes as listed; for a substring search pass a plain string instead")
+                .example(
+                    self.tool,
+                    json!({ "dataset_id": self.def.id, "where": { field.name.clone(): [first] } }),
+                ))
+            }
+        }
+    }
+
+    fn metric(&mut self, input: &str) -> Result<Metric, RequestError> {
+        let def = self.def;
+        let normalized = normalize(input).replace('：', ":");
+        let (kind, target) = match normalized.split_once(':') {
+            Some((k, _)) => (k.trim().to_string(), Some(input_target(input))),
+            None => (normalized.trim().to_string(), None),
+        };
+        let measures: Vec<&str> = def
+            .fields
+            .iter()
+            .filter(|f| f.role == Role::Measure)
+            .map(|f| f.name.as_str())
+            .collect();
+        let example_metric = match (measures.first(), def.computed_measures.first()) {
+            (_, Some(m)) => format!("avg:{}", m.name),
+            (Some(f), None) => format!("sum:{f}"),
+            (None, None) => "count".to_string(),
+        };
+        if !METRIC_KINDS.contains(&kind.as_str()) {
+            let err = RequestError::new(ErrorCode::UnknownMetric, format!("unknown metric `{input}`"))
+                .at("metrics")
+                .candidates(self.metric_candidates(), self.metric_candidates().len())
+                .hint("a metric is `count`, or `sum:F`, `avg:F`, `min:F`, `max:F` with F a measure, or `avg:<computed measure>`");
+            return Err(self.example_with(err, "metrics", &example_metric));
+        }
+        if kind == "count" {
+            if target.is_some() {
+                let err =
+                    RequestError::invalid("metrics", format!("`{input}`: count takes no field"))
+                        .hint("write `count`; it counts the rows of each group");
+                return Err(self.example_with(err, "metrics", "count"));
+            }
+            return Ok(Metric::Count);
+        }
+        let Some(target) = target.filter(|t| !t.is_empty()) else {
+            let err = RequestError::invalid("metrics", format!("`{input}` names no field")).hint(
+                format!(
+                    "write `{kind}:<measure>`; measures: {}",
+                    measures.join(", ")
+                ),
+            );
+            return Err(self.example_with(err, "metrics", &example_metric));
+        };
+        if kind != "count" {
+            let computed = def.computed_measures.iter().map(|m| m.name.as_str());
+            if let Ok(r) = names::resolve(&target, computed) {
+                let index = def
+                    .computed_measures
+                    .iter()
+                    .position(|m| m.name == r.canonical)
+                    .unwrap_or_default();
+                if kind != "avg" {
+                    let err = RequestError::new(
+                        ErrorCode::RoleMismatch,
+                        format!("`{input}`: `{}` is a computed measure (a ratio); it can only be averaged", r.canonical),
+                    )
+                    .at("metrics")
+                    .hint(format!("use `avg:{}`", r.canonical));
+                    return Err(self.example_with(err, "metrics", &format!("avg:{}", r.canonical)));
+                }
+                return Ok(Metric::AvgComputed(index));
+            }
+        }
+        let field_names = def.fields.iter().map(|f| f.name.as_str());
+        let field = match names::resolve(&target, field_names) {
+            Ok(r) => def.field_index(r.canonical).unwrap_or_default(),
+            Err(_) => {
+                let pool: Vec<&str> = measures
+                    .iter()
+                    .copied()
+                    .chain(def.computed_measures.iter().map(|m| m.name.as_str()))
+                    .collect();
+                let ranked = names::rank(&target, pool.iter().copied());
+                let candidates = ranked
+                    .iter()
+                    .take(MAX_CANDIDATES)
+                    .map(|n| Candidate::new(format!("{kind}:{n}")))
+                    .collect();
+                let err = RequestError::new(
+                    ErrorCode::UnknownMetric,
+                    format!("`{input}`: dataset `{}` has no measure `{target}`", def.id),
+                )
+                .at("metrics")
+                .candidates(candidates, pool.len())
+                .hint(format!("measures: {}", pool.join(", ")));
+                let best = ranked
+                    .first()
+                    .map(|b| format!("{kind}:{b}"))
+                    .unwrap_or(example_metric);
+                return Err(self.example_with(err, "metrics", &best));
+            }
+        };
+        let f = &def.fields[field];
+        if f.role != Role::Measure {
+            let err = RequestError::new(
+                ErrorCode::RoleMismatch,
+                format!(
+                    "`{input}`: `{}` has role `{}`; only measures can be aggregated",
+                    f.name,
+                    f.role.as_str()
+                ),
+            )
+            .at("metrics")
+            .candidates(
+                measures.iter().map(|m| Candidate::new(format!("{kind}:{m}"))).collect(),
+                measures.len(),
+            )
+            .hint(format!(
+                "to count rows per value of `{}`, group by it: \"group_by\": [\"{}\"], \"metrics\": [\"count\"]",
+                f.name, f.name
+            ));
+            return Err(self.example_with(err, "metrics", &example_metric));
+        }
+        Ok(match kind.as_str() {
+            "sum" => Metric::Sum(field),
+            "avg" => Metric::Avg(field),
+            "min" => Metric::Min(field),
+            _ => Metric::Max(field),
+        })
+    }
+
+    fn metric_candidates(&self) -> Vec<Candidate> {
+        let def = self.def;
+        let mut out = vec![Candidate::described("count", Some("rows in each group"))];
+        for f in def.fields.iter().filter(|f| f.role == Role::Measure) {
+            for kind in ["sum", "avg", "min", "max"] {
+                out.push(Candidate::new(format!("{kind}:{}", f.name)));
+            }
+        }
+        for m in &def.computed_measures {
+            out.push(Candidate::described(
+                format!("avg:{}", m.name),
+                m.desc.as_deref(),
+            ));
+        }
+        out
+    }
+}
+
+/// The part after the colon, as typed (names are resolved separately).
+fn input_target(input: &str) -> String {
+    input
+        .split_once([':', '：'])
+        .map(|(_, t)| t.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn unreachable_op() -> ! {
+    // Only called after `is_ordering()` matched one of the four ordering operators.
+    unreachable!("ordering operator expected")
+}
+
+/// Resolves a `query_records` call against `def`.
+pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, RequestError> {
+    let mut r = Resolver {
+        def,
+        tool: "query_records",
+        resolved: Vec::new(),
+        notices: args.notices,
+    };
+    let q = args.q.filter(|q| !q.trim().is_empty());
+    let search_fields = r.fields(&args.search_fields, "search_fields")?;
+    if q.is_none() && !search_fields.is_empty() {
+        r.notices.push(Notice {
+            parameter: "search_fields".into(),
+            message: "search_fields has no effect without q".into(),
+        });
+    }
+    let mut select = r.fields(&args.select, "select")?;
+    if select.is_empty() {
+        select = (0..def.fields.len()).collect();
+    }
+    let filters = r.filters(args.conditions)?;
+    let mut order_by: Vec<Sort> = Vec::new();
+    for key in &args.order_by {
+        let (name, descending) = parse_order_key(key);
+        let field = r.field(name, "order_by")?;
+        if !order_by.iter().any(|s| s.field == field) {
+            order_by.push(Sort { field, descending });
+        }
+    }
+    Ok(QueryPlan {
+        dataset_id: def.id.clone(),
+        q,
+        search_fields,
+        select,
+        filters,
+        order_by,
+        limit: args.limit,
+        cursor: args.cursor,
+        resolved_fields: r.resolved,
+        notices: r.notices,
+    })
+}
+
+/// `F`, `-F`, `+F`, `F desc`, `F asc`.
+fn parse_order_key(key: &str) -> (&str, bool) {
+    let key = key.trim();
+    if let Some(rest) = key.strip_prefix('-') {
+        return (rest.trim(), true);
+    }
+    if let Some(rest) = key.strip_prefix('+') {
+        return (rest.trim(), false);
+    }
+    let lower = key.to_ascii_lowercase();
+    if lower.ends_with(" desc") {
+        return (key[..key.len() - 5].trim(), true);
+    }
+    if lower.ends_with(" asc") {
+        return (key[..key.len() - 4].trim(), false);
+    }
+    (key, false)
+}
+
+/// Resolves a `summarize_records` call against `def`.
+pub fn resolve_summarize(
+    def: &DatasetDef,
+    args: SummarizeArgs,
+) -> Result<SummarizePlan, RequestError> {
+    let mut r = Resolver {
+        def,
+        tool: "summarize_records",
+        resolved: Vec::new(),
+        notices: args.notices,
+    };
+    let metric_inputs = if args.metrics.is_empty() {
+        vec!["count".to_string()]
+    } else {
+        args.metrics
+    };
+    let mut metrics: Vec<Metric> = Vec::new();
+    for input in &metric_inputs {
+        let m = r.metric(input)?;
+        let column = m.column(def);
+        if column != input.trim() {
+            r.resolved.push(Resolution {
+                parameter: "metrics".into(),
+                input: input.clone(),
+                canonical: column,
+            });
+        }
+        if !metrics.contains(&m) {
+            metrics.push(m);
+        }
+    }
+
+    let mut group_by = r.fields(&args.group_by, "group_by")?;
+    for &g in &group_by {
+        let f = &def.fields[g];
+        if !f.groupable {
+            let groupable: Vec<Candidate> = def
+                .fields
+                .iter()
+                .filter(|f| f.groupable)
+                .map(|f| Candidate::described(f.name.clone(), f.desc.as_deref()))
+                .collect();
+            let total = groupable.len();
+            let names = names::rank(&f.name, groupable.iter().map(|c| c.name.as_str()));
+            let best = names.first().map(|s| s.to_string()).unwrap_or_default();
+            let ranked: Vec<Candidate> = names
+                .iter()
+                .take(MAX_CANDIDATES)
+                .filter_map(|n| groupable.iter().find(|c| c.name == *n).cloned())
+                .collect();
+            let why = match f.role {
+                Role::Measure => {
+                    "it is a measure: aggregate it with sum:/avg:/min:/max: instead".to_string()
+                }
+                Role::Id => "it identifies single records".to_string(),
+                _ => "its definition says `groupable: false`".to_string(),
+            };
+            let err = RequestError::new(
+                ErrorCode::RoleMismatch,
+                format!("`{}` cannot be grouped by: {why}", f.name),
+            )
+            .at("group_by")
+            .candidates(ranked, total);
+            return Err(r.example_with(err, "group_by", &best));
+        }
+    }
+
+    let mut explode = r.fields(&args.explode, "explode")?;
+    for &e in &explode {
+        let f = &def.fields[e];
+        if !f.is_multi_value() {
+            let multi: Vec<Candidate> = def
+                .fields
+                .iter()
+                .filter(|f| f.is_multi_value())
+                .map(|f| Candidate::described(f.name.clone(), f.desc.as_deref()))
+                .collect();
+            let total = multi.len();
+            let best = multi.first().map(|c| c.name.clone()).unwrap_or_default();
+            let err = RequestError::new(
+                ErrorCode::RoleMismatch,
+                format!(
+                    "`{}` holds one value per record; only multi-value fields can be exploded",
+                    f.name
+                ),
+            )
+            .at("explode")
+            .candidates(multi.into_iter().take(SAMPLE_SIZE).collect(), total);
+            return Err(r.example_with(err, "explode", &best));
+        }
+        if !group_by.contains(&e) {
+            group_by.push(e);
+            r.notices.push(Notice {
+                parameter: "explode".into(),
+                message: format!(
+                    "`{}` was added to group_by: exploding splits its parts into groups",
+                    f.name
+                ),
+            });
+        }
+    }
+    for &g in &group_by {
+        let f = &def.fields[g];
+        if f.is_multi_value() && !explode.contains(&g) {
+            explode.push(g);
+            r.notices.push(Notice {
+                parameter: "explode".into(),
+                message: format!(
+                    "`{}` holds several values per record; each part was counted in its own group (explode)",
+                    f.name
+                ),
+            });
+        }
+    }
+
+    let filters = r.filters(args.conditions)?;
+
+    let mut columns: Vec<String> = Vec::new();
+    for m in &metrics {
+        columns.push(m.column(def));
+        if let Some(c) = m.null_excluded_column(def) {
+            columns.push(c);
+        }
+    }
+    columns.extend(group_by.iter().map(|g| def.fields[*g].name.clone()));
+    let mut having = Vec::with_capacity(args.having.len());
+    for cond in args.having {
+        let canonical = match names::resolve(&cond.target, columns.iter().map(String::as_str)) {
+            Ok(res) => {
+                if let Some(x) = resolution("having", &cond.target, res) {
+                    r.resolved.push(x);
+                }
+                res.canonical.to_string()
+            }
+            Err(ranked) => {
+                let candidates = ranked
+                    .iter()
+                    .take(MAX_CANDIDATES)
+                    .map(|c| Candidate::new(*c))
+                    .collect();
+                let first = metrics
+                    .first()
+                    .map(|m| m.column(def))
+                    .unwrap_or_else(|| "count".into());
+                return Err(RequestError::new(
+                    ErrorCode::UnknownColumn,
+                    format!("`having` names `{}`, which is not a column of this summary", cond.target),
+                )
+                .at(format!("having.{}", cond.target))
+                .candidates(candidates, columns.len())
+                .hint("having filters the result rows: name a metric you asked for (e.g. `count`) or a group_by field")
+                .example(
+                    "summarize_records",
+                    json!({ "dataset_id": def.id, "group_by": group_by.iter().map(|g| def.fields[*g].name.clone()).collect::<Vec<_>>(), "metrics": metric_inputs, "having": { first: { "$gte": 10 } } }),
+                ));
+            }
+        };
+        having.push(HavingFilter {
+            column: canonical,
+            op: cond.op,
+        });
+    }
+
+    Ok(SummarizePlan {
+        dataset_id: def.id.clone(),
+        metrics,
+        group_by,
+        filters,
+        having,
+        explode,
+        limit: args.limit,
+        resolved_fields: r.resolved,
+        notices: r.notices,
+    })
+}
+
+fn op_text(op: &Op) -> String {
+    let list = |v: &[Scalar]| {
+        v.iter()
+            .map(|s| match s {
+                Scalar::Str(t) => format!("\"{t}\""),
+                other => other.text(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let one = |s: &Scalar| match s {
+        Scalar::Str(t) => format!("\"{t}\""),
+        other => other.text(),
+    };
+    match op {
+        Op::In(v) => format!("in [{}]", list(v)),
+        Op::Eq(v) => format!("= {}", one(v)),
+        Op::Ne(v) => format!("≠ {}", one(v)),
+        Op::Contains(t) => format!("contains \"{t}\" (case-insensitive)"),
+        Op::NotContains(t) => format!("does not contain \"{t}\" (case-insensitive)"),
+        Op::Gt(v) => format!("> {}", one(v)),
+        Op::Gte(v) => format!("≥ {}", one(v)),
+        Op::Lt(v) => format!("< {}", one(v)),
+        Op::Lte(v) => format!("≤ {}", one(v)),
+        Op::NotEmpty(true) => "is not empty".to_string(),
+        Op::NotEmpty(false) => "is empty".to_string(),
+    }
+}
+
+impl Filter {
+    /// The filter in words, for transformations and messages: `所管府省庁 in ["総務省"]`.
+    pub fn describe(&self, def: &DatasetDef) -> String {
+        format!("{} {}", def.fields[self.field].name, op_text(&self.op))
+    }
+}
+
+impl HavingFilter {
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.column, op_text(&self.op))
+    }
+}
+
+fn names_of(def: &DatasetDef, ids: &[FieldId]) -> Vec<String> {
+    ids.iter().map(|i| def.fields[*i].name.clone()).collect()
+}
+
+impl QueryPlan {
+    /// The plan with field names instead of indices (echoed parameters, golden tests).
+    pub fn to_json(&self, def: &DatasetDef) -> serde_json::Value {
+        json!({
+            "dataset_id": self.dataset_id,
+            "q": self.q,
+            "search_fields": names_of(def, &self.search_fields),
+            "select": names_of(def, &self.select),
+            "where": self.filters.iter().map(|f| f.describe(def)).collect::<Vec<_>>(),
+            "order_by": self.order_by.iter().map(|s| format!("{}{}", if s.descending { "-" } else { "" }, def.fields[s.field].name)).collect::<Vec<_>>(),
+            "limit": self.limit,
+            "cursor": self.cursor,
+            "resolved_fields": self.resolved_fields,
+            "notices": self.notices,
+        })
+    }
+}
+
+impl SummarizePlan {
+    /// The plan with field names instead of indices (echoed parameters, golden tests).
+    pub fn to_json(&self, def: &DatasetDef) -> serde_json::Value {
+        json!({
+            "dataset_id": self.dataset_id,
+            "metrics": self.metrics.iter().map(|m| m.column(def)).collect::<Vec<_>>(),
+            "group_by": names_of(def, &self.group_by),
+            "where": self.filters.iter().map(|f| f.describe(def)).collect::<Vec<_>>(),
+            "having": self.having.iter().map(HavingFilter::describe).collect::<Vec<_>>(),
+            "explode": names_of(def, &self.explode),
+            "limit": self.limit,
+            "resolved_fields": self.resolved_fields,
+            "notices": self.notices,
+        })
+    }
+}

@@ -1,0 +1,101 @@
+//! The table of definition files: each `NAME.yaml` under `tests/data/definitions` has its
+//! expected diagnostics in `NAME.expected`.
+
+use tally_semantic::definition::{Severity, load_definition};
+
+use crate::harness::{cases, check, data_dir, finish};
+
+#[test]
+fn definition_files() {
+    let dir = data_dir("definitions");
+    let mut failures = Vec::new();
+    for path in cases(&dir, "yaml") {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&path).expect("readable case");
+        let label = format!("datasets/{stem}/dataset.yaml");
+        let (served, diagnostics) = match load_definition(&label, &stem, &text) {
+            Ok(loaded) => (true, loaded.warnings),
+            Err(err) => (false, err.diagnostics),
+        };
+
+        // Every diagnostic names the file, a line, and says how to fix it; every one but a
+        // whole-document problem names its key path.
+        for d in &diagnostics {
+            assert_eq!(d.file, label, "{stem}: file named in {d}");
+            assert!(d.line >= 1 && d.column >= 1, "{stem}: position in {d}");
+            assert!(!d.fix.trim().is_empty(), "{stem}: fix in {d}");
+            let whole_document = d.message.contains("the file is empty")
+                || d.message.contains("expected a mapping of keys")
+                || d.message.contains("second YAML document");
+            assert!(
+                whole_document || !d.path.is_empty(),
+                "{stem}: key path in {d}"
+            );
+        }
+        let errors = diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .count();
+        let warnings = diagnostics.len() - errors;
+        if stem.starts_with("bad_") {
+            assert!(
+                !served && errors > 0,
+                "{stem}: a bad file must be refused with errors"
+            );
+        } else if stem.starts_with("warn_") {
+            assert!(
+                served && errors == 0 && warnings > 0,
+                "{stem}: must load with warnings"
+            );
+        } else {
+            assert!(
+                served && diagnostics.is_empty(),
+                "{stem}: must load cleanly: {diagnostics:?}"
+            );
+        }
+
+        let mut actual = String::new();
+        actual.push_str(if served { "served\n" } else { "refused\n" });
+        for d in &diagnostics {
+            actual.push_str(&d.to_string());
+            actual.push('\n');
+        }
+        check(&path.with_extension("expected"), &actual, &mut failures);
+    }
+    finish(failures);
+}
+
+#[test]
+fn valid_file_keeps_every_key() {
+    let text = std::fs::read_to_string(data_dir("definitions").join("ok_backends_and_dates.yaml"))
+        .expect("readable");
+    let loaded = load_definition("x/dataset.yaml", "x", &text).expect("valid");
+    let def = loaded.dataset;
+    assert_eq!(def.id, "laws");
+    assert_eq!(
+        def.published_at.as_ref().map(|d| d.as_str()),
+        Some("2024-04-01")
+    );
+    assert!(matches!(
+        def.retrieved_at,
+        Some(tally_semantic::definition::DateValue::DateTime(_))
+    ));
+    assert!(!def.enabled);
+    assert_eq!(def.tags, ["law", "行政手続"]);
+    assert_eq!(def.notes, ["改正履歴を含む"]);
+    assert_eq!(
+        def.backend.kind,
+        tally_semantic::definition::BackendKind::Wasm
+    );
+    assert_eq!(
+        def.backend.plugin,
+        Some(tally_semantic::definition::PluginRef::Builtin("law".into()))
+    );
+    assert_eq!(def.backend.config["limits"]["memory_mb"], 64);
+    assert_eq!(def.fields[2].multi_value.as_deref(), Some("|"));
+    assert!(!def.fields[1].groupable);
+    assert!(!def.fields[0].groupable, "id fields are not groupable");
+}

@@ -1,0 +1,6 @@
+//! Integration tests of the semantic layer: data-driven, one binary.
+
+mod definitions;
+mod harness;
+mod reference;
+mod requests;

@@ -1,0 +1,15 @@
+//! The boundary between Tally and its plugins.
+//!
+//! What crosses it is versioned from the first release: the plugin API version below, the WIT
+//! package under `wit/since_vX.Y.Z/` (wasm components), and the C entry point of native
+//! libraries (feature `native`). This crate holds only what both sides must agree on; the
+//! host's adapters live in `tally-engine`.
+//!
+//! Provenance types live here because a plugin reports them per row (a law article, a
+//! document section) and the host puts them into every result's envelope.
+
+pub mod provenance;
+
+/// The plugin API version this host speaks. A plugin built against another version is refused
+/// before it is instantiated, with both versions named.
+pub const PLUGIN_API_VERSION: &str = "0.1.0";
