@@ -1,5 +1,273 @@
 //! Tally's engine: the catalog of datasets, the backends that serve them as DataFusion table
 //! providers, planning of resolved requests into DataFusion plans, execution, and the result
-//! envelope. It knows nothing of MCP or JSON-RPC.
+//! envelope.
 //!
-//! The engine arrives with the engine issue; this crate fixes its place in the workspace.
+//! Architecture invariant: knows nothing of MCP or JSON-RPC, and never builds SQL text from
+//! input: every plan is made with DataFusion's DataFrame and Expr API from a plan that
+//! `tally-semantic` resolved against the dataset's own vocabulary.
+//!
+//! The one entry point for callers (CLI and MCP alike) is [`Engine::call`]: a tool name and
+//! its JSON arguments in, an envelope (`{"data", "provenance"}`) out.
+
+pub mod backend;
+pub mod catalog;
+pub mod cursor;
+pub mod dataset;
+pub mod envelope;
+pub mod error;
+pub mod inspect;
+pub mod json;
+pub mod meta;
+pub mod plan;
+pub mod query;
+pub mod summarize;
+pub mod udf;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::prelude::{SessionConfig, SessionContext};
+use serde_json::{Value, json};
+use tally_semantic::request::{self, ListArgs, Request, Tool};
+use tally_semantic::resolve::{Resolution, resolve_dataset, resolve_query, resolve_summarize};
+
+pub use catalog::Catalog;
+pub use dataset::Dataset;
+pub use envelope::Output;
+pub use error::EngineError;
+
+use envelope::{Transformation, TransformationType, dataset_source};
+
+/// Computes every answer: one per process, shared by all calls.
+pub struct Engine {
+    dir: PathBuf,
+    catalog: Catalog,
+    ctx: SessionContext,
+    functions: udf::Functions,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("dir", &self.dir)
+            .field(
+                "datasets",
+                &self.catalog.datasets.keys().collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Opens the datasets directory `dir` (registration reads metadata only).
+    pub fn open(dir: &Path) -> Engine {
+        // Data sets are held in memory and are small enough that one partition is fastest:
+        // repartitioning 75k rows costs more than it saves on two cores.
+        let config = SessionConfig::new()
+            .with_target_partitions(1)
+            .with_information_schema(false);
+        Engine {
+            dir: dir.to_path_buf(),
+            catalog: Catalog::load(dir),
+            ctx: SessionContext::new_with_config(config),
+            functions: udf::Functions::default(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    pub fn functions(&self) -> &udf::Functions {
+        &self.functions
+    }
+
+    /// Runs a tool: `arguments` as a client sends them; the result is the envelope.
+    pub async fn call(&self, tool: Tool, arguments: &Value) -> Result<Value, EngineError> {
+        let request = request::parse(tool, arguments)?;
+        let out = match request {
+            Request::ListDatasets(args) => self.list(args),
+            Request::InspectDataset(args) => {
+                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                self.inspect(&ds, resolution).await?
+            }
+            Request::QueryRecords(args) => {
+                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let select_given = !args.select.is_empty();
+                let mut plan = resolve_query(&ds.def, args)?;
+                plan.resolved_fields.splice(0..0, resolution);
+                query::run(self, &ds, plan, select_given).await?
+            }
+            Request::SummarizeRecords(args) => {
+                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let mut plan = resolve_summarize(&ds.def, args)?;
+                plan.resolved_fields.splice(0..0, resolution);
+                summarize::run(self, &ds, plan).await?
+            }
+        };
+        Ok(out.into_envelope())
+    }
+
+    fn dataset(&self, input: &str) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
+        let ids = self.catalog.ids();
+        let titles = |id: &str| self.catalog.datasets.get(id).map(|d| d.def.title.clone());
+        let (id, resolution) = resolve_dataset(input, &ids, &titles).map_err(|mut e| {
+            if let Some(b) = self.catalog.broken.iter().find(|b| b.folder == input) {
+                e.message = format!("dataset `{input}` is not served: its definition is broken");
+                e.hint = Some(format!(
+                    "{}: {}",
+                    b.file,
+                    b.problems
+                        .iter()
+                        .map(|p| p.reason.clone())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ));
+            }
+            e
+        })?;
+        let ds = self
+            .catalog
+            .datasets
+            .get(id)
+            .cloned()
+            .ok_or_else(|| EngineError::internal("resolved dataset vanished"))?;
+        Ok((ds, resolution))
+    }
+
+    fn list(&self, args: ListArgs) -> Output {
+        let q = args
+            .q
+            .as_deref()
+            .map(str::to_lowercase)
+            .filter(|s| !s.trim().is_empty());
+        let publisher = args
+            .publisher
+            .as_deref()
+            .map(str::to_lowercase)
+            .filter(|s| !s.trim().is_empty());
+        let mut out = Output::default();
+        let mut listed = Vec::new();
+        for ds in self.catalog.datasets.values() {
+            let def = &ds.def;
+            let haystack = format!("{} {}", def.id, def.title).to_lowercase();
+            if q.as_ref().is_some_and(|q| !haystack.contains(q.as_str())) {
+                continue;
+            }
+            if publisher.as_ref().is_some_and(|p| {
+                !def.publisher
+                    .as_deref()
+                    .unwrap_or("")
+                    .to_lowercase()
+                    .contains(p.as_str())
+            }) {
+                continue;
+            }
+            let (source, warning) = dataset_source(ds, &[]);
+            let source_id = out.cite(source);
+            if let Some(w) = warning {
+                out.warn(w);
+            }
+            let mut entry = json!({
+                "dataset_id": def.id,
+                "title": def.title,
+                "publisher": def.publisher,
+                "record_count": ds.record_count(),
+                "field_count": def.fields.len(),
+                "backend": ds.backend.kind(),
+                "sourceRef": source_id,
+            });
+            let m = entry.as_object_mut().expect("object literal");
+            if let Some(d) = &def.description {
+                m.insert("description".into(), json!(d));
+            }
+            if let Some(d) = &def.as_of_date {
+                m.insert("as_of_date".into(), json!(d.as_str()));
+            }
+            if let Some(d) = &def.published_at {
+                m.insert("published_at".into(), json!(d.as_str()));
+            }
+            if let Some(l) = &def.license {
+                m.insert("license".into(), json!(l));
+            }
+            if !def.tags.is_empty() {
+                m.insert("tags".into(), json!(def.tags));
+            }
+            listed.push(entry);
+        }
+        if listed.is_empty() {
+            out.warn(if self.catalog.datasets.is_empty() {
+                "no dataset is served, so no source is cited".to_string()
+            } else {
+                "no dataset matches q/publisher, so no source is cited".to_string()
+            });
+        }
+        out.set("total", listed.len());
+        out.set("datasets", listed);
+        let broken: Vec<_> = self.catalog.broken.iter().collect();
+        out.set("broken_datasets", &broken);
+        if !broken.is_empty() {
+            out.warn(format!(
+                "{} dataset folder(s) cannot be served; see broken_datasets",
+                broken.len()
+            ));
+        }
+        out.transformations.push(Transformation::new(
+            TransformationType::Filter,
+            match (&args.q, &args.publisher) {
+                (None, None) => "listed every served dataset".to_string(),
+                _ => format!(
+                    "listed datasets whose id or title contains {:?} and whose publisher contains {:?} (case-insensitive)",
+                    args.q.unwrap_or_default(),
+                    args.publisher.unwrap_or_default()
+                ),
+            },
+        ));
+        out
+    }
+
+    async fn inspect(
+        &self,
+        ds: &Dataset,
+        resolution: Option<Resolution>,
+    ) -> Result<Output, EngineError> {
+        let body = ds.inspect_cached(|| inspect::compute(self, ds)).await?;
+        let prepared = ds.prepared(self.context()).await?;
+        let mut out = Output::default();
+        let (source, warning) = dataset_source(ds, &prepared.files);
+        let source_id = out.cite(source);
+        if let Some(w) = warning {
+            out.warn(w);
+        }
+        if let Value::Object(map) = body {
+            out.data = map;
+        }
+        out.set("resolved_fields", resolution.iter().collect::<Vec<_>>());
+        if let Some(r) = &resolution {
+            out.warn(format!(
+                "`{}` in dataset_id was read as `{}`",
+                r.input, r.canonical
+            ));
+        }
+        out.set("sourceRefs", [source_id]);
+        for note in &ds.def.notes {
+            out.warn(format!("{}: {note}", ds.def.id));
+        }
+        out.transformations.push(Transformation::new(
+            TransformationType::Aggregate,
+            format!(
+                "computed fill rates, numeric statistics and value counts over all {} records of `{}`",
+                prepared.rows, ds.def.id
+            ),
+        ));
+        Ok(out)
+    }
+}

@@ -1,0 +1,150 @@
+//! Backends: where a dataset's rows come from.
+//!
+//! Every backend hands the engine a DataFusion [`TableProvider`]; the semantic layer, the
+//! planner and the envelope are the same for all of them. The built-in Parquet backend is
+//! here; wasm and native plugins implement the same trait.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::MemTable;
+use sha2::{Digest, Sha256};
+
+use crate::error::EngineError;
+
+/// A file a result was computed from, as the envelope cites it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedFile {
+    /// Relative to the dataset folder (never an absolute path: it is shown to callers).
+    pub path: String,
+    pub size: u64,
+    /// `sha256:<64 hex>` of the bytes read.
+    pub sha256: String,
+    pub modified: Option<SystemTime>,
+}
+
+/// A backend's data, ready to query.
+#[derive(Debug, Clone)]
+pub struct LoadedData {
+    pub provider: Arc<dyn TableProvider>,
+    pub files: Vec<ServedFile>,
+}
+
+/// The engine's view of a source of rows.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// `parquet`, `wasm` or `native`.
+    fn kind(&self) -> &'static str;
+    /// The columns the source holds, known at registration (before any data is read).
+    fn schema(&self) -> SchemaRef;
+    /// The number of rows, when known at registration.
+    fn row_count(&self) -> Option<u64>;
+    /// The files the data comes from, as known at registration (size and time, no hash yet).
+    fn files(&self) -> Vec<ServedFile>;
+    /// Bytes that change whenever the data changes, known at registration (for Parquet, the
+    /// footer); part of the dataset version.
+    fn fingerprint(&self) -> Vec<u8>;
+    /// Reads the data (only the given columns, by name) for querying.
+    async fn load(&self, columns: &[String]) -> Result<LoadedData, EngineError>;
+}
+
+/// The built-in Parquet backend: one file inside the dataset folder.
+#[derive(Debug)]
+pub struct ParquetBackend {
+    dataset: String,
+    relative: String,
+    footer: tally_plugin_parquet::Footer,
+}
+
+impl ParquetBackend {
+    /// Registers from the footer only.
+    pub fn register(
+        dataset: &str,
+        folder: &Path,
+        relative: &str,
+    ) -> Result<ParquetBackend, tally_plugin_parquet::Error> {
+        let path: PathBuf = folder.join(relative);
+        let footer = tally_plugin_parquet::read_footer(&path)?;
+        Ok(ParquetBackend {
+            dataset: dataset.to_string(),
+            relative: relative.to_string(),
+            footer,
+        })
+    }
+}
+
+/// `sha256:<hex>` of some bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+#[async_trait]
+impl Backend for ParquetBackend {
+    fn kind(&self) -> &'static str {
+        "parquet"
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.footer.schema.clone()
+    }
+
+    fn row_count(&self) -> Option<u64> {
+        Some(self.footer.num_rows)
+    }
+
+    fn files(&self) -> Vec<ServedFile> {
+        vec![ServedFile {
+            path: self.relative.clone(),
+            size: self.footer.size,
+            sha256: String::new(),
+            modified: self.footer.modified,
+        }]
+    }
+
+    fn fingerprint(&self) -> Vec<u8> {
+        self.footer.footer_bytes.clone()
+    }
+
+    async fn load(&self, columns: &[String]) -> Result<LoadedData, EngineError> {
+        let schema = self.footer.schema.clone();
+        let indices: Vec<usize> = columns
+            .iter()
+            .filter_map(|c| schema.index_of(c).ok())
+            .collect();
+        let path = self.footer.path.clone();
+        let dataset = self.dataset.clone();
+        let relative = self.relative.clone();
+        let modified = self.footer.modified;
+        // Decoding is CPU work: keep it off the async workers.
+        tokio::task::spawn_blocking(move || {
+            let data = tally_plugin_parquet::read_data(&path, &indices)
+                .map_err(|e| EngineError::backend(&dataset, e))?;
+            let sha256 = sha256_hex(&data.bytes);
+            let size = data.bytes.len() as u64;
+            let table = MemTable::try_new(data.schema.clone(), vec![data.batches])
+                .map_err(|e| EngineError::backend(&dataset, e))?;
+            Ok(LoadedData {
+                provider: Arc::new(table),
+                files: vec![ServedFile {
+                    path: relative,
+                    size,
+                    sha256,
+                    modified,
+                }],
+            })
+        })
+        .await
+        .map_err(EngineError::internal)?
+    }
+}

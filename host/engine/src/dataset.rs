@@ -1,0 +1,280 @@
+//! A served dataset: its definition, its backend, and the in-memory table queries run on.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, StringBuilder, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field as ArrowField, Schema, SchemaRef};
+use datafusion::datasource::MemTable;
+use datafusion::logical_expr::{Expr, cast};
+use datafusion::prelude::{SessionContext, ident};
+use serde_json::Value;
+use tally_semantic::definition::{DataType as FieldType, DatasetDef, DateValue, Diagnostic};
+use tokio::sync::OnceCell;
+
+use crate::backend::{Backend, ServedFile};
+use crate::error::EngineError;
+
+/// Hidden column: the record's position in file order (the default order).
+pub const ROW_COL: &str = "__tally_row";
+/// Hidden column: every text field of the record, lower-cased and joined, for `q`.
+pub const SEARCH_COL: &str = "__tally_search";
+/// Prefix reserved for hidden columns.
+pub const RESERVED_PREFIX: &str = "__tally_";
+/// Joins fields in the search column; `q` never contains it (control characters are removed).
+pub const SEARCH_SEPARATOR: char = '\u{1f}';
+
+/// Where the retrieval date of a dataset comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retrieved {
+    /// `.fetch.json` beside the data (`fetched_at`).
+    FetchRecord(DateValue),
+    /// `retrieved_at` in dataset.yaml.
+    Definition(DateValue),
+    /// Neither: the data file's modification time (said in a warning).
+    FileModified(String),
+    Unknown,
+}
+
+impl Retrieved {
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            Retrieved::FetchRecord(d) | Retrieved::Definition(d) => Some(d.as_str()),
+            Retrieved::FileModified(s) => Some(s),
+            Retrieved::Unknown => None,
+        }
+    }
+}
+
+/// A dataset the catalog serves.
+#[derive(Debug)]
+pub struct Dataset {
+    pub def: DatasetDef,
+    pub folder: PathBuf,
+    /// The definition file, as named in messages (`datasets/<folder>/dataset.yaml`).
+    pub definition_file: String,
+    pub warnings: Vec<Diagnostic>,
+    pub backend: Arc<dyn Backend>,
+    /// Columns of the data that the definition does not declare (not served).
+    pub undeclared_columns: Vec<String>,
+    pub retrieved: Retrieved,
+    /// The URL `.fetch.json` says the data was fetched from, if any.
+    pub fetched_from: Option<String>,
+    /// Identifies this version of definition + data (changes when either changes).
+    pub version: String,
+    prepared: OnceCell<Arc<Prepared>>,
+    inspect: OnceCell<Value>,
+}
+
+/// The data of a dataset in memory, with the hidden columns added.
+#[derive(Debug)]
+pub struct Prepared {
+    pub table: Arc<MemTable>,
+    pub files: Vec<ServedFile>,
+    pub rows: usize,
+}
+
+/// The type a declared field has in the prepared table.
+pub fn canonical_type(field_type: FieldType, source: &DataType) -> Result<DataType, String> {
+    use DataType::*;
+    if field_type.is_numeric() {
+        return match source {
+            Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => Ok(Int64),
+            Float16
+            | Float32
+            | Float64
+            | Decimal32(_, _)
+            | Decimal64(_, _)
+            | Decimal128(_, _)
+            | Decimal256(_, _) => Ok(Float64),
+            Null => Ok(Int64),
+            other => Err(format!(
+                "is declared {} but the data column has type {other}",
+                field_type.as_str()
+            )),
+        };
+    }
+    match source {
+        List(_)
+        | LargeList(_)
+        | FixedSizeList(_, _)
+        | Struct(_)
+        | Map(_, _)
+        | Union(_, _)
+        | Binary
+        | LargeBinary
+        | FixedSizeBinary(_)
+        | BinaryView
+        | ListView(_)
+        | LargeListView(_) => Err(format!(
+            "has type {source} in the data, which cannot be served as text"
+        )),
+        _ => Ok(Utf8),
+    }
+}
+
+impl Dataset {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        def: DatasetDef,
+        folder: PathBuf,
+        definition_file: String,
+        warnings: Vec<Diagnostic>,
+        backend: Arc<dyn Backend>,
+        undeclared_columns: Vec<String>,
+        retrieved: Retrieved,
+        fetched_from: Option<String>,
+        version: String,
+    ) -> Dataset {
+        Dataset {
+            def,
+            folder,
+            definition_file,
+            warnings,
+            backend,
+            undeclared_columns,
+            retrieved,
+            fetched_from,
+            version,
+            prepared: OnceCell::new(),
+            inspect: OnceCell::new(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.def.id
+    }
+
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    pub fn record_count(&self) -> Option<u64> {
+        self.backend.row_count()
+    }
+
+    /// The prepared table, built on first use and kept for this dataset version.
+    pub async fn prepared(&self, ctx: &SessionContext) -> Result<Arc<Prepared>, EngineError> {
+        self.prepared
+            .get_or_try_init(|| async { self.prepare(ctx).await.map(Arc::new) })
+            .await
+            .cloned()
+    }
+
+    /// The cached `inspect_dataset` body, computed once per version.
+    pub async fn inspect_cached<F, Fut>(&self, compute: F) -> Result<Value, EngineError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Value, EngineError>>,
+    {
+        self.inspect.get_or_try_init(compute).await.cloned()
+    }
+
+    async fn prepare(&self, ctx: &SessionContext) -> Result<Prepared, EngineError> {
+        let def = &self.def;
+        let id = def.id.as_str();
+        let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
+        let loaded = self.backend.load(&names).await?;
+        let source = loaded.provider.schema();
+        let mut exprs: Vec<Expr> = Vec::with_capacity(def.fields.len());
+        for f in &def.fields {
+            let source_type = source
+                .field_with_name(&f.name)
+                .map_err(|_| {
+                    EngineError::backend(id, format!("column `{}` vanished from the data", f.name))
+                })?
+                .data_type()
+                .clone();
+            let target = canonical_type(f.data_type, &source_type)
+                .map_err(|m| EngineError::backend(id, format!("`{}` {m}", f.name)))?;
+            exprs.push(cast(ident(&f.name), target).alias(&f.name));
+        }
+        let batches = ctx
+            .read_table(loaded.provider.clone())?
+            .select(exprs)?
+            .collect()
+            .await
+            .map_err(|e| EngineError::backend(id, e))?;
+
+        let text_fields: Vec<usize> = def
+            .fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !f.data_type.is_numeric())
+            .map(|(i, _)| i)
+            .collect();
+        let base_schema: SchemaRef = match batches.first() {
+            Some(b) => b.schema(),
+            None => {
+                let fields: Vec<ArrowField> = def
+                    .fields
+                    .iter()
+                    .map(|f| {
+                        let t = if f.data_type.is_numeric() {
+                            if f.data_type == FieldType::Integer {
+                                DataType::Int64
+                            } else {
+                                DataType::Float64
+                            }
+                        } else {
+                            DataType::Utf8
+                        };
+                        ArrowField::new(&f.name, t, true)
+                    })
+                    .collect();
+                Arc::new(Schema::new(fields))
+            }
+        };
+        let mut fields: Vec<ArrowField> = base_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
+        fields.push(ArrowField::new(SEARCH_COL, DataType::Utf8, false));
+        let schema = Arc::new(Schema::new(fields));
+
+        let mut out = Vec::with_capacity(batches.len());
+        let mut row = 0u64;
+        for batch in batches {
+            let n = batch.num_rows();
+            let rows: ArrayRef = Arc::new(UInt64Array::from_iter_values(row..row + n as u64));
+            row += n as u64;
+            let texts: Vec<&StringArray> = text_fields
+                .iter()
+                .filter_map(|i| batch.column(*i).as_any().downcast_ref::<StringArray>())
+                .collect();
+            let mut search = StringBuilder::with_capacity(n, n * 64);
+            let mut buf = String::new();
+            for r in 0..n {
+                buf.clear();
+                for (k, col) in texts.iter().enumerate() {
+                    if k > 0 {
+                        buf.push(SEARCH_SEPARATOR);
+                    }
+                    if col.is_valid(r) {
+                        buf.push_str(col.value(r));
+                    }
+                }
+                search.append_value(buf.to_lowercase());
+            }
+            let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+            columns.push(rows);
+            columns.push(Arc::new(search.finish()));
+            out.push(
+                RecordBatch::try_new(schema.clone(), columns)
+                    .map_err(|e| EngineError::backend(id, e))?,
+            );
+        }
+        let rows = row as usize;
+        let table =
+            MemTable::try_new(schema, vec![out]).map_err(|e| EngineError::backend(id, e))?;
+        Ok(Prepared {
+            table: Arc::new(table),
+            files: loaded.files,
+            rows,
+        })
+    }
+}
+
+use datafusion::arrow::array::Array as _;

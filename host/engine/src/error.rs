@@ -1,0 +1,87 @@
+//! Errors of the engine, named by who must act.
+
+use serde_json::{Value, json};
+use tally_semantic::definition::Diagnostic;
+use tally_semantic::{ErrorCode, RequestError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The caller's arguments: fix the call.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// The dataset's definition or data do not fit together: fix the dataset folder.
+    #[error("dataset `{dataset}` cannot be served: {message}")]
+    Dataset {
+        dataset: String,
+        message: String,
+        diagnostics: Vec<Diagnostic>,
+    },
+    /// The backend failed while reading or computing.
+    #[error("the backend of dataset `{dataset}` failed: {message}")]
+    Backend { dataset: String, message: String },
+    /// A per-call budget was exceeded.
+    #[error("{message}")]
+    Limit { message: String, hint: String },
+    /// A bug in Tally.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    pub fn backend(dataset: &str, e: impl std::fmt::Display) -> EngineError {
+        EngineError::Backend {
+            dataset: dataset.to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    pub fn internal(e: impl std::fmt::Display) -> EngineError {
+        EngineError::Internal(e.to_string())
+    }
+
+    /// True when the caller named a dataset that is not served.
+    pub fn is_unknown_dataset(&self) -> bool {
+        matches!(self, EngineError::Request(r) if r.code == ErrorCode::UnknownDataset)
+    }
+
+    /// The JSON body of a refused call: `{"error": {...}}`.
+    pub fn to_json(&self) -> Value {
+        let body = match self {
+            EngineError::Request(r) => {
+                serde_json::to_value(r).unwrap_or_else(|_| json!({ "message": r.message }))
+            }
+            EngineError::Dataset {
+                dataset,
+                message,
+                diagnostics,
+            } => json!({
+                "code": "dataset_invalid",
+                "message": format!("dataset `{dataset}` cannot be served: {message}"),
+                "dataset_id": dataset,
+                "diagnostics": diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "hint": "the dataset's folder needs fixing; run `tally check` on the datasets directory",
+            }),
+            EngineError::Backend { dataset, message } => json!({
+                "code": "backend_failed",
+                "message": format!("the backend of dataset `{dataset}` failed: {message}"),
+                "dataset_id": dataset,
+            }),
+            EngineError::Limit { message, hint } => json!({
+                "code": "limit_exceeded",
+                "message": message,
+                "hint": hint,
+            }),
+            EngineError::Internal(message) => json!({
+                "code": "internal",
+                "message": format!("internal error: {message}"),
+            }),
+        };
+        json!({ "error": body })
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for EngineError {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        EngineError::Internal(e.to_string())
+    }
+}

@@ -1,0 +1,123 @@
+//! What travels with every result: the meaning of each returned field and the notes of
+//! every field used.
+
+use serde::Serialize;
+use serde_json::Value;
+use tally_semantic::definition::{Codelist, DatasetDef, Field};
+use tally_semantic::request::Notice;
+use tally_semantic::resolve::{FieldId, Resolution};
+
+use crate::envelope::Output;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FieldMeta {
+    pub name: String,
+    pub role: &'static str,
+    pub data_type: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_value_separator: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codelist: Option<&'static str>,
+}
+
+pub fn codelist_kind(f: &Field) -> Option<&'static str> {
+    f.codelist.as_ref().map(|c| match c {
+        Codelist::Static(_) => "static",
+        Codelist::Auto => "auto",
+        Codelist::AutoSplit => "auto_split",
+    })
+}
+
+pub fn field_meta(f: &Field) -> FieldMeta {
+    FieldMeta {
+        name: f.name.clone(),
+        role: f.role.as_str(),
+        data_type: f.data_type.as_str(),
+        description: f.desc.clone(),
+        multi_value_separator: f.multi_value.clone(),
+        codelist: codelist_kind(f),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FieldNotes {
+    pub field: String,
+    pub notes: Vec<String>,
+}
+
+/// Notes of the fields used, each field once, in the order first used.
+pub fn notes_of(def: &DatasetDef, used: &[FieldId]) -> Vec<FieldNotes> {
+    let mut seen: Vec<FieldId> = Vec::new();
+    let mut out = Vec::new();
+    for &id in used {
+        if seen.contains(&id) {
+            continue;
+        }
+        seen.push(id);
+        let f = &def.fields[id];
+        if !f.notes.is_empty() {
+            out.push(FieldNotes {
+                field: f.name.clone(),
+                notes: f.notes.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Adds what every dataset result carries: field notes and dataset notes (in `data` and as
+/// warnings), corrections and notices (as warnings), and the resolved names.
+pub fn attach_common(
+    out: &mut Output,
+    def: &DatasetDef,
+    used: &[FieldId],
+    resolved: &[Resolution],
+    notices: &[Notice],
+) {
+    let notes = notes_of(def, used);
+    for n in &notes {
+        for note in &n.notes {
+            out.warn(format!("{}: {note}", n.field));
+        }
+    }
+    for note in &def.notes {
+        out.warn(format!("{}: {note}", def.id));
+    }
+    for r in resolved {
+        out.warn(format!(
+            "`{}` in {} was read as `{}`",
+            r.input, r.parameter, r.canonical
+        ));
+    }
+    for n in notices {
+        out.warn(format!("{}: {}", n.parameter, n.message));
+    }
+    out.set("notes", &notes);
+    if !def.notes.is_empty() {
+        out.set("dataset_notes", &def.notes);
+    }
+    out.set("resolved_fields", resolved);
+}
+
+/// True for a value that says nothing: null, blank, or a generic value of the dataset.
+pub fn is_uninformative(v: &Value, generic: &[String]) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => {
+            let t = s.trim();
+            t.is_empty() || generic.iter().any(|g| g == t)
+        }
+        _ => false,
+    }
+}
+
+/// The parameters as resolved (canonical names), without what is reported beside them.
+pub fn echo(mut plan: Value) -> Value {
+    if let Some(m) = plan.as_object_mut() {
+        m.remove("resolved_fields");
+        m.remove("notices");
+    }
+    plan
+}

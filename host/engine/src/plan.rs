@@ -1,0 +1,179 @@
+//! Resolved filters into DataFusion expressions, built with the Expr API (never SQL text).
+//!
+//! Semantics (DESIGN §3, as the public administrative-procedures server has them):
+//! - an array / `$in` / `$eq` match whole values exactly; on a multi-value field they match
+//!   any trimmed part;
+//! - a plain string / `$contains` is a case-insensitive substring where null counts as "";
+//!   on a multi-value field it sees the raw cell;
+//! - numeric comparisons (including `$ne` on a numeric field) never match null;
+//! - `$ne` on a text field matches empty cells (they are not equal to the value);
+//! - `$not_empty` treats null and blank alike.
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::functions::expr_fn::btrim;
+use datafusion::functions_nested::expr_fn::{array_has, array_has_any, make_array};
+use std::ops::Not;
+
+use datafusion::logical_expr::{Expr, cast, lit};
+use datafusion::prelude::ident;
+use tally_semantic::definition::{DatasetDef, Field};
+use tally_semantic::request::{Op, Scalar};
+use tally_semantic::resolve::{FieldId, Filter};
+use tally_semantic::{ErrorCode, RequestError};
+
+use crate::dataset::SEARCH_COL;
+use crate::udf::Functions;
+
+/// Builds expressions for one dataset.
+#[derive(Debug)]
+pub struct Planner<'a> {
+    pub def: &'a DatasetDef,
+    pub functions: &'a Functions,
+}
+
+fn numeric_literal(field: &Field, value: &Scalar, op: &str) -> Result<Expr, RequestError> {
+    match value.number() {
+        Some(n) => Ok(lit(n)),
+        None => Err(RequestError::invalid(
+            format!("where.{}.{op}", field.name),
+            format!("`{}` is numeric; `{}` is not a number", field.name, value.text()),
+        )
+        .hint("compare numeric fields with numbers, e.g. {\"$gte\": 100}; for text search use a plain string")),
+    }
+}
+
+fn text_literal(value: &Scalar) -> Expr {
+    lit(value.text())
+}
+
+impl<'a> Planner<'a> {
+    pub fn field(&self, id: FieldId) -> &'a Field {
+        &self.def.fields[id]
+    }
+
+    /// The column of a field.
+    pub fn column(&self, id: FieldId) -> Expr {
+        ident(&self.def.fields[id].name)
+    }
+
+    fn as_f64(&self, id: FieldId) -> Expr {
+        cast(self.column(id), DataType::Float64)
+    }
+
+    fn as_text(&self, id: FieldId) -> Expr {
+        let f = self.field(id);
+        if f.data_type.is_numeric() {
+            cast(self.column(id), DataType::Utf8)
+        } else {
+            self.column(id)
+        }
+    }
+
+    /// The parts of a multi-value field (trimmed, non-empty).
+    pub fn parts(&self, id: FieldId, keep_empty: bool) -> Expr {
+        let sep = self.field(id).multi_value.as_deref().unwrap_or(";");
+        self.functions.parts(self.column(id), sep, keep_empty)
+    }
+
+    /// `$not_empty` on any expression of text.
+    fn not_empty(&self, text: Expr, numeric: bool) -> Expr {
+        if numeric {
+            text.is_not_null()
+        } else {
+            text.clone()
+                .is_not_null()
+                .and(btrim(vec![text]).not_eq(lit("")))
+        }
+    }
+
+    pub fn filter(&self, filter: &Filter) -> Result<Expr, RequestError> {
+        let f = self.field(filter.field);
+        let id = filter.field;
+        let numeric = f.data_type.is_numeric();
+        let multi = f.is_multi_value();
+        Ok(match &filter.op {
+            Op::In(values) if numeric => {
+                let list = values
+                    .iter()
+                    .map(|v| numeric_literal(f, v, "$in"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.as_f64(id).in_list(list, false)
+            }
+            Op::In(values) if multi => array_has_any(
+                self.parts(id, false),
+                make_array(values.iter().map(text_literal).collect()),
+            ),
+            Op::In(values) => self
+                .column(id)
+                .in_list(values.iter().map(text_literal).collect(), false),
+            Op::Eq(v) if numeric => self.as_f64(id).eq(numeric_literal(f, v, "$eq")?),
+            Op::Eq(v) if multi => array_has(self.parts(id, false), text_literal(v)),
+            Op::Eq(v) => self.column(id).eq(text_literal(v)),
+            Op::Ne(v) if numeric => self.as_f64(id).not_eq(numeric_literal(f, v, "$ne")?),
+            Op::Ne(v) if multi => array_has(self.parts(id, false), text_literal(v)).not(),
+            Op::Ne(v) => self
+                .column(id)
+                .is_null()
+                .or(self.column(id).not_eq(text_literal(v))),
+            Op::Contains(t) => self.functions.icontains(self.as_text(id), t),
+            Op::NotContains(t) => self.functions.icontains(self.as_text(id), t).not(),
+            Op::Gt(v) | Op::Gte(v) | Op::Lt(v) | Op::Lte(v) => {
+                let (left, right) = if numeric {
+                    (self.as_f64(id), numeric_literal(f, v, filter.op.name())?)
+                } else {
+                    (self.column(id), text_literal(v))
+                };
+                match &filter.op {
+                    Op::Gt(_) => left.gt(right),
+                    Op::Gte(_) => left.gt_eq(right),
+                    Op::Lt(_) => left.lt(right),
+                    _ => left.lt_eq(right),
+                }
+            }
+            Op::NotEmpty(true) => self.not_empty(self.column(id), numeric),
+            Op::NotEmpty(false) => self.not_empty(self.column(id), numeric).not(),
+        })
+    }
+
+    /// A filter on an exploded part (a single text value per row).
+    pub fn part_filter(&self, part: Expr, filter: &Filter) -> Expr {
+        match &filter.op {
+            Op::In(values) => part.in_list(values.iter().map(text_literal).collect(), false),
+            Op::Eq(v) => part.eq(text_literal(v)),
+            Op::Ne(v) => part.not_eq(text_literal(v)),
+            Op::Contains(t) => self.functions.icontains(part, t),
+            Op::NotContains(t) => self.functions.icontains(part, t).not(),
+            Op::Gt(v) => part.gt(text_literal(v)),
+            Op::Gte(v) => part.gt_eq(text_literal(v)),
+            Op::Lt(v) => part.lt(text_literal(v)),
+            Op::Lte(v) => part.lt_eq(text_literal(v)),
+            Op::NotEmpty(true) => part.not_eq(lit("")),
+            Op::NotEmpty(false) => part.eq(lit("")),
+        }
+    }
+
+    /// Free-text search: over every text field (the prepared search column) or the given ones.
+    pub fn search(&self, q: &str, fields: &[FieldId]) -> Expr {
+        // Control characters cannot be typed into a cell meaningfully and would match the
+        // separator of the search column.
+        let q: String = q.chars().filter(|c| !c.is_control()).collect();
+        if fields.is_empty() {
+            return self.functions.icontains(ident(SEARCH_COL), &q);
+        }
+        fields
+            .iter()
+            .map(|id| self.functions.icontains(self.as_text(*id), &q))
+            .reduce(Expr::or)
+            .unwrap_or(lit(true))
+    }
+}
+
+/// ANDs expressions; `None` when there are none.
+pub fn conjunction(exprs: Vec<Expr>) -> Option<Expr> {
+    exprs.into_iter().reduce(Expr::and)
+}
+
+/// An error for a value that cannot be compared with a field.
+pub fn bad_value(field: &Field, message: String) -> RequestError {
+    RequestError::new(ErrorCode::InvalidArgument, message).at(format!("where.{}", field.name))
+}

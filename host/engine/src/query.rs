@@ -1,0 +1,305 @@
+//! `query_records`: matching records, a page at a time, in a deterministic order.
+
+use datafusion::logical_expr::SortExpr;
+use datafusion::prelude::{DataFrame, ident};
+use serde_json::{Value, json};
+use tally_semantic::resolve::QueryPlan;
+
+use crate::Engine;
+use crate::cursor;
+use crate::dataset::{Dataset, ROW_COL};
+use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
+use crate::error::EngineError;
+use crate::meta::{attach_common, echo, field_meta, is_uninformative};
+use crate::plan::{Planner, conjunction};
+
+/// The part of a plan that identifies its result set and order (not its page size).
+fn identity(plan: &QueryPlan, def: &tally_semantic::DatasetDef) -> Value {
+    let mut v = plan.to_json(def);
+    if let Some(m) = v.as_object_mut() {
+        for k in ["limit", "cursor", "resolved_fields", "notices"] {
+            m.remove(k);
+        }
+    }
+    v
+}
+
+pub async fn run(
+    engine: &Engine,
+    ds: &Dataset,
+    plan: QueryPlan,
+    select_given: bool,
+) -> Result<Output, EngineError> {
+    let def = &ds.def;
+    let prepared = ds.prepared(engine.context()).await?;
+    let planner = Planner {
+        def,
+        functions: engine.functions(),
+    };
+
+    let mut conditions = Vec::new();
+    for f in &plan.filters {
+        conditions.push(planner.filter(f)?);
+    }
+    if let Some(q) = &plan.q {
+        conditions.push(planner.search(q, &plan.search_fields));
+    }
+    let base = engine.context().read_table(prepared.table.clone())?;
+    let filtered = match conjunction(conditions.clone()) {
+        Some(e) => base.clone().filter(e)?,
+        None => base.clone(),
+    };
+    let total = filtered
+        .clone()
+        .count()
+        .await
+        .map_err(|e| EngineError::backend(&def.id, e))?;
+
+    let fingerprint = cursor::fingerprint(&identity(&plan, def));
+    let offset = match &plan.cursor {
+        Some(c) => cursor::decode(c, &ds.version, &fingerprint)?,
+        None => 0,
+    };
+
+    let mut sorts: Vec<SortExpr> = plan
+        .order_by
+        .iter()
+        .map(|s| planner.column(s.field).sort(!s.descending, false))
+        .collect();
+    sorts.push(ident(ROW_COL).sort(true, false));
+    let names: Vec<String> = plan
+        .select
+        .iter()
+        .map(|i| def.fields[*i].name.clone())
+        .collect();
+    let page = filtered
+        .sort(sorts)?
+        .limit(offset, Some(plan.limit))?
+        .select(names.iter().map(ident).collect::<Vec<_>>())?
+        .collect()
+        .await
+        .map_err(|e| EngineError::backend(&def.id, e))?;
+    let mut rows = crate::json::rows(&page, &names);
+    let returned = rows.len();
+    let next_offset = offset + returned;
+    let next_cursor =
+        (next_offset < total).then(|| cursor::encode(&ds.version, &fingerprint, next_offset));
+
+    // Columns that say nothing on this page are left out when the caller did not choose the
+    // columns, so a model is not fed 30 empty fields; the omission is reported.
+    let mut columns = names.clone();
+    let mut omitted: Vec<Value> = Vec::new();
+    if !select_given && !rows.is_empty() {
+        let keep: Vec<bool> = (0..columns.len())
+            .map(|c| {
+                Some(columns[c].as_str()) == def.id_field.as_deref()
+                    || !rows
+                        .iter()
+                        .all(|r| is_uninformative(&r[c], &def.generic_values))
+            })
+            .collect();
+        for (c, k) in keep.iter().enumerate() {
+            if !k {
+                omitted.push(json!({ "field": columns[c], "reason": "every value on this page is empty or a generic value" }));
+            }
+        }
+        columns = columns
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(n, _)| n.clone())
+            .collect();
+        rows = rows
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .zip(&keep)
+                    .filter(|(_, k)| **k)
+                    .map(|(v, _)| v)
+                    .collect()
+            })
+            .collect();
+    }
+
+    let mut out = Output::default();
+    let (source, warning) = dataset_source(ds, &prepared.files);
+    let source_id = out.cite(source);
+    if let Some(w) = warning {
+        out.warn(w);
+    }
+    out.set("dataset_id", &def.id);
+    out.set("columns", &columns);
+    out.set("rows", &rows);
+    out.set("total", total);
+    out.set("offset", offset);
+    out.set("returned", returned);
+    out.set("next_cursor", &next_cursor);
+    let meta: Vec<_> = columns
+        .iter()
+        .filter_map(|n| def.field(n))
+        .map(field_meta)
+        .collect();
+    out.set("field_metadata", &meta);
+    if !omitted.is_empty() {
+        out.warn(format!(
+            "{} column(s) left out because every value on this page is empty or generic: {}",
+            omitted.len(),
+            omitted
+                .iter()
+                .filter_map(|o| o["field"].as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        out.set("omitted_columns", &omitted);
+    }
+    let mut used: Vec<usize> = plan.select.clone();
+    used.extend(plan.filters.iter().map(|f| f.field));
+    used.extend(plan.order_by.iter().map(|s| s.field));
+    used.extend(plan.search_fields.iter().copied());
+    attach_common(&mut out, def, &used, &plan.resolved_fields, &plan.notices);
+    if next_cursor.is_some() {
+        out.warn(format!(
+            "{returned} of {total} matching records returned; pass next_cursor for the next page"
+        ));
+    }
+    if total == 0 && (!plan.filters.is_empty() || plan.q.is_some()) {
+        let hints = zero_hit_hints(&planner, &plan, &base, &conditions).await?;
+        for h in &hints {
+            out.warn(h.clone());
+        }
+        out.set("hints", &hints);
+    }
+    let mut echoed = echo(plan.to_json(def));
+    if let (false, Some(m)) = (select_given, echoed.as_object_mut()) {
+        m.remove("select");
+    }
+    out.set("parameters", echoed);
+    out.set("sourceRefs", [source_id]);
+
+    out.transformations.push(Transformation::new(
+        TransformationType::Extract,
+        format!(
+            "read {} records of dataset `{}` from {}",
+            prepared.rows,
+            def.id,
+            prepared
+                .files
+                .iter()
+                .map(|f| f.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ));
+    if !plan.resolved_fields.is_empty() {
+        out.transformations.push(Transformation::new(
+            TransformationType::Normalize,
+            plan.resolved_fields
+                .iter()
+                .map(|r| format!("`{}` read as `{}` ({})", r.input, r.canonical, r.parameter))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
+    }
+    let mut steps: Vec<String> = plan.filters.iter().map(|f| f.describe(def)).collect();
+    if let Some(q) = &plan.q {
+        let scope = if plan.search_fields.is_empty() {
+            "any text field".to_string()
+        } else {
+            plan.search_fields
+                .iter()
+                .map(|i| def.fields[*i].name.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        steps.push(format!("\"{q}\" appears in {scope} (case-insensitive)"));
+    }
+    let order = if plan.order_by.is_empty() {
+        "in file order".to_string()
+    } else {
+        format!(
+            "ordered by {} (nulls last, ties in file order)",
+            plan.order_by
+                .iter()
+                .map(|s| format!(
+                    "{}{}",
+                    def.fields[s.field].name,
+                    if s.descending { " descending" } else { "" }
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    out.transformations.push(Transformation::new(
+        TransformationType::Filter,
+        format!(
+            "kept records where {}: {total} matched; returned records {}–{} {order}",
+            if steps.is_empty() {
+                "(no condition)".to_string()
+            } else {
+                steps.join(" and ")
+            },
+            if returned == 0 { offset } else { offset + 1 },
+            offset + returned,
+        ),
+    ));
+    Ok(out)
+}
+
+/// When nothing matched: which single condition, if dropped, would let records through.
+pub async fn zero_hit_hints(
+    planner: &Planner<'_>,
+    plan_filters: &impl HasConditions,
+    base: &DataFrame,
+    conditions: &[datafusion::logical_expr::Expr],
+) -> Result<Vec<String>, EngineError> {
+    let labels = plan_filters.labels(planner.def);
+    let mut hints = Vec::new();
+    if conditions.len() == 1 {
+        hints.push(format!(
+            "no record matches {}; loosen or remove it",
+            labels[0]
+        ));
+        return Ok(hints);
+    }
+    for (i, label) in labels.iter().enumerate() {
+        let others: Vec<_> = conditions
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, e)| e.clone())
+            .collect();
+        let df = match conjunction(others) {
+            Some(e) => base.clone().filter(e)?,
+            None => base.clone(),
+        };
+        let n = df.count().await?;
+        if n > 0 {
+            hints.push(format!(
+                "without {label} the other conditions match {n} records"
+            ));
+        }
+    }
+    if hints.is_empty() {
+        hints.push("no single condition explains the empty result; several conditions exclude every record".to_string());
+    }
+    Ok(hints)
+}
+
+/// Labels of a plan's conditions, in the order their expressions were built.
+pub trait HasConditions {
+    fn labels(&self, def: &tally_semantic::DatasetDef) -> Vec<String>;
+}
+
+impl HasConditions for QueryPlan {
+    fn labels(&self, def: &tally_semantic::DatasetDef) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .filters
+            .iter()
+            .map(|f| format!("`{}`", f.describe(def)))
+            .collect();
+        if let Some(q) = &self.q {
+            out.push(format!("the search q=\"{q}\""));
+        }
+        out
+    }
+}

@@ -1,0 +1,516 @@
+//! `summarize_records`: counts, sums, averages, extremes and computed measures per group.
+//!
+//! Order of operations: filters on ordinary fields → explode multi-value fields into their
+//! parts (a record without parts joins the "" group) → filters on exploded fields, applied to
+//! each part → group (null key shown as "") → metrics → `having` → order (first metric
+//! descending, nulls last, ties by key) → `total_group_count` → limit.
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::functions::expr_fn::{coalesce, round};
+use datafusion::functions_aggregate::expr_fn::{avg, count, max, min, sum};
+use std::ops::Not;
+
+use datafusion::logical_expr::{Expr, SortExpr, cast, lit, when};
+use datafusion::prelude::ident;
+use serde_json::{Value, json};
+use tally_semantic::definition::{DataType as FieldType, Formula};
+use tally_semantic::request::{Op, Scalar};
+use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
+
+use crate::Engine;
+use crate::dataset::Dataset;
+use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
+use crate::error::EngineError;
+use crate::meta::{attach_common, echo, field_meta};
+use crate::plan::{Planner, conjunction};
+use crate::query::{HasConditions, zero_hit_hints};
+
+/// Decimals of averages and of ratios (as the reference server rounds them).
+pub const AVG_DECIMALS: i64 = 2;
+pub const RATIO_DECIMALS: i64 = 4;
+
+fn explode_col(i: usize) -> String {
+    format!("__tally_explode_{i}")
+}
+
+impl HasConditions for SummarizePlan {
+    fn labels(&self, def: &tally_semantic::DatasetDef) -> Vec<String> {
+        self.filters
+            .iter()
+            .filter(|f| !self.explode.contains(&f.field))
+            .map(|f| format!("`{}`", f.describe(def)))
+            .collect()
+    }
+}
+
+/// The aggregates of a summary, each computed once however many metrics use it (DataFusion
+/// refuses two aggregates that simplify to the same expression, e.g. `sum(n)` twice).
+#[derive(Default)]
+struct Aggregates {
+    keys: Vec<String>,
+    exprs: Vec<Expr>,
+}
+
+impl Aggregates {
+    /// The hidden column holding `expr`, added under `key` unless already there.
+    fn add(&mut self, key: String, expr: impl FnOnce() -> Expr) -> Expr {
+        let i = match self.keys.iter().position(|k| *k == key) {
+            Some(i) => i,
+            None => {
+                self.keys.push(key);
+                self.exprs.push(expr().alias(hidden(self.exprs.len())));
+                self.exprs.len() - 1
+            }
+        };
+        ident(hidden(i))
+    }
+}
+
+fn hidden(i: usize) -> String {
+    format!("__tally_agg_{i}")
+}
+
+/// A metric's final expression (over hidden aggregates) and its `F:null_excluded` expression.
+fn metric_exprs(planner: &Planner<'_>, aggs: &mut Aggregates, m: &Metric) -> (Expr, Option<Expr>) {
+    let def = planner.def;
+    let column = |f: usize| planner.column(f);
+    // Rows left out because the value is null; 0 (not null) when there are no rows.
+    let nulls = |aggs: &mut Aggregates, f: usize| {
+        let n = aggs.add(format!("nulls:{f}"), || {
+            sum(when(column(f).is_null(), lit(1i64))
+                .otherwise(lit(0i64))
+                .unwrap_or(lit(0i64)))
+        });
+        coalesce(vec![n, lit(0i64)])
+    };
+    let zero = |f: usize| {
+        if def.fields[f].data_type == FieldType::Integer {
+            lit(0i64)
+        } else {
+            lit(0.0f64)
+        }
+    };
+    match m {
+        Metric::Count => (aggs.add("count".into(), || count(lit(1i64))), None),
+        Metric::Sum(f) => {
+            let total = aggs.add(format!("sum:{f}"), || sum(column(*f)));
+            // The sum of nothing (every value null) is 0, as the reference server answers.
+            (
+                coalesce(vec![total, zero(*f)]),
+                Some(cast(nulls(aggs, *f), DataType::Int64)),
+            )
+        }
+        Metric::Avg(f) => {
+            let mean = aggs.add(format!("avg:{f}"), || {
+                avg(cast(column(*f), DataType::Float64))
+            });
+            (
+                round(vec![mean, lit(AVG_DECIMALS)]),
+                Some(cast(nulls(aggs, *f), DataType::Int64)),
+            )
+        }
+        Metric::Min(f) => (
+            aggs.add(format!("min:{f}"), || min(column(*f))),
+            Some(cast(nulls(aggs, *f), DataType::Int64)),
+        ),
+        Metric::Max(f) => (
+            aggs.add(format!("max:{f}"), || max(column(*f))),
+            Some(cast(nulls(aggs, *f), DataType::Int64)),
+        ),
+        Metric::AvgComputed(k) => match &def.computed_measures[*k].formula {
+            Formula::CountWhere {
+                condition_field,
+                condition_values,
+            } => {
+                let field = def.field_index(condition_field).unwrap_or_default();
+                let member = planner
+                    .filter(&Filter {
+                        field,
+                        op: Op::In(
+                            condition_values
+                                .iter()
+                                .map(|v| Scalar::Str(v.clone()))
+                                .collect(),
+                        ),
+                    })
+                    .unwrap_or(lit(false));
+                let share = aggs.add(format!("share:{k}"), || {
+                    avg(when(member, lit(1.0f64))
+                        .otherwise(lit(0.0f64))
+                        .unwrap_or(lit(0.0f64)))
+                });
+                (round(vec![share, lit(RATIO_DECIMALS)]), None)
+            }
+            Formula::SumRatio {
+                numerator,
+                denominator,
+            } => {
+                let n = def.field_index(numerator).unwrap_or_default();
+                let d = def.field_index(denominator).unwrap_or_default();
+                let num = cast(
+                    aggs.add(format!("sum:{n}"), || sum(column(n))),
+                    DataType::Float64,
+                );
+                let den = cast(
+                    aggs.add(format!("sum:{d}"), || sum(column(d))),
+                    DataType::Float64,
+                );
+                let null = lit(datafusion::common::ScalarValue::Float64(None));
+                let value = when(
+                    den.clone().is_null().or(den.clone().eq(lit(0.0f64))),
+                    null.clone(),
+                )
+                .otherwise(round(vec![num / den, lit(RATIO_DECIMALS)]))
+                .unwrap_or(null);
+                (value, None)
+            }
+        },
+    }
+}
+
+/// A `having` condition on a result column.
+fn having_expr(planner: &Planner<'_>, h: &HavingFilter, metric: bool) -> Result<Expr, EngineError> {
+    let column = ident(&h.column);
+    if !metric {
+        // A group key: text, one value per row.
+        return Ok(planner.part_filter(
+            column,
+            &Filter {
+                field: 0,
+                op: h.op.clone(),
+            },
+        ));
+    }
+    let number = |v: &Scalar| {
+        v.number().map(lit).ok_or_else(|| {
+            EngineError::Request(
+                tally_semantic::RequestError::invalid(
+                    format!("having.{}", h.column),
+                    format!("`{}` is a number; `{}` is not", h.column, v.text()),
+                )
+                .hint("compare metrics with numbers, e.g. {\"count\": {\"$gte\": 10}}"),
+            )
+        })
+    };
+    let as_f64 = cast(column.clone(), DataType::Float64);
+    Ok(match &h.op {
+        Op::In(values) => as_f64.in_list(
+            values.iter().map(number).collect::<Result<Vec<_>, _>>()?,
+            false,
+        ),
+        Op::Eq(v) => as_f64.eq(number(v)?),
+        Op::Ne(v) => as_f64.not_eq(number(v)?),
+        Op::Gt(v) => as_f64.gt(number(v)?),
+        Op::Gte(v) => as_f64.gt_eq(number(v)?),
+        Op::Lt(v) => as_f64.lt(number(v)?),
+        Op::Lte(v) => as_f64.lt_eq(number(v)?),
+        Op::Contains(t) => planner.functions.icontains(cast(column, DataType::Utf8), t),
+        Op::NotContains(t) => planner
+            .functions
+            .icontains(cast(column, DataType::Utf8), t)
+            .not(),
+        Op::NotEmpty(true) => column.is_not_null(),
+        Op::NotEmpty(false) => column.is_null(),
+    })
+}
+
+pub async fn run(
+    engine: &Engine,
+    ds: &Dataset,
+    plan: SummarizePlan,
+) -> Result<Output, EngineError> {
+    let def = &ds.def;
+    let prepared = ds.prepared(engine.context()).await?;
+    let planner = Planner {
+        def,
+        functions: engine.functions(),
+    };
+
+    let (part_filters, row_filters): (Vec<&Filter>, Vec<&Filter>) = plan
+        .filters
+        .iter()
+        .partition(|f| plan.explode.contains(&f.field));
+    let mut conditions = Vec::new();
+    for f in &row_filters {
+        conditions.push(planner.filter(f)?);
+    }
+    let base = engine.context().read_table(prepared.table.clone())?;
+    let mut df = match conjunction(conditions.clone()) {
+        Some(e) => base.clone().filter(e)?,
+        None => base.clone(),
+    };
+    let matched = df
+        .clone()
+        .count()
+        .await
+        .map_err(|e| EngineError::backend(&def.id, e))?;
+
+    // Explode: one row per part of each exploded field.
+    for (k, &e) in plan.explode.iter().enumerate() {
+        df = df
+            .with_column(&explode_col(k), planner.parts(e, true))?
+            .unnest_columns(&[explode_col(k).as_str()])?;
+    }
+    let part_of = |field: usize| {
+        plan.explode
+            .iter()
+            .position(|e| *e == field)
+            .map(explode_col)
+    };
+    let mut part_conditions = Vec::new();
+    for f in &part_filters {
+        let col = part_of(f.field).unwrap_or_default();
+        part_conditions.push(planner.part_filter(ident(col), f));
+    }
+    if let Some(e) = conjunction(part_conditions) {
+        df = df.filter(e)?;
+    }
+
+    let group_names: Vec<String> = plan
+        .group_by
+        .iter()
+        .map(|g| def.fields[*g].name.clone())
+        .collect();
+    let group_exprs: Vec<Expr> = plan
+        .group_by
+        .iter()
+        .map(|&g| {
+            let key = match part_of(g) {
+                Some(col) => ident(col),
+                None => cast(planner.column(g), DataType::Utf8),
+            };
+            coalesce(vec![key, lit("")]).alias(&def.fields[g].name)
+        })
+        .collect();
+
+    let mut aggregates = Aggregates::default();
+    let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
+    let mut columns: Vec<String> = group_names.clone();
+    let mut metric_columns: Vec<String> = Vec::new();
+    for m in &plan.metrics {
+        let (value, null_excluded) = metric_exprs(&planner, &mut aggregates, m);
+        let name = m.column(def);
+        finals.push(value.alias(&name));
+        columns.push(name.clone());
+        metric_columns.push(name);
+        if let (Some(ne), Some(ne_name)) = (null_excluded, m.null_excluded_column(def))
+            && !columns.contains(&ne_name)
+        {
+            {
+                finals.push(ne.alias(&ne_name));
+                columns.push(ne_name.clone());
+                metric_columns.push(ne_name);
+            }
+        }
+    }
+    let mut grouped = df
+        .aggregate(group_exprs, aggregates.exprs)?
+        .select(finals)?;
+    let mut having = Vec::new();
+    for h in &plan.having {
+        having.push(having_expr(
+            &planner,
+            h,
+            metric_columns.contains(&h.column),
+        )?);
+    }
+    if let Some(e) = conjunction(having) {
+        grouped = grouped.filter(e)?;
+    }
+    let total_groups = grouped
+        .clone()
+        .count()
+        .await
+        .map_err(|e| EngineError::backend(&def.id, e))?;
+    let mut sorts: Vec<SortExpr> = Vec::new();
+    if let Some(first) = plan.metrics.first() {
+        sorts.push(ident(first.column(def)).sort(false, false));
+    }
+    sorts.extend(group_names.iter().map(|g| ident(g).sort(true, false)));
+    let batches = grouped
+        .sort(sorts)?
+        .limit(0, Some(plan.limit))?
+        .collect()
+        .await
+        .map_err(|e| EngineError::backend(&def.id, e))?;
+    let rows = crate::json::rows(&batches, &columns);
+
+    let mut out = Output::default();
+    let (source, warning) = dataset_source(ds, &prepared.files);
+    let source_id = out.cite(source);
+    if let Some(w) = warning {
+        out.warn(w);
+    }
+    out.set("dataset_id", &def.id);
+    out.set("columns", &columns);
+    out.set("rows", &rows);
+    out.set("total_group_count", total_groups);
+    out.set("returned", rows.len());
+    out.set("total_records", matched);
+    if !plan.explode.is_empty() {
+        out.set("pre_explode_records", matched);
+    }
+    let group_meta: Vec<_> = plan
+        .group_by
+        .iter()
+        .map(|g| field_meta(&def.fields[*g]))
+        .collect();
+    out.set("field_metadata", &group_meta);
+    let metric_meta: Vec<Value> = plan
+        .metrics
+        .iter()
+        .map(|m| metric_description(def, m))
+        .collect();
+    out.set("metrics", &metric_meta);
+    let mut used: Vec<usize> = plan.group_by.clone();
+    used.extend(plan.filters.iter().map(|f| f.field));
+    for m in &plan.metrics {
+        match m {
+            Metric::AvgComputed(k) => match &def.computed_measures[*k].formula {
+                Formula::CountWhere {
+                    condition_field, ..
+                } => used.extend(def.field_index(condition_field)),
+                Formula::SumRatio {
+                    numerator,
+                    denominator,
+                } => {
+                    used.extend(def.field_index(numerator));
+                    used.extend(def.field_index(denominator));
+                }
+            },
+            other => used.extend(other.field()),
+        }
+    }
+    attach_common(&mut out, def, &used, &plan.resolved_fields, &plan.notices);
+    if rows.len() < total_groups {
+        out.warn(format!(
+            "{} of {total_groups} groups returned (limit {}); raise limit or add having to see the rest",
+            rows.len(),
+            plan.limit
+        ));
+    }
+    if matched == 0 && !row_filters.is_empty() {
+        let hints = zero_hit_hints(&planner, &plan, &base, &conditions).await?;
+        for h in &hints {
+            out.warn(h.clone());
+        }
+        out.set("hints", &hints);
+    }
+    out.set("parameters", echo(plan.to_json(def)));
+    out.set("sourceRefs", [source_id]);
+
+    out.transformations.push(Transformation::new(
+        TransformationType::Extract,
+        format!(
+            "read {} records of dataset `{}` from {}",
+            prepared.rows,
+            def.id,
+            prepared
+                .files
+                .iter()
+                .map(|f| f.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ));
+    if !plan.resolved_fields.is_empty() {
+        out.transformations.push(Transformation::new(
+            TransformationType::Normalize,
+            plan.resolved_fields
+                .iter()
+                .map(|r| format!("`{}` read as `{}` ({})", r.input, r.canonical, r.parameter))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
+    }
+    if !plan.filters.is_empty() {
+        out.transformations.push(Transformation::new(
+            TransformationType::Filter,
+            format!(
+                "kept records where {}: {matched} matched",
+                plan.filters
+                    .iter()
+                    .map(|f| f.describe(def))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+        ));
+    }
+    let mut agg = Vec::new();
+    if !plan.explode.is_empty() {
+        agg.push(format!(
+            "split {} into their parts (one row per part; records without a value form the \"\" group)",
+            plan.explode.iter().map(|e| def.fields[*e].name.clone()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    agg.push(if plan.group_by.is_empty() {
+        "aggregated all matching records into one row".to_string()
+    } else {
+        format!(
+            "grouped by {} (empty key shown as \"\")",
+            group_names.join(", ")
+        )
+    });
+    agg.push(format!("computed {}", metric_columns.join(", ")));
+    if !plan.having.is_empty() {
+        agg.push(format!(
+            "kept groups where {}",
+            plan.having
+                .iter()
+                .map(HavingFilter::describe)
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    }
+    agg.push(format!(
+        "ordered by {} descending, ties by group key; {total_groups} groups, {} returned",
+        plan.metrics
+            .first()
+            .map(|m| m.column(def))
+            .unwrap_or_default(),
+        rows.len()
+    ));
+    out.transformations.push(Transformation::new(
+        TransformationType::Aggregate,
+        agg.join("; "),
+    ));
+    Ok(out)
+}
+
+fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> Value {
+    let column = m.column(def);
+    let (description, rounding) = match m {
+        Metric::Count => (
+            "number of records in the group (of parts, when exploded)".to_string(),
+            None,
+        ),
+        Metric::Sum(f) => (
+            format!(
+                "sum of {} over records where it is not null (0 when every value is null)",
+                def.fields[*f].name
+            ),
+            None,
+        ),
+        Metric::Avg(f) => (
+            format!(
+                "mean of {} over records where it is not null",
+                def.fields[*f].name
+            ),
+            Some(AVG_DECIMALS),
+        ),
+        Metric::Min(f) => (format!("smallest {}", def.fields[*f].name), None),
+        Metric::Max(f) => (format!("largest {}", def.fields[*f].name), None),
+        Metric::AvgComputed(k) => {
+            let cm = &def.computed_measures[*k];
+            (cm.formula_text(), Some(RATIO_DECIMALS))
+        }
+    };
+    let mut v = json!({ "column": column, "description": description });
+    if let Some(r) = rounding {
+        v["rounded_to_decimals"] = json!(r);
+    }
+    if let Some(ne) = m.null_excluded_column(def) {
+        v["null_excluded_column"] = json!(ne);
+    }
+    v
+}

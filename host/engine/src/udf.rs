@@ -1,0 +1,217 @@
+//! Scalar functions the planner needs and DataFusion does not have in the exact form the
+//! query semantics ask for.
+//!
+//! - `tally_parts(text, separator, keep_empty)`: the trimmed, non-empty parts of a
+//!   multi-value cell as a list. With `keep_empty`, a cell without parts (null or blank) yields
+//!   `[""]`, so exploding keeps the record in the empty group instead of dropping it.
+//! - `tally_icontains(text, needle)`: case-insensitive substring where null counts as "";
+//!   `needle` is already lower-cased by the caller. Written by hand because lower-casing every
+//!   value of every searched column allocates, while most values (Japanese text) have no case.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, BooleanBuilder, ListBuilder, StringArray, StringBuilder,
+};
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::{DataFusionError, Result, ScalarValue, cast::as_string_array};
+use datafusion::logical_expr::{ColumnarValue, Expr, ScalarUDF, Volatility, create_udf};
+use datafusion::prelude::lit;
+
+/// The name of the parts function.
+pub const PARTS: &str = "tally_parts";
+pub const ICONTAINS: &str = "tally_icontains";
+
+/// The list type `tally_parts` returns.
+pub fn parts_type() -> DataType {
+    DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
+}
+
+fn scalar_str(v: &ColumnarValue, what: &str) -> Result<String> {
+    match v {
+        ColumnarValue::Scalar(ScalarValue::Utf8(Some(s))) => Ok(s.clone()),
+        _ => Err(DataFusionError::Internal(format!(
+            "{what} must be a string literal"
+        ))),
+    }
+}
+
+fn scalar_bool(v: &ColumnarValue, what: &str) -> Result<bool> {
+    match v {
+        ColumnarValue::Scalar(ScalarValue::Boolean(Some(b))) => Ok(*b),
+        _ => Err(DataFusionError::Internal(format!(
+            "{what} must be a boolean literal"
+        ))),
+    }
+}
+
+fn text_array(v: &ColumnarValue, rows: usize) -> Result<ArrayRef> {
+    v.to_array(rows)
+}
+
+fn rows_of(args: &[ColumnarValue]) -> usize {
+    args.iter()
+        .find_map(|a| match a {
+            ColumnarValue::Array(arr) => Some(arr.len()),
+            ColumnarValue::Scalar(_) => None,
+        })
+        .unwrap_or(1)
+}
+
+fn parts_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
+    let [text, sep, keep_empty] = args else {
+        return Err(DataFusionError::Internal(format!(
+            "{PARTS} takes 3 arguments"
+        )));
+    };
+    let sep = scalar_str(sep, "separator")?;
+    let keep_empty = scalar_bool(keep_empty, "keep_empty")?;
+    let rows = rows_of(args);
+    let array = text_array(text, rows)?;
+    let strings: &StringArray = as_string_array(&array)?;
+    let mut builder = ListBuilder::new(StringBuilder::new());
+    for i in 0..strings.len() {
+        let mut any = false;
+        if strings.is_valid(i) {
+            for part in strings.value(i).split(sep.as_str()) {
+                let part = part.trim();
+                if !part.is_empty() {
+                    builder.values().append_value(part);
+                    any = true;
+                }
+            }
+        }
+        if !any && keep_empty {
+            builder.values().append_value("");
+        }
+        builder.append(true);
+    }
+    let out: ArrayRef = Arc::new(builder.finish());
+    Ok(match text {
+        ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
+        ColumnarValue::Array(_) => ColumnarValue::Array(out),
+    })
+}
+
+/// Case-insensitive containment of an already lower-cased needle.
+pub fn icontains(haystack: &str, needle_lower: &str) -> bool {
+    if haystack.contains(needle_lower) {
+        return true;
+    }
+    // Only text with cased characters can match after lower-casing.
+    if haystack.chars().any(char::is_uppercase) {
+        return haystack.to_lowercase().contains(needle_lower);
+    }
+    false
+}
+
+fn icontains_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
+    let [text, needle] = args else {
+        return Err(DataFusionError::Internal(format!(
+            "{ICONTAINS} takes 2 arguments"
+        )));
+    };
+    let needle = scalar_str(needle, "needle")?;
+    let rows = rows_of(args);
+    let array = text_array(text, rows)?;
+    let strings: &StringArray = as_string_array(&array)?;
+    let mut builder = BooleanBuilder::with_capacity(strings.len());
+    for i in 0..strings.len() {
+        let value = if strings.is_valid(i) {
+            strings.value(i)
+        } else {
+            ""
+        };
+        builder.append_value(icontains(value, &needle));
+    }
+    let out: BooleanArray = builder.finish();
+    Ok(match text {
+        ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
+        ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(out)),
+    })
+}
+
+/// The functions, built once per engine.
+#[derive(Debug, Clone)]
+pub struct Functions {
+    parts: Arc<ScalarUDF>,
+    icontains: Arc<ScalarUDF>,
+}
+
+impl Default for Functions {
+    fn default() -> Self {
+        Functions {
+            parts: Arc::new(create_udf(
+                PARTS,
+                vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
+                parts_type(),
+                Volatility::Immutable,
+                Arc::new(parts_impl),
+            )),
+            icontains: Arc::new(create_udf(
+                ICONTAINS,
+                vec![DataType::Utf8, DataType::Utf8],
+                DataType::Boolean,
+                Volatility::Immutable,
+                Arc::new(icontains_impl),
+            )),
+        }
+    }
+}
+
+impl Functions {
+    pub fn parts(&self, text: Expr, separator: &str, keep_empty: bool) -> Expr {
+        self.parts.call(vec![text, lit(separator), lit(keep_empty)])
+    }
+
+    /// `needle` is lower-cased here.
+    pub fn icontains(&self, text: Expr, needle: &str) -> Expr {
+        self.icontains.call(vec![text, lit(needle.to_lowercase())])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn icontains_ignores_case_and_handles_japanese() {
+        assert!(icontains("電子メール等", "メール"));
+        assert!(icontains("Electronic MAIL", "mail"));
+        assert!(!icontains("電子メール", "郵送"));
+        assert!(icontains("", ""));
+        assert!(!icontains("", "x"));
+    }
+
+    #[test]
+    fn parts_trim_and_drop_empty() {
+        let text = ColumnarValue::Array(Arc::new(StringArray::from(vec![
+            Some("a; b ;;c"),
+            None,
+            Some("  "),
+        ])));
+        let out = parts_impl(&[
+            text,
+            ColumnarValue::Scalar(ScalarValue::Utf8(Some(";".into()))),
+            ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))),
+        ])
+        .expect("runs");
+        let ColumnarValue::Array(arr) = out else {
+            panic!("array")
+        };
+        let list = arr
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::ListArray>()
+            .expect("list");
+        let row = |i: usize| {
+            let v = list.value(i);
+            let s = v.as_any().downcast_ref::<StringArray>().expect("strings");
+            (0..s.len())
+                .map(|j| s.value(j).to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(row(0), ["a", "b", "c"]);
+        assert_eq!(row(1), [""]);
+        assert_eq!(row(2), [""]);
+    }
+}

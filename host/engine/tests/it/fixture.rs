@@ -1,0 +1,96 @@
+//! The fixture datasets directory: `tests/data/fixture` (definition + rows as JSON) written
+//! to a real Parquet file in a temporary directory, once per test binary.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::parquet::arrow::ArrowWriter;
+use serde_json::Value;
+use tally_semantic::definition::{DataType as FieldType, load_definition};
+
+pub fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
+
+/// Writes `rows` (arrays of JSON values in field order) as Parquet typed after `yaml`.
+pub fn write_dataset(dir: &Path, yaml: &str, rows: &[Vec<Value>]) {
+    std::fs::create_dir_all(dir).expect("dataset folder");
+    std::fs::write(dir.join("dataset.yaml"), yaml).expect("yaml written");
+    let def = load_definition("dataset.yaml", "x", yaml)
+        .expect("valid definition")
+        .dataset;
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (i, f) in def.fields.iter().enumerate() {
+        let cell = |r: &Vec<Value>| r.get(i).cloned().unwrap_or(Value::Null);
+        match f.data_type {
+            FieldType::Integer => {
+                fields.push(Field::new(&f.name, DataType::Int64, true));
+                columns.push(Arc::new(Int64Array::from(
+                    rows.iter().map(|r| cell(r).as_i64()).collect::<Vec<_>>(),
+                )));
+            }
+            FieldType::Number => {
+                fields.push(Field::new(&f.name, DataType::Float64, true));
+                columns.push(Arc::new(Float64Array::from(
+                    rows.iter().map(|r| cell(r).as_f64()).collect::<Vec<_>>(),
+                )));
+            }
+            _ => {
+                fields.push(Field::new(&f.name, DataType::Utf8, true));
+                columns.push(Arc::new(StringArray::from(
+                    rows.iter()
+                        .map(|r| cell(r).as_str().map(str::to_string))
+                        .collect::<Vec<_>>(),
+                )));
+            }
+        }
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("batch");
+    let file = std::fs::File::create(dir.join("data.parquet")).expect("parquet file");
+    let mut writer = ArrowWriter::try_new(file, schema, None).expect("writer");
+    writer.write(&batch).expect("write");
+    writer.close().expect("close");
+}
+
+/// The fixture datasets directory: `fixture` (valid) and `broken` (its data file is missing).
+pub fn datasets_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let src = data_dir().join("fixture");
+        let yaml = std::fs::read_to_string(src.join("dataset.yaml")).expect("fixture yaml");
+        let rows: Vec<Vec<Value>> =
+            serde_json::from_str(&std::fs::read_to_string(src.join("rows.json")).expect("rows"))
+                .expect("rows json");
+        write_dataset(&tmp.path().join("fixture"), &yaml, &rows);
+        let broken = tmp.path().join("broken");
+        std::fs::create_dir_all(&broken).expect("broken folder");
+        std::fs::copy(
+            data_dir().join("broken/dataset.yaml"),
+            broken.join("dataset.yaml"),
+        )
+        .expect("broken yaml");
+        tmp
+    })
+    .path()
+}
+
+/// One engine over the fixture directory, shared by the tests of this binary.
+pub fn engine() -> &'static tally_engine::Engine {
+    static ENGINE: OnceLock<tally_engine::Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| tally_engine::Engine::open(datasets_dir()))
+}
+
+/// A runtime for calling the engine from plain tests.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}

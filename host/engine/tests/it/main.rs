@@ -1,0 +1,7 @@
+//! Integration tests of the engine: one binary, data-driven.
+
+mod cases;
+mod differential;
+mod fixture;
+mod paging;
+mod reference;

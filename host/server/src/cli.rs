@@ -1,0 +1,219 @@
+//! The data commands: flags → the tool's JSON arguments → `Engine::call` → the envelope.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::{Map, Value, json};
+use tally_engine::{Engine, EngineError};
+use tally_semantic::Tool;
+
+use crate::Common;
+
+/// Exit code for a refused call (bad arguments).
+const EXIT_BAD_INPUT: u8 = 1;
+/// Exit code for a dataset that is not served.
+const EXIT_UNKNOWN_DATASET: u8 = 2;
+/// Exit code when the server failed (backend or internal error).
+const EXIT_FAILED: u8 = 3;
+
+#[derive(Debug, Args)]
+pub struct QueryFlags {
+    pub dataset_id: String,
+    /// Case-insensitive substring over every text field (or --search-fields).
+    #[arg(long)]
+    pub q: Option<String>,
+    /// Fields `q` searches (repeat the flag, or give a JSON array).
+    #[arg(long = "search-fields")]
+    pub search_fields: Vec<String>,
+    /// Fields to return (repeat the flag, or give a JSON array).
+    #[arg(long)]
+    pub select: Vec<String>,
+    /// Conditions as a JSON object, e.g. '{"所管府省庁": ["デジタル庁"], "総手続件数": {"$gte": 100}}'.
+    #[arg(long = "where")]
+    pub where_: Option<String>,
+    /// `F` or `-F` (descending); repeat the flag or give a JSON array.
+    #[arg(long = "order-by", allow_hyphen_values = true)]
+    pub order_by: Vec<String>,
+    /// Rows per page (1–5000, default 50).
+    #[arg(long, allow_hyphen_values = true)]
+    pub limit: Option<String>,
+    /// The next_cursor of the previous page.
+    #[arg(long)]
+    pub cursor: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Args)]
+pub struct SummarizeFlags {
+    pub dataset_id: String,
+    /// `count`, `sum:F`, `avg:F`, `min:F`, `max:F`, `avg:<computed measure>` (repeat or JSON array).
+    #[arg(long)]
+    pub metrics: Vec<String>,
+    /// Fields to group by (repeat or JSON array).
+    #[arg(long = "group-by")]
+    pub group_by: Vec<String>,
+    /// Conditions as a JSON object.
+    #[arg(long = "where")]
+    pub where_: Option<String>,
+    /// Conditions on result columns as a JSON object, e.g. '{"count": {"$gte": 10}}'.
+    #[arg(long)]
+    pub having: Option<String>,
+    /// Multi-value fields to split into parts (repeat or JSON array).
+    #[arg(long)]
+    pub explode: Vec<String>,
+    /// Groups to return (1–10000, default 200).
+    #[arg(long, allow_hyphen_values = true)]
+    pub limit: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// A repeatable list flag: each occurrence is a name or a JSON array of names.
+fn list_arg(values: &[String]) -> Option<Value> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for v in values {
+        match serde_json::from_str::<Value>(v.trim()) {
+            Ok(Value::Array(items)) if v.trim_start().starts_with('[') => out.extend(items),
+            _ => out.push(Value::String(v.clone())),
+        }
+    }
+    Some(Value::Array(out))
+}
+
+/// A JSON object flag; a parse error is reported as the tool would report bad arguments.
+fn object_arg(flag: &str, value: &Option<String>) -> Result<Option<Value>, Value> {
+    let Some(text) = value else { return Ok(None) };
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ Value::Object(_)) => Ok(Some(v)),
+        Ok(other) => Err(json!({ "error": {
+            "code": "invalid_argument",
+            "message": format!("--{flag} must be a JSON object, found {other}"),
+            "parameter": flag,
+            "hint": format!("e.g. --{flag} '{{\"所管府省庁\": [\"デジタル庁\"]}}'"),
+        }})),
+        Err(e) => Err(json!({ "error": {
+            "code": "invalid_argument",
+            "message": format!("--{flag} is not valid JSON: {e}"),
+            "parameter": flag,
+            "hint": format!("quote the whole object for the shell, e.g. --{flag} '{{\"所管府省庁\": [\"デジタル庁\"]}}'"),
+        }})),
+    }
+}
+
+fn limit_arg(value: &Option<String>) -> Option<Value> {
+    value.as_ref().map(|v| match v.trim().parse::<i64>() {
+        Ok(n) => json!(n),
+        Err(_) => json!(v),
+    })
+}
+
+fn put(map: &mut Map<String, Value>, key: &str, value: Option<Value>) {
+    if let Some(v) = value {
+        map.insert(key.to_string(), v);
+    }
+}
+
+fn print_error(body: &Value) {
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(body).unwrap_or_else(|_| body.to_string())
+    );
+}
+
+fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tally: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    if !common.datasets.is_dir() {
+        print_error(&json!({ "error": {
+            "code": "invalid_argument",
+            "message": format!("the datasets directory {} does not exist", common.datasets.display()),
+            "hint": "run from the repository root, or pass --datasets DIR",
+        }}));
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let engine = Engine::open(&common.datasets);
+    match runtime.block_on(engine.call(tool, &arguments)) {
+        Ok(envelope) => {
+            let text = if common.compact {
+                serde_json::to_string(&envelope)
+            } else {
+                serde_json::to_string_pretty(&envelope)
+            };
+            println!("{}", text.unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            print_error(&e.to_json());
+            ExitCode::from(match &e {
+                e if e.is_unknown_dataset() => EXIT_UNKNOWN_DATASET,
+                EngineError::Request(_) => EXIT_BAD_INPUT,
+                _ => EXIT_FAILED,
+            })
+        }
+    }
+}
+
+pub fn list(q: Option<String>, publisher: Option<String>, common: &Common) -> ExitCode {
+    let mut args = Map::new();
+    put(&mut args, "q", q.map(Value::String));
+    put(&mut args, "publisher", publisher.map(Value::String));
+    run(Tool::ListDatasets, Value::Object(args), common)
+}
+
+pub fn inspect(dataset_id: String, common: &Common) -> ExitCode {
+    run(
+        Tool::InspectDataset,
+        json!({ "dataset_id": dataset_id }),
+        common,
+    )
+}
+
+pub fn query(f: QueryFlags) -> ExitCode {
+    let mut args = Map::new();
+    args.insert("dataset_id".into(), Value::String(f.dataset_id.clone()));
+    put(&mut args, "q", f.q.clone().map(Value::String));
+    put(&mut args, "search_fields", list_arg(&f.search_fields));
+    put(&mut args, "select", list_arg(&f.select));
+    match object_arg("where", &f.where_) {
+        Ok(v) => put(&mut args, "where", v),
+        Err(body) => {
+            print_error(&body);
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    put(&mut args, "order_by", list_arg(&f.order_by));
+    put(&mut args, "limit", limit_arg(&f.limit));
+    put(&mut args, "cursor", f.cursor.clone().map(Value::String));
+    run(Tool::QueryRecords, Value::Object(args), &f.common)
+}
+
+pub fn summarize(f: SummarizeFlags) -> ExitCode {
+    let mut args = Map::new();
+    args.insert("dataset_id".into(), Value::String(f.dataset_id.clone()));
+    put(&mut args, "metrics", list_arg(&f.metrics));
+    put(&mut args, "group_by", list_arg(&f.group_by));
+    for (flag, value) in [("where", &f.where_), ("having", &f.having)] {
+        match object_arg(flag, value) {
+            Ok(v) => put(&mut args, flag, v),
+            Err(body) => {
+                print_error(&body);
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    put(&mut args, "explode", list_arg(&f.explode));
+    put(&mut args, "limit", limit_arg(&f.limit));
+    run(Tool::SummarizeRecords, Value::Object(args), &f.common)
+}
