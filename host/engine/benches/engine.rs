@@ -1,0 +1,109 @@
+//! Per-call times of the engine on the default dataset (75,071 rows), in the release profile:
+//!
+//!     cargo bench --workspace --bench engine
+//!
+//! Prints, for each call, the median and 95th percentile over repeated runs after a warm-up
+//! (the first call, which reads the Parquet file and prepares the in-memory table, is timed
+//! apart). No assertion: figures go to docs/benchmarks.md.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tally_engine::Engine;
+use tally_semantic::Tool;
+
+const RUNS: usize = 200;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    let dir = std::env::var_os("TALLY_BENCH_DATASETS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    let started = Instant::now();
+    let engine = Engine::open(&dir);
+    let open = started.elapsed();
+    let dataset = std::env::var("TALLY_BENCH_DATASET").unwrap_or_else(|_| "procedures".to_string());
+    println!(
+        "datasets: {} — open (footers only): {}",
+        dir.display(),
+        ms(open)
+    );
+
+    let calls: Vec<(&str, Tool, Value)> = vec![
+        (
+            "summarize by 所管府省庁: count + avg:オンライン率",
+            Tool::SummarizeRecords,
+            json!({ "dataset_id": dataset, "group_by": ["所管府省庁"], "metrics": ["count", "avg:オンライン率"] }),
+        ),
+        (
+            "full-text q over all text fields (\"届出\")",
+            Tool::QueryRecords,
+            json!({ "dataset_id": dataset, "q": "届出", "limit": 20 }),
+        ),
+        (
+            "filtered, ordered query",
+            Tool::QueryRecords,
+            json!({
+                "dataset_id": dataset,
+                "where": { "手続類型": ["1 申請等"], "総手続件数": { "$gte": 1000 } },
+                "order_by": ["-総手続件数"],
+                "select": ["手続ID", "手続名", "所管府省庁", "総手続件数"],
+                "limit": 20,
+            }),
+        ),
+        (
+            "summarize exploded multi-value field (懸念点) with a filter",
+            Tool::SummarizeRecords,
+            json!({
+                "dataset_id": dataset,
+                "group_by": ["オンライン化の実施予定及び検討時の懸念点"],
+                "where": { "所管府省庁": ["国土交通省", "厚生労働省"] },
+            }),
+        ),
+        (
+            "inspect (cached per version)",
+            Tool::InspectDataset,
+            json!({ "dataset_id": dataset }),
+        ),
+    ];
+
+    runtime.block_on(async {
+        for (label, tool, args) in &calls {
+            let first = Instant::now();
+            let out = engine.call(*tool, args).await;
+            let first = first.elapsed();
+            if let Err(e) = &out {
+                println!("{label}: failed: {}", e.to_json());
+                continue;
+            }
+            let mut times = Vec::with_capacity(RUNS);
+            for _ in 0..RUNS {
+                let t = Instant::now();
+                let r = engine.call(*tool, args).await;
+                times.push(t.elapsed());
+                assert!(r.is_ok());
+            }
+            times.sort();
+            println!(
+                "{label}: first {} · median {} · p95 {} ({RUNS} runs)",
+                ms(first),
+                ms(percentile(&times, 0.5)),
+                ms(percentile(&times, 0.95)),
+            );
+        }
+    });
+}
