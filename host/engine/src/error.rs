@@ -29,9 +29,13 @@ pub enum EngineError {
 
 impl EngineError {
     pub fn backend(dataset: &str, e: impl std::fmt::Display) -> EngineError {
+        let message = e.to_string();
+        if let Some(limit) = memory_limit(&message) {
+            return limit;
+        }
         EngineError::Backend {
             dataset: dataset.to_string(),
-            message: e.to_string(),
+            message,
         }
     }
 
@@ -80,8 +84,21 @@ impl EngineError {
     }
 }
 
+/// DataFusion reports a full memory pool as "Resources exhausted": that is the caller's
+/// budget, not a broken backend.
+fn memory_limit(message: &str) -> Option<EngineError> {
+    message
+        .contains("Resources exhausted")
+        .then(|| EngineError::Limit {
+            message: "the call needed more memory than its budget and was stopped".to_string(),
+            hint: "narrow the call: add filters, group by fewer or coarser fields, or lower limit"
+                .to_string(),
+        })
+}
+
 impl From<datafusion::error::DataFusionError> for EngineError {
     fn from(e: datafusion::error::DataFusionError) -> Self {
-        EngineError::Internal(e.to_string())
+        let message = e.to_string();
+        memory_limit(&message).unwrap_or(EngineError::Internal(message))
     }
 }

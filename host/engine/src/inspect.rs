@@ -55,7 +55,7 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
         functions: engine.functions(),
     };
     let total = prepared.rows;
-    let table = engine.context().read_table(prepared.table.clone())?;
+    let table = engine.call_context()?.read_table(prepared.table.clone())?;
 
     // One pass for fill rates and numeric statistics.
     let mut aggregates: Vec<Expr> = vec![count(lit(1i64)).alias("rows")];

@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! Tally's engine: the catalog of datasets, the backends that serve them as DataFusion table
 //! providers, planning of resolved requests into DataFusion plans, execution, and the result
 //! envelope.
@@ -20,12 +21,16 @@ pub mod json;
 pub mod meta;
 pub mod plan;
 pub mod query;
+pub mod schema;
 pub mod summarize;
 pub mod udf;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde_json::{Value, json};
 use tally_semantic::request::{self, ListArgs, Request, Tool};
@@ -38,12 +43,36 @@ pub use error::EngineError;
 
 use envelope::{Transformation, TransformationType, dataset_source};
 
+/// Per-call budgets. Each holds for every call, whatever the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time one call may take.
+    pub call_timeout: Duration,
+    /// Memory the operators of one call may reserve (sorts, aggregations).
+    pub call_memory_bytes: usize,
+    /// Size of the serialised rows of one result; rows past it are left out and that is said.
+    pub max_result_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            // Generous for in-memory data; a call that takes longer is almost surely a bug
+            // or an abuse, and a model waiting longer gains nothing.
+            call_timeout: Duration::from_secs(10),
+            call_memory_bytes: 512 * 1024 * 1024,
+            max_result_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
 /// Computes every answer: one per process, shared by all calls.
 pub struct Engine {
     dir: PathBuf,
     catalog: Catalog,
     ctx: SessionContext,
     functions: udf::Functions,
+    limits: Limits,
 }
 
 impl std::fmt::Debug for Engine {
@@ -61,6 +90,11 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Opens the datasets directory `dir` (registration reads metadata only).
     pub fn open(dir: &Path) -> Engine {
+        Engine::open_with(dir, Limits::default())
+    }
+
+    /// Opens `dir` with the given per-call budgets.
+    pub fn open_with(dir: &Path, limits: Limits) -> Engine {
         // Data sets are held in memory and are small enough that one partition is fastest:
         // repartitioning 75k rows costs more than it saves on two cores.
         let config = SessionConfig::new()
@@ -71,7 +105,24 @@ impl Engine {
             catalog: Catalog::load(dir),
             ctx: SessionContext::new_with_config(config),
             functions: udf::Functions::default(),
+            limits,
         }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A context for one call: the shared session state with a memory pool of its own, so
+    /// one call's budget is not another's.
+    pub fn call_context(&self) -> Result<SessionContext, EngineError> {
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(self.limits.call_memory_bytes, 1.0)
+            .build_arc()?;
+        let state = SessionStateBuilder::new_from_existing(self.ctx.state())
+            .with_runtime_env(runtime)
+            .build();
+        Ok(SessionContext::new_with_state(state))
     }
 
     pub fn dir(&self) -> &Path {
@@ -90,8 +141,51 @@ impl Engine {
         &self.functions
     }
 
-    /// Runs a tool: `arguments` as a client sends them; the result is the envelope.
+    /// Runs a tool within the call's time budget and checks the envelope against the tool's
+    /// output schema before it is returned: `arguments` as a client sends them.
     pub async fn call(&self, tool: Tool, arguments: &Value) -> Result<Value, EngineError> {
+        let timeout = self.limits.call_timeout;
+        let envelope = match tokio::time::timeout(timeout, self.run(tool, arguments)).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(EngineError::Limit {
+                    message: format!(
+                        "{} took longer than its time budget of {} ms and was stopped",
+                        tool.name(),
+                        timeout.as_millis()
+                    ),
+                    hint: "narrow the call (filters, fewer groups, a smaller limit) or try again"
+                        .into(),
+                });
+            }
+        };
+        if let Err(problems) = schema::validate(tool, &envelope) {
+            tracing::error!(
+                tool = tool.name(),
+                ?problems,
+                "a result failed its output schema; it was not sent"
+            );
+            return Err(EngineError::Internal(format!(
+                "the result of {} failed its own output schema, so it was not sent (a bug in Tally): {}",
+                tool.name(),
+                problems.join("; ")
+            )));
+        }
+        Ok(envelope)
+    }
+
+    /// Like [`Engine::call`], on a task of its own: a panic inside the call is answered as an
+    /// internal error and the engine keeps serving.
+    pub async fn call_guarded(
+        self: &Arc<Self>,
+        tool: Tool,
+        arguments: Value,
+    ) -> Result<Value, EngineError> {
+        let engine = Arc::clone(self);
+        guard(async move { engine.call(tool, &arguments).await }).await
+    }
+
+    async fn run(&self, tool: Tool, arguments: &Value) -> Result<Value, EngineError> {
         let request = request::parse(tool, arguments)?;
         let out = match request {
             Request::ListDatasets(args) => self.list(args),
@@ -178,6 +272,7 @@ impl Engine {
             }
             let mut entry = json!({
                 "dataset_id": def.id,
+                "version": ds.version,
                 "title": def.title,
                 "publisher": def.publisher,
                 "record_count": ds.record_count(),
@@ -269,5 +364,47 @@ impl Engine {
             ),
         ));
         Ok(out)
+    }
+}
+
+/// Runs a future on a task of its own and turns a panic into an error, so one broken call
+/// never takes the server down or leaves its client waiting.
+pub async fn guard<F>(future: F) -> Result<Value, EngineError>
+where
+    F: std::future::Future<Output = Result<Value, EngineError>> + Send + 'static,
+{
+    match tokio::spawn(future).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => {
+            let message = e
+                .into_panic()
+                .downcast::<String>()
+                .map(|s| *s)
+                .or_else(|p| p.downcast::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|_| "unknown panic".to_string());
+            tracing::error!("a call panicked: {message}");
+            Err(EngineError::Internal(format!(
+                "the call failed unexpectedly ({message}); the server keeps serving, and the next call is unaffected"
+            )))
+        }
+        Err(e) => Err(EngineError::Internal(format!(
+            "the call was cancelled: {e}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_becomes_an_error_and_the_next_call_works() {
+        let panicked = guard(async { panic!("boom") }).await;
+        assert!(
+            matches!(&panicked, Err(EngineError::Internal(m)) if m.contains("boom")),
+            "{panicked:?}"
+        );
+        let next = guard(async { Ok(json!({"ok": true})) }).await;
+        assert_eq!(next.ok(), Some(json!({"ok": true})));
     }
 }

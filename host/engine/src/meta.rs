@@ -121,3 +121,16 @@ pub fn echo(mut plan: Value) -> Value {
     }
     plan
 }
+
+/// Keeps the leading rows whose JSON fits in `max_bytes`; returns whether any were left out.
+pub fn cap_rows(rows: &mut Vec<Vec<Value>>, max_bytes: usize) -> bool {
+    let mut size = 0usize;
+    for (i, row) in rows.iter().enumerate() {
+        size += serde_json::to_string(row).map_or(0, |s| s.len() + 1);
+        if size > max_bytes {
+            rows.truncate(i);
+            return true;
+        }
+    }
+    false
+}

@@ -10,7 +10,7 @@ use crate::cursor;
 use crate::dataset::{Dataset, ROW_COL};
 use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
 use crate::error::EngineError;
-use crate::meta::{attach_common, echo, field_meta, is_uninformative};
+use crate::meta::{attach_common, cap_rows, echo, field_meta, is_uninformative};
 use crate::plan::{Planner, conjunction};
 
 /// The part of a plan that identifies its result set and order (not its page size).
@@ -44,7 +44,7 @@ pub async fn run(
     if let Some(q) = &plan.q {
         conditions.push(planner.search(q, &plan.search_fields));
     }
-    let base = engine.context().read_table(prepared.table.clone())?;
+    let base = engine.call_context()?.read_table(prepared.table.clone())?;
     let filtered = match conjunction(conditions.clone()) {
         Some(e) => base.clone().filter(e)?,
         None => base.clone(),
@@ -80,6 +80,7 @@ pub async fn run(
         .await
         .map_err(|e| EngineError::backend(&def.id, e))?;
     let mut rows = crate::json::rows(&page, &names);
+    let truncated = cap_rows(&mut rows, engine.limits().max_result_bytes);
     let returned = rows.len();
     let next_offset = offset + returned;
     let next_cursor =
@@ -134,6 +135,13 @@ pub async fn run(
     out.set("offset", offset);
     out.set("returned", returned);
     out.set("next_cursor", &next_cursor);
+    if truncated {
+        out.set("truncated", true);
+        out.warn(format!(
+            "the page was cut to {returned} rows to stay within the result size budget ({} bytes); pass next_cursor for the rest",
+            engine.limits().max_result_bytes
+        ));
+    }
     let meta: Vec<_> = columns
         .iter()
         .filter_map(|n| def.field(n))

@@ -21,7 +21,7 @@ use crate::Engine;
 use crate::dataset::Dataset;
 use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
 use crate::error::EngineError;
-use crate::meta::{attach_common, echo, field_meta};
+use crate::meta::{attach_common, cap_rows, echo, field_meta};
 use crate::plan::{Planner, conjunction};
 use crate::query::{HasConditions, zero_hit_hints};
 
@@ -234,7 +234,7 @@ pub async fn run(
     for f in &row_filters {
         conditions.push(planner.filter(f)?);
     }
-    let base = engine.context().read_table(prepared.table.clone())?;
+    let base = engine.call_context()?.read_table(prepared.table.clone())?;
     let mut df = match conjunction(conditions.clone()) {
         Some(e) => base.clone().filter(e)?,
         None => base.clone(),
@@ -333,7 +333,8 @@ pub async fn run(
         .collect()
         .await
         .map_err(|e| EngineError::backend(&def.id, e))?;
-    let rows = crate::json::rows(&batches, &columns);
+    let mut rows = crate::json::rows(&batches, &columns);
+    let truncated = cap_rows(&mut rows, engine.limits().max_result_bytes);
 
     let mut out = Output::default();
     let (source, warning) = dataset_source(ds, &prepared.files);
@@ -346,6 +347,14 @@ pub async fn run(
     out.set("rows", &rows);
     out.set("total_group_count", total_groups);
     out.set("returned", rows.len());
+    if truncated {
+        out.set("truncated", true);
+        out.warn(format!(
+            "the result was cut to {} groups to stay within the result size budget ({} bytes); add filters or having, or lower limit",
+            rows.len(),
+            engine.limits().max_result_bytes
+        ));
+    }
     out.set("total_records", matched);
     if !plan.explode.is_empty() {
         out.set("pre_explode_records", matched);

@@ -143,8 +143,8 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
         }}));
         return ExitCode::from(EXIT_BAD_INPUT);
     }
-    let engine = Engine::open(&common.datasets);
-    match runtime.block_on(engine.call(tool, &arguments)) {
+    let engine = std::sync::Arc::new(Engine::open_with(&common.datasets, common.budgets.limits()));
+    match runtime.block_on(engine.call_guarded(tool, arguments)) {
         Ok(envelope) => {
             let text = if common.compact {
                 serde_json::to_string(&envelope)

@@ -11,6 +11,9 @@ use clap::{Args, Parser, Subcommand};
 
 mod check;
 mod cli;
+mod mcp;
+mod serve;
+mod tools;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,10 +36,49 @@ pub struct Common {
     /// Print the envelope on one line instead of indented.
     #[arg(long, global = true)]
     compact: bool,
+    #[command(flatten)]
+    budgets: Budgets,
+}
+
+/// Per-call budgets (they hold for the CLI, stdio and HTTP alike).
+#[derive(Debug, Args)]
+pub struct Budgets {
+    /// Wall-clock time one call may take, in milliseconds.
+    #[arg(long, global = true, default_value_t = 10_000)]
+    call_timeout_ms: u64,
+    /// Memory the operators of one call may reserve, in MiB.
+    #[arg(long, global = true, default_value_t = 512)]
+    call_memory_mb: usize,
+    /// Size of the rows of one result, in bytes; rows past it are left out and that is said.
+    #[arg(long, global = true, default_value_t = 4 * 1024 * 1024)]
+    max_result_bytes: usize,
+}
+
+impl Budgets {
+    pub fn limits(&self) -> tally_engine::Limits {
+        tally_engine::Limits {
+            call_timeout: std::time::Duration::from_millis(self.call_timeout_ms.max(1)),
+            call_memory_bytes: self.call_memory_mb.max(1) * 1024 * 1024,
+            max_result_bytes: self.max_result_bytes.max(1024),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the datasets over MCP: stdio by default, streamable HTTP with --http.
+    Serve {
+        /// Listen for streamable HTTP at this address (path /mcp, health at /health), e.g.
+        /// 127.0.0.1:8765. Only loopback addresses are accepted.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// A further Origin allowed to call the HTTP endpoint (repeatable); the server's own
+        /// loopback origins are always allowed, requests without Origin are not browsers.
+        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        allow_origin: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
     /// List the datasets served (and those that cannot be served, with the reason).
     List {
         /// Case-insensitive substring of the dataset id or title.
@@ -68,15 +110,27 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Logs go to stderr (stdout is the protocol in stdio mode); TALLY_LOG overrides the level.
+    let default_level = if matches!(cli.command, Command::Serve { .. }) {
+        "info"
+    } else {
+        "error"
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TALLY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .init();
-    let cli = Cli::parse();
     match cli.command {
+        Command::Serve {
+            http,
+            allow_origin,
+            common,
+        } => serve(http, allow_origin, &common),
         Command::Check { dir } => check::run(&dir),
         Command::List {
             q,
@@ -87,4 +141,45 @@ fn main() -> ExitCode {
         Command::Query(flags) => cli::query(flags),
         Command::Summarize(flags) => cli::summarize(flags),
     }
+}
+
+fn serve(
+    http: Option<std::net::SocketAddr>,
+    allow_origin: Vec<String>,
+    common: &Common,
+) -> ExitCode {
+    if !common.datasets.is_dir() {
+        eprintln!(
+            "tally serve: the datasets directory {} does not exist; run from the repository root or pass --datasets DIR",
+            common.datasets.display()
+        );
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tally: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let engine = std::sync::Arc::new(tally_engine::Engine::open_with(
+        &common.datasets,
+        common.budgets.limits(),
+    ));
+    let catalog = engine.catalog();
+    tracing::info!(
+        datasets = catalog.datasets.len(),
+        broken = catalog.broken.len(),
+        dir = %common.datasets.display(),
+        "catalog loaded"
+    );
+    runtime.block_on(async move {
+        match http {
+            Some(addr) => serve::http(engine, addr, allow_origin).await,
+            None => serve::stdio(engine).await,
+        }
+    })
 }

@@ -18,7 +18,14 @@ fn redact(mut v: Value) -> Value {
 
 pub fn run_case(tool: Tool, arguments: &Value) -> Value {
     match block_on(engine().call(tool, arguments)) {
-        Ok(envelope) => redact(envelope),
+        Ok(envelope) => {
+            // Engine::call validates already; checking again here keeps this suite honest
+            // if that ever changes.
+            if let Err(problems) = tally_engine::schema::validate(tool, &envelope) {
+                panic!("{} envelope fails its schema: {problems:?}", tool.name());
+            }
+            redact(envelope)
+        }
         Err(e) => e.to_json(),
     }
 }

@@ -5,3 +5,4 @@ mod differential;
 mod fixture;
 mod paging;
 mod reference;
+mod snapshots;

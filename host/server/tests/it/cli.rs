@@ -1,0 +1,159 @@
+//! The command line: the same envelope as the tools, JSON errors on stderr, exit codes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn datasets() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets")
+}
+
+fn tally(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(args)
+        .arg("--datasets")
+        .arg(datasets())
+        .arg("--compact")
+        .output()
+        .expect("tally runs")
+}
+
+fn stdout_json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+fn stderr_json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stderr).unwrap_or_else(|e| {
+        panic!(
+            "stderr is not JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+#[test]
+fn summarize_with_repeated_and_json_flags() {
+    let o = tally(&[
+        "summarize",
+        "procedures",
+        "--group-by",
+        "[\"所管府省庁\"]",
+        "--metrics",
+        "count",
+        "--metrics",
+        "avg:オンライン率",
+        "--limit",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = stdout_json(&o);
+    assert_eq!(
+        v["data"]["columns"],
+        serde_json::json!(["所管府省庁", "count", "avg:オンライン率"])
+    );
+    assert_eq!(v["data"]["rows"][0][1], 13645);
+    assert!(
+        v["provenance"]["sources"][0]["contentHash"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("sha256:"))
+    );
+}
+
+#[test]
+fn query_with_where_order_and_paging() {
+    let o = tally(&[
+        "query",
+        "procedures",
+        "--where",
+        r#"{"手続類型": ["1 申請等"], "総手続件数": {"$gte": 1000}}"#,
+        "--order-by",
+        "-総手続件数",
+        "--select",
+        "手続ID",
+        "--select",
+        "総手続件数",
+        "--limit",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = stdout_json(&o);
+    let rows = v["data"]["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3);
+    let counts: Vec<i64> = rows.iter().map(|r| r[1].as_i64().expect("count")).collect();
+    assert!(
+        counts.windows(2).all(|w| w[0] >= w[1]),
+        "descending: {counts:?}"
+    );
+    let cursor = v["data"]["next_cursor"]
+        .as_str()
+        .expect("cursor")
+        .to_string();
+    let next = tally(&[
+        "query",
+        "procedures",
+        "--where",
+        r#"{"手続類型": ["1 申請等"], "総手続件数": {"$gte": 1000}}"#,
+        "--order-by",
+        "-総手続件数",
+        "--select",
+        "手続ID",
+        "--select",
+        "総手続件数",
+        "--limit",
+        "3",
+        "--cursor",
+        &cursor,
+    ]);
+    let n = stdout_json(&next);
+    assert_eq!(n["data"]["offset"], 3);
+}
+
+#[test]
+fn bad_input_exits_1_and_unknown_dataset_exits_2() {
+    let o = tally(&["summarize", "procedures", "--group-by", "総手続件数"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr_json(&o)["error"]["code"], "role_mismatch");
+
+    let o = tally(&["query", "procedures", "--where", "{not json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr_json(&o)["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not valid JSON"))
+    );
+
+    let o = tally(&["inspect", "procedure"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr_json(&o)["error"]["candidates"][0]["name"],
+        "procedures"
+    );
+    assert!(o.stdout.is_empty(), "nothing on stdout when refused");
+}
+
+#[test]
+fn list_cites_every_dataset() {
+    let o = tally(&["list"]);
+    assert!(o.status.success());
+    let v = stdout_json(&o);
+    let refs: Vec<&str> = v["data"]["datasets"]
+        .as_array()
+        .expect("datasets")
+        .iter()
+        .filter_map(|d| d["sourceRef"].as_str())
+        .collect();
+    let ids: Vec<&str> = v["provenance"]["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert!(!refs.is_empty());
+    assert!(refs.iter().all(|r| ids.contains(r)));
+}

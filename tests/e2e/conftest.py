@@ -1,0 +1,89 @@
+"""Shared fixtures: the real `tally` binary, served over stdio or streamable HTTP on 127.0.0.1."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tally_bin() -> str:
+    path = os.environ.get("TALLY_BIN") or str(ROOT / "target" / "debug" / "tally")
+    if not Path(path).is_file():
+        pytest.fail(f"tally binary not found at {path}; build it (cargo build) or set TALLY_BIN")
+    return path
+
+
+def datasets_dir() -> str:
+    return os.environ.get("TALLY_DATASETS") or str(ROOT / "datasets")
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+class HttpServer:
+    def __init__(self, *extra_args: str):
+        self.proc = subprocess.Popen(
+            [tally_bin(), "serve", "--http", "127.0.0.1:0", "--datasets", datasets_dir(), *extra_args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TALLY_LOG": "warn"},
+        )
+        self.port = None
+        deadline = time.monotonic() + 60
+        assert self.proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"tally serve exited with {self.proc.returncode}")
+                continue
+            m = re.search(r"serving MCP at http://127\.0\.0\.1:(\d+)/mcp", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            self.stop()
+            raise RuntimeError("tally serve did not report its address in time")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def http_server():
+    server = HttpServer()
+    yield server
+    server.stop()
+
+
+def stdio_params(*extra_args: str):
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(
+        command=tally_bin(),
+        args=["serve", "--datasets", datasets_dir(), *extra_args],
+        env={"TALLY_LOG": "warn", "PATH": os.environ.get("PATH", "")},
+    )
