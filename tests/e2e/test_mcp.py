@@ -104,17 +104,23 @@ async def test_loose_argument_forms_are_accepted(transport, mode, http_server):
 async def test_errors_teach(transport, mode, http_server):
     with anyio.fail_after(TIMEOUT):
         async with connect(transport, mode, http_server) as c:
-            r = await c.call_tool("query_records", {"dataset_id": "procedure"})
+            r = await c.call_tool("query_records", {"dataset_id": "budget2024"})
             assert r.is_error
             err = body(r)["error"]
             assert err["code"] == "unknown_dataset"
             assert err["candidates"][0]["name"] == "procedures"
             assert err["example"]["arguments"]["dataset_id"] == "procedures"
 
-            r = await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["所管省庁"]})
+            r = await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["府省"]})
             err = body(r)["error"]
             assert r.is_error and err["code"] == "unknown_field"
-            assert err["candidates"][0]["name"] == "所管府省庁"
+            assert "所管府省庁" in [c["name"] for c in err["candidates"]]
+            assert err["candidate_total"] == 38 and err["sample"]
+
+            r = await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["手続が行われるイベント"]})
+            err = body(r)["error"]
+            assert r.is_error and "ambiguous" in err["message"]
+            assert {c["name"] for c in err["candidates"][:2]} == {"手続が行われるイベント(個人)", "手続が行われるイベント(法人)"}
 
             r = await c.call_tool("query_records", {"dataset_id": "procedures", "where": {"オンライン化の実施状況": ["完了"]}})
             err = body(r)["error"]
@@ -124,6 +130,22 @@ async def test_errors_teach(transport, mode, http_server):
             with pytest.raises(MCPError) as e:
                 await c.call_tool("no_such_tool", {})
             assert e.value.code == -32602
+
+
+async def test_corrections_are_disclosed(transport, mode, http_server):
+    with anyio.fail_after(TIMEOUT):
+        async with connect(transport, mode, http_server) as c:
+            r = await c.call_tool(
+                "summarize_records",
+                {"dataset_id": "procedure", "group_by": ["所管省庁"], "where": {"オンライン化の実施状況": ["実施済"]}, "limit": 3},
+            )
+            env = body(r)
+            assert not r.is_error
+            resolved = {x["input"]: x["canonical"] for x in env["data"]["resolved_fields"]}
+            assert resolved == {"procedure": "procedures", "所管省庁": "所管府省庁", "実施済": "1 実施済"}
+            assert env["data"]["columns"][0] == "所管府省庁", "results use canonical names"
+            assert env["data"]["parameters"]["group_by"] == ["所管府省庁"]
+            assert sum("was read as" in w for w in env["provenance"]["warnings"]) == 3
 
 
 @pytest.mark.parametrize("transport_name", ["stdio", "http"])

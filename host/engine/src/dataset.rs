@@ -66,12 +66,71 @@ pub struct Dataset {
     inspect: OnceCell<Value>,
 }
 
+/// Distinct values of a field with their record counts, most frequent first.
+pub type ValueCounts = Arc<Vec<(String, usize)>>;
+
 /// The data of a dataset in memory, with the hidden columns added.
 #[derive(Debug)]
 pub struct Prepared {
     pub table: Arc<MemTable>,
+    /// The same data as the table (arrays are shared, not copied), for scans done in Rust.
+    pub batches: Vec<RecordBatch>,
     pub files: Vec<ServedFile>,
     pub rows: usize,
+    /// Distinct values (parts, for multi-value fields) with their record counts, per field,
+    /// computed when first needed.
+    values: std::sync::Mutex<std::collections::HashMap<usize, ValueCounts>>,
+}
+
+impl Prepared {
+    /// The distinct non-empty values of a text field with how many records have each, most
+    /// frequent first (for multi-value fields: the trimmed parts).
+    pub fn distinct_values(&self, def: &DatasetDef, field: usize) -> ValueCounts {
+        if let Ok(cache) = self.values.lock()
+            && let Some(v) = cache.get(&field)
+        {
+            return Arc::clone(v);
+        }
+        let separator = def.fields[field].multi_value.clone();
+        let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for batch in &self.batches {
+            let Some(col) = batch.column(field).as_any().downcast_ref::<StringArray>() else {
+                continue;
+            };
+            for i in 0..col.len() {
+                if !col.is_valid(i) {
+                    continue;
+                }
+                let v = col.value(i);
+                match &separator {
+                    Some(sep) => {
+                        let mut seen = std::collections::HashSet::new();
+                        for part in v
+                            .split(sep.as_str())
+                            .map(str::trim)
+                            .filter(|p| !p.is_empty())
+                        {
+                            if seen.insert(part) {
+                                *counts.entry(part.to_string()).or_default() += 1;
+                            }
+                        }
+                    }
+                    None => {
+                        if !v.trim().is_empty() {
+                            *counts.entry(v.to_string()).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let mut values: Vec<(String, usize)> = counts.into_iter().collect();
+        values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let values = Arc::new(values);
+        if let Ok(mut cache) = self.values.lock() {
+            cache.insert(field, Arc::clone(&values));
+        }
+        values
+    }
 }
 
 /// The type a declared field has in the prepared table.
@@ -267,12 +326,14 @@ impl Dataset {
             );
         }
         let rows = row as usize;
-        let table =
-            MemTable::try_new(schema, vec![out]).map_err(|e| EngineError::backend(id, e))?;
+        let table = MemTable::try_new(schema, vec![out.clone()])
+            .map_err(|e| EngineError::backend(id, e))?;
         Ok(Prepared {
             table: Arc::new(table),
+            batches: out,
             files: loaded.files,
             rows,
+            values: Default::default(),
         })
     }
 }

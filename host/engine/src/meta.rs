@@ -134,3 +134,56 @@ pub fn cap_rows(rows: &mut Vec<Vec<Value>>, max_bytes: usize) -> bool {
     }
     false
 }
+
+/// Values compared exactly on a field whose codelist is `auto` (the values in the data) that
+/// no record has: not an error (the answer is simply zero), but said, with the closest values
+/// that do exist, because a guessed value is the usual reason.
+pub fn unknown_value_hints(
+    prepared: &crate::dataset::Prepared,
+    def: &DatasetDef,
+    filters: &[tally_semantic::resolve::Filter],
+) -> Vec<String> {
+    use tally_semantic::request::Op;
+    let mut hints = Vec::new();
+    for filter in filters {
+        let field = &def.fields[filter.field];
+        if !matches!(field.codelist, Some(Codelist::Auto | Codelist::AutoSplit))
+            || field.data_type.is_numeric()
+        {
+            continue;
+        }
+        let values: Vec<String> = match &filter.op {
+            Op::In(vs) => vs.iter().map(|v| v.text()).collect(),
+            Op::Eq(v) | Op::Ne(v) => vec![v.text()],
+            _ => continue,
+        };
+        let existing = prepared.distinct_values(def, filter.field);
+        for v in values {
+            if existing.iter().any(|(e, _)| *e == v) {
+                continue;
+            }
+            let ranked = tally_semantic::names::rank(&v, existing.iter().map(|(e, _)| e.as_str()));
+            let closest: Vec<String> = ranked
+                .iter()
+                .take(5)
+                .map(|name| {
+                    let n = existing
+                        .iter()
+                        .find(|(e, _)| e == name)
+                        .map_or(0, |(_, n)| *n);
+                    format!("`{name}` ({n} records)")
+                })
+                .collect();
+            hints.push(format!(
+                "no record has `{v}` as {}; closest existing values: {}",
+                field.name,
+                if closest.is_empty() {
+                    "none".to_string()
+                } else {
+                    closest.join(", ")
+                }
+            ));
+        }
+    }
+    hints
+}

@@ -10,7 +10,9 @@ use crate::cursor;
 use crate::dataset::{Dataset, ROW_COL};
 use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
 use crate::error::EngineError;
-use crate::meta::{attach_common, cap_rows, echo, field_meta, is_uninformative};
+use crate::meta::{
+    attach_common, cap_rows, echo, field_meta, is_uninformative, unknown_value_hints,
+};
 use crate::plan::{Planner, conjunction};
 
 /// The part of a plan that identifies its result set and order (not its page size).
@@ -170,8 +172,11 @@ pub async fn run(
             "{returned} of {total} matching records returned; pass next_cursor for the next page"
         ));
     }
+    let mut hints = unknown_value_hints(&prepared, def, &plan.filters);
     if total == 0 && (!plan.filters.is_empty() || plan.q.is_some()) {
-        let hints = zero_hit_hints(&planner, &plan, &base, &conditions).await?;
+        hints.extend(zero_hit_hints(&planner, &plan, &base, &conditions).await?);
+    }
+    if !hints.is_empty() {
         for h in &hints {
             out.warn(h.clone());
         }

@@ -21,7 +21,7 @@ use crate::Engine;
 use crate::dataset::Dataset;
 use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
 use crate::error::EngineError;
-use crate::meta::{attach_common, cap_rows, echo, field_meta};
+use crate::meta::{attach_common, cap_rows, echo, field_meta, unknown_value_hints};
 use crate::plan::{Planner, conjunction};
 use crate::query::{HasConditions, zero_hit_hints};
 
@@ -398,8 +398,11 @@ pub async fn run(
             plan.limit
         ));
     }
+    let mut hints = unknown_value_hints(&prepared, def, &plan.filters);
     if matched == 0 && !row_filters.is_empty() {
-        let hints = zero_hit_hints(&planner, &plan, &base, &conditions).await?;
+        hints.extend(zero_hit_hints(&planner, &plan, &base, &conditions).await?);
+    }
+    if !hints.is_empty() {
         for h in &hints {
             out.warn(h.clone());
         }

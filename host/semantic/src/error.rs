@@ -71,9 +71,12 @@ pub struct RequestError {
     /// Ranked, best first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<Candidate>,
-    /// How many valid names there are in all (the candidates may be a sample).
+    /// How many valid names there are in all (the candidates are only the closest).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidate_total: Option<usize>,
+    /// Some valid names, in the dataset's order, beside the ranked candidates.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sample: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
     /// A call that works, as `{"tool": …, "arguments": …}`.
@@ -89,6 +92,7 @@ impl RequestError {
             parameter: None,
             candidates: Vec::new(),
             candidate_total: None,
+            sample: Vec::new(),
             hint: None,
             example: None,
         }
@@ -111,6 +115,15 @@ impl RequestError {
     pub fn candidates(mut self, candidates: Vec<Candidate>, total: usize) -> RequestError {
         self.candidates = candidates;
         self.candidate_total = Some(total);
+        self
+    }
+
+    pub fn sample<'a>(
+        mut self,
+        names: impl IntoIterator<Item = &'a str>,
+        size: usize,
+    ) -> RequestError {
+        self.sample = names.into_iter().take(size).map(str::to_string).collect();
         self
     }
 

@@ -1,9 +1,12 @@
 //! Matching what a caller typed against a closed vocabulary (dataset ids, field names, metric
 //! kinds, computed measures, result columns).
 //!
-//! Order: exact → Unicode NFKC + trim + case fold. A name that matches neither is refused with
-//! ranked candidates; close-match correction comes with the resolution issue and will sit here.
-//! Free-text data values never pass through this module.
+//! Order: exact → Unicode NFKC + trim + case fold → a close match, only when it scores above
+//! [`FUZZY_THRESHOLD`] *and* beats the runner-up by [`FUZZY_MARGIN`], and never for names of
+//! [`MAX_UNFUZZY_CHARS`] characters or fewer (too short to tell a typo from another word). A
+//! tie is never broken by guessing: `手続が行われるイベント` is as close to `…(個人)` as to
+//! `…(法人)`, so it is refused with both as candidates. Every match other than an exact one is
+//! reported by the caller. Free-text data values never pass through this module.
 
 use unicode_normalization::UnicodeNormalization;
 
@@ -13,12 +16,21 @@ pub fn normalize(s: &str) -> String {
     s.nfkc().collect::<String>().trim().to_lowercase()
 }
 
+/// Lowest similarity at which a name is corrected.
+pub const FUZZY_THRESHOLD: f64 = 0.75;
+/// How much the best candidate must beat the second best by to be corrected.
+pub const FUZZY_MARGIN: f64 = 0.1;
+/// Names this short are never fuzzy-matched (as input or as candidate).
+pub const MAX_UNFUZZY_CHARS: usize = 2;
+
 /// How an input matched its canonical name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Match {
     Exact,
     /// Equal after NFKC + trim + case fold: reported in `resolved_fields`.
     Normalized,
+    /// A close, unambiguous match (a typo): reported in `resolved_fields` and as a warning.
+    Fuzzy,
 }
 
 /// An input resolved to a name of the vocabulary.
@@ -50,7 +62,89 @@ where
             how: Match::Normalized,
         });
     }
+    if let Some(best) = fuzzy(&wanted, names.clone()) {
+        return Ok(Resolved {
+            canonical: best,
+            how: Match::Fuzzy,
+        });
+    }
     Err(rank(input, names))
+}
+
+/// The one clearly closest name, if the threshold, margin and length rules allow a correction.
+///
+/// Scores are plain edit similarity (no bonus for containment). Beyond threshold and margin, a
+/// correction is refused when
+/// - the input is a word found inside several names (`手続件数` in `総手続件数`,
+///   `オンライン手続件数`, …): a generic term, not a typo — unless the closest name only adds
+///   one final character (`procedure` → `procedures`);
+/// - its numbers differ from the name's (`survey-r5` is another data set than `survey-r6`);
+/// - it holds characters no name has that typos do not produce: control or invisible
+///   characters, ASCII punctuation (`;`, `"`, `-`), or letters of a script the vocabulary
+///   does not use (a Cyrillic `е` in a Latin name).
+pub fn fuzzy<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    if wanted.chars().count() <= MAX_UNFUZZY_CHARS {
+        return None;
+    }
+    let names: Vec<(&str, String)> = names.into_iter().map(|n| (n, normalize(n))).collect();
+    if suspicious(wanted, names.iter().map(|(_, n)| n.as_str())) {
+        return None;
+    }
+    let mut best: Option<(f64, usize)> = None;
+    let mut second = 0.0f64;
+    for (i, (_, normalized)) in names.iter().enumerate() {
+        let score = strsim::normalized_damerau_levenshtein(wanted, normalized);
+        match best {
+            Some((b, _)) if score <= b => second = second.max(score),
+            _ => {
+                if let Some((b, _)) = best {
+                    second = second.max(b);
+                }
+                best = Some((score, i));
+            }
+        }
+    }
+    let (score, i) = best?;
+    let (name, normalized) = &names[i];
+    let containing = names.iter().filter(|(_, n)| n.contains(wanted)).count();
+    let truncated = normalized
+        .strip_prefix(wanted)
+        .is_some_and(|rest| rest.chars().count() == 1);
+    let eligible = normalized.chars().count() > MAX_UNFUZZY_CHARS
+        && (digits(wanted).is_empty() || digits(wanted) == digits(normalized))
+        && (containing <= 1 || truncated);
+    (eligible && score >= FUZZY_THRESHOLD && score - second >= FUZZY_MARGIN).then_some(*name)
+}
+
+fn digits(s: &str) -> String {
+    s.chars().filter(char::is_ascii_digit).collect()
+}
+
+/// Characters that make a close match a likely trick rather than a typo (see [`fuzzy`]).
+fn suspicious<'a>(wanted: &str, vocabulary: impl Iterator<Item = &'a str> + Clone) -> bool {
+    let script = |c: char| match c as u32 {
+        0x0370..=0x03FF => 1, // Greek
+        0x0400..=0x052F => 2, // Cyrillic
+        _ => 0,
+    };
+    // Punctuation that quotes, ends or comments out statements, or walks paths; `-`, `_`, `.`
+    // alone are ordinary typos and pass.
+    let quoting = |c: char| {
+        matches!(
+            c,
+            ';' | '\'' | '"' | '`' | '\\' | '/' | '<' | '>' | '{' | '}' | '|' | '='
+        )
+    };
+    wanted.contains("--")
+        || wanted.contains("/*")
+        || wanted.contains("..")
+        || wanted.chars().any(|c| {
+            let odd = c.is_control()
+                || matches!(c as u32, 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x2064 | 0xFEFF)
+                || quoting(c)
+                || script(c) != 0;
+            odd && !vocabulary.clone().any(|n| n.contains(c))
+        })
 }
 
 /// The vocabulary ordered by similarity to `input`, best first; ties keep vocabulary order.
@@ -125,6 +219,101 @@ mod tests {
     fn ranking_puts_the_typo_first() {
         let ranked = rank("所管省庁", ["手続名", "所管府省庁", "法令名"]);
         assert_eq!(ranked[0], "所管府省庁");
+    }
+
+    #[test]
+    fn a_clear_typo_is_corrected() {
+        let vocab = [
+            "所管府省庁",
+            "手続名",
+            "オンライン化の実施予定及び検討時の懸念点",
+            "オンライン化実施時期",
+        ];
+        let r = resolve("オンライン化の実施予定及び検討時の憸念点", vocab).expect("corrected");
+        assert_eq!(r.canonical, "オンライン化の実施予定及び検討時の懸念点");
+        assert_eq!(r.how, Match::Fuzzy);
+        assert_eq!(
+            resolve("所管省庁", vocab).map(|r| r.canonical),
+            Ok("所管府省庁")
+        );
+    }
+
+    #[test]
+    fn a_tie_is_never_corrected() {
+        let vocab = [
+            "手続が行われるイベント(個人)",
+            "手続が行われるイベント(法人)",
+            "手続名",
+        ];
+        let ranked = resolve("手続が行われるイベント", vocab).expect_err("a tie is refused");
+        assert_eq!(
+            &ranked[..2],
+            [
+                "手続が行われるイベント(個人)",
+                "手続が行われるイベント(法人)"
+            ]
+        );
+        // Near-ties (within the margin) are refused too.
+        let vocab = ["オンライン手続件数", "非オンライン手続件数", "総手続件数"];
+        // A word inside several names is a generic term, not a typo…
+        assert!(resolve("手続件数", vocab).is_err());
+        // …unless only a final character is missing.
+        assert_eq!(
+            resolve("procedure", ["procedures", "procedures-survey-r6"]).map(|r| r.canonical),
+            Ok("procedures")
+        );
+    }
+
+    #[test]
+    fn short_names_are_never_fuzzy() {
+        assert!(
+            resolve("ab", ["abc", "xyz"]).is_err(),
+            "input of 2 characters"
+        );
+        assert!(resolve("年度", ["年度末", "会計"]).is_err());
+        assert!(
+            resolve("idx", ["id", "name"]).is_err(),
+            "candidate of 2 characters"
+        );
+        assert_eq!(
+            resolve("ID", ["id", "name"]).map(|r| r.how),
+            Ok(Match::Normalized),
+            "case folding still applies"
+        );
+    }
+
+    #[test]
+    fn numbers_and_odd_characters_are_never_corrected_away() {
+        let ids = ["procedures", "procedures-survey-r6"];
+        assert!(
+            resolve("procedures-survey-r5", ids).is_err(),
+            "another round, not a typo"
+        );
+        assert!(resolve("procеdures", ids).is_err(), "Cyrillic е");
+        assert!(resolve("procedures\0", ids).is_err(), "a control character");
+        assert!(
+            resolve("所管府\u{200b}省庁", ["所管府省庁"]).is_err(),
+            "a zero-width space"
+        );
+        assert!(
+            resolve("所管府省庁;--", ["所管府省庁"]).is_err(),
+            "punctuation"
+        );
+        assert_eq!(
+            resolve(
+                "添付書類等提出の撤廃/省略状態",
+                ["添付書類等提出の撤廃/省略状況", "手続名"]
+            )
+            .map(|r| r.canonical),
+            Ok("添付書類等提出の撤廃/省略状況"),
+            "punctuation the names have is fine"
+        );
+    }
+
+    #[test]
+    fn below_the_threshold_is_refused() {
+        assert!(resolve("ministry", ["所管府省庁", "手続名"]).is_err());
+        assert!(resolve("sum", ["count", "avg"]).is_err());
     }
 
     #[test]

@@ -339,18 +339,23 @@ impl Args {
         let known = tool.parameters();
         for key in map.keys() {
             if !known.contains(&key.as_str()) {
+                let near = synonym(key)
+                    .filter(|s| known.contains(s))
+                    .or_else(|| suggest(key, known.iter().copied()));
+                let mut ranked = crate::names::rank(key, known.iter().copied());
+                if let Some(n) = near {
+                    ranked.retain(|k| *k != n);
+                    ranked.insert(0, n);
+                }
                 let mut err = RequestError::new(
                     ErrorCode::UnknownParameter,
                     format!("{} has no parameter `{key}`", tool.name()),
                 )
                 .at(key.clone())
                 .candidates(
-                    known.iter().map(|k| Candidate::new(*k)).collect(),
+                    ranked.iter().map(|k| Candidate::new(*k)).collect(),
                     known.len(),
                 );
-                let near = synonym(key)
-                    .filter(|s| known.contains(s))
-                    .or_else(|| suggest(key, known.iter().copied()));
                 if let Some(near) = near {
                     err = err.hint(format!("did you mean `{near}`?"));
                 }
@@ -381,7 +386,7 @@ impl Args {
             )
             .hint("call list_datasets to see the dataset ids")
             .example("list_datasets", serde_json::json!({}))),
-            Some(Value::String(s)) => bounded(s.trim(), MAX_NAME_CHARS, "dataset_id"),
+            Some(Value::String(s)) => bounded(s, MAX_NAME_CHARS, "dataset_id"),
             Some(other) => Err(RequestError::invalid(
                 "dataset_id",
                 format!("`dataset_id` must be a string, found {}", kind(other)),
@@ -445,7 +450,8 @@ impl Args {
         let mut out: Vec<String> = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
             let name = match item {
-                Value::String(s) => bounded(s.trim(), MAX_NAME_CHARS, &format!("{key}[{i}]"))?,
+                // Kept as typed: trimming is part of name resolution, which reports it.
+                Value::String(s) => bounded(s, MAX_NAME_CHARS, &format!("{key}[{i}]"))?,
                 Value::Number(n) => n.to_string(),
                 other => {
                     return Err(RequestError::invalid(
@@ -457,7 +463,7 @@ impl Args {
                     ));
                 }
             };
-            if name.is_empty() {
+            if name.trim().is_empty() {
                 continue;
             }
             // A repeated name changes nothing in the result: keep the first.
@@ -520,16 +526,25 @@ impl Args {
             None => value,
         };
         let Value::Object(map) = value else {
+            let hint = match value.as_str().and_then(sql_to_json) {
+                Some(json) => {
+                    format!("this looks like SQL; write it as a JSON object: \"{key}\": {json}")
+                }
+                None => format!(
+                    "e.g. \"{key}\": {{\"<field>\": [\"exact value\"], \"<other field>\": {{\"$gte\": 10}}}}"
+                ),
+            };
             return Err(RequestError::invalid(
                 key,
                 format!(
-                    "`{key}` must be an object mapping names to conditions, found {}",
-                    kind(value)
+                    "`{key}` must be an object mapping names to conditions (or that object as a JSON string), found {}",
+                    match value {
+                        Value::String(_) => "a string that is not a JSON object".to_string(),
+                        other => kind(other).to_string(),
+                    }
                 ),
             )
-            .hint(format!(
-                "e.g. \"{key}\": {{\"<field>\": [\"exact value\"], \"<other field>\": {{\"$gte\": 10}}}}"
-            )));
+            .hint(hint));
         };
         if map.len() > MAX_CONDITIONS {
             return Err(RequestError::invalid(
@@ -543,7 +558,7 @@ impl Args {
         let mut out = Vec::new();
         for (target, cond) in map {
             let path = format!("{key}.{target}");
-            let target = bounded(target.trim(), MAX_NAME_CHARS, &path)?;
+            let target = bounded(target, MAX_NAME_CHARS, &path)?;
             for op in parse_condition(cond, &path)? {
                 out.push(Condition {
                     target: target.clone(),
@@ -552,6 +567,90 @@ impl Args {
             }
         }
         Ok(out)
+    }
+}
+
+/// The JSON form of a simple SQL condition (`A = 'x' AND B >= 10 AND C LIKE '%y%'`), to show
+/// a caller how to write it; never executed.
+fn sql_to_json(sql: &str) -> Option<String> {
+    let mut out = Map::new();
+    let lower = sql.to_lowercase();
+    let mut clauses = Vec::new();
+    let mut rest = sql;
+    let mut lower_rest = lower.as_str();
+    while let Some(i) = lower_rest.find(" and ") {
+        clauses.push(&rest[..i]);
+        rest = &rest[i + 5..];
+        lower_rest = &lower_rest[i + 5..];
+    }
+    clauses.push(rest);
+    let unquote = |v: &str| -> Value {
+        let v = v.trim();
+        if let Some(inner) = v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
+            return Value::String(inner.to_string());
+        }
+        if let Some(inner) = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+            return Value::String(inner.to_string());
+        }
+        if let Ok(i) = v.parse::<i64>() {
+            return Value::from(i);
+        }
+        match v.parse::<f64>() {
+            Ok(n) => {
+                serde_json::Number::from_f64(n).map_or(Value::String(v.to_string()), Value::Number)
+            }
+            Err(_) => Value::String(v.to_string()),
+        }
+    };
+    let field = |f: &str| f.trim().trim_matches('"').trim_matches('`').to_string();
+    for clause in clauses {
+        let c = clause.trim();
+        let cl = c.to_lowercase();
+        if let Some(i) = cl.find(" like ") {
+            let pattern = unquote(&c[i + 6..]);
+            let text = pattern.as_str()?.trim_matches('%').to_string();
+            out.insert(field(&c[..i]), Value::String(text));
+            continue;
+        }
+        if let Some(i) = cl.find(" in (") {
+            let inner = c[i + 5..].trim_end().strip_suffix(')')?;
+            let values: Vec<Value> = inner.split(',').map(unquote).collect();
+            out.insert(field(&c[..i]), Value::Array(values));
+            continue;
+        }
+        let ops = [
+            (">=", "$gte"),
+            ("<=", "$lte"),
+            ("!=", "$ne"),
+            ("<>", "$ne"),
+            (">", "$gt"),
+            ("<", "$lt"),
+            ("=", ""),
+        ];
+        let (i, sym, op) = ops
+            .iter()
+            .find_map(|(sym, op)| c.find(sym).map(|i| (i, *sym, *op)))?;
+        let value = unquote(&c[i + sym.len()..]);
+        let name = field(&c[..i]);
+        if name.is_empty() {
+            return None;
+        }
+        let condition = match (op, &value) {
+            ("", Value::String(_)) => Value::Array(vec![value]),
+            ("", _) => value,
+            (op, _) => serde_json::json!({ op: value }),
+        };
+        out.insert(name, condition);
+    }
+    (!out.is_empty()).then(|| Value::Object(out).to_string())
+}
+
+/// An operator as typed, with the `$` it may lack, for ranking candidates.
+fn probe_for_rank(op: &str) -> String {
+    if op.starts_with('$') {
+        op.to_string()
+    } else {
+        format!("${op}")
     }
 }
 
@@ -717,7 +816,10 @@ fn parse_condition(cond: &Value, path: &str) -> Result<Vec<Op>, RequestError> {
                         )
                         .at(op_path)
                         .candidates(
-                            OPERATORS.iter().map(|o| Candidate::new(*o)).collect(),
+                            crate::names::rank(&probe_for_rank(other), OPERATORS.iter().copied())
+                                .into_iter()
+                                .map(Candidate::new)
+                                .collect(),
                             OPERATORS.len(),
                         );
                         err = match valid.iter().find(|v| **v == probe).copied().or_else(|| suggest(&probe, valid.iter().copied())) {

@@ -155,6 +155,7 @@ pub fn resolve_dataset<'a>(
             )
             .at("dataset_id")
             .candidates(candidates, ids.len())
+            .sample(ids.iter().copied(), SAMPLE_SIZE)
             .hint("call list_datasets to see every dataset and its title");
             err = match ranked.first() {
                 Some(best) => err.example("inspect_dataset", json!({ "dataset_id": best })),
@@ -166,7 +167,7 @@ pub fn resolve_dataset<'a>(
 }
 
 fn resolution(parameter: &str, input: &str, r: names::Resolved<'_>) -> Option<Resolution> {
-    (r.how == Match::Normalized).then(|| Resolution {
+    (r.how != Match::Exact).then(|| Resolution {
         parameter: parameter.to_string(),
         input: input.to_string(),
         canonical: r.canonical.to_string(),
@@ -206,12 +207,33 @@ impl<'d> Resolver<'d> {
                 Candidate::described(*name, def.field(name).and_then(|f| f.desc.as_deref()))
             })
             .collect();
-        let mut err = RequestError::new(
-            ErrorCode::UnknownField,
-            format!("dataset `{}` has no field `{input}`", def.id),
-        )
-        .at(parameter.to_string())
-        .candidates(candidates, def.fields.len());
+        let wanted = normalize(input);
+        let containing: Vec<&str> = ranked
+            .iter()
+            .copied()
+            .filter(|n| {
+                wanted.chars().count() > names::MAX_UNFUZZY_CHARS && normalize(n).contains(&wanted)
+            })
+            .collect();
+        let message = if containing.len() > 1 {
+            format!(
+                "`{input}` is ambiguous in dataset `{}`: it fits {} fields ({}); name one exactly",
+                def.id,
+                containing.len(),
+                containing
+                    .iter()
+                    .take(MAX_CANDIDATES)
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            format!("dataset `{}` has no field `{input}`", def.id)
+        };
+        let mut err = RequestError::new(ErrorCode::UnknownField, message)
+            .at(parameter.to_string())
+            .candidates(candidates, def.fields.len())
+            .sample(def.fields.iter().map(|f| f.name.as_str()), SAMPLE_SIZE);
         let ascii_guess = input.is_ascii() && def.fields.iter().all(|f| !f.name.is_ascii());
         err = if ascii_guess {
             err.hint(format!(
@@ -284,29 +306,34 @@ impl<'d> Resolver<'d> {
     fn check_operand(&mut self, field_id: FieldId, op: Op) -> Result<Op, RequestError> {
         let field = &self.def.fields[field_id];
         let parameter = format!("where.{}", field.name);
-        if op.is_ordering() && field.data_type.is_numeric() {
-            let value = match &op {
-                Op::Gt(v) | Op::Gte(v) | Op::Lt(v) | Op::Lte(v) => v,
-                _ => unreachable_op(),
+        if field.data_type.is_numeric() && (op.is_ordering() || op.is_exact()) {
+            // A number sent as text is refused rather than guessed: "100" may be a typo for
+            // a substring search, and silently comparing text with numbers hides mistakes.
+            let values: Vec<&Scalar> = match &op {
+                Op::Gt(v) | Op::Gte(v) | Op::Lt(v) | Op::Lte(v) | Op::Eq(v) | Op::Ne(v) => vec![v],
+                Op::In(vs) => vs.iter().collect(),
+                _ => Vec::new(),
             };
-            let Some(n) = value.number() else {
-                return Err(RequestError::invalid(
-                    format!("{parameter}.{}", op.name()),
-                    format!("`{}` is numeric; `{}` needs a number, found `{}`", field.name, op.name(), value.text()),
-                )
-                .example(self.tool, json!({ "dataset_id": self.def.id, "where": { field.name.clone(): { op.name(): 100 } } })));
-            };
-            let number = if n.fract() == 0.0 && n.abs() < 9.0e15 {
-                Scalar::Int(n as i64)
-            } else {
-                Scalar::Float(n)
-            };
-            return Ok(match op {
-                Op::Gt(_) => Op::Gt(number),
-                Op::Gte(_) => Op::Gte(number),
-                Op::Lt(_) => Op::Lt(number),
-                _ => Op::Lte(number),
-            });
+            for value in values {
+                if !matches!(value, Scalar::Int(_) | Scalar::Float(_)) {
+                    let found = match value {
+                        Scalar::Str(t) => format!("the string \"{t}\""),
+                        other => format!("`{}`", other.text()),
+                    };
+                    return Err(RequestError::invalid(
+                        format!("{parameter}.{}", op.name()),
+                        format!(
+                            "`{}` is a number field ({}); `{}` needs a JSON number, found {found}",
+                            field.name,
+                            field.data_type.as_str(),
+                            op.name()
+                        ),
+                    )
+                    .hint("send the number without quotes; to search the digits as text use a plain string, e.g. {\"F\": \"100\"}")
+                    .example(self.tool, json!({ "dataset_id": self.def.id, "where": { field.name.clone(): { "$gte": 100 } } })));
+                }
+            }
+            return Ok(op);
         }
         if !op.is_exact() {
             return Ok(op);
@@ -374,11 +401,32 @@ impl<'d> Resolver<'d> {
                 Ok(Scalar::Str(code.to_string()))
             }
             None => {
-                let candidates = codes
+                // Closest first: the input compared with each code and with its label.
+                let mut ranked: Vec<(f64, usize)> = codes
                     .iter()
-                    .map(|c| Candidate::described(c.value.clone(), c.description.as_deref()))
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let by_value = names::similarity(&wanted, &normalize(&c.value));
+                        let by_label = c
+                            .label()
+                            .map_or(0.0, |l| names::similarity(&wanted, &normalize(l)));
+                        (by_value.max(by_label), i)
+                    })
                     .collect();
-                let first = codes.first().map(|c| c.value.clone()).unwrap_or_default();
+                ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                let candidates: Vec<Candidate> = ranked
+                    .iter()
+                    .map(|(_, i)| {
+                        Candidate::described(
+                            codes[*i].value.clone(),
+                            codes[*i].description.as_deref(),
+                        )
+                    })
+                    .collect();
+                let first = candidates
+                    .first()
+                    .map(|c| c.name.clone())
+                    .unwrap_or_default();
                 Err(RequestError::new(
                     ErrorCode::InvalidCode,
                     format!("`{text}` is not a code of `{}`", field.name),
@@ -412,18 +460,32 @@ impl<'d> Resolver<'d> {
             (Some(f), None) => format!("sum:{f}"),
             (None, None) => "count".to_string(),
         };
+        let kind = match names::resolve(&kind, METRIC_KINDS.iter().copied()) {
+            Ok(r) => r.canonical.to_string(),
+            Err(_) => metric_synonym(&kind).map(str::to_string).unwrap_or(kind),
+        };
         if !METRIC_KINDS.contains(&kind.as_str()) {
             let err = RequestError::new(ErrorCode::UnknownMetric, format!("unknown metric `{input}`"))
                 .at("metrics")
-                .candidates(self.metric_candidates(), self.metric_candidates().len())
+                .candidates(
+                    self.ranked_metric_candidates(input).into_iter().take(MAX_CANDIDATES).collect(),
+                    self.metric_candidates().len(),
+                )
                 .hint("a metric is `count`, or `sum:F`, `avg:F`, `min:F`, `max:F` with F a measure, or `avg:<computed measure>`");
             return Err(self.example_with(err, "metrics", &example_metric));
         }
         if kind == "count" {
             if target.is_some() {
-                let err =
-                    RequestError::invalid("metrics", format!("`{input}`: count takes no field"))
-                        .hint("write `count`; it counts the rows of each group");
+                let err = RequestError::new(
+                    ErrorCode::UnknownMetric,
+                    format!("`{input}`: count takes no field"),
+                )
+                .at("metrics")
+                .candidates(
+                    vec![Candidate::described("count", Some("rows in each group"))],
+                    1,
+                )
+                .hint("write `count`; it counts the rows of each group");
                 return Err(self.example_with(err, "metrics", "count"));
             }
             return Ok(Metric::Count);
@@ -451,6 +513,7 @@ impl<'d> Resolver<'d> {
                         format!("`{input}`: `{}` is a computed measure (a ratio); it can only be averaged", r.canonical),
                     )
                     .at("metrics")
+                    .candidates(vec![Candidate::new(format!("avg:{}", r.canonical))], 1)
                     .hint(format!("use `avg:{}`", r.canonical));
                     return Err(self.example_with(err, "metrics", &format!("avg:{}", r.canonical)));
                 }
@@ -515,6 +578,15 @@ impl<'d> Resolver<'d> {
         })
     }
 
+    /// Every valid metric, closest to `input` first.
+    fn ranked_metric_candidates(&self, input: &str) -> Vec<Candidate> {
+        let all = self.metric_candidates();
+        names::rank(input, all.iter().map(|c| c.name.as_str()))
+            .iter()
+            .filter_map(|n| all.iter().find(|c| c.name == *n).cloned())
+            .collect()
+    }
+
     fn metric_candidates(&self) -> Vec<Candidate> {
         let def = self.def;
         let mut out = vec![Candidate::described("count", Some("rows in each group"))];
@@ -533,17 +605,24 @@ impl<'d> Resolver<'d> {
     }
 }
 
+/// Words other tools use for our metric kinds.
+fn metric_synonym(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "mean" | "average" | "ave" => "avg",
+        "total" => "sum",
+        "minimum" => "min",
+        "maximum" => "max",
+        "cnt" | "number" => "count",
+        _ => return None,
+    })
+}
+
 /// The part after the colon, as typed (names are resolved separately).
 fn input_target(input: &str) -> String {
     input
         .split_once([':', '：'])
         .map(|(_, t)| t.trim().to_string())
         .unwrap_or_default()
-}
-
-fn unreachable_op() -> ! {
-    // Only called after `is_ordering()` matched one of the four ordering operators.
-    unreachable!("ordering operator expected")
 }
 
 /// Resolves a `query_records` call against `def`.
@@ -570,7 +649,20 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
     let mut order_by: Vec<Sort> = Vec::new();
     for key in &args.order_by {
         let (name, descending) = parse_order_key(key);
+        let before = r.resolved.len();
         let field = r.field(name, "order_by")?;
+        // Report the whole key as typed (`-総手続き件数` → `-総手続件数`).
+        let sign = if descending { "-" } else { "" };
+        if let Some(res) = r.resolved.get_mut(before) {
+            res.input = key.clone();
+            res.canonical = format!("{sign}{}", res.canonical);
+        } else if *key != format!("{sign}{name}") {
+            r.resolved.push(Resolution {
+                parameter: "order_by".into(),
+                input: key.clone(),
+                canonical: format!("{sign}{name}"),
+            });
+        }
         if !order_by.iter().any(|s| s.field == field) {
             order_by.push(Sort { field, descending });
         }
@@ -628,7 +720,7 @@ pub fn resolve_summarize(
     for input in &metric_inputs {
         let m = r.metric(input)?;
         let column = m.column(def);
-        if column != input.trim() {
+        if column != *input {
             r.resolved.push(Resolution {
                 parameter: "metrics".into(),
                 input: input.clone(),
@@ -735,12 +827,38 @@ pub fn resolve_summarize(
     columns.extend(group_by.iter().map(|g| def.fields[*g].name.clone()));
     let mut having = Vec::with_capacity(args.having.len());
     for cond in args.having {
-        let canonical = match names::resolve(&cond.target, columns.iter().map(String::as_str)) {
-            Ok(res) => {
-                if let Some(x) = resolution("having", &cond.target, res) {
-                    r.resolved.push(x);
+        // A metric column written with a typo resolves like one in `metrics` (with the same
+        // guards), and must then be a column of this summary.
+        let as_metric = |target: &str| {
+            let mut probe = Resolver {
+                def,
+                tool: "summarize_records",
+                resolved: Vec::new(),
+                notices: Vec::new(),
+            };
+            probe
+                .metric(target)
+                .ok()
+                .map(|m| m.column(def))
+                .filter(|c| columns.contains(c))
+        };
+        let found = match names::resolve(&cond.target, columns.iter().map(String::as_str)) {
+            Ok(res) if res.how != Match::Fuzzy => Ok(res.canonical.to_string()),
+            // `kind:F` goes through metric resolution only, never a fuzzy column match.
+            _ if cond.target.contains([':', '：']) => as_metric(&cond.target)
+                .ok_or_else(|| names::rank(&cond.target, columns.iter().map(String::as_str))),
+            other => other.map(|res| res.canonical.to_string()),
+        };
+        let canonical = match found {
+            Ok(canonical) => {
+                if canonical != cond.target {
+                    r.resolved.push(Resolution {
+                        parameter: "having".into(),
+                        input: cond.target.clone(),
+                        canonical: canonical.clone(),
+                    });
                 }
-                res.canonical.to_string()
+                canonical
             }
             Err(ranked) => {
                 let candidates = ranked

@@ -4,5 +4,6 @@ mod cases;
 mod differential;
 mod fixture;
 mod paging;
+mod provenance;
 mod reference;
 mod snapshots;

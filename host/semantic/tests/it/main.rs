@@ -2,5 +2,6 @@
 
 mod definitions;
 mod harness;
+mod perturbations;
 mod reference;
 mod requests;

@@ -128,7 +128,7 @@ fn bad_input_exits_1_and_unknown_dataset_exits_2() {
             .is_some_and(|m| m.contains("not valid JSON"))
     );
 
-    let o = tally(&["inspect", "procedure"]);
+    let o = tally(&["inspect", "budget2024"]);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         stderr_json(&o)["error"]["candidates"][0]["name"],
