@@ -29,9 +29,9 @@ def anyio_backend():
 
 
 class HttpServer:
-    def __init__(self, *extra_args: str):
+    def __init__(self, *extra_args: str, datasets: str | None = None):
         self.proc = subprocess.Popen(
-            [tally_bin(), "serve", "--http", "127.0.0.1:0", "--datasets", datasets_dir(), *extra_args],
+            [tally_bin(), "serve", "--http", "127.0.0.1:0", "--datasets", datasets or datasets_dir(), *extra_args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

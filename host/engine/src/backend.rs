@@ -127,9 +127,30 @@ impl Backend for ParquetBackend {
         let relative = self.relative.clone();
         let modified = self.footer.modified;
         // Decoding is CPU work: keep it off the async workers.
+        let registered = self.footer.footer_bytes.clone();
+        let registered_size = self.footer.size;
         tokio::task::spawn_blocking(move || {
-            let data = tally_plugin_parquet::read_data(&path, &indices)
-                .map_err(|e| EngineError::backend(&dataset, e))?;
+            let stale = |message: &str| EngineError::Stale {
+                dataset: dataset.clone(),
+                message: message.to_string(),
+            };
+            let data = match tally_plugin_parquet::read_data(&path, &indices) {
+                Ok(d) => d,
+                Err(tally_plugin_parquet::Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    return Err(stale("its data file was removed"));
+                }
+                Err(e) => return Err(EngineError::backend(&dataset, e)),
+            };
+            // The file may have been replaced since it was registered (the watcher will pick
+            // up the new version): never serve bytes under another version's name.
+            let len = data.bytes.len() as u64;
+            if len != registered_size || !data.bytes.ends_with(&registered) {
+                return Err(stale(
+                    "its data file changed after this version was registered",
+                ));
+            }
             let sha256 = sha256_hex(&data.bytes);
             let size = data.bytes.len() as u64;
             let table = MemTable::try_new(data.schema.clone(), vec![data.batches])

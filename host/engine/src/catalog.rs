@@ -8,11 +8,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tally_semantic::definition::{BackendKind, DateValue, Diagnostic, Severity, load_definition};
+use tally_semantic::definition::{BackendKind, DateValue, Diagnostic, load_definition};
 use tally_semantic::names;
 
 use crate::backend::{Backend, ParquetBackend};
@@ -32,6 +33,9 @@ pub struct Broken {
     pub file: String,
     /// Each problem: line, key path, message and fix.
     pub problems: Vec<Problem>,
+    /// When an earlier version of this folder was valid, it keeps serving: its version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving_version: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -65,19 +69,106 @@ impl Problem {
     }
 }
 
-/// Every dataset of a directory, at one moment.
+/// Why a folder could not be registered.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub problems: Vec<Problem>,
+    /// The file may still be being written (YAML that does not parse, a Parquet file without
+    /// a complete footer): retried once writes settle, not reported before.
+    pub maybe_incomplete: bool,
+}
+
+impl From<Vec<Problem>> for Refusal {
+    fn from(problems: Vec<Problem>) -> Self {
+        Refusal {
+            problems,
+            maybe_incomplete: false,
+        }
+    }
+}
+
+/// What became of one folder at the last scan.
+#[derive(Debug, Clone, Default)]
+struct FolderState {
+    /// The folder's files (names, sizes, times) when last read; `None` reads it again.
+    stamp: Option<String>,
+    served: Option<Arc<Dataset>>,
+    broken: Option<Broken>,
+    disabled: bool,
+}
+
+/// Every dataset of a directory, at one moment. Immutable: a change builds a new catalog,
+/// swapped in whole, so a call sees one consistent snapshot from start to end.
 #[derive(Debug, Default)]
 pub struct Catalog {
     pub datasets: BTreeMap<String, Arc<Dataset>>,
     pub broken: Vec<Broken>,
-    /// Datasets switched off with `enabled: false`.
+    /// Folders switched off with `enabled: false`.
     pub disabled: Vec<String>,
+    /// Folders whose files are still being written; retried when writes settle.
+    pub pending: Vec<String>,
+    folders: BTreeMap<String, FolderState>,
+}
+
+/// How a scan changed the catalog.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub added: Vec<String>,
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+    /// Folders newly reported broken (or whose problems changed).
+    pub broken: Vec<String>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.updated.is_empty()
+            && self.removed.is_empty()
+            && self.broken.is_empty()
+    }
+}
+
+/// The files of a folder as (name, size, modified) — cheap to read, and changed by any write —
+/// plus the newest modification time.
+fn stamp(folder: &Path) -> (String, Option<SystemTime>) {
+    let mut parts: Vec<String> = Vec::new();
+    let mut newest: Option<SystemTime> = None;
+    if let Ok(entries) = std::fs::read_dir(folder) {
+        for e in entries.filter_map(Result::ok) {
+            let Ok(meta) = e.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let modified = meta.modified().ok();
+            newest = newest.max(modified);
+            let nanos = modified
+                .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            parts.push(format!(
+                "{}:{}:{nanos}",
+                e.file_name().to_string_lossy(),
+                meta.len()
+            ));
+        }
+    }
+    parts.sort();
+    (parts.join("|"), newest)
 }
 
 impl Catalog {
-    /// Scans `dir`: one dataset per sub-folder holding a `dataset.yaml`.
+    /// Scans `dir` from scratch.
     pub fn load(dir: &Path) -> Catalog {
-        let mut catalog = Catalog::default();
+        Catalog::scan(dir, &Catalog::default(), Duration::ZERO).0
+    }
+
+    /// Scans `dir` again: unchanged folders keep their registered dataset (and its caches);
+    /// changed ones are validated completely before they replace anything. A folder that
+    /// stops being valid keeps its last good version serving and is listed as broken; one
+    /// whose files changed less than `settle` ago and look half-written is retried later.
+    pub fn scan(dir: &Path, previous: &Catalog, settle: Duration) -> (Catalog, Changes) {
+        let mut next = Catalog::default();
+        let mut changes = Changes::default();
         let mut folders: Vec<PathBuf> = match std::fs::read_dir(dir) {
             Ok(entries) => entries
                 .filter_map(Result::ok)
@@ -87,56 +178,138 @@ impl Catalog {
                 .collect(),
             Err(e) => {
                 tracing::error!("cannot read the datasets directory {}: {e}", dir.display());
-                return catalog;
+                Vec::new()
             }
         };
         folders.sort();
+        let now = SystemTime::now();
         for folder in folders {
-            let folder_name = folder
+            let name = folder
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             if !folder.join(DEFINITION_FILE).is_file() {
                 continue;
             }
-            // Named relative to the datasets directory: messages never show a machine path.
-            let label = format!("{folder_name}/{DEFINITION_FILE}");
-            match register(&folder, &folder_name, &label) {
-                Ok(Some(dataset)) => {
-                    let id = dataset.def.id.clone();
-                    if let Some(existing) = catalog.datasets.get(&id) {
-                        catalog.broken.push(Broken {
-                            folder: folder_name,
-                            file: label,
-                            problems: vec![Problem::plain(
-                                format!(
-                                    "dataset id `{id}` is already served from folder {}",
-                                    existing.folder.display()
-                                ),
-                                "give one of them another `id:` (or rename the folder)",
-                            )],
-                        });
-                        continue;
+            let (current, newest) = stamp(&folder);
+            let before = previous.folders.get(&name).cloned().unwrap_or_default();
+            let state = if before.stamp.as_deref() == Some(current.as_str()) {
+                before.clone()
+            } else {
+                // Named relative to the datasets directory: messages never show a machine path.
+                let label = format!("{name}/{DEFINITION_FILE}");
+                match register(&folder, &name, &label) {
+                    Ok(Some(dataset)) => {
+                        for w in &dataset.warnings {
+                            tracing::warn!("{w}");
+                        }
+                        FolderState {
+                            stamp: Some(current),
+                            served: Some(Arc::new(dataset)),
+                            ..FolderState::default()
+                        }
                     }
-                    for w in &dataset.warnings {
-                        tracing::warn!("{w}");
+                    Ok(None) => FolderState {
+                        stamp: Some(current),
+                        disabled: true,
+                        ..FolderState::default()
+                    },
+                    Err(refusal) => {
+                        let fresh = newest
+                            .and_then(|t| now.duration_since(t).ok())
+                            .is_none_or(|age| age < settle);
+                        if refusal.maybe_incomplete && fresh {
+                            tracing::info!(folder = %name, "files are still being written; retrying when they settle");
+                            next.pending.push(name.clone());
+                            FolderState {
+                                stamp: None,
+                                ..before.clone()
+                            }
+                        } else {
+                            for p in &refusal.problems {
+                                tracing::warn!("{label}: {} {}", p.key, p.reason);
+                            }
+                            let serving = before.served.clone();
+                            FolderState {
+                                stamp: Some(current),
+                                broken: Some(Broken {
+                                    folder: name.clone(),
+                                    file: label,
+                                    problems: refusal.problems,
+                                    serving_version: serving.as_ref().map(|d| d.version.clone()),
+                                }),
+                                served: serving,
+                                disabled: false,
+                            }
+                        }
                     }
-                    catalog.datasets.insert(id, Arc::new(dataset));
                 }
-                Ok(None) => catalog.disabled.push(folder_name),
-                Err(problems) => {
-                    for p in &problems {
-                        tracing::warn!("{label}: {} {}", p.key, p.reason);
-                    }
-                    catalog.broken.push(Broken {
-                        folder: folder_name,
-                        file: label,
-                        problems,
+            };
+            if let Some(ds) = &state.served {
+                let id = ds.def.id.clone();
+                if let Some(existing) = next.datasets.get(&id) {
+                    next.broken.push(Broken {
+                        folder: name.clone(),
+                        file: format!("{name}/{DEFINITION_FILE}"),
+                        problems: vec![Problem::plain(
+                            format!(
+                                "dataset id `{id}` is already served from folder `{}`",
+                                existing
+                                    .folder
+                                    .file_name()
+                                    .map(|n| n.to_string_lossy().into_owned())
+                                    .unwrap_or_default()
+                            ),
+                            "give one of them another `id:` (or rename the folder)",
+                        )],
+                        serving_version: None,
                     });
+                    next.folders.insert(
+                        name,
+                        FolderState {
+                            stamp: state.stamp,
+                            ..FolderState::default()
+                        },
+                    );
+                    continue;
                 }
+                next.datasets.insert(id, Arc::clone(ds));
+            }
+            if let Some(b) = &state.broken {
+                next.broken.push(b.clone());
+            }
+            if state.disabled {
+                next.disabled.push(name.clone());
+            }
+            next.folders.insert(name, state);
+        }
+
+        for (id, ds) in &next.datasets {
+            match previous.datasets.get(id) {
+                None => changes.added.push(id.clone()),
+                Some(old) if old.version != ds.version => changes.updated.push(id.clone()),
+                Some(_) => {}
             }
         }
-        catalog
+        for id in previous.datasets.keys() {
+            if !next.datasets.contains_key(id) {
+                changes.removed.push(id.clone());
+            }
+        }
+        for b in &next.broken {
+            let same = previous.broken.iter().any(|p| {
+                p.folder == b.folder
+                    && p.problems.len() == b.problems.len()
+                    && p.problems
+                        .iter()
+                        .zip(&b.problems)
+                        .all(|(x, y)| x.reason == y.reason)
+            });
+            if !same {
+                changes.broken.push(b.folder.clone());
+            }
+        }
+        (next, changes)
     }
 
     pub fn ids(&self) -> Vec<&str> {
@@ -145,23 +318,24 @@ impl Catalog {
 }
 
 /// Registers one folder: `Ok(None)` when it is disabled.
-pub fn register(
-    folder: &Path,
-    folder_name: &str,
-    label: &str,
-) -> Result<Option<Dataset>, Vec<Problem>> {
-    let text = std::fs::read_to_string(folder.join(DEFINITION_FILE)).map_err(|e| {
-        vec![Problem::plain(
+pub fn register(folder: &Path, folder_name: &str, label: &str) -> Result<Option<Dataset>, Refusal> {
+    let text = std::fs::read_to_string(folder.join(DEFINITION_FILE)).map_err(|e| Refusal {
+        problems: vec![Problem::plain(
             format!("cannot read the file: {e}"),
             "make it a readable UTF-8 file",
-        )]
+        )],
+        maybe_incomplete: true,
     })?;
     let loaded = load_definition(label, folder_name, &text).map_err(|e| {
-        e.diagnostics
-            .iter()
-            .filter(|d| d.severity == Severity::Error)
-            .map(Problem::from_diagnostic)
-            .collect::<Vec<_>>()
+        let errors: Vec<&Diagnostic> = e.errors().collect();
+        // A file cut off mid-write does not parse (or is empty); anything else is a mistake.
+        let maybe_incomplete = errors.iter().any(|d| {
+            d.message.starts_with("the file is not valid YAML") || d.message == "the file is empty"
+        });
+        Refusal {
+            problems: errors.into_iter().map(Problem::from_diagnostic).collect(),
+            maybe_incomplete,
+        }
     })?;
     let def = loaded.dataset;
     if !def.enabled {
@@ -182,41 +356,46 @@ pub fn register(
         })
         .collect();
     if !reserved.is_empty() {
-        return Err(reserved);
+        return Err(reserved.into());
     }
 
     let backend: Arc<dyn Backend> = match def.backend.kind {
         BackendKind::Parquet => {
             let path = folder.join(&def.data_file);
             if !path.is_file() {
-                return Err(vec![Problem {
-                    line: None,
-                    key: "data_file".into(),
-                    reason: format!(
-                        "the data file `{}` is not in the dataset folder",
-                        def.data_file
-                    ),
-                    fix: "put the Parquet file there, or name it with `data_file:`".into(),
-                }]);
+                // The definition may have been copied before its data.
+                return Err(Refusal {
+                    problems: vec![Problem {
+                        line: None,
+                        key: "data_file".into(),
+                        reason: format!(
+                            "the data file `{}` is not in the dataset folder",
+                            def.data_file
+                        ),
+                        fix: "put the Parquet file there, or name it with `data_file:`".into(),
+                    }],
+                    maybe_incomplete: true,
+                });
             }
             let backend =
-                ParquetBackend::register(&def.id, folder, &def.data_file).map_err(|e| {
-                    vec![Problem {
+                ParquetBackend::register(&def.id, folder, &def.data_file).map_err(|e| Refusal {
+                    maybe_incomplete: matches!(e, tally_plugin_parquet::Error::Format { .. }),
+                    problems: vec![Problem {
                         line: None,
                         key: "data_file".into(),
                         reason: e.to_string(),
                         fix: "write a complete Parquet file".into(),
-                    }]
+                    }],
                 })?;
             Arc::new(backend)
         }
         other => {
-            return Err(vec![Problem {
+            return Err(Refusal::from(vec![Problem {
                 line: None,
                 key: "backend.kind".into(),
                 reason: format!("backend kind `{}` is not available in this build yet", other.as_str()),
                 fix: "use the built-in Parquet backend (no `backend:` key) until plugin support lands".into(),
-            }]);
+            }]));
         }
     };
 
@@ -252,7 +431,7 @@ pub fn register(
         }
     }
     if !problems.is_empty() {
-        return Err(problems);
+        return Err(problems.into());
     }
     let undeclared: Vec<String> = columns
         .iter()

@@ -19,6 +19,10 @@ pub enum EngineError {
     /// The backend failed while reading or computing.
     #[error("the backend of dataset `{dataset}` failed: {message}")]
     Backend { dataset: String, message: String },
+    /// The dataset's files changed after the version being served was registered: the call
+    /// is retried once on a fresh catalog; if that still fails, the caller retries.
+    #[error("dataset `{dataset}` is being replaced: {message}")]
+    Stale { dataset: String, message: String },
     /// A per-call budget was exceeded.
     #[error("{message}")]
     Limit { message: String, hint: String },
@@ -69,6 +73,12 @@ impl EngineError {
                 "code": "backend_failed",
                 "message": format!("the backend of dataset `{dataset}` failed: {message}"),
                 "dataset_id": dataset,
+            }),
+            EngineError::Stale { dataset, message } => json!({
+                "code": "dataset_changing",
+                "message": format!("dataset `{dataset}` is being replaced: {message}"),
+                "dataset_id": dataset,
+                "hint": "retry the call in a moment",
             }),
             EngineError::Limit { message, hint } => json!({
                 "code": "limit_exceeded",

@@ -24,6 +24,7 @@ pub mod query;
 pub mod schema;
 pub mod summarize;
 pub mod udf;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,6 +43,9 @@ pub use envelope::Output;
 pub use error::EngineError;
 
 use envelope::{Transformation, TransformationType, dataset_source};
+
+/// How long a half-written file may settle when a call finds its dataset replaced.
+const STALE_SETTLE: Duration = Duration::from_secs(2);
 
 /// Per-call budgets. Each holds for every call, whatever the transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +73,11 @@ impl Default for Limits {
 /// Computes every answer: one per process, shared by all calls.
 pub struct Engine {
     dir: PathBuf,
-    catalog: Catalog,
+    /// The current catalog; a change swaps in a new one whole. A call loads it once and works
+    /// on that snapshot to the end, even if a newer one is swapped in meanwhile.
+    catalog: arc_swap::ArcSwap<Catalog>,
+    /// Told of every change, for `notifications/resources/list_changed`.
+    changes: tokio::sync::broadcast::Sender<catalog::Changes>,
     ctx: SessionContext,
     functions: udf::Functions,
     limits: Limits,
@@ -81,7 +89,7 @@ impl std::fmt::Debug for Engine {
             .field("dir", &self.dir)
             .field(
                 "datasets",
-                &self.catalog.datasets.keys().collect::<Vec<_>>(),
+                &self.catalog.load().datasets.keys().collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
     }
@@ -102,7 +110,8 @@ impl Engine {
             .with_information_schema(false);
         Engine {
             dir: dir.to_path_buf(),
-            catalog: Catalog::load(dir),
+            catalog: arc_swap::ArcSwap::from_pointee(Catalog::load(dir)),
+            changes: tokio::sync::broadcast::channel(64).0,
             ctx: SessionContext::new_with_config(config),
             functions: udf::Functions::default(),
             limits,
@@ -129,8 +138,41 @@ impl Engine {
         &self.dir
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    /// The catalog as it is now (a snapshot).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.load_full()
+    }
+
+    /// Rescans the datasets directory and swaps in the new catalog if anything changed.
+    /// Returns what changed and whether some folder is still being written (retry later).
+    pub fn reload(&self, settle: Duration) -> (catalog::Changes, bool) {
+        let previous = self.catalog.load_full();
+        let (next, changes) = Catalog::scan(&self.dir, &previous, settle);
+        let pending = !next.pending.is_empty();
+        if !changes.is_empty() {
+            for id in &changes.added {
+                tracing::info!(dataset = %id, "dataset added");
+            }
+            for id in &changes.updated {
+                tracing::info!(dataset = %id, "dataset changed");
+            }
+            for id in &changes.removed {
+                tracing::info!(dataset = %id, "dataset removed");
+            }
+            for folder in &changes.broken {
+                tracing::warn!(folder = %folder, "dataset folder cannot be served; see list_datasets broken_datasets");
+            }
+            self.catalog.store(Arc::new(next));
+            let _ = self.changes.send(changes.clone());
+        } else if pending == previous.pending.is_empty() {
+            self.catalog.store(Arc::new(next));
+        }
+        (changes, pending)
+    }
+
+    /// Changes of the catalog, as they happen.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<catalog::Changes> {
+        self.changes.subscribe()
     }
 
     pub fn context(&self) -> &SessionContext {
@@ -145,7 +187,17 @@ impl Engine {
     /// output schema before it is returned: `arguments` as a client sends them.
     pub async fn call(&self, tool: Tool, arguments: &Value) -> Result<Value, EngineError> {
         let timeout = self.limits.call_timeout;
-        let envelope = match tokio::time::timeout(timeout, self.run(tool, arguments)).await {
+        let attempt = async {
+            match self.run(tool, arguments).await {
+                // Files replaced under a live version: take the new catalog and try once more.
+                Err(EngineError::Stale { .. }) => {
+                    self.reload(STALE_SETTLE);
+                    self.run(tool, arguments).await
+                }
+                other => other,
+            }
+        };
+        let envelope = match tokio::time::timeout(timeout, attempt).await {
             Ok(result) => result?,
             Err(_) => {
                 return Err(EngineError::Limit {
@@ -211,10 +263,11 @@ impl Engine {
     }
 
     fn dataset(&self, input: &str) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
-        let ids = self.catalog.ids();
-        let titles = |id: &str| self.catalog.datasets.get(id).map(|d| d.def.title.clone());
+        let catalog = self.catalog.load_full();
+        let ids = catalog.ids();
+        let titles = |id: &str| catalog.datasets.get(id).map(|d| d.def.title.clone());
         let (id, resolution) = resolve_dataset(input, &ids, &titles).map_err(|mut e| {
-            if let Some(b) = self.catalog.broken.iter().find(|b| b.folder == input) {
+            if let Some(b) = catalog.broken.iter().find(|b| b.folder == input) {
                 e.message = format!("dataset `{input}` is not served: its definition is broken");
                 e.hint = Some(format!(
                     "{}: {}",
@@ -228,8 +281,7 @@ impl Engine {
             }
             e
         })?;
-        let ds = self
-            .catalog
+        let ds = catalog
             .datasets
             .get(id)
             .cloned()
@@ -250,7 +302,8 @@ impl Engine {
             .filter(|s| !s.trim().is_empty());
         let mut out = Output::default();
         let mut listed = Vec::new();
-        for ds in self.catalog.datasets.values() {
+        let catalog = self.catalog.load_full();
+        for ds in catalog.datasets.values() {
             let def = &ds.def;
             let haystack = format!("{} {}", def.id, def.title).to_lowercase();
             if q.as_ref().is_some_and(|q| !haystack.contains(q.as_str())) {
@@ -299,7 +352,7 @@ impl Engine {
             listed.push(entry);
         }
         if listed.is_empty() {
-            out.warn(if self.catalog.datasets.is_empty() {
+            out.warn(if catalog.datasets.is_empty() {
                 "no dataset is served, so no source is cited".to_string()
             } else {
                 "no dataset matches q/publisher, so no source is cited".to_string()
@@ -307,7 +360,7 @@ impl Engine {
         }
         out.set("total", listed.len());
         out.set("datasets", listed);
-        let broken: Vec<_> = self.catalog.broken.iter().collect();
+        let broken: Vec<_> = catalog.broken.iter().collect();
         out.set("broken_datasets", &broken);
         if !broken.is_empty() {
             out.warn(format!(

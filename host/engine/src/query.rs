@@ -131,6 +131,7 @@ pub async fn run(
         out.warn(w);
     }
     out.set("dataset_id", &def.id);
+    out.set("dataset_version", &ds.version);
     out.set("columns", &columns);
     out.set("rows", &rows);
     out.set("total", total);

@@ -178,6 +178,7 @@ fn list_data() -> Value {
                     "properties": {
                         "folder": { "type": "string" },
                         "file": { "type": "string" },
+                        "serving_version": { "type": "string", "description": "An earlier valid version of this folder keeps serving." },
                         "problems": {
                             "type": "array",
                             "items": {
@@ -262,6 +263,7 @@ fn inspect_data() -> Value {
 fn records_common() -> serde_json::Map<String, Value> {
     let v = json!({
         "dataset_id": { "type": "string" },
+        "dataset_version": { "type": "string", "description": "The version of definition and data this result was computed on; a cursor from another version is refused." },
         "columns": string_list(),
         "rows": { "$ref": "#/$defs/rows" },
         "returned": { "type": "integer", "minimum": 0 },

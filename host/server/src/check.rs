@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use tally_semantic::definition::{Diagnostic, Severity, load_definition};
+use tally_semantic::definition::{Diagnostic, load_definition};
 
 /// Exit code when a dataset cannot be served.
 const EXIT_INVALID: u8 = 1;
@@ -42,21 +42,42 @@ pub fn run(dir: &Path) -> ExitCode {
                 continue;
             }
         };
-        let diagnostics: Vec<Diagnostic> = match load_definition(&label, &folder_id, &text) {
-            Ok(loaded) => {
-                ok += 1;
-                loaded.warnings
-            }
-            Err(err) => {
-                broken += 1;
-                err.diagnostics
-            }
-        };
+        let (valid, diagnostics): (bool, Vec<Diagnostic>) =
+            match load_definition(&label, &folder_id, &text) {
+                Ok(loaded) => (true, loaded.warnings),
+                Err(err) => (false, err.diagnostics),
+            };
         for d in &diagnostics {
             println!("{d}");
         }
-        if diagnostics.iter().all(|d| d.severity != Severity::Error) {
-            println!("{label}: ok");
+        if !valid {
+            broken += 1;
+            continue;
+        }
+        // The definition must also fit its data: registration reads the data's metadata and
+        // checks every declared field against it, exactly as the server does.
+        match tally_engine::catalog::register(&folder, &folder_id, &label) {
+            Ok(_) => {
+                ok += 1;
+                println!("{label}: ok");
+            }
+            Err(refusal) => {
+                broken += 1;
+                for p in refusal.problems {
+                    let line = p.line.map(|l| format!("{l}:")).unwrap_or_default();
+                    let key = if p.key.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" at `{}`", p.key)
+                    };
+                    let fix = if p.fix.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" Fix: {}", p.fix)
+                    };
+                    println!("{label}:{line} error{key}: {}{fix}", p.reason);
+                }
+            }
         }
     }
     println!("{ok} dataset(s) valid, {broken} invalid");

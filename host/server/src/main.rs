@@ -64,6 +64,13 @@ impl Budgets {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WatchArg {
+    Events,
+    Poll,
+    Off,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the datasets over MCP: stdio by default, streamable HTTP with --http.
@@ -76,6 +83,13 @@ enum Command {
         /// loopback origins are always allowed, requests without Origin are not browsers.
         #[arg(long = "allow-origin", value_name = "ORIGIN")]
         allow_origin: Vec<String>,
+        /// How changes in the datasets directory are noticed: file system events (falling
+        /// back to polling where they are not delivered), polling, or not at all.
+        #[arg(long, value_enum, default_value_t = WatchArg::Events)]
+        watch: WatchArg,
+        /// Polling interval in milliseconds (with --watch poll, and for the fallback).
+        #[arg(long, default_value_t = 2000)]
+        poll_interval_ms: u64,
         #[command(flatten)]
         common: Common,
     },
@@ -129,8 +143,18 @@ fn main() -> ExitCode {
         Command::Serve {
             http,
             allow_origin,
+            watch,
+            poll_interval_ms,
             common,
-        } => serve(http, allow_origin, &common),
+        } => {
+            let interval = std::time::Duration::from_millis(poll_interval_ms.max(50));
+            let watch = match watch {
+                WatchArg::Events => Some(tally_engine::watch::WatchMode::Events),
+                WatchArg::Poll => Some(tally_engine::watch::WatchMode::Poll(interval)),
+                WatchArg::Off => None,
+            };
+            serve(http, allow_origin, watch, interval, &common)
+        }
         Command::Check { dir } => check::run(&dir),
         Command::List {
             q,
@@ -146,6 +170,8 @@ fn main() -> ExitCode {
 fn serve(
     http: Option<std::net::SocketAddr>,
     allow_origin: Vec<String>,
+    watch: Option<tally_engine::watch::WatchMode>,
+    poll_interval: std::time::Duration,
     common: &Common,
 ) -> ExitCode {
     if !common.datasets.is_dir() {
@@ -177,6 +203,17 @@ fn serve(
         "catalog loaded"
     );
     runtime.block_on(async move {
+        // Dropping the handle stops watching; keep it for the life of the server.
+        let _watching = watch.map(|mode| {
+            tally_engine::watch::spawn(
+                std::sync::Arc::clone(&engine),
+                tally_engine::watch::WatchConfig {
+                    mode,
+                    poll_interval,
+                    ..Default::default()
+                },
+            )
+        });
         match http {
             Some(addr) => serve::http(engine, addr, allow_origin).await,
             None => serve::stdio(engine).await,

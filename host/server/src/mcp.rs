@@ -2,29 +2,105 @@
 //! protocol eras rmcp serves (2025-11-25 with the initialize handshake, 2026-07-28 stateless
 //! with `server/discover`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool as McpTool,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ServerCapabilities,
+    ServerConfig, SubscriptionFilter, Tool as McpTool,
 };
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler};
-use serde_json::Value;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
+use serde_json::{Value, json};
 use tally_engine::Engine;
 
 use crate::tools;
 
+/// What all sessions share: the engine and the 2025-era peers to tell of catalog changes.
+#[derive(Debug)]
+pub struct Shared {
+    pub engine: Arc<Engine>,
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+impl Shared {
+    /// Starts telling 2025-era sessions about catalog changes
+    /// (`notifications/resources/list_changed`); 2026-era clients ask with
+    /// `subscriptions/listen` instead (see [`TallyServer::listen`]).
+    pub fn new(engine: Arc<Engine>) -> Arc<Shared> {
+        let shared = Arc::new(Shared {
+            engine,
+            peers: Mutex::new(Vec::new()),
+        });
+        let mut changes = shared.engine.subscribe();
+        let weak = Arc::downgrade(&shared);
+        tokio::spawn(async move {
+            loop {
+                match changes.recv().await {
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+                let Some(shared) = weak.upgrade() else { return };
+                let peers: Vec<Peer<RoleServer>> = match shared.peers.lock() {
+                    Ok(mut peers) => {
+                        peers.retain(|p| !p.is_transport_closed());
+                        peers.clone()
+                    }
+                    Err(_) => Vec::new(),
+                };
+                for peer in peers {
+                    if let Err(e) = peer.notify_resource_list_changed().await {
+                        tracing::debug!("could not notify a session of the change: {e}");
+                    }
+                }
+            }
+        });
+        shared
+    }
+}
+
 /// One handler per session (HTTP) or per process (stdio); the engine is shared.
 #[derive(Debug, Clone)]
 pub struct TallyServer {
-    engine: Arc<Engine>,
+    shared: Arc<Shared>,
 }
 
 impl TallyServer {
-    pub fn new(engine: Arc<Engine>) -> TallyServer {
-        TallyServer { engine }
+    pub fn new(shared: Arc<Shared>) -> TallyServer {
+        TallyServer { shared }
     }
+
+    fn engine(&self) -> &Arc<Engine> {
+        &self.shared.engine
+    }
+}
+
+/// The resource URI of a dataset.
+pub fn dataset_uri(id: &str) -> String {
+    format!("tally://datasets/{id}")
+}
+
+/// A dataset described as a resource: what it is, which fields it has, which version is
+/// served. Reading it needs no data.
+fn describe(ds: &tally_engine::Dataset) -> Value {
+    let def = &ds.def;
+    json!({
+        "dataset_id": def.id,
+        "title": def.title,
+        "description": def.description,
+        "publisher": def.publisher,
+        "record_count": ds.record_count(),
+        "version": ds.version,
+        "source_url": def.source.url,
+        "fields": def.fields.iter().map(|f| json!({
+            "name": f.name,
+            "role": f.role.as_str(),
+            "description": f.desc,
+        })).collect::<Vec<_>>(),
+        "computed_measures": def.computed_measures.iter().map(|m| m.name.clone()).collect::<Vec<_>>(),
+        "tools": "inspect_dataset for codes, fill rates and statistics; query_records and summarize_records to compute",
+    })
 }
 
 /// Compact JSON with non-ASCII characters as they are (serde_json never escapes them).
@@ -34,9 +110,94 @@ fn text(v: &Value) -> String {
 
 impl ServerHandler for TallyServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("tally", env!("CARGO_PKG_VERSION")))
-            .with_instructions(tools::INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("tally", env!("CARGO_PKG_VERSION")))
+        .with_instructions(tools::INSTRUCTIONS)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Ok(mut peers) = self.shared.peers.lock() {
+            peers.push(context.peer);
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let catalog = self.engine().catalog();
+        let items = catalog
+            .datasets
+            .values()
+            .map(|ds| {
+                let mut description = format!("{} records", ds.record_count().unwrap_or(0));
+                if let Some(p) = &ds.def.publisher {
+                    description.push_str(&format!("; {p}"));
+                }
+                Resource::new(dataset_uri(ds.id()), ds.id())
+                    .with_title(ds.def.title.clone())
+                    .with_description(description)
+                    .with_mime_type("application/json")
+            })
+            .collect();
+        Ok(ListResourcesResult::with_all_items(items))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let catalog = self.engine().catalog();
+        let found = request
+            .uri
+            .strip_prefix("tally://datasets/")
+            .and_then(|id| catalog.datasets.get(id));
+        let Some(ds) = found else {
+            return Err(ErrorData::resource_not_found(
+                format!(
+                    "no dataset resource `{}`; list_resources names every one",
+                    request.uri
+                ),
+                Some(json!({ "uri": request.uri })),
+            ));
+        };
+        let text = serde_json::to_string(&describe(ds)).unwrap_or_default();
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(text, &request.uri)]).into())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.supported_by(&self.get_info().capabilities))
+    }
+
+    /// 2026-07-28 clients ask for change notifications on a stream of their own.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.engine().subscribe();
+        loop {
+            tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                change = changes.recv() => match change {
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if context.accepted().resources_list_changed == Some(true)
+                            && context.sink().notify_resource_list_changed().await.is_err()
+                        {
+                            return Ok(());
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
     }
 
     async fn list_tools(
@@ -71,7 +232,7 @@ impl ServerHandler for TallyServer {
         };
         let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let started = std::time::Instant::now();
-        let result = self.engine.call_guarded(tool, arguments).await;
+        let result = self.engine().call_guarded(tool, arguments).await;
         tracing::info!(
             tool = tool.name(),
             ok = result.is_ok(),

@@ -13,7 +13,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::json;
 use tally_engine::Engine;
 
-use crate::mcp::TallyServer;
+use crate::mcp::{Shared, TallyServer};
 
 /// Exit code when the server cannot start as configured.
 const EXIT_CONFIG: u8 = 2;
@@ -21,7 +21,7 @@ const EXIT_CONFIG: u8 = 2;
 /// Serves MCP over stdin/stdout until the client closes it. stdout carries protocol messages
 /// only; logs go to stderr.
 pub async fn stdio(engine: Arc<Engine>) -> ExitCode {
-    let server = TallyServer::new(engine);
+    let server = TallyServer::new(Shared::new(engine));
     let running = match server.serve(rmcp::transport::stdio()).await {
         Ok(r) => r,
         Err(e) => {
@@ -80,7 +80,7 @@ pub async fn http(engine: Arc<Engine>, addr: SocketAddr, extra_origins: Vec<Stri
         .enforce_origin_validation()
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
     let cancel = config.cancellation_token.clone();
-    let shared = Arc::clone(&engine);
+    let shared = Shared::new(Arc::clone(&engine));
     let service: StreamableHttpService<TallyServer, LocalSessionManager> =
         StreamableHttpService::new(
             move || Ok(TallyServer::new(Arc::clone(&shared))),

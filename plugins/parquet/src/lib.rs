@@ -28,14 +28,24 @@ const BATCH_ROWS: usize = 16 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The file could not be opened or read.
-    #[error("cannot read {}: {source}", path.display())]
+    // Only the file name is shown: messages reach callers, who must never see machine paths.
+    #[error("cannot read `{}`: {source}", file_name(path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
     /// The bytes are not a (complete) Parquet file.
-    #[error("{} is not a readable Parquet file ({message}); a file still being written is retried once complete", path.display())]
+    #[error(
+        "`{}` is not a readable Parquet file ({message}); a file still being written is retried once complete",
+        file_name(path)
+    )]
     Format { path: PathBuf, message: String },
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn format_error(path: &Path, e: ParquetError) -> Error {

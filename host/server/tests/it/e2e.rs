@@ -24,6 +24,39 @@ fn python() -> Option<PathBuf> {
     venv.is_file().then_some(venv)
 }
 
+/// Small Parquet files `v{k}.parquet` of k rows (columns id, grp, k = k): each a dataset
+/// version whose row count and contents say which version it is (hot-reload tests).
+fn write_variants(dir: &Path) {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::parquet::arrow::ArrowWriter;
+
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("grp", DataType::Utf8, true),
+        Field::new("k", DataType::Int64, false),
+    ]));
+    for k in 1..=80i64 {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(
+                (0..k).map(|i| format!("r{i}")).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                (0..k).map(|i| format!("g{}", i % 3)).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(vec![k; k as usize])),
+        ];
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns).expect("batch");
+        let file = std::fs::File::create(dir.join(format!("v{k}.parquet"))).expect("variant file");
+        let mut writer = ArrowWriter::try_new(file, Arc::clone(&schema), None).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+    }
+}
+
 #[test]
 fn python_mcp_client_end_to_end() {
     let root = workspace_root();
@@ -35,12 +68,16 @@ fn python_mcp_client_end_to_end() {
         eprintln!("skipped: {message}");
         return;
     };
+    let variants = tempfile::tempdir().expect("temp dir");
+    write_variants(variants.path());
     let output = Command::new(&python)
         .args([
             "-m",
             "pytest",
             "tests/e2e",
             "-q",
+            // Show what the tests print (reload times, churn figures) for passing tests too.
+            "-rP",
             "-p",
             "no:cacheprovider",
             "--timeout=300",
@@ -48,6 +85,7 @@ fn python_mcp_client_end_to_end() {
         .current_dir(&root)
         .env("TALLY_BIN", env!("CARGO_BIN_EXE_tally"))
         .env("TALLY_DATASETS", root.join("datasets"))
+        .env("TALLY_VARIANTS", variants.path())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);
