@@ -158,7 +158,7 @@ impl<'a> Planner<'a> {
         // separator of the search column.
         let q: String = q.chars().filter(|c| !c.is_control()).collect();
         if fields.is_empty() {
-            return self.functions.icontains(ident(SEARCH_COL), &q);
+            return self.functions.contains_lowered(ident(SEARCH_COL), &q);
         }
         fields
             .iter()

@@ -1,5 +1,6 @@
 //! `query_records`: matching records, a page at a time, in a deterministic order.
 
+use datafusion::datasource::MemTable;
 use datafusion::logical_expr::SortExpr;
 use datafusion::prelude::{DataFrame, ident};
 use serde_json::{Value, json};
@@ -46,16 +47,41 @@ pub async fn run(
     if let Some(q) = &plan.q {
         conditions.push(planner.search(q, &plan.search_fields));
     }
-    let base = engine.call_context()?.read_table(prepared.table.clone())?;
-    let filtered = match conjunction(conditions.clone()) {
-        Some(e) => base.clone().filter(e)?,
-        None => base.clone(),
+    let ctx = engine.call_context()?;
+    let base = ctx.read_table(prepared.table.clone())?;
+    let names: Vec<String> = plan
+        .select
+        .iter()
+        .map(|i| def.fields[*i].name.clone())
+        .collect();
+    // The filter runs once: matching records (only the columns needed) are collected, counted,
+    // then sorted and paged; without conditions the table itself is paged.
+    let (source, total) = match conjunction(conditions.clone()) {
+        None => (base.clone(), prepared.rows),
+        Some(e) => {
+            let mut needed: Vec<String> = names.clone();
+            for s in &plan.order_by {
+                let n = &def.fields[s.field].name;
+                if !needed.contains(n) {
+                    needed.push(n.clone());
+                }
+            }
+            needed.push(ROW_COL.to_string());
+            let filtered = base
+                .clone()
+                .filter(e)?
+                .select(needed.iter().map(ident).collect::<Vec<_>>())?;
+            let schema = std::sync::Arc::new(filtered.schema().as_arrow().clone());
+            let batches = filtered
+                .collect()
+                .await
+                .map_err(|e| EngineError::backend(&def.id, e))?;
+            let total = batches.iter().map(|b| b.num_rows()).sum();
+            let table = MemTable::try_new(schema, vec![batches])
+                .map_err(|e| EngineError::backend(&def.id, e))?;
+            (ctx.read_table(std::sync::Arc::new(table))?, total)
+        }
     };
-    let total = filtered
-        .clone()
-        .count()
-        .await
-        .map_err(|e| EngineError::backend(&def.id, e))?;
 
     let fingerprint = cursor::fingerprint(&identity(&plan, def));
     let offset = match &plan.cursor {
@@ -69,12 +95,7 @@ pub async fn run(
         .map(|s| planner.column(s.field).sort(!s.descending, false))
         .collect();
     sorts.push(ident(ROW_COL).sort(true, false));
-    let names: Vec<String> = plan
-        .select
-        .iter()
-        .map(|i| def.fields[*i].name.clone())
-        .collect();
-    let page = filtered
+    let page = source
         .sort(sorts)?
         .limit(offset, Some(plan.limit))?
         .select(names.iter().map(ident).collect::<Vec<_>>())?

@@ -10,7 +10,8 @@ use datafusion::functions::expr_fn::{coalesce, round};
 use datafusion::functions_aggregate::expr_fn::{avg, count, max, min, sum};
 use std::ops::Not;
 
-use datafusion::logical_expr::{Expr, SortExpr, cast, lit, when};
+use datafusion::datasource::MemTable;
+use datafusion::logical_expr::{Expr, cast, lit, when};
 use datafusion::prelude::ident;
 use serde_json::{Value, json};
 use tally_semantic::definition::{DataType as FieldType, Formula};
@@ -24,6 +25,37 @@ use crate::error::EngineError;
 use crate::meta::{attach_common, cap_rows, echo, field_meta, unknown_value_hints};
 use crate::plan::{Planner, conjunction};
 use crate::query::{HasConditions, zero_hit_hints};
+
+/// Hidden result column: records per group (before exploding, the matched total is its sum).
+const ROWS_COL: &str = "__tally_rows";
+
+/// First metric descending (nulls last), then the group keys ascending.
+fn order_groups(
+    a: &[Value],
+    b: &[Value],
+    metric: Option<usize>,
+    keys: usize,
+) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    if let Some(m) = metric {
+        let ord = match (a[m].as_f64(), b[m].as_f64()) {
+            (Some(x), Some(y)) => y.total_cmp(&x),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    for k in 0..keys {
+        let ord = a[k].as_str().unwrap_or("").cmp(b[k].as_str().unwrap_or(""));
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    Ordering::Equal
+}
 
 /// Decimals of averages and of ratios (as the reference server rounds them).
 pub const AVG_DECIMALS: i64 = 2;
@@ -234,16 +266,24 @@ pub async fn run(
     for f in &row_filters {
         conditions.push(planner.filter(f)?);
     }
-    let base = engine.call_context()?.read_table(prepared.table.clone())?;
+    let ctx = engine.call_context()?;
+    let base = ctx.read_table(prepared.table.clone())?;
     let mut df = match conjunction(conditions.clone()) {
         Some(e) => base.clone().filter(e)?,
         None => base.clone(),
     };
-    let matched = df
-        .clone()
-        .count()
-        .await
-        .map_err(|e| EngineError::backend(&def.id, e))?;
+    // Records matched before exploding: counted apart only when exploding; otherwise it is
+    // the sum of the group counts, computed in the same pass as the metrics.
+    let pre_explode = if plan.explode.is_empty() {
+        None
+    } else {
+        Some(
+            df.clone()
+                .count()
+                .await
+                .map_err(|e| EngineError::backend(&def.id, e))?,
+        )
+    };
 
     // Explode: one row per part of each exploded field.
     for (k, &e) in plan.explode.iter().enumerate() {
@@ -303,9 +343,23 @@ pub async fn run(
             }
         }
     }
-    let mut grouped = df
+    let records = aggregates.add("count".into(), || count(lit(1i64)));
+    finals.push(records.alias(ROWS_COL));
+    let grouped = df
         .aggregate(group_exprs, aggregates.exprs)?
         .select(finals)?;
+    // The groups are few: collect them once, then filter, order and page them here.
+    let schema = std::sync::Arc::new(grouped.schema().as_arrow().clone());
+    let mut batches = grouped
+        .collect()
+        .await
+        .map_err(|e| EngineError::backend(&def.id, e))?;
+    let matched = pre_explode.unwrap_or_else(|| {
+        crate::json::rows(&batches, &[ROWS_COL.to_string()])
+            .iter()
+            .filter_map(|r| r[0].as_u64())
+            .sum::<u64>() as usize
+    });
     let mut having = Vec::new();
     for h in &plan.having {
         having.push(having_expr(
@@ -315,25 +369,22 @@ pub async fn run(
         )?);
     }
     if let Some(e) = conjunction(having) {
-        grouped = grouped.filter(e)?;
+        let table = MemTable::try_new(schema, vec![batches])
+            .map_err(|e| EngineError::backend(&def.id, e))?;
+        batches = ctx
+            .read_table(std::sync::Arc::new(table))?
+            .filter(e)?
+            .collect()
+            .await
+            .map_err(|e| EngineError::backend(&def.id, e))?;
     }
-    let total_groups = grouped
-        .clone()
-        .count()
-        .await
-        .map_err(|e| EngineError::backend(&def.id, e))?;
-    let mut sorts: Vec<SortExpr> = Vec::new();
-    if let Some(first) = plan.metrics.first() {
-        sorts.push(ident(first.column(def)).sort(false, false));
-    }
-    sorts.extend(group_names.iter().map(|g| ident(g).sort(true, false)));
-    let batches = grouped
-        .sort(sorts)?
-        .limit(0, Some(plan.limit))?
-        .collect()
-        .await
-        .map_err(|e| EngineError::backend(&def.id, e))?;
-    let mut rows = crate::json::rows(&batches, &columns);
+    let mut all_rows = crate::json::rows(&batches, &columns);
+    let keys = group_names.len();
+    let first_metric = plan.metrics.first().map(|_| keys);
+    all_rows.sort_by(|a, b| order_groups(a, b, first_metric, keys));
+    let total_groups = all_rows.len();
+    all_rows.truncate(plan.limit);
+    let mut rows = all_rows;
     let truncated = cap_rows(&mut rows, engine.limits().max_result_bytes);
 
     let mut out = Output::default();

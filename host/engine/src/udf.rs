@@ -106,12 +106,14 @@ pub fn icontains(haystack: &str, needle_lower: &str) -> bool {
 }
 
 fn icontains_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
-    let [text, needle] = args else {
+    let [text, needle, lowered] = args else {
         return Err(DataFusionError::Internal(format!(
-            "{ICONTAINS} takes 2 arguments"
+            "{ICONTAINS} takes 3 arguments"
         )));
     };
     let needle = scalar_str(needle, "needle")?;
+    // The prepared search column is lower-cased already: a plain substring test suffices.
+    let lowered = scalar_bool(lowered, "lowered")?;
     let rows = rows_of(args);
     let array = text_array(text, rows)?;
     let strings: &StringArray = as_string_array(&array)?;
@@ -122,7 +124,11 @@ fn icontains_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
         } else {
             ""
         };
-        builder.append_value(icontains(value, &needle));
+        builder.append_value(if lowered {
+            value.contains(needle.as_str())
+        } else {
+            icontains(value, &needle)
+        });
     }
     let out: BooleanArray = builder.finish();
     Ok(match text {
@@ -150,7 +156,7 @@ impl Default for Functions {
             )),
             icontains: Arc::new(create_udf(
                 ICONTAINS,
-                vec![DataType::Utf8, DataType::Utf8],
+                vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
                 DataType::Boolean,
                 Volatility::Immutable,
                 Arc::new(icontains_impl),
@@ -166,7 +172,14 @@ impl Functions {
 
     /// `needle` is lower-cased here.
     pub fn icontains(&self, text: Expr, needle: &str) -> Expr {
-        self.icontains.call(vec![text, lit(needle.to_lowercase())])
+        self.icontains
+            .call(vec![text, lit(needle.to_lowercase()), lit(false)])
+    }
+
+    /// Substring test on a column that is lower-case already (the prepared search column).
+    pub fn contains_lowered(&self, text: Expr, needle: &str) -> Expr {
+        self.icontains
+            .call(vec![text, lit(needle.to_lowercase()), lit(true)])
     }
 }
 

@@ -157,3 +157,69 @@ fn list_cites_every_dataset() {
     assert!(!refs.is_empty());
     assert!(refs.iter().all(|r| ids.contains(r)));
 }
+
+#[test]
+fn check_validates_definitions_against_their_data() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let good = tmp.path().join("good");
+    std::fs::create_dir_all(&good).expect("folder");
+    std::fs::copy(
+        datasets().join("procedures/dataset.yaml"),
+        good.join("dataset.yaml"),
+    )
+    .expect("yaml");
+    std::fs::copy(
+        datasets().join("procedures/data.parquet"),
+        good.join("data.parquet"),
+    )
+    .expect("data");
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_tally"))
+            .arg("check")
+            .arg(tmp.path())
+            .output()
+            .expect("tally check runs")
+    };
+    let o = run();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+
+    // A definition naming a column the data does not have: refused, with file, line and key.
+    let bad = tmp.path().join("bad");
+    std::fs::create_dir_all(&bad).expect("folder");
+    std::fs::copy(
+        datasets().join("procedures/data.parquet"),
+        bad.join("data.parquet"),
+    )
+    .expect("data");
+    std::fs::write(
+        bad.join("dataset.yaml"),
+        "title: t\nfields:\n- {name: 手続ID, role: id}\n- {name: 存在しない列, role: dim}\n",
+    )
+    .expect("yaml");
+    // A truncated Parquet file: refused, naming the file (never a machine path).
+    let cut = tmp.path().join("cut");
+    std::fs::create_dir_all(&cut).expect("folder");
+    std::fs::copy(
+        datasets().join("procedures/dataset.yaml"),
+        cut.join("dataset.yaml"),
+    )
+    .expect("yaml");
+    let bytes = std::fs::read(datasets().join("procedures/data.parquet")).expect("data");
+    std::fs::write(cut.join("data.parquet"), &bytes[..bytes.len() / 2]).expect("truncated");
+
+    let o = run();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("bad/dataset.yaml:4:")
+            && out.contains("fields[1].name")
+            && out.contains("存在しない列"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cut/dataset.yaml")
+            && out.contains("`data.parquet` is not a readable Parquet file"),
+        "{out}"
+    );
+    assert!(out.contains("1 dataset(s) valid, 2 invalid"), "{out}");
+}
