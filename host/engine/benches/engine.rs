@@ -81,7 +81,38 @@ fn main() {
         ),
     ];
 
+    // The fixed cost every data call pays: a session of its own (shared state, own memory pool).
+    let mut contexts = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        let ctx = engine.call_context().expect("context");
+        contexts.push(t.elapsed());
+        drop(ctx);
+    }
+    contexts.sort();
+    println!(
+        "per-call context: median {} · p95 {} ({RUNS} runs)",
+        ms(percentile(&contexts, 0.5)),
+        ms(percentile(&contexts, 0.95))
+    );
+
     runtime.block_on(async {
+        // What checking an envelope against its output schema costs (part of every call).
+        let (_, tool, args) = &calls[0];
+        if let Ok(envelope) = engine.call(*tool, args).await {
+            let mut times = Vec::with_capacity(RUNS);
+            for _ in 0..RUNS {
+                let t = Instant::now();
+                let _ = tally_engine::schema::validate(*tool, &envelope);
+                times.push(t.elapsed());
+            }
+            times.sort();
+            println!(
+                "envelope validation (summarize result): median {} · p95 {} ({RUNS} runs)",
+                ms(percentile(&times, 0.5)),
+                ms(percentile(&times, 0.95))
+            );
+        }
         for (label, tool, args) in &calls {
             let first = Instant::now();
             let out = engine.call(*tool, args).await;

@@ -83,6 +83,13 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// Whether a declared field has any null value.
+    pub fn has_nulls(&self, field: usize) -> bool {
+        self.batches
+            .iter()
+            .any(|b| b.column(field).null_count() > 0)
+    }
+
     /// The distinct non-empty values of a text field with how many records have each, most
     /// frequent first (for multi-value fields: the trimmed parts).
     pub fn distinct_values(&self, def: &DatasetDef, field: usize) -> ValueCounts {

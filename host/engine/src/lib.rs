@@ -105,9 +105,12 @@ impl Engine {
     pub fn open_with(dir: &Path, limits: Limits) -> Engine {
         // Data sets are held in memory and are small enough that one partition is fastest:
         // repartitioning 75k rows costs more than it saves on two cores.
-        let config = SessionConfig::new()
+        // One optimizer pass: the plans are small and built from already-resolved requests,
+        // and further passes cost more planning time than they save.
+        let mut config = SessionConfig::new()
             .with_target_partitions(1)
             .with_information_schema(false);
+        config.options_mut().optimizer.max_passes = 1;
         Engine {
             dir: dir.to_path_buf(),
             catalog: arc_swap::ArcSwap::from_pointee(Catalog::load(dir)),

@@ -315,11 +315,17 @@ pub async fn run(
         .group_by
         .iter()
         .map(|&g| {
-            let key = match part_of(g) {
-                Some(col) => ident(col),
-                None => cast(planner.column(g), DataType::Utf8),
-            };
-            coalesce(vec![key, lit("")]).alias(&def.fields[g].name)
+            let text = !def.fields[g].data_type.is_numeric();
+            match part_of(g) {
+                // Exploded parts are never null ("" stands for no part).
+                Some(col) => ident(col).alias(&def.fields[g].name),
+                // A text column without nulls is its own key: no copy of every value.
+                None if text && !prepared.has_nulls(g) => {
+                    planner.column(g).alias(&def.fields[g].name)
+                }
+                None => coalesce(vec![cast(planner.column(g), DataType::Utf8), lit("")])
+                    .alias(&def.fields[g].name),
+            }
         })
         .collect();
 
