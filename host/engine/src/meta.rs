@@ -187,3 +187,34 @@ pub fn unknown_value_hints(
     }
     hints
 }
+
+/// The first transformations of every dataset result: where the records were read from, and
+/// the names read in another form than typed.
+pub fn read_and_normalized(
+    out: &mut Output,
+    def: &DatasetDef,
+    prepared: &crate::dataset::Prepared,
+    resolved: &[Resolution],
+) {
+    use crate::envelope::{Transformation, TransformationType};
+    let files: Vec<&str> = prepared.files.iter().map(|f| f.path.as_str()).collect();
+    out.transformations.push(Transformation::new(
+        TransformationType::Extract,
+        format!(
+            "read {} records of dataset `{}` from {}",
+            prepared.rows,
+            def.id,
+            files.join(", ")
+        ),
+    ));
+    if !resolved.is_empty() {
+        let read_as: Vec<String> = resolved
+            .iter()
+            .map(|r| format!("`{}` read as `{}` ({})", r.input, r.canonical, r.parameter))
+            .collect();
+        out.transformations.push(Transformation::new(
+            TransformationType::Normalize,
+            read_as.join("; "),
+        ));
+    }
+}

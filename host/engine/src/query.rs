@@ -12,7 +12,7 @@ use crate::dataset::{Dataset, ROW_COL};
 use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
 use crate::error::EngineError;
 use crate::meta::{
-    attach_common, cap_rows, echo, field_meta, is_uninformative, unknown_value_hints,
+    self, attach_common, cap_rows, echo, field_meta, is_uninformative, unknown_value_hints,
 };
 use crate::plan::{Planner, conjunction};
 
@@ -211,30 +211,7 @@ pub async fn run(
     out.set("parameters", echoed);
     out.set("sourceRefs", [source_id]);
 
-    out.transformations.push(Transformation::new(
-        TransformationType::Extract,
-        format!(
-            "read {} records of dataset `{}` from {}",
-            prepared.rows,
-            def.id,
-            prepared
-                .files
-                .iter()
-                .map(|f| f.path.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    ));
-    if !plan.resolved_fields.is_empty() {
-        out.transformations.push(Transformation::new(
-            TransformationType::Normalize,
-            plan.resolved_fields
-                .iter()
-                .map(|r| format!("`{}` read as `{}` ({})", r.input, r.canonical, r.parameter))
-                .collect::<Vec<_>>()
-                .join("; "),
-        ));
-    }
+    meta::read_and_normalized(&mut out, def, &prepared, &plan.resolved_fields);
     let mut steps: Vec<String> = plan.filters.iter().map(|f| f.describe(def)).collect();
     if let Some(q) = &plan.q {
         let scope = if plan.search_fields.is_empty() {

@@ -22,7 +22,7 @@ use crate::Engine;
 use crate::dataset::Dataset;
 use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
 use crate::error::EngineError;
-use crate::meta::{attach_common, cap_rows, echo, field_meta, unknown_value_hints};
+use crate::meta::{self, attach_common, cap_rows, echo, field_meta, unknown_value_hints};
 use crate::plan::{Planner, conjunction};
 use crate::query::{HasConditions, zero_hit_hints};
 
@@ -469,30 +469,7 @@ pub async fn run(
     out.set("parameters", echo(plan.to_json(def)));
     out.set("sourceRefs", [source_id]);
 
-    out.transformations.push(Transformation::new(
-        TransformationType::Extract,
-        format!(
-            "read {} records of dataset `{}` from {}",
-            prepared.rows,
-            def.id,
-            prepared
-                .files
-                .iter()
-                .map(|f| f.path.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    ));
-    if !plan.resolved_fields.is_empty() {
-        out.transformations.push(Transformation::new(
-            TransformationType::Normalize,
-            plan.resolved_fields
-                .iter()
-                .map(|r| format!("`{}` read as `{}` ({})", r.input, r.canonical, r.parameter))
-                .collect::<Vec<_>>()
-                .join("; "),
-        ));
-    }
+    meta::read_and_normalized(&mut out, def, &prepared, &plan.resolved_fields);
     if !plan.filters.is_empty() {
         out.transformations.push(Transformation::new(
             TransformationType::Filter,
