@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tally_engine::Engine;
 use tally_semantic::Tool;
 
-const RUNS: usize = 200;
+const DEFAULT_RUNS: usize = 200;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -25,6 +25,13 @@ fn ms(d: Duration) -> String {
 }
 
 fn main() {
+    // TALLY_BENCH_RUNS and TALLY_BENCH_ONLY (a substring of a call's label) narrow a run, e.g.
+    // to profile one call under callgrind.
+    let runs: usize = std::env::var("TALLY_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_RUNS);
+    let only = std::env::var("TALLY_BENCH_ONLY").ok();
     let dir = std::env::var_os("TALLY_BENCH_DATASETS")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets"));
@@ -82,8 +89,8 @@ fn main() {
     ];
 
     // The fixed cost every data call pays: a session of its own (shared state, own memory pool).
-    let mut contexts = Vec::with_capacity(RUNS);
-    for _ in 0..RUNS {
+    let mut contexts = Vec::with_capacity(runs);
+    for _ in 0..runs {
         let t = Instant::now();
         let ctx = engine.call_context().expect("context");
         contexts.push(t.elapsed());
@@ -91,7 +98,7 @@ fn main() {
     }
     contexts.sort();
     println!(
-        "per-call context: median {} · p95 {} ({RUNS} runs)",
+        "per-call context: median {} · p95 {} ({runs} runs)",
         ms(percentile(&contexts, 0.5)),
         ms(percentile(&contexts, 0.95))
     );
@@ -100,20 +107,23 @@ fn main() {
         // What checking an envelope against its output schema costs (part of every call).
         let (_, tool, args) = &calls[0];
         if let Ok(envelope) = engine.call(*tool, args).await {
-            let mut times = Vec::with_capacity(RUNS);
-            for _ in 0..RUNS {
+            let mut times = Vec::with_capacity(runs);
+            for _ in 0..runs {
                 let t = Instant::now();
                 let _ = tally_engine::schema::validate(*tool, &envelope);
                 times.push(t.elapsed());
             }
             times.sort();
             println!(
-                "envelope validation (summarize result): median {} · p95 {} ({RUNS} runs)",
+                "envelope validation (summarize result): median {} · p95 {} ({runs} runs)",
                 ms(percentile(&times, 0.5)),
                 ms(percentile(&times, 0.95))
             );
         }
         for (label, tool, args) in &calls {
+            if only.as_deref().is_some_and(|o| !label.contains(o)) {
+                continue;
+            }
             let first = Instant::now();
             let out = engine.call(*tool, args).await;
             let first = first.elapsed();
@@ -121,8 +131,8 @@ fn main() {
                 println!("{label}: failed: {}", e.to_json());
                 continue;
             }
-            let mut times = Vec::with_capacity(RUNS);
-            for _ in 0..RUNS {
+            let mut times = Vec::with_capacity(runs);
+            for _ in 0..runs {
                 let t = Instant::now();
                 let r = engine.call(*tool, args).await;
                 times.push(t.elapsed());
@@ -130,7 +140,7 @@ fn main() {
             }
             times.sort();
             println!(
-                "{label}: first {} · median {} · p95 {} ({RUNS} runs)",
+                "{label}: first {} · median {} · p95 {} ({runs} runs)",
                 ms(first),
                 ms(percentile(&times, 0.5)),
                 ms(percentile(&times, 0.95)),

@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, StringBuilder, UInt64Array};
+use datafusion::arrow::array::{
+    ArrayRef, RecordBatch, StringArray, StringBuilder, UInt32Array, UInt64Array,
+};
 use datafusion::arrow::datatypes::{DataType, Field as ArrowField, Schema, SchemaRef};
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, cast};
@@ -80,6 +82,15 @@ pub struct Prepared {
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
     values: std::sync::Mutex<std::collections::HashMap<usize, ValueCounts>>,
+    /// Groupable single-valued text fields also have an integer code column
+    /// ([`code_column`]); grouping on codes hashes integers instead of strings. Code 0 is
+    /// null or "" (both shown as ""); the others index this list of values.
+    pub codes: std::collections::HashMap<usize, Arc<Vec<String>>>,
+}
+
+/// The hidden code column of a field.
+pub fn code_column(field: usize) -> String {
+    format!("__tally_code_{field}")
 }
 
 impl Prepared {
@@ -298,7 +309,28 @@ impl Dataset {
             .collect();
         fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
         fields.push(ArrowField::new(SEARCH_COL, DataType::Utf8, false));
+        let coded: Vec<usize> = def
+            .fields
+            .iter()
+            .enumerate()
+            // Dimensions and coded attributes are what summaries group by; free text (names,
+            // notes) is not worth a second copy.
+            .filter(|(_, f)| {
+                f.groupable
+                    && !f.data_type.is_numeric()
+                    && !f.is_multi_value()
+                    && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for &i in &coded {
+            fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
+        }
         let schema = Arc::new(Schema::new(fields));
+        let mut dictionaries: Vec<(std::collections::HashMap<String, u32>, Vec<String>)> = coded
+            .iter()
+            .map(|_| (Default::default(), vec![String::new()]))
+            .collect();
 
         let mut out = Vec::with_capacity(batches.len());
         let mut row = 0u64;
@@ -327,6 +359,23 @@ impl Dataset {
             let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
             columns.push(rows);
             columns.push(Arc::new(search.finish()));
+            for (k, &i) in coded.iter().enumerate() {
+                let (lookup, values) = &mut dictionaries[k];
+                let col = batch.column(i).as_any().downcast_ref::<StringArray>();
+                let codes: UInt32Array = (0..n)
+                    .map(|r| match col {
+                        Some(c) if c.is_valid(r) && !c.value(r).is_empty() => {
+                            let v = c.value(r);
+                            *lookup.entry(v.to_string()).or_insert_with(|| {
+                                values.push(v.to_string());
+                                (values.len() - 1) as u32
+                            })
+                        }
+                        _ => 0,
+                    })
+                    .collect();
+                columns.push(Arc::new(codes));
+            }
             out.push(
                 RecordBatch::try_new(schema.clone(), columns)
                     .map_err(|e| EngineError::backend(id, e))?,
@@ -341,6 +390,11 @@ impl Dataset {
             files: loaded.files,
             rows,
             values: Default::default(),
+            codes: coded
+                .iter()
+                .zip(dictionaries)
+                .map(|(&i, (_, values))| (i, Arc::new(values)))
+                .collect(),
         })
     }
 }

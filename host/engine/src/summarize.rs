@@ -19,7 +19,7 @@ use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
 use crate::Engine;
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, code_column};
 use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
 use crate::error::EngineError;
 use crate::meta::{self, attach_common, cap_rows, echo, field_meta, unknown_value_hints};
@@ -311,20 +311,35 @@ pub async fn run(
         .iter()
         .map(|g| def.fields[*g].name.clone())
         .collect();
+    // Group keys: a field with an integer code column is grouped on its codes (integers hash
+    // far faster than strings) and the codes are turned back into values afterwards; a
+    // `having` on the key itself needs the text, so then the text is grouped.
+    let having_on_keys = plan.having.iter().any(|h| group_names.contains(&h.column));
+    let coded: Vec<Option<std::sync::Arc<Vec<String>>>> = plan
+        .group_by
+        .iter()
+        .map(|g| {
+            (part_of(*g).is_none() && !having_on_keys)
+                .then(|| prepared.codes.get(g).cloned())
+                .flatten()
+        })
+        .collect();
     let group_exprs: Vec<Expr> = plan
         .group_by
         .iter()
-        .map(|&g| {
+        .zip(&coded)
+        .map(|(&g, code)| {
             let text = !def.fields[g].data_type.is_numeric();
+            let name = &def.fields[g].name;
             match part_of(g) {
                 // Exploded parts are never null ("" stands for no part).
-                Some(col) => ident(col).alias(&def.fields[g].name),
+                Some(col) => ident(col).alias(name),
+                None if code.is_some() => ident(code_column(g)).alias(name),
                 // A text column without nulls is its own key: no copy of every value.
-                None if text && !prepared.has_nulls(g) => {
-                    planner.column(g).alias(&def.fields[g].name)
+                None if text && !prepared.has_nulls(g) => planner.column(g).alias(name),
+                None => {
+                    coalesce(vec![cast(planner.column(g), DataType::Utf8), lit("")]).alias(name)
                 }
-                None => coalesce(vec![cast(planner.column(g), DataType::Utf8), lit("")])
-                    .alias(&def.fields[g].name),
             }
         })
         .collect();
@@ -385,6 +400,14 @@ pub async fn run(
             .map_err(|e| EngineError::backend(&def.id, e))?;
     }
     let mut all_rows = crate::json::rows(&batches, &columns);
+    for row in &mut all_rows {
+        for (k, code) in coded.iter().enumerate() {
+            if let Some(values) = code {
+                let i = row[k].as_u64().unwrap_or(0) as usize;
+                row[k] = Value::String(values.get(i).cloned().unwrap_or_default());
+            }
+        }
+    }
     let keys = group_names.len();
     let first_metric = plan.metrics.first().map(|_| keys);
     all_rows.sort_by(|a, b| order_groups(a, b, first_metric, keys));
