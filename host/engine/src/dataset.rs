@@ -86,6 +86,13 @@ pub struct Prepared {
     /// ([`code_column`]); grouping on codes hashes integers instead of strings. Code 0 is
     /// null or "" (both shown as ""); the others index this list of values.
     pub codes: std::collections::HashMap<usize, Arc<Vec<String>>>,
+    /// The `count_where` computed measures with a prepared 0/1 column ([`share_column`]).
+    pub shares: Vec<usize>,
+}
+
+/// The hidden 0/1 column of a `count_where` computed measure (1.0 where the record counts).
+pub fn share_column(measure: usize) -> String {
+    format!("__tally_share_{measure}")
 }
 
 /// The hidden code column of a field.
@@ -326,6 +333,30 @@ impl Dataset {
         for &i in &coded {
             fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
         }
+        // `count_where` measures: whether each record counts, decided once per version.
+        let shares: Vec<(usize, usize, Option<String>, Vec<String>)> = def
+            .computed_measures
+            .iter()
+            .enumerate()
+            .filter_map(|(k, m)| match &m.formula {
+                tally_semantic::definition::Formula::CountWhere {
+                    condition_field,
+                    condition_values,
+                } => def.field_index(condition_field).map(|f| {
+                    (
+                        k,
+                        f,
+                        def.fields[f].multi_value.clone(),
+                        condition_values.clone(),
+                    )
+                }),
+                _ => None,
+            })
+            .filter(|(_, f, _, _)| !def.fields[*f].data_type.is_numeric())
+            .collect();
+        for (k, _, _, _) in &shares {
+            fields.push(ArrowField::new(share_column(*k), DataType::Float64, false));
+        }
         let schema = Arc::new(Schema::new(fields));
         let mut dictionaries: Vec<(std::collections::HashMap<String, u32>, Vec<String>)> = coded
             .iter()
@@ -359,6 +390,23 @@ impl Dataset {
             let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
             columns.push(rows);
             columns.push(Arc::new(search.finish()));
+            let mut share_columns: Vec<ArrayRef> = Vec::with_capacity(shares.len());
+            for (_, f, separator, values) in &shares {
+                let col = batch.column(*f).as_any().downcast_ref::<StringArray>();
+                let counts = |v: &str| match separator {
+                    Some(sep) => v
+                        .split(sep.as_str())
+                        .any(|p| values.iter().any(|c| c == p.trim())),
+                    None => values.iter().any(|c| c == v),
+                };
+                let share: datafusion::arrow::array::Float64Array = (0..n)
+                    .map(|r| match col {
+                        Some(c) if c.is_valid(r) && counts(c.value(r)) => 1.0,
+                        _ => 0.0,
+                    })
+                    .collect();
+                share_columns.push(Arc::new(share));
+            }
             for (k, &i) in coded.iter().enumerate() {
                 let (lookup, values) = &mut dictionaries[k];
                 let col = batch.column(i).as_any().downcast_ref::<StringArray>();
@@ -376,6 +424,7 @@ impl Dataset {
                     .collect();
                 columns.push(Arc::new(codes));
             }
+            columns.extend(share_columns);
             out.push(
                 RecordBatch::try_new(schema.clone(), columns)
                     .map_err(|e| EngineError::backend(id, e))?,
@@ -390,6 +439,7 @@ impl Dataset {
             files: loaded.files,
             rows,
             values: Default::default(),
+            shares: shares.iter().map(|(k, _, _, _)| *k).collect(),
             codes: coded
                 .iter()
                 .zip(dictionaries)

@@ -19,7 +19,7 @@ use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
 use crate::Engine;
-use crate::dataset::{Dataset, code_column};
+use crate::dataset::{Dataset, Prepared, code_column, share_column};
 use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
 use crate::error::EngineError;
 use crate::meta::{self, attach_common, cap_rows, echo, field_meta, unknown_value_hints};
@@ -103,7 +103,12 @@ fn hidden(i: usize) -> String {
 }
 
 /// A metric's final expression (over hidden aggregates) and its `F:null_excluded` expression.
-fn metric_exprs(planner: &Planner<'_>, aggs: &mut Aggregates, m: &Metric) -> (Expr, Option<Expr>) {
+fn metric_exprs(
+    planner: &Planner<'_>,
+    prepared: &Prepared,
+    aggs: &mut Aggregates,
+    m: &Metric,
+) -> (Expr, Option<Expr>) {
     let def = planner.def;
     let column = |f: usize| planner.column(f);
     // Rows left out because the value is null; 0 (not null) when there are no rows.
@@ -154,6 +159,10 @@ fn metric_exprs(planner: &Planner<'_>, aggs: &mut Aggregates, m: &Metric) -> (Ex
                 condition_field,
                 condition_values,
             } => {
+                if prepared.shares.contains(k) {
+                    let share = aggs.add(format!("share:{k}"), || avg(ident(share_column(*k))));
+                    return (round(vec![share, lit(RATIO_DECIMALS)]), None);
+                }
                 let field = def.field_index(condition_field).unwrap_or_default();
                 let member = planner
                     .filter(&Filter {
@@ -349,7 +358,7 @@ pub async fn run(
     let mut columns: Vec<String> = group_names.clone();
     let mut metric_columns: Vec<String> = Vec::new();
     for m in &plan.metrics {
-        let (value, null_excluded) = metric_exprs(&planner, &mut aggregates, m);
+        let (value, null_excluded) = metric_exprs(&planner, &prepared, &mut aggregates, m);
         let name = m.column(def);
         finals.push(value.alias(&name));
         columns.push(name.clone());
