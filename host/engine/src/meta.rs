@@ -218,3 +218,20 @@ pub fn read_and_normalized(
         ));
     }
 }
+
+/// A dataset result's start: the dataset's source cited (with its date warning, if any), and
+/// the dataset id and version it is computed on. Returns the output and the source's id.
+pub fn dataset_output(
+    ds: &crate::dataset::Dataset,
+    prepared: &crate::dataset::Prepared,
+) -> (Output, String) {
+    let mut out = Output::default();
+    let (source, warning) = crate::envelope::dataset_source(ds, &prepared.files);
+    let source_id = out.cite(source);
+    if let Some(w) = warning {
+        out.warn(w);
+    }
+    out.set("dataset_id", &ds.def.id);
+    out.set("dataset_version", &ds.version);
+    (out, source_id)
+}

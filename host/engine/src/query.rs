@@ -9,7 +9,7 @@ use tally_semantic::resolve::QueryPlan;
 use crate::Engine;
 use crate::cursor;
 use crate::dataset::{Dataset, ROW_COL};
-use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
+use crate::envelope::{Output, Transformation, TransformationType};
 use crate::error::EngineError;
 use crate::meta::{
     self, attach_common, cap_rows, echo, field_meta, is_uninformative, unknown_value_hints,
@@ -145,14 +145,7 @@ pub async fn run(
             .collect();
     }
 
-    let mut out = Output::default();
-    let (source, warning) = dataset_source(ds, &prepared.files);
-    let source_id = out.cite(source);
-    if let Some(w) = warning {
-        out.warn(w);
-    }
-    out.set("dataset_id", &def.id);
-    out.set("dataset_version", &ds.version);
+    let (mut out, source_id) = meta::dataset_output(ds, &prepared);
     out.set("columns", &columns);
     out.set("rows", &rows);
     out.set("total", total);

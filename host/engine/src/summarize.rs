@@ -20,7 +20,7 @@ use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
 use crate::Engine;
 use crate::dataset::{Dataset, Prepared, code_column, share_column};
-use crate::envelope::{Output, Transformation, TransformationType, dataset_source};
+use crate::envelope::{Output, Transformation, TransformationType};
 use crate::error::EngineError;
 use crate::meta::{self, attach_common, cap_rows, echo, field_meta, unknown_value_hints};
 use crate::plan::{Planner, conjunction};
@@ -425,14 +425,7 @@ pub async fn run(
     let mut rows = all_rows;
     let truncated = cap_rows(&mut rows, engine.limits().max_result_bytes);
 
-    let mut out = Output::default();
-    let (source, warning) = dataset_source(ds, &prepared.files);
-    let source_id = out.cite(source);
-    if let Some(w) = warning {
-        out.warn(w);
-    }
-    out.set("dataset_id", &def.id);
-    out.set("dataset_version", &ds.version);
+    let (mut out, source_id) = meta::dataset_output(ds, &prepared);
     out.set("columns", &columns);
     out.set("rows", &rows);
     out.set("total_group_count", total_groups);

@@ -125,15 +125,8 @@ fn print_error(body: &Value) {
 }
 
 fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tally: cannot start the runtime: {e}");
-            return ExitCode::from(EXIT_FAILED);
-        }
+    let Some(runtime) = crate::runtime() else {
+        return ExitCode::from(EXIT_FAILED);
     };
     if !common.datasets.is_dir() {
         print_error(&json!({ "error": {

@@ -181,15 +181,8 @@ fn serve(
         );
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tally: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::runtime() else {
+        return ExitCode::FAILURE;
     };
     let engine = std::sync::Arc::new(tally_engine::Engine::open_with(
         &common.datasets,
@@ -219,4 +212,18 @@ fn serve(
             None => serve::stdio(engine).await,
         }
     })
+}
+
+/// The async runtime of a command; `None` (said on stderr) when it cannot start.
+pub fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("tally: cannot start the runtime: {e}");
+            None
+        }
+    }
 }
