@@ -13,3 +13,12 @@ pub mod provenance;
 /// The plugin API version this host speaks. A plugin built against another version is refused
 /// before it is instantiated, with both versions named.
 pub const PLUGIN_API_VERSION: &str = "0.1.0";
+
+#[cfg(feature = "guest")]
+pub mod guest;
+
+/// The WIT package of the current API version, for hosts that generate bindings from it.
+pub const WIT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/wit/since_v0.1.0");
+
+/// The name of the interface a source plugin of this API version exports.
+pub const SOURCE_INTERFACE: &str = "tally:plugin/source";

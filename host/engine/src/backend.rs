@@ -32,7 +32,35 @@ pub struct ServedFile {
 #[derive(Debug, Clone)]
 pub struct LoadedData {
     pub provider: Arc<dyn TableProvider>,
+    /// What the result cites: the first file's hash is the dataset source's content hash.
     pub files: Vec<ServedFile>,
+    /// How the rows were read, when "read from <files>" does not say it (plugins).
+    pub extract: Option<String>,
+    /// Caveats the backend reported, shown with every result on this data.
+    pub notes: Vec<String>,
+    /// Per row (in the provider's order), where it comes from, when the backend says.
+    pub row_sources: Option<Arc<RowSources>>,
+}
+
+/// Where each row comes from: a table of distinct sources and, per row, an index into it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowSources {
+    pub sources: Vec<RowSource>,
+    pub index: Vec<u32>,
+}
+
+/// A source one or more rows come from (a document section, a law article).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowSource {
+    pub uri: String,
+    pub title: String,
+    pub publisher: Option<String>,
+    pub source_type: String,
+    pub locator: Option<String>,
+    pub published_at: Option<String>,
+    pub effective_at: Option<String>,
+    /// `sha256:<hex>` of the file the row was read from, when known.
+    pub content_hash: Option<String>,
 }
 
 /// The engine's view of a source of rows.
@@ -51,6 +79,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn fingerprint(&self) -> Vec<u8>;
     /// Reads the data (only the given columns, by name) for querying.
     async fn load(&self, columns: &[String]) -> Result<LoadedData, EngineError>;
+    /// What `inspect_dataset` says about the backend.
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({ "kind": self.kind() })
+    }
 }
 
 /// The built-in Parquet backend: one file inside the dataset folder.
@@ -163,6 +195,9 @@ impl Backend for ParquetBackend {
                     sha256,
                     modified,
                 }],
+                extract: None,
+                notes: Vec::new(),
+                row_sources: None,
             })
         })
         .await

@@ -18,11 +18,20 @@ use tally_semantic::names;
 
 use crate::backend::{Backend, ParquetBackend};
 use crate::dataset::{Dataset, RESERVED_PREFIX, Retrieved, canonical_type};
+use crate::wasm::PluginLimits;
+use crate::wasm_backend::WasmBackend;
 
 /// The definition file of a dataset folder.
 pub const DEFINITION_FILE: &str = "dataset.yaml";
 /// Sidecar written by fetchers: `{"fetched_at": …, "fetched_from": …}`.
 pub const FETCH_RECORD: &str = ".fetch.json";
+
+/// How datasets are registered: what their plugins may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The sandbox limits of every wasm plugin call.
+    pub plugins: PluginLimits,
+}
 
 /// A dataset folder that cannot be served, and why.
 #[derive(Debug, Clone, Serialize)]
@@ -129,14 +138,26 @@ impl Changes {
     }
 }
 
-/// The files of a folder as (name, size, modified) — cheap to read, and changed by any write —
-/// plus the newest modification time.
+/// The files of a folder and its subfolders as (path, size, modified) — cheap to read, and
+/// changed by any write — plus the newest modification time. Plugins may read subfolders
+/// (a folder of documents), so a change there is a change of the dataset.
 fn stamp(folder: &Path) -> (String, Option<SystemTime>) {
     let mut parts: Vec<String> = Vec::new();
     let mut newest: Option<SystemTime> = None;
-    if let Ok(entries) = std::fs::read_dir(folder) {
+    let mut stack = vec![(folder.to_path_buf(), String::new(), 0usize)];
+    while let Some((dir, prefix, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for e in entries.filter_map(Result::ok) {
             let Ok(meta) = e.metadata() else { continue };
+            let name = format!("{prefix}{}", e.file_name().to_string_lossy());
+            if meta.is_dir() {
+                if depth < 8 && parts.len() < 100_000 {
+                    stack.push((e.path(), format!("{name}/"), depth + 1));
+                }
+                continue;
+            }
             if !meta.is_file() {
                 continue;
             }
@@ -145,11 +166,7 @@ fn stamp(folder: &Path) -> (String, Option<SystemTime>) {
             let nanos = modified
                 .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_nanos());
-            parts.push(format!(
-                "{}:{}:{nanos}",
-                e.file_name().to_string_lossy(),
-                meta.len()
-            ));
+            parts.push(format!("{name}:{}:{nanos}", meta.len()));
         }
     }
     parts.sort();
@@ -158,15 +175,20 @@ fn stamp(folder: &Path) -> (String, Option<SystemTime>) {
 
 impl Catalog {
     /// Scans `dir` from scratch.
-    pub fn load(dir: &Path) -> Catalog {
-        Catalog::scan(dir, &Catalog::default(), Duration::ZERO).0
+    pub fn load(dir: &Path, options: &Options) -> Catalog {
+        Catalog::scan(dir, &Catalog::default(), Duration::ZERO, options).0
     }
 
     /// Scans `dir` again: unchanged folders keep their registered dataset (and its caches);
     /// changed ones are validated completely before they replace anything. A folder that
     /// stops being valid keeps its last good version serving and is listed as broken; one
     /// whose files changed less than `settle` ago and look half-written is retried later.
-    pub fn scan(dir: &Path, previous: &Catalog, settle: Duration) -> (Catalog, Changes) {
+    pub fn scan(
+        dir: &Path,
+        previous: &Catalog,
+        settle: Duration,
+        options: &Options,
+    ) -> (Catalog, Changes) {
         let mut next = Catalog::default();
         let mut changes = Changes::default();
         let mut folders: Vec<PathBuf> = match std::fs::read_dir(dir) {
@@ -198,7 +220,7 @@ impl Catalog {
             } else {
                 // Named relative to the datasets directory: messages never show a machine path.
                 let label = format!("{name}/{DEFINITION_FILE}");
-                match register(&folder, &name, &label) {
+                match register(&folder, &name, &label, options) {
                     Ok(Some(dataset)) => {
                         for w in &dataset.warnings {
                             tracing::warn!("{w}");
@@ -318,7 +340,12 @@ impl Catalog {
 }
 
 /// Registers one folder: `Ok(None)` when it is disabled.
-pub fn register(folder: &Path, folder_name: &str, label: &str) -> Result<Option<Dataset>, Refusal> {
+pub fn register(
+    folder: &Path,
+    folder_name: &str,
+    label: &str,
+    options: &Options,
+) -> Result<Option<Dataset>, Refusal> {
     let text = std::fs::read_to_string(folder.join(DEFINITION_FILE)).map_err(|e| Refusal {
         problems: vec![Problem::plain(
             format!("cannot read the file: {e}"),
@@ -389,12 +416,51 @@ pub fn register(folder: &Path, folder_name: &str, label: &str) -> Result<Option<
                 })?;
             Arc::new(backend)
         }
-        other => {
+        BackendKind::Wasm => {
+            let Some(plugin) = &def.backend.plugin else {
+                return Err(Refusal::from(vec![Problem::plain(
+                    "a wasm backend names no component",
+                    "add `component: <file>.wasm` (a file in this folder) or `component: builtin:<name>` under `backend:`",
+                )]));
+            };
+            if let tally_semantic::definition::PluginRef::File(f) = plugin
+                && !folder.join(f).is_file()
+            {
+                // The definition may have been copied before its component.
+                return Err(Refusal {
+                    problems: vec![Problem {
+                        line: None,
+                        key: "backend.component".into(),
+                        reason: format!("the component `{f}` is not in the dataset folder"),
+                        fix: "put the .wasm component there, or name a built-in one with `builtin:<name>`".into(),
+                    }],
+                    maybe_incomplete: true,
+                });
+            }
+            let backend = WasmBackend::register(
+                &def.id,
+                folder,
+                plugin,
+                &def.backend.config,
+                options.plugins,
+            )
+            .map_err(|e| Refusal {
+                maybe_incomplete: e.maybe_incomplete,
+                problems: vec![Problem {
+                    line: None,
+                    key: "backend".into(),
+                    reason: e.message,
+                    fix: e.fix,
+                }],
+            })?;
+            Arc::new(backend)
+        }
+        BackendKind::Native => {
             return Err(Refusal::from(vec![Problem {
                 line: None,
                 key: "backend.kind".into(),
-                reason: format!("backend kind `{}` is not available in this build yet", other.as_str()),
-                fix: "use the built-in Parquet backend (no `backend:` key) until plugin support lands".into(),
+                reason: "backend kind `native` is not available in this build yet".into(),
+                fix: "serve the data with the built-in Parquet backend or a wasm plugin".into(),
             }]));
         }
     };
@@ -502,7 +568,7 @@ fn retrieval(
     if let Some(d) = retrieved_at {
         return (Retrieved::Definition(d.clone()), None);
     }
-    let modified = backend.files().first().and_then(|f| f.modified);
+    let modified = backend.files().iter().filter_map(|f| f.modified).max();
     match modified {
         Some(m) => {
             let t: chrono::DateTime<chrono::Utc> = m.into();

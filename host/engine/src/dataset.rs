@@ -14,7 +14,7 @@ use serde_json::Value;
 use tally_semantic::definition::{DataType as FieldType, DatasetDef, DateValue, Diagnostic};
 use tokio::sync::OnceCell;
 
-use crate::backend::{Backend, ServedFile};
+use crate::backend::{Backend, RowSources, ServedFile};
 use crate::error::EngineError;
 
 /// Hidden column: the record's position in file order (the default order).
@@ -79,6 +79,12 @@ pub struct Prepared {
     pub batches: Vec<RecordBatch>,
     pub files: Vec<ServedFile>,
     pub rows: usize,
+    /// How the rows were read, when the backend says it in its own words (plugins).
+    pub extract: Option<String>,
+    /// Caveats from the backend, shown with every result.
+    pub notes: Vec<String>,
+    /// Per row (indexed by the row column), its own source, when the backend reports one.
+    pub row_sources: Option<Arc<RowSources>>,
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
     values: std::sync::Mutex<std::collections::HashMap<usize, ValueCounts>>,
@@ -233,8 +239,12 @@ impl Dataset {
         &self.folder
     }
 
+    /// The number of records: from the metadata (Parquet), else once the data has been read
+    /// (plugins); `None` until then.
     pub fn record_count(&self) -> Option<u64> {
-        self.backend.row_count()
+        self.backend
+            .row_count()
+            .or_else(|| self.prepared.get().map(|p| p.rows as u64))
     }
 
     /// The prepared table, built on first use and kept for this dataset version.
@@ -431,6 +441,17 @@ impl Dataset {
             );
         }
         let rows = row as usize;
+        if let Some(r) = &loaded.row_sources
+            && r.index.len() != rows
+        {
+            return Err(EngineError::backend(
+                id,
+                format!(
+                    "the backend gave {} row sources for {rows} rows",
+                    r.index.len()
+                ),
+            ));
+        }
         let table = MemTable::try_new(schema, vec![out.clone()])
             .map_err(|e| EngineError::backend(id, e))?;
         Ok(Prepared {
@@ -438,6 +459,9 @@ impl Dataset {
             batches: out,
             files: loaded.files,
             rows,
+            extract: loaded.extract,
+            notes: loaded.notes,
+            row_sources: loaded.row_sources,
             values: Default::default(),
             shares: shares.iter().map(|(k, _, _, _)| *k).collect(),
             codes: coded

@@ -244,5 +244,6 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
         "undeclared_columns_note": "columns of the data file that dataset.yaml does not declare are not served",
         "definition_warnings": ds.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "version": ds.version,
+        "backend": ds.backend.describe(),
     }))
 }

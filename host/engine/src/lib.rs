@@ -24,6 +24,8 @@ pub mod query;
 pub mod schema;
 pub mod summarize;
 pub mod udf;
+pub mod wasm;
+pub mod wasm_backend;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
@@ -56,6 +58,8 @@ pub struct Limits {
     pub call_memory_bytes: usize,
     /// Size of the serialised rows of one result; rows past it are left out and that is said.
     pub max_result_bytes: usize,
+    /// The sandbox limits of every wasm plugin call.
+    pub plugins: wasm::PluginLimits,
 }
 
 impl Default for Limits {
@@ -66,6 +70,7 @@ impl Default for Limits {
             call_timeout: Duration::from_secs(10),
             call_memory_bytes: 512 * 1024 * 1024,
             max_result_bytes: 4 * 1024 * 1024,
+            plugins: wasm::PluginLimits::default(),
         }
     }
 }
@@ -113,7 +118,12 @@ impl Engine {
         config.options_mut().optimizer.max_passes = 1;
         Engine {
             dir: dir.to_path_buf(),
-            catalog: arc_swap::ArcSwap::from_pointee(Catalog::load(dir)),
+            catalog: arc_swap::ArcSwap::from_pointee(Catalog::load(
+                dir,
+                &catalog::Options {
+                    plugins: limits.plugins,
+                },
+            )),
             changes: tokio::sync::broadcast::channel(64).0,
             ctx: SessionContext::new_with_config(config),
             functions: udf::Functions::default(),
@@ -150,7 +160,10 @@ impl Engine {
     /// Returns what changed and whether some folder is still being written (retry later).
     pub fn reload(&self, settle: Duration) -> (catalog::Changes, bool) {
         let previous = self.catalog.load_full();
-        let (next, changes) = Catalog::scan(&self.dir, &previous, settle);
+        let options = catalog::Options {
+            plugins: self.limits.plugins,
+        };
+        let (next, changes) = Catalog::scan(&self.dir, &previous, settle, &options);
         let pending = !next.pending.is_empty();
         if !changes.is_empty() {
             for id in &changes.added {

@@ -198,13 +198,15 @@ pub fn read_and_normalized(
 ) {
     use crate::envelope::{Transformation, TransformationType};
     let files: Vec<&str> = prepared.files.iter().map(|f| f.path.as_str()).collect();
+    let from = match &prepared.extract {
+        Some(how) => format!("returned by {how}"),
+        None => format!("from {}", files.join(", ")),
+    };
     out.transformations.push(Transformation::new(
         TransformationType::Extract,
         format!(
-            "read {} records of dataset `{}` from {}",
-            prepared.rows,
-            def.id,
-            files.join(", ")
+            "read {} records of dataset `{}` {from}",
+            prepared.rows, def.id
         ),
     ));
     if !resolved.is_empty() {
@@ -231,7 +233,57 @@ pub fn dataset_output(
     if let Some(w) = warning {
         out.warn(w);
     }
+    for note in &prepared.notes {
+        out.warn(note.clone());
+    }
     out.set("dataset_id", &ds.def.id);
     out.set("dataset_version", &ds.version);
     (out, source_id)
+}
+
+/// Cites the own sources of the rows on a page (by their row numbers) and returns, per row,
+/// the ids it references; `None` when the backend reports no per-row sources. Each row
+/// source inherits what the dataset says and the source does not (retrieval date, license,
+/// publisher).
+pub fn row_source_refs(
+    out: &mut Output,
+    prepared: &crate::dataset::Prepared,
+    dataset_source_id: &str,
+    page_rows: &[u64],
+) -> Option<Vec<Vec<String>>> {
+    let table = prepared.row_sources.as_ref()?;
+    let dataset_source = out
+        .sources
+        .iter()
+        .find(|s| s.id == dataset_source_id)
+        .cloned()?;
+    let mut per_row = Vec::with_capacity(page_rows.len());
+    for &row in page_rows {
+        let Some(&index) = table.index.get(row as usize) else {
+            per_row.push(vec![dataset_source_id.to_string()]);
+            continue;
+        };
+        let Some(s) = table.sources.get(index as usize) else {
+            per_row.push(vec![dataset_source_id.to_string()]);
+            continue;
+        };
+        let id = out.cite(crate::envelope::Source {
+            id: format!("{dataset_source_id}#{index}"),
+            uri: s.uri.clone(),
+            title: s.title.clone(),
+            publisher: s
+                .publisher
+                .clone()
+                .unwrap_or_else(|| dataset_source.publisher.clone()),
+            retrieved_at: dataset_source.retrieved_at.clone(),
+            source_type: s.source_type.clone(),
+            locator: s.locator.clone(),
+            published_at: s.published_at.clone(),
+            effective_at: s.effective_at.clone(),
+            license: dataset_source.license.clone(),
+            content_hash: s.content_hash.clone(),
+        });
+        per_row.push(vec![id]);
+    }
+    Some(per_row)
 }

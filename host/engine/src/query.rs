@@ -98,13 +98,24 @@ pub async fn run(
     let page = source
         .sort(sorts)?
         .limit(offset, Some(plan.limit))?
-        .select(names.iter().map(ident).collect::<Vec<_>>())?
+        .select(
+            names
+                .iter()
+                .map(ident)
+                .chain(prepared.row_sources.is_some().then(|| ident(ROW_COL)))
+                .collect::<Vec<_>>(),
+        )?
         .collect()
         .await
         .map_err(|e| EngineError::backend(&def.id, e))?;
     let mut rows = crate::json::rows(&page, &names);
     let truncated = cap_rows(&mut rows, engine.limits().max_result_bytes);
     let returned = rows.len();
+    let mut page_rows: Vec<u64> = crate::json::rows(&page, &[ROW_COL.to_string()])
+        .into_iter()
+        .filter_map(|r| r.first().and_then(Value::as_u64))
+        .collect();
+    page_rows.truncate(returned);
     let next_offset = offset + returned;
     let next_cursor =
         (next_offset < total).then(|| cursor::encode(&ds.version, &fingerprint, next_offset));
@@ -202,7 +213,10 @@ pub async fn run(
         m.remove("select");
     }
     out.set("parameters", echoed);
-    out.set("sourceRefs", [source_id]);
+    out.set("sourceRefs", [&source_id]);
+    if let Some(per_row) = meta::row_source_refs(&mut out, &prepared, &source_id, &page_rows) {
+        out.set("rowSourceRefs", per_row);
+    }
 
     meta::read_and_normalized(&mut out, def, &prepared, &plan.resolved_fields);
     let mut steps: Vec<String> = plan.filters.iter().map(|f| f.describe(def)).collect();

@@ -254,6 +254,7 @@ fn inspect_data() -> Value {
             "undeclared_columns_note": { "type": "string" },
             "definition_warnings": string_list(),
             "version": { "type": "string" },
+            "backend": { "type": "object", "description": "Where the records come from: `kind` (parquet, wasm, native) and, for plugins, the plugin, its version, its component's hash and its sandbox limits." },
             "resolved_fields": { "$ref": "#/$defs/resolved" },
             "sourceRefs": { "type": "array", "items": { "type": "string" }, "minItems": 1 }
         }

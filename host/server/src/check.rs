@@ -56,7 +56,12 @@ pub fn run(dir: &Path) -> ExitCode {
         }
         // The definition must also fit its data: registration reads the data's metadata and
         // checks every declared field against it, exactly as the server does.
-        match tally_engine::catalog::register(&folder, &folder_id, &label) {
+        match tally_engine::catalog::register(
+            &folder,
+            &folder_id,
+            &label,
+            &tally_engine::catalog::Options::default(),
+        ) {
             Ok(_) => {
                 ok += 1;
                 println!("{label}: ok");

@@ -52,6 +52,15 @@ pub struct Budgets {
     /// Size of the rows of one result, in bytes; rows past it are left out and that is said.
     #[arg(long, global = true, default_value_t = 4 * 1024 * 1024)]
     max_result_bytes: usize,
+    /// Wall-clock time one wasm plugin call may run, in milliseconds.
+    #[arg(long, global = true, default_value_t = 5_000)]
+    plugin_deadline_ms: u64,
+    /// Memory one wasm plugin instance may grow to, in MiB.
+    #[arg(long, global = true, default_value_t = 256)]
+    plugin_memory_mb: usize,
+    /// Size of what one wasm plugin scan may return, in MiB.
+    #[arg(long, global = true, default_value_t = 64)]
+    plugin_output_mb: usize,
 }
 
 impl Budgets {
@@ -60,6 +69,12 @@ impl Budgets {
             call_timeout: std::time::Duration::from_millis(self.call_timeout_ms.max(1)),
             call_memory_bytes: self.call_memory_mb.max(1) * 1024 * 1024,
             max_result_bytes: self.max_result_bytes.max(1024),
+            plugins: tally_engine::wasm::PluginLimits {
+                deadline: std::time::Duration::from_millis(self.plugin_deadline_ms.max(10)),
+                memory_bytes: self.plugin_memory_mb.max(1) * 1024 * 1024,
+                output_bytes: self.plugin_output_mb.max(1) * 1024 * 1024,
+                ..Default::default()
+            },
         }
     }
 }

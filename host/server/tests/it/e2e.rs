@@ -86,6 +86,10 @@ fn python_mcp_client_end_to_end() {
         .env("TALLY_BIN", env!("CARGO_BIN_EXE_tally"))
         .env("TALLY_DATASETS", root.join("datasets"))
         .env("TALLY_VARIANTS", variants.path())
+        // The wasm components this workspace built (the plugin template, the hostile test
+        // plugins) and the reference material beside the repository (tests skip without it).
+        .env("TALLY_WASM_DIR", tally_wasm_plugins::BUILT_DIR)
+        .env("TALLY_REFERENCE", root.join("../shared/reference"))
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);

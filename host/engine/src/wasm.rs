@@ -1,0 +1,539 @@
+//! Wasm source plugins: WebAssembly components run in wasmtime, trusted with nothing.
+//!
+//! One wasmtime engine per process, created when the first wasm dataset registers. A
+//! component is compiled once (cached by the SHA-256 of its bytes) and its imports are
+//! resolved once; every call (`describe`, `scan`) gets a fresh store and instance, so no
+//! state survives between calls and an old instance finishes its calls while a new version
+//! of the component registers beside it.
+//!
+//! The sandbox of every call:
+//! - WASI with the dataset's own folder pre-opened read-only at `/`, nothing else: no
+//!   network (TCP, UDP and name lookup are off), no environment variables, no arguments, no
+//!   stdin; stdout is discarded and stderr is kept (up to [`PluginLimits::stderr_bytes`]) to
+//!   explain a failure;
+//! - an epoch deadline ([`PluginLimits::deadline`]): a ticker thread advances the epoch
+//!   every [`TICK`], and a call past its deadline traps;
+//! - a memory limit ([`PluginLimits::memory_bytes`]) on every linear memory and table;
+//! - an output cap ([`PluginLimits::output_bytes`]) on what a scan returns.
+//!
+//! Traps, timeouts and limit hits become [`PluginError`]s naming the plugin, the limit and
+//! what to do; the server keeps serving.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store, StoreLimits, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use tally_plugin_api::{PLUGIN_API_VERSION, SOURCE_INTERFACE};
+
+/// Bindings for the `source-plugin` world of the current API version.
+#[allow(missing_debug_implementations, clippy::all)]
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../../plugin-api/wit/since_v0.1.0",
+        world: "source-plugin",
+    });
+}
+
+pub use bindings::tally::plugin::types::{
+    Column, ColumnType, Description, Filter, FilterCapability, FilterOp, ScanRequest, ScanResult,
+    Source, Value,
+};
+use bindings::{SourcePlugin, SourcePluginPre};
+
+/// How often the epoch advances: the granularity of every deadline.
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// The limits of one plugin call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginLimits {
+    /// Wall-clock time one call (`describe` or `scan`) may run.
+    pub deadline: Duration,
+    /// Linear memory one instance may grow to.
+    pub memory_bytes: usize,
+    /// Size of what one scan may return (the Arrow stream and the source table).
+    pub output_bytes: usize,
+    /// How much of the plugin's stderr is kept for error messages.
+    pub stderr_bytes: usize,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        PluginLimits {
+            deadline: Duration::from_secs(5),
+            memory_bytes: 256 * 1024 * 1024,
+            output_bytes: 64 * 1024 * 1024,
+            stderr_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// Why a plugin call failed, in words for the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginError {
+    pub message: String,
+    /// What would fix it.
+    pub fix: String,
+    /// The component may still be being written (it does not parse): retry before
+    /// reporting it.
+    pub maybe_incomplete: bool,
+}
+
+impl PluginError {
+    pub fn new(message: impl Into<String>, fix: impl Into<String>) -> PluginError {
+        PluginError {
+            message: message.into(),
+            fix: fix.into(),
+            maybe_incomplete: false,
+        }
+    }
+}
+
+impl fmt::Display for PluginError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.fix)
+    }
+}
+
+/// The process's wasmtime engine, the resolved WASI imports and the compiled components.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<State>,
+    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.compiled.lock().map(|c| c.len()).unwrap_or(0);
+        f.debug_struct("Runtime").field("compiled", &n).finish()
+    }
+}
+
+/// A compiled component with its imports resolved, ready to instantiate.
+pub struct Compiled {
+    pre: SourcePluginPre<State>,
+    /// `sha256:<hex>` of the component's bytes.
+    pub sha256: String,
+    pub size: u64,
+}
+
+impl fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Compiled")
+            .field("sha256", &self.sha256)
+            .finish()
+    }
+}
+
+/// The host state of one call.
+struct State {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: Limiter,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Memory and table limits that remember when they were hit.
+struct Limiter {
+    inner: StoreLimits,
+    memory_bytes: usize,
+    /// The size a memory asked to grow to, past the limit.
+    refused: Option<usize>,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.refused = Some(desired);
+            // Trap at once: a refused grow would make the guest's allocator abort with a
+            // message that does not say why.
+            wasmtime::bail!("memory limit reached");
+        }
+        self.inner.memory_growing(current, desired, maximum)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+}
+
+static RUNTIME: OnceLock<Result<Arc<Runtime>, String>> = OnceLock::new();
+
+/// The process's runtime, started on first use.
+pub fn runtime() -> Result<Arc<Runtime>, PluginError> {
+    RUNTIME
+        .get_or_init(|| Runtime::start().map(Arc::new))
+        .clone()
+        .map_err(|e| {
+            PluginError::new(
+                format!("the wasm runtime could not start: {e}"),
+                "this is a fault of the host machine or of Tally, not of the dataset",
+            )
+        })
+}
+
+impl Runtime {
+    fn start() -> Result<Runtime, String> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).map_err(|e| e.to_string())?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| e.to_string())?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("tally-wasm-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(TICK);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(Runtime {
+            engine,
+            linker,
+            compiled: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Compiles a component (or takes it from the cache), after checking that it is a
+    /// component and speaks this host's plugin API version. `label` names it in messages.
+    pub fn compile(&self, label: &str, bytes: &[u8]) -> Result<Arc<Compiled>, PluginError> {
+        let sha256 = crate::backend::sha256_hex(bytes);
+        if let Ok(cache) = self.compiled.lock()
+            && let Some(c) = cache.get(&sha256)
+        {
+            return Ok(Arc::clone(c));
+        }
+        if !bytes.starts_with(b"\0asm") {
+            return Err(PluginError {
+                maybe_incomplete: true,
+                ..PluginError::new(
+                    format!(
+                        "{label} is not WebAssembly (it does not start with the bytes `\\0asm`)"
+                    ),
+                    "name a .wasm component built for wasm32-wasip2",
+                )
+            });
+        }
+        if bytes.len() >= 8 && bytes[4..8] == [1, 0, 0, 0] {
+            return Err(PluginError::new(
+                format!("{label} is a core WebAssembly module, not a component"),
+                "build the plugin for the wasm32-wasip2 target, which produces a component",
+            ));
+        }
+        let started = Instant::now();
+        let component = Component::new(&self.engine, bytes).map_err(|e| PluginError {
+            maybe_incomplete: true,
+            ..PluginError::new(
+                format!(
+                    "{label} is not a valid WebAssembly component: {}",
+                    root_cause(&e)
+                ),
+                "build the plugin for wasm32-wasip2 with tally-plugin-api's guest helper",
+            )
+        })?;
+        check_api_version(label, &self.engine, &component)?;
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            PluginError::new(
+                format!(
+                    "{label} needs something the sandbox does not provide: {}",
+                    root_cause(&e)
+                ),
+                "a plugin gets WASI with a read-only view of its dataset folder and nothing else (no network, no environment)",
+            )
+        })?;
+        let pre = SourcePluginPre::new(instance_pre).map_err(|e| {
+            PluginError::new(
+                format!(
+                    "{label} does not export the source interface as this host expects: {}",
+                    root_cause(&e)
+                ),
+                format!("build it against tally-plugin-api {PLUGIN_API_VERSION}"),
+            )
+        })?;
+        tracing::debug!(
+            "compiled {label} ({} bytes) in {:?}",
+            bytes.len(),
+            started.elapsed()
+        );
+        let compiled = Arc::new(Compiled {
+            pre,
+            sha256: sha256.clone(),
+            size: bytes.len() as u64,
+        });
+        if let Ok(mut cache) = self.compiled.lock() {
+            // Components replaced many times must not pile up: keep the most recent few.
+            if cache.len() >= 32 {
+                cache.clear();
+            }
+            cache.insert(sha256, Arc::clone(&compiled));
+        }
+        Ok(compiled)
+    }
+
+    /// Runs one call in a fresh sandbox over `folder`.
+    fn call<R>(
+        &self,
+        label: &str,
+        compiled: &Compiled,
+        folder: &Path,
+        limits: &PluginLimits,
+        what: &str,
+        f: impl FnOnce(&mut Store<State>, &SourcePlugin) -> wasmtime::Result<Result<R, String>>,
+    ) -> Result<R, PluginError> {
+        let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        wasi.preopened_dir(folder, "/", FsPerms::ReadOnly)
+            .map_err(|e| {
+                PluginError::new(
+                    format!("the dataset folder could not be opened for {label}: {e}"),
+                    "check that the folder exists and is readable",
+                )
+            })?;
+        let state = State {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limits: Limiter {
+                inner: wasmtime::StoreLimitsBuilder::new()
+                    .memory_size(limits.memory_bytes)
+                    .table_elements(1_000_000)
+                    .instances(64)
+                    .build(),
+                memory_bytes: limits.memory_bytes,
+                refused: None,
+            },
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        let ticks = (limits.deadline.as_millis() / TICK.as_millis()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        let started = Instant::now();
+        let outcome = compiled
+            .pre
+            .instantiate(&mut store)
+            .and_then(|plugin| f(&mut store, &plugin));
+        let stderr_text = || {
+            let bytes = stderr.contents();
+            let text = String::from_utf8_lossy(&bytes).trim().to_string();
+            if text.is_empty() {
+                String::new()
+            } else {
+                format!("; it wrote: {}", last_chars(&text, 600))
+            }
+        };
+        match outcome {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(message)) => Err(PluginError::new(
+                format!("{label} could not {what}: {message}"),
+                "fix the dataset's files or backend.config as the message says",
+            )),
+            Err(e) => {
+                if let Some(asked) = store.data().limits.refused {
+                    return Err(PluginError::new(
+                        format!(
+                            "{label} was stopped while trying to {what}: it exceeded its memory limit of {} (it asked for {})",
+                            mib(limits.memory_bytes),
+                            mib(asked)
+                        ),
+                        "the plugin needs less memory for this data, or the server a higher --plugin-memory-mb",
+                    ));
+                }
+                match e.downcast_ref::<Trap>() {
+                    Some(Trap::Interrupt) => Err(PluginError::new(
+                        format!(
+                            "{label} was stopped while trying to {what}: it did not finish within its deadline of {:.1} s (ran {:.1} s){}",
+                            limits.deadline.as_secs_f64(),
+                            started.elapsed().as_secs_f64(),
+                            stderr_text()
+                        ),
+                        "the plugin must work faster on this data, or the server needs a longer --plugin-deadline-ms",
+                    )),
+                    Some(trap) => Err(PluginError::new(
+                        format!(
+                            "{label} failed while trying to {what}: it trapped ({trap}){}",
+                            stderr_text()
+                        ),
+                        "this is a fault in the plugin; its author can reproduce it with the same dataset folder",
+                    )),
+                    None => Err(PluginError::new(
+                        format!(
+                            "{label} failed while trying to {what}: {}{}",
+                            root_cause(&e),
+                            stderr_text()
+                        ),
+                        "this is a fault in the plugin or in what it was given",
+                    )),
+                }
+            }
+        }
+    }
+
+    /// `describe` for a dataset's config.
+    pub fn describe(
+        &self,
+        label: &str,
+        compiled: &Compiled,
+        folder: &Path,
+        limits: &PluginLimits,
+        config: &str,
+    ) -> Result<Description, PluginError> {
+        self.call(
+            label,
+            compiled,
+            folder,
+            limits,
+            "describe itself",
+            |store, p| p.tally_plugin_source().call_describe(store, config),
+        )
+    }
+
+    /// `scan`, with the output cap applied.
+    pub fn scan(
+        &self,
+        label: &str,
+        compiled: &Compiled,
+        folder: &Path,
+        limits: &PluginLimits,
+        request: &ScanRequest,
+    ) -> Result<ScanResult, PluginError> {
+        let result = self.call(label, compiled, folder, limits, "scan", |store, p| {
+            p.tally_plugin_source().call_scan(store, request)
+        })?;
+        let size = output_size(&result);
+        if size > limits.output_bytes {
+            return Err(PluginError::new(
+                format!(
+                    "{label} returned {} of output, over the cap of {}",
+                    mib(size),
+                    mib(limits.output_bytes)
+                ),
+                "the dataset is too large for one scan; the plugin should apply filters or the server needs a higher --plugin-output-mb",
+            ));
+        }
+        Ok(result)
+    }
+}
+
+fn output_size(r: &ScanResult) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    r.ipc.len()
+        + r.row_sources.len() * 4
+        + r.sources
+            .iter()
+            .map(|s| {
+                s.uri.len()
+                    + s.title.len()
+                    + s.source_type.len()
+                    + text(&s.publisher)
+                    + text(&s.locator)
+                    + text(&s.published_at)
+                    + text(&s.effective_at)
+                    + text(&s.file)
+            })
+            .sum::<usize>()
+        + r.files.iter().map(String::len).sum::<usize>()
+        + r.notes.iter().map(String::len).sum::<usize>()
+}
+
+/// Refuses a component that does not export the source interface of this API version.
+fn check_api_version(
+    label: &str,
+    engine: &Engine,
+    component: &Component,
+) -> Result<(), PluginError> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+    let wanted = format!("{SOURCE_INTERFACE}@{PLUGIN_API_VERSION}");
+    if exports.contains(&wanted) {
+        return Ok(());
+    }
+    let prefix = format!("{SOURCE_INTERFACE}@");
+    if let Some(found) = exports.iter().find_map(|e| e.strip_prefix(&prefix)) {
+        return Err(PluginError::new(
+            format!(
+                "{label} was built for plugin API {found}, but this Tally speaks plugin API {PLUGIN_API_VERSION}"
+            ),
+            format!(
+                "rebuild the plugin against tally-plugin-api {PLUGIN_API_VERSION} (WIT `tally:plugin@{PLUGIN_API_VERSION}`), or run a Tally that speaks {found}"
+            ),
+        ));
+    }
+    if exports.iter().any(|e| e == SOURCE_INTERFACE) {
+        return Err(PluginError::new(
+            format!(
+                "{label} exports {SOURCE_INTERFACE} without a version, so its plugin API version is unknown"
+            ),
+            format!("build it from the versioned WIT package `tally:plugin@{PLUGIN_API_VERSION}`"),
+        ));
+    }
+    Err(PluginError::new(
+        format!(
+            "{label} is not a Tally source plugin: it exports {}",
+            if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports.join(", ")
+            }
+        ),
+        format!("a source plugin exports `{wanted}` (see tally-plugin-api's guest helper)"),
+    ))
+}
+
+fn root_cause(e: &wasmtime::Error) -> String {
+    let mut text = e.to_string();
+    let chain: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    if !chain.is_empty() {
+        text.push_str(": ");
+        text.push_str(&chain.join(": "));
+    }
+    text
+}
+
+fn mib(bytes: usize) -> String {
+    if bytes >= 1024 * 1024 {
+        format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+fn last_chars(text: &str, n: usize) -> &str {
+    let count = text.chars().count();
+    if count <= n {
+        return text;
+    }
+    let skip = text.char_indices().nth(count - n).map_or(0, |(i, _)| i);
+    &text[skip..]
+}

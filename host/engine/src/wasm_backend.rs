@@ -1,0 +1,540 @@
+//! The backend of `kind: wasm` datasets: a sandboxed component that scans the dataset folder.
+//!
+//! Registration compiles the component (cached) and asks it to describe itself, which gives
+//! the columns; a query's first use scans once and keeps the rows in memory for this
+//! version, like Parquet. The rows' own sources (a document section, a law article) travel
+//! with them as [`RowSources`], and the Arrow bytes the plugin returned are hashed as the
+//! dataset's content hash.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::datasource::MemTable;
+use tally_plugin_api::provenance::SourceType;
+use tally_semantic::definition::{DateValue, PluginRef};
+
+use crate::backend::{Backend, LoadedData, RowSource, RowSources, ServedFile, sha256_hex};
+use crate::error::EngineError;
+use crate::wasm::{
+    self, ColumnType, Compiled, Description, PluginError, PluginLimits, Runtime, ScanRequest,
+};
+
+/// A dataset served by a wasm component.
+#[derive(Debug)]
+pub struct WasmBackend {
+    dataset: String,
+    folder: PathBuf,
+    /// How the component is named in messages: ``component `x.wasm` `` or
+    /// ``built-in plugin `documents` ``.
+    label: String,
+    /// `builtin:<name>` or the component file.
+    origin: String,
+    runtime: Arc<Runtime>,
+    compiled: Arc<Compiled>,
+    description: Description,
+    config: String,
+    limits: PluginLimits,
+    schema: SchemaRef,
+    /// The component file (when it is one) and every other file of the folder, as stamped
+    /// at registration: any change makes a new version.
+    files: Vec<ServedFile>,
+}
+
+impl WasmBackend {
+    /// Compiles the component and asks it to describe itself for this config.
+    pub fn register(
+        dataset: &str,
+        folder: &Path,
+        plugin: &PluginRef,
+        config: &serde_json::Value,
+        limits: PluginLimits,
+    ) -> Result<WasmBackend, PluginError> {
+        let runtime = wasm::runtime()?;
+        let (label, bytes, component_file): (String, std::borrow::Cow<'static, [u8]>, _) =
+            match plugin {
+                PluginRef::Builtin(name) => {
+                    let bytes = tally_wasm_plugins::builtin(name).ok_or_else(|| {
+                        PluginError::new(
+                            format!("there is no built-in wasm plugin `{name}`"),
+                            format!(
+                                "use one of: {}",
+                                tally_wasm_plugins::builtin_names()
+                                    .iter()
+                                    .map(|n| format!("builtin:{n}"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        )
+                    })?;
+                    (
+                        format!("built-in plugin `{name}`"),
+                        std::borrow::Cow::Borrowed(bytes),
+                        None,
+                    )
+                }
+                PluginRef::File(relative) => {
+                    let path = folder.join(relative);
+                    let bytes = std::fs::read(&path).map_err(|e| {
+                        PluginError::new(
+                            format!("the component `{relative}` cannot be read: {e}"),
+                            "put the .wasm component in the dataset folder under that name",
+                        )
+                    })?;
+                    let meta = std::fs::metadata(&path).ok();
+                    let file = ServedFile {
+                        path: relative.clone(),
+                        size: bytes.len() as u64,
+                        sha256: String::new(),
+                        modified: meta.and_then(|m| m.modified().ok()),
+                    };
+                    (
+                        format!("component `{relative}`"),
+                        std::borrow::Cow::Owned(bytes),
+                        Some(file),
+                    )
+                }
+            };
+        let compiled = runtime.compile(&label, &bytes)?;
+        let config_text = config.to_string();
+        let description = runtime.describe(&label, &compiled, folder, &limits, &config_text)?;
+        let schema = schema_of(&label, &description)?;
+        let origin = match plugin {
+            PluginRef::Builtin(_) => "built in".to_string(),
+            PluginRef::File(f) => format!("from `{f}`"),
+        };
+        let label = format!(
+            "plugin `{}` {} ({origin})",
+            description.name, description.version
+        );
+        let mut files: Vec<ServedFile> = component_file.into_iter().collect();
+        let component = files.first().map(|f| f.path.clone());
+        for f in folder_files(folder) {
+            if Some(&f.path) != component.as_ref() {
+                files.push(f);
+            }
+        }
+        Ok(WasmBackend {
+            dataset: dataset.to_string(),
+            folder: folder.to_path_buf(),
+            label,
+            origin: match plugin {
+                PluginRef::Builtin(name) => format!("builtin:{name}"),
+                PluginRef::File(f) => f.clone(),
+            },
+            runtime,
+            compiled,
+            description,
+            config: config_text,
+            limits,
+            schema,
+            files,
+        })
+    }
+
+    /// What the plugin says it is and does.
+    pub fn description(&self) -> &Description {
+        &self.description
+    }
+}
+
+fn schema_of(label: &str, d: &Description) -> Result<SchemaRef, PluginError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut fields = Vec::with_capacity(d.columns.len());
+    for c in &d.columns {
+        if c.name.trim().is_empty() || c.name.starts_with(crate::dataset::RESERVED_PREFIX) {
+            return Err(PluginError::new(
+                format!("{label} describes a column named `{}`", c.name),
+                "column names must be non-empty and not start with `__tally_`",
+            ));
+        }
+        if !seen.insert(c.name.as_str()) {
+            return Err(PluginError::new(
+                format!("{label} describes the column `{}` twice", c.name),
+                "column names must be unique",
+            ));
+        }
+        fields.push(Field::new(&c.name, arrow_type(c.data_type), true));
+    }
+    for f in &d.filters {
+        if !seen.contains(f.column.as_str()) {
+            return Err(PluginError::new(
+                format!(
+                    "{label} declares a filter on `{}`, which is not one of its columns",
+                    f.column
+                ),
+                "declare filters only on described columns",
+            ));
+        }
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+fn arrow_type(t: ColumnType) -> DataType {
+    match t {
+        ColumnType::Text => DataType::Utf8,
+        ColumnType::Integer => DataType::Int64,
+        ColumnType::Number => DataType::Float64,
+        ColumnType::Boolean => DataType::Boolean,
+    }
+}
+
+/// Every file under the folder (hidden ones and `dataset.yaml` included: the definition is a
+/// file the plugin may read too), sorted, with size and time.
+fn folder_files(folder: &Path) -> Vec<ServedFile> {
+    let mut out = Vec::new();
+    let mut stack = vec![(folder.to_path_buf(), String::new(), 0usize)];
+    while let Some((dir, prefix, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() && depth < 8 {
+                stack.push((e.path(), path, depth + 1));
+            } else if meta.is_file() {
+                out.push(ServedFile {
+                    path,
+                    size: meta.len(),
+                    sha256: String::new(),
+                    modified: meta.modified().ok(),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// A path a plugin reported, made relative to the dataset folder; `None` if it leaves it.
+fn inside(path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => return None,
+            other => parts.push(other),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// Percent-encodes what a URI may not hold literally (non-ASCII, spaces, quotes), keeping
+/// everything else as the plugin wrote it.
+pub fn encode_uri(uri: &str) -> String {
+    let mut out = String::with_capacity(uri.len());
+    for c in uri.chars() {
+        if c.is_ascii_alphanumeric() || "-._~:/?#[]@!$&'()*+,;=%".contains(c) {
+            out.push(c);
+        } else {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    out
+}
+
+fn has_scheme(uri: &str) -> bool {
+    uri.split_once(':').is_some_and(|(scheme, rest)| {
+        !rest.is_empty()
+            && scheme
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    })
+}
+
+#[async_trait]
+impl Backend for WasmBackend {
+    fn kind(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn row_count(&self) -> Option<u64> {
+        None
+    }
+
+    fn files(&self) -> Vec<ServedFile> {
+        self.files.clone()
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        let d = &self.description;
+        serde_json::json!({
+            "kind": "wasm",
+            "plugin": d.name,
+            "plugin_version": d.version,
+            "summary": d.summary,
+            "component": self.origin,
+            "component_sha256": self.compiled.sha256,
+            "filters_applied_by_plugin": d.filters.iter().map(|f| f.column.clone()).collect::<Vec<_>>(),
+            "sandbox": {
+                "files": "the dataset folder, read-only",
+                "network": false,
+                "deadline_ms": self.limits.deadline.as_millis() as u64,
+                "memory_bytes": self.limits.memory_bytes,
+                "output_bytes": self.limits.output_bytes,
+            },
+        })
+    }
+
+    fn fingerprint(&self) -> Vec<u8> {
+        let mut f = self.compiled.sha256.clone().into_bytes();
+        f.extend_from_slice(self.config.as_bytes());
+        for file in &self.files {
+            f.extend_from_slice(file.path.as_bytes());
+            f.extend_from_slice(&file.size.to_le_bytes());
+            let nanos = file
+                .modified
+                .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            f.extend_from_slice(&nanos.to_le_bytes());
+        }
+        f
+    }
+
+    async fn load(&self, columns: &[String]) -> Result<LoadedData, EngineError> {
+        let projection: Vec<String> = columns
+            .iter()
+            .filter(|c| self.schema.index_of(c).is_ok())
+            .cloned()
+            .collect();
+        let request = ScanRequest {
+            dataset: self.dataset.clone(),
+            config: self.config.clone(),
+            projection: Some(projection.clone()),
+            filters: Vec::new(),
+            limit: None,
+        };
+        let runtime = Arc::clone(&self.runtime);
+        let compiled = Arc::clone(&self.compiled);
+        let folder = self.folder.clone();
+        let limits = self.limits;
+        let label = self.label.clone();
+        let dataset = self.dataset.clone();
+        let schema = self.schema.clone();
+        // The plugin runs on a blocking thread: a scan is CPU work bounded by its deadline.
+        tokio::task::spawn_blocking(move || {
+            let fail = |message: String| EngineError::Backend {
+                dataset: dataset.clone(),
+                message,
+            };
+            let result = runtime
+                .scan(&label, &compiled, &folder, &limits, &request)
+                .map_err(|e| fail(e.to_string()))?;
+            let content_hash = sha256_hex(&result.ipc);
+            let reader = StreamReader::try_new(std::io::Cursor::new(&result.ipc), None)
+                .map_err(|e| fail(format!("{label} returned rows that are not an Arrow IPC stream: {e}")))?;
+            let got = reader.schema();
+            for name in &projection {
+                let want = schema.field_with_name(name).ok().map(|f| f.data_type().clone());
+                match got.field_with_name(name) {
+                    Ok(f) if Some(f.data_type()) == want.as_ref() => {}
+                    Ok(f) => {
+                        return Err(fail(format!(
+                            "{label} returned column `{name}` as {}, but described it as {}",
+                            f.data_type(),
+                            want.map(|t| t.to_string()).unwrap_or_default()
+                        )));
+                    }
+                    Err(_) => {
+                        return Err(fail(format!(
+                            "{label} did not return the column `{name}` it describes"
+                        )));
+                    }
+                }
+            }
+            let batches = reader
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| fail(format!("{label} returned a broken Arrow stream: {e}")))?;
+            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+
+            // The files the plugin says it read, hashed as they are now.
+            let mut hashes: HashMap<String, String> = HashMap::new();
+            let mut files = vec![ServedFile {
+                path: format!("the output of {label}"),
+                size: result.ipc.len() as u64,
+                sha256: content_hash,
+                modified: None,
+            }];
+            let mut notes = result.notes.clone();
+            let mut outside = Vec::new();
+            for reported in &result.files {
+                let Some(rel) = inside(reported) else {
+                    outside.push(reported.clone());
+                    continue;
+                };
+                if hashes.contains_key(&rel) {
+                    continue;
+                }
+                let path = folder.join(&rel);
+                match std::fs::read(&path) {
+                    Ok(bytes) => {
+                        let sha = sha256_hex(&bytes);
+                        hashes.insert(rel.clone(), sha.clone());
+                        files.push(ServedFile {
+                            path: rel,
+                            size: bytes.len() as u64,
+                            sha256: sha,
+                            modified: std::fs::metadata(&path).and_then(|m| m.modified()).ok(),
+                        });
+                    }
+                    Err(e) => notes.push(format!(
+                        "{label} reported reading `{rel}`, which the host could not read to hash it ({e})"
+                    )),
+                }
+            }
+            if !outside.is_empty() {
+                return Err(fail(format!(
+                    "{label} reported reading files outside its dataset folder: {}",
+                    outside.join(", ")
+                )));
+            }
+
+            let row_sources = if result.row_sources.is_empty() {
+                None
+            } else {
+                if result.row_sources.len() != rows {
+                    return Err(fail(format!(
+                        "{label} returned {rows} rows but {} row sources",
+                        result.row_sources.len()
+                    )));
+                }
+                let mut sources = Vec::with_capacity(result.sources.len());
+                for (i, s) in result.sources.iter().enumerate() {
+                    sources.push(row_source(&label, i, s, &hashes).map_err(fail)?);
+                }
+                if let Some(bad) = result
+                    .row_sources
+                    .iter()
+                    .find(|&&i| i as usize >= sources.len())
+                {
+                    return Err(fail(format!(
+                        "{label} referenced source {bad}, but returned {} sources",
+                        sources.len()
+                    )));
+                }
+                Some(Arc::new(RowSources {
+                    sources,
+                    index: result.row_sources.clone(),
+                }))
+            };
+            let table = MemTable::try_new(got, vec![batches]).map_err(|e| fail(e.to_string()))?;
+            let files_read = files.len() - 1;
+            Ok(LoadedData {
+                provider: Arc::new(table),
+                files,
+                extract: Some(format!(
+                    "{label}, component {}, which read {}",
+                    compiled.sha256,
+                    match files_read {
+                        0 => "no file it reported".to_string(),
+                        1 => "1 file of the dataset folder".to_string(),
+                        n => format!("{n} files of the dataset folder"),
+                    }
+                )),
+                notes,
+                row_sources,
+            })
+        })
+        .await
+        .map_err(EngineError::internal)?
+        .map(|mut loaded| {
+            loaded.notes.dedup();
+            loaded
+        })
+    }
+}
+
+fn row_source(
+    label: &str,
+    i: usize,
+    s: &wasm::Source,
+    hashes: &HashMap<String, String>,
+) -> Result<RowSource, String> {
+    let uri = encode_uri(s.uri.trim());
+    if !has_scheme(&uri) {
+        return Err(format!(
+            "{label} gave source {i} the uri `{}`, which is not a URI (it needs a scheme, e.g. https: or urn:)",
+            s.uri
+        ));
+    }
+    let source_type = SourceType::parse(&s.source_type).ok_or_else(|| {
+        format!(
+            "{label} gave source {i} the sourceType `{}`; expected one of {}",
+            s.source_type,
+            SourceType::ALL
+                .iter()
+                .map(|t| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    let date = |what: &str, v: &Option<String>| -> Result<Option<String>, String> {
+        match v {
+            None => Ok(None),
+            Some(d) => DateValue::parse(d)
+                .map(|d| Some(d.as_str().to_string()))
+                .ok_or_else(|| {
+                    format!(
+                        "{label} gave source {i} the {what} `{d}`, which is not a date (YYYY-MM-DD) or an RFC 3339 date-time"
+                    )
+                }),
+        }
+    };
+    let file = s.file.as_deref().and_then(inside);
+    Ok(RowSource {
+        uri,
+        title: s.title.clone(),
+        publisher: s.publisher.clone(),
+        source_type: source_type.as_str().to_string(),
+        locator: s.locator.clone(),
+        published_at: date("publishedAt", &s.published_at)?,
+        effective_at: date("effectiveAt", &s.effective_at)?,
+        content_hash: file.and_then(|f| hashes.get(&f).cloned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_are_encoded_and_checked() {
+        assert_eq!(
+            encode_uri("urn:tally:document:d/日本.md"),
+            "urn:tally:document:d/%E6%97%A5%E6%9C%AC.md"
+        );
+        assert_eq!(encode_uri("https://a.b/c d"), "https://a.b/c%20d");
+        assert!(has_scheme("urn:x"));
+        assert!(has_scheme("https://x"));
+        assert!(!has_scheme("docs/a.md"));
+        assert!(!has_scheme("1http:x"));
+    }
+
+    #[test]
+    fn reported_paths_stay_inside() {
+        assert_eq!(inside("/docs/a.md").as_deref(), Some("docs/a.md"));
+        assert_eq!(inside("./a.md").as_deref(), Some("a.md"));
+        assert_eq!(inside("../x"), None);
+        assert_eq!(inside("/"), None);
+    }
+}

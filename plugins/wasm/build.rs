@@ -1,0 +1,126 @@
+//! Builds the workspace's wasm plugins with a nested `cargo build --target wasm32-wasip2`.
+//!
+//! The nested cargo uses a target directory of its own (`<target>/wasm-plugins`): sharing the
+//! outer one would deadlock on cargo's build-directory lock, which the outer cargo holds
+//! while this script runs. One nested build compiles every plugin, so their shared
+//! dependencies (arrow-ipc, wit-bindgen) are compiled once; later builds are incremental.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// (package, output file stem, embedded as `builtin:<name>`)
+const PLUGINS: &[(&str, &str, Option<&str>)] = &[
+    (
+        "tally-plugin-documents",
+        "tally_plugin_documents",
+        Some("documents"),
+    ),
+    ("tally-plugin-template", "tally_plugin_template", None),
+    (
+        "tally-test-plugin-hostile",
+        "tally_test_plugin_hostile",
+        None,
+    ),
+    (
+        "tally-test-plugin-wrong-version",
+        "tally_test_plugin_wrong_version",
+        None,
+    ),
+];
+
+const TARGET: &str = "wasm32-wasip2";
+const PROFILE: &str = "wasm-guest";
+
+fn main() {
+    let manifest_dir =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let workspace = manifest_dir
+        .parent()
+        .and_then(Path::parent)
+        .expect("plugins/wasm sits two levels below the workspace root")
+        .to_path_buf();
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    // OUT_DIR is <target>/<profile>/build/<pkg>-<hash>/out; the nested build lives beside the
+    // profile folders so every outer profile (dev, test, clippy, release) shares it.
+    let target_dir = out_dir
+        .ancestors()
+        .nth(4)
+        .map(|t| t.join("wasm-plugins"))
+        .unwrap_or_else(|| out_dir.join("wasm-plugins"));
+
+    for dir in [
+        "plugin-api",
+        "plugins/documents",
+        "examples/plugin-template",
+        "tests/plugins",
+    ] {
+        println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
+    }
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("Cargo.lock").display()
+    );
+    println!("cargo:rerun-if-env-changed=TALLY_WASM_CARGO_ARGS");
+
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&workspace)
+        .arg("build")
+        .arg("--target")
+        .arg(TARGET)
+        .arg("--profile")
+        .arg(PROFILE)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .arg("--locked");
+    for (package, _, _) in PLUGINS {
+        cmd.arg("-p").arg(package);
+    }
+    // The outer build's settings are for the host: none of them may leak into the guest build
+    // (a wrapper such as clippy-driver, host rustflags, a target dir, coverage flags).
+    for var in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_BUILD_TARGET_DIR",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_BUILD_RUSTC_WRAPPER",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+        "MFLAGS",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("could not run cargo for the wasm plugins: {e}"));
+    if !status.success() {
+        panic!(
+            "building the wasm plugins for {TARGET} failed (see the output above).\n\
+             If the target is missing, install it with `rustup target add {TARGET}`."
+        );
+    }
+
+    let built = target_dir.join(TARGET).join(PROFILE);
+    let mut embedded = String::from(
+        "/// The built-in plugins: (name, component bytes).\npub static BUILTIN: &[(&str, &[u8])] = &[\n",
+    );
+    for (_, stem, builtin) in PLUGINS {
+        let file = built.join(format!("{stem}.wasm"));
+        if !file.is_file() {
+            panic!("the wasm plugin build did not produce {}", file.display());
+        }
+        if let Some(name) = builtin {
+            embedded.push_str(&format!(
+                "    ({name:?}, include_bytes!({:?})),\n",
+                file.display().to_string()
+            ));
+        }
+    }
+    embedded.push_str("];\n");
+    std::fs::write(out_dir.join("builtin.rs"), embedded).expect("OUT_DIR is writable");
+    println!("cargo:rustc-env=TALLY_WASM_PLUGIN_DIR={}", built.display());
+}

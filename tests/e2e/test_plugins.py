@@ -1,0 +1,321 @@
+"""Wasm plugins through the real MCP client: the built-in documents plugin over the reference
+documents, hot reload of a component, and hostile plugins that must fail alone. Times are
+printed, never asserted."""
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from conftest import HttpServer, stdio_params
+
+pytestmark = pytest.mark.anyio
+
+WASM = Path(os.environ.get("TALLY_WASM_DIR", ""))
+REFERENCE = Path(os.environ.get("TALLY_REFERENCE", Path(__file__).resolve().parents[3] / "shared" / "reference"))
+BOUND = 30.0
+TIMEOUT = 120
+
+
+def component(stem: str) -> Path:
+    path = WASM / f"{stem}.wasm"
+    if not path.is_file():
+        pytest.skip(f"TALLY_WASM_DIR has no {stem}.wasm (the cargo test wrapper sets it)")
+    return path
+
+
+def reference_documents() -> Path:
+    docs = REFERENCE / "documents"
+    if not docs.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the reference documents are missing ({docs})")
+        pytest.skip("the reference documents are not beside the repository")
+    return docs
+
+
+def body(result) -> dict:
+    return json.loads(result.content[0].text)
+
+
+def sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_atomic(path: Path, data: bytes):
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def s_title(source: dict) -> str:
+    return source["title"]
+
+
+def sources_by_id(env: dict) -> dict:
+    return {s["id"]: s for s in env["provenance"]["sources"]}
+
+
+async def wait_for(what: str, probe, bound: float = BOUND):
+    started = time.monotonic()
+    while True:
+        value = await probe()
+        if value:
+            print(f"{what}: {time.monotonic() - started:.2f} s")
+            return value
+        if time.monotonic() - started > bound:
+            pytest.fail(f"{what}: not seen within {bound} s")
+        await anyio.sleep(0.1)
+
+
+DOCUMENTS_YAML = """\
+title: Reference documents
+publisher: デジタル庁
+license: CC0-1.0
+backend:
+  kind: wasm
+  component: builtin:documents
+  config:
+    folder: docs
+    base_url: "https://example.org/guidebooks/"
+fields:
+- {name: path, role: dim, desc: The Markdown file}
+- {name: document_title, role: dim, desc: The document title}
+- {name: heading_path, role: attr, desc: Headings down to the section}
+- {name: heading, role: attr, desc: The section heading}
+- {name: heading_level, role: attr, data_type: integer, desc: Heading level}
+- {name: text, role: attr, groupable: false, desc: Section text}
+"""
+
+
+async def test_reference_documents_search_and_summarize(tmp_path):
+    docs = reference_documents()
+    folder = tmp_path / "refdocs"
+    (folder / "docs").mkdir(parents=True)
+    files = sorted(p for p in docs.iterdir() if p.suffix == ".md")
+    for p in files:
+        shutil.copyfile(p, folder / "docs" / p.name)
+    (folder / "dataset.yaml").write_text(DOCUMENTS_YAML, encoding="utf-8")
+    server = HttpServer(datasets=str(tmp_path))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                started = time.monotonic()
+                r = await c.call_tool(
+                    "query_records",
+                    {
+                        "dataset_id": "refdocs",
+                        "q": "相互運用性",
+                        "select": ["path", "document_title", "heading", "text"],
+                        "limit": 20,
+                    },
+                )
+                print(f"first query (scan of {len(files)} documents): {time.monotonic() - started:.2f} s")
+                assert not r.is_error, r.content[0].text
+                env = body(r)
+                data = env["data"]
+                assert data["total"] > 0 and len(data["rows"]) > 0
+                assert len(data["rowSourceRefs"]) == len(data["rows"])
+                sources = sources_by_id(env)
+                for row, refs in zip(data["rows"], data["rowSourceRefs"]):
+                    path, title, heading, text = row
+                    assert "相互運用性" in (path + title + heading + text)
+                    assert s_title(sources[refs[0]]) == title
+                    [ref] = refs
+                    s = sources[ref]
+                    assert s["sourceType"] == "document"
+                    assert s["uri"] == f"https://example.org/guidebooks/{path}"
+                    assert s["locator"] == (f"{path}#{heading}" if heading else path)
+                    assert s["contentHash"] == sha256(folder / "docs" / path)
+                    assert s["retrievedAt"]
+                print("first row's source:", json.dumps(sources[data["rowSourceRefs"][0][0]], ensure_ascii=False))
+
+                r = await c.call_tool(
+                    "summarize_records", {"dataset_id": "refdocs", "group_by": ["path"], "metrics": ["count"], "limit": 100}
+                )
+                assert not r.is_error, r.content[0].text
+                env = body(r)
+                counts = {row[0]: row[1] for row in env["data"]["rows"]}
+                assert set(counts) == {p.name for p in files}
+                assert all(n >= 1 for n in counts.values())
+                # Aggregates cite the dataset (with the hash of the rows the plugin returned),
+                # not the rows.
+                assert "rowSourceRefs" not in env["data"]
+                [src] = env["provenance"]["sources"]
+                assert src["contentHash"].startswith("sha256:")
+                total = sum(counts.values())
+                r = await c.call_tool("query_records", {"dataset_id": "refdocs", "limit": 1})
+                assert body(r)["data"]["total"] == total
+                print(f"{len(counts)} documents, {total} sections")
+    finally:
+        server.stop()
+
+
+async def test_the_default_guide_over_stdio():
+    with anyio.fail_after(TIMEOUT):
+        async with Client(stdio_params(), mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+            r = await c.call_tool("query_records", {"dataset_id": "guide", "q": "sandbox", "select": ["path", "heading"]})
+            assert not r.is_error, r.content[0].text
+            env = body(r)
+            assert env["data"]["total"] >= 1
+            sources = sources_by_id(env)
+            for (path, heading), [ref] in zip(env["data"]["rows"], env["data"]["rowSourceRefs"]):
+                assert sources[ref]["locator"] == f"{path}#{heading}"
+                assert sources[ref]["uri"] == f"urn:tally:document:guide/{path}"
+            extract = env["provenance"]["transformations"][0]["description"]
+            assert "plugin `documents`" in extract and "component sha256:" in extract
+
+
+HOSTILE_YAML = """\
+title: hostile {mode}
+backend:
+  kind: wasm
+  component: plugin.wasm
+  config: {config}
+fields:
+- {{name: name, role: dim}}
+- {{name: n, role: attr, data_type: integer}}
+- {{name: payload, role: attr}}
+"""
+
+TEMPLATE_YAML = """\
+title: lines
+backend:
+  kind: wasm
+  component: plugin.wasm
+  config: {{publisher: "{publisher}"}}
+fields:
+- {{name: path, role: dim}}
+- {{name: line, role: attr, data_type: integer}}
+- {{name: text, role: attr}}
+"""
+
+
+def hostile_dataset(root: Path, name: str, mode: str, **extra):
+    folder = root / name
+    folder.mkdir()
+    shutil.copyfile(component("tally_test_plugin_hostile"), folder / "plugin.wasm")
+    config = json.dumps({"mode": mode, **extra})
+    (folder / "dataset.yaml").write_text(HOSTILE_YAML.format(mode=mode, config=config), encoding="utf-8")
+
+
+async def test_hostile_plugins_fail_alone(tmp_path):
+    secret = "TOP-SECRET-OUTSIDE-THE-DATASET"
+    (tmp_path / "outside.txt").write_text(secret, encoding="utf-8")
+    hostile_dataset(tmp_path, "ok", "ok")
+    hostile_dataset(tmp_path, "loop", "loop")
+    hostile_dataset(tmp_path, "memory", "memory")
+    hostile_dataset(tmp_path, "trap", "trap")
+    hostile_dataset(tmp_path, "oversize", "oversize", megabytes=12)
+    hostile_dataset(tmp_path, "escape", "escape")
+    hostile_dataset(tmp_path, "describe-loop", "describe-loop")
+    wrong = tmp_path / "wrong-version"
+    wrong.mkdir()
+    shutil.copyfile(component("tally_test_plugin_wrong_version"), wrong / "plugin.wasm")
+    (wrong / "dataset.yaml").write_text(HOSTILE_YAML.format(mode="wrong", config="{}"), encoding="utf-8")
+    notwasm = tmp_path / "not-a-component"
+    notwasm.mkdir()
+    (notwasm / "plugin.wasm").write_bytes(b"\x7fELF this is not wasm")
+    (notwasm / "dataset.yaml").write_text(HOSTILE_YAML.format(mode="none", config="{}"), encoding="utf-8")
+
+    server = HttpServer(
+        "--plugin-deadline-ms", "1500", "--plugin-memory-mb", "64", "--plugin-output-mb", "8",
+        datasets=str(tmp_path),
+    )
+    try:
+        with anyio.fail_after(TIMEOUT * 2):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                listed = body(await c.call_tool("list_datasets", {}))["data"]
+                served = {d["dataset_id"] for d in listed["datasets"]}
+                assert {"ok", "loop", "memory", "trap", "oversize", "escape"} <= served
+                broken = {b["folder"]: " ".join(p["reason"] + " " + p["fix"] for p in b["problems"]) for b in listed["broken_datasets"]}
+                print("refused at registration:", json.dumps(broken, ensure_ascii=False, indent=1))
+                assert "plugin API 9.0.0" in broken["wrong-version"] and "plugin API 0.1.0" in broken["wrong-version"]
+                assert "deadline" in broken["describe-loop"]
+                assert "is not WebAssembly" in broken["not-a-component"]
+
+                expected = {
+                    "loop": "deadline of 1.5 s",
+                    "memory": "memory limit of 64.0 MiB",
+                    "trap": "trap in the middle of a scan",
+                    "oversize": "over the cap of 8.0 MiB",
+                    "escape": "could not read outside the dataset folder",
+                }
+                for name, needle in expected.items():
+                    started = time.monotonic()
+                    r = await c.call_tool("query_records", {"dataset_id": name})
+                    took = time.monotonic() - started
+                    text = r.content[0].text
+                    print(f"{name}: error after {took:.2f} s: {body(r)['error']['message'][:300]}")
+                    assert r.is_error, text
+                    assert needle in text, text
+                    assert secret not in text
+
+                    started = time.monotonic()
+                    r = await c.call_tool("query_records", {"dataset_id": "ok", "select": ["name", "n"]})
+                    print(f"  normal query right after: {time.monotonic() - started:.2f} s")
+                    assert not r.is_error, r.content[0].text
+                    env = body(r)
+                    assert env["data"]["rows"] == [["alpha", 1], ["beta", 2], ["gamma", 3]]
+                    assert len(env["data"]["rowSourceRefs"]) == 3
+    finally:
+        server.stop()
+
+
+async def test_replacing_a_component_or_its_config_reloads(tmp_path):
+    folder = tmp_path / "swap"
+    hostile_dataset(tmp_path, "swap", "slow", millis=1500)
+    server = HttpServer(datasets=str(tmp_path))
+    try:
+        with anyio.fail_after(TIMEOUT * 2):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                old_version = body(await c.call_tool("list_datasets", {}))["data"]["datasets"][0]["version"]
+                results = {}
+
+                async def slow_call():
+                    r = await c.call_tool("query_records", {"dataset_id": "swap", "select": ["name"]})
+                    results["slow"] = r
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(slow_call)
+                    await anyio.sleep(0.4)
+                    # The new version: another component and a definition for its columns.
+                    (folder / "notes.txt").write_text("first line\nsecond line\n", encoding="utf-8")
+                    write_atomic(folder / "plugin.wasm", component("tally_plugin_template").read_bytes())
+                    write_atomic(folder / "dataset.yaml", TEMPLATE_YAML.format(publisher="Org A").encode())
+                r = results["slow"]
+                assert not r.is_error, r.content[0].text
+                env = body(r)
+                assert env["data"]["rows"] == [["alpha"], ["beta"], ["gamma"]], "the old instance finished its call"
+                assert env["data"]["dataset_version"] == old_version
+
+                async def template_served():
+                    r = await c.call_tool("query_records", {"dataset_id": "swap", "select": ["path", "line", "text"]})
+                    return not r.is_error and body(r)["data"]["rows"] == [
+                        ["notes.txt", 1, "first line"],
+                        ["notes.txt", 2, "second line"],
+                    ] and body(r)
+
+                env = await wait_for("replaced component served", template_served)
+                [ref] = env["data"]["rowSourceRefs"][0]
+                assert sources_by_id(env)[ref]["publisher"] == "Org A"
+                assert sources_by_id(env)[ref]["locator"] == "notes.txt:1"
+
+                write_atomic(folder / "dataset.yaml", TEMPLATE_YAML.format(publisher="Org B").encode())
+
+                async def new_config():
+                    r = await c.call_tool("query_records", {"dataset_id": "swap", "limit": 1})
+                    if r.is_error:
+                        return False
+                    env = body(r)
+                    [ref] = env["data"]["rowSourceRefs"][0]
+                    return sources_by_id(env)[ref]["publisher"] == "Org B"
+
+                await wait_for("changed config served", new_config)
+    finally:
+        server.stop()

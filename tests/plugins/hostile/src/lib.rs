@@ -1,0 +1,140 @@
+//! Misbehaves as its dataset's `config.mode` says, to show that the sandbox holds:
+//! - `ok`: three well-formed rows (the control);
+//! - `slow`: the same rows after working for `config.millis` (default 1000) ms;
+//! - `loop`: never returns from `scan`;
+//! - `memory`: allocates without end;
+//! - `trap`: panics after pushing a row (the component traps);
+//! - `oversize`: returns `config.megabytes` (default 80) MiB of text;
+//! - `escape`: tries to read files outside its dataset folder and returns what it got;
+//! - `describe-loop`: never returns from `describe`.
+
+use tally_plugin_api::guest::{
+    Cell, Column, Config, Description, Request, Rows, Source, SourcePlugin,
+};
+
+struct Hostile;
+
+fn mode(config: &Config) -> String {
+    config.str("mode").unwrap_or("ok").to_string()
+}
+
+impl SourcePlugin for Hostile {
+    fn describe(config: &Config) -> Result<Description, String> {
+        if mode(config) == "describe-loop" {
+            spin();
+        }
+        Ok(
+            Description::new("hostile", "0.0.0", "Misbehaves on purpose")
+                .column(Column::text("name", "A name"))
+                .column(Column::integer("n", "A number"))
+                .column(Column::text("payload", "Whatever the mode produces")),
+        )
+    }
+
+    fn scan(request: &Request, rows: &mut Rows) -> Result<(), String> {
+        let source = |i: usize| {
+            let mut s = Source::new(format!("urn:tally:test:hostile/{i}"), "hostile", "document");
+            s.locator = Some(format!("row {i}"));
+            s
+        };
+        match mode(&request.config).as_str() {
+            "ok" => {
+                for (i, name) in ["alpha", "beta", "gamma"].into_iter().enumerate() {
+                    rows.push(
+                        vec![Cell::text(name), Cell::Integer(i as i64 + 1), Cell::Null],
+                        Some(source(i)),
+                    )?;
+                }
+                Ok(())
+            }
+            "slow" => {
+                let millis = request.config.int("millis").unwrap_or(1000).max(0) as u64;
+                let started = std::time::Instant::now();
+                let mut x: u64 = 1;
+                while started.elapsed() < std::time::Duration::from_millis(millis) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+                for (i, name) in ["alpha", "beta", "gamma"].into_iter().enumerate() {
+                    rows.push(
+                        vec![
+                            Cell::text(name),
+                            Cell::Integer(i as i64 + 1),
+                            Cell::text(format!("slow {x}")),
+                        ],
+                        Some(source(i)),
+                    )?;
+                }
+                Ok(())
+            }
+            "loop" => spin(),
+            "memory" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    let mut chunk = vec![0u8; 1024 * 1024];
+                    chunk[hoard.len() % 1024] = 1;
+                    hoard.push(std::hint::black_box(chunk));
+                }
+            }
+            "trap" => {
+                rows.push(
+                    vec![Cell::text("before"), Cell::Integer(1), Cell::Null],
+                    Some(source(0)),
+                )?;
+                panic!("hostile plugin: trap in the middle of a scan");
+            }
+            "oversize" => {
+                let megabytes = request.config.int("megabytes").unwrap_or(80) as usize;
+                let block = "x".repeat(1024 * 1024);
+                for i in 0..megabytes {
+                    rows.push(
+                        vec![
+                            Cell::text("big"),
+                            Cell::Integer(i as i64),
+                            Cell::text(block.clone()),
+                        ],
+                        Some(source(i)),
+                    )?;
+                }
+                Ok(())
+            }
+            "escape" => {
+                let mut got = Vec::new();
+                let mut refused = Vec::new();
+                for path in [
+                    "../outside.txt",
+                    "/../outside.txt",
+                    "/etc/passwd",
+                    "../../../../etc/passwd",
+                ] {
+                    match std::fs::read_to_string(path) {
+                        Ok(text) => got.push((path, text)),
+                        Err(e) => refused.push(format!("{path}: {e}")),
+                    }
+                }
+                if got.is_empty() {
+                    return Err(format!(
+                        "could not read outside the dataset folder ({})",
+                        refused.join("; ")
+                    ));
+                }
+                for (i, (path, text)) in got.into_iter().enumerate() {
+                    rows.push(
+                        vec![Cell::text(path), Cell::Integer(i as i64), Cell::text(text)],
+                        Some(source(i)),
+                    )?;
+                }
+                Ok(())
+            }
+            other => Err(format!("unknown mode `{other}`")),
+        }
+    }
+}
+
+fn spin() -> ! {
+    let mut x: u64 = 1;
+    loop {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
+tally_plugin_api::export_source_plugin!(Hostile);
