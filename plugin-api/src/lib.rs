@@ -8,6 +8,7 @@
 //! Provenance types live here because a plugin reports them per row (a law article, a
 //! document section) and the host puts them into every result's envelope.
 
+pub mod locator;
 pub mod provenance;
 
 /// The plugin API version this host speaks. A plugin built against another version is refused

@@ -8,21 +8,35 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (package, output file stem, embedded as `builtin:<name>`)
-const PLUGINS: &[(&str, &str, Option<&str>)] = &[
+/// (package, folder, output file stem, embedded as `builtin:<name>`)
+const PLUGINS: &[(&str, &str, &str, Option<&str>)] = &[
     (
         "tally-plugin-documents",
+        "plugins/documents",
         "tally_plugin_documents",
         Some("documents"),
     ),
-    ("tally-plugin-template", "tally_plugin_template", None),
+    (
+        "tally-plugin-law",
+        "plugins/law",
+        "tally_plugin_law",
+        Some("law"),
+    ),
+    (
+        "tally-plugin-template",
+        "examples/plugin-template",
+        "tally_plugin_template",
+        None,
+    ),
     (
         "tally-test-plugin-hostile",
+        "tests/plugins/hostile",
         "tally_test_plugin_hostile",
         None,
     ),
     (
         "tally-test-plugin-wrong-version",
+        "tests/plugins/wrong-version",
         "tally_test_plugin_wrong_version",
         None,
     ),
@@ -48,19 +62,14 @@ fn main() {
         .map(|t| t.join("wasm-plugins"))
         .unwrap_or_else(|| out_dir.join("wasm-plugins"));
 
-    for dir in [
-        "plugin-api",
-        "plugins/documents",
-        "examples/plugin-template",
-        "tests/plugins",
-    ] {
+    // Rebuild when a plugin, the guest helper, the WIT or the lock file changes.
+    let dirs = PLUGINS
+        .iter()
+        .map(|(_, dir, _, _)| *dir)
+        .chain(["plugin-api", "Cargo.lock"]);
+    for dir in dirs {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
-    println!(
-        "cargo:rerun-if-changed={}",
-        workspace.join("Cargo.lock").display()
-    );
-    println!("cargo:rerun-if-env-changed=TALLY_WASM_CARGO_ARGS");
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut cmd = Command::new(cargo);
@@ -73,7 +82,7 @@ fn main() {
         .arg("--target-dir")
         .arg(&target_dir)
         .arg("--locked");
-    for (package, _, _) in PLUGINS {
+    for (package, _, _, _) in PLUGINS {
         cmd.arg("-p").arg(package);
     }
     // The outer build's settings are for the host: none of them may leak into the guest build
@@ -108,7 +117,7 @@ fn main() {
     let mut embedded = String::from(
         "/// The built-in plugins: (name, component bytes).\npub static BUILTIN: &[(&str, &[u8])] = &[\n",
     );
-    for (_, stem, builtin) in PLUGINS {
+    for (_, _, stem, builtin) in PLUGINS {
         let file = built.join(format!("{stem}.wasm"));
         if !file.is_file() {
             panic!("the wasm plugin build did not produce {}", file.display());

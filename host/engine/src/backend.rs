@@ -63,6 +63,32 @@ pub struct RowSource {
     pub content_hash: Option<String>,
 }
 
+/// An equality condition the backend applies itself: `column` equals one of `values` (text).
+/// The engine applies every condition again, so a backend that returns more rows than asked
+/// is slower, never wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Pushed {
+    pub column: String,
+    pub values: Vec<String>,
+}
+
+impl Pushed {
+    /// `law_id = "x"` or `law_id in ("x", "y")`.
+    pub fn describe(&self) -> String {
+        match self.values.as_slice() {
+            [one] => format!("`{}` = \"{one}\"", self.column),
+            many => format!(
+                "`{}` in ({})",
+                self.column,
+                many.iter()
+                    .map(|v| format!("\"{v}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
 /// The engine's view of a source of rows.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug {
@@ -77,8 +103,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Bytes that change whenever the data changes, known at registration (for Parquet, the
     /// footer); part of the dataset version.
     fn fingerprint(&self) -> Vec<u8>;
-    /// Reads the data (only the given columns, by name) for querying.
-    async fn load(&self, columns: &[String]) -> Result<LoadedData, EngineError>;
+    /// Reads the data (only the given columns, by name) for querying; `pushed` holds
+    /// conditions on [`Backend::pushdown_columns`] only.
+    async fn load(&self, columns: &[String], pushed: &[Pushed]) -> Result<LoadedData, EngineError>;
+    /// The columns on which the backend applies equality conditions itself.
+    fn pushdown_columns(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// What `inspect_dataset` says about the backend.
     fn describe(&self) -> serde_json::Value {
         serde_json::json!({ "kind": self.kind() })
@@ -148,7 +179,11 @@ impl Backend for ParquetBackend {
         self.footer.footer_bytes.clone()
     }
 
-    async fn load(&self, columns: &[String]) -> Result<LoadedData, EngineError> {
+    async fn load(
+        &self,
+        columns: &[String],
+        _pushed: &[Pushed],
+    ) -> Result<LoadedData, EngineError> {
         let schema = self.footer.schema.clone();
         let indices: Vec<usize> = columns
             .iter()

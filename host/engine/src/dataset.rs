@@ -14,7 +14,7 @@ use serde_json::Value;
 use tally_semantic::definition::{DataType as FieldType, DatasetDef, DateValue, Diagnostic};
 use tokio::sync::OnceCell;
 
-use crate::backend::{Backend, RowSources, ServedFile};
+use crate::backend::{Backend, Pushed, RowSources, ServedFile};
 use crate::error::EngineError;
 
 /// Hidden column: the record's position in file order (the default order).
@@ -65,8 +65,17 @@ pub struct Dataset {
     /// Identifies this version of definition + data (changes when either changes).
     pub version: String,
     prepared: OnceCell<Arc<Prepared>>,
+    /// Prepared subsets read with conditions the backend applied itself, by condition (a
+    /// few, most recent last).
+    subsets: std::sync::Mutex<Vec<(Vec<Pushed>, PreparedCell)>>,
     inspect: OnceCell<Value>,
 }
+
+/// A prepared table, built once by whichever call needs it first.
+type PreparedCell = Arc<OnceCell<Arc<Prepared>>>;
+
+/// How many pushed-down subsets a dataset version keeps.
+const SUBSETS_KEPT: usize = 16;
 
 /// Distinct values of a field with their record counts, most frequent first.
 pub type ValueCounts = Arc<Vec<(String, usize)>>;
@@ -85,6 +94,8 @@ pub struct Prepared {
     pub notes: Vec<String>,
     /// Per row (indexed by the row column), its own source, when the backend reports one.
     pub row_sources: Option<Arc<RowSources>>,
+    /// The conditions the backend applied itself to give this table (empty: all the data).
+    pub pushed: Vec<Pushed>,
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
     values: std::sync::Mutex<std::collections::HashMap<usize, ValueCounts>>,
@@ -227,6 +238,7 @@ impl Dataset {
             fetched_from,
             version,
             prepared: OnceCell::new(),
+            subsets: std::sync::Mutex::new(Vec::new()),
             inspect: OnceCell::new(),
         }
     }
@@ -250,7 +262,75 @@ impl Dataset {
     /// The prepared table, built on first use and kept for this dataset version.
     pub async fn prepared(&self, ctx: &SessionContext) -> Result<Arc<Prepared>, EngineError> {
         self.prepared
-            .get_or_try_init(|| async { self.prepare(ctx).await.map(Arc::new) })
+            .get_or_try_init(|| async { self.prepare(ctx, &[]).await.map(Arc::new) })
+            .await
+            .cloned()
+    }
+
+    /// The conditions of a call that the backend can apply itself: equality on a text field
+    /// it declared, not multi-valued.
+    pub fn pushdown(&self, filters: &[tally_semantic::resolve::Filter]) -> Vec<Pushed> {
+        use tally_semantic::request::Op;
+        let columns = self.backend.pushdown_columns();
+        if columns.is_empty() {
+            return Vec::new();
+        }
+        let mut out: Vec<Pushed> = Vec::new();
+        for f in filters {
+            let field = &self.def.fields[f.field];
+            if field.data_type.is_numeric()
+                || field.is_multi_value()
+                || !columns.contains(&field.name)
+            {
+                continue;
+            }
+            let values: Vec<String> = match &f.op {
+                Op::Eq(v) => vec![v.text()],
+                Op::In(vs) if !vs.is_empty() => vs.iter().map(|v| v.text()).collect(),
+                _ => continue,
+            };
+            out.push(Pushed {
+                column: field.name.clone(),
+                values,
+            });
+        }
+        out.sort_by(|a, b| a.column.cmp(&b.column).then(a.values.cmp(&b.values)));
+        out
+    }
+
+    /// The prepared table for a call: the whole data, or, when the backend applies some of
+    /// the call's conditions itself, the subset it returned for them (kept for later calls).
+    pub async fn prepared_for(
+        &self,
+        ctx: &SessionContext,
+        pushed: &[Pushed],
+    ) -> Result<Arc<Prepared>, EngineError> {
+        if pushed.is_empty() {
+            return self.prepared(ctx).await;
+        }
+        let cell = {
+            let mut subsets = self
+                .subsets
+                .lock()
+                .map_err(|_| EngineError::internal("the subset cache lock is poisoned"))?;
+            match subsets.iter().position(|(k, _)| k.as_slice() == pushed) {
+                Some(i) => {
+                    let entry = subsets.remove(i);
+                    let cell = Arc::clone(&entry.1);
+                    subsets.push(entry);
+                    cell
+                }
+                None => {
+                    if subsets.len() >= SUBSETS_KEPT {
+                        subsets.remove(0);
+                    }
+                    let cell = Arc::new(OnceCell::new());
+                    subsets.push((pushed.to_vec(), Arc::clone(&cell)));
+                    cell
+                }
+            }
+        };
+        cell.get_or_try_init(|| async { self.prepare(ctx, pushed).await.map(Arc::new) })
             .await
             .cloned()
     }
@@ -264,11 +344,15 @@ impl Dataset {
         self.inspect.get_or_try_init(compute).await.cloned()
     }
 
-    async fn prepare(&self, ctx: &SessionContext) -> Result<Prepared, EngineError> {
+    async fn prepare(
+        &self,
+        ctx: &SessionContext,
+        pushed: &[Pushed],
+    ) -> Result<Prepared, EngineError> {
         let def = &self.def;
         let id = def.id.as_str();
         let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
-        let loaded = self.backend.load(&names).await?;
+        let loaded = self.backend.load(&names, pushed).await?;
         let source = loaded.provider.schema();
         let mut exprs: Vec<Expr> = Vec::with_capacity(def.fields.len());
         for f in &def.fields {
@@ -461,6 +545,7 @@ impl Dataset {
             rows,
             extract: loaded.extract,
             notes: loaded.notes,
+            pushed: pushed.to_vec(),
             row_sources: loaded.row_sources,
             values: Default::default(),
             shares: shares.iter().map(|(k, _, _, _)| *k).collect(),

@@ -124,6 +124,13 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
         if let Some(sep) = &f.multi_value {
             entry["multi_value_separator"] = json!(sep);
         }
+        if f.locator == Some(tally_semantic::definition::LocatorKind::Law) {
+            entry["locator"] = json!({
+                "kind": "law",
+                "form": "第九条第一項第二号 (kanji numerals; 附則 first for supplementary provisions)",
+                "matching": "a value in any common form (第5条第1項, 第５条の２, 第5の2条, lists) matches that provision and everything inside it",
+            });
+        }
         if !f.notes.is_empty() {
             entry["notes"] = json!(f.notes);
         }

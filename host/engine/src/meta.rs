@@ -258,6 +258,7 @@ pub fn row_source_refs(
         .find(|s| s.id == dataset_source_id)
         .cloned()?;
     let mut per_row = Vec::with_capacity(page_rows.len());
+    let mut capped = 0usize;
     for &row in page_rows {
         let Some(&index) = table.index.get(row as usize) else {
             per_row.push(vec![dataset_source_id.to_string()]);
@@ -267,8 +268,14 @@ pub fn row_source_refs(
             per_row.push(vec![dataset_source_id.to_string()]);
             continue;
         };
+        let id = format!("{dataset_source_id}#{index}");
+        if !out.sources.iter().any(|c| c.id == id) && out.sources.len() > MAX_ROW_SOURCES {
+            capped += 1;
+            per_row.push(vec![dataset_source_id.to_string()]);
+            continue;
+        }
         let id = out.cite(crate::envelope::Source {
-            id: format!("{dataset_source_id}#{index}"),
+            id,
             uri: s.uri.clone(),
             title: s.title.clone(),
             publisher: s
@@ -285,5 +292,13 @@ pub fn row_source_refs(
         });
         per_row.push(vec![id]);
     }
+    if capped > 0 {
+        out.warn(format!(
+            "{capped} rows of this page cite only the dataset: a result cites at most {MAX_ROW_SOURCES} row sources; ask for fewer rows (limit) to get each row's own source"
+        ));
+    }
     Some(per_row)
 }
+
+/// How many row sources one result cites at most.
+pub const MAX_ROW_SOURCES: usize = 500;

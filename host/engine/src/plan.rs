@@ -75,6 +75,18 @@ impl<'a> Planner<'a> {
         self.functions.parts(self.column(id), sep, keep_empty)
     }
 
+    /// The provision a law reference names, or one inside it: the locator itself, or the
+    /// locator followed by a deeper level (`第五条` holds `第五条第一項`, not `第五条の二`).
+    fn within(&self, id: FieldId, reference: &Scalar) -> Expr {
+        let r = reference.text();
+        self.column(id)
+            .eq(lit(r.clone()))
+            .or(datafusion::functions::expr_fn::starts_with(
+                self.column(id),
+                lit(format!("{r}第")),
+            ))
+    }
+
     /// `$not_empty` on any expression of text.
     fn not_empty(&self, text: Expr, numeric: bool) -> Expr {
         if numeric {
@@ -91,7 +103,15 @@ impl<'a> Planner<'a> {
         let id = filter.field;
         let numeric = f.data_type.is_numeric();
         let multi = f.is_multi_value();
+        let law = f.locator == Some(tally_semantic::definition::LocatorKind::Law);
         Ok(match &filter.op {
+            Op::Eq(v) if law => self.within(id, v),
+            Op::In(values) if law => values
+                .iter()
+                .map(|v| self.within(id, v))
+                .reduce(Expr::or)
+                .unwrap_or_else(|| lit(false)),
+            Op::Ne(v) if law => self.within(id, v).is_not_true(),
             Op::In(values) if numeric => {
                 let list = values
                     .iter()

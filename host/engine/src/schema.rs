@@ -230,6 +230,7 @@ fn inspect_data() -> Value {
                         "fill_rate": { "type": "number", "minimum": 0, "maximum": 1 },
                         "quality": { "enum": ["fully", "mostly", "sparse"] },
                         "multi_value_separator": { "type": "string" },
+                        "locator": { "type": "object", "description": "The field holds law provisions; how values are matched." },
                         "notes": string_list(),
                         "stats": {
                             "type": "object",

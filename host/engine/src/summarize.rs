@@ -261,7 +261,9 @@ pub async fn run(
     plan: SummarizePlan,
 ) -> Result<Output, EngineError> {
     let def = &ds.def;
-    let prepared = ds.prepared(engine.context()).await?;
+    let prepared = ds
+        .prepared_for(engine.context(), &ds.pushdown(&plan.filters))
+        .await?;
     let planner = Planner {
         def,
         functions: engine.functions(),
@@ -483,7 +485,14 @@ pub async fn run(
     }
     let mut hints = unknown_value_hints(&prepared, def, &plan.filters);
     if matched == 0 && !row_filters.is_empty() {
-        hints.extend(zero_hit_hints(&planner, &plan, &base, &conditions).await?);
+        // Conditions the backend applied itself shaped the table searched; which condition
+        // excludes everything is asked of all the data.
+        let all = if prepared.pushed.is_empty() {
+            base.clone()
+        } else {
+            ctx.read_table(ds.prepared(engine.context()).await?.table.clone())?
+        };
+        hints.extend(zero_hit_hints(&planner, &plan, &all, &conditions).await?);
     }
     if !hints.is_empty() {
         for h in &hints {

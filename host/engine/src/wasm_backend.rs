@@ -17,10 +17,11 @@ use datafusion::datasource::MemTable;
 use tally_plugin_api::provenance::SourceType;
 use tally_semantic::definition::{DateValue, PluginRef};
 
-use crate::backend::{Backend, LoadedData, RowSource, RowSources, ServedFile, sha256_hex};
+use crate::backend::{Backend, LoadedData, Pushed, RowSource, RowSources, ServedFile, sha256_hex};
 use crate::error::EngineError;
 use crate::wasm::{
-    self, ColumnType, Compiled, Description, PluginError, PluginLimits, Runtime, ScanRequest,
+    self, ColumnType, Compiled, Description, FilterOp, PluginError, PluginLimits, Runtime,
+    ScanRequest,
 };
 
 /// A dataset served by a wasm component.
@@ -311,17 +312,54 @@ impl Backend for WasmBackend {
         f
     }
 
-    async fn load(&self, columns: &[String]) -> Result<LoadedData, EngineError> {
+    fn pushdown_columns(&self) -> Vec<String> {
+        self.description
+            .filters
+            .iter()
+            .filter(|f| f.ops.contains(&FilterOp::Eq) || f.ops.contains(&FilterOp::InList))
+            .map(|f| f.column.clone())
+            .collect()
+    }
+
+    async fn load(&self, columns: &[String], pushed: &[Pushed]) -> Result<LoadedData, EngineError> {
         let projection: Vec<String> = columns
             .iter()
             .filter(|c| self.schema.index_of(c).is_ok())
             .cloned()
             .collect();
+        let filters: Vec<wasm::Filter> = pushed
+            .iter()
+            .filter_map(|p| {
+                let ops = &self
+                    .description
+                    .filters
+                    .iter()
+                    .find(|f| f.column == p.column)?
+                    .ops;
+                let op = if p.values.len() == 1 && ops.contains(&FilterOp::Eq) {
+                    FilterOp::Eq
+                } else if ops.contains(&FilterOp::InList) {
+                    FilterOp::InList
+                } else {
+                    return None;
+                };
+                Some(wasm::Filter {
+                    column: p.column.clone(),
+                    op,
+                    values: p.values.iter().cloned().map(wasm::Value::Text).collect(),
+                })
+            })
+            .collect();
+        let applied: Vec<String> = pushed
+            .iter()
+            .filter(|p| filters.iter().any(|f| f.column == p.column))
+            .map(Pushed::describe)
+            .collect();
         let request = ScanRequest {
             dataset: self.dataset.clone(),
             config: self.config.clone(),
             projection: Some(projection.clone()),
-            filters: Vec::new(),
+            filters,
             limit: None,
         };
         let runtime = Arc::clone(&self.runtime);
@@ -443,12 +481,20 @@ impl Backend for WasmBackend {
                 provider: Arc::new(table),
                 files,
                 extract: Some(format!(
-                    "{label}, component {}, which read {}",
+                    "{label}, component {}, which read {}{}",
                     compiled.sha256,
                     match files_read {
                         0 => "no file it reported".to_string(),
                         1 => "1 file of the dataset folder".to_string(),
                         n => format!("{n} files of the dataset folder"),
+                    },
+                    if applied.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " and applied {} itself, returning {rows} rows",
+                            applied.join(" and ")
+                        )
                     }
                 )),
                 notes,

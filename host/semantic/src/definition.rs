@@ -324,8 +324,19 @@ pub struct Field {
     pub notes: Vec<String>,
     pub csv_col_index: Option<u32>,
     pub group: Option<String>,
+    /// The field holds references to provisions of laws (`locator: law`): a value compared
+    /// exactly is read as a law reference in any common form and matches the provision and
+    /// everything inside it.
+    pub locator: Option<LocatorKind>,
     /// Where the field is declared (for later diagnostics).
     pub pos: Pos,
+}
+
+/// What kind of locator a field holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocatorKind {
+    /// `第九条第一項第二号`, as e-Gov writes it (see `tally_plugin_api::locator`).
+    Law,
 }
 
 impl Field {
@@ -539,6 +550,7 @@ const FIELD_KEYS: &[&str] = &[
     "notes",
     "csv_col_index",
     "group",
+    "locator",
 ];
 const MULTI_VALUE_KEYS: &[&str] = &["separator"];
 const MEASURE_KEYS: &[&str] = &[
@@ -1392,6 +1404,26 @@ impl Reader {
             None => groupable_default,
         };
         let _filterable = self.boolean(&map, "filterable", path);
+        let locator = match map.get("locator").map(|n| (n, &n.value)) {
+            None | Some((_, Value::Null)) => None,
+            Some((_, Value::Str(s)))
+                if s == "law" && !data_type.is_numeric() && multi_value.is_none() =>
+            {
+                Some(LocatorKind::Law)
+            }
+            Some((n, _)) => {
+                self.error(
+                    n.pos,
+                    &join(path, "locator"),
+                    format!(
+                        "`locator` must be `law` on a single-valued text field, found {}",
+                        n.kind()
+                    ),
+                    "write `locator: law` on the field holding provisions such as 第九条第一項, or remove the key",
+                );
+                None
+            }
+        };
         let notes = self.string_list(&map, "notes", path);
         let csv_col_index = match map.get("csv_col_index").map(|n| (n, &n.value)) {
             Some((_, Value::Int(i))) if *i >= 0 => u32::try_from(*i).ok(),
@@ -1418,6 +1450,7 @@ impl Reader {
             codelist,
             multi_value,
             groupable,
+            locator,
             notes,
             csv_col_index,
             pos: node.pos,

@@ -335,6 +335,19 @@ impl<'d> Resolver<'d> {
             }
             return Ok(op);
         }
+        if field.locator == Some(crate::definition::LocatorKind::Law) {
+            // A provision is looked up, never searched as a substring: `"第5条"` names the
+            // article (and what is inside it), not every locator containing those characters.
+            let op = match op {
+                Op::Contains(t) => Op::Eq(Scalar::Str(t)),
+                Op::NotContains(t) => Op::Ne(Scalar::Str(t)),
+                other => other,
+            };
+            if op.is_exact() {
+                return self.law_locators(field_id, op, &parameter);
+            }
+            return Ok(op);
+        }
         if !op.is_exact() {
             return Ok(op);
         }
@@ -350,6 +363,79 @@ impl<'d> Resolver<'d> {
             ),
             Op::Eq(v) => Op::Eq(self.code(field_id, v, &parameter)?),
             Op::Ne(v) => Op::Ne(self.code(field_id, v, &parameter)?),
+            other => other,
+        })
+    }
+
+    /// Values of a `locator: law` field read as law references (`第5の2条第1項` →
+    /// `第五条の二第一項`, lists → several provisions); each rewrite is disclosed.
+    fn law_locators(
+        &mut self,
+        field_id: FieldId,
+        op: Op,
+        parameter: &str,
+    ) -> Result<Op, RequestError> {
+        let field = &self.def.fields[field_id];
+        let mut read = |value: &Scalar| -> Result<Vec<Scalar>, RequestError> {
+            let text = value.text();
+            let refs = tally_plugin_api::locator::normalize_references(&text);
+            if refs.is_empty() {
+                return Err(RequestError::invalid(
+                    format!("{parameter} value"),
+                    format!(
+                        "`{text}` names no article of a law, so it cannot be looked up in `{}`",
+                        field.name
+                    ),
+                )
+                .hint("write the provision with its article, e.g. 第5条第1項, 第五条の二 or 附則第3条; a paragraph alone (第2項) does not say which article")
+                .example(self.tool, json!({ "dataset_id": self.def.id, "where": { field.name.clone(): "第5条第1項" } })));
+            }
+            if refs.len() != 1 || refs[0] != text {
+                self.resolved.push(Resolution {
+                    parameter: format!("{parameter} value"),
+                    input: text,
+                    canonical: refs.join(", "),
+                });
+            }
+            Ok(refs.into_iter().map(Scalar::Str).collect())
+        };
+        Ok(match op {
+            Op::Eq(v) => {
+                let mut refs = read(&v)?;
+                if refs.len() == 1 {
+                    Op::Eq(refs.remove(0))
+                } else {
+                    Op::In(refs)
+                }
+            }
+            Op::In(values) => {
+                let mut all: Vec<Scalar> = Vec::new();
+                for v in &values {
+                    for r in read(v)? {
+                        if !all.contains(&r) {
+                            all.push(r);
+                        }
+                    }
+                }
+                Op::In(all)
+            }
+            Op::Ne(v) => {
+                let refs = read(&v)?;
+                match <[Scalar; 1]>::try_from(refs) {
+                    Ok([one]) => Op::Ne(one),
+                    Err(refs) => {
+                        return Err(RequestError::invalid(
+                            format!("{parameter}.$ne"),
+                            format!(
+                                "`{}` names {} provisions; `$ne` takes one",
+                                v.text(),
+                                refs.len()
+                            ),
+                        )
+                        .hint("exclude one provision at a time"));
+                    }
+                }
+            }
             other => other,
         })
     }
@@ -934,7 +1020,21 @@ fn op_text(op: &Op) -> String {
 impl Filter {
     /// The filter in words, for transformations and messages: `所管府省庁 in ["総務省"]`.
     pub fn describe(&self, def: &DatasetDef) -> String {
-        format!("{} {}", def.fields[self.field].name, op_text(&self.op))
+        let field = &def.fields[self.field];
+        if field.locator == Some(crate::definition::LocatorKind::Law) {
+            let list = |vs: &[Scalar]| vs.iter().map(|v| v.text()).collect::<Vec<_>>().join(" or ");
+            match &self.op {
+                Op::Eq(v) => return format!("{} is {} or inside it", field.name, v.text()),
+                Op::In(vs) => {
+                    return format!("{} is {} or inside one of them", field.name, list(vs));
+                }
+                Op::Ne(v) => {
+                    return format!("{} is neither {} nor inside it", field.name, v.text());
+                }
+                _ => {}
+            }
+        }
+        format!("{} {}", field.name, op_text(&self.op))
     }
 }
 

@@ -48,7 +48,9 @@ fn limit(min: usize, max: usize, default: usize) -> Value {
 
 const WHERE: &str = "Conditions, ANDed. {\"field\": [\"a\", \"b\"]} = exact match of any listed value (on multi-value fields: any part); \
 {\"field\": \"text\"} = case-insensitive substring; {\"field\": 10} = equality; operators: $eq $in $ne $contains $not_contains \
-$gt $gte $lt $lte $not_empty, e.g. {\"総手続件数\": {\"$gte\": 100}}. Codes of static codelists are checked (\"実施済\" is read as \"1 実施済\").";
+$gt $gte $lt $lte $not_empty, e.g. {\"総手続件数\": {\"$gte\": 100}}. Codes of static codelists are checked (\"実施済\" is read as \"1 実施済\"). \
+On a law locator field (inspect_dataset shows `locator: law`), a value names a provision in any common form \
+(\"第5条第1項\", \"第５条の２\", \"第5の2条\", \"附則第3条\", lists such as \"第20条第1項及び第3項\") and matches it and everything inside it.";
 
 fn input_schema(tool: Tool) -> Value {
     let dataset_id = json!({ "type": "string", "description": "A dataset_id from list_datasets." });
@@ -112,6 +114,9 @@ Example: {\"dataset_id\": \"procedures\"}"
             "Step 3a: fetch individual records matching conditions, a page at a time, in a stable order \
 (file order unless order_by); total counts all matches and next_cursor fetches the next page. Use summarize_records instead \
 for any count, sum, average or share. \
+Rows read by a plugin (law articles, document sections) cite their own source in rowSourceRefs, with a locator. \
+From a number to the law behind it: a procedure's 法令名 and 根拠条項号 (e.g. \"第5条第1項\", however written) look up \
+its legal text in a law dataset: {\"dataset_id\": \"<law dataset>\", \"where\": {\"law_title\": [\"行政手続法\"], \"locator\": \"第5条第1項\"}}. \
 Example: {\"dataset_id\": \"procedures\", \"where\": {\"所管府省庁\": [\"デジタル庁\"]}, \"select\": [\"手続名\", \"オンライン化の実施状況\"], \"limit\": 10}"
         }
         Tool::SummarizeRecords => {

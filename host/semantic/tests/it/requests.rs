@@ -79,3 +79,59 @@ fn request_cases() {
     }
     finish(failures);
 }
+
+/// A `locator: law` field: values are read as law references in any common form (a bare
+/// string too: a provision is looked up, not searched), each rewrite is disclosed, and a
+/// reference without an article is refused with an example.
+#[test]
+fn law_locator_values_are_normalised() {
+    let text = "title: laws\nbackend: {kind: wasm, component: builtin:law}\nfields:\n- {name: law_title, role: dim}\n- {name: locator, role: attr, locator: law}\n";
+    let def = load_definition("laws/dataset.yaml", "laws", text)
+        .expect("valid")
+        .dataset;
+    let plan = |where_: Value| {
+        outcome(
+            &def,
+            Tool::QueryRecords,
+            &json!({ "dataset_id": "laws", "where": where_ }),
+        )
+    };
+    let out = plan(json!({ "locator": "第５条の２第３項" }));
+    assert_eq!(
+        out["ok"]["where"],
+        json!(["locator is 第五条の二第三項 or inside it"]),
+        "{out:#}"
+    );
+    assert_eq!(
+        out["ok"]["resolved_fields"],
+        json!([{ "parameter": "where.locator value", "input": "第５条の２第３項", "canonical": "第五条の二第三項" }])
+    );
+    let out = plan(json!({ "locator": ["第20条第1項及び第3項", "第5の2条"] }));
+    let described = out["ok"]["where"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for provision in ["第二十条第一項", "第二十条第三項", "第五条の二"] {
+        assert!(described.contains(provision), "{out:#}");
+    }
+    let out = plan(json!({ "locator": "第五条" }));
+    assert_eq!(out["ok"]["resolved_fields"], json!([]), "already canonical");
+    let out = plan(json!({ "locator": "第2項" }));
+    assert!(
+        out["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("names no article")),
+        "{out:#}"
+    );
+    assert!(out["error"]["example"].is_object());
+
+    let bad =
+        "title: laws\nfields:\n- {name: n, role: measure, data_type: integer, locator: law}\n";
+    let err = load_definition("laws/dataset.yaml", "laws", bad).expect_err("refused");
+    assert!(
+        err.errors().any(|d| d
+            .message
+            .contains("`locator` must be `law` on a single-valued text field")),
+        "{err:?}"
+    );
+}
