@@ -15,11 +15,29 @@ pub mod provenance;
 /// before it is instantiated, with both versions named.
 pub const PLUGIN_API_VERSION: &str = "0.1.0";
 
+/// [`PLUGIN_API_VERSION`] as numbers (major, minor, patch), for the native descriptor.
+pub const PLUGIN_API_VERSION_PARTS: [u32; 3] = [0, 1, 0];
+
 #[cfg(feature = "guest")]
 pub mod guest;
+
+#[cfg(feature = "native")]
+pub mod native;
 
 /// The WIT package of the current API version, for hosts that generate bindings from it.
 pub const WIT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/wit/since_v0.1.0");
 
 /// The name of the interface a source plugin of this API version exports.
 pub const SOURCE_INTERFACE: &str = "tally:plugin/source";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn version_parts_match_the_version() {
+        let parts: Vec<u32> = super::PLUGIN_API_VERSION
+            .split('.')
+            .map(|p| p.parse().expect("numeric"))
+            .collect();
+        assert_eq!(parts, super::PLUGIN_API_VERSION_PARTS);
+    }
+}

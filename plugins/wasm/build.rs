@@ -72,45 +72,52 @@ fn main() {
     }
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(&workspace)
-        .arg("build")
-        .arg("--target")
-        .arg(TARGET)
-        .arg("--profile")
-        .arg(PROFILE)
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .arg("--locked");
+    // One `cargo rustc` per plugin: the crates are plain libraries on the host (no linking)
+    // and components only here. They share the target directory, so common dependencies
+    // compile once.
     for (package, _, _, _) in PLUGINS {
-        cmd.arg("-p").arg(package);
-    }
-    // The outer build's settings are for the host: none of them may leak into the guest build
-    // (a wrapper such as clippy-driver, host rustflags, a target dir, coverage flags).
-    for var in [
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "CARGO_BUILD_TARGET_DIR",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTC_WRAPPER",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_BUILD_RUSTC_WRAPPER",
-        "CARGO_PRIMARY_PACKAGE",
-        "CARGO_MAKEFLAGS",
-        "MAKEFLAGS",
-        "MFLAGS",
-    ] {
-        cmd.env_remove(var);
-    }
-    let status = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("could not run cargo for the wasm plugins: {e}"));
-    if !status.success() {
-        panic!(
-            "building the wasm plugins for {TARGET} failed (see the output above).\n\
-             If the target is missing, install it with `rustup target add {TARGET}`."
-        );
+        let mut cmd = Command::new(&cargo);
+        cmd.current_dir(&workspace)
+            .arg("rustc")
+            .arg("--lib")
+            .arg("--crate-type")
+            .arg("cdylib")
+            .arg("-p")
+            .arg(package)
+            .arg("--target")
+            .arg(TARGET)
+            .arg("--profile")
+            .arg(PROFILE)
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .arg("--locked");
+        // The outer build's settings are for the host: none of them may leak into the guest
+        // build (a wrapper such as clippy-driver, host rustflags, a target dir).
+        for var in [
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+            "CARGO_BUILD_TARGET_DIR",
+            "RUSTFLAGS",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "CARGO_BUILD_RUSTC_WRAPPER",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_MAKEFLAGS",
+            "MAKEFLAGS",
+            "MFLAGS",
+        ] {
+            cmd.env_remove(var);
+        }
+        let status = cmd
+            .status()
+            .unwrap_or_else(|e| panic!("could not run cargo for the wasm plugin {package}: {e}"));
+        if !status.success() {
+            panic!(
+                "building the wasm plugin {package} for {TARGET} failed (see the output above).\n\
+                 If the target is missing, install it with `rustup target add {TARGET}`."
+            );
+        }
     }
 
     let built = target_dir.join(TARGET).join(PROFILE);

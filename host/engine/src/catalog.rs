@@ -31,6 +31,8 @@ pub const FETCH_RECORD: &str = ".fetch.json";
 pub struct Options {
     /// The sandbox limits of every wasm plugin call.
     pub plugins: PluginLimits,
+    /// Whether native plugins may be loaded (they run with the server's full rights).
+    pub allow_native: bool,
 }
 
 /// A dataset folder that cannot be served, and why.
@@ -456,12 +458,50 @@ pub fn register(
             Arc::new(backend)
         }
         BackendKind::Native => {
-            return Err(Refusal::from(vec![Problem {
-                line: None,
-                key: "backend.kind".into(),
-                reason: "backend kind `native` is not available in this build yet".into(),
-                fix: "serve the data with the built-in Parquet backend or a wasm plugin".into(),
-            }]));
+            let Some(tally_semantic::definition::PluginRef::File(library)) = &def.backend.plugin
+            else {
+                return Err(Refusal::from(vec![Problem::plain(
+                    "a native backend names no library file",
+                    "add `library: <file>` (a shared library in this folder) under `backend:`",
+                )]));
+            };
+            if !options.allow_native {
+                return Err(Refusal::from(vec![Problem {
+                    line: None,
+                    key: "backend.kind".into(),
+                    reason: format!(
+                        "native plugins are not allowed on this server, so `{library}` was not loaded: a native plugin runs with the server's full rights"
+                    ),
+                    fix: "start tally with --allow-native (or TALLY_ALLOW_NATIVE=1) if you trust this library, or serve the data another way".into(),
+                }]));
+            }
+            if !folder.join(library).is_file() {
+                return Err(Refusal {
+                    problems: vec![Problem {
+                        line: None,
+                        key: "backend.library".into(),
+                        reason: format!("the library `{library}` is not in the dataset folder"),
+                        fix: "put the shared library there under that name".into(),
+                    }],
+                    maybe_incomplete: true,
+                });
+            }
+            let backend = crate::native::NativeBackend::register(
+                &def.id,
+                folder,
+                library,
+                &def.backend.config,
+            )
+            .map_err(|e| Refusal {
+                maybe_incomplete: e.maybe_incomplete,
+                problems: vec![Problem {
+                    line: None,
+                    key: "backend".into(),
+                    reason: e.message,
+                    fix: e.fix,
+                }],
+            })?;
+            Arc::new(backend)
         }
     };
 

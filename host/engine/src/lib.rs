@@ -19,6 +19,7 @@ pub mod error;
 pub mod inspect;
 pub mod json;
 pub mod meta;
+pub mod native;
 pub mod plan;
 pub mod query;
 pub mod schema;
@@ -60,6 +61,8 @@ pub struct Limits {
     pub max_result_bytes: usize,
     /// The sandbox limits of every wasm plugin call.
     pub plugins: wasm::PluginLimits,
+    /// Whether native plugins (shared libraries, with the server's full rights) may load.
+    pub allow_native: bool,
 }
 
 impl Default for Limits {
@@ -71,6 +74,7 @@ impl Default for Limits {
             call_memory_bytes: 512 * 1024 * 1024,
             max_result_bytes: 4 * 1024 * 1024,
             plugins: wasm::PluginLimits::default(),
+            allow_native: false,
         }
     }
 }
@@ -122,6 +126,7 @@ impl Engine {
                 dir,
                 &catalog::Options {
                     plugins: limits.plugins,
+                    allow_native: limits.allow_native,
                 },
             )),
             changes: tokio::sync::broadcast::channel(64).0,
@@ -162,6 +167,7 @@ impl Engine {
         let previous = self.catalog.load_full();
         let options = catalog::Options {
             plugins: self.limits.plugins,
+            allow_native: self.limits.allow_native,
         };
         let (next, changes) = Catalog::scan(&self.dir, &previous, settle, &options);
         let pending = !next.pending.is_empty();

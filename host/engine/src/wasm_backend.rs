@@ -185,7 +185,7 @@ fn arrow_type(t: ColumnType) -> DataType {
 
 /// Every file under the folder (hidden ones and `dataset.yaml` included: the definition is a
 /// file the plugin may read too), sorted, with size and time.
-fn folder_files(folder: &Path) -> Vec<ServedFile> {
+pub(crate) fn folder_files(folder: &Path) -> Vec<ServedFile> {
     let mut out = Vec::new();
     let mut stack = vec![(folder.to_path_buf(), String::new(), 0usize)];
     while let Some((dir, prefix, depth)) = stack.pop() {

@@ -10,7 +10,7 @@ const EXIT_INVALID: u8 = 1;
 /// Exit code when the directory itself cannot be read.
 const EXIT_UNREADABLE: u8 = 2;
 
-pub fn run(dir: &Path) -> ExitCode {
+pub fn run(dir: &Path, allow_native: bool) -> ExitCode {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) => {
@@ -60,7 +60,10 @@ pub fn run(dir: &Path) -> ExitCode {
             &folder,
             &folder_id,
             &label,
-            &tally_engine::catalog::Options::default(),
+            &tally_engine::catalog::Options {
+                allow_native,
+                ..Default::default()
+            },
         ) {
             Ok(_) => {
                 ok += 1;

@@ -61,6 +61,10 @@ pub struct Budgets {
     /// Size of what one wasm plugin scan may return, in MiB.
     #[arg(long, global = true, default_value_t = 64)]
     plugin_output_mb: usize,
+    /// Load native plugins (shared libraries named by `backend: {kind: native}`). They run
+    /// with the server's full rights: allow them only for libraries you trust.
+    #[arg(long, global = true, env = "TALLY_ALLOW_NATIVE")]
+    allow_native: bool,
 }
 
 impl Budgets {
@@ -75,6 +79,7 @@ impl Budgets {
                 output_bytes: self.plugin_output_mb.max(1) * 1024 * 1024,
                 ..Default::default()
             },
+            allow_native: self.allow_native,
         }
     }
 }
@@ -135,6 +140,9 @@ enum Command {
         /// The datasets directory.
         #[arg(default_value = "datasets")]
         dir: PathBuf,
+        /// Also load native plugins to check them (they run with this process's rights).
+        #[arg(long, env = "TALLY_ALLOW_NATIVE")]
+        allow_native: bool,
     },
 }
 
@@ -170,7 +178,7 @@ fn main() -> ExitCode {
             };
             serve(http, allow_origin, watch, interval, &common)
         }
-        Command::Check { dir } => check::run(&dir),
+        Command::Check { dir, allow_native } => check::run(&dir, allow_native),
         Command::List {
             q,
             publisher,

@@ -57,6 +57,55 @@ fn write_variants(dir: &Path) {
     }
 }
 
+/// The same 300 rows as `compare.parquet` and as table `t` of `compare.sqlite` (native plugin
+/// tests compare the two).
+fn write_comparison(dir: &Path) {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::parquet::arrow::ArrowWriter;
+
+    let n = 300i64;
+    let ids: Vec<String> = (0..n).map(|i| format!("r{i:03}")).collect();
+    let groups: Vec<String> = (0..n).map(|i| format!("g{}", i % 4)).collect();
+    let amounts: Vec<Option<i64>> = (0..n).map(|i| (i % 7 != 0).then_some(i * 3)).collect();
+    let ratios: Vec<Option<f64>> = (0..n)
+        .map(|i| (i % 5 != 0).then_some(i as f64 / 11.0))
+        .collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("grp", DataType::Utf8, true),
+        Field::new("amount", DataType::Int64, true),
+        Field::new("ratio", DataType::Float64, true),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(ids.clone())),
+        Arc::new(StringArray::from(groups.clone())),
+        Arc::new(Int64Array::from(amounts.clone())),
+        Arc::new(Float64Array::from(ratios.clone())),
+    ];
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).expect("batch");
+    let file = std::fs::File::create(dir.join("compare.parquet")).expect("parquet file");
+    let mut writer = ArrowWriter::try_new(file, schema, None).expect("writer");
+    writer.write(&batch).expect("write");
+    writer.close().expect("close");
+
+    let mut db = rusqlite::Connection::open(dir.join("compare.sqlite")).expect("sqlite file");
+    db.execute_batch("CREATE TABLE t (id TEXT NOT NULL, grp TEXT, amount INTEGER, ratio REAL);")
+        .expect("table");
+    let tx = db.transaction().expect("transaction");
+    for i in 0..n as usize {
+        tx.execute(
+            "INSERT INTO t VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![ids[i], groups[i], amounts[i], ratios[i]],
+        )
+        .expect("row");
+    }
+    tx.commit().expect("commit");
+}
+
 #[test]
 fn python_mcp_client_end_to_end() {
     let root = workspace_root();
@@ -70,6 +119,12 @@ fn python_mcp_client_end_to_end() {
     };
     let variants = tempfile::tempdir().expect("temp dir");
     write_variants(variants.path());
+    write_comparison(variants.path());
+    // Native plugin libraries cargo built for this test run sit beside this test binary.
+    let native_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
     let output = Command::new(&python)
         .args([
             "-m",
@@ -89,6 +144,7 @@ fn python_mcp_client_end_to_end() {
         // The wasm components this workspace built (the plugin template, the hostile test
         // plugins) and the reference material beside the repository (tests skip without it).
         .env("TALLY_WASM_DIR", tally_wasm_plugins::BUILT_DIR)
+        .env("TALLY_NATIVE_DIR", &native_dir)
         .env("TALLY_REFERENCE", root.join("../shared/reference"))
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));

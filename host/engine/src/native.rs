@@ -1,0 +1,405 @@
+//! Native plugins: shared libraries loaded at run time, serving a DataFusion table provider
+//! through datafusion-ffi.
+//!
+//! A native plugin runs with the server's full rights, so nothing is loaded unless the
+//! server was started with `--allow-native`. Each library is loaded from a private copy
+//! (named by the SHA-256 of its bytes) so that a file replaced on disk never changes code
+//! already mapped, and a changed library is loaded beside the old one; libraries are never
+//! unloaded (code of an old version may still run in a call that started before the swap).
+//! The descriptor's integers (magic, plugin API version, DataFusion major version) are
+//! checked before anything else in the library is called.
+
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::MemTable;
+use datafusion::execution::TaskContextProvider;
+use datafusion::logical_expr::{Expr, col, lit};
+use datafusion::physical_plan::displayable;
+use datafusion::prelude::SessionContext;
+use tally_plugin_api::native::{
+    Descriptor, ENTRY_POINT, FFI_LogicalExtensionCodec, FFI_TableProvider, MAGIC, text,
+};
+use tally_plugin_api::{PLUGIN_API_VERSION, PLUGIN_API_VERSION_PARTS};
+
+use crate::backend::{Backend, LoadedData, Pushed, ServedFile, sha256_hex};
+use crate::error::EngineError;
+use crate::wasm::PluginError;
+
+/// A library that passed the checks, kept loaded for the life of the process.
+#[derive(Debug)]
+pub struct Library {
+    descriptor: &'static Descriptor,
+    pub sha256: String,
+    pub name: String,
+    pub version: String,
+}
+
+static LOADED: OnceLock<Mutex<HashMap<String, Arc<Library>>>> = OnceLock::new();
+
+fn versions(d: &Descriptor) -> String {
+    format!(
+        "plugin API {}.{}.{} and DataFusion {}",
+        d.api_version[0], d.api_version[1], d.api_version[2], d.datafusion_major
+    )
+}
+
+/// Loads (or finds already loaded) the library at `path`, `label` naming it in messages.
+pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        PluginError::new(
+            format!("the library {label} cannot be read: {e}"),
+            "put the shared library in the dataset folder under that name",
+        )
+    })?;
+    let sha256 = sha256_hex(&bytes);
+    // One load at a time: two datasets naming the same library share one copy and handle.
+    let mut loaded = LOADED
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(lib) = loaded.get(&sha256) {
+        return Ok(Arc::clone(lib));
+    }
+    // A private copy per content: the dynamic loader caches by path, and a file rewritten in
+    // place under mapped code would crash the process.
+    let dir = std::env::temp_dir().join(format!("tally-native-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        PluginError::new(
+            format!(
+                "no private folder for native libraries ({}): {e}",
+                dir.display()
+            ),
+            "make the temporary directory writable",
+        )
+    })?;
+    let copy: PathBuf = dir.join(format!(
+        "{}-{}",
+        &sha256[7..23],
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    if !copy.is_file() {
+        let tmp = copy.with_extension("partial");
+        std::fs::write(&tmp, &bytes)
+            .and_then(|_| std::fs::rename(&tmp, &copy))
+            .map_err(|e| {
+                PluginError::new(
+                    format!("the library {label} could not be copied for loading: {e}"),
+                    "make the temporary directory writable",
+                )
+            })?;
+    }
+    // SAFETY: loading runs the library's initialisers with the server's rights; that is what
+    // `--allow-native` consents to. A non-library file fails here with an error.
+    let library = unsafe { libloading::Library::new(&copy) }.map_err(|e| PluginError {
+        maybe_incomplete: true,
+        ..PluginError::new(
+            format!("{label} is not a loadable shared library: {e}"),
+            "build the plugin as a cdylib for this platform (a .so on Linux)",
+        )
+    })?;
+    // SAFETY: the symbol is looked up by name; its type is checked by what it returns next.
+    let entry = unsafe {
+        library.get::<unsafe extern "C" fn() -> *const Descriptor>(ENTRY_POINT.as_bytes())
+    }
+    .map_err(|_| {
+        PluginError::new(
+            format!("{label} has no entry point `{ENTRY_POINT}`: it is not a Tally native plugin"),
+            "export the entry point with tally-plugin-api's `export_native_plugin!` (feature `native`)",
+        )
+    })?;
+    // SAFETY: a Tally entry point returns a pointer to a static descriptor; its first fields
+    // are plain integers in every version, read before anything else.
+    let descriptor: &'static Descriptor = unsafe {
+        let p = entry();
+        if p.is_null() {
+            return Err(PluginError::new(
+                format!("{label}'s entry point returned nothing"),
+                "return the descriptor from `export_native_plugin!`",
+            ));
+        }
+        &*p
+    };
+    if descriptor.magic != MAGIC {
+        return Err(PluginError::new(
+            format!("{label} exports `{ENTRY_POINT}` but not a Tally plugin descriptor"),
+            "build it with tally-plugin-api's `export_native_plugin!`",
+        ));
+    }
+    let ours = format!(
+        "plugin API {PLUGIN_API_VERSION} and DataFusion {}",
+        tally_plugin_api::native::DATAFUSION_MAJOR
+    );
+    if descriptor.api_version != PLUGIN_API_VERSION_PARTS
+        || descriptor.datafusion_major != tally_plugin_api::native::DATAFUSION_MAJOR
+    {
+        // Nothing else of it is touched; it stays mapped like every library once loaded.
+        std::mem::forget(library);
+        return Err(PluginError::new(
+            format!(
+                "{label} was built for {}, but this Tally runs {ours}",
+                versions(descriptor)
+            ),
+            format!(
+                "rebuild the plugin against tally-plugin-api {PLUGIN_API_VERSION} (datafusion-ffi {}.x)",
+                tally_plugin_api::native::DATAFUSION_MAJOR
+            ),
+        ));
+    }
+    // Never unloaded: providers, plans and streams from it may outlive any catalog entry.
+    std::mem::forget(library);
+    let lib = Arc::new(Library {
+        descriptor,
+        sha256: sha256.clone(),
+        name: text(&descriptor.name),
+        version: text(&descriptor.version),
+    });
+    loaded.insert(sha256, Arc::clone(&lib));
+    Ok(lib)
+}
+
+/// The session native providers are built for: its codec crosses the boundary with them.
+fn session() -> &'static (Arc<SessionContext>, FFI_LogicalExtensionCodec) {
+    static SESSION: OnceLock<(Arc<SessionContext>, FFI_LogicalExtensionCodec)> = OnceLock::new();
+    SESSION.get_or_init(|| {
+        let ctx = Arc::new(SessionContext::new());
+        let provider: Arc<dyn TaskContextProvider> = ctx.clone();
+        let codec = FFI_LogicalExtensionCodec::new_default(&provider);
+        (ctx, codec)
+    })
+}
+
+impl Library {
+    /// Builds the plugin's provider for a dataset.
+    pub fn create(
+        &self,
+        label: &str,
+        dataset: &str,
+        folder: &Path,
+        config: &serde_json::Value,
+    ) -> Result<Arc<dyn TableProvider>, PluginError> {
+        let context = tally_plugin_api::native::Context {
+            dataset: dataset.to_string(),
+            folder: folder
+                .canonicalize()
+                .unwrap_or_else(|_| folder.to_path_buf()),
+            config: config.clone(),
+        };
+        let json = serde_json::to_vec(&context)
+            .map_err(|e| PluginError::new(e.to_string(), "this is a bug in Tally"))?;
+        let (_, codec) = session();
+        let mut out = std::mem::MaybeUninit::<FFI_TableProvider>::uninit();
+        let mut error = vec![0u8; 4096];
+        let mut error_len = 0usize;
+        // SAFETY: the buffers live for the call; `out` is written on success only, and then
+        // owned here.
+        let status = unsafe {
+            (self.descriptor.create)(
+                json.as_ptr(),
+                json.len(),
+                codec,
+                out.as_mut_ptr(),
+                error.as_mut_ptr(),
+                error.len(),
+                &mut error_len,
+            )
+        };
+        if status != 0 {
+            let message =
+                String::from_utf8_lossy(&error[..error_len.min(error.len())]).into_owned();
+            return Err(PluginError::new(
+                format!("{label} could not open the dataset: {message}"),
+                "fix the dataset's files or backend.config as the message says",
+            ));
+        }
+        // SAFETY: status 0 means the plugin wrote a provider into `out`.
+        let ffi = unsafe { out.assume_init() };
+        let provider: Arc<dyn TableProvider> = (&ffi).into();
+        Ok(provider)
+    }
+}
+
+/// A dataset served by a native plugin.
+#[derive(Debug)]
+pub struct NativeBackend {
+    dataset: String,
+    label: String,
+    library: Arc<Library>,
+    provider: Arc<dyn TableProvider>,
+    schema: SchemaRef,
+    files: Vec<ServedFile>,
+    relative: String,
+}
+
+impl NativeBackend {
+    pub fn register(
+        dataset: &str,
+        folder: &Path,
+        relative: &str,
+        config: &serde_json::Value,
+    ) -> Result<NativeBackend, PluginError> {
+        let path = folder.join(relative);
+        let label = format!("library `{relative}`");
+        let library = load(&path, &label)?;
+        let label = format!(
+            "native plugin `{}` {} (from `{relative}`)",
+            library.name, library.version
+        );
+        let provider = library.create(&label, dataset, folder, config)?;
+        let schema = provider.schema();
+        let files = crate::wasm_backend::folder_files(folder);
+        Ok(NativeBackend {
+            dataset: dataset.to_string(),
+            label,
+            library,
+            provider,
+            schema,
+            files,
+            relative: relative.to_string(),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for NativeBackend {
+    fn kind(&self) -> &'static str {
+        "native"
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn row_count(&self) -> Option<u64> {
+        None
+    }
+
+    fn files(&self) -> Vec<ServedFile> {
+        self.files.clone()
+    }
+
+    fn fingerprint(&self) -> Vec<u8> {
+        let mut f = self.library.sha256.clone().into_bytes();
+        for file in &self.files {
+            f.extend_from_slice(file.path.as_bytes());
+            f.extend_from_slice(&file.size.to_le_bytes());
+            let nanos = file
+                .modified
+                .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            f.extend_from_slice(&nanos.to_le_bytes());
+        }
+        f
+    }
+
+    fn pushdown_columns(&self) -> Vec<String> {
+        // The provider says per condition what it runs itself; offering every column lets it.
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": "native",
+            "plugin": self.library.name,
+            "plugin_version": self.library.version,
+            "library": self.relative,
+            "library_sha256": self.library.sha256,
+            "trust": "runs with the server's full rights (loaded because the server allows native plugins)",
+        })
+    }
+
+    async fn load(&self, columns: &[String], pushed: &[Pushed]) -> Result<LoadedData, EngineError> {
+        let fail = |e: &dyn std::fmt::Display| EngineError::Backend {
+            dataset: self.dataset.clone(),
+            message: format!("{} failed: {e}", self.label),
+        };
+        let (ctx, _) = session();
+        let mut df = ctx
+            .read_table(Arc::clone(&self.provider))
+            .map_err(|e| fail(&e))?;
+        for p in pushed {
+            let condition: Expr = match p.values.as_slice() {
+                [one] => col(p.column.as_str()).eq(lit(one.clone())),
+                many => col(p.column.as_str())
+                    .in_list(many.iter().map(|v| lit(v.clone())).collect(), false),
+            };
+            df = df.filter(condition).map_err(|e| fail(&e))?;
+        }
+        let wanted: Vec<Expr> = columns
+            .iter()
+            .filter(|c| self.schema.index_of(c).is_ok())
+            .map(|c| col(c.as_str()))
+            .collect();
+        let df = df.select(wanted).map_err(|e| fail(&e))?;
+        let plan = df.create_physical_plan().await.map_err(|e| fail(&e))?;
+        let shown = displayable(plan.as_ref()).indent(false).to_string();
+        tracing::debug!("native plan:\n{shown}");
+        let task = ctx.task_ctx();
+        let batches = datafusion::physical_plan::collect(Arc::clone(&plan), task)
+            .await
+            .map_err(|e| fail(&e))?;
+        let schema = plan.schema();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let mut ipc = Vec::new();
+        {
+            let mut w = datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut ipc, &schema)
+                .map_err(|e| fail(&e))?;
+            for b in &batches {
+                w.write(b).map_err(|e| fail(&e))?;
+            }
+            w.finish().map_err(|e| fail(&e))?;
+        }
+        let table = MemTable::try_new(schema, vec![batches]).map_err(|e| fail(&e))?;
+        // What the plugin's own plan said it ran (e.g. `SQLite: SELECT … WHERE … (12 rows)`).
+        let ran: Vec<String> = shown
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("FFI_ExecutionPlan: "))
+            .map(|l| l.trim_end_matches(", number_of_children=0").to_string())
+            .collect();
+        Ok(LoadedData {
+            provider: Arc::new(table),
+            files: vec![ServedFile {
+                path: format!("the rows returned by {}", self.label),
+                size: ipc.len() as u64,
+                sha256: sha256_hex(&ipc),
+                modified: None,
+            }],
+            extract: Some(format!(
+                "{}, library sha256 {}{}; {rows} rows{}",
+                self.label,
+                self.library.sha256,
+                if pushed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", asked for {}",
+                        pushed
+                            .iter()
+                            .map(Pushed::describe)
+                            .collect::<Vec<_>>()
+                            .join(" and ")
+                    )
+                },
+                if ran.is_empty() {
+                    String::new()
+                } else {
+                    format!("; the plugin ran: {}", ran.join(" / "))
+                }
+            )),
+            notes: Vec::new(),
+            row_sources: None,
+        })
+    }
+}
