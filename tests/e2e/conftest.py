@@ -74,7 +74,8 @@ class HttpServer:
 
 @pytest.fixture(scope="session")
 def http_server():
-    server = HttpServer()
+    # Many tests share this server from one address; rate limits are tested on their own.
+    server = HttpServer("--rate-limit", "100000", "--rate-burst", "100000")
     yield server
     server.stop()
 

@@ -291,4 +291,5 @@ async def test_churn(tmp_path):
 
 
 def HttpServer_for(datasets: Path, *extra: str) -> HttpServer:
-    return HttpServer(*extra, datasets=str(datasets))
+    # The readers poll as fast as they can from one address: lift the per-caller rate limit.
+    return HttpServer("--rate-limit", "100000", "--rate-burst", "100000", *extra, datasets=str(datasets))

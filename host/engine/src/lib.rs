@@ -50,6 +50,24 @@ use envelope::{Transformation, TransformationType, dataset_source};
 /// How long a half-written file may settle when a call finds its dataset replaced.
 const STALE_SETTLE: Duration = Duration::from_secs(2);
 
+/// Which datasets a caller may see. Outside its scope a dataset is neither listed nor
+/// queryable, and asking for one gets the same "not found" as a dataset that does not exist.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Scope {
+    #[default]
+    All,
+    Only(Arc<std::collections::BTreeSet<String>>),
+}
+
+impl Scope {
+    pub fn allows(&self, dataset: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Only(set) => set.contains(dataset),
+        }
+    }
+}
+
 /// Per-call budgets. Each holds for every call, whatever the transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -208,13 +226,23 @@ impl Engine {
     /// Runs a tool within the call's time budget and checks the envelope against the tool's
     /// output schema before it is returned: `arguments` as a client sends them.
     pub async fn call(&self, tool: Tool, arguments: &Value) -> Result<Value, EngineError> {
+        self.call_as(tool, arguments, &Scope::All).await
+    }
+
+    /// [`Engine::call`] for a caller who may see only the datasets of `scope`.
+    pub async fn call_as(
+        &self,
+        tool: Tool,
+        arguments: &Value,
+        scope: &Scope,
+    ) -> Result<Value, EngineError> {
         let timeout = self.limits.call_timeout;
         let attempt = async {
-            match self.run(tool, arguments).await {
+            match self.run(tool, arguments, scope).await {
                 // Files replaced under a live version: take the new catalog and try once more.
                 Err(EngineError::Stale { .. }) => {
                     self.reload(STALE_SETTLE);
-                    self.run(tool, arguments).await
+                    self.run(tool, arguments, scope).await
                 }
                 other => other,
             }
@@ -255,27 +283,42 @@ impl Engine {
         tool: Tool,
         arguments: Value,
     ) -> Result<Value, EngineError> {
-        let engine = Arc::clone(self);
-        guard(async move { engine.call(tool, &arguments).await }).await
+        self.call_guarded_as(tool, arguments, Scope::All).await
     }
 
-    async fn run(&self, tool: Tool, arguments: &Value) -> Result<Value, EngineError> {
+    /// [`Engine::call_guarded`] for a caller limited to `scope`.
+    pub async fn call_guarded_as(
+        self: &Arc<Self>,
+        tool: Tool,
+        arguments: Value,
+        scope: Scope,
+    ) -> Result<Value, EngineError> {
+        let engine = Arc::clone(self);
+        guard(async move { engine.call_as(tool, &arguments, &scope).await }).await
+    }
+
+    async fn run(
+        &self,
+        tool: Tool,
+        arguments: &Value,
+        scope: &Scope,
+    ) -> Result<Value, EngineError> {
         let request = request::parse(tool, arguments)?;
         let out = match request {
-            Request::ListDatasets(args) => self.list(args),
+            Request::ListDatasets(args) => self.list(args, scope),
             Request::InspectDataset(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
                 self.inspect(&ds, resolution).await?
             }
             Request::QueryRecords(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
                 let select_given = !args.select.is_empty();
                 let mut plan = resolve_query(&ds.def, args)?;
                 plan.resolved_fields.splice(0..0, resolution);
                 query::run(self, &ds, plan, select_given).await?
             }
             Request::SummarizeRecords(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
                 let mut plan = resolve_summarize(&ds.def, args)?;
                 plan.resolved_fields.splice(0..0, resolution);
                 summarize::run(self, &ds, plan).await?
@@ -284,12 +327,31 @@ impl Engine {
         Ok(out.into_envelope())
     }
 
-    fn dataset(&self, input: &str) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
+    fn dataset(
+        &self,
+        input: &str,
+        scope: &Scope,
+    ) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
         let catalog = self.catalog.load_full();
-        let ids = catalog.ids();
-        let titles = |id: &str| catalog.datasets.get(id).map(|d| d.def.title.clone());
+        // Names outside the caller's scope are never matched, suggested or described.
+        let ids: Vec<&str> = catalog
+            .ids()
+            .into_iter()
+            .filter(|id| scope.allows(id))
+            .collect();
+        let titles = |id: &str| {
+            catalog
+                .datasets
+                .get(id)
+                .filter(|_| scope.allows(id))
+                .map(|d| d.def.title.clone())
+        };
         let (id, resolution) = resolve_dataset(input, &ids, &titles).map_err(|mut e| {
-            if let Some(b) = catalog.broken.iter().find(|b| b.folder == input) {
+            if let Some(b) = catalog
+                .broken
+                .iter()
+                .find(|b| b.folder == input && scope.allows(&b.folder))
+            {
                 e.message = format!("dataset `{input}` is not served: its definition is broken");
                 e.hint = Some(format!(
                     "{}: {}",
@@ -311,7 +373,7 @@ impl Engine {
         Ok((ds, resolution))
     }
 
-    fn list(&self, args: ListArgs) -> Output {
+    fn list(&self, args: ListArgs, scope: &Scope) -> Output {
         let q = args
             .q
             .as_deref()
@@ -327,6 +389,9 @@ impl Engine {
         let catalog = self.catalog.load_full();
         for ds in catalog.datasets.values() {
             let def = &ds.def;
+            if !scope.allows(&def.id) {
+                continue;
+            }
             let haystack = format!("{} {}", def.id, def.title).to_lowercase();
             if q.as_ref().is_some_and(|q| !haystack.contains(q.as_str())) {
                 continue;
@@ -382,7 +447,11 @@ impl Engine {
         }
         out.set("total", listed.len());
         out.set("datasets", listed);
-        let broken: Vec<_> = catalog.broken.iter().collect();
+        let broken: Vec<_> = catalog
+            .broken
+            .iter()
+            .filter(|b| scope.allows(&b.folder))
+            .collect();
         out.set("broken_datasets", &broken);
         if !broken.is_empty() {
             out.warn(format!(

@@ -50,7 +50,9 @@ fn versions(d: &Descriptor) -> String {
     )
 }
 
-/// Loads (or finds already loaded) the library at `path`, `label` naming it in messages.
+/// Loads (or finds already loaded) the library at `path`, `label` naming it in messages. The
+/// library is loaded from a private copy, removed as soon as it is mapped, so the file in
+/// the dataset folder may be replaced at any time and nothing is left behind.
 pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
     let bytes = std::fs::read(path).map_err(|e| {
         PluginError::new(
@@ -86,20 +88,19 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     ));
-    if !copy.is_file() {
-        let tmp = copy.with_extension("partial");
-        std::fs::write(&tmp, &bytes)
-            .and_then(|_| std::fs::rename(&tmp, &copy))
-            .map_err(|e| {
-                PluginError::new(
-                    format!("the library {label} could not be copied for loading: {e}"),
-                    "make the temporary directory writable",
-                )
-            })?;
-    }
+    std::fs::write(&copy, &bytes).map_err(|e| {
+        PluginError::new(
+            format!("the library {label} could not be copied for loading: {e}"),
+            "make the temporary directory writable (and give it room for the library)",
+        )
+    })?;
     // SAFETY: loading runs the library's initialisers with the server's rights; that is what
     // `--allow-native` consents to. A non-library file fails here with an error.
-    let library = unsafe { libloading::Library::new(&copy) }.map_err(|e| PluginError {
+    let opened = unsafe { libloading::Library::new(&copy) };
+    // The mapping outlives the file: the copy is removed at once, so nothing is left behind.
+    let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_dir(&dir);
+    let library = opened.map_err(|e| PluginError {
         maybe_incomplete: true,
         ..PluginError::new(
             format!("{label} is not a loadable shared library: {e}"),

@@ -9,8 +9,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod audit;
 mod check;
 mod cli;
+mod guard;
 mod mcp;
 mod serve;
 mod tools;
@@ -96,9 +98,15 @@ enum Command {
     /// Serve the datasets over MCP: stdio by default, streamable HTTP with --http.
     Serve {
         /// Listen for streamable HTTP at this address (path /mcp, health at /health), e.g.
-        /// 127.0.0.1:8765. Only loopback addresses are accepted.
+        /// 127.0.0.1:8765. Any other than a loopback address needs bearer tokens
+        /// (--token-file or --token-env).
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        guard: serve::HttpOptions,
+        /// Write one JSON line per tool call to this file (appended), or `-` for stderr.
+        #[arg(long, value_name = "FILE")]
+        audit_log: Option<PathBuf>,
         /// A further Origin allowed to call the HTTP endpoint (repeatable); the server's own
         /// loopback origins are always allowed, requests without Origin are not browsers.
         #[arg(long = "allow-origin", value_name = "ORIGIN")]
@@ -165,6 +173,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve {
             http,
+            guard,
+            audit_log,
             allow_origin,
             watch,
             poll_interval_ms,
@@ -176,7 +186,15 @@ fn main() -> ExitCode {
                 WatchArg::Poll => Some(tally_engine::watch::WatchMode::Poll(interval)),
                 WatchArg::Off => None,
             };
-            serve(http, allow_origin, watch, interval, &common)
+            serve(
+                http,
+                guard,
+                audit_log,
+                allow_origin,
+                watch,
+                interval,
+                &common,
+            )
         }
         Command::Check { dir, allow_native } => check::run(&dir, allow_native),
         Command::List {
@@ -190,8 +208,11 @@ fn main() -> ExitCode {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve(
     http: Option<std::net::SocketAddr>,
+    guard: serve::HttpOptions,
+    audit_log: Option<PathBuf>,
     allow_origin: Vec<String>,
     watch: Option<tally_engine::watch::WatchMode>,
     poll_interval: std::time::Duration,
@@ -204,6 +225,13 @@ fn serve(
         );
         return ExitCode::from(2);
     }
+    let audit = match audit_log.as_deref().map(audit::Audit::open).transpose() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("tally serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
@@ -231,8 +259,8 @@ fn serve(
             )
         });
         match http {
-            Some(addr) => serve::http(engine, addr, allow_origin).await,
-            None => serve::stdio(engine).await,
+            Some(addr) => serve::http(engine, addr, allow_origin, guard, audit).await,
+            None => serve::stdio(engine, audit).await,
         }
     })
 }

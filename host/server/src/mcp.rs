@@ -22,16 +22,33 @@ use crate::tools;
 pub struct Shared {
     pub engine: Arc<Engine>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// One JSON line per tool call, when asked for.
+    pub audit: Option<crate::audit::Audit>,
+}
+
+/// The caller of a request: set by the HTTP guard; stdio has one caller with every dataset.
+fn caller(context: &RequestContext<RoleServer>) -> crate::guard::Caller {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::guard::Caller>())
+        .cloned()
+        .unwrap_or_else(|| crate::guard::Caller {
+            id: "stdio".to_string(),
+            scope: tally_engine::Scope::All,
+        })
 }
 
 impl Shared {
     /// Starts telling 2025-era sessions about catalog changes
     /// (`notifications/resources/list_changed`); 2026-era clients ask with
-    /// `subscriptions/listen` instead (see [`TallyServer::listen`]).
-    pub fn new(engine: Arc<Engine>) -> Arc<Shared> {
+    /// `subscriptions/listen` instead (see [`TallyServer::listen`]). Tool calls are written to
+    /// the audit log when there is one.
+    pub fn with_audit(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> Arc<Shared> {
         let shared = Arc::new(Shared {
             engine,
             peers: Mutex::new(Vec::new()),
+            audit,
         });
         let mut changes = shared.engine.subscribe();
         let weak = Arc::downgrade(&shared);
@@ -130,12 +147,14 @@ impl ServerHandler for TallyServer {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        let scope = caller(&context).scope;
         let catalog = self.engine().catalog();
         let items = catalog
             .datasets
             .values()
+            .filter(|ds| scope.allows(ds.id()))
             .map(|ds| {
                 let mut description = format!("{} records", ds.record_count().unwrap_or(0));
                 if let Some(p) = &ds.def.publisher {
@@ -153,12 +172,14 @@ impl ServerHandler for TallyServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        let scope = caller(&context).scope;
         let catalog = self.engine().catalog();
         let found = request
             .uri
             .strip_prefix("tally://datasets/")
+            .filter(|id| scope.allows(id))
             .and_then(|id| catalog.datasets.get(id));
         let Some(ds) = found else {
             return Err(ErrorData::resource_not_found(
@@ -215,8 +236,9 @@ impl ServerHandler for TallyServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller(&context);
         // An unknown tool is a malformed request (JSON-RPC error); everything about the
         // arguments is answered as a tool result the model can read and correct.
         let Some(tool) = tools::by_name(&request.name) else {
@@ -232,13 +254,21 @@ impl ServerHandler for TallyServer {
         };
         let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let started = std::time::Instant::now();
-        let result = self.engine().call_guarded(tool, arguments).await;
+        let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
+        let result = self
+            .engine()
+            .call_guarded_as(tool, arguments, caller.scope.clone())
+            .await;
+        let elapsed = started.elapsed();
         tracing::info!(
             tool = tool.name(),
             ok = result.is_ok(),
-            ms = started.elapsed().as_millis() as u64,
+            ms = elapsed.as_millis() as u64,
             "tool call"
         );
+        if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
+            audit.record(&caller.id, tool, &arguments, &result, elapsed);
+        }
         Ok(match result {
             Ok(envelope) => {
                 let mut r = CallToolResult::default();

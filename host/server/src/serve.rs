@@ -20,8 +20,8 @@ const EXIT_CONFIG: u8 = 2;
 
 /// Serves MCP over stdin/stdout until the client closes it. stdout carries protocol messages
 /// only; logs go to stderr.
-pub async fn stdio(engine: Arc<Engine>) -> ExitCode {
-    let server = TallyServer::new(Shared::new(engine));
+pub async fn stdio(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> ExitCode {
+    let server = TallyServer::new(Shared::with_audit(engine, audit));
     let running = match server.serve(rmcp::transport::stdio()).await {
         Ok(r) => r,
         Err(e) => {
@@ -51,13 +51,64 @@ fn default_origins(addr: SocketAddr) -> Vec<String> {
     ]
 }
 
+/// What guards the HTTP endpoint (see docs/security.md).
+#[derive(Debug, clap::Args)]
+pub struct HttpOptions {
+    /// Bearer tokens, one per line: `<id> <token> [<dataset>,<dataset>…]` (no list: every
+    /// dataset). Required for any non-loopback address.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
+    /// An environment variable holding one bearer token (every dataset; its id is
+    /// `env:<VAR>`). Tokens are never read from the command line.
+    #[arg(long, value_name = "VAR")]
+    token_env: Option<String>,
+    /// A further name the Host header may carry (repeatable); loopback names and the bound
+    /// address are always allowed.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_host: Vec<String>,
+    /// The largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Requests per second one caller (token, or address without tokens) may make.
+    #[arg(long, default_value_t = 50.0)]
+    rate_limit: f64,
+    /// How many requests a caller may make at once before the rate applies.
+    #[arg(long, default_value_t = 100.0)]
+    rate_burst: f64,
+    /// Requests one caller may have in flight at once.
+    #[arg(long, default_value_t = 8)]
+    max_concurrent: usize,
+}
+
 /// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`.
-pub async fn http(engine: Arc<Engine>, addr: SocketAddr, extra_origins: Vec<String>) -> ExitCode {
-    if !addr.ip().is_loopback() {
+pub async fn http(
+    engine: Arc<Engine>,
+    addr: SocketAddr,
+    extra_origins: Vec<String>,
+    options: HttpOptions,
+    audit: Option<crate::audit::Audit>,
+) -> ExitCode {
+    let mut tokens = crate::guard::Tokens::default();
+    let loaded = options
+        .token_file
+        .as_deref()
+        .map(|f| tokens.read_file(f))
+        .transpose()
+        .and_then(|_| {
+            options
+                .token_env
+                .as_deref()
+                .map(|v| tokens.read_env(v))
+                .transpose()
+        });
+    if let Err(e) = loaded {
+        eprintln!("tally serve: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    if !addr.ip().is_loopback() && tokens.is_empty() {
         eprintln!(
-            "tally serve: refusing to listen on {addr}: only loopback addresses (127.0.0.1, ::1) are served until token \
-             authentication is configured; anyone who can reach a non-loopback address could query every dataset. \
-             Use --http 127.0.0.1:{} (and a reverse proxy with authentication if you must expose it).",
+            "tally serve: refusing to listen on {addr} without authentication: anyone who can reach a non-loopback address could query every dataset. \
+             Give bearer tokens with --token-file FILE or --token-env VAR, or listen on 127.0.0.1:{}.",
             addr.port()
         );
         return ExitCode::from(EXIT_CONFIG);
@@ -72,21 +123,38 @@ pub async fn http(engine: Arc<Engine>, addr: SocketAddr, extra_origins: Vec<Stri
     let bound = listener.local_addr().unwrap_or(addr);
     let mut origins = default_origins(bound);
     origins.extend(extra_origins);
+    let mut hosts: Vec<String> = vec!["127.0.0.1".into(), "localhost".into(), "::1".into()];
+    if !bound.ip().is_loopback() {
+        hosts.push(bound.ip().to_string());
+    }
+    hosts.extend(options.allow_host.iter().cloned());
     // rmcp switches Origin validation off when the allow-list is empty; ours never is, and
-    // validation is enforced explicitly. Host validation (DNS rebinding) stays at its
-    // loopback-only default.
+    // validation is enforced explicitly. Host and body checks run in rmcp too.
     let config = StreamableHttpServerConfig::default()
         .with_allowed_origins(origins.clone())
         .enforce_origin_validation()
+        .with_allowed_hosts(hosts.clone())
+        .with_max_request_body_bytes(options.max_body_bytes)
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
     let cancel = config.cancellation_token.clone();
-    let shared = Shared::new(Arc::clone(&engine));
+    let shared = Shared::with_audit(Arc::clone(&engine), audit);
     let service: StreamableHttpService<TallyServer, LocalSessionManager> =
         StreamableHttpService::new(
             move || Ok(TallyServer::new(Arc::clone(&shared))),
             Arc::new(LocalSessionManager::default()),
             config,
         );
+    let authenticated = !tokens.is_empty();
+    let token_count = tokens.len();
+    let guard = Arc::new(crate::guard::Guard::new(
+        tokens,
+        hosts.clone(),
+        origins.clone(),
+        options.rate_limit,
+        options.rate_burst,
+        options.max_concurrent,
+        options.max_body_bytes,
+    ));
     let health_engine = Arc::clone(&engine);
     let app = axum::Router::new()
         .route(
@@ -104,16 +172,23 @@ pub async fn http(engine: Arc<Engine>, addr: SocketAddr, extra_origins: Vec<Stri
                 }
             }),
         )
-        .route_service("/mcp", service);
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::guard::check,
+        ));
     // The address the server actually listens on, for scripts that asked for port 0.
     eprintln!("tally: serving MCP at http://{bound}/mcp (health: http://{bound}/health)");
-    tracing::info!(%bound, ?origins, "serving streamable HTTP");
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            cancel.cancel();
-        })
-        .await;
+    tracing::info!(%bound, ?origins, ?hosts, authenticated, tokens = token_count, "serving streamable HTTP");
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        cancel.cancel();
+    })
+    .await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

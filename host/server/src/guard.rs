@@ -1,0 +1,414 @@
+//! What stands between the network and the MCP endpoint: Host and Origin allow-lists, bearer
+//! tokens (with dataset scopes), a per-caller rate limit and a per-caller cap on concurrent
+//! requests. Every refusal says why; secrets never reach a log.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tally_engine::Scope;
+
+/// Who is calling, as the tools see it (never the token itself).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The token's id, or `ip:<address>` without authentication.
+    pub id: String,
+    pub scope: Scope,
+}
+
+#[derive(Debug)]
+struct Token {
+    id: String,
+    digest: [u8; 32],
+    scope: Scope,
+}
+
+/// The tokens a server accepts.
+#[derive(Debug, Default)]
+pub struct Tokens {
+    tokens: Vec<Token>,
+}
+
+/// A token must be at least this long: shorter ones can be guessed.
+const MIN_TOKEN_CHARS: usize = 16;
+
+impl Tokens {
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Reads a token file: one token per line, `<id> <token> [<dataset>,<dataset>…|*]`; `#`
+    /// starts a comment. No scope (or `*`) means every dataset.
+    pub fn read_file(&mut self, path: &Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            let (id, secret, scope) = match parts.as_slice() {
+                [id, secret] => (*id, *secret, None),
+                [id, secret, scope] => (*id, *secret, Some(*scope)),
+                _ => {
+                    return Err(format!(
+                        "{} line {}: expected `<id> <token> [<dataset>,<dataset>…]`, found {} words",
+                        path.display(),
+                        i + 1,
+                        parts.len()
+                    ));
+                }
+            };
+            let scope = match scope {
+                None | Some("*") => Scope::All,
+                Some(list) => Scope::Only(Arc::new(
+                    list.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect::<BTreeSet<_>>(),
+                )),
+            };
+            self.add(id, secret, scope)
+                .map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?;
+        }
+        Ok(())
+    }
+
+    /// Adds one token (all datasets) from an environment variable.
+    pub fn read_env(&mut self, var: &str) -> Result<(), String> {
+        let secret = std::env::var(var).map_err(|_| {
+            format!("--token-env {var}: the environment variable {var} is not set (or not UTF-8)")
+        })?;
+        self.add(&format!("env:{var}"), secret.trim(), Scope::All)
+            .map_err(|e| format!("--token-env {var}: {e}"))
+    }
+
+    fn add(&mut self, id: &str, secret: &str, scope: Scope) -> Result<(), String> {
+        if secret.chars().count() < MIN_TOKEN_CHARS {
+            return Err(format!(
+                "the token of `{id}` has fewer than {MIN_TOKEN_CHARS} characters; use a long random one (e.g. `openssl rand -hex 32`)"
+            ));
+        }
+        if self.tokens.iter().any(|t| t.id == id) {
+            return Err(format!("the token id `{id}` is used twice"));
+        }
+        self.tokens.push(Token {
+            id: id.to_string(),
+            digest: Sha256::digest(secret.as_bytes()).into(),
+            scope,
+        });
+        Ok(())
+    }
+
+    /// The token matching `presented`, compared in constant time (every token is compared,
+    /// over digests of equal length, without early exit).
+    fn find(&self, presented: &str) -> Option<&Token> {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found: Option<&Token> = None;
+        for t in &self.tokens {
+            let mut diff = 0u8;
+            for (a, b) in t.digest.iter().zip(digest.iter()) {
+                diff |= a ^ b;
+            }
+            if diff == 0 {
+                found = Some(t);
+            }
+        }
+        found
+    }
+}
+
+/// The settings of the guard.
+#[derive(Debug)]
+pub struct Guard {
+    pub tokens: Tokens,
+    /// `host` or `host:port` values the Host header may carry.
+    pub hosts: Vec<String>,
+    /// Origins a browser page may call from.
+    pub origins: Vec<String>,
+    /// Requests per second each caller may make (a token bucket of `burst`).
+    pub rate_per_second: f64,
+    pub burst: f64,
+    /// Requests one caller may have in flight.
+    pub concurrent: usize,
+    /// The largest request body, in bytes.
+    pub max_body: usize,
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    in_flight: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+impl Guard {
+    pub fn new(
+        tokens: Tokens,
+        hosts: Vec<String>,
+        origins: Vec<String>,
+        rate_per_second: f64,
+        burst: f64,
+        concurrent: usize,
+        max_body: usize,
+    ) -> Guard {
+        Guard {
+            tokens,
+            hosts,
+            origins,
+            rate_per_second: rate_per_second.max(0.001),
+            burst: burst.max(1.0),
+            concurrent: concurrent.max(1),
+            max_body,
+            buckets: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn host_allowed(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        let bare = match host.rsplit_once(':') {
+            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && !h.ends_with(':') => h,
+            _ => host.as_str(),
+        };
+        let bare = bare.trim_start_matches('[').trim_end_matches(']');
+        self.hosts.iter().any(|allowed| {
+            let allowed = allowed.to_ascii_lowercase();
+            allowed == host || allowed.trim_start_matches('[').trim_end_matches(']') == bare
+        })
+    }
+
+    /// Takes one request from the caller's bucket; `Err(seconds)` until the next is allowed.
+    fn take(&self, caller: &str) -> Result<(), u64> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let (tokens, last) = buckets
+            .entry(caller.to_string())
+            .or_insert((self.burst, now));
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.rate_per_second)
+            .min(self.burst);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(((1.0 - *tokens) / self.rate_per_second).ceil().max(1.0) as u64)
+        }
+    }
+
+    fn slots(&self, caller: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(
+            map.entry(caller.to_string())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.concurrent))),
+        )
+    }
+}
+
+fn refuse(status: StatusCode, message: &str, fix: &str) -> Response {
+    let body = json!({ "error": { "message": message, "fix": fix } }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The middleware in front of `/mcp` (and the Host check in front of everything).
+pub async fn check(
+    State(guard): State<Arc<Guard>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut request: Request<Body>,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !guard.host_allowed(host) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            &format!("the Host `{host}` is not one this server answers to"),
+            "call the server by an allowed name (--allow-host adds one)",
+        );
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !guard.origins.iter().any(|o| o == origin) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                &format!("requests from the web origin `{origin}` are not allowed"),
+                "a page may call this server only from an allowed origin (--allow-origin adds one)",
+            );
+        }
+    }
+    if request.uri().path() != "/mcp" {
+        return next.run(request).await;
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > guard.max_body) {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the request body is larger than {} bytes", guard.max_body),
+            "send a smaller request (tool arguments are small; --max-body-bytes sets the limit)",
+        );
+    }
+    let caller = if guard.tokens.is_empty() {
+        Caller {
+            id: format!("ip:{}", peer.ip()),
+            scope: Scope::All,
+        }
+    } else {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let unauthorized = |error: Option<&str>, message: &str| {
+            let mut r = refuse(
+                StatusCode::UNAUTHORIZED,
+                message,
+                "send `Authorization: Bearer <token>` with a token the server was given (--token-file or --token-env)",
+            );
+            let challenge = match error {
+                Some(e) => format!("Bearer realm=\"tally\", error=\"{e}\""),
+                None => "Bearer realm=\"tally\"".to_string(),
+            };
+            if let Ok(v) = HeaderValue::from_str(&challenge) {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+            r
+        };
+        match presented {
+            None => return unauthorized(None, "this server needs a bearer token"),
+            Some(t) => match guard.tokens.find(t) {
+                Some(token) => Caller {
+                    id: token.id.clone(),
+                    scope: token.scope.clone(),
+                },
+                None => {
+                    return unauthorized(Some("invalid_token"), "the bearer token is not valid");
+                }
+            },
+        }
+    };
+    if let Err(seconds) = guard.take(&caller.id) {
+        let mut r = refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "too many requests from `{}`: at most {} per second (bursts of {})",
+                caller.id, guard.rate_per_second, guard.burst
+            ),
+            &format!("wait {seconds} s (Retry-After) and send fewer requests"),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        return r;
+    }
+    // A GET is a long-lived stream of server notifications, not a call: only requests
+    // (POST) take a slot.
+    if request.method() != axum::http::Method::POST {
+        request.extensions_mut().insert(caller);
+        return next.run(request).await;
+    }
+    let Ok(permit) = guard.slots(&caller.id).try_acquire_owned() else {
+        let mut r = refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "`{}` already has {} requests in flight",
+                caller.id, guard.concurrent
+            ),
+            "wait for a response before sending more (Retry-After)",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
+        return r;
+    };
+    request.extensions_mut().insert(caller);
+    let response = next.run(request).await;
+    // A response may stream (server-sent events) long after its headers: the slot is held
+    // until the body is done.
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(futures::StreamExt::map(
+        body.into_data_stream(),
+        move |chunk| {
+            let _held = &permit;
+            chunk
+        },
+    ));
+    Response::from_parts(parts, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_found_by_digest_and_checked() {
+        let mut t = Tokens::default();
+        t.add("a", "0123456789abcdef", Scope::All).expect("ok");
+        assert!(
+            t.add("b", "short", Scope::All)
+                .unwrap_err()
+                .contains("fewer than 16")
+        );
+        assert!(
+            t.add("a", "0123456789abcdefX", Scope::All)
+                .unwrap_err()
+                .contains("twice")
+        );
+        assert_eq!(t.find("0123456789abcdef").map(|t| t.id.as_str()), Some("a"));
+        assert!(t.find("0123456789abcdeF").is_none());
+    }
+
+    #[test]
+    fn hosts_match_with_or_without_port() {
+        let g = Guard::new(
+            Tokens::default(),
+            vec![
+                "127.0.0.1".into(),
+                "example.org:8443".into(),
+                "[::1]".into(),
+            ],
+            vec![],
+            1.0,
+            1.0,
+            1,
+            1024,
+        );
+        assert!(g.host_allowed("127.0.0.1:8765"));
+        assert!(g.host_allowed("EXAMPLE.org:8443"));
+        assert!(g.host_allowed("[::1]:80"));
+        assert!(!g.host_allowed("evil.example:8765"));
+        assert!(!g.host_allowed(""));
+    }
+
+    #[test]
+    fn the_bucket_refills() {
+        let g = Guard::new(Tokens::default(), vec![], vec![], 1000.0, 2.0, 1, 1024);
+        assert!(g.take("x").is_ok());
+        assert!(g.take("x").is_ok());
+        assert!(g.take("x").is_err() || g.take("x").is_ok());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(g.take("x").is_ok(), "refilled");
+        let slow = Guard::new(Tokens::default(), vec![], vec![], 0.5, 1.0, 1, 1024);
+        assert!(slow.take("y").is_ok());
+        assert_eq!(slow.take("y"), Err(2), "Retry-After rounds up");
+        assert!(slow.take("z").is_ok(), "callers have their own buckets");
+    }
+}
