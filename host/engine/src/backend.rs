@@ -141,6 +141,20 @@ impl ParquetBackend {
     }
 }
 
+/// Appends each file's path, size and modification time: bytes that change whenever a file of
+/// a plugin's folder does (part of a plugin dataset's version).
+pub(crate) fn stamp_files(out: &mut Vec<u8>, files: &[ServedFile]) {
+    for file in files {
+        out.extend_from_slice(file.path.as_bytes());
+        out.extend_from_slice(&file.size.to_le_bytes());
+        let nanos = file
+            .modified
+            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        out.extend_from_slice(&nanos.to_le_bytes());
+    }
+}
+
 /// `sha256:<hex>` of some bytes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);

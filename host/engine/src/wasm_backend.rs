@@ -300,15 +300,7 @@ impl Backend for WasmBackend {
     fn fingerprint(&self) -> Vec<u8> {
         let mut f = self.compiled.sha256.clone().into_bytes();
         f.extend_from_slice(self.config.as_bytes());
-        for file in &self.files {
-            f.extend_from_slice(file.path.as_bytes());
-            f.extend_from_slice(&file.size.to_le_bytes());
-            let nanos = file
-                .modified
-                .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            f.extend_from_slice(&nanos.to_le_bytes());
-        }
+        crate::backend::stamp_files(&mut f, &self.files);
         f
     }
 
