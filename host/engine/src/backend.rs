@@ -16,6 +16,7 @@ use datafusion::datasource::MemTable;
 use sha2::{Digest, Sha256};
 
 use crate::error::EngineError;
+use crate::memory::Meter;
 
 /// A file a result was computed from, as the envelope cites it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +106,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn fingerprint(&self) -> Vec<u8>;
     /// Reads the data (only the given columns, by name) for querying; `pushed` holds
     /// conditions on [`Backend::pushdown_columns`] only.
-    async fn load(&self, columns: &[String], pushed: &[Pushed]) -> Result<LoadedData, EngineError>;
+    ///
+    /// Whatever the backend holds in memory for the data is accounted with `meter` as it is
+    /// read, batch by batch, so a source that expands beyond the server's memory budget is
+    /// stopped before it is all in memory.
+    async fn load(
+        &self,
+        columns: &[String],
+        pushed: &[Pushed],
+        meter: &Meter,
+    ) -> Result<LoadedData, EngineError>;
     /// The columns on which the backend applies equality conditions itself.
     fn pushdown_columns(&self) -> Vec<String> {
         Vec::new()
@@ -197,6 +207,7 @@ impl Backend for ParquetBackend {
         &self,
         columns: &[String],
         _pushed: &[Pushed],
+        meter: &Meter,
     ) -> Result<LoadedData, EngineError> {
         let schema = self.footer.schema.clone();
         let indices: Vec<usize> = columns
@@ -210,17 +221,28 @@ impl Backend for ParquetBackend {
         // Decoding is CPU work: keep it off the async workers.
         let registered = self.footer.footer_bytes.clone();
         let registered_size = self.footer.size;
+        let meter = meter.clone();
         tokio::task::spawn_blocking(move || {
             let stale = |message: &str| EngineError::Stale {
                 dataset: dataset.clone(),
                 message: message.to_string(),
             };
-            let data = match tally_plugin_parquet::read_data(&path, &indices) {
+            // The whole file is read into memory (hashed, then decoded from there).
+            meter.account(usize::try_from(registered_size).unwrap_or(usize::MAX), 0)?;
+            let data = match tally_plugin_parquet::read_data(&path, &indices, &mut |bytes, rows| {
+                meter.account_text(bytes, rows)
+            }) {
                 Ok(d) => d,
                 Err(tally_plugin_parquet::Error::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound =>
                 {
                     return Err(stale("its data file was removed"));
+                }
+                Err(tally_plugin_parquet::Error::Stopped(m)) => {
+                    return Err(meter.refusal().unwrap_or(EngineError::Limit {
+                        message: m,
+                        hint: "see --memory-budget".into(),
+                    }));
                 }
                 Err(e) => return Err(EngineError::backend(&dataset, e)),
             };

@@ -33,6 +33,9 @@ pub struct Options {
     pub plugins: PluginLimits,
     /// Whether native plugins may be loaded (they run with the server's full rights).
     pub allow_native: bool,
+    /// The server's memory budget in bytes (0: not checked): a dataset whose data cannot fit
+    /// it, by what its metadata declares, is refused at registration.
+    pub memory_budget: usize,
 }
 
 /// A dataset folder that cannot be served, and why.
@@ -129,6 +132,8 @@ pub struct Changes {
     pub removed: Vec<String>,
     /// Folders newly reported broken (or whose problems changed).
     pub broken: Vec<String>,
+    /// Folders no longer reported broken (fixed, or removed).
+    pub cleared: Vec<String>,
 }
 
 impl Changes {
@@ -137,6 +142,7 @@ impl Changes {
             && self.updated.is_empty()
             && self.removed.is_empty()
             && self.broken.is_empty()
+            && self.cleared.is_empty()
     }
 }
 
@@ -193,18 +199,7 @@ impl Catalog {
     ) -> (Catalog, Changes) {
         let mut next = Catalog::default();
         let mut changes = Changes::default();
-        let mut folders: Vec<PathBuf> = match std::fs::read_dir(dir) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-                .map(|e| e.path())
-                .collect(),
-            Err(e) => {
-                tracing::error!("cannot read the datasets directory {}: {e}", dir.display());
-                Vec::new()
-            }
-        };
+        let mut folders = dataset_folders(dir);
         folders.sort();
         let now = SystemTime::now();
         for folder in folders {
@@ -213,6 +208,24 @@ impl Catalog {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             if !folder.join(DEFINITION_FILE).is_file() {
+                continue;
+            }
+            if let Some(problem) = outside(dir, &folder) {
+                // A folder linked in from elsewhere would serve files nobody put here.
+                let broken = Broken {
+                    folder: name.clone(),
+                    file: format!("{name}/"),
+                    problems: vec![problem],
+                    serving_version: None,
+                };
+                next.broken.push(broken.clone());
+                next.folders.insert(
+                    name,
+                    FolderState {
+                        broken: Some(broken),
+                        ..FolderState::default()
+                    },
+                );
                 continue;
             }
             let (current, newest) = stamp(&folder);
@@ -288,13 +301,9 @@ impl Catalog {
                         )],
                         serving_version: None,
                     });
-                    next.folders.insert(
-                        name,
-                        FolderState {
-                            stamp: state.stamp,
-                            ..FolderState::default()
-                        },
-                    );
+                    // Read again at the next scan: when the other folder goes, this one must
+                    // not stay unlisted.
+                    next.folders.insert(name, FolderState::default());
                     continue;
                 }
                 next.datasets.insert(id, Arc::clone(ds));
@@ -333,12 +342,86 @@ impl Catalog {
                 changes.broken.push(b.folder.clone());
             }
         }
+        for p in &previous.broken {
+            if !next.broken.iter().any(|b| b.folder == p.folder) {
+                changes.cleared.push(p.folder.clone());
+            }
+        }
         (next, changes)
     }
 
     pub fn ids(&self) -> Vec<&str> {
         self.datasets.keys().map(String::as_str).collect()
     }
+}
+
+/// The dataset folders of a datasets directory: its subfolders, and symbolic links to folders
+/// (checked by [`outside`]), except hidden ones.
+pub fn dataset_folders(dir: &Path) -> Vec<PathBuf> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_type().is_ok_and(|t| {
+                    t.is_dir() || (t.is_symlink() && e.path().metadata().is_ok_and(|m| m.is_dir()))
+                })
+            })
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.path())
+            .collect(),
+        Err(e) => {
+            tracing::error!("cannot read the datasets directory {}: {e}", dir.display());
+            Vec::new()
+        }
+    }
+}
+
+/// A problem when `path` (a dataset folder, or a file of one) resolves, through symbolic
+/// links, to a place outside `root`.
+pub fn outside(root: &Path, path: &Path) -> Option<Problem> {
+    let (Ok(root), Ok(resolved)) = (root.canonicalize(), path.canonicalize()) else {
+        return None;
+    };
+    if resolved.starts_with(&root) {
+        return None;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some(Problem::plain(
+        format!(
+            "{} is a symbolic link to a place outside {}; Tally serves only what lies inside it",
+            tally_semantic::definition::quote_name(&name),
+            if path.is_dir() {
+                "the datasets directory"
+            } else {
+                "its dataset folder"
+            }
+        ),
+        "copy the data into the folder instead of linking to it",
+    ))
+}
+
+/// Reads a small file whole, refusing one larger than `limit` before reading it (a definition
+/// or a sidecar is a few kilobytes; a huge one is a mistake or an attack).
+pub fn read_small(path: &Path, limit: usize) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > limit as u64 {
+        return Err(format!(
+            "the file is {size} bytes; at most {limit} bytes are read"
+        ));
+    }
+    let mut text = String::new();
+    file.take(limit as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read the file as UTF-8 text: {e}"))?;
+    if text.len() > limit {
+        return Err(format!("the file is larger than {limit} bytes"));
+    }
+    Ok(text)
 }
 
 /// Registers one folder: `Ok(None)` when it is disabled.
@@ -348,12 +431,16 @@ pub fn register(
     label: &str,
     options: &Options,
 ) -> Result<Option<Dataset>, Refusal> {
-    let text = std::fs::read_to_string(folder.join(DEFINITION_FILE)).map_err(|e| Refusal {
+    let text = read_small(
+        &folder.join(DEFINITION_FILE),
+        tally_semantic::yaml::MAX_DOCUMENT_BYTES,
+    )
+    .map_err(|e| Refusal {
+        maybe_incomplete: e.starts_with("cannot read the file:"),
         problems: vec![Problem::plain(
-            format!("cannot read the file: {e}"),
-            "make it a readable UTF-8 file",
+            e,
+            "make it a readable UTF-8 file of at most a few hundred kilobytes",
         )],
-        maybe_incomplete: true,
     })?;
     let loaded = load_definition(label, folder_name, &text).map_err(|e| {
         let errors: Vec<&Diagnostic> = e.errors().collect();
@@ -386,6 +473,18 @@ pub fn register(
         .collect();
     if !reserved.is_empty() {
         return Err(reserved.into());
+    }
+
+    // Files the definition names must lie inside the folder, links included.
+    let named = match (&def.backend.kind, &def.backend.plugin) {
+        (BackendKind::Parquet, _) => Some(def.data_file.as_str()),
+        (_, Some(tally_semantic::definition::PluginRef::File(f))) => Some(f.as_str()),
+        _ => None,
+    };
+    if let Some(file) = named
+        && let Some(problem) = outside(folder, &folder.join(file))
+    {
+        return Err(vec![problem].into());
     }
 
     let backend: Arc<dyn Backend> = match def.backend.kind {
@@ -539,6 +638,35 @@ pub fn register(
     if !problems.is_empty() {
         return Err(problems.into());
     }
+    // What the metadata declares must fit the budget before anything is read. Reading and
+    // preparing a row holds at least: its number and a search-text offset (12 bytes), and per
+    // field 16 bytes (a text value's view as read, then its offset once prepared; a number
+    // read, then cast).
+    if options.memory_budget > 0
+        && let Some(rows) = backend.row_count()
+    {
+        let per_row = 12u64
+            + def
+                .fields
+                .iter()
+                .map(|f| if f.data_type.is_numeric() { 16 } else { 20 })
+                .sum::<u64>();
+        let least = rows.saturating_mul(per_row);
+        if least > options.memory_budget as u64 {
+            return Err(vec![Problem {
+                line: None,
+                key: "data_file".into(),
+                reason: format!(
+                    "the data declares {rows} rows; reading and preparing them needs at least {} MiB of memory ({per_row} bytes a row for {} fields), more than the server's memory budget of {} MiB",
+                    least / (1 << 20),
+                    def.fields.len(),
+                    options.memory_budget / (1 << 20)
+                ),
+                fix: "serve a smaller extract of the data, or start the server with a larger --memory-budget".into(),
+            }]
+            .into());
+        }
+    }
     let undeclared: Vec<String> = columns
         .iter()
         .filter(|c| def.field(c).is_none())
@@ -573,6 +701,34 @@ pub fn register(
     )))
 }
 
+/// Decodes every page of every column (undeclared ones too) of a Parquet dataset's files,
+/// within `budget`: what `tally check --deep` does. Other backends have no pages to read.
+pub fn read_every_page(ds: &Dataset, budget: &Arc<crate::memory::Budget>) -> Result<(), String> {
+    if ds.backend.kind() != "parquet" {
+        return Ok(());
+    }
+    let mut reservation = budget.reservation(format!("reading every page of `{}`", ds.def.id));
+    for file in ds.backend.files() {
+        let path = ds.folder.join(&file.path);
+        let bytes =
+            std::fs::read(&path).map_err(|e| format!("cannot read `{}`: {e}", file.path))?;
+        reservation.grow(bytes.len()).map_err(|e| e.to_string())?;
+        let base = reservation.size();
+        // Pages are checked, not kept: each batch is dropped once decoded, so the largest
+        // batch is what must fit.
+        let mut largest = 0usize;
+        tally_plugin_parquet::decode(&path, bytes.into(), &[], &mut |batch| {
+            largest = largest.max(batch.get_array_memory_size());
+            reservation
+                .resize(base + largest)
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|e| e.to_string())?;
+        reservation.resize(0).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// The retrieval date: `.fetch.json`, else the definition's `retrieved_at`, else the data
 /// file's modification time.
 fn retrieval(
@@ -580,7 +736,7 @@ fn retrieval(
     retrieved_at: &Option<DateValue>,
     backend: &Arc<dyn Backend>,
 ) -> (Retrieved, Option<String>) {
-    if let Ok(text) = std::fs::read_to_string(folder.join(FETCH_RECORD)) {
+    if let Ok(text) = read_small(&folder.join(FETCH_RECORD), 64 * 1024) {
         match serde_json::from_str::<Value>(&text) {
             Ok(v) => {
                 let from = v

@@ -6,16 +6,20 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     ArrayRef, RecordBatch, StringArray, StringBuilder, UInt32Array, UInt64Array,
 };
-use datafusion::arrow::datatypes::{DataType, Field as ArrowField, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field as ArrowField, Schema};
 use datafusion::datasource::MemTable;
-use datafusion::logical_expr::{Expr, cast};
+use datafusion::logical_expr::Expr;
 use datafusion::prelude::{SessionContext, ident};
 use serde_json::Value;
 use tally_semantic::definition::{DataType as FieldType, DatasetDef, DateValue, Diagnostic};
 use tokio::sync::OnceCell;
 
-use crate::backend::{Backend, Pushed, RowSources, ServedFile};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::Engine;
+use crate::backend::{Backend, LoadedData, Pushed, RowSources, ServedFile};
 use crate::error::EngineError;
+use crate::memory::{Budget, Meter, Progress};
 
 /// Hidden column: the record's position in file order (the default order).
 pub const ROW_COL: &str = "__tally_row";
@@ -64,15 +68,58 @@ pub struct Dataset {
     pub fetched_from: Option<String>,
     /// Identifies this version of definition + data (changes when either changes).
     pub version: String,
-    prepared: OnceCell<Arc<Prepared>>,
+    prepared: PreparedCell,
     /// Prepared subsets read with conditions the backend applied itself, by condition (a
     /// few, most recent last).
-    subsets: std::sync::Mutex<Vec<(Vec<Pushed>, PreparedCell)>>,
+    subsets: std::sync::Mutex<Vec<(Vec<Pushed>, Arc<PreparedCell>)>>,
     inspect: OnceCell<Value>,
+    /// Set when this version is dropped: a preparation still running stops at its next batch.
+    cancel: Arc<AtomicBool>,
 }
 
-/// A prepared table, built once by whichever call needs it first.
-type PreparedCell = Arc<OnceCell<Arc<Prepared>>>;
+impl Drop for Dataset {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A prepared table, built once, in the background, by a task of its own: a call waits for
+/// it only until its own deadline, and the next call finds it further along (or done).
+#[derive(Debug, Default)]
+struct PreparedCell {
+    state: std::sync::Mutex<PrepState>,
+}
+
+/// The preparation running for a cell, awaited by every call that needs it.
+#[derive(Clone)]
+struct Preparing(
+    futures::future::Shared<
+        futures::future::BoxFuture<'static, Result<Arc<Prepared>, EngineError>>,
+    >,
+);
+
+impl std::fmt::Debug for Preparing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Preparing")
+    }
+}
+
+#[derive(Debug, Default)]
+enum PrepState {
+    #[default]
+    Idle,
+    Running {
+        done: Preparing,
+        progress: Arc<Progress>,
+    },
+    Ready(Arc<Prepared>),
+    /// A failure that would repeat: the same bytes fail the same way, and a dataset over
+    /// the memory budget stays over it while the budget is as full (`free` bytes then).
+    Failed {
+        error: EngineError,
+        free: usize,
+    },
+}
 
 /// How many pushed-down subsets a dataset version keeps.
 const SUBSETS_KEPT: usize = 16;
@@ -99,12 +146,18 @@ pub struct Prepared {
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
     values: std::sync::Mutex<std::collections::HashMap<usize, ValueCounts>>,
+    /// Per coded field, the rank of each code when the values are sorted (code 0, "",
+    /// ranks first), computed when first needed.
+    ranks: std::sync::Mutex<std::collections::HashMap<usize, Arc<Vec<u32>>>>,
     /// Groupable single-valued text fields also have an integer code column
     /// ([`code_column`]); grouping on codes hashes integers instead of strings. Code 0 is
     /// null or "" (both shown as ""); the others index this list of values.
     pub codes: std::collections::HashMap<usize, Arc<Vec<String>>>,
     /// The `count_where` computed measures with a prepared 0/1 column ([`share_column`]).
     pub shares: Vec<usize>,
+    /// The table's memory, held from the server's budget while the table lives.
+    #[allow(dead_code)]
+    memory: Meter,
 }
 
 /// The hidden 0/1 column of a `count_where` computed measure (1.0 where the record counts).
@@ -123,6 +176,27 @@ impl Prepared {
         self.batches
             .iter()
             .any(|b| b.column(field).null_count() > 0)
+    }
+
+    /// The rank of each code of a coded field in the sorted order of its values.
+    pub fn code_ranks(&self, field: usize) -> Arc<Vec<u32>> {
+        if let Ok(cache) = self.ranks.lock()
+            && let Some(r) = cache.get(&field)
+        {
+            return Arc::clone(r);
+        }
+        let values = self.codes.get(&field).cloned().unwrap_or_default();
+        let mut order: Vec<u32> = (0..values.len() as u32).collect();
+        order.sort_by(|a, b| values[*a as usize].cmp(&values[*b as usize]).then(a.cmp(b)));
+        let mut ranks = vec![0u32; values.len()];
+        for (rank, code) in order.into_iter().enumerate() {
+            ranks[code as usize] = rank as u32;
+        }
+        let ranks = Arc::new(ranks);
+        if let Ok(mut cache) = self.ranks.lock() {
+            cache.insert(field, Arc::clone(&ranks));
+        }
+        ranks
     }
 
     /// The distinct non-empty values of a text field with how many records have each, most
@@ -237,9 +311,22 @@ impl Dataset {
             retrieved,
             fetched_from,
             version,
-            prepared: OnceCell::new(),
+            prepared: PreparedCell::default(),
             subsets: std::sync::Mutex::new(Vec::new()),
             inspect: OnceCell::new(),
+            cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// How far a preparation still running has come, if one is: rows, and whether they are
+    /// being prepared (else read).
+    pub fn preparing(&self) -> Option<(u64, bool)> {
+        match &*self.prepared.state.lock().ok()? {
+            PrepState::Running { progress, .. } => Some((
+                progress.rows.load(Ordering::Relaxed),
+                progress.preparing.load(Ordering::Relaxed),
+            )),
+            _ => None,
         }
     }
 
@@ -256,15 +343,84 @@ impl Dataset {
     pub fn record_count(&self) -> Option<u64> {
         self.backend
             .row_count()
-            .or_else(|| self.prepared.get().map(|p| p.rows as u64))
+            .or_else(|| match &*self.prepared.state.lock().ok()? {
+                PrepState::Ready(p) => Some(p.rows as u64),
+                _ => None,
+            })
     }
 
     /// The prepared table, built on first use and kept for this dataset version.
-    pub async fn prepared(&self, ctx: &SessionContext) -> Result<Arc<Prepared>, EngineError> {
-        self.prepared
-            .get_or_try_init(|| async { self.prepare(ctx, &[]).await.map(Arc::new) })
-            .await
-            .cloned()
+    pub async fn prepared(&self, engine: &Engine) -> Result<Arc<Prepared>, EngineError> {
+        self.prepared_in(&self.prepared, engine, &[]).await
+    }
+
+    /// Waits for the preparation of `cell`, starting it if none is running. The preparation
+    /// runs on a task of its own, so a caller that stops waiting (its deadline) leaves it
+    /// going, bounded by the memory budget and by [`PREPARE_TIME`].
+    async fn prepared_in(
+        &self,
+        cell: &PreparedCell,
+        engine: &Engine,
+        pushed: &[Pushed],
+    ) -> Result<Arc<Prepared>, EngineError> {
+        let done = {
+            let mut state = cell
+                .state
+                .lock()
+                .map_err(|_| EngineError::internal("the preparation lock is poisoned"))?;
+            match &*state {
+                PrepState::Ready(p) => return Ok(Arc::clone(p)),
+                PrepState::Running { done, .. } => done.clone(),
+                PrepState::Failed { error, free }
+                    if !matches!(error, EngineError::Limit { .. })
+                        || engine.budget().free() < free.saturating_add(64 << 20) =>
+                {
+                    return Err(error.clone());
+                }
+                _ => {
+                    let progress = Arc::new(Progress::default());
+                    let job = Job {
+                        def: self.def.clone(),
+                        backend: Arc::clone(&self.backend),
+                        ctx: engine.context().clone(),
+                        budget: Arc::clone(engine.budget()),
+                        pushed: pushed.to_vec(),
+                        progress: Arc::clone(&progress),
+                        cancel: Arc::clone(&self.cancel),
+                    };
+                    let task = tokio::spawn(job.run());
+                    let future: futures::future::BoxFuture<'static, _> = Box::pin(async move {
+                        match task.await {
+                            Ok(result) => result,
+                            Err(e) => Err(EngineError::Internal(format!(
+                                "the preparation of the data failed unexpectedly: {e}"
+                            ))),
+                        }
+                    });
+                    let done = Preparing(futures::FutureExt::shared(future));
+                    *state = PrepState::Running {
+                        done: done.clone(),
+                        progress,
+                    };
+                    done
+                }
+            }
+        };
+        let result = done.0.await;
+        if let Ok(mut state) = cell.state.lock()
+            && matches!(&*state, PrepState::Running { .. })
+        {
+            *state = match &result {
+                Ok(p) => PrepState::Ready(Arc::clone(p)),
+                // A replaced file or a bug: try again on the next call.
+                Err(EngineError::Stale { .. } | EngineError::Internal(_)) => PrepState::Idle,
+                Err(error) => PrepState::Failed {
+                    error: error.clone(),
+                    free: engine.budget().free(),
+                },
+            };
+        }
+        result
     }
 
     /// The conditions of a call that the backend can apply itself: equality on a text field
@@ -302,11 +458,11 @@ impl Dataset {
     /// the call's conditions itself, the subset it returned for them (kept for later calls).
     pub async fn prepared_for(
         &self,
-        ctx: &SessionContext,
+        engine: &Engine,
         pushed: &[Pushed],
     ) -> Result<Arc<Prepared>, EngineError> {
         if pushed.is_empty() {
-            return self.prepared(ctx).await;
+            return self.prepared(engine).await;
         }
         let cell = {
             let mut subsets = self
@@ -324,15 +480,13 @@ impl Dataset {
                     if subsets.len() >= SUBSETS_KEPT {
                         subsets.remove(0);
                     }
-                    let cell = Arc::new(OnceCell::new());
+                    let cell = Arc::new(PreparedCell::default());
                     subsets.push((pushed.to_vec(), Arc::clone(&cell)));
                     cell
                 }
             }
         };
-        cell.get_or_try_init(|| async { self.prepare(ctx, pushed).await.map(Arc::new) })
-            .await
-            .cloned()
+        self.prepared_in(&cell, engine, pushed).await
     }
 
     /// The cached `inspect_dataset` body, computed once per version.
@@ -343,219 +497,360 @@ impl Dataset {
     {
         self.inspect.get_or_try_init(compute).await.cloned()
     }
+}
 
-    async fn prepare(
-        &self,
-        ctx: &SessionContext,
-        pushed: &[Pushed],
-    ) -> Result<Prepared, EngineError> {
-        let def = &self.def;
-        let id = def.id.as_str();
-        let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
-        let loaded = self.backend.load(&names, pushed).await?;
-        let source = loaded.provider.schema();
-        let mut exprs: Vec<Expr> = Vec::with_capacity(def.fields.len());
-        for f in &def.fields {
-            let source_type = source
-                .field_with_name(&f.name)
-                .map_err(|_| {
-                    EngineError::backend(id, format!("column `{}` vanished from the data", f.name))
-                })?
-                .data_type()
-                .clone();
-            let target = canonical_type(f.data_type, &source_type)
-                .map_err(|m| EngineError::backend(id, format!("`{}` {m}", f.name)))?;
-            exprs.push(cast(ident(&f.name), target).alias(&f.name));
-        }
-        let batches = ctx
-            .read_table(loaded.provider.clone())?
-            .select(exprs)?
-            .collect()
-            .await
-            .map_err(|e| EngineError::backend(id, e))?;
+/// How long a preparation may run in the background before it is stopped.
+pub const PREPARE_TIME: std::time::Duration = std::time::Duration::from_secs(600);
 
-        let text_fields: Vec<usize> = def
-            .fields
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| !f.data_type.is_numeric())
-            .map(|(i, _)| i)
-            .collect();
-        let base_schema: SchemaRef = match batches.first() {
-            Some(b) => b.schema(),
-            None => {
-                let fields: Vec<ArrowField> = def
-                    .fields
-                    .iter()
-                    .map(|f| {
-                        let t = if f.data_type.is_numeric() {
-                            if f.data_type == FieldType::Integer {
-                                DataType::Int64
-                            } else {
-                                DataType::Float64
-                            }
-                        } else {
-                            DataType::Utf8
-                        };
-                        ArrowField::new(&f.name, t, true)
-                    })
-                    .collect();
-                Arc::new(Schema::new(fields))
+/// Everything a preparation needs, owned, so it can run on a task of its own.
+struct Job {
+    def: DatasetDef,
+    backend: Arc<dyn Backend>,
+    ctx: SessionContext,
+    budget: Arc<Budget>,
+    pushed: Vec<Pushed>,
+    progress: Arc<Progress>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Job {
+    async fn run(self) -> Result<Arc<Prepared>, EngineError> {
+        let id = self.def.id.clone();
+        // Stopped when its time is up or its dataset version is dropped; the flag is read at
+        // every batch.
+        let stop = Arc::new(AtomicBool::new(false));
+        let cancel = Arc::clone(&self.cancel);
+        let watch = Arc::clone(&stop);
+        let watchdog = tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            while started.elapsed() < PREPARE_TIME && !cancel.load(Ordering::Relaxed) {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
-        };
-        let mut fields: Vec<ArrowField> = base_schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
-        fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
-        fields.push(ArrowField::new(SEARCH_COL, DataType::Utf8, false));
-        let coded: Vec<usize> = def
-            .fields
-            .iter()
-            .enumerate()
-            // Dimensions and coded attributes are what summaries group by; free text (names,
-            // notes) is not worth a second copy.
-            .filter(|(_, f)| {
-                f.groupable
-                    && !f.data_type.is_numeric()
-                    && !f.is_multi_value()
-                    && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())
+            watch.store(true, Ordering::Relaxed);
+        });
+        let handle = tokio::runtime::Handle::current();
+        // Reading and preparing is CPU work: on a blocking thread, so the runtime's workers
+        // keep answering other calls (and timing this one out) meanwhile.
+        let result = tokio::task::spawn_blocking(move || {
+            let meter = Meter::new(
+                self.budget
+                    .reservation(format!("reading dataset `{}`", self.def.id)),
+                stop,
+                Arc::clone(&self.progress),
+            );
+            prepare(&self, &handle, &meter)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(EngineError::Internal(format!(
+                "the preparation of dataset `{id}` failed unexpectedly: {e}"
+            )))
+        });
+        watchdog.abort();
+        result.map(Arc::new)
+    }
+}
+
+/// The bytes a column needs once cast to its canonical type, known before the cast: text is
+/// its characters plus offsets, anything else 8 bytes a value.
+fn canonical_bytes(array: &ArrayRef) -> usize {
+    use datafusion::arrow::array::{AsArray, LargeStringArray, StringViewArray};
+    let n = array.len();
+    // A dictionary expands to its values, once per row that refers to them.
+    if let Some(dict) = array.as_any_dictionary_opt() {
+        let values = dict.values();
+        let lengths: Vec<usize> = (0..values.len())
+            .map(|i| {
+                let one = values.slice(i, 1);
+                canonical_bytes(&one).saturating_sub(4 + 64)
             })
-            .map(|(i, _)| i)
             .collect();
-        for &i in &coded {
-            fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
-        }
-        // `count_where` measures: whether each record counts, decided once per version.
-        let shares: Vec<(usize, usize, Option<String>, Vec<String>)> = def
-            .computed_measures
+        let text: usize = dict
+            .normalized_keys()
             .iter()
-            .enumerate()
-            .filter_map(|(k, m)| match &m.formula {
-                tally_semantic::definition::Formula::CountWhere {
-                    condition_field,
-                    condition_values,
-                } => def.field_index(condition_field).map(|f| {
-                    (
-                        k,
-                        f,
-                        def.fields[f].multi_value.clone(),
-                        condition_values.clone(),
-                    )
-                }),
-                _ => None,
-            })
-            .filter(|(_, f, _, _)| !def.fields[*f].data_type.is_numeric())
-            .collect();
-        for (k, _, _, _) in &shares {
-            fields.push(ArrowField::new(share_column(*k), DataType::Float64, false));
-        }
-        let schema = Arc::new(Schema::new(fields));
-        let mut dictionaries: Vec<(std::collections::HashMap<String, u32>, Vec<String>)> = coded
+            .map(|k| lengths.get(*k).copied().unwrap_or(0))
+            .sum();
+        return text + (n + 1) * 4 + n / 8 + 64;
+    }
+    let text = if let Some(v) = array.as_any().downcast_ref::<StringViewArray>() {
+        // The low 32 bits of a view are the value's length.
+        v.views()
             .iter()
-            .map(|_| (Default::default(), vec![String::new()]))
-            .collect();
+            .map(|view| (*view as u32) as usize)
+            .sum::<usize>()
+    } else if let Some(s) = array.as_any().downcast_ref::<StringArray>() {
+        s.value_data().len()
+    } else if let Some(s) = array.as_any().downcast_ref::<LargeStringArray>() {
+        s.value_data().len()
+    } else {
+        return n * 8 + n / 8 + 64;
+    };
+    text + (n + 1) * 4 + n / 8 + 64
+}
 
-        let mut out = Vec::with_capacity(batches.len());
-        let mut row = 0u64;
-        for batch in batches {
-            let n = batch.num_rows();
-            let rows: ArrayRef = Arc::new(UInt64Array::from_iter_values(row..row + n as u64));
-            row += n as u64;
-            let texts: Vec<&StringArray> = text_fields
-                .iter()
-                .filter_map(|i| batch.column(*i).as_any().downcast_ref::<StringArray>())
-                .collect();
-            let mut search = StringBuilder::with_capacity(n, n * 64);
-            let mut buf = String::new();
-            for r in 0..n {
-                buf.clear();
-                for (k, col) in texts.iter().enumerate() {
-                    if k > 0 {
-                        buf.push(SEARCH_SEPARATOR);
-                    }
-                    if col.is_valid(r) {
-                        buf.push_str(col.value(r));
-                    }
-                }
-                search.append_value(buf.to_lowercase());
-            }
-            let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-            columns.push(rows);
-            columns.push(Arc::new(search.finish()));
-            let mut share_columns: Vec<ArrayRef> = Vec::with_capacity(shares.len());
-            for (_, f, separator, values) in &shares {
-                let col = batch.column(*f).as_any().downcast_ref::<StringArray>();
-                let counts = |v: &str| match separator {
-                    Some(sep) => v
-                        .split(sep.as_str())
-                        .any(|p| values.iter().any(|c| c == p.trim())),
-                    None => values.iter().any(|c| c == v),
-                };
-                let share: datafusion::arrow::array::Float64Array = (0..n)
-                    .map(|r| match col {
-                        Some(c) if c.is_valid(r) && counts(c.value(r)) => 1.0,
-                        _ => 0.0,
-                    })
-                    .collect();
-                share_columns.push(Arc::new(share));
-            }
-            for (k, &i) in coded.iter().enumerate() {
-                let (lookup, values) = &mut dictionaries[k];
-                let col = batch.column(i).as_any().downcast_ref::<StringArray>();
-                let codes: UInt32Array = (0..n)
-                    .map(|r| match col {
-                        Some(c) if c.is_valid(r) && !c.value(r).is_empty() => {
-                            let v = c.value(r);
-                            *lookup.entry(v.to_string()).or_insert_with(|| {
-                                values.push(v.to_string());
-                                (values.len() - 1) as u32
-                            })
-                        }
-                        _ => 0,
-                    })
-                    .collect();
-                columns.push(Arc::new(codes));
-            }
-            columns.extend(share_columns);
-            out.push(
-                RecordBatch::try_new(schema.clone(), columns)
+/// Reads a dataset's data through its backend and builds the prepared table, every batch
+/// accounted before it is built. Runs on a blocking thread.
+fn prepare(
+    job: &Job,
+    handle: &tokio::runtime::Handle,
+    meter: &Meter,
+) -> Result<Prepared, EngineError> {
+    let def = &job.def;
+    let id = def.id.as_str();
+    let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
+    let loaded = handle.block_on(job.backend.load(&names, &job.pushed, meter))?;
+    let source = loaded.provider.schema();
+    let mut targets: Vec<DataType> = Vec::with_capacity(def.fields.len());
+    for f in &def.fields {
+        let source_type = source
+            .field_with_name(&f.name)
+            .map_err(|_| {
+                EngineError::backend(id, format!("column `{}` vanished from the data", f.name))
+            })?
+            .data_type()
+            .clone();
+        targets.push(
+            canonical_type(f.data_type, &source_type)
+                .map_err(|m| EngineError::backend(id, format!("`{}` {m}", f.name)))?,
+        );
+    }
+    let mut stream = handle
+        .block_on(
+            job.ctx
+                .read_table(loaded.provider.clone())?
+                .select(names.iter().map(ident).collect::<Vec<Expr>>())?
+                .execute_stream(),
+        )
+        .map_err(|e| EngineError::backend(id, e))?;
+
+    // What the prepared table holds is reserved apart from what reading held, which is
+    // given back once the table is built.
+    let kept = Meter::new(
+        job.budget.reservation(format!("preparing dataset `{id}`")),
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Progress::default()),
+    );
+    job.progress.rows.store(0, Ordering::Relaxed);
+    job.progress.preparing.store(true, Ordering::Relaxed);
+
+    let text_fields: Vec<usize> = def
+        .fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !f.data_type.is_numeric())
+        .map(|(i, _)| i)
+        .collect();
+    let mut fields: Vec<ArrowField> = def
+        .fields
+        .iter()
+        .zip(&targets)
+        .map(|(f, t)| ArrowField::new(&f.name, t.clone(), true))
+        .collect();
+    fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
+    fields.push(ArrowField::new(SEARCH_COL, DataType::Utf8, false));
+    let coded: Vec<usize> = def
+        .fields
+        .iter()
+        .enumerate()
+        // Dimensions and coded attributes are what summaries group by; free text (names,
+        // notes) is not worth a second copy.
+        .filter(|(_, f)| {
+            f.groupable
+                && !f.data_type.is_numeric()
+                && !f.is_multi_value()
+                && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())
+        })
+        .map(|(i, _)| i)
+        .collect();
+    for &i in &coded {
+        fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
+    }
+    // `count_where` measures: whether each record counts, decided once per version.
+    let shares: Vec<(usize, usize, Option<String>, Vec<String>)> = def
+        .computed_measures
+        .iter()
+        .enumerate()
+        .filter_map(|(k, m)| match &m.formula {
+            tally_semantic::definition::Formula::CountWhere {
+                condition_field,
+                condition_values,
+            } => def.field_index(condition_field).map(|f| {
+                (
+                    k,
+                    f,
+                    def.fields[f].multi_value.clone(),
+                    condition_values.clone(),
+                )
+            }),
+            _ => None,
+        })
+        .filter(|(_, f, _, _)| !def.fields[*f].data_type.is_numeric())
+        .collect();
+    for (k, _, _, _) in &shares {
+        fields.push(ArrowField::new(share_column(*k), DataType::Float64, false));
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let mut dictionaries: Vec<(std::collections::HashMap<String, u32>, Vec<String>)> = coded
+        .iter()
+        .map(|_| (Default::default(), vec![String::new()]))
+        .collect();
+
+    let mut out = Vec::new();
+    let mut row = 0u64;
+    while let Some(batch) = handle.block_on(futures::StreamExt::next(&mut stream)) {
+        let batch = batch.map_err(|e| EngineError::backend(id, e))?;
+        if meter.cancelled() {
+            return Err(EngineError::Limit {
+                message: format!(
+                    "the preparation of dataset `{id}` was stopped: its version was replaced or it ran longer than {} s",
+                    PREPARE_TIME.as_secs()
+                ),
+                hint: "call again; a replaced dataset is prepared anew".into(),
+            });
+        }
+        let n = batch.num_rows();
+        // Reserved before anything is built: the cast columns, the search text (as long as
+        // the text it joins), the row numbers, codes and shares.
+        let cast_bytes: usize = batch.columns().iter().map(canonical_bytes).sum();
+        let text_bytes: usize = text_fields
+            .iter()
+            .map(|i| canonical_bytes(batch.column(*i)))
+            .sum();
+        let extra =
+            n * (8 + 4 * coded.len() + 8 * shares.len()) + text_bytes + n * text_fields.len();
+        kept.account(cast_bytes + extra, 0)?;
+        job.progress.rows.fetch_add(n as u64, Ordering::Relaxed);
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for (c, target) in batch.columns().iter().zip(&targets) {
+            columns.push(
+                datafusion::arrow::compute::cast(c, target)
                     .map_err(|e| EngineError::backend(id, e))?,
             );
         }
-        let rows = row as usize;
-        if let Some(r) = &loaded.row_sources
-            && r.index.len() != rows
-        {
-            return Err(EngineError::backend(
-                id,
-                format!(
-                    "the backend gave {} row sources for {rows} rows",
-                    r.index.len()
-                ),
-            ));
+        drop(batch);
+        let rows: ArrayRef = Arc::new(UInt64Array::from_iter_values(row..row + n as u64));
+        row += n as u64;
+        let texts: Vec<&StringArray> = text_fields
+            .iter()
+            .filter_map(|i| columns[*i].as_any().downcast_ref::<StringArray>())
+            .collect();
+        let mut search = StringBuilder::with_capacity(n, text_bytes + n * text_fields.len());
+        let mut buf = String::new();
+        for r in 0..n {
+            buf.clear();
+            for (k, col) in texts.iter().enumerate() {
+                if k > 0 {
+                    buf.push(SEARCH_SEPARATOR);
+                }
+                if col.is_valid(r) {
+                    buf.push_str(col.value(r));
+                }
+            }
+            search.append_value(buf.to_lowercase());
         }
-        let table = MemTable::try_new(schema, vec![out.clone()])
-            .map_err(|e| EngineError::backend(id, e))?;
-        Ok(Prepared {
-            table: Arc::new(table),
-            batches: out,
-            files: loaded.files,
-            rows,
-            extract: loaded.extract,
-            notes: loaded.notes,
-            pushed: pushed.to_vec(),
-            row_sources: loaded.row_sources,
-            values: Default::default(),
-            shares: shares.iter().map(|(k, _, _, _)| *k).collect(),
-            codes: coded
-                .iter()
-                .zip(dictionaries)
-                .map(|(&i, (_, values))| (i, Arc::new(values)))
-                .collect(),
-        })
+        let mut share_columns: Vec<ArrayRef> = Vec::with_capacity(shares.len());
+        for (_, f, separator, values) in &shares {
+            let col = columns[*f].as_any().downcast_ref::<StringArray>();
+            let counts = |v: &str| match separator {
+                Some(sep) => v
+                    .split(sep.as_str())
+                    .any(|p| values.iter().any(|c| c == p.trim())),
+                None => values.iter().any(|c| c == v),
+            };
+            let share: datafusion::arrow::array::Float64Array = (0..n)
+                .map(|r| match col {
+                    Some(c) if c.is_valid(r) && counts(c.value(r)) => 1.0,
+                    _ => 0.0,
+                })
+                .collect();
+            share_columns.push(Arc::new(share));
+        }
+        let mut code_columns: Vec<ArrayRef> = Vec::with_capacity(coded.len());
+        for (k, &i) in coded.iter().enumerate() {
+            let (lookup, values) = &mut dictionaries[k];
+            let col = columns[i].as_any().downcast_ref::<StringArray>();
+            let codes: UInt32Array = (0..n)
+                .map(|r| match col {
+                    Some(c) if c.is_valid(r) && !c.value(r).is_empty() => {
+                        let v = c.value(r);
+                        *lookup.entry(v.to_string()).or_insert_with(|| {
+                            values.push(v.to_string());
+                            (values.len() - 1) as u32
+                        })
+                    }
+                    _ => 0,
+                })
+                .collect();
+            code_columns.push(Arc::new(codes));
+        }
+        columns.push(rows);
+        columns.push(Arc::new(search.finish()));
+        columns.extend(code_columns);
+        columns.extend(share_columns);
+        out.push(
+            RecordBatch::try_new(schema.clone(), columns)
+                .map_err(|e| EngineError::backend(id, e))?,
+        );
     }
+    let rows = row as usize;
+    if let Some(r) = &loaded.row_sources
+        && r.index.len() != rows
+    {
+        return Err(EngineError::backend(
+            id,
+            format!(
+                "the backend gave {} row sources for {rows} rows",
+                r.index.len()
+            ),
+        ));
+    }
+    let LoadedData {
+        provider,
+        files,
+        extract,
+        notes,
+        row_sources,
+    } = loaded;
+    // What reading held goes back; what the table holds is measured exactly.
+    drop(stream);
+    drop(provider);
+    meter.resize(0)?;
+    let held: usize = out
+        .iter()
+        .map(RecordBatch::get_array_memory_size)
+        .sum::<usize>()
+        + dictionaries
+            .iter()
+            .map(|(_, v)| v.iter().map(|s| s.len() * 2 + 64).sum::<usize>())
+            .sum::<usize>();
+    kept.resize(held)?;
+    tracing::info!(
+        dataset = id,
+        rows,
+        memory_mib = held >> 20,
+        "prepared the data for queries"
+    );
+    let table =
+        MemTable::try_new(schema, vec![out.clone()]).map_err(|e| EngineError::backend(id, e))?;
+    Ok(Prepared {
+        table: Arc::new(table),
+        batches: out,
+        files,
+        rows,
+        extract,
+        notes,
+        pushed: job.pushed.clone(),
+        row_sources,
+        values: Default::default(),
+        ranks: Default::default(),
+        shares: shares.iter().map(|(k, _, _, _)| *k).collect(),
+        codes: coded
+            .iter()
+            .zip(dictionaries)
+            .map(|(&i, (_, values))| (i, Arc::new(values)))
+            .collect(),
+        memory: kept,
+    })
 }
 
 use datafusion::arrow::array::Array as _;

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use tally_semantic::definition::Diagnostic;
 use tally_semantic::{ErrorCode, RequestError};
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum EngineError {
     /// The caller's arguments: fix the call.
     #[error(transparent)]
@@ -26,6 +26,10 @@ pub enum EngineError {
     /// A per-call budget was exceeded.
     #[error("{message}")]
     Limit { message: String, hint: String },
+    /// The dataset is being read and prepared for its first use; the call stopped waiting at
+    /// its deadline while the preparation goes on.
+    #[error("{message}")]
+    Preparing { dataset: String, message: String },
     /// A bug in Tally.
     #[error("internal error: {0}")]
     Internal(String),
@@ -80,6 +84,12 @@ impl EngineError {
                 "dataset_id": dataset,
                 "hint": "retry the call in a moment",
             }),
+            EngineError::Preparing { dataset, message } => json!({
+                "code": "dataset_preparing",
+                "message": message,
+                "dataset_id": dataset,
+                "hint": "call again in a few seconds: the preparation goes on in the background, and later calls on this dataset are fast",
+            }),
             EngineError::Limit { message, hint } => json!({
                 "code": "limit_exceeded",
                 "message": message,
@@ -95,19 +105,52 @@ impl EngineError {
 }
 
 /// DataFusion reports a full memory pool as "Resources exhausted": that is the caller's
-/// budget, not a broken backend.
+/// budget (or the server's, shared by every call), not a broken backend.
 fn memory_limit(message: &str) -> Option<EngineError> {
-    message
-        .contains("Resources exhausted")
-        .then(|| EngineError::Limit {
-            message: "the call needed more memory than its budget and was stopped".to_string(),
-            hint: "narrow the call: add filters, group by fewer or coarser fields, or lower limit"
-                .to_string(),
-        })
+    if !message.contains("Resources exhausted") {
+        return None;
+    }
+    if message.contains(crate::memory::CALLER_SHARE_MARKER) {
+        return Some(EngineError::Limit {
+            message: "your other calls in flight hold your share of the server's memory (half of its budget), so this call was stopped".to_string(),
+            hint: "wait for your other calls to finish, or make narrower calls (filters, fewer groups)".to_string(),
+        });
+    }
+    if message.contains(crate::memory::SERVER_BUDGET_MARKER) {
+        return Some(EngineError::Limit {
+            message: "the server's memory budget is taken by other calls and datasets right now, so this call was stopped".to_string(),
+            hint: "try again in a moment; a narrower call (filters, fewer groups) needs less memory".to_string(),
+        });
+    }
+    Some(EngineError::Limit {
+        message: "the call needed more memory than its budget and was stopped".to_string(),
+        hint: "narrow the call: add filters, group by fewer or coarser fields, or lower limit"
+            .to_string(),
+    })
+}
+
+impl EngineError {
+    /// A DataFusion error met while computing on `dataset`: a cap or a budget is the caller's
+    /// limit, anything else the backend's failure.
+    pub fn computing(dataset: &str, e: datafusion::error::DataFusionError) -> EngineError {
+        if let Some(stopped) = crate::groups::stopped(&e) {
+            return EngineError::Limit {
+                message: stopped.to_string(),
+                hint: match stopped {
+                    crate::groups::Stopped::Groups { .. } => "group by fewer or coarser fields (each multi-value field multiplies the groups by its parts), add filters in `where`, or summarize the fields one at a time".to_string(),
+                    crate::groups::Stopped::Rows { .. } => "explode fewer multi-value fields at once, or add filters in `where`".to_string(),
+                },
+            };
+        }
+        EngineError::backend(dataset, e)
+    }
 }
 
 impl From<datafusion::error::DataFusionError> for EngineError {
     fn from(e: datafusion::error::DataFusionError) -> Self {
+        if crate::groups::stopped(&e).is_some() {
+            return EngineError::computing("", e);
+        }
         let message = e.to_string();
         memory_limit(&message).unwrap_or(EngineError::Internal(message))
     }

@@ -49,7 +49,7 @@ fn first_value(batches: &[datafusion::arrow::record_batch::RecordBatch], column:
 
 pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError> {
     let def = &ds.def;
-    let prepared = ds.prepared(engine.context()).await?;
+    let prepared = ds.prepared(engine).await?;
     let planner = Planner {
         def,
         functions: engine.functions(),

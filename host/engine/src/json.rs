@@ -1,9 +1,9 @@
 //! Arrow values to JSON, column by column.
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, Float32Array, Float64Array, Int8Array, Int16Array, Int32Array,
-    Int64Array, LargeStringArray, ListArray, StringArray, StringViewArray, UInt8Array, UInt16Array,
-    UInt32Array, UInt64Array,
+    Array, ArrayRef, BooleanArray, Decimal128Array, Float32Array, Float64Array, Int8Array,
+    Int16Array, Int32Array, Int64Array, LargeStringArray, ListArray, StringArray, StringViewArray,
+    UInt8Array, UInt16Array, UInt32Array, UInt64Array,
 };
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -74,6 +74,27 @@ pub fn column_values(array: &ArrayRef) -> Vec<Value> {
                         Value::Null
                     } else {
                         Value::String(a.value(i).to_string())
+                    }
+                })
+                .collect()
+        }
+        DataType::Decimal128(_, scale) => {
+            let a = array
+                .as_any()
+                .downcast_ref::<Decimal128Array>()
+                .expect("decimal128");
+            let scale = *scale;
+            (0..a.len())
+                .map(|i| {
+                    if a.is_null(i) {
+                        return Value::Null;
+                    }
+                    let v = a.value(i);
+                    // Integer sums are decimals of scale 0: exact while they fit 64 bits,
+                    // a float beyond (the caller warns).
+                    match (scale, i64::try_from(v)) {
+                        (0, Ok(n)) => Value::from(n),
+                        _ => float(v as f64 / 10f64.powi(i32::from(scale))),
                     }
                 })
                 .collect()

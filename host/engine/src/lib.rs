@@ -16,8 +16,10 @@ pub mod cursor;
 pub mod dataset;
 pub mod envelope;
 pub mod error;
+pub mod groups;
 pub mod inspect;
 pub mod json;
+pub mod memory;
 pub mod meta;
 pub mod native;
 pub mod plan;
@@ -81,6 +83,14 @@ pub struct Limits {
     pub plugins: wasm::PluginLimits,
     /// Whether native plugins (shared libraries, with the server's full rights) may load.
     pub allow_native: bool,
+    /// Memory the whole server may hold for data and calls: prepared tables, files being
+    /// read, and the operators of every call in flight (see [`memory`]).
+    pub memory_budget_bytes: usize,
+    /// Groups one summary may build; past it the summary stops while aggregating.
+    pub max_groups: usize,
+    /// Rows one summary may make by exploding multi-value fields (every combination of parts
+    /// is a row).
+    pub max_explode_rows: u64,
 }
 
 impl Default for Limits {
@@ -93,6 +103,12 @@ impl Default for Limits {
             max_result_bytes: 4 * 1024 * 1024,
             plugins: wasm::PluginLimits::default(),
             allow_native: false,
+            memory_budget_bytes: memory::default_budget(),
+            // A model reads at most `limit` (≤ 10,000) groups; 100,000 leaves room for
+            // totals and `having` over fine groupings while keeping one call's hash table
+            // and result small.
+            max_groups: 100_000,
+            max_explode_rows: 10_000_000,
         }
     }
 }
@@ -108,6 +124,16 @@ pub struct Engine {
     ctx: SessionContext,
     functions: udf::Functions,
     limits: Limits,
+    /// The server-wide memory budget every prepared table and call draws from.
+    budget: Arc<memory::Budget>,
+    /// Per caller, the operator memory its calls in flight hold.
+    callers:
+        std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>,
+}
+
+tokio::task_local! {
+    /// The memory counter of the caller whose call runs on this task.
+    static CALLER_MEMORY: Arc<std::sync::atomic::AtomicUsize>;
 }
 
 impl std::fmt::Debug for Engine {
@@ -145,13 +171,21 @@ impl Engine {
                 &catalog::Options {
                     plugins: limits.plugins,
                     allow_native: limits.allow_native,
+                    memory_budget: limits.memory_budget_bytes,
                 },
             )),
             changes: tokio::sync::broadcast::channel(64).0,
             ctx: SessionContext::new_with_config(config),
             functions: udf::Functions::default(),
+            budget: memory::Budget::new(limits.memory_budget_bytes),
+            callers: Default::default(),
             limits,
         }
+    }
+
+    /// The server-wide memory budget.
+    pub fn budget(&self) -> &Arc<memory::Budget> {
+        &self.budget
     }
 
     pub fn limits(&self) -> &Limits {
@@ -161,8 +195,20 @@ impl Engine {
     /// A context for one call: the shared session state with a memory pool of its own, so
     /// one call's budget is not another's.
     pub fn call_context(&self) -> Result<SessionContext, EngineError> {
+        // Operators that run out of memory stop the call rather than spill to disk: a
+        // spilling aggregation of millions of groups would answer long after its deadline
+        // and fill the disk.
+        let mut pool =
+            memory::CallPool::new(Arc::clone(&self.budget), self.limits.call_memory_bytes);
+        if let Ok(held) = CALLER_MEMORY.try_with(Arc::clone) {
+            pool = pool.for_caller(held, self.budget.limit() / 2);
+        }
         let runtime = RuntimeEnvBuilder::new()
-            .with_memory_limit(self.limits.call_memory_bytes, 1.0)
+            .with_memory_pool(Arc::new(pool))
+            .with_disk_manager_builder(
+                datafusion::execution::disk_manager::DiskManagerBuilder::default()
+                    .with_mode(datafusion::execution::disk_manager::DiskManagerMode::Disabled),
+            )
             .build_arc()?;
         let state = SessionStateBuilder::new_from_existing(self.ctx.state())
             .with_runtime_env(runtime)
@@ -186,6 +232,7 @@ impl Engine {
         let options = catalog::Options {
             plugins: self.limits.plugins,
             allow_native: self.limits.allow_native,
+            memory_budget: self.limits.memory_budget_bytes,
         };
         let (next, changes) = Catalog::scan(&self.dir, &previous, settle, &options);
         let pending = !next.pending.is_empty();
@@ -202,9 +249,14 @@ impl Engine {
             for folder in &changes.broken {
                 tracing::warn!(folder = %folder, "dataset folder cannot be served; see list_datasets broken_datasets");
             }
+            for folder in &changes.cleared {
+                tracing::info!(folder = %folder, "dataset folder no longer broken");
+            }
             self.catalog.store(Arc::new(next));
             let _ = self.changes.send(changes.clone());
-        } else if pending == previous.pending.is_empty() {
+        } else {
+            // Nothing a client sees changed, but the folder states (stamps, pending files)
+            // may have: keep them, or the next scan compares against stale ones.
             self.catalog.store(Arc::new(next));
         }
         (changes, pending)
@@ -250,6 +302,9 @@ impl Engine {
         let envelope = match tokio::time::timeout(timeout, attempt).await {
             Ok(result) => result?,
             Err(_) => {
+                if let Some(err) = self.still_preparing(arguments, timeout) {
+                    return Err(err);
+                }
                 return Err(EngineError::Limit {
                     message: format!(
                         "{} took longer than its time budget of {} ms and was stopped",
@@ -276,6 +331,38 @@ impl Engine {
         Ok(envelope)
     }
 
+    /// The memory counter of a caller's calls.
+    fn caller_memory(&self, caller: &str) -> Arc<std::sync::atomic::AtomicUsize> {
+        let mut callers = self.callers.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget callers with nothing in flight once there are many.
+        if callers.len() > 10_000 {
+            callers.retain(|_, held| Arc::strong_count(held) > 1);
+        }
+        Arc::clone(callers.entry(caller.to_string()).or_default())
+    }
+
+    /// When a call ran out of time waiting for its dataset's first preparation: the error
+    /// that says so, with how far the preparation has come.
+    fn still_preparing(&self, arguments: &Value, timeout: Duration) -> Option<EngineError> {
+        let id = arguments.get("dataset_id")?.as_str()?;
+        let catalog = self.catalog.load_full();
+        let ds = catalog.datasets.get(id.trim())?;
+        let (rows, preparing) = ds.preparing()?;
+        let of = ds
+            .record_count()
+            .map(|n| format!(" of {n}"))
+            .unwrap_or_default();
+        let done = if preparing { "prepared" } else { "read" };
+        Some(EngineError::Preparing {
+            dataset: ds.def.id.clone(),
+            message: format!(
+                "dataset `{}` is still being read and prepared for its first use ({rows}{of} records {done} so far); this call stopped waiting at its time budget of {} ms, and the preparation goes on",
+                ds.def.id,
+                timeout.as_millis()
+            ),
+        })
+    }
+
     /// Like [`Engine::call`], on a task of its own: a panic inside the call is answered as an
     /// internal error and the engine keeps serving.
     pub async fn call_guarded(
@@ -293,8 +380,44 @@ impl Engine {
         arguments: Value,
         scope: Scope,
     ) -> Result<Value, EngineError> {
+        self.call_guarded_for(tool, arguments, scope, "").await
+    }
+
+    /// [`Engine::call_guarded_as`] for the caller `caller` (a token id, an address): all its
+    /// calls in flight together hold at most half of the memory budget, so one caller's
+    /// concurrent calls cannot starve the others.
+    pub async fn call_guarded_for(
+        self: &Arc<Self>,
+        tool: Tool,
+        arguments: Value,
+        scope: Scope,
+        caller: &str,
+    ) -> Result<Value, EngineError> {
+        let held = self.caller_memory(caller);
         let engine = Arc::clone(self);
-        guard(async move { engine.call_as(tool, &arguments, &scope).await }).await
+        // A backstop a little past the call's own deadline, kept by this (waiting) task: if
+        // the call's task were stuck in work that does not yield, it is abandoned and the
+        // caller answered anyway.
+        let backstop = self.limits.call_timeout + Duration::from_secs(2);
+        let name = tool.name();
+        match tokio::time::timeout(
+            backstop,
+            guard(CALLER_MEMORY.scope(held, async move {
+                engine.call_as(tool, &arguments, &scope).await
+            })),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(EngineError::Limit {
+                message: format!(
+                    "{name} took longer than its time budget of {} ms and was stopped",
+                    self.limits.call_timeout.as_millis()
+                ),
+                hint: "narrow the call (filters, fewer groups, a smaller limit) or try again"
+                    .into(),
+            }),
+        }
     }
 
     async fn run(
@@ -479,7 +602,7 @@ impl Engine {
         resolution: Option<Resolution>,
     ) -> Result<Output, EngineError> {
         let body = ds.inspect_cached(|| inspect::compute(self, ds)).await?;
-        let prepared = ds.prepared(self.context()).await?;
+        let prepared = ds.prepared(self).await?;
         let mut out = Output::default();
         let (source, warning) = dataset_source(ds, &prepared.files);
         let source_id = out.cite(source);
@@ -517,7 +640,17 @@ pub async fn guard<F>(future: F) -> Result<Value, EngineError>
 where
     F: std::future::Future<Output = Result<Value, EngineError>> + Send + 'static,
 {
-    match tokio::spawn(future).await {
+    /// Stops the call's task when the caller stops waiting (a deadline, a cancelled request):
+    /// work nobody will read is not left running.
+    struct AbortOnDrop(tokio::task::AbortHandle);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let task = tokio::spawn(future);
+    let _abort = AbortOnDrop(task.abort_handle());
+    match task.await {
         Ok(result) => result,
         Err(e) if e.is_panic() => {
             let message = e

@@ -313,7 +313,12 @@ impl Backend for NativeBackend {
         })
     }
 
-    async fn load(&self, columns: &[String], pushed: &[Pushed]) -> Result<LoadedData, EngineError> {
+    async fn load(
+        &self,
+        columns: &[String],
+        pushed: &[Pushed],
+        meter: &crate::memory::Meter,
+    ) -> Result<LoadedData, EngineError> {
         let fail = |e: &dyn std::fmt::Display| EngineError::Backend {
             dataset: self.dataset.clone(),
             message: format!("{} failed: {e}", self.label),
@@ -340,9 +345,14 @@ impl Backend for NativeBackend {
         let shown = displayable(plan.as_ref()).indent(false).to_string();
         tracing::debug!("native plan:\n{shown}");
         let task = ctx.task_ctx();
-        let batches = datafusion::physical_plan::collect(Arc::clone(&plan), task)
-            .await
+        let mut stream = datafusion::physical_plan::execute_stream(Arc::clone(&plan), task)
             .map_err(|e| fail(&e))?;
+        let mut batches = Vec::new();
+        while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+            let batch = batch.map_err(|e| fail(&e))?;
+            meter.account(batch.get_array_memory_size(), batch.num_rows())?;
+            batches.push(batch);
+        }
         let schema = plan.schema();
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let mut ipc = Vec::new();

@@ -34,9 +34,7 @@ pub async fn run(
     select_given: bool,
 ) -> Result<Output, EngineError> {
     let def = &ds.def;
-    let prepared = ds
-        .prepared_for(engine.context(), &ds.pushdown(&plan.filters))
-        .await?;
+    let prepared = ds.prepared_for(engine, &ds.pushdown(&plan.filters)).await?;
     let planner = Planner {
         def,
         functions: engine.functions(),
@@ -87,7 +85,7 @@ pub async fn run(
 
     let fingerprint = cursor::fingerprint(&identity(&plan, def));
     let offset = match &plan.cursor {
-        Some(c) => cursor::decode(c, &ds.version, &fingerprint)?,
+        Some(c) => cursor::decode(c, &ds.version, &fingerprint, total)?,
         None => 0,
     };
 
@@ -207,7 +205,7 @@ pub async fn run(
         let all = if prepared.pushed.is_empty() {
             base.clone()
         } else {
-            ctx.read_table(ds.prepared(engine.context()).await?.table.clone())?
+            ctx.read_table(ds.prepared(engine).await?.table.clone())?
         };
         hints.extend(zero_hit_hints(&planner, &plan, &all, &conditions).await?);
     }

@@ -5,9 +5,12 @@
 //! each part → group (null key shown as "") → metrics → `having` → order (first metric
 //! descending, nulls last, ties by key) → `total_group_count` → limit.
 
+use datafusion::arrow::array::{
+    Array as _, ArrayRef, Decimal128Array, Int64Array, RecordBatch, UInt32Array,
+};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::functions::expr_fn::{coalesce, round};
-use datafusion::functions_aggregate::expr_fn::{avg, count, max, min, sum};
+use datafusion::functions_aggregate::expr_fn::{avg, max, min, sum};
 use std::ops::Not;
 
 use datafusion::datasource::MemTable;
@@ -29,32 +32,115 @@ use crate::query::{HasConditions, zero_hit_hints};
 /// Hidden result column: records per group (before exploding, the matched total is its sum).
 const ROWS_COL: &str = "__tally_rows";
 
-/// First metric descending (nulls last), then the group keys ascending.
-fn order_groups(
-    a: &[Value],
-    b: &[Value],
-    metric: Option<usize>,
+/// The records a grouping counted: the sum of its per-group counts.
+fn records_in(batches: &[RecordBatch]) -> usize {
+    batches
+        .iter()
+        .filter_map(|b| b.column_by_name(ROWS_COL))
+        .filter_map(|c| c.as_any().downcast_ref::<Int64Array>())
+        .map(|a| a.iter().flatten().map(|v| v.max(0) as u64).sum::<u64>())
+        .sum::<u64>() as usize
+}
+
+/// One page of groups, ordered, as JSON rows.
+struct Page {
+    rows: Vec<Vec<Value>>,
+    /// Groups before the limit.
+    total: usize,
+    /// Integer sums that left the 64-bit range in some returned group (shown as floats).
+    beyond_i64: Vec<String>,
+}
+
+/// Orders the groups (first metric descending, nulls last, then the group keys ascending)
+/// in Arrow and turns only the returned page into JSON: a wide grouping never becomes
+/// millions of JSON values.
+fn page_groups(
+    batches: &[RecordBatch],
+    columns: &[String],
+    coded: &[Option<std::sync::Arc<Vec<String>>>],
+    ranks: &[Option<std::sync::Arc<Vec<u32>>>],
     keys: usize,
-) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
+    metric: Option<usize>,
+    limit: usize,
+) -> Result<Page, datafusion::arrow::error::ArrowError> {
+    use datafusion::arrow::compute::{SortColumn, SortOptions, concat_batches, lexsort_to_indices};
+    let Some(first) = batches.first() else {
+        return Ok(Page {
+            rows: Vec::new(),
+            total: 0,
+            beyond_i64: Vec::new(),
+        });
+    };
+    let batch = concat_batches(&first.schema(), batches)?;
+    let total = batch.num_rows();
+    let column = |name: &String| {
+        batch.column_by_name(name).cloned().ok_or_else(|| {
+            datafusion::arrow::error::ArrowError::SchemaError(format!("no column {name}"))
+        })
+    };
+    let mut sort: Vec<SortColumn> = Vec::new();
     if let Some(m) = metric {
-        let ord = match (a[m].as_f64(), b[m].as_f64()) {
-            (Some(x), Some(y)) => y.total_cmp(&x),
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (None, None) => Ordering::Equal,
-        };
-        if ord != Ordering::Equal {
-            return ord;
-        }
+        sort.push(SortColumn {
+            values: datafusion::arrow::compute::cast(&column(&columns[m])?, &DataType::Float64)?,
+            options: Some(SortOptions {
+                descending: true,
+                nulls_first: false,
+            }),
+        });
     }
     for k in 0..keys {
-        let ord = a[k].as_str().unwrap_or("").cmp(b[k].as_str().unwrap_or(""));
-        if ord != Ordering::Equal {
-            return ord;
+        let values = column(&columns[k])?;
+        let values: ArrayRef = match (&ranks[k], values.as_any().downcast_ref::<UInt32Array>()) {
+            // Codes are numbered in the order values were met; their ranks order them as
+            // the values would be ordered.
+            (Some(rank), Some(codes)) => std::sync::Arc::new(UInt32Array::from_iter_values(
+                codes
+                    .values()
+                    .iter()
+                    .map(|c| rank.get(*c as usize).copied().unwrap_or(0)),
+            )),
+            _ => values,
+        };
+        sort.push(SortColumn {
+            values,
+            options: Some(SortOptions {
+                descending: false,
+                nulls_first: true,
+            }),
+        });
+    }
+    let indices = if sort.is_empty() {
+        UInt32Array::from_iter_values(0..total.min(limit) as u32)
+    } else {
+        lexsort_to_indices(&sort, Some(limit))?
+    };
+    let page = datafusion::arrow::compute::take_record_batch(&batch, &indices)?;
+    let mut beyond_i64 = Vec::new();
+    for name in columns {
+        if let Some(d) = page
+            .column_by_name(name)
+            .and_then(|c| c.as_any().downcast_ref::<Decimal128Array>())
+            && d.iter()
+                .flatten()
+                .any(|v| v > i128::from(i64::MAX) || v < i128::from(i64::MIN))
+        {
+            beyond_i64.push(name.clone());
         }
     }
-    Ordering::Equal
+    let mut rows = crate::json::rows(&[page], columns);
+    for row in &mut rows {
+        for (k, code) in coded.iter().enumerate() {
+            if let Some(values) = code {
+                let i = row[k].as_u64().unwrap_or(0) as usize;
+                row[k] = Value::String(values.get(i).cloned().unwrap_or_default());
+            }
+        }
+    }
+    Ok(Page {
+        rows,
+        total,
+        beyond_i64,
+    })
 }
 
 /// Decimals of averages and of ratios (as the reference server rounds them).
@@ -77,13 +163,42 @@ impl HasConditions for SummarizePlan {
 
 /// The aggregates of a summary, each computed once however many metrics use it (DataFusion
 /// refuses two aggregates that simplify to the same expression, e.g. `sum(n)` twice).
-#[derive(Default)]
 struct Aggregates {
     keys: Vec<String>,
     exprs: Vec<Expr>,
+    /// `count` that stops the aggregation past the group and explode caps.
+    count: datafusion::logical_expr::AggregateUDF,
 }
 
 impl Aggregates {
+    fn new(caps: crate::groups::Caps) -> Aggregates {
+        Aggregates {
+            keys: Vec::new(),
+            exprs: Vec::new(),
+            count: crate::groups::capped_count(caps),
+        }
+    }
+
+    /// Records per group, counted by the capped count.
+    fn records(&mut self) -> Expr {
+        let count = self.count.clone();
+        self.add("count".into(), move || count.call(vec![lit(1i64)]))
+    }
+
+    /// The sum of a field: integers are summed as 128-bit decimals, so a total past the
+    /// 64-bit range is never wrapped (it is shown as a float with a warning).
+    fn sum(&mut self, planner: &Planner<'_>, f: usize) -> Expr {
+        let column = planner.column(f);
+        let integer = planner.def.fields[f].data_type == FieldType::Integer;
+        self.add(format!("sum:{f}"), move || {
+            if integer {
+                sum(cast(column, DataType::Decimal128(38, 0)))
+            } else {
+                sum(column)
+            }
+        })
+    }
+
     /// The hidden column holding `expr`, added under `key` unless already there.
     fn add(&mut self, key: String, expr: impl FnOnce() -> Expr) -> Expr {
         let i = match self.keys.iter().position(|k| *k == key) {
@@ -122,15 +237,15 @@ fn metric_exprs(
     };
     let zero = |f: usize| {
         if def.fields[f].data_type == FieldType::Integer {
-            lit(0i64)
+            lit(datafusion::common::ScalarValue::Decimal128(Some(0), 38, 0))
         } else {
             lit(0.0f64)
         }
     };
     match m {
-        Metric::Count => (aggs.add("count".into(), || count(lit(1i64))), None),
+        Metric::Count => (aggs.records(), None),
         Metric::Sum(f) => {
-            let total = aggs.add(format!("sum:{f}"), || sum(column(*f)));
+            let total = aggs.sum(planner, *f);
             // The sum of nothing (every value null) is 0, as the reference server answers.
             (
                 coalesce(vec![total, zero(*f)]),
@@ -188,14 +303,8 @@ fn metric_exprs(
             } => {
                 let n = def.field_index(numerator).unwrap_or_default();
                 let d = def.field_index(denominator).unwrap_or_default();
-                let num = cast(
-                    aggs.add(format!("sum:{n}"), || sum(column(n))),
-                    DataType::Float64,
-                );
-                let den = cast(
-                    aggs.add(format!("sum:{d}"), || sum(column(d))),
-                    DataType::Float64,
-                );
+                let num = cast(aggs.sum(planner, n), DataType::Float64);
+                let den = cast(aggs.sum(planner, d), DataType::Float64);
                 let null = lit(datafusion::common::ScalarValue::Float64(None));
                 let value = when(
                     den.clone().is_null().or(den.clone().eq(lit(0.0f64))),
@@ -261,12 +370,14 @@ pub async fn run(
     plan: SummarizePlan,
 ) -> Result<Output, EngineError> {
     let def = &ds.def;
-    let prepared = ds
-        .prepared_for(engine.context(), &ds.pushdown(&plan.filters))
-        .await?;
+    let prepared = ds.prepared_for(engine, &ds.pushdown(&plan.filters)).await?;
     let planner = Planner {
         def,
         functions: engine.functions(),
+    };
+    let caps = crate::groups::Caps {
+        groups: engine.limits().max_groups,
+        rows: engine.limits().max_explode_rows,
     };
 
     let (part_filters, row_filters): (Vec<&Filter>, Vec<&Filter>) = plan
@@ -295,6 +406,46 @@ pub async fn run(
                 .map_err(|e| EngineError::backend(&def.id, e))?,
         )
     };
+
+    // Every combination of the parts of several exploded fields is a row: a few long cells
+    // can multiply into billions, so the rows are counted before any is made.
+    if plan.explode.len() > 1 {
+        let product = plan
+            .explode
+            .iter()
+            .map(|&e| {
+                cast(
+                    datafusion::functions_nested::expr_fn::array_length(planner.parts(e, true)),
+                    DataType::Float64,
+                )
+            })
+            .reduce(|a, b| a * b)
+            .unwrap_or(lit(1.0f64));
+        let counted = df
+            .clone()
+            .aggregate(vec![], vec![sum(product).alias("rows")])?
+            .collect()
+            .await
+            .map_err(|e| EngineError::computing(&def.id, e))?;
+        let rows = counted
+            .first()
+            .filter(|b| b.num_rows() > 0)
+            .and_then(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                    .map(|a| a.value(0))
+            })
+            .unwrap_or(0.0);
+        if rows > caps.rows as f64 {
+            return Err(EngineError::computing(
+                &def.id,
+                datafusion::error::DataFusionError::External(Box::new(
+                    crate::groups::Stopped::Rows { cap: caps.rows },
+                )),
+            ));
+        }
+    }
 
     // Explode: one row per part of each exploded field.
     for (k, &e) in plan.explode.iter().enumerate() {
@@ -355,7 +506,7 @@ pub async fn run(
         })
         .collect();
 
-    let mut aggregates = Aggregates::default();
+    let mut aggregates = Aggregates::new(caps);
     let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
     let mut columns: Vec<String> = group_names.clone();
     let mut metric_columns: Vec<String> = Vec::new();
@@ -375,7 +526,7 @@ pub async fn run(
             }
         }
     }
-    let records = aggregates.add("count".into(), || count(lit(1i64)));
+    let records = aggregates.records();
     finals.push(records.alias(ROWS_COL));
     let grouped = df
         .aggregate(group_exprs, aggregates.exprs)?
@@ -385,13 +536,8 @@ pub async fn run(
     let mut batches = grouped
         .collect()
         .await
-        .map_err(|e| EngineError::backend(&def.id, e))?;
-    let matched = pre_explode.unwrap_or_else(|| {
-        crate::json::rows(&batches, &[ROWS_COL.to_string()])
-            .iter()
-            .filter_map(|r| r[0].as_u64())
-            .sum::<u64>() as usize
-    });
+        .map_err(|e| EngineError::computing(&def.id, e))?;
+    let matched = pre_explode.unwrap_or_else(|| records_in(&batches));
     let mut having = Vec::new();
     for h in &plan.having {
         having.push(having_expr(
@@ -408,23 +554,28 @@ pub async fn run(
             .filter(e)?
             .collect()
             .await
-            .map_err(|e| EngineError::backend(&def.id, e))?;
-    }
-    let mut all_rows = crate::json::rows(&batches, &columns);
-    for row in &mut all_rows {
-        for (k, code) in coded.iter().enumerate() {
-            if let Some(values) = code {
-                let i = row[k].as_u64().unwrap_or(0) as usize;
-                row[k] = Value::String(values.get(i).cloned().unwrap_or_default());
-            }
-        }
+            .map_err(|e| EngineError::computing(&def.id, e))?;
     }
     let keys = group_names.len();
     let first_metric = plan.metrics.first().map(|_| keys);
-    all_rows.sort_by(|a, b| order_groups(a, b, first_metric, keys));
-    let total_groups = all_rows.len();
-    all_rows.truncate(plan.limit);
-    let mut rows = all_rows;
+    let ranks: Vec<Option<std::sync::Arc<Vec<u32>>>> = plan
+        .group_by
+        .iter()
+        .zip(&coded)
+        .map(|(g, code)| code.as_ref().map(|_| prepared.code_ranks(*g)))
+        .collect();
+    let page = page_groups(
+        &batches,
+        &columns,
+        &coded,
+        &ranks,
+        keys,
+        first_metric,
+        plan.limit,
+    )
+    .map_err(|e| EngineError::backend(&def.id, e))?;
+    let total_groups = page.total;
+    let mut rows = page.rows;
     let truncated = cap_rows(&mut rows, engine.limits().max_result_bytes);
 
     let (mut out, source_id) = meta::dataset_output(ds, &prepared);
@@ -438,6 +589,11 @@ pub async fn run(
             "the result was cut to {} groups to stay within the result size budget ({} bytes); add filters or having, or lower limit",
             rows.len(),
             engine.limits().max_result_bytes
+        ));
+    }
+    for column in &page.beyond_i64 {
+        out.warn(format!(
+            "`{column}` exceeds the range of 64-bit integers in some groups; those totals are shown as floating-point numbers, exact to about 15 significant digits"
         ));
     }
     out.set("total_records", matched);
@@ -490,7 +646,7 @@ pub async fn run(
         let all = if prepared.pushed.is_empty() {
             base.clone()
         } else {
-            ctx.read_table(ds.prepared(engine.context()).await?.table.clone())?
+            ctx.read_table(ds.prepared(engine).await?.table.clone())?
         };
         hints.extend(zero_hit_hints(&planner, &plan, &all, &conditions).await?);
     }

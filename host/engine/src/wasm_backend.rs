@@ -313,7 +313,12 @@ impl Backend for WasmBackend {
             .collect()
     }
 
-    async fn load(&self, columns: &[String], pushed: &[Pushed]) -> Result<LoadedData, EngineError> {
+    async fn load(
+        &self,
+        columns: &[String],
+        pushed: &[Pushed],
+        meter: &crate::memory::Meter,
+    ) -> Result<LoadedData, EngineError> {
         let projection: Vec<String> = columns
             .iter()
             .filter(|c| self.schema.index_of(c).is_ok())
@@ -361,6 +366,7 @@ impl Backend for WasmBackend {
         let label = self.label.clone();
         let dataset = self.dataset.clone();
         let schema = self.schema.clone();
+        let meter = meter.clone();
         // The plugin runs on a blocking thread: a scan is CPU work bounded by its deadline.
         tokio::task::spawn_blocking(move || {
             let fail = |message: String| EngineError::Backend {
@@ -370,6 +376,7 @@ impl Backend for WasmBackend {
             let result = runtime
                 .scan(&label, &compiled, &folder, &limits, &request)
                 .map_err(|e| fail(e.to_string()))?;
+            meter.account(result.ipc.len(), 0)?;
             let content_hash = sha256_hex(&result.ipc);
             let reader = StreamReader::try_new(std::io::Cursor::new(&result.ipc), None)
                 .map_err(|e| fail(format!("{label} returned rows that are not an Arrow IPC stream: {e}")))?;
@@ -392,9 +399,15 @@ impl Backend for WasmBackend {
                     }
                 }
             }
-            let batches = reader
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| fail(format!("{label} returned a broken Arrow stream: {e}")))?;
+            // Decoded batch by batch, each accounted before the next: a compressed stream
+            // may expand far beyond the output cap.
+            let mut batches = Vec::new();
+            for batch in reader {
+                let batch = batch
+                    .map_err(|e| fail(format!("{label} returned a broken Arrow stream: {e}")))?;
+                meter.account(batch.get_array_memory_size(), batch.num_rows())?;
+                batches.push(batch);
+            }
             let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
 
             // The files the plugin says it read, hashed as they are now.

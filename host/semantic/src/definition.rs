@@ -900,11 +900,36 @@ impl Reader {
                         format!("`{id}` is not a valid dataset id"),
                         "use 1–64 characters: letters, digits, `-`, `_` or `.`, not starting with `.`",
                     );
+                } else if id != folder_id && valid_id(folder_id) {
+                    // A dataset's id is its folder name: a folder cannot claim another
+                    // folder's dataset (a new folder declaring `id: procedures` would take over
+                    // `procedures`), and two folders can never claim one id.
+                    self.error(
+                        map.key_pos("id"),
+                        "id",
+                        format!(
+                            "`id: {id}` differs from the folder name `{folder_id}`; a dataset's id is its folder name"
+                        ),
+                        format!(
+                            "remove the `id:` line (the dataset is then `{folder_id}`), or rename the folder to `{id}`"
+                        ),
+                    );
                 }
                 id
             }
             None => folder_id.to_string(),
         };
+        if !valid_id(folder_id) {
+            self.error(
+                Pos { line: 1, column: 1 },
+                "",
+                format!(
+                    "the folder name {} is not a valid dataset id (a dataset's id is its folder name)",
+                    quote_name(folder_id)
+                ),
+                "rename the folder: 1–64 characters, letters, digits, `-`, `_` or `.`, not starting with `.`",
+            );
+        }
 
         let title = match self.string(&map, "title", "", "write `title: \"…\"`") {
             Some(t) if !t.trim().is_empty() => t,
@@ -1756,6 +1781,24 @@ impl Reader {
 fn suggest_present(map: &MapView<'_>, key: &str) -> Option<String> {
     let present = map.entries.iter().map(|(k, _)| k.name.as_str());
     suggest(key, present).map(str::to_string)
+}
+
+/// A name as it may be shown in a message: in backquotes when plain, escaped otherwise (a
+/// newline, a quote or a right-to-left mark in a folder name must not reshape the message).
+pub fn quote_name(name: &str) -> String {
+    if name
+        .chars()
+        .all(|c| !c.is_control() && !c.is_whitespace() && !is_format_char(c) && c != '`')
+    {
+        format!("`{name}`")
+    } else {
+        format!("{name:?}")
+    }
+}
+
+/// Invisible formatting characters (bidirectional marks, zero-width joiners, BOM).
+fn is_format_char(c: char) -> bool {
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}' | '\u{061c}')
 }
 
 /// Dataset ids appear in tool calls and URIs: keep them plain.

@@ -254,6 +254,17 @@ pub enum Request {
 /// Reads the arguments of `tool`.
 pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
     let mut args = Args::new(tool, arguments)?;
+    // A blank `q` is read as no `q`; said, so a caller knows no search was made.
+    if tool == Tool::QueryRecords
+        && let Some(Value::String(q)) = args.map.get("q")
+        && !q.is_empty()
+        && q.trim().is_empty()
+    {
+        args.notices.push(Notice {
+            parameter: "q".into(),
+            message: "q holds only whitespace, so no text search was made; every record matching the other conditions is returned".into(),
+        });
+    }
     let request = match tool {
         Tool::ListDatasets => Request::ListDatasets(ListArgs {
             q: args.text("q")?,

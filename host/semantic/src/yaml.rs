@@ -15,6 +15,10 @@ use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 pub const MAX_DOCUMENT_BYTES: usize = 4 * 1024 * 1024;
 /// Upper bound on nodes after alias expansion (defuses "billion laughs" documents).
 const MAX_NODES: usize = 200_000;
+/// Upper bound on the text (keys and scalars) after alias expansion. A node count alone does
+/// not bound memory: one 3 MiB string referenced 300,000 times is 300,000 nodes but almost a
+/// terabyte of text. Twice the largest document leaves room for ordinary anchors.
+pub const MAX_EXPANDED_BYTES: usize = 2 * MAX_DOCUMENT_BYTES;
 /// Upper bound on nesting depth.
 const MAX_DEPTH: usize = 64;
 
@@ -176,9 +180,19 @@ enum Frame {
 #[derive(Default)]
 struct TreeBuilder {
     stack: Vec<Frame>,
-    anchors: HashMap<usize, Node>,
+    /// Each anchored node with its size (nodes, text bytes), so an alias is costed before it
+    /// is copied.
+    anchors: HashMap<usize, (Node, Size)>,
     root: Option<Node>,
     nodes: usize,
+    bytes: usize,
+}
+
+/// What a node costs once expanded: its nodes and the bytes of its keys and scalars.
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    nodes: usize,
+    bytes: usize,
 }
 
 impl TreeBuilder {
@@ -214,7 +228,7 @@ impl TreeBuilder {
         match event {
             Event::Scalar(text, style, anchor, tag) => {
                 let value = resolve_scalar(&text, style, tag.as_deref().map(|t| t.suffix.as_str()));
-                self.push(Node { pos, value }, anchor)?;
+                self.push(Node { pos, value }, anchor, false)?;
             }
             Event::SequenceStart(anchor, _) => {
                 self.enter(pos)?;
@@ -256,19 +270,37 @@ impl TreeBuilder {
                     ),
                     None => return Ok(()),
                 };
-                self.push(node, anchor)?;
+                self.push(node, anchor, false)?;
             }
             Event::Alias(id) => {
-                let node = self.anchors.get(&id).cloned().ok_or_else(|| SyntaxError {
-                    pos,
-                    path: String::new(),
-                    message: "this alias refers to an anchor that is not defined before it".into(),
-                })?;
-                self.nodes += count_nodes(&node);
+                let size = self
+                    .anchors
+                    .get(&id)
+                    .map(|(_, s)| *s)
+                    .ok_or_else(|| SyntaxError {
+                        pos,
+                        path: String::new(),
+                        message: "this alias refers to an anchor that is not defined before it"
+                            .into(),
+                    })?;
+                // Costed before the copy is made: the copy is what a bomb is made of.
+                self.nodes = self.nodes.saturating_add(size.nodes);
                 if self.nodes > MAX_NODES {
                     return Err(too_many_nodes(pos));
                 }
-                self.push(Node { pos, ..node }, 0)?;
+                self.bytes = self.bytes.saturating_add(size.bytes);
+                if self.bytes > MAX_EXPANDED_BYTES {
+                    return Err(too_many_bytes(pos));
+                }
+                let node = self
+                    .anchors
+                    .get(&id)
+                    .map(|(n, _)| n.clone())
+                    .unwrap_or(Node {
+                        pos,
+                        value: Value::Null,
+                    });
+                self.push(Node { pos, ..node }, 0, true)?;
             }
             Event::Nothing
             | Event::StreamStart
@@ -290,13 +322,21 @@ impl TreeBuilder {
         Ok(())
     }
 
-    fn push(&mut self, node: Node, anchor: usize) -> Result<(), SyntaxError> {
+    /// Adds a finished node to its parent; `counted`: its text was costed already (an alias).
+    fn push(&mut self, node: Node, anchor: usize, counted: bool) -> Result<(), SyntaxError> {
         self.nodes += 1;
         if self.nodes > MAX_NODES {
             return Err(too_many_nodes(node.pos));
         }
+        if let (Value::Str(s), false) = (&node.value, counted) {
+            self.bytes = self.bytes.saturating_add(s.len());
+            if self.bytes > MAX_EXPANDED_BYTES {
+                return Err(too_many_bytes(node.pos));
+            }
+        }
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            let size = measure(&node);
+            self.anchors.insert(anchor, (node.clone(), size));
         }
         match self.stack.last_mut() {
             None => self.root = Some(node),
@@ -361,12 +401,41 @@ fn too_many_nodes(pos: Pos) -> SyntaxError {
     }
 }
 
-fn count_nodes(node: &Node) -> usize {
-    1 + match &node.value {
-        Value::Seq(items) => items.iter().map(count_nodes).sum(),
-        Value::Map(entries) => entries.iter().map(|(_, v)| count_nodes(v)).sum(),
-        _ => 0,
+fn too_many_bytes(pos: Pos) -> SyntaxError {
+    SyntaxError {
+        pos,
+        path: String::new(),
+        message: format!(
+            "the document expands to more than {MAX_EXPANDED_BYTES} bytes of text (aliases included); a dataset definition is far smaller (remove the aliases that repeat large values)"
+        ),
     }
+}
+
+/// The nodes and text bytes of a node once expanded (keys included).
+fn measure(node: &Node) -> Size {
+    let mut size = Size { nodes: 1, bytes: 0 };
+    match &node.value {
+        Value::Str(s) => size.bytes = s.len(),
+        Value::Seq(items) => {
+            for item in items {
+                let s = measure(item);
+                size.nodes = size.nodes.saturating_add(s.nodes);
+                size.bytes = size.bytes.saturating_add(s.bytes);
+            }
+        }
+        Value::Map(entries) => {
+            for (k, v) in entries {
+                let s = measure(v);
+                size.nodes = size.nodes.saturating_add(s.nodes);
+                size.bytes = size
+                    .bytes
+                    .saturating_add(s.bytes)
+                    .saturating_add(k.name.len());
+            }
+        }
+        _ => {}
+    }
+    size
 }
 
 /// The YAML 1.2 core schema for plain scalars; quoted scalars are always strings.
@@ -489,6 +558,24 @@ mod tests {
         }
         let err = parse(&doc).expect_err("bounded");
         assert!(err.message.contains("more than"), "{}", err.message);
+    }
+
+    /// Regression (issue 14, "YAML alias bomb"): one large string referenced many times is
+    /// few nodes but unbounded text; it is refused by its expanded size, before it is copied.
+    #[test]
+    fn yaml_alias_bomb_of_one_large_string_is_refused_by_bytes() {
+        let big = "x".repeat(1024 * 1024);
+        let mut doc = format!("a: &big \"{big}\"\nb: [");
+        for _ in 0..300 {
+            doc.push_str("*big, ");
+        }
+        doc.push_str("]\n");
+        assert!(doc.len() < MAX_DOCUMENT_BYTES);
+        let err = parse(&doc).expect_err("bounded by bytes");
+        assert!(err.message.contains("bytes of text"), "{}", err.message);
+        // A handful of aliases of a small value is ordinary YAML.
+        let ok = "a: &v [1, 2]\nb: *v\nc: *v\n";
+        assert!(parse(ok).is_ok());
     }
 
     #[test]

@@ -1,43 +1,85 @@
-//! `tally check DIR`: validates the definitions of a datasets directory.
+//! `tally check DIR`: validates the datasets of a directory as the server would register them,
+//! and with `--deep` reads every page of their data.
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use tally_semantic::definition::{Diagnostic, load_definition};
+use tally_engine::catalog::{self, DEFINITION_FILE, Problem};
+use tally_semantic::definition::{Diagnostic, load_definition, quote_name};
+
+/// `println!` that ends quietly when stdout is closed (`tally check | head`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
 
 /// Exit code when a dataset cannot be served.
 const EXIT_INVALID: u8 = 1;
 /// Exit code when the directory itself cannot be read.
 const EXIT_UNREADABLE: u8 = 2;
 
-pub fn run(dir: &Path, allow_native: bool) -> ExitCode {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => {
-            eprintln!("tally check: cannot read {}: {e}", dir.display());
-            return ExitCode::from(EXIT_UNREADABLE);
-        }
+/// What `check` was asked to do.
+#[derive(Debug)]
+pub struct CheckOptions {
+    pub allow_native: bool,
+    /// Read every page of every data file and prepare every dataset as a first call would.
+    pub deep: bool,
+    pub limits: tally_engine::Limits,
+}
+
+fn print_problem(label: &str, p: &Problem) {
+    let line = p.line.map(|l| format!("{l}:")).unwrap_or_default();
+    let key = if p.key.is_empty() {
+        String::new()
+    } else {
+        format!(" at `{}`", p.key)
     };
-    let mut folders: Vec<_> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .map(|e| e.path())
-        .collect();
+    let fix = if p.fix.is_empty() {
+        String::new()
+    } else {
+        format!(" Fix: {}", p.fix)
+    };
+    say!("{label}:{line} error{key}: {}{fix}", p.reason);
+}
+
+pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
+    if let Err(e) = std::fs::read_dir(dir) {
+        eprintln!("tally check: cannot read {}: {e}", dir.display());
+        return ExitCode::from(EXIT_UNREADABLE);
+    }
+    let mut folders = catalog::dataset_folders(dir);
     folders.sort();
+    let register_options = catalog::Options {
+        plugins: options.limits.plugins,
+        allow_native: options.allow_native,
+        memory_budget: options.limits.memory_budget_bytes,
+    };
     let (mut ok, mut broken) = (0usize, 0usize);
+    let mut served: Vec<(String, String)> = Vec::new();
     for folder in folders {
         let folder_id = folder
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let yaml = folder.join("dataset.yaml");
-        let label = format!("{}/{folder_id}/dataset.yaml", dir.display());
-        let text = match std::fs::read_to_string(&yaml) {
+        let yaml = folder.join(DEFINITION_FILE);
+        // Names are escaped: a folder name with a newline must not forge output lines.
+        let shown = quote_name(&folder_id);
+        let shown = shown.trim_matches('`');
+        let label = format!("{}/{shown}/{DEFINITION_FILE}", dir.display());
+        if !yaml.is_file() {
+            continue;
+        }
+        if let Some(p) = catalog::outside(dir, &folder) {
+            print_problem(&label, &p);
+            broken += 1;
+            continue;
+        }
+        let text = match catalog::read_small(&yaml, tally_semantic::yaml::MAX_DOCUMENT_BYTES) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
-                println!("{label}: error: cannot read the file: {e}");
+                say!("{label}: error: {e}");
                 broken += 1;
                 continue;
             }
@@ -48,7 +90,7 @@ pub fn run(dir: &Path, allow_native: bool) -> ExitCode {
                 Err(err) => (false, err.diagnostics),
             };
         for d in &diagnostics {
-            println!("{d}");
+            say!("{d}");
         }
         if !valid {
             broken += 1;
@@ -56,42 +98,78 @@ pub fn run(dir: &Path, allow_native: bool) -> ExitCode {
         }
         // The definition must also fit its data: registration reads the data's metadata and
         // checks every declared field against it, exactly as the server does.
-        match tally_engine::catalog::register(
-            &folder,
-            &folder_id,
-            &label,
-            &tally_engine::catalog::Options {
-                allow_native,
-                ..Default::default()
-            },
-        ) {
-            Ok(_) => {
+        match catalog::register(&folder, &folder_id, &label, &register_options) {
+            Ok(Some(ds)) => {
+                if options.deep
+                    && let Err(p) = deep_pages(&ds, &options.limits)
+                {
+                    print_problem(&label, &p);
+                    broken += 1;
+                    continue;
+                }
+                served.push((folder_id.clone(), label));
+            }
+            Ok(None) => {
                 ok += 1;
-                println!("{label}: ok");
+                say!("{label}: ok (disabled)");
             }
             Err(refusal) => {
                 broken += 1;
                 for p in refusal.problems {
-                    let line = p.line.map(|l| format!("{l}:")).unwrap_or_default();
-                    let key = if p.key.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" at `{}`", p.key)
-                    };
-                    let fix = if p.fix.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" Fix: {}", p.fix)
-                    };
-                    println!("{label}:{line} error{key}: {}{fix}", p.reason);
+                    print_problem(&label, &p);
                 }
             }
         }
     }
-    println!("{ok} dataset(s) valid, {broken} invalid");
+    if options.deep && !served.is_empty() {
+        // Prepare each dataset as the server's first call would: through its backend (a
+        // plugin's scan included), within the memory budget.
+        let Some(runtime) = crate::runtime() else {
+            return ExitCode::FAILURE;
+        };
+        let mut limits = options.limits;
+        limits.allow_native = options.allow_native;
+        // A deep check may take as long as the data needs.
+        limits.call_timeout = std::time::Duration::from_secs(3600);
+        let engine = std::sync::Arc::new(tally_engine::Engine::open_with(dir, limits));
+        for (id, label) in served {
+            let arguments = serde_json::json!({ "dataset_id": id });
+            let result = runtime.block_on(
+                engine.call_guarded(tally_semantic::request::Tool::InspectDataset, arguments),
+            );
+            match result {
+                Ok(_) => {
+                    ok += 1;
+                    say!("{label}: ok (every page read)");
+                }
+                Err(e) => {
+                    broken += 1;
+                    say!("{label}: error: {e}");
+                }
+            }
+        }
+    } else {
+        for (_, label) in served {
+            ok += 1;
+            say!("{label}: ok");
+        }
+    }
+    say!("{ok} dataset(s) valid, {broken} invalid");
     if broken > 0 {
         ExitCode::from(EXIT_INVALID)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Decodes every page of every column of a Parquet dataset's file (undeclared columns too),
+/// within the memory budget.
+fn deep_pages(ds: &tally_engine::Dataset, limits: &tally_engine::Limits) -> Result<(), Problem> {
+    let budget = tally_engine::memory::Budget::new(limits.memory_budget_bytes);
+    catalog::read_every_page(ds, &budget).map_err(|reason| Problem {
+        line: None,
+        key: "data_file".into(),
+        reason,
+        fix: "write the file again from its source; a file with pages that do not decode cannot be served".into(),
+    })
 }

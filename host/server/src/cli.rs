@@ -136,6 +136,12 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
         }}));
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    // Cursors printed by one invocation must be accepted by the next.
+    let seed = common
+        .datasets
+        .canonicalize()
+        .unwrap_or_else(|_| common.datasets.clone());
+    tally_engine::cursor::derive_key(seed.to_string_lossy().as_bytes());
     let engine = std::sync::Arc::new(Engine::open_with(&common.datasets, common.budgets.limits()));
     match runtime.block_on(engine.call_guarded(tool, arguments)) {
         Ok(envelope) => {
@@ -144,8 +150,7 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
             } else {
                 serde_json::to_string_pretty(&envelope)
             };
-            println!("{}", text.unwrap_or_default());
-            ExitCode::SUCCESS
+            write_stdout(&text.unwrap_or_default())
         }
         Err(e) => {
             print_error(&e.to_json());
@@ -154,6 +159,21 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
                 EngineError::Request(_) => EXIT_BAD_INPUT,
                 _ => EXIT_FAILED,
             })
+        }
+    }
+}
+
+/// Prints the envelope. A reader that went away (`tally query … | head`) ends the command
+/// quietly, as other command-line tools do, instead of a panic on the closed pipe.
+fn write_stdout(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tally: cannot write the result: {e}");
+            ExitCode::from(EXIT_FAILED)
         }
     }
 }

@@ -150,6 +150,40 @@ pub struct Guard {
     pub max_body: usize,
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
     in_flight: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Failed authentications a peer address may make per minute (bursts of twice as many).
+    pub auth_failures_per_minute: f64,
+    failures: Mutex<HashMap<std::net::IpAddr, (f64, Instant)>>,
+    /// Which caller created each MCP session: only that caller may use or end it.
+    sessions: Mutex<Sessions>,
+}
+
+/// MCP session ids and the caller that created each, oldest first (bounded: sessions a
+/// client abandoned are forgotten first).
+#[derive(Debug, Default)]
+struct Sessions {
+    owner: HashMap<String, String>,
+    order: std::collections::VecDeque<String>,
+}
+
+/// Sessions remembered; past it the oldest binding is forgotten (and that session can no
+/// longer be used by anyone: rmcp keeps sessions longer than a client would).
+const MAX_SESSIONS: usize = 10_000;
+
+impl Sessions {
+    fn bind(&mut self, session: &str, caller: &str) {
+        if self
+            .owner
+            .insert(session.to_string(), caller.to_string())
+            .is_none()
+        {
+            self.order.push_back(session.to_string());
+        }
+        while self.order.len() > MAX_SESSIONS {
+            if let Some(old) = self.order.pop_front() {
+                self.owner.remove(&old);
+            }
+        }
+    }
 }
 
 impl Guard {
@@ -172,7 +206,42 @@ impl Guard {
             max_body,
             buckets: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
+            auth_failures_per_minute: 10.0,
+            failures: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(Sessions::default()),
         }
+    }
+
+    /// Whether `peer` may try to authenticate now: `Err(seconds)` while its failures are
+    /// over the allowance.
+    fn may_try(&self, peer: std::net::IpAddr) -> Result<(), u64> {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let rate = self.auth_failures_per_minute / 60.0;
+        let burst = (self.auth_failures_per_minute * 2.0).max(1.0);
+        let now = Instant::now();
+        let Some((left, last)) = failures.get_mut(&peer) else {
+            return Ok(());
+        };
+        *left = (*left + now.duration_since(*last).as_secs_f64() * rate).min(burst);
+        *last = now;
+        if *left >= 1.0 {
+            Ok(())
+        } else {
+            Err(((1.0 - *left) / rate).ceil().max(1.0) as u64)
+        }
+    }
+
+    /// Counts a failed authentication of `peer`.
+    fn failed(&self, peer: std::net::IpAddr) {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let burst = (self.auth_failures_per_minute * 2.0).max(1.0);
+        // Bounded: a flood from many addresses forgets the fullest buckets first.
+        if failures.len() > 100_000 {
+            failures.retain(|_, (left, _)| *left < burst - 1.0);
+        }
+        let (left, last) = failures.entry(peer).or_insert((burst, Instant::now()));
+        *left = (*left - 1.0).max(0.0);
+        *last = Instant::now();
     }
 
     fn host_allowed(&self, host: &str) -> bool {
@@ -227,7 +296,24 @@ pub async fn check(
     mut request: Request<Body>,
     next: Next,
 ) -> Response {
+    // An absolute-form target (`POST http://other/mcp`) is for proxies; a server that took
+    // its host from there and its Host header from elsewhere could be confused about which
+    // name was asked for.
+    if request.uri().scheme().is_some() || request.uri().authority().is_some() {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "the request target is in absolute form (a URL with a scheme and host)",
+            "send the path only (`POST /mcp`) with the host in the Host header",
+        );
+    }
     let headers = request.headers();
+    if headers.get_all(header::HOST).iter().count() > 1 {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "the request has more than one Host header",
+            "send exactly one Host header",
+        );
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -270,13 +356,29 @@ pub async fn check(
             scope: Scope::All,
         }
     } else {
+        if let Err(seconds) = guard.may_try(peer.ip()) {
+            let mut r = refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "too many failed authentications from {}: at most {} a minute",
+                    peer.ip(),
+                    guard.auth_failures_per_minute
+                ),
+                &format!("wait {seconds} s (Retry-After) and send a valid bearer token"),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            return r;
+        }
+        // The scheme is case-insensitive (RFC 9110 §11.1): `Bearer`, `bearer`, `BEARER`.
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
+                let v = v.trim_start();
+                let (scheme, rest) = v.split_at(v.find(char::is_whitespace)?);
+                scheme.eq_ignore_ascii_case("bearer").then_some(rest)
             })
             .map(str::trim);
         let unauthorized = |error: Option<&str>, message: &str| {
@@ -295,18 +397,43 @@ pub async fn check(
             r
         };
         match presented {
-            None => return unauthorized(None, "this server needs a bearer token"),
+            None => {
+                guard.failed(peer.ip());
+                return unauthorized(None, "this server needs a bearer token");
+            }
             Some(t) => match guard.tokens.find(t) {
                 Some(token) => Caller {
                     id: token.id.clone(),
                     scope: token.scope.clone(),
                 },
                 None => {
+                    guard.failed(peer.ip());
                     return unauthorized(Some("invalid_token"), "the bearer token is not valid");
                 }
             },
         }
     };
+    // A session belongs to the caller that created it: another token cannot read its
+    // notifications, send on it, or end it. Unknown to this caller is answered as unknown.
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(id) = &session {
+        let sessions = guard.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions
+            .owner
+            .get(id)
+            .is_some_and(|owner| *owner != caller.id)
+        {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                "no such session for this caller",
+                "start a session of your own (initialize) with your own token",
+            );
+        }
+    }
     if let Err(seconds) = guard.take(&caller.id) {
         let mut r = refuse(
             StatusCode::TOO_MANY_REQUESTS,
@@ -326,6 +453,7 @@ pub async fn check(
         request.extensions_mut().insert(caller);
         return next.run(request).await;
     }
+    let owner = caller.id.clone();
     let Ok(permit) = guard.slots(&caller.id).try_acquire_owned() else {
         let mut r = refuse(
             StatusCode::TOO_MANY_REQUESTS,
@@ -341,6 +469,18 @@ pub async fn check(
     };
     request.extensions_mut().insert(caller);
     let response = next.run(request).await;
+    if session.is_none()
+        && let Some(created) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        guard
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .bind(created, &owner);
+    }
     // A response may stream (server-sent events) long after its headers: the slot is held
     // until the body is done.
     let (parts, body) = response.into_parts();

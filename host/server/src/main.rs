@@ -13,8 +13,10 @@ mod audit;
 mod check;
 mod cli;
 mod guard;
+mod listen;
 mod mcp;
 mod serve;
+mod stdio;
 mod tools;
 
 #[derive(Debug, Parser)]
@@ -67,6 +69,18 @@ pub struct Budgets {
     /// with the server's full rights: allow them only for libraries you trust.
     #[arg(long, global = true, env = "TALLY_ALLOW_NATIVE")]
     allow_native: bool,
+    /// Memory the whole server may hold for data and calls, in MiB: prepared datasets, files
+    /// being read and the operators of every call in flight. A dataset that does not fit is
+    /// refused; a call that does not fit is stopped. Default: half of the machine's memory.
+    #[arg(long, global = true, value_name = "MIB")]
+    memory_budget: Option<usize>,
+    /// Groups one summary may build; past it the summary stops while aggregating and says
+    /// how to narrow it.
+    #[arg(long, global = true, default_value_t = 100_000)]
+    max_groups: usize,
+    /// Rows one summary may make by exploding multi-value fields.
+    #[arg(long, global = true, default_value_t = 10_000_000)]
+    max_explode_rows: u64,
 }
 
 impl Budgets {
@@ -82,6 +96,12 @@ impl Budgets {
                 ..Default::default()
             },
             allow_native: self.allow_native,
+            memory_budget_bytes: self
+                .memory_budget
+                .map(|m| m.max(16) * 1024 * 1024)
+                .unwrap_or_else(tally_engine::memory::default_budget),
+            max_groups: self.max_groups.max(1),
+            max_explode_rows: self.max_explode_rows.max(1),
         }
     }
 }
@@ -151,6 +171,15 @@ enum Command {
         /// Also load native plugins to check them (they run with this process's rights).
         #[arg(long, env = "TALLY_ALLOW_NATIVE")]
         allow_native: bool,
+        /// Also read every page of every data file and prepare every dataset as the server's
+        /// first call would (plugins scanned), within the memory budget: finds corrupt pages
+        /// and data that expands beyond the budget.
+        #[arg(long)]
+        deep: bool,
+        /// The memory budget in MiB, as `serve --memory-budget` (default: half the machine's
+        /// memory).
+        #[arg(long, value_name = "MIB")]
+        memory_budget: Option<usize>,
     },
 }
 
@@ -196,7 +225,25 @@ fn main() -> ExitCode {
                 &common,
             )
         }
-        Command::Check { dir, allow_native } => check::run(&dir, allow_native),
+        Command::Check {
+            dir,
+            allow_native,
+            deep,
+            memory_budget,
+        } => {
+            let mut limits = tally_engine::Limits::default();
+            if let Some(m) = memory_budget {
+                limits.memory_budget_bytes = m.max(16) * 1024 * 1024;
+            }
+            check::run(
+                &dir,
+                &check::CheckOptions {
+                    allow_native,
+                    deep,
+                    limits,
+                },
+            )
+        }
         Command::List {
             q,
             publisher,

@@ -257,7 +257,7 @@ impl ServerHandler for TallyServer {
         let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
         let result = self
             .engine()
-            .call_guarded_as(tool, arguments, caller.scope.clone())
+            .call_guarded_for(tool, arguments, caller.scope.clone(), &caller.id)
             .await;
         let elapsed = started.elapsed();
         tracing::info!(

@@ -22,14 +22,15 @@ const EXIT_CONFIG: u8 = 2;
 /// only; logs go to stderr.
 pub async fn stdio(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> ExitCode {
     let server = TallyServer::new(Shared::with_audit(engine, audit));
-    let running = match server.serve(rmcp::transport::stdio()).await {
+    let (transport, writer) = crate::stdio::framed(tokio::io::stdin(), tokio::io::stdout());
+    let running = match server.serve(transport).await {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("the MCP session could not start: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match running.waiting().await {
+    let code = match running.waiting().await {
         Ok(reason) => {
             tracing::info!(?reason, "stdio session ended");
             ExitCode::SUCCESS
@@ -38,7 +39,10 @@ pub async fn stdio(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> E
             tracing::error!("the MCP session failed: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // The last answers are written before the process ends.
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    code
 }
 
 /// Origins a browser page may call from: the server's own address, by default.
@@ -78,6 +82,25 @@ pub struct HttpOptions {
     /// Requests one caller may have in flight at once.
     #[arg(long, default_value_t = 8)]
     max_concurrent: usize,
+    /// Open connections in total (kept below the process's open-file limit). When all are
+    /// taken, the oldest connection not serving a request is closed to make room.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Open connections from one peer address.
+    #[arg(long, default_value_t = 64)]
+    max_connections_per_peer: usize,
+    /// Time a client has to send a request's headers, in milliseconds (from connecting, or
+    /// from the end of the previous response).
+    #[arg(long, default_value_t = 10_000)]
+    header_timeout_ms: u64,
+    /// Time a connection may pass without sending or receiving a byte, in milliseconds
+    /// (server-sent event streams send a keep-alive every 15 s).
+    #[arg(long, default_value_t = 60_000)]
+    idle_timeout_ms: u64,
+    /// Failed authentications one peer address may make per minute before its requests are
+    /// answered 429 (bursts of twice as many).
+    #[arg(long, default_value_t = 10.0)]
+    auth_failures_per_minute: f64,
 }
 
 /// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`.
@@ -146,7 +169,7 @@ pub async fn http(
         );
     let authenticated = !tokens.is_empty();
     let token_count = tokens.len();
-    let guard = Arc::new(crate::guard::Guard::new(
+    let mut guard = crate::guard::Guard::new(
         tokens,
         hosts.clone(),
         origins.clone(),
@@ -154,7 +177,9 @@ pub async fn http(
         options.rate_burst,
         options.max_concurrent,
         options.max_body_bytes,
-    ));
+    );
+    guard.auth_failures_per_minute = options.auth_failures_per_minute.max(0.01);
+    let guard = Arc::new(guard);
     let health_engine = Arc::clone(&engine);
     let app = axum::Router::new()
         .route(
@@ -180,14 +205,20 @@ pub async fn http(
     // The address the server actually listens on, for scripts that asked for port 0.
     eprintln!("tally: serving MCP at http://{bound}/mcp (health: http://{bound}/health)");
     tracing::info!(%bound, ?origins, ?hosts, authenticated, tokens = token_count, "serving streamable HTTP");
-    let served = axum::serve(
+    let served = crate::listen::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        app,
+        crate::listen::ConnectionLimits {
+            total: options.max_connections.max(1),
+            per_peer: options.max_connections_per_peer.max(1),
+            header_read: Duration::from_millis(options.header_timeout_ms.max(100)),
+            idle: Duration::from_millis(options.idle_timeout_ms.max(1000)),
+        },
+        async move {
+            shutdown_signal().await;
+            cancel.cancel();
+        },
     )
-    .with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        cancel.cancel();
-    })
     .await;
     match served {
         Ok(()) => ExitCode::SUCCESS,

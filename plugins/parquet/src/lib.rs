@@ -40,7 +40,26 @@ pub enum Error {
         file_name(path)
     )]
     Format { path: PathBuf, message: String },
+    /// The footer is complete but its numbers cannot be true (row counts that disagree,
+    /// sizes past the end of the file, an implausible compression ratio).
+    #[error("`{}` has a footer that cannot be trusted: {message}", file_name(path))]
+    Implausible { path: PathBuf, message: String },
+    /// Data pages that do not decode (corrupt, truncated in the middle, or lying about
+    /// their contents).
+    #[error("`{}` has data that does not decode: {message}", file_name(path))]
+    Corrupt { path: PathBuf, message: String },
+    /// The caller's meter refused to account for more (memory budget, cancellation).
+    #[error("{0}")]
+    Stopped(String),
 }
+
+/// The largest footer read: a footer describes columns and row groups; tens of megabytes
+/// would be a file of millions of row groups, or a hostile one.
+pub const MAX_FOOTER_BYTES: u64 = 64 * 1024 * 1024;
+/// How much larger a column chunk may say it is once decompressed than on disk. Real files
+/// stay far below (dictionary and run-length encoding happen before compression); a page
+/// that claims more is a decompression bomb.
+pub const MAX_EXPANSION: i64 = 1000;
 
 fn file_name(path: &Path) -> String {
     path.file_name()
@@ -68,7 +87,8 @@ pub struct Footer {
     pub footer_bytes: Vec<u8>,
 }
 
-/// Reads the footer of `path`: schema, row count, size. No data pages are read.
+/// Reads the footer of `path`: schema, row count, size. No data pages are read. The footer's
+/// numbers are checked against each other and against the file before anything trusts them.
 pub fn read_footer(path: &Path) -> Result<Footer, Error> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
@@ -76,10 +96,22 @@ pub fn read_footer(path: &Path) -> Result<Footer, Error> {
     };
     let file = File::open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
-    let reader_meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-        .map_err(|e| format_error(path, e))?;
-    let num_rows = reader_meta.metadata().file_metadata().num_rows();
     let footer_bytes = raw_footer(&file, meta.len()).map_err(io)?;
+    if footer_bytes.len() as u64 > MAX_FOOTER_BYTES {
+        return Err(Error::Implausible {
+            path: path.to_path_buf(),
+            message: format!(
+                "its footer is {} bytes; at most {MAX_FOOTER_BYTES} are read",
+                footer_bytes.len()
+            ),
+        });
+    }
+    let reader_meta = guarded(path, || {
+        ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+            .map_err(|e| format_error(path, e))
+    })?;
+    check_footer(path, reader_meta.metadata(), meta.len())?;
+    let num_rows = reader_meta.metadata().file_metadata().num_rows();
     Ok(Footer {
         path: path.to_path_buf(),
         schema: reader_meta.schema().clone(),
@@ -88,6 +120,89 @@ pub fn read_footer(path: &Path) -> Result<Footer, Error> {
         modified: meta.modified().ok(),
         footer_bytes,
     })
+}
+
+/// The checks a footer must pass: row counts that add up, column chunks inside the file, and
+/// no chunk claiming to decompress to more than [`MAX_EXPANSION`] times its size.
+fn check_footer(
+    path: &Path,
+    metadata: &datafusion::parquet::file::metadata::ParquetMetaData,
+    file_size: u64,
+) -> Result<(), Error> {
+    let implausible = |message: String| Error::Implausible {
+        path: path.to_path_buf(),
+        message,
+    };
+    let declared = metadata.file_metadata().num_rows();
+    if declared < 0 {
+        return Err(implausible(format!("it declares {declared} rows")));
+    }
+    let mut in_groups: i64 = 0;
+    for (g, group) in metadata.row_groups().iter().enumerate() {
+        let rows = group.num_rows();
+        if rows < 0 {
+            return Err(implausible(format!("row group {g} declares {rows} rows")));
+        }
+        in_groups = in_groups.saturating_add(rows);
+        for column in group.columns() {
+            let name = column.column_path().string();
+            let compressed = column.compressed_size();
+            let uncompressed = column.uncompressed_size();
+            if compressed < 0 || uncompressed < 0 {
+                return Err(implausible(format!(
+                    "column `{name}` of row group {g} declares a negative size"
+                )));
+            }
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(i64::MAX)
+                .min(column.data_page_offset());
+            if start < 0 || (start as u64).saturating_add(compressed as u64) > file_size {
+                return Err(implausible(format!(
+                    "column `{name}` of row group {g} lies past the end of the file ({file_size} bytes)"
+                )));
+            }
+            // Small chunks may expand a lot in relative terms; what matters is the absolute
+            // amount, so the ratio applies past a floor of 1 MiB.
+            if uncompressed > (1 << 20) && uncompressed / compressed.max(1) > MAX_EXPANSION {
+                return Err(implausible(format!(
+                    "column `{name}` of row group {g} claims to expand from {compressed} to {uncompressed} bytes, more than {MAX_EXPANSION} times"
+                )));
+            }
+            // A flat column has one value per row; fewer values than rows cannot decode.
+            if column.column_descr().max_rep_level() == 0 && column.num_values() != rows {
+                return Err(implausible(format!(
+                    "column `{name}` of row group {g} holds {} values for {rows} rows",
+                    column.num_values()
+                )));
+            }
+        }
+    }
+    if in_groups != declared {
+        return Err(implausible(format!(
+            "it declares {declared} rows but its row groups hold {in_groups}"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs parquet decoding with panics turned into errors: a hostile file can make the parquet
+/// crate panic, and that must fail this file, not the caller.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the reader stopped unexpectedly".to_string());
+            Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                message: format!("the Parquet reader failed ({message})"),
+            })
+        }
+    }
 }
 
 /// The last bytes of a Parquet file: metadata, its length and the magic number.
@@ -117,31 +232,100 @@ pub struct Data {
     pub schema: SchemaRef,
 }
 
-/// Reads the file's bytes once and decodes the given top-level columns from them.
-pub fn read_data(path: &Path, columns: &[usize]) -> Result<Data, Error> {
+/// Accounts for what decoding holds: called after each batch with its size in bytes and its
+/// rows; an error stops the decoding and is returned as [`Error::Stopped`].
+pub type Meter<'a> = dyn FnMut(usize, usize) -> Result<(), String> + 'a;
+
+/// Reads the file's bytes once and decodes the given top-level columns from them. Text
+/// columns are decoded as string views, so a batch holds 16 bytes per value plus the
+/// dictionary and page buffers it shares (a million rows of one long dictionary value cost
+/// 16 MB, not a million copies); `meter` sees every batch before the next is decoded. The
+/// rows decoded must be the rows the footer declared.
+pub fn read_data(path: &Path, columns: &[usize], meter: &mut Meter<'_>) -> Result<Data, Error> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
     let bytes = Bytes::from(bytes);
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
-        .map_err(|e| format_error(path, e))?;
-    let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
-    let reader = builder
-        .with_projection(mask)
-        .with_batch_size(BATCH_ROWS)
-        .build()
-        .map_err(|e| format_error(path, e))?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::Format {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+    let mut batches = Vec::new();
+    let schema = decode(path, bytes.clone(), columns, &mut |batch| {
+        meter(batch.get_array_memory_size(), batch.num_rows())?;
+        batches.push(batch);
+        Ok(())
+    })?;
     Ok(Data {
         bytes,
         batches,
         schema,
+    })
+}
+
+/// Decodes every page of the given columns (all of them when `columns` is empty) of the bytes
+/// of a Parquet file, handing each batch to `each` before the next is decoded (an error from
+/// it stops decoding as [`Error::Stopped`]), and checks the rows against the footer.
+pub fn decode(
+    path: &Path,
+    bytes: Bytes,
+    columns: &[usize],
+    each: &mut dyn FnMut(RecordBatch) -> Result<(), String>,
+) -> Result<SchemaRef, Error> {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    guarded(path, move || {
+        // The file's own Arrow schema is not used: it may ask for dictionary arrays (one
+        // copy of the values per batch); text is read as views of shared buffers instead.
+        let plain = ArrowReaderMetadata::load(
+            &bytes,
+            ArrowReaderOptions::new().with_skip_arrow_metadata(true),
+        )
+        .map_err(|e| format_error(path, e))?;
+        check_footer(path, plain.metadata(), bytes.len() as u64)?;
+        let declared = plain.metadata().file_metadata().num_rows();
+        let viewed: Vec<Field> = plain
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 => {
+                    Field::new(f.name(), DataType::Utf8View, f.is_nullable())
+                        .with_metadata(f.metadata().clone())
+                }
+                _ => f.as_ref().clone(),
+            })
+            .collect();
+        let options = ArrowReaderOptions::new()
+            .with_skip_arrow_metadata(true)
+            .with_schema(std::sync::Arc::new(Schema::new_with_metadata(
+                viewed,
+                plain.schema().metadata().clone(),
+            )));
+        let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(bytes, options)
+            .map_err(|e| format_error(path, e))?;
+        let mask = if columns.is_empty() {
+            ProjectionMask::all()
+        } else {
+            ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied())
+        };
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(BATCH_ROWS)
+            .build()
+            .map_err(|e| format_error(path, e))?;
+        let schema = reader.schema();
+        let mut rows: i64 = 0;
+        for batch in reader {
+            let batch = batch.map_err(|e| Error::Corrupt {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+            rows += batch.num_rows() as i64;
+            each(batch).map_err(Error::Stopped)?;
+        }
+        if rows != declared {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                message: format!("its footer declares {declared} rows but {rows} decode"),
+            });
+        }
+        Ok(schema)
     })
 }

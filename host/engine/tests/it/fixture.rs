@@ -61,6 +61,8 @@ pub fn write_dataset(dir: &Path, yaml: &str, rows: &[Vec<Value>]) {
 pub fn datasets_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
+        // Cursors in golden files must not depend on a random per-process key.
+        tally_engine::cursor::derive_key(b"tally engine tests");
         let tmp = tempfile::tempdir().expect("temp dir");
         let src = data_dir().join("fixture");
         let yaml = std::fs::read_to_string(src.join("dataset.yaml")).expect("fixture yaml");

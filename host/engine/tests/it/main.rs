@@ -3,6 +3,7 @@
 mod cases;
 mod differential;
 mod fixture;
+mod hostile;
 mod paging;
 mod provenance;
 mod reference;

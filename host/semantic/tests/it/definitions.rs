@@ -72,9 +72,14 @@ fn definition_files() {
 fn valid_file_keeps_every_key() {
     let text = std::fs::read_to_string(data_dir("definitions").join("ok_backends_and_dates.yaml"))
         .expect("readable");
-    let loaded = load_definition("x/dataset.yaml", "x", &text).expect("valid");
+    let loaded = load_definition(
+        "ok_backends_and_dates/dataset.yaml",
+        "ok_backends_and_dates",
+        &text,
+    )
+    .expect("valid");
     let def = loaded.dataset;
-    assert_eq!(def.id, "laws");
+    assert_eq!(def.id, "ok_backends_and_dates");
     assert_eq!(
         def.published_at.as_ref().map(|d| d.as_str()),
         Some("2024-04-01")
@@ -98,4 +103,40 @@ fn valid_file_keeps_every_key() {
     assert_eq!(def.fields[2].multi_value.as_deref(), Some("|"));
     assert!(!def.fields[1].groupable);
     assert!(!def.fields[0].groupable, "id fields are not groupable");
+}
+
+/// Regression (issue 14, "a folder name that is not a valid id"): a folder named with a space,
+/// a quote, a right-to-left mark or a newline is refused with the name escaped, and the
+/// refusal names the folder so it can be renamed.
+#[test]
+fn folder_name_that_is_not_a_valid_id_is_refused() {
+    let text = "title: t\nfields:\n- {name: a, role: dim}\n";
+    for folder in [
+        "a b",
+        "quo\"te",
+        "rtl\u{200f}mark",
+        "new\nline",
+        ".hidden",
+        "",
+    ] {
+        let label = "datasets/x/dataset.yaml";
+        let err = match load_definition(label, folder, text) {
+            Ok(_) => panic!("folder {folder:?} must be refused"),
+            Err(e) => e,
+        };
+        let message = err
+            .errors()
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+            .join("; ");
+        assert!(
+            message.contains("not a valid dataset id"),
+            "{folder:?}: {message}"
+        );
+        assert!(
+            !message.contains('\n') && !message.contains('\u{200f}'),
+            "{folder:?}: the name is escaped in {message:?}"
+        );
+    }
+    assert!(load_definition("datasets/ok-1.x/dataset.yaml", "ok-1.x", text).is_ok());
 }

@@ -106,6 +106,122 @@ fn write_comparison(dir: &Path) {
     tx.commit().expect("commit");
 }
 
+/// Hostile Parquet files for the resource tests (`tests/e2e/test_hostile.py`), each small on
+/// disk:
+/// - `bomb-rows.parquet`: 10M rows of one short string (column `s`), which declares more rows
+///   than a 256 MiB budget can hold;
+/// - `bomb-text.parquet`: 1.5M rows of one 2 KiB string (column `s`), 3 GB once decoded;
+/// - `overflow.parquet`: columns `id`, `grp`, `n`, where group `big` sums four values of
+///   2^62 (past the 64-bit range) and group `small` sums 1 + 2.
+fn write_hostile(dir: &Path) {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{
+        ArrayRef, DictionaryArray, Int32Array, Int64Array, StringArray,
+    };
+    use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::basic::{Compression, ZstdLevel};
+    use datafusion::parquet::file::properties::WriterProperties;
+
+    let props = || {
+        WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_row_count(Some(4 * 1024 * 1024))
+            .build()
+    };
+    for (name, rows, text) in [
+        ("bomb-rows.parquet", 10_000_000usize, "x".repeat(16)),
+        ("bomb-text.parquet", 1_500_000usize, "y".repeat(2048)),
+    ] {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "s",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            false,
+        )]));
+        let file = std::fs::File::create(dir.join(name)).expect("bomb file");
+        let mut writer =
+            ArrowWriter::try_new(file, Arc::clone(&schema), Some(props())).expect("writer");
+        let chunk = 1_000_000usize;
+        let mut written = 0;
+        while written < rows {
+            let n = chunk.min(rows - written);
+            let keys = Int32Array::from(vec![0i32; n]);
+            let values = Arc::new(StringArray::from(vec![text.as_str()]));
+            let dict: DictionaryArray<Int32Type> =
+                DictionaryArray::try_new(keys, values).expect("dictionary");
+            let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(dict) as ArrayRef])
+                .expect("batch");
+            writer.write(&batch).expect("write");
+            written += n;
+        }
+        writer.close().expect("close");
+    }
+
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("grp", DataType::Utf8, false),
+        Field::new("n", DataType::Int64, true),
+    ]));
+    let big = 1i64 << 62;
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(StringArray::from(vec!["a", "b", "c", "d", "e", "f"])) as ArrayRef,
+            Arc::new(StringArray::from(vec![
+                "big", "big", "big", "big", "small", "small",
+            ])),
+            Arc::new(Int64Array::from(vec![big, big, big, big, 1, 2])),
+        ],
+    )
+    .expect("batch");
+    let file = std::fs::File::create(dir.join("overflow.parquet")).expect("overflow file");
+    let mut writer = ArrowWriter::try_new(file, schema, None).expect("writer");
+    writer.write(&batch).expect("write");
+    writer.close().expect("close");
+
+    // `large.parquet`: 1M ordinary rows (id, a, b, c: text; n: integer), slow enough to
+    // prepare that a call with a short deadline answers before the preparation is done.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("a", DataType::Utf8, false),
+        Field::new("b", DataType::Utf8, true),
+        Field::new("c", DataType::Utf8, true),
+        Field::new("n", DataType::Int64, true),
+    ]));
+    let file = std::fs::File::create(dir.join("large.parquet")).expect("large file");
+    let mut writer =
+        ArrowWriter::try_new(file, Arc::clone(&schema), Some(props())).expect("writer");
+    let chunk = 100_000i64;
+    for start in (0..1_000_000i64).step_by(chunk as usize) {
+        let range = start..start + chunk;
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    range.clone().map(|i| format!("row-{i:07}")),
+                )) as ArrayRef,
+                Arc::new(StringArray::from_iter_values(
+                    range.clone().map(|i| format!("group {}", i % 97)),
+                )),
+                Arc::new(StringArray::from_iter_values(range.clone().map(|i| {
+                    format!("申請の種類 {} / Application kind {}", i % 1009, i % 13)
+                }))),
+                Arc::new(StringArray::from_iter_values(range.clone().map(|i| {
+                    format!("備考: 第{}条に基づく手続 (procedure {i})", i % 211)
+                }))),
+                Arc::new(Int64Array::from_iter_values(
+                    range.clone().map(|i| i % 1000),
+                )),
+            ],
+        )
+        .expect("batch");
+        writer.write(&batch).expect("write");
+    }
+    writer.close().expect("close");
+}
+
 #[test]
 fn python_mcp_client_end_to_end() {
     let root = workspace_root();
@@ -120,6 +236,7 @@ fn python_mcp_client_end_to_end() {
     let variants = tempfile::tempdir().expect("temp dir");
     write_variants(variants.path());
     write_comparison(variants.path());
+    write_hostile(variants.path());
     // Native plugin libraries cargo built for this test run sit beside this test binary.
     let native_dir = std::env::current_exe()
         .ok()

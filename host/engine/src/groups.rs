@@ -1,0 +1,231 @@
+//! The cap on groups and on rows after exploding, checked while a summary aggregates.
+//!
+//! Every summary counts the records of each group (`__tally_rows`). That count is computed by
+//! [`capped_count`], DataFusion's `count` wrapped so that its group accumulator, which is told
+//! how many groups the hash table holds after every batch, stops the aggregation as soon as
+//! the table passes the cap, or as soon as more rows than the explode cap have flowed in.
+//! The call then ends early with an error that says what to narrow, instead of building
+//! millions of groups and answering long after its deadline.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray};
+use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::functions_aggregate::count::count_udaf;
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature,
+};
+
+/// The name of the capped count in plans.
+pub const CAPPED_COUNT: &str = "tally_count_capped";
+
+/// Why an aggregation was stopped; carried inside a DataFusion error and turned into a
+/// `limit_exceeded` answer by the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// The groups passed the cap.
+    Groups { cap: usize, seen: usize, rows: u64 },
+    /// More rows than the cap came out of exploding multi-value fields.
+    Rows { cap: u64 },
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stopped::Groups { cap, seen, rows } => write!(
+                f,
+                "the summary would produce more than {cap} groups (it had {seen} after reading {rows} rows, and was stopped there)"
+            ),
+            Stopped::Rows { cap } => write!(
+                f,
+                "exploding the multi-value fields would produce more than {cap} rows (every combination of their parts is one row), so the summary was stopped"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// The caps of one summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Caps {
+    pub groups: usize,
+    pub rows: u64,
+}
+
+/// `count(x)` that stops the aggregation past the caps.
+pub fn capped_count(caps: Caps) -> AggregateUDF {
+    AggregateUDF::from(CappedCount {
+        inner: count_udaf(),
+        caps,
+    })
+}
+
+#[derive(Debug)]
+struct CappedCount {
+    inner: Arc<AggregateUDF>,
+    caps: Caps,
+}
+
+impl PartialEq for CappedCount {
+    fn eq(&self, other: &Self) -> bool {
+        self.caps == other.caps
+    }
+}
+
+impl Eq for CappedCount {}
+
+impl std::hash::Hash for CappedCount {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.caps.hash(state);
+    }
+}
+
+impl AggregateUDFImpl for CappedCount {
+    fn name(&self) -> &str {
+        CAPPED_COUNT
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arg_types)
+    }
+
+    fn is_nullable(&self) -> bool {
+        false
+    }
+
+    fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        self.inner.accumulator(acc_args)
+    }
+
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        self.inner.state_fields(args)
+    }
+
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        self.inner.groups_accumulator_supported(args)
+    }
+
+    fn create_groups_accumulator(
+        &self,
+        args: AccumulatorArgs,
+    ) -> Result<Box<dyn GroupsAccumulator>> {
+        Ok(Box::new(Capped {
+            inner: self.inner.create_groups_accumulator(args)?,
+            caps: self.caps,
+            rows: 0,
+        }))
+    }
+
+    fn default_value(&self, data_type: &DataType) -> Result<datafusion::common::ScalarValue> {
+        self.inner.default_value(data_type)
+    }
+}
+
+struct Capped {
+    inner: Box<dyn GroupsAccumulator>,
+    caps: Caps,
+    rows: u64,
+}
+
+impl std::fmt::Debug for Capped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capped")
+            .field("caps", &self.caps)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Capped {
+    fn check(&mut self, rows: usize, groups: usize) -> Result<()> {
+        self.rows = self.rows.saturating_add(rows as u64);
+        if groups > self.caps.groups {
+            return Err(DataFusionError::External(Box::new(Stopped::Groups {
+                cap: self.caps.groups,
+                seen: groups,
+                rows: self.rows,
+            })));
+        }
+        if self.rows > self.caps.rows {
+            return Err(DataFusionError::External(Box::new(Stopped::Rows {
+                cap: self.caps.rows,
+            })));
+        }
+        Ok(())
+    }
+}
+
+impl GroupsAccumulator for Capped {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.check(group_indices.len(), total_num_groups)?;
+        self.inner
+            .update_batch(values, group_indices, opt_filter, total_num_groups)
+    }
+
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        self.inner.evaluate(emit_to)
+    }
+
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        self.inner.state(emit_to)
+    }
+
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> Result<()> {
+        // Merged partial states are groups, not rows: only the group cap applies.
+        if total_num_groups > self.caps.groups {
+            return Err(DataFusionError::External(Box::new(Stopped::Groups {
+                cap: self.caps.groups,
+                seen: total_num_groups,
+                rows: self.rows,
+            })));
+        }
+        self.inner
+            .merge_batch(values, group_indices, total_num_groups)
+    }
+
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> Result<Vec<ArrayRef>> {
+        self.inner.convert_to_state(values, opt_filter)
+    }
+
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+}
+
+/// The [`Stopped`] inside a DataFusion error, if that is why it failed.
+pub fn stopped(e: &DataFusionError) -> Option<Stopped> {
+    let mut current: &dyn std::error::Error = e;
+    loop {
+        if let Some(s) = current.downcast_ref::<Stopped>() {
+            return Some(s.clone());
+        }
+        if let Some(DataFusionError::External(inner)) = current.downcast_ref::<DataFusionError>()
+            && let Some(s) = inner.downcast_ref::<Stopped>()
+        {
+            return Some(s.clone());
+        }
+        current = current.source()?;
+    }
+}
