@@ -229,10 +229,18 @@ impl Backend for ParquetBackend {
             };
             // The whole file is read into memory (hashed, then decoded from there).
             meter.account(usize::try_from(registered_size).unwrap_or(usize::MAX), 0)?;
-            let data = match tally_plugin_parquet::read_data(&path, &indices, &mut |bytes, rows| {
-                meter.account_text(bytes, rows)
-            }) {
+            let data = match tally_plugin_parquet::read_data(
+                &path,
+                &indices,
+                registered_size,
+                &mut |bytes, rows| meter.account_text(bytes, rows),
+            ) {
                 Ok(d) => d,
+                Err(tally_plugin_parquet::Error::Changed { .. }) => {
+                    return Err(stale(
+                        "its data file changed after this version was registered",
+                    ));
+                }
                 Err(tally_plugin_parquet::Error::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound =>
                 {

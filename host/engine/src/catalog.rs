@@ -710,9 +710,15 @@ pub fn read_every_page(ds: &Dataset, budget: &Arc<crate::memory::Budget>) -> Res
     let mut reservation = budget.reservation(format!("reading every page of `{}`", ds.def.id));
     for file in ds.backend.files() {
         let path = ds.folder.join(&file.path);
+        // Reserved before it is read.
+        let size = std::fs::metadata(&path)
+            .map_err(|e| format!("cannot read `{}`: {e}", file.path))?
+            .len();
+        reservation
+            .grow(usize::try_from(size).unwrap_or(usize::MAX))
+            .map_err(|e| e.to_string())?;
         let bytes =
             std::fs::read(&path).map_err(|e| format!("cannot read `{}`: {e}", file.path))?;
-        reservation.grow(bytes.len()).map_err(|e| e.to_string())?;
         let base = reservation.size();
         // Pages are checked, not kept: each batch is dropped once decoded, so the largest
         // batch is what must fit.

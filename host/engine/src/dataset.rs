@@ -73,14 +73,6 @@ pub struct Dataset {
     /// few, most recent last).
     subsets: std::sync::Mutex<Vec<(Vec<Pushed>, Arc<PreparedCell>)>>,
     inspect: OnceCell<Value>,
-    /// Set when this version is dropped: a preparation still running stops at its next batch.
-    cancel: Arc<AtomicBool>,
-}
-
-impl Drop for Dataset {
-    fn drop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
-    }
 }
 
 /// A prepared table, built once, in the background, by a task of its own: a call waits for
@@ -88,6 +80,18 @@ impl Drop for Dataset {
 #[derive(Debug, Default)]
 struct PreparedCell {
     state: std::sync::Mutex<PrepState>,
+    /// Set when the cell is dropped (its dataset version replaced, or a subset evicted): a
+    /// preparation still running for it stops at its next batch.
+    cancel: Arc<AtomicBool>,
+    /// Numbers the preparations of this cell, so a late waiter of one never records its
+    /// outcome over a newer one's.
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for PreparedCell {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
 }
 
 /// The preparation running for a cell, awaited by every call that needs it.
@@ -111,6 +115,7 @@ enum PrepState {
     Running {
         done: Preparing,
         progress: Arc<Progress>,
+        generation: u64,
     },
     Ready(Arc<Prepared>),
     /// A failure that would repeat: the same bytes fail the same way, and a dataset over
@@ -314,7 +319,6 @@ impl Dataset {
             prepared: PreparedCell::default(),
             subsets: std::sync::Mutex::new(Vec::new()),
             inspect: OnceCell::new(),
-            cancel: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -363,17 +367,18 @@ impl Dataset {
         engine: &Engine,
         pushed: &[Pushed],
     ) -> Result<Arc<Prepared>, EngineError> {
-        let done = {
+        let (done, generation) = {
             let mut state = cell
                 .state
                 .lock()
                 .map_err(|_| EngineError::internal("the preparation lock is poisoned"))?;
             match &*state {
                 PrepState::Ready(p) => return Ok(Arc::clone(p)),
-                PrepState::Running { done, .. } => done.clone(),
+                PrepState::Running {
+                    done, generation, ..
+                } => (done.clone(), *generation),
                 PrepState::Failed { error, free }
-                    if !matches!(error, EngineError::Limit { .. })
-                        || engine.budget().free() < free.saturating_add(64 << 20) =>
+                    if engine.budget().free() < free.saturating_add(64 << 20) =>
                 {
                     return Err(error.clone());
                 }
@@ -386,7 +391,8 @@ impl Dataset {
                         budget: Arc::clone(engine.budget()),
                         pushed: pushed.to_vec(),
                         progress: Arc::clone(&progress),
-                        cancel: Arc::clone(&self.cancel),
+                        cancel: Arc::clone(&cell.cancel),
+                        slots: Arc::clone(engine.preparations()),
                     };
                     let task = tokio::spawn(job.run());
                     let future: futures::future::BoxFuture<'static, _> = Box::pin(async move {
@@ -398,26 +404,30 @@ impl Dataset {
                         }
                     });
                     let done = Preparing(futures::FutureExt::shared(future));
+                    let generation = cell.generation.fetch_add(1, Ordering::Relaxed) + 1;
                     *state = PrepState::Running {
                         done: done.clone(),
                         progress,
+                        generation,
                     };
-                    done
+                    (done, generation)
                 }
             }
         };
         let result = done.0.await;
         if let Ok(mut state) = cell.state.lock()
-            && matches!(&*state, PrepState::Running { .. })
+            && matches!(&*state, PrepState::Running { generation: g, .. } if *g == generation)
         {
             *state = match &result {
                 Ok(p) => PrepState::Ready(Arc::clone(p)),
-                // A replaced file or a bug: try again on the next call.
-                Err(EngineError::Stale { .. } | EngineError::Internal(_)) => PrepState::Idle,
-                Err(error) => PrepState::Failed {
+                // Only a dataset over the memory budget fails the same way again (while the
+                // budget is as full); anything else (a replaced file, an I/O error, a slow
+                // plugin) is tried again by the next call.
+                Err(error @ EngineError::Limit { .. }) => PrepState::Failed {
                     error: error.clone(),
                     free: engine.budget().free(),
                 },
+                Err(_) => PrepState::Idle,
             };
         }
         result
@@ -511,11 +521,24 @@ struct Job {
     pushed: Vec<Pushed>,
     progress: Arc<Progress>,
     cancel: Arc<AtomicBool>,
+    /// Preparations run a few at a time: each is CPU and memory heavy, and many at once
+    /// would only divide the machine between them.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Job {
     async fn run(self) -> Result<Arc<Prepared>, EngineError> {
         let id = self.def.id.clone();
+        let _slot = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| EngineError::internal("the preparation slots are closed"))?;
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(EngineError::Stale {
+                dataset: id,
+                message: "the dataset version was replaced before its data was prepared".into(),
+            });
+        }
         // Stopped when its time is up or its dataset version is dropped; the flag is read at
         // every batch.
         let stop = Arc::new(AtomicBool::new(false));
@@ -531,7 +554,7 @@ impl Job {
         let handle = tokio::runtime::Handle::current();
         // Reading and preparing is CPU work: on a blocking thread, so the runtime's workers
         // keep answering other calls (and timing this one out) meanwhile.
-        let result = tokio::task::spawn_blocking(move || {
+        let blocking = tokio::task::spawn_blocking(move || {
             let meter = Meter::new(
                 self.budget
                     .reservation(format!("reading dataset `{}`", self.def.id)),
@@ -539,13 +562,26 @@ impl Job {
                 Arc::clone(&self.progress),
             );
             prepare(&self, &handle, &meter)
-        })
-        .await
-        .unwrap_or_else(|e| {
-            Err(EngineError::Internal(format!(
-                "the preparation of dataset `{id}` failed unexpectedly: {e}"
-            )))
         });
+        // A backend that never returns (a native plugin stuck in its own code) is abandoned
+        // past the preparation's time; the flag above stops everything that reads batches.
+        let result =
+            match tokio::time::timeout(PREPARE_TIME + std::time::Duration::from_secs(30), blocking)
+                .await
+            {
+                Ok(joined) => joined.unwrap_or_else(|e| {
+                    Err(EngineError::Internal(format!(
+                        "the preparation of dataset `{id}` failed unexpectedly: {e}"
+                    )))
+                }),
+                Err(_) => Err(EngineError::Limit {
+                    message: format!(
+                        "reading dataset `{id}` did not finish within {} s",
+                        PREPARE_TIME.as_secs()
+                    ),
+                    hint: "the backend of this dataset is too slow for its data".into(),
+                }),
+            };
         watchdog.abort();
         result.map(Arc::new)
     }

@@ -126,6 +126,8 @@ pub struct Engine {
     limits: Limits,
     /// The server-wide memory budget every prepared table and call draws from.
     budget: Arc<memory::Budget>,
+    /// Preparations of data that may run at once.
+    preparations: Arc<tokio::sync::Semaphore>,
     /// Per caller, the operator memory its calls in flight hold.
     callers:
         std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>,
@@ -179,6 +181,9 @@ impl Engine {
             functions: udf::Functions::default(),
             budget: memory::Budget::new(limits.memory_budget_bytes),
             callers: Default::default(),
+            // Two at a time: preparing is CPU-bound, and the machines Tally targets have
+            // few cores; a third waits (its calls answer `dataset_preparing` meanwhile).
+            preparations: Arc::new(tokio::sync::Semaphore::new(2)),
             limits,
         }
     }
@@ -186,6 +191,11 @@ impl Engine {
     /// The server-wide memory budget.
     pub fn budget(&self) -> &Arc<memory::Budget> {
         &self.budget
+    }
+
+    /// The slots preparations of data take.
+    pub fn preparations(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.preparations
     }
 
     pub fn limits(&self) -> &Limits {

@@ -80,8 +80,22 @@ fn page_groups(
     };
     let mut sort: Vec<SortColumn> = Vec::new();
     if let Some(m) = metric {
+        // NaN and infinities are shown as null (JSON has no such numbers) and sort with the
+        // nulls, last.
+        let values = datafusion::arrow::compute::cast(&column(&columns[m])?, &DataType::Float64)?;
+        let values = values
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Float64Array>()
+            .map(|a| {
+                std::sync::Arc::new(
+                    a.iter()
+                        .map(|v| v.filter(|x| x.is_finite()))
+                        .collect::<datafusion::arrow::array::Float64Array>(),
+                ) as ArrayRef
+            })
+            .unwrap_or(values);
         sort.push(SortColumn {
-            values: datafusion::arrow::compute::cast(&column(&columns[m])?, &DataType::Float64)?,
+            values,
             options: Some(SortOptions {
                 descending: true,
                 nulls_first: false,

@@ -165,8 +165,8 @@ struct Sessions {
     order: std::collections::VecDeque<String>,
 }
 
-/// Sessions remembered; past it the oldest binding is forgotten (and that session can no
-/// longer be used by anyone: rmcp keeps sessions longer than a client would).
+/// Sessions remembered; past it the oldest binding is forgotten, and that session is refused
+/// to everyone (its client starts a new one).
 const MAX_SESSIONS: usize = 10_000;
 
 impl Sessions {
@@ -215,6 +215,9 @@ impl Guard {
     /// Whether `peer` may try to authenticate now: `Err(seconds)` while its failures are
     /// over the allowance.
     fn may_try(&self, peer: std::net::IpAddr) -> Result<(), u64> {
+        // Every request of the peer is held back then, valid token or not: letting valid
+        // ones through would tell a guesser which guess was right.
+        let peer = network_of(peer);
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         let rate = self.auth_failures_per_minute / 60.0;
         let burst = (self.auth_failures_per_minute * 2.0).max(1.0);
@@ -233,11 +236,13 @@ impl Guard {
 
     /// Counts a failed authentication of `peer`.
     fn failed(&self, peer: std::net::IpAddr) {
+        let peer = network_of(peer);
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         let burst = (self.auth_failures_per_minute * 2.0).max(1.0);
-        // Bounded: a flood from many addresses forgets the fullest buckets first.
-        if failures.len() > 100_000 {
-            failures.retain(|_, (left, _)| *left < burst - 1.0);
+        // Bounded: past this many addresses the record starts over (a flood from that many
+        // addresses is not stopped by per-address limits anyway).
+        if failures.len() >= 100_000 {
+            failures.clear();
         }
         let (left, last) = failures.entry(peer).or_insert((burst, Instant::now()));
         *left = (*left - 1.0).max(0.0);
@@ -281,6 +286,18 @@ impl Guard {
             map.entry(caller.to_string())
                 .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.concurrent))),
         )
+    }
+}
+
+/// The address failures are counted against: an IPv6 peer by its /64 network (one host is
+/// usually given a whole /64 and could rotate through it).
+fn network_of(peer: std::net::IpAddr) -> std::net::IpAddr {
+    match peer {
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            let s = v6.segments();
+            std::net::IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        other => other,
     }
 }
 
@@ -422,11 +439,9 @@ pub async fn check(
         .map(str::to_string);
     if let Some(id) = &session {
         let sessions = guard.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        if sessions
-            .owner
-            .get(id)
-            .is_some_and(|owner| *owner != caller.id)
-        {
+        // Fails closed: a session this guard did not see created (or has forgotten) belongs
+        // to nobody here; the client starts a new one, as MCP says it must on a 404.
+        if sessions.owner.get(id) != Some(&caller.id) {
             return refuse(
                 StatusCode::NOT_FOUND,
                 "no such session for this caller",

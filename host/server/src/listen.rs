@@ -43,9 +43,18 @@ pub struct ConnectionLimits {
 struct Place {
     peer: IpAddr,
     opened: Instant,
+    /// Milliseconds after `opened` when a byte last moved (0: never).
+    last: Arc<AtomicU64>,
     /// Requests being served on it (a response body still streaming counts).
     busy: Arc<AtomicUsize>,
     close: Arc<Notify>,
+}
+
+impl Place {
+    /// When a byte last moved on it (or when it opened, if never).
+    fn active(&self) -> Instant {
+        self.opened + Duration::from_millis(self.last.load(Ordering::Relaxed))
+    }
 }
 
 /// The open connections.
@@ -70,12 +79,14 @@ impl Registry {
         let place = Place {
             peer,
             opened: Instant::now(),
+            last: Arc::new(AtomicU64::new(0)),
             busy: Arc::new(AtomicUsize::new(0)),
             close: Arc::new(Notify::new()),
         };
         let handle = Place {
             peer,
             opened: place.opened,
+            last: Arc::clone(&place.last),
             busy: Arc::clone(&place.busy),
             close: Arc::clone(&place.close),
         };
@@ -83,14 +94,16 @@ impl Registry {
         Some((self.next, handle))
     }
 
-    /// Closes the oldest connection not serving a request (of `peer`, if given).
+    /// Closes the connection not serving a request that has been quiet longest (of `peer`,
+    /// if given): one that never sent a byte goes first, a client that was just answered
+    /// last.
     fn evict(&mut self, peer: Option<IpAddr>) -> bool {
         let victim = self
             .places
             .iter()
             .filter(|(_, p)| peer.is_none_or(|x| p.peer == x))
             .filter(|(_, p)| p.busy.load(Ordering::Acquire) == 0)
-            .min_by_key(|(_, p)| p.opened)
+            .min_by_key(|(_, p)| (p.last.load(Ordering::Relaxed) != 0, p.active()))
             .map(|(k, _)| *k);
         match victim {
             Some(k) => {
@@ -197,12 +210,14 @@ pub async fn serve(
     }
     let limits = limits;
     let registry = Arc::new(Mutex::new(Registry::default()));
-    let stop = Arc::new(Notify::new());
-    let stopping = Arc::clone(&stop);
+    // A watch channel, not a notification: a shutdown that comes while nobody waits is not
+    // lost.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
-        stopping.notify_waiters();
+        let _ = stopping.send(true);
     });
+    let mut stopped = stop.clone();
     loop {
         let (socket, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -214,7 +229,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = stop.notified() => break,
+            _ = stopped_signal(&mut stopped) => break,
         };
         let admitted = registry
             .lock()
@@ -226,8 +241,8 @@ pub async fn serve(
             continue;
         };
         let _ = socket.set_nodelay(true);
-        let epoch = Instant::now();
-        let last = Arc::new(AtomicU64::new(0));
+        let epoch = place.opened;
+        let last = Arc::clone(&place.last);
         let io = TokioIo::new(Watched {
             inner: socket,
             last: Arc::clone(&last),
@@ -260,7 +275,7 @@ pub async fn serve(
             },
         );
         let registry = Arc::clone(&registry);
-        let stop = Arc::clone(&stop);
+        let mut stop = stop.clone();
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -269,13 +284,15 @@ pub async fn serve(
                 .keep_alive(true);
             let conn = builder.serve_connection(io, service).with_upgrades();
             let mut conn = std::pin::pin!(conn);
+            // Quiet for the idle time, whatever it is doing: a request whose body stopped
+            // arriving is as dead as a silent connection. (Calls end within their deadline,
+            // which `serve` keeps below the idle time, and event streams send keep-alives.)
             let idle = async {
                 loop {
                     tokio::time::sleep(limits.idle / 4).await;
-                    let quiet = epoch.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
-                    if quiet >= limits.idle.as_millis() as u64
-                        && place.busy.load(Ordering::Acquire) == 0
-                    {
+                    let quiet = (epoch.elapsed().as_millis() as u64)
+                        .saturating_sub(last.load(Ordering::Relaxed));
+                    if quiet >= limits.idle.as_millis() as u64 {
                         break;
                     }
                 }
@@ -284,7 +301,7 @@ pub async fn serve(
                 _ = conn.as_mut() => {}
                 _ = place.close.notified() => {}
                 _ = idle => {}
-                _ = stop.notified() => {
+                _ = stopped_signal(&mut stop) => {
                     conn.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(Duration::from_secs(5), conn.as_mut()).await;
                 }
@@ -296,7 +313,30 @@ pub async fn serve(
                 .remove(&key);
         });
     }
+    // Connections finish what they are doing (each has five seconds once told to stop).
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < deadline
+        && !registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .places
+            .is_empty()
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     Ok(())
+}
+
+/// Resolves once the server is told to stop (at once if it already was).
+async fn stopped_signal(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if *stop.borrow_and_update() {
+            return;
+        }
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Answers a connection that found every place busy: 503 with `Retry-After`, then closes.

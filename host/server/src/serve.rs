@@ -160,6 +160,7 @@ pub async fn http(
         .with_max_request_body_bytes(options.max_body_bytes)
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
     let cancel = config.cancellation_token.clone();
+    let engine_call_timeout = engine.limits().call_timeout;
     let shared = Shared::with_audit(Arc::clone(&engine), audit);
     let service: StreamableHttpService<TallyServer, LocalSessionManager> =
         StreamableHttpService::new(
@@ -212,7 +213,10 @@ pub async fn http(
             total: options.max_connections.max(1),
             per_peer: options.max_connections_per_peer.max(1),
             header_read: Duration::from_millis(options.header_timeout_ms.max(100)),
-            idle: Duration::from_millis(options.idle_timeout_ms.max(1000)),
+            // Never below a call's deadline plus the event-stream keep-alive: a call that
+            // sends nothing until it answers must not be taken for an idle connection.
+            idle: Duration::from_millis(options.idle_timeout_ms.max(1000))
+                .max(engine_call_timeout + Duration::from_secs(20)),
         },
         async move {
             shutdown_signal().await;

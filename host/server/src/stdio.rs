@@ -118,7 +118,9 @@ where
                     }
                 }
                 Ok(Line::Full) => {
+                    // A byte-order mark is allowed before JSON; rmcp gets the line without it.
                     let trimmed = line.trim_ascii();
+                    let trimmed = trimmed.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(trimmed);
                     if trimmed.is_empty() {
                         continue;
                     }

@@ -21,6 +21,8 @@ use datafusion::parquet::arrow::arrow_reader::{
 };
 use datafusion::parquet::errors::ParquetError;
 
+mod pages;
+
 /// Rows per batch when reading.
 const BATCH_ROWS: usize = 16 * 1024;
 
@@ -48,6 +50,9 @@ pub enum Error {
     /// their contents).
     #[error("`{}` has data that does not decode: {message}", file_name(path))]
     Corrupt { path: PathBuf, message: String },
+    /// The file is not the size it had when its footer was read (replaced or growing).
+    #[error("`{}` changed since it was registered", file_name(path))]
+    Changed { path: PathBuf },
     /// The caller's meter refused to account for more (memory budget, cancellation).
     #[error("{0}")]
     Stopped(String),
@@ -96,16 +101,23 @@ pub fn read_footer(path: &Path) -> Result<Footer, Error> {
     };
     let file = File::open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
-    let footer_bytes = raw_footer(&file, meta.len()).map_err(io)?;
-    if footer_bytes.len() as u64 > MAX_FOOTER_BYTES {
-        return Err(Error::Implausible {
-            path: path.to_path_buf(),
-            message: format!(
-                "its footer is {} bytes; at most {MAX_FOOTER_BYTES} are read",
-                footer_bytes.len()
-            ),
-        });
-    }
+    let footer_bytes = match raw_footer(&file, meta.len()).map_err(io)? {
+        Tail::Footer(bytes) => bytes,
+        // No magic number at the end: not Parquet, or a file still being written (its footer
+        // comes last), which the caller retries.
+        Tail::NoMagic => {
+            return Err(Error::Format {
+                path: path.to_path_buf(),
+                message: "the file does not end with the Parquet magic number".into(),
+            });
+        }
+        Tail::TooLong => {
+            return Err(Error::Implausible {
+                path: path.to_path_buf(),
+                message: format!("its footer says it is longer than {MAX_FOOTER_BYTES} bytes"),
+            });
+        }
+    };
     let reader_meta = guarded(path, || {
         ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
             .map_err(|e| format_error(path, e))
@@ -205,22 +217,37 @@ fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Er
     }
 }
 
+/// What the end of a file holds.
+enum Tail {
+    /// The metadata, its length and the magic number.
+    Footer(Vec<u8>),
+    NoMagic,
+    /// A footer that says it is longer than [`MAX_FOOTER_BYTES`] (not read).
+    TooLong,
+}
+
 /// The last bytes of a Parquet file: metadata, its length and the magic number.
-fn raw_footer(file: &File, size: u64) -> std::io::Result<Vec<u8>> {
+fn raw_footer(file: &File, size: u64) -> std::io::Result<Tail> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = file.try_clone()?;
-    if size < 8 {
-        return Ok(Vec::new());
+    if size < 12 {
+        return Ok(Tail::NoMagic);
     }
     let mut tail = [0u8; 8];
     f.seek(SeekFrom::Start(size - 8))?;
     f.read_exact(&mut tail)?;
+    if &tail[4..] != b"PAR1" {
+        return Ok(Tail::NoMagic);
+    }
     let len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if len > MAX_FOOTER_BYTES {
+        return Ok(Tail::TooLong);
+    }
     let start = size.saturating_sub(8 + len);
     let mut out = Vec::with_capacity((size - start) as usize);
     f.seek(SeekFrom::Start(start))?;
     f.take(size - start).read_to_end(&mut out)?;
-    Ok(out)
+    Ok(Tail::Footer(out))
 }
 
 /// The whole file as bytes (hashed by the caller) and its data, limited to `columns` (indices
@@ -241,15 +268,34 @@ pub type Meter<'a> = dyn FnMut(usize, usize) -> Result<(), String> + 'a;
 /// dictionary and page buffers it shares (a million rows of one long dictionary value cost
 /// 16 MB, not a million copies); `meter` sees every batch before the next is decoded. The
 /// rows decoded must be the rows the footer declared.
-pub fn read_data(path: &Path, columns: &[usize], meter: &mut Meter<'_>) -> Result<Data, Error> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+pub fn read_data(
+    path: &Path,
+    columns: &[usize],
+    expected_size: u64,
+    meter: &mut Meter<'_>,
+) -> Result<Data, Error> {
+    use std::io::Read;
+    let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // Read no more than the size the caller accounted for: a file that grew since is not
+    // this version (the caller sees the size differ and treats the version as stale).
+    let file = File::open(path).map_err(io)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(expected_size).unwrap_or(0));
+    file.take(expected_size.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 != expected_size {
+        return Err(Error::Changed {
+            path: path.to_path_buf(),
+        });
+    }
     let bytes = Bytes::from(bytes);
     let mut batches = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let schema = decode(path, bytes.clone(), columns, &mut |batch| {
-        meter(batch.get_array_memory_size(), batch.num_rows())?;
+        meter(new_bytes(&batch, &mut seen), batch.num_rows())?;
         batches.push(batch);
         Ok(())
     })?;
@@ -258,6 +304,32 @@ pub fn read_data(path: &Path, columns: &[usize], meter: &mut Meter<'_>) -> Resul
         batches,
         schema,
     })
+}
+
+/// The memory a batch adds to the batches decoded before it: string views share their
+/// dictionary and page buffers across batches, so each buffer is counted once (`seen` holds
+/// the buffers already counted).
+pub fn new_bytes(batch: &RecordBatch, seen: &mut std::collections::HashSet<usize>) -> usize {
+    use datafusion::arrow::array::{Array, StringViewArray};
+    batch
+        .columns()
+        .iter()
+        .map(
+            |column| match column.as_any().downcast_ref::<StringViewArray>() {
+                Some(views) => {
+                    let own = views.len() * 16 + views.len() / 8 + 64;
+                    let shared: usize = views
+                        .data_buffers()
+                        .iter()
+                        .filter(|b| seen.insert(b.as_ptr() as usize))
+                        .map(|b| b.capacity())
+                        .sum();
+                    own + shared
+                }
+                None => column.get_array_memory_size(),
+            },
+        )
+        .sum()
 }
 
 /// Decodes every page of the given columns (all of them when `columns` is empty) of the bytes
@@ -279,6 +351,10 @@ pub fn decode(
         )
         .map_err(|e| format_error(path, e))?;
         check_footer(path, plain.metadata(), bytes.len() as u64)?;
+        pages::check(&bytes, plain.metadata(), columns).map_err(|message| Error::Implausible {
+            path: path.to_path_buf(),
+            message,
+        })?;
         let declared = plain.metadata().file_metadata().num_rows();
         let viewed: Vec<Field> = plain
             .schema()
