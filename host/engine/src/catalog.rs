@@ -673,6 +673,8 @@ pub fn register(
         .map(|c| c.to_string())
         .collect();
 
+    let mut def = def;
+    def.undeclared = undeclared.clone();
     let (retrieved, fetched_from) = retrieval(folder, &def.retrieved_at, &backend);
     let mut hasher = Sha256::new();
     hasher.update(text.as_bytes());

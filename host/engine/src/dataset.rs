@@ -23,7 +23,8 @@ use crate::memory::{Budget, Meter, Progress};
 
 /// Hidden column: the record's position in file order (the default order).
 pub const ROW_COL: &str = "__tally_row";
-/// Hidden column: every text field of the record, lower-cased and joined, for `q`.
+/// Hidden column: every text field of the record, folded (NFKC, lower case) and joined, for
+/// `q`.
 pub const SEARCH_COL: &str = "__tally_search";
 /// Prefix reserved for hidden columns.
 pub const RESERVED_PREFIX: &str = "__tally_";
@@ -132,6 +133,9 @@ const SUBSETS_KEPT: usize = 16;
 /// Distinct values of a field with their record counts, most frequent first.
 pub type ValueCounts = Arc<Vec<(String, usize)>>;
 
+/// Distinct values of a field by their NFKC form (sorted within each form).
+pub type Variants = Arc<std::collections::HashMap<String, Vec<String>>>;
+
 /// The data of a dataset in memory, with the hidden columns added.
 #[derive(Debug)]
 pub struct Prepared {
@@ -151,6 +155,9 @@ pub struct Prepared {
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
     values: std::sync::Mutex<std::collections::HashMap<usize, ValueCounts>>,
+    /// Per text field, its distinct values grouped by their NFKC form, computed when first
+    /// needed.
+    variants: std::sync::Mutex<std::collections::HashMap<usize, Variants>>,
     /// Per coded field, the rank of each code when the values are sorted (code 0, "",
     /// ranks first), computed when first needed.
     ranks: std::sync::Mutex<std::collections::HashMap<usize, Arc<Vec<u32>>>>,
@@ -181,6 +188,41 @@ impl Prepared {
         self.batches
             .iter()
             .any(|b| b.column(field).null_count() > 0)
+    }
+
+    /// Whether a declared text field has any missing value (null or "").
+    pub fn has_missing(&self, field: usize) -> bool {
+        self.has_nulls(field)
+            || self.batches.iter().any(|b| {
+                b.column(field)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .is_some_and(|s| s.offsets().windows(2).any(|w| w[0] == w[1]))
+            })
+    }
+
+    /// The distinct values of a text field grouped by their NFKC form.
+    pub fn nfkc_variants(&self, def: &DatasetDef, field: usize) -> Variants {
+        if let Ok(cache) = self.variants.lock()
+            && let Some(v) = cache.get(&field)
+        {
+            return Arc::clone(v);
+        }
+        let mut map: std::collections::HashMap<String, Vec<String>> =
+            std::collections::HashMap::new();
+        for (value, _) in self.distinct_values(def, field).iter() {
+            map.entry(tally_semantic::names::nfkc_value(value))
+                .or_default()
+                .push(value.clone());
+        }
+        for values in map.values_mut() {
+            values.sort();
+        }
+        let map = Arc::new(map);
+        if let Ok(mut cache) = self.variants.lock() {
+            cache.insert(field, Arc::clone(&map));
+        }
+        map
     }
 
     /// The rank of each code of a coded field in the sorted order of its values.
@@ -782,7 +824,7 @@ fn prepare(
                     buf.push_str(col.value(r));
                 }
             }
-            search.append_value(buf.to_lowercase());
+            search.append_value(tally_semantic::names::fold(&buf));
         }
         let mut share_columns: Vec<ArrayRef> = Vec::with_capacity(shares.len());
         for (_, f, separator, values) in &shares {
@@ -879,6 +921,7 @@ fn prepare(
         row_sources,
         values: Default::default(),
         ranks: Default::default(),
+        variants: Default::default(),
         shares: shares.iter().map(|(k, _, _, _)| *k).collect(),
         codes: coded
             .iter()

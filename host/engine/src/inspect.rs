@@ -47,6 +47,44 @@ fn first_value(batches: &[datafusion::arrow::record_batch::RecordBatch], column:
         .unwrap_or(Value::Null)
 }
 
+/// Attributes with at most this many distinct values have them listed.
+pub const MAX_LISTED_DISTINCT: usize = 200;
+
+/// A field's values (parts, for a multi-value field) with their record counts, most frequent
+/// first, the values equal under NFKC counted together (`variants` lists the spellings).
+fn observed_values(
+    prepared: &crate::dataset::Prepared,
+    def: &tally_semantic::DatasetDef,
+    field: usize,
+) -> Vec<Value> {
+    let mut by_form: Vec<(String, usize, Vec<String>)> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (value, count) in prepared.distinct_values(def, field).iter() {
+        let form = tally_semantic::names::nfkc_value(value);
+        match index.get(&form) {
+            Some(&k) => {
+                by_form[k].1 += count;
+                by_form[k].2.push(value.clone());
+            }
+            None => {
+                index.insert(form, by_form.len());
+                by_form.push((value.clone(), *count, vec![value.clone()]));
+            }
+        }
+    }
+    by_form.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    by_form
+        .into_iter()
+        .map(|(value, count, variants)| {
+            if variants.len() > 1 {
+                json!({ "value": value, "count": count, "variants": variants })
+            } else {
+                json!({ "value": value, "count": count })
+            }
+        })
+        .collect()
+}
+
 pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError> {
     let def = &ds.def;
     let prepared = ds.prepared(engine).await?;
@@ -196,7 +234,36 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
                     "note": if distinct > TOP_VALUES { format!("the {TOP_VALUES} most frequent of {distinct} values") } else { format!("all {distinct} values") },
                 });
             }
-            None => {}
+            None => {
+                // Without a codelist a model still needs the exact spelling of the values it
+                // may filter or group by: the top values of every groupable field and of every
+                // attribute with few distinct values, NFKC variants counted together.
+                if !f.data_type.is_numeric()
+                    && f.locator.is_none()
+                    && f.role != tally_semantic::definition::Role::Id
+                {
+                    let values = observed_values(&prepared, def, i);
+                    let distinct = values.len();
+                    // Values that each occur once (names, free text) are not worth listing:
+                    // the count says so, and `q` searches them.
+                    let unique = values
+                        .first()
+                        .is_some_and(|v| v["count"].as_u64() == Some(1));
+                    if unique && distinct > TOP_VALUES {
+                        entry["values"] = json!({
+                            "distinct_count": distinct,
+                            "note": format!("{distinct} values, none repeated: search them with q or $contains rather than filtering on exact values"),
+                        });
+                    } else if f.groupable || distinct <= MAX_LISTED_DISTINCT {
+                        let top: Vec<Value> = values.into_iter().take(TOP_VALUES).collect();
+                        entry["values"] = json!({
+                            "distinct_count": distinct,
+                            "top_values": top,
+                            "note": if distinct > TOP_VALUES { format!("the {TOP_VALUES} most frequent of {distinct} values (parts, for a multi-value field); filter with these exact values") } else { format!("all {distinct} values (parts, for a multi-value field)") },
+                        });
+                    }
+                }
+            }
         }
         fields.push(entry);
     }
@@ -253,4 +320,73 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
         "version": ds.version,
         "backend": ds.backend.describe(),
     }))
+}
+
+/// Top values a compact description lists per field.
+pub const COMPACT_TOP_VALUES: usize = 5;
+/// Characters of a field's description a compact description keeps.
+pub const COMPACT_DESCRIPTION_CHARS: usize = 80;
+
+/// The compact description (the default of `inspect_dataset`): what a model needs to write a
+/// correct call — every field's name, role, type, fill rate, one line of meaning, its notes,
+/// its codes or most frequent values — without every code's description, every top value or
+/// per-field quality words; `detail: "full"` gives those.
+pub fn compact(mut body: Value) -> Value {
+    if let Some(fields) = body.get_mut("fields").and_then(Value::as_array_mut) {
+        for field in fields.iter_mut() {
+            let Some(f) = field.as_object_mut() else {
+                continue;
+            };
+            f.remove("quality");
+            if let Some(Value::String(d)) = f.get("description") {
+                let line = d.lines().next().unwrap_or("").trim();
+                // The first sentence, or the first characters of a long one.
+                let sentence = line
+                    .find('。')
+                    .map(|i| &line[..i + '。'.len_utf8()])
+                    .unwrap_or(line);
+                let short: String = sentence.chars().take(COMPACT_DESCRIPTION_CHARS).collect();
+                let short = if short.chars().count() < sentence.chars().count() {
+                    format!("{short}…")
+                } else {
+                    short
+                };
+                f.insert("description".into(), Value::String(short));
+            }
+            if let Some(Value::Object(codelist)) = f.get_mut("codelist") {
+                if let Some(Value::Array(codes)) = codelist.get("codes") {
+                    let values: Vec<Value> = codes
+                        .iter()
+                        .map(|c| c.get("value").cloned().unwrap_or(Value::Null))
+                        .collect();
+                    codelist.insert("codes".into(), Value::Array(values));
+                }
+                shorten_top(codelist);
+            }
+            if let Some(Value::Object(values)) = f.get_mut("values") {
+                shorten_top(values);
+            }
+        }
+    }
+    if let Some(m) = body.as_object_mut() {
+        m.insert(
+            "detail".into(),
+            json!("compact: one line of meaning per field, codes without their descriptions, the 5 most frequent values as [value, count] (top) out of distinct_count; call again with \"detail\": \"full\" for everything"),
+        );
+    }
+    body
+}
+
+/// The most frequent values as `[value, count]` pairs, the first few only; the note goes
+/// (the `detail` line says what is shortened).
+fn shorten_top(m: &mut serde_json::Map<String, Value>) {
+    m.remove("note");
+    if let Some(Value::Array(top)) = m.remove("top_values") {
+        let pairs: Vec<Value> = top
+            .iter()
+            .take(COMPACT_TOP_VALUES)
+            .map(|v| json!([v["value"], v["count"]]))
+            .collect();
+        m.insert("top".into(), Value::Array(pairs));
+    }
 }

@@ -27,6 +27,7 @@ pub mod query;
 pub mod schema;
 pub mod summarize;
 pub mod udf;
+pub mod values;
 pub mod wasm;
 pub mod wasm_backend;
 pub mod watch;
@@ -79,6 +80,9 @@ pub struct Limits {
     pub call_memory_bytes: usize,
     /// Size of the serialised rows of one result; rows past it are left out and that is said.
     pub max_result_bytes: usize,
+    /// Estimated tokens of the rows of one result (a model's context is the scarce thing);
+    /// rows past it are left out, with a cursor where there are pages, and that is said.
+    pub max_result_tokens: usize,
     /// The sandbox limits of every wasm plugin call.
     pub plugins: wasm::PluginLimits,
     /// Whether native plugins (shared libraries, with the server's full rights) may load.
@@ -101,6 +105,9 @@ impl Default for Limits {
             call_timeout: Duration::from_secs(10),
             call_memory_bytes: 512 * 1024 * 1024,
             max_result_bytes: 4 * 1024 * 1024,
+            // About 6,000 tokens: a useful page that leaves most of a context window for the
+            // question, the other results and the answer.
+            max_result_tokens: 6_000,
             plugins: wasm::PluginLimits::default(),
             allow_native: false,
             memory_budget_bytes: memory::default_budget(),
@@ -351,6 +358,16 @@ impl Engine {
         Arc::clone(callers.entry(caller.to_string()).or_default())
     }
 
+    /// Prepares a dataset's data now, waiting as long as the preparation takes (bounded by
+    /// the memory budget and the preparation's own time). For one-shot callers (the command
+    /// line), whose process would end before a preparation left in the background finished.
+    pub async fn prepare(&self, dataset_id: &str) {
+        let catalog = self.catalog.load_full();
+        if let Some(ds) = catalog.datasets.get(dataset_id.trim()) {
+            let _ = ds.prepared(self).await;
+        }
+    }
+
     /// When a call ran out of time waiting for its dataset's first preparation: the error
     /// that says so, with how far the preparation has come.
     fn still_preparing(&self, arguments: &Value, timeout: Duration) -> Option<EngineError> {
@@ -441,7 +458,7 @@ impl Engine {
             Request::ListDatasets(args) => self.list(args, scope),
             Request::InspectDataset(args) => {
                 let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
-                self.inspect(&ds, resolution).await?
+                self.inspect(&ds, resolution, args.full).await?
             }
             Request::QueryRecords(args) => {
                 let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
@@ -610,8 +627,10 @@ impl Engine {
         &self,
         ds: &Dataset,
         resolution: Option<Resolution>,
+        full: bool,
     ) -> Result<Output, EngineError> {
         let body = ds.inspect_cached(|| inspect::compute(self, ds)).await?;
+        let body = if full { body } else { inspect::compact(body) };
         let prepared = ds.prepared(self).await?;
         let mut out = Output::default();
         let (source, warning) = dataset_source(ds, &prepared.files);
@@ -630,9 +649,6 @@ impl Engine {
             ));
         }
         out.set("sourceRefs", [source_id]);
-        for note in &ds.def.notes {
-            out.warn(format!("{}: {note}", ds.def.id));
-        }
         out.transformations.push(Transformation::new(
             TransformationType::Aggregate,
             format!(

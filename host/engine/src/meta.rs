@@ -67,8 +67,8 @@ pub fn notes_of(def: &DatasetDef, used: &[FieldId]) -> Vec<FieldNotes> {
     out
 }
 
-/// Adds what every dataset result carries: field notes and dataset notes (in `data` and as
-/// warnings), corrections and notices (as warnings), and the resolved names.
+/// Adds what every dataset result carries: field notes and dataset notes (once, in `data`),
+/// corrections and notices (as warnings), and the resolved names.
 pub fn attach_common(
     out: &mut Output,
     def: &DatasetDef,
@@ -76,15 +76,9 @@ pub fn attach_common(
     resolved: &[Resolution],
     notices: &[Notice],
 ) {
+    // The caveats of the fields used travel in `data.notes`, once; `warnings` is about what
+    // this call did (corrections, cuts, empty results).
     let notes = notes_of(def, used);
-    for n in &notes {
-        for note in &n.notes {
-            out.warn(format!("{}: {note}", n.field));
-        }
-    }
-    for note in &def.notes {
-        out.warn(format!("{}: {note}", def.id));
-    }
     for r in resolved {
         out.warn(format!(
             "`{}` in {} was read as `{}`",
@@ -122,44 +116,89 @@ pub fn echo(mut plan: Value) -> Value {
     plan
 }
 
-/// Keeps the leading rows whose JSON fits in `max_bytes`; returns whether any were left out.
-pub fn cap_rows(rows: &mut Vec<Vec<Value>>, max_bytes: usize) -> bool {
-    let mut size = 0usize;
-    for (i, row) in rows.iter().enumerate() {
-        size += serde_json::to_string(row).map_or(0, |s| s.len() + 1);
-        if size > max_bytes {
-            rows.truncate(i);
-            return true;
-        }
-    }
-    false
+/// Which budget cut a result's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// The estimated tokens of the rows (a model's context).
+    Tokens,
+    /// Their serialised bytes.
+    Bytes,
 }
 
-/// Values compared exactly on a field whose codelist is `auto` (the values in the data) that
-/// no record has: not an error (the answer is simply zero), but said, with the closest values
-/// that do exist, because a guessed value is the usual reason.
+/// Estimated tokens of text as language models count them: about four characters of ASCII
+/// per token, about one token per character of other scripts (kana, kanji).
+pub fn estimated_tokens(text: &str) -> usize {
+    let ascii = text.bytes().filter(u8::is_ascii).count();
+    let other = text.chars().count() - ascii;
+    ascii.div_ceil(4) + other
+}
+
+/// Cuts `rows` to what fits both budgets (at least one row is kept when the first fits the
+/// byte budget, so a page always moves forward); `None` when everything fits.
+pub fn cap_rows_within(
+    rows: &mut Vec<Vec<Value>>,
+    max_bytes: usize,
+    max_tokens: usize,
+) -> Option<Cut> {
+    let (mut bytes, mut tokens) = (0usize, 0usize);
+    for (i, row) in rows.iter().enumerate() {
+        let text = serde_json::to_string(row).unwrap_or_default();
+        bytes += text.len() + 1;
+        tokens += estimated_tokens(&text) + 1;
+        if bytes > max_bytes {
+            rows.truncate(i);
+            return Some(Cut::Bytes);
+        }
+        if tokens > max_tokens && i > 0 {
+            rows.truncate(i);
+            return Some(Cut::Tokens);
+        }
+    }
+    None
+}
+
+/// Values no record has: not an error (the answer is simply zero), but said, with the closest
+/// values that do exist, because a guessed value is the usual reason. For each exact value the
+/// data does not hold (and, when the call found nothing, each substring no value contains) on
+/// a text field without static codes, the nearest values the field does hold, with counts.
 pub fn unknown_value_hints(
     prepared: &crate::dataset::Prepared,
     def: &DatasetDef,
     filters: &[tally_semantic::resolve::Filter],
+    nothing_found: bool,
 ) -> Vec<String> {
+    use tally_semantic::names::fold;
     use tally_semantic::request::Op;
     let mut hints = Vec::new();
     for filter in filters {
         let field = &def.fields[filter.field];
-        if !matches!(field.codelist, Some(Codelist::Auto | Codelist::AutoSplit))
+        // Static codes were checked already (an unknown code is refused with the codes);
+        // numbers and law provisions have no values to suggest.
+        if matches!(field.codelist, Some(Codelist::Static(_)))
             || field.data_type.is_numeric()
+            || field.locator.is_some()
         {
             continue;
         }
-        let values: Vec<String> = match &filter.op {
-            Op::In(vs) => vs.iter().map(|v| v.text()).collect(),
-            Op::Eq(v) | Op::Ne(v) => vec![v.text()],
+        let existing = prepared.distinct_values(def, filter.field);
+        let (values, substring): (Vec<String>, bool) = match &filter.op {
+            Op::In(vs) => (vs.iter().map(|v| v.text()).collect(), false),
+            Op::Eq(v) | Op::Ne(v) => (vec![v.text()], false),
+            // Scanning for a substring costs a pass over the values: only when it explains a
+            // result with nothing in it.
+            Op::Contains(t) if nothing_found => (vec![t.clone()], true),
             _ => continue,
         };
-        let existing = prepared.distinct_values(def, filter.field);
         for v in values {
-            if existing.iter().any(|(e, _)| *e == v) {
+            let found = if substring {
+                let wanted = fold(&v).into_owned();
+                existing
+                    .iter()
+                    .any(|(e, _)| fold(e).contains(wanted.as_str()))
+            } else {
+                existing.iter().any(|(e, _)| *e == v)
+            };
+            if found {
                 continue;
             }
             let ranked = tally_semantic::names::rank(&v, existing.iter().map(|(e, _)| e.as_str()));
@@ -175,7 +214,12 @@ pub fn unknown_value_hints(
                 })
                 .collect();
             hints.push(format!(
-                "no record has `{v}` as {}; closest existing values: {}",
+                "no record has {} as {}; closest existing values: {}",
+                if substring {
+                    format!("a value containing `{v}`")
+                } else {
+                    format!("`{v}`")
+                },
                 field.name,
                 if closest.is_empty() {
                     "none".to_string()

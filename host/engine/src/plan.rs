@@ -167,8 +167,9 @@ impl<'a> Planner<'a> {
             Op::Gte(v) => part.gt_eq(text_literal(v)),
             Op::Lt(v) => part.lt(text_literal(v)),
             Op::Lte(v) => part.lt_eq(text_literal(v)),
-            Op::NotEmpty(true) => part.not_eq(lit("")),
-            Op::NotEmpty(false) => part.eq(lit("")),
+            // A key may be null (a missing value) or, for exploded parts, never empty.
+            Op::NotEmpty(true) => part.clone().is_not_null().and(part.not_eq(lit(""))),
+            Op::NotEmpty(false) => part.clone().is_null().or(part.eq(lit(""))),
         }
     }
 

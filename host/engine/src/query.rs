@@ -11,9 +11,7 @@ use crate::cursor;
 use crate::dataset::{Dataset, ROW_COL};
 use crate::envelope::{Output, Transformation, TransformationType};
 use crate::error::EngineError;
-use crate::meta::{
-    self, attach_common, cap_rows, echo, field_meta, is_uninformative, unknown_value_hints,
-};
+use crate::meta::{self, attach_common, echo, field_meta, is_uninformative, unknown_value_hints};
 use crate::plan::{Planner, conjunction};
 
 /// The part of a plan that identifies its result set and order (not its page size).
@@ -30,11 +28,13 @@ fn identity(plan: &QueryPlan, def: &tally_semantic::DatasetDef) -> Value {
 pub async fn run(
     engine: &Engine,
     ds: &Dataset,
-    plan: QueryPlan,
+    mut plan: QueryPlan,
     select_given: bool,
 ) -> Result<Output, EngineError> {
     let def = &ds.def;
     let prepared = ds.prepared_for(engine, &ds.pushdown(&plan.filters)).await?;
+    let value_warnings =
+        crate::values::match_data(&prepared, def, &mut plan.filters, &mut plan.resolved_fields);
     let planner = Planner {
         def,
         functions: engine.functions(),
@@ -109,7 +109,11 @@ pub async fn run(
         .await
         .map_err(|e| EngineError::backend(&def.id, e))?;
     let mut rows = crate::json::rows(&page, &names);
-    let truncated = cap_rows(&mut rows, engine.limits().max_result_bytes);
+    let cut = meta::cap_rows_within(
+        &mut rows,
+        engine.limits().max_result_bytes,
+        engine.limits().max_result_tokens,
+    );
     let returned = rows.len();
     let mut page_rows: Vec<u64> = crate::json::rows(&page, &[ROW_COL.to_string()])
         .into_iter()
@@ -163,12 +167,18 @@ pub async fn run(
     out.set("offset", offset);
     out.set("returned", returned);
     out.set("next_cursor", &next_cursor);
-    if truncated {
+    if let Some(cut) = cut {
         out.set("truncated", true);
-        out.warn(format!(
-            "the page was cut to {returned} rows to stay within the result size budget ({} bytes); pass next_cursor for the rest",
-            engine.limits().max_result_bytes
-        ));
+        out.warn(match cut {
+            meta::Cut::Tokens => format!(
+                "the page was cut to {returned} rows to fit the result's context budget (about {} tokens); pass next_cursor for the rest, or select fewer columns",
+                engine.limits().max_result_tokens
+            ),
+            meta::Cut::Bytes => format!(
+                "the page was cut to {returned} rows to stay within the result size budget ({} bytes); pass next_cursor for the rest",
+                engine.limits().max_result_bytes
+            ),
+        });
     }
     let meta: Vec<_> = columns
         .iter()
@@ -176,16 +186,44 @@ pub async fn run(
         .map(field_meta)
         .collect();
     out.set("field_metadata", &meta);
+    if !select_given {
+        // The default projection leaves columns out: named, with how to get them.
+        let hidden: Vec<&str> = def
+            .fields
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !plan.select.contains(i))
+            .map(|(_, f)| f.name.as_str())
+            .collect();
+        if !hidden.is_empty() {
+            out.warn(format!(
+                "{} of {} columns are not shown by default: {}; name them in select to get them",
+                hidden.len(),
+                def.fields.len(),
+                hidden.join(", ")
+            ));
+            for name in hidden {
+                omitted.push(json!({ "field": name, "reason": "not among the default columns (id, names, dimensions, fields the call uses); name it in select" }));
+            }
+        }
+    }
     if !omitted.is_empty() {
-        out.warn(format!(
-            "{} column(s) left out because every value on this page is empty or generic: {}",
-            omitted.len(),
-            omitted
-                .iter()
-                .filter_map(|o| o["field"].as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        let empty: Vec<&str> = omitted
+            .iter()
+            .filter(|o| {
+                o["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("every value"))
+            })
+            .filter_map(|o| o["field"].as_str())
+            .collect();
+        if !empty.is_empty() {
+            out.warn(format!(
+                "{} column(s) left out because every value on this page is empty or generic: {}",
+                empty.len(),
+                empty.join(", ")
+            ));
+        }
         out.set("omitted_columns", &omitted);
     }
     let mut used: Vec<usize> = plan.select.clone();
@@ -198,7 +236,7 @@ pub async fn run(
             "{returned} of {total} matching records returned; pass next_cursor for the next page"
         ));
     }
-    let mut hints = unknown_value_hints(&prepared, def, &plan.filters);
+    let mut hints = unknown_value_hints(&prepared, def, &plan.filters, total == 0);
     if total == 0 && (!plan.filters.is_empty() || plan.q.is_some()) {
         // Conditions the backend applied itself shaped the table searched; which condition
         // excludes everything is asked of all the data.
@@ -220,6 +258,9 @@ pub async fn run(
         m.remove("select");
     }
     out.set("parameters", echoed);
+    for w in value_warnings {
+        out.warn(w);
+    }
     out.set("sourceRefs", [&source_id]);
     if let Some(per_row) = meta::row_source_refs(&mut out, &prepared, &source_id, &page_rows) {
         out.set("rowSourceRefs", per_row);

@@ -220,7 +220,7 @@ fn inspect_data() -> Value {
                 "items": {
                     "type": "object",
                     "additionalProperties": false,
-                    "required": ["name", "role", "data_type", "fill_rate", "quality"],
+                    "required": ["name", "role", "data_type", "fill_rate"],
                     "properties": {
                         "name": { "type": "string" },
                         "role": { "enum": ["id", "dim", "measure", "attr"] },
@@ -242,7 +242,8 @@ fn inspect_data() -> Value {
                                 "zero_count": { "type": ["integer", "null"] }
                             }
                         },
-                        "codelist": { "type": "object" }
+                        "codelist": { "type": "object" },
+                        "values": { "type": "object", "description": "For fields without a codelist: the most frequent values with their counts (NFKC variants together)." }
                     }
                 }
             },
@@ -253,6 +254,7 @@ fn inspect_data() -> Value {
             "dataset_notes": string_list(),
             "undeclared_columns": string_list(),
             "undeclared_columns_note": { "type": "string" },
+            "detail": { "type": "string", "description": "Present when the description is compact: what was shortened and how to get everything." },
             "definition_warnings": string_list(),
             "version": { "type": "string" },
             "backend": { "type": "object", "description": "Where the records come from: `kind` (parquet, wasm, native) and, for plugins, the plugin, its version, its component's hash and its sandbox limits." },
@@ -327,6 +329,14 @@ fn summarize_data() -> Value {
     props.insert(
         "pre_explode_records".into(),
         json!({ "type": "integer", "minimum": 0 }),
+    );
+    props.insert(
+        "records_without_value".into(),
+        json!({
+            "type": "object",
+            "description": "Per exploded field, the matched records that have no value in it: they form no group.",
+            "additionalProperties": { "type": "integer", "minimum": 0 }
+        }),
     );
     props.insert(
         "metrics".into(),

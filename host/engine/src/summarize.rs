@@ -25,7 +25,7 @@ use crate::Engine;
 use crate::dataset::{Dataset, Prepared, code_column, share_column};
 use crate::envelope::{Output, Transformation, TransformationType};
 use crate::error::EngineError;
-use crate::meta::{self, attach_common, cap_rows, echo, field_meta, unknown_value_hints};
+use crate::meta::{self, attach_common, echo, field_meta, unknown_value_hints};
 use crate::plan::{Planner, conjunction};
 use crate::query::{HasConditions, zero_hit_hints};
 
@@ -60,7 +60,7 @@ fn page_groups(
     coded: &[Option<std::sync::Arc<Vec<String>>>],
     ranks: &[Option<std::sync::Arc<Vec<u32>>>],
     keys: usize,
-    metric: Option<usize>,
+    order: &[(usize, bool)],
     limit: usize,
 ) -> Result<Page, datafusion::arrow::error::ArrowError> {
     use datafusion::arrow::compute::{SortColumn, SortOptions, concat_batches, lexsort_to_indices};
@@ -78,12 +78,28 @@ fn page_groups(
             datafusion::arrow::error::ArrowError::SchemaError(format!("no column {name}"))
         })
     };
-    let mut sort: Vec<SortColumn> = Vec::new();
-    if let Some(m) = metric {
-        // NaN and infinities are shown as null (JSON has no such numbers) and sort with the
-        // nulls, last.
+    // A group key sorts as its text (codes by the rank of their values); a metric as a
+    // number, NaN and infinities (shown as null, JSON has no such numbers) with the nulls,
+    // last.
+    let key_values = |k: usize| -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
+        let values = column(&columns[k])?;
+        Ok(
+            match (&ranks[k], values.as_any().downcast_ref::<UInt32Array>()) {
+                // Codes are numbered in the order values were met; their ranks order them
+                // as the values would be ordered.
+                (Some(rank), Some(codes)) => std::sync::Arc::new(UInt32Array::from_iter_values(
+                    codes
+                        .values()
+                        .iter()
+                        .map(|c| rank.get(*c as usize).copied().unwrap_or(0)),
+                )),
+                _ => values,
+            },
+        )
+    };
+    let metric_values = |m: usize| -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
         let values = datafusion::arrow::compute::cast(&column(&columns[m])?, &DataType::Float64)?;
-        let values = values
+        Ok(values
             .as_any()
             .downcast_ref::<datafusion::arrow::array::Float64Array>()
             .map(|a| {
@@ -93,30 +109,26 @@ fn page_groups(
                         .collect::<datafusion::arrow::array::Float64Array>(),
                 ) as ArrayRef
             })
-            .unwrap_or(values);
-        sort.push(SortColumn {
-            values,
-            options: Some(SortOptions {
-                descending: true,
-                nulls_first: false,
-            }),
-        });
-    }
-    for k in 0..keys {
-        let values = column(&columns[k])?;
-        let values: ArrayRef = match (&ranks[k], values.as_any().downcast_ref::<UInt32Array>()) {
-            // Codes are numbered in the order values were met; their ranks order them as
-            // the values would be ordered.
-            (Some(rank), Some(codes)) => std::sync::Arc::new(UInt32Array::from_iter_values(
-                codes
-                    .values()
-                    .iter()
-                    .map(|c| rank.get(*c as usize).copied().unwrap_or(0)),
-            )),
-            _ => values,
+            .unwrap_or(values))
+    };
+    let mut sort: Vec<SortColumn> = Vec::new();
+    for &(c, descending) in order {
+        let values = if c < keys {
+            key_values(c)?
+        } else {
+            metric_values(c)?
         };
         sort.push(SortColumn {
             values,
+            options: Some(SortOptions {
+                descending,
+                nulls_first: c < keys && !descending,
+            }),
+        });
+    }
+    for k in (0..keys).filter(|k| !order.iter().any(|(c, _)| c == k)) {
+        sort.push(SortColumn {
+            values: key_values(k)?,
             options: Some(SortOptions {
                 descending: false,
                 nulls_first: true,
@@ -145,8 +157,13 @@ fn page_groups(
     for row in &mut rows {
         for (k, code) in coded.iter().enumerate() {
             if let Some(values) = code {
-                let i = row[k].as_u64().unwrap_or(0) as usize;
-                row[k] = Value::String(values.get(i).cloned().unwrap_or_default());
+                // Code 0 is a missing value.
+                row[k] = match row[k].as_u64().unwrap_or(0) as usize {
+                    0 => Value::Null,
+                    i => values
+                        .get(i)
+                        .map_or(Value::Null, |v| Value::String(v.clone())),
+                };
             }
         }
     }
@@ -381,10 +398,12 @@ fn having_expr(planner: &Planner<'_>, h: &HavingFilter, metric: bool) -> Result<
 pub async fn run(
     engine: &Engine,
     ds: &Dataset,
-    plan: SummarizePlan,
+    mut plan: SummarizePlan,
 ) -> Result<Output, EngineError> {
     let def = &ds.def;
     let prepared = ds.prepared_for(engine, &ds.pushdown(&plan.filters)).await?;
+    let value_warnings =
+        crate::values::match_data(&prepared, def, &mut plan.filters, &mut plan.resolved_fields);
     let planner = Planner {
         def,
         functions: engine.functions(),
@@ -408,50 +427,62 @@ pub async fn run(
         Some(e) => base.clone().filter(e)?,
         None => base.clone(),
     };
-    // Records matched before exploding: counted apart only when exploding; otherwise it is
-    // the sum of the group counts, computed in the same pass as the metrics.
+    // Records matched before exploding, the records without a part in each exploded field
+    // (they form no group; they are reported), and the rows exploding would make (every
+    // combination of the parts of several fields is a row: a few long cells can multiply
+    // into billions, so they are counted before any is made). One pass; only when exploding.
+    let mut without_value: Vec<(String, u64)> = Vec::new();
     let pre_explode = if plan.explode.is_empty() {
         None
     } else {
-        Some(
-            df.clone()
-                .count()
-                .await
-                .map_err(|e| EngineError::backend(&def.id, e))?,
-        )
-    };
-
-    // Every combination of the parts of several exploded fields is a row: a few long cells
-    // can multiply into billions, so the rows are counted before any is made.
-    if plan.explode.len() > 1 {
+        let mut aggs =
+            vec![datafusion::functions_aggregate::expr_fn::count(lit(1i64)).alias("records")];
+        for (k, &e) in plan.explode.iter().enumerate() {
+            let none =
+                datafusion::functions_nested::expr_fn::array_has(planner.parts(e, true), lit(""));
+            aggs.push(
+                sum(when(none, lit(1i64))
+                    .otherwise(lit(0i64))
+                    .unwrap_or(lit(0i64)))
+                .alias(format!("without_{k}")),
+            );
+        }
         let product = plan
             .explode
             .iter()
             .map(|&e| {
                 cast(
-                    datafusion::functions_nested::expr_fn::array_length(planner.parts(e, true)),
+                    datafusion::functions_nested::expr_fn::array_length(planner.parts(e, false)),
                     DataType::Float64,
                 )
             })
             .reduce(|a, b| a * b)
             .unwrap_or(lit(1.0f64));
+        aggs.push(sum(coalesce(vec![product, lit(0.0f64)])).alias("rows"));
         let counted = df
             .clone()
-            .aggregate(vec![], vec![sum(product).alias("rows")])?
+            .aggregate(vec![], aggs)?
             .collect()
             .await
             .map_err(|e| EngineError::computing(&def.id, e))?;
-        let rows = counted
-            .first()
-            .filter(|b| b.num_rows() > 0)
-            .and_then(|b| {
-                b.column(0)
-                    .as_any()
-                    .downcast_ref::<datafusion::arrow::array::Float64Array>()
-                    .map(|a| a.value(0))
-            })
-            .unwrap_or(0.0);
-        if rows > caps.rows as f64 {
+        let value = |name: &str| -> f64 {
+            counted
+                .first()
+                .filter(|b| b.num_rows() > 0)
+                .and_then(|b| b.column_by_name(name))
+                .and_then(|c| {
+                    datafusion::arrow::compute::cast(c, &DataType::Float64)
+                        .ok()
+                        .and_then(|a| {
+                            a.as_any()
+                                .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                                .filter(|a| a.is_valid(0))
+                                .map(|a| a.value(0))
+                        })
+                })
+                .unwrap_or(0.0)
+        };
+        if value("rows") > caps.rows as f64 {
             return Err(EngineError::computing(
                 &def.id,
                 datafusion::error::DataFusionError::External(Box::new(
@@ -459,12 +490,20 @@ pub async fn run(
                 )),
             ));
         }
-    }
+        for (k, &e) in plan.explode.iter().enumerate() {
+            without_value.push((
+                def.fields[e].name.clone(),
+                value(&format!("without_{k}")) as u64,
+            ));
+        }
+        Some(value("records") as usize)
+    };
 
     // Explode: one row per part of each exploded field.
     for (k, &e) in plan.explode.iter().enumerate() {
+        // Records without parts make no row (they are counted in `records_without_value`).
         df = df
-            .with_column(&explode_col(k), planner.parts(e, true))?
+            .with_column(&explode_col(k), planner.parts(e, false))?
             .unnest_columns(&[explode_col(k).as_str()])?;
     }
     let part_of = |field: usize| {
@@ -507,15 +546,18 @@ pub async fn run(
         .map(|(&g, code)| {
             let text = !def.fields[g].data_type.is_numeric();
             let name = &def.fields[g].name;
+            // A missing value (null or blank) is the key null, never "" (which reads like a
+            // value).
             match part_of(g) {
-                // Exploded parts are never null ("" stands for no part).
+                // Exploded parts are never empty.
                 Some(col) => ident(col).alias(name),
                 None if code.is_some() => ident(code_column(g)).alias(name),
-                // A text column without nulls is its own key: no copy of every value.
-                None if text && !prepared.has_nulls(g) => planner.column(g).alias(name),
-                None => {
-                    coalesce(vec![cast(planner.column(g), DataType::Utf8), lit("")]).alias(name)
+                // A text column without missing values is its own key: no copy of every value.
+                None if text && !prepared.has_missing(g) => planner.column(g).alias(name),
+                None if text => {
+                    datafusion::functions::expr_fn::nullif(planner.column(g), lit("")).alias(name)
                 }
+                None => cast(planner.column(g), DataType::Utf8).alias(name),
             }
         })
         .collect();
@@ -571,39 +613,57 @@ pub async fn run(
             .map_err(|e| EngineError::computing(&def.id, e))?;
     }
     let keys = group_names.len();
-    let first_metric = plan.metrics.first().map(|_| keys);
+    // The order asked for, else the first metric descending; then the group keys.
+    let mut order: Vec<(usize, bool)> = plan
+        .order_by
+        .iter()
+        .filter_map(|s| {
+            columns
+                .iter()
+                .position(|c| *c == s.column)
+                .map(|i| (i, s.descending))
+        })
+        .collect();
+    if order.is_empty()
+        && let Some(_) = plan.metrics.first()
+    {
+        order.push((keys, true));
+    }
     let ranks: Vec<Option<std::sync::Arc<Vec<u32>>>> = plan
         .group_by
         .iter()
         .zip(&coded)
         .map(|(g, code)| code.as_ref().map(|_| prepared.code_ranks(*g)))
         .collect();
-    let page = page_groups(
-        &batches,
-        &columns,
-        &coded,
-        &ranks,
-        keys,
-        first_metric,
-        plan.limit,
-    )
-    .map_err(|e| EngineError::backend(&def.id, e))?;
+    let page = page_groups(&batches, &columns, &coded, &ranks, keys, &order, plan.limit)
+        .map_err(|e| EngineError::backend(&def.id, e))?;
     let total_groups = page.total;
     let mut rows = page.rows;
-    let truncated = cap_rows(&mut rows, engine.limits().max_result_bytes);
+    let cut = meta::cap_rows_within(
+        &mut rows,
+        engine.limits().max_result_bytes,
+        engine.limits().max_result_tokens,
+    );
 
     let (mut out, source_id) = meta::dataset_output(ds, &prepared);
     out.set("columns", &columns);
     out.set("rows", &rows);
     out.set("total_group_count", total_groups);
     out.set("returned", rows.len());
-    if truncated {
+    if let Some(cut) = cut {
         out.set("truncated", true);
-        out.warn(format!(
-            "the result was cut to {} groups to stay within the result size budget ({} bytes); add filters or having, or lower limit",
-            rows.len(),
-            engine.limits().max_result_bytes
-        ));
+        out.warn(match cut {
+            meta::Cut::Tokens => format!(
+                "the result was cut to {} groups to fit its context budget (about {} tokens); order by what matters (order_by), add having or filters, or lower limit",
+                rows.len(),
+                engine.limits().max_result_tokens
+            ),
+            meta::Cut::Bytes => format!(
+                "the result was cut to {} groups to stay within the result size budget ({} bytes); add filters or having, or lower limit",
+                rows.len(),
+                engine.limits().max_result_bytes
+            ),
+        });
     }
     for column in &page.beyond_i64 {
         out.warn(format!(
@@ -613,6 +673,11 @@ pub async fn run(
     out.set("total_records", matched);
     if !plan.explode.is_empty() {
         out.set("pre_explode_records", matched);
+        let without: serde_json::Map<String, Value> = without_value
+            .iter()
+            .map(|(f, n)| (f.clone(), json!(n)))
+            .collect();
+        out.set("records_without_value", &without);
     }
     let group_meta: Vec<_> = plan
         .group_by
@@ -653,7 +718,7 @@ pub async fn run(
             plan.limit
         ));
     }
-    let mut hints = unknown_value_hints(&prepared, def, &plan.filters);
+    let mut hints = unknown_value_hints(&prepared, def, &plan.filters, matched == 0);
     if matched == 0 && !row_filters.is_empty() {
         // Conditions the backend applied itself shaped the table searched; which condition
         // excludes everything is asked of all the data.
@@ -671,6 +736,9 @@ pub async fn run(
         out.set("hints", &hints);
     }
     out.set("parameters", echo(plan.to_json(def)));
+    for w in value_warnings {
+        out.warn(w);
+    }
     out.set("sourceRefs", [source_id]);
 
     meta::read_and_normalized(&mut out, def, &prepared, &plan.resolved_fields);
@@ -690,7 +758,7 @@ pub async fn run(
     let mut agg = Vec::new();
     if !plan.explode.is_empty() {
         agg.push(format!(
-            "split {} into their parts (one row per part; records without a value form the \"\" group)",
+            "split {} into their parts (one row per part; records without a value form no group and are counted in records_without_value)",
             plan.explode.iter().map(|e| def.fields[*e].name.clone()).collect::<Vec<_>>().join(", ")
         ));
     }
@@ -698,7 +766,7 @@ pub async fn run(
         "aggregated all matching records into one row".to_string()
     } else {
         format!(
-            "grouped by {} (empty key shown as \"\")",
+            "grouped by {} (a missing value is the key null)",
             group_names.join(", ")
         )
     });
@@ -713,12 +781,33 @@ pub async fn run(
                 .join(" and ")
         ));
     }
+    let ordered = if plan.order_by.is_empty() {
+        format!(
+            "{} descending",
+            plan.metrics
+                .first()
+                .map(|m| m.column(def))
+                .unwrap_or_default()
+        )
+    } else {
+        plan.order_by
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s.column,
+                    if s.descending {
+                        "descending"
+                    } else {
+                        "ascending"
+                    }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", then ")
+    };
     agg.push(format!(
-        "ordered by {} descending, ties by group key; {total_groups} groups, {} returned",
-        plan.metrics
-            .first()
-            .map(|m| m.column(def))
-            .unwrap_or_default(),
+        "ordered by {ordered}, ties by group key; {total_groups} groups, {} returned",
         rows.len()
     ));
     out.transformations.push(Transformation::new(

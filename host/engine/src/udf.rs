@@ -4,9 +4,10 @@
 //! - `tally_parts(text, separator, keep_empty)`: the trimmed, non-empty parts of a
 //!   multi-value cell as a list. With `keep_empty`, a cell without parts (null or blank) yields
 //!   `[""]`, so exploding keeps the record in the empty group instead of dropping it.
-//! - `tally_icontains(text, needle)`: case-insensitive substring where null counts as "";
-//!   `needle` is already lower-cased by the caller. Written by hand because lower-casing every
-//!   value of every searched column allocates, while most values (Japanese text) have no case.
+//! - `tally_icontains(text, needle)`: substring under NFKC and case folding, where null counts
+//!   as ""; `needle` is already folded by the caller. Written by hand because folding every
+//!   value of every searched column would allocate, while most values (Japanese text) are
+//!   already in folded form and are tested as they are.
 
 use std::sync::Arc;
 
@@ -93,16 +94,18 @@ fn parts_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
     })
 }
 
-/// Case-insensitive containment of an already lower-cased needle.
-pub fn icontains(haystack: &str, needle_lower: &str) -> bool {
-    if haystack.contains(needle_lower) {
+/// Containment under NFKC and case folding of an already folded needle
+/// ([`tally_semantic::names::fold`]): `e-tax` is found in `（ｅ－Ｔａｘ）`.
+pub fn icontains(haystack: &str, needle_folded: &str) -> bool {
+    if haystack.contains(needle_folded) {
         return true;
     }
-    // Only text with cased characters can match after lower-casing.
-    if haystack.chars().any(char::is_uppercase) {
-        return haystack.to_lowercase().contains(needle_lower);
+    // Folding borrows text that is already folded (most Japanese text): then the plain test
+    // above was the whole answer.
+    match tally_semantic::names::fold(haystack) {
+        std::borrow::Cow::Borrowed(_) => false,
+        std::borrow::Cow::Owned(folded) => folded.contains(needle_folded),
     }
-    false
 }
 
 fn icontains_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
@@ -170,16 +173,16 @@ impl Functions {
         self.parts.call(vec![text, lit(separator), lit(keep_empty)])
     }
 
-    /// `needle` is lower-cased here.
+    /// Substring test under NFKC and case folding; `needle` is folded here.
     pub fn icontains(&self, text: Expr, needle: &str) -> Expr {
-        self.icontains
-            .call(vec![text, lit(needle.to_lowercase()), lit(false)])
+        let folded = tally_semantic::names::fold(needle).into_owned();
+        self.icontains.call(vec![text, lit(folded), lit(false)])
     }
 
-    /// Substring test on a column that is lower-case already (the prepared search column).
+    /// Substring test on a column that is folded already (the prepared search column).
     pub fn contains_lowered(&self, text: Expr, needle: &str) -> Expr {
-        self.icontains
-            .call(vec![text, lit(needle.to_lowercase()), lit(true)])
+        let folded = tally_semantic::names::fold(needle).into_owned();
+        self.icontains.call(vec![text, lit(folded), lit(true)])
     }
 }
 
@@ -194,6 +197,12 @@ mod tests {
         assert!(!icontains("電子メール", "郵送"));
         assert!(icontains("", ""));
         assert!(!icontains("", "x"));
+        // Full-width text is found by its usual form (issue 15).
+        assert!(icontains(
+            "国税電子申告・納税システム（ｅ－Ｔａｘ）",
+            "e-tax"
+        ));
+        assert!(icontains("押印＋印鑑証明", "押印+印鑑"));
     }
 
     #[test]

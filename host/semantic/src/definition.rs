@@ -45,6 +45,10 @@ pub struct DatasetDef {
     pub backend: BackendDef,
     pub fields: Vec<Field>,
     pub computed_measures: Vec<ComputedMeasure>,
+    /// Columns the data holds that this definition does not declare (not served). Not read
+    /// from the file: whoever registers the dataset fills it in, so that a name that is one
+    /// of them is refused as such instead of being corrected to a declared name.
+    pub undeclared: Vec<String>,
 }
 
 impl DatasetDef {
@@ -1047,6 +1051,7 @@ impl Reader {
             backend,
             fields,
             computed_measures,
+            undeclared: Vec::new(),
         })
     }
 

@@ -59,7 +59,7 @@ impl Tool {
     pub fn parameters(self) -> &'static [&'static str] {
         match self {
             Tool::ListDatasets => &["q", "publisher"],
-            Tool::InspectDataset => &["dataset_id"],
+            Tool::InspectDataset => &["dataset_id", "detail"],
             Tool::QueryRecords => &[
                 "dataset_id",
                 "q",
@@ -77,6 +77,7 @@ impl Tool {
                 "where",
                 "having",
                 "explode",
+                "order_by",
                 "limit",
             ],
         }
@@ -201,6 +202,10 @@ pub struct Condition {
     pub target: String,
     #[serde(flatten)]
     pub op: Op,
+    /// Written as a plain string (`{"F": "text"}`), not as `$contains`: on a coded field, a
+    /// plain string that is one code's label means that code.
+    #[serde(skip)]
+    pub plain: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -212,6 +217,8 @@ pub struct ListArgs {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InspectArgs {
     pub dataset_id: String,
+    /// Everything (`full`), or what a model needs to write a call (`compact`, the default).
+    pub full: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -237,6 +244,8 @@ pub struct SummarizeArgs {
     pub conditions: Vec<Condition>,
     pub having: Vec<Condition>,
     pub explode: Vec<String>,
+    /// Result columns (metrics or group keys) to order by, `-` first for descending.
+    pub order_by: Vec<String>,
     pub limit: usize,
     pub notices: Vec<Notice>,
 }
@@ -272,6 +281,18 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
         }),
         Tool::InspectDataset => Request::InspectDataset(InspectArgs {
             dataset_id: args.dataset_id()?,
+            full: match args.text("detail")?.map(|d| crate::names::normalize(&d)) {
+                None => false,
+                Some(d) if d == "full" => true,
+                Some(d) if d == "compact" => false,
+                Some(d) => {
+                    return Err(RequestError::invalid(
+                        "detail",
+                        format!("`detail` is \"compact\" (the default) or \"full\", not \"{d}\""),
+                    )
+                    .hint("leave detail out for the compact description; send \"full\" for every code's description, all top values and statistics"));
+                }
+            },
         }),
         Tool::QueryRecords => Request::QueryRecords(QueryArgs {
             dataset_id: args.dataset_id()?,
@@ -291,6 +312,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             conditions: args.conditions("where")?,
             having: args.conditions("having")?,
             explode: args.names("explode")?,
+            order_by: args.names("order_by")?,
             limit: args.limit(SUMMARIZE_LIMIT)?,
             notices: std::mem::take(&mut args.notices),
         }),
@@ -570,10 +592,12 @@ impl Args {
         for (target, cond) in map {
             let path = format!("{key}.{target}");
             let target = bounded(target, MAX_NAME_CHARS, &path)?;
+            let plain = is_plain_string(cond);
             for op in parse_condition(cond, &path)? {
                 out.push(Condition {
                     target: target.clone(),
                     op,
+                    plain,
                 });
             }
         }
@@ -765,6 +789,14 @@ fn ordering_operand(v: &Value, path: &str) -> Result<Scalar, RequestError> {
             "a comparison needs a number (or text for text fields), found a boolean",
         )),
         s => Ok(s),
+    }
+}
+
+/// Whether a condition is a plain string (after the loose forms are unwrapped).
+fn is_plain_string(cond: &Value) -> bool {
+    match unwrap_json_string(cond, true).or_else(|| unwrap_json_string(cond, false)) {
+        Some(parsed) => is_plain_string(&parsed),
+        None => cond.is_string(),
     }
 }
 

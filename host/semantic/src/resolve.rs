@@ -107,7 +107,8 @@ pub struct QueryPlan {
     pub q: Option<String>,
     /// Fields `q` searches; empty means every text field.
     pub search_fields: Vec<FieldId>,
-    /// Fields returned, in order (all declared fields when none were named).
+    /// Fields returned, in order (a compact default when none were named:
+    /// [`default_projection`]).
     pub select: Vec<FieldId>,
     pub filters: Vec<Filter>,
     pub order_by: Vec<Sort>,
@@ -115,6 +116,14 @@ pub struct QueryPlan {
     pub cursor: Option<String>,
     pub resolved_fields: Vec<Resolution>,
     pub notices: Vec<Notice>,
+}
+
+/// An ordering of summary rows by one result column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ColumnSort {
+    /// A metric column or a group key, canonical.
+    pub column: String,
+    pub descending: bool,
 }
 
 /// A resolved `summarize_records` call.
@@ -127,6 +136,8 @@ pub struct SummarizePlan {
     pub having: Vec<HavingFilter>,
     /// Multi-value fields split into their parts before grouping.
     pub explode: Vec<FieldId>,
+    /// The order of the rows (empty: the first metric descending); ties by group key.
+    pub order_by: Vec<ColumnSort>,
     pub limit: usize,
     pub resolved_fields: Vec<Resolution>,
     pub notices: Vec<Notice>,
@@ -183,9 +194,57 @@ struct Resolver<'d> {
 }
 
 impl<'d> Resolver<'d> {
+    /// A name that is (exactly or under NFKC) a column of the data that the definition does
+    /// not declare, or that is closer to one than the margin that a correction to `resolved`
+    /// needs: refused, never corrected to a different, declared thing that merely looks alike.
+    fn undeclared(
+        &self,
+        input: &str,
+        parameter: &str,
+        resolved: Option<names::Resolved<'_>>,
+    ) -> Option<RequestError> {
+        let def = self.def;
+        if resolved.is_some_and(|r| r.how != Match::Fuzzy) || def.undeclared.is_empty() {
+            return None;
+        }
+        let wanted = normalize(input);
+        let column = def
+            .undeclared
+            .iter()
+            .find(|c| normalize(c) == wanted)
+            .or_else(|| {
+                let r = resolved?;
+                let to_resolved = names::similarity(&wanted, &normalize(r.canonical));
+                def.undeclared.iter().find(|c| {
+                    names::similarity(&wanted, &normalize(c)) + names::FUZZY_MARGIN >= to_resolved
+                })
+            })?;
+        let err = RequestError::new(
+            ErrorCode::UnknownField,
+            format!(
+                "`{input}` is a column present in the data of `{}` but not declared in its dataset.yaml, so it is not served{}",
+                def.id,
+                resolved.map_or(String::new(), |r| format!(
+                    " (it is not `{}`, which only looks alike)",
+                    r.canonical
+                ))
+            ),
+        )
+        .at(parameter.to_string())
+        .candidates(vec![Candidate::described(column.clone(), Some("undeclared column"))], 1)
+        .hint(format!(
+            "declare it under `fields:` in the dataset's dataset.yaml (e.g. `- {{name: {column}, role: attr}}`, with role measure for a number) to serve it; inspect_dataset lists the undeclared columns"
+        ));
+        Some(err)
+    }
+
     fn field(&mut self, input: &str, parameter: &str) -> Result<FieldId, RequestError> {
         let names = self.def.fields.iter().map(|f| f.name.as_str());
-        match names::resolve(input, names) {
+        let outcome = names::resolve(input, names);
+        if let Some(err) = self.undeclared(input, parameter, outcome.as_ref().ok().copied()) {
+            return Err(err);
+        }
+        match outcome {
             Ok(r) => {
                 if let Some(res) = resolution(parameter, input, r) {
                     self.resolved.push(res);
@@ -295,7 +354,12 @@ impl<'d> Resolver<'d> {
         let mut out = Vec::with_capacity(conditions.len());
         for cond in conditions {
             let field = self.field(&cond.target, &format!("where.{}", cond.target))?;
-            let op = self.check_operand(field, cond.op)?;
+            let op = if cond.plain {
+                self.plain_code(field, cond.op)
+            } else {
+                cond.op
+            };
+            let op = self.check_operand(field, op)?;
             out.push(Filter { field, op });
         }
         Ok(out)
@@ -307,33 +371,49 @@ impl<'d> Resolver<'d> {
         let field = &self.def.fields[field_id];
         let parameter = format!("where.{}", field.name);
         if field.data_type.is_numeric() && (op.is_ordering() || op.is_exact()) {
-            // A number sent as text is refused rather than guessed: "100" may be a typo for
-            // a substring search, and silently comparing text with numbers hides mistakes.
-            let values: Vec<&Scalar> = match &op {
-                Op::Gt(v) | Op::Gte(v) | Op::Lt(v) | Op::Lte(v) | Op::Eq(v) | Op::Ne(v) => vec![v],
-                Op::In(vs) => vs.iter().collect(),
-                _ => Vec::new(),
-            };
-            for value in values {
-                if !matches!(value, Scalar::Int(_) | Scalar::Float(_)) {
-                    let found = match value {
-                        Scalar::Str(t) => format!("the string \"{t}\""),
-                        other => format!("`{}`", other.text()),
-                    };
-                    return Err(RequestError::invalid(
-                        format!("{parameter}.{}", op.name()),
-                        format!(
-                            "`{}` is a number field ({}); `{}` needs a JSON number, found {found}",
-                            field.name,
-                            field.data_type.as_str(),
-                            op.name()
-                        ),
-                    )
-                    .hint("send the number without quotes; to search the digits as text use a plain string, e.g. {\"F\": \"100\"}")
-                    .example(self.tool, json!({ "dataset_id": self.def.id, "where": { field.name.clone(): { "$gte": 100 } } })));
+            // A number sent as text (`"1000000"`, `"１,０００"`) has one reading: it is read as
+            // the number and the reading disclosed. Text that is no number is refused: a
+            // substring search on the digits is written as a plain string.
+            let op_name = op.name();
+            let mut read = |value: Scalar| -> Result<Scalar, RequestError> {
+                match value {
+                    Scalar::Int(_) | Scalar::Float(_) => Ok(value),
+                    Scalar::Str(t) => match loose_number(&t) {
+                        Some(n) => {
+                            self.resolved.push(Resolution {
+                                parameter: format!("{parameter}.{op_name} value"),
+                                input: t,
+                                canonical: n.text(),
+                            });
+                            Ok(n)
+                        }
+                        None => Err(not_a_number(
+                            self,
+                            field,
+                            &parameter,
+                            op_name,
+                            &format!("the string \"{t}\""),
+                        )),
+                    },
+                    other => Err(not_a_number(
+                        self,
+                        field,
+                        &parameter,
+                        op_name,
+                        &format!("`{}`", other.text()),
+                    )),
                 }
-            }
-            return Ok(op);
+            };
+            return Ok(match op {
+                Op::Gt(v) => Op::Gt(read(v)?),
+                Op::Gte(v) => Op::Gte(read(v)?),
+                Op::Lt(v) => Op::Lt(read(v)?),
+                Op::Lte(v) => Op::Lte(read(v)?),
+                Op::Eq(v) => Op::Eq(read(v)?),
+                Op::Ne(v) => Op::Ne(read(v)?),
+                Op::In(vs) => Op::In(vs.into_iter().map(&mut read).collect::<Result<_, _>>()?),
+                other => other,
+            });
         }
         if field.locator == Some(crate::definition::LocatorKind::Law) {
             // A provision is looked up, never searched as a substring: `"第5条"` names the
@@ -438,6 +518,37 @@ impl<'d> Resolver<'d> {
             }
             other => other,
         })
+    }
+
+    /// A plain string on a field with a static codelist that is one code (or one code's
+    /// label: `実施済` for `1 実施済`) means that code, not every code containing it
+    /// (`5 一部実施済` too); the reading is disclosed. Anything else stays a substring.
+    fn plain_code(&mut self, field_id: FieldId, op: Op) -> Op {
+        let Op::Contains(text) = &op else {
+            return op;
+        };
+        let field = &self.def.fields[field_id];
+        if !matches!(field.codelist, Some(Codelist::Static(_))) {
+            return op;
+        }
+        let codes = field.static_codes().unwrap_or(&[]);
+        let wanted = normalize(text);
+        let mut hits = codes.iter().filter(|c| {
+            normalize(&c.value) == wanted || c.label().is_some_and(|l| normalize(l) == wanted)
+        });
+        match (hits.next(), hits.next()) {
+            (Some(code), None) => {
+                // Disclosed even when typed exactly: the plain string was read as `[code]`,
+                // not as the substring search it means elsewhere.
+                self.resolved.push(Resolution {
+                    parameter: format!("where.{} value", field.name),
+                    input: text.clone(),
+                    canonical: code.value.clone(),
+                });
+                Op::Eq(Scalar::Str(code.value.clone()))
+            }
+            _ => op,
+        }
     }
 
     /// A value of a static codelist: exact → NFKC → the code with or without its prefix
@@ -587,7 +698,15 @@ impl<'d> Resolver<'d> {
         };
         if kind != "count" {
             let computed = def.computed_measures.iter().map(|m| m.name.as_str());
-            if let Ok(r) = names::resolve(&target, computed) {
+            let outcome = names::resolve(&target, computed);
+            let declared = def.field(&target).is_some();
+            if !declared
+                && let Some(err) =
+                    self.undeclared(&target, "metrics", outcome.as_ref().ok().copied())
+            {
+                return Err(err);
+            }
+            if let Ok(r) = outcome {
                 let index = def
                     .computed_measures
                     .iter()
@@ -607,7 +726,11 @@ impl<'d> Resolver<'d> {
             }
         }
         let field_names = def.fields.iter().map(|f| f.name.as_str());
-        let field = match names::resolve(&target, field_names) {
+        let outcome = names::resolve(&target, field_names);
+        if let Some(err) = self.undeclared(&target, "metrics", outcome.as_ref().ok().copied()) {
+            return Err(err);
+        }
+        let field = match outcome {
             Ok(r) => def.field_index(r.canonical).unwrap_or_default(),
             Err(_) => {
                 let pool: Vec<&str> = measures
@@ -711,6 +834,78 @@ fn input_target(input: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A number written as text: NFKC (full-width digits), without thousands separators or
+/// surrounding space; `None` unless the whole text is one finite number.
+fn loose_number(text: &str) -> Option<Scalar> {
+    let t = names::nfkc_value(text).replace([',', '_'], "");
+    if t.is_empty() {
+        return None;
+    }
+    if let Ok(i) = t.parse::<i64>() {
+        return Some(Scalar::Int(i));
+    }
+    t.parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite() && t.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c)))
+        .map(Scalar::Float)
+}
+
+fn not_a_number(
+    r: &Resolver<'_>,
+    field: &Field,
+    parameter: &str,
+    op: &str,
+    found: &str,
+) -> RequestError {
+    RequestError::invalid(
+        format!("{parameter}.{op}"),
+        format!(
+            "`{}` is a number field ({}); `{op}` needs a number, found {found}",
+            field.name,
+            field.data_type.as_str()
+        ),
+    )
+    .hint("send a number (quotes are fine: \"1000\"); to search the digits as text use a plain string, e.g. {\"F\": \"100\"}")
+    .example(
+        r.tool,
+        json!({ "dataset_id": r.def.id, "where": { field.name.clone(): { "$gte": 100 } } }),
+    )
+}
+
+/// The columns a query returns when `select` is not given: enough to tell the records apart
+/// and read them (the id field, name-like attributes such as `手続名`, the dimensions), plus
+/// every field the call filters, orders or searches by, in declared order. The rest is named
+/// in the result with how to ask for it: all 38 columns of 50 records is some 25,000
+/// characters, more of a model's context than most questions need.
+pub fn default_projection(
+    def: &DatasetDef,
+    filters: &[Filter],
+    order_by: &[Sort],
+    search_fields: &[FieldId],
+) -> Vec<FieldId> {
+    let name_like = |f: &Field| {
+        let n = f.name.to_lowercase();
+        f.role == Role::Attr
+            && !f.is_multi_value()
+            && (n.ends_with('名')
+                || n.ends_with("名称")
+                || n.contains("title")
+                || n.ends_with("name"))
+    };
+    (0..def.fields.len())
+        .filter(|&i| {
+            let f = &def.fields[i];
+            f.role == Role::Id
+                || def.id_field.as_deref() == Some(f.name.as_str())
+                || f.role == Role::Dim
+                || name_like(f)
+                || filters.iter().any(|x| x.field == i)
+                || order_by.iter().any(|s| s.field == i)
+                || search_fields.contains(&i)
+        })
+        .collect()
+}
+
 /// Resolves a `query_records` call against `def`.
 pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, RequestError> {
     let mut r = Resolver {
@@ -727,10 +922,7 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
             message: "search_fields has no effect without q".into(),
         });
     }
-    let mut select = r.fields(&args.select, "select")?;
-    if select.is_empty() {
-        select = (0..def.fields.len()).collect();
-    }
+    let select = r.fields(&args.select, "select")?;
     let filters = r.filters(args.conditions)?;
     let mut order_by: Vec<Sort> = Vec::new();
     for key in &args.order_by {
@@ -753,6 +945,11 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
             order_by.push(Sort { field, descending });
         }
     }
+    let select = if select.is_empty() {
+        default_projection(def, &filters, &order_by, &search_fields)
+    } else {
+        select
+    };
     Ok(QueryPlan {
         dataset_id: def.id.clone(),
         q,
@@ -906,73 +1103,102 @@ pub fn resolve_summarize(
     let mut columns: Vec<String> = Vec::new();
     for m in &metrics {
         columns.push(m.column(def));
-        if let Some(c) = m.null_excluded_column(def) {
+        if let Some(c) = m.null_excluded_column(def)
+            && !columns.contains(&c)
+        {
             columns.push(c);
         }
     }
     columns.extend(group_by.iter().map(|g| def.fields[*g].name.clone()));
+    let metric_columns: Vec<String> = metrics.iter().map(|m| m.column(def)).collect();
+    let group_names: Vec<String> = group_by
+        .iter()
+        .map(|g| def.fields[*g].name.clone())
+        .collect();
+    let unknown_column = |parameter: &str, target: &str, ranked: Vec<&str>| {
+        // A field that several metrics asked for carry (`sum:F` and `avg:F`): say so.
+        let owners: Vec<&String> = metric_columns
+            .iter()
+            .filter(|c| {
+                c.split_once(':')
+                    .is_some_and(|(_, f)| normalize(f) == normalize(target))
+            })
+            .collect();
+        let ranked: Vec<&str> = owners
+            .iter()
+            .map(|c| c.as_str())
+            .chain(
+                ranked
+                    .into_iter()
+                    .filter(|c| !owners.iter().any(|o| o == c)),
+            )
+            .collect();
+        let candidates = ranked
+            .iter()
+            .take(MAX_CANDIDATES)
+            .map(|c| Candidate::new(*c))
+            .collect();
+        let message = if owners.len() > 1 {
+            format!(
+                "`{parameter}` names `{target}`, which fits several metrics of this summary ({}); name one with its prefix",
+                owners
+                    .iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            format!("`{parameter}` names `{target}`, which is not a column of this summary")
+        };
+        let first = metric_columns
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "count".into());
+        let example = if parameter == "having" {
+            json!({ "dataset_id": def.id, "group_by": group_names, "metrics": metric_inputs, "having": { first: { "$gte": 10 } } })
+        } else {
+            json!({ "dataset_id": def.id, "group_by": group_names, "metrics": metric_inputs, "order_by": [format!("-{first}")], "limit": 5 })
+        };
+        RequestError::new(ErrorCode::UnknownColumn, message)
+        .at(format!("{parameter}.{target}"))
+        .candidates(candidates, columns.len())
+        .hint(format!("{parameter} names a column of the result: a metric you asked for (e.g. `count`, or a metric's field without its `avg:`/`sum:` prefix when only one metric has it) or a group_by field"))
+        .example("summarize_records", example)
+    };
     let mut having = Vec::with_capacity(args.having.len());
     for cond in args.having {
-        // A metric column written with a typo resolves like one in `metrics` (with the same
-        // guards), and must then be a column of this summary.
-        let as_metric = |target: &str| {
-            let mut probe = Resolver {
-                def,
-                tool: "summarize_records",
-                resolved: Vec::new(),
-                notices: Vec::new(),
-            };
-            probe
-                .metric(target)
-                .ok()
-                .map(|m| m.column(def))
-                .filter(|c| columns.contains(c))
-        };
-        let found = match names::resolve(&cond.target, columns.iter().map(String::as_str)) {
-            Ok(res) if res.how != Match::Fuzzy => Ok(res.canonical.to_string()),
-            // `kind:F` goes through metric resolution only, never a fuzzy column match.
-            _ if cond.target.contains([':', '：']) => as_metric(&cond.target)
-                .ok_or_else(|| names::rank(&cond.target, columns.iter().map(String::as_str))),
-            other => other.map(|res| res.canonical.to_string()),
-        };
-        let canonical = match found {
-            Ok(canonical) => {
-                if canonical != cond.target {
-                    r.resolved.push(Resolution {
-                        parameter: "having".into(),
-                        input: cond.target.clone(),
-                        canonical: canonical.clone(),
-                    });
-                }
-                canonical
-            }
-            Err(ranked) => {
-                let candidates = ranked
-                    .iter()
-                    .take(MAX_CANDIDATES)
-                    .map(|c| Candidate::new(*c))
-                    .collect();
-                let first = metrics
-                    .first()
-                    .map(|m| m.column(def))
-                    .unwrap_or_else(|| "count".into());
-                return Err(RequestError::new(
-                    ErrorCode::UnknownColumn,
-                    format!("`having` names `{}`, which is not a column of this summary", cond.target),
-                )
-                .at(format!("having.{}", cond.target))
-                .candidates(candidates, columns.len())
-                .hint("having filters the result rows: name a metric you asked for (e.g. `count`) or a group_by field")
-                .example(
-                    "summarize_records",
-                    json!({ "dataset_id": def.id, "group_by": group_by.iter().map(|g| def.fields[*g].name.clone()).collect::<Vec<_>>(), "metrics": metric_inputs, "having": { first: { "$gte": 10 } } }),
-                ));
-            }
-        };
+        let canonical = result_column(def, &cond.target, &columns, &metric_columns)
+            .map_err(|ranked| unknown_column("having", &cond.target, ranked))?;
+        if canonical != cond.target {
+            r.resolved.push(Resolution {
+                parameter: "having".into(),
+                input: cond.target.clone(),
+                canonical: canonical.clone(),
+            });
+        }
         having.push(HavingFilter {
             column: canonical,
             op: cond.op,
         });
+    }
+    let mut order_by = Vec::with_capacity(args.order_by.len());
+    for key in &args.order_by {
+        let (name, descending) = parse_order_key(key);
+        let canonical = result_column(def, name, &columns, &metric_columns)
+            .map_err(|ranked| unknown_column("order_by", name, ranked))?;
+        if canonical != name {
+            r.resolved.push(Resolution {
+                parameter: "order_by".into(),
+                input: key.clone(),
+                canonical: format!("{}{canonical}", if descending { "-" } else { "" }),
+            });
+        }
+        if !order_by.iter().any(|s: &ColumnSort| s.column == canonical) {
+            order_by.push(ColumnSort {
+                column: canonical,
+                descending,
+            });
+        }
     }
 
     Ok(SummarizePlan {
@@ -982,9 +1208,61 @@ pub fn resolve_summarize(
         filters,
         having,
         explode,
+        order_by,
         limit: args.limit,
         resolved_fields: r.resolved,
         notices: r.notices,
+    })
+}
+
+/// A column of a summary's result named in `having` or `order_by`: exact or NFKC; a metric
+/// written as `kind:F` (resolved as in `metrics`, then required to be asked for); a metric's
+/// field without its prefix when exactly one metric asked for has it (`オンライン率` for
+/// `avg:オンライン率`); else a close match. `Err`: the columns ranked by closeness.
+fn result_column<'c>(
+    def: &DatasetDef,
+    target: &str,
+    columns: &'c [String],
+    metric_columns: &[String],
+) -> Result<String, Vec<&'c str>> {
+    let ranked = || names::rank(target, columns.iter().map(String::as_str));
+    let found = names::resolve(target, columns.iter().map(String::as_str));
+    if let Ok(res) = &found
+        && res.how != Match::Fuzzy
+    {
+        return Ok(res.canonical.to_string());
+    }
+    if target.contains([':', '：']) {
+        // `kind:F` goes through metric resolution only, never a fuzzy column match.
+        let mut probe = Resolver {
+            def,
+            tool: "summarize_records",
+            resolved: Vec::new(),
+            notices: Vec::new(),
+        };
+        return probe
+            .metric(target)
+            .ok()
+            .map(|m| m.column(def))
+            .filter(|c| columns.contains(c))
+            .ok_or_else(ranked);
+    }
+    // The field part of each metric column asked for, once (`avg:F` → `F`).
+    let fields: Vec<&str> = metric_columns
+        .iter()
+        .filter_map(|c| c.split_once(':').map(|(_, f)| f))
+        .collect();
+    if let Ok(res) = names::resolve(target, fields.iter().copied()) {
+        let mut owners = metric_columns
+            .iter()
+            .filter(|c| c.split_once(':').is_some_and(|(_, f)| f == res.canonical));
+        if let (Some(one), None) = (owners.next(), owners.next()) {
+            return Ok(one.clone());
+        }
+    }
+    found.map(|res| res.canonical.to_string()).map_err(|r| {
+        let _ = r;
+        ranked()
     })
 }
 
@@ -1006,8 +1284,10 @@ fn op_text(op: &Op) -> String {
         Op::In(v) => format!("in [{}]", list(v)),
         Op::Eq(v) => format!("= {}", one(v)),
         Op::Ne(v) => format!("≠ {}", one(v)),
-        Op::Contains(t) => format!("contains \"{t}\" (case-insensitive)"),
-        Op::NotContains(t) => format!("does not contain \"{t}\" (case-insensitive)"),
+        Op::Contains(t) => format!("contains \"{t}\" (ignoring case and full/half width)"),
+        Op::NotContains(t) => {
+            format!("does not contain \"{t}\" (ignoring case and full/half width)")
+        }
         Op::Gt(v) => format!("> {}", one(v)),
         Op::Gte(v) => format!("≥ {}", one(v)),
         Op::Lt(v) => format!("< {}", one(v)),
@@ -1076,6 +1356,7 @@ impl SummarizePlan {
             "where": self.filters.iter().map(|f| f.describe(def)).collect::<Vec<_>>(),
             "having": self.having.iter().map(HavingFilter::describe).collect::<Vec<_>>(),
             "explode": names_of(def, &self.explode),
+            "order_by": self.order_by.iter().map(|s| format!("{}{}", if s.descending { "-" } else { "" }, s.column)).collect::<Vec<_>>(),
             "limit": self.limit,
             "resolved_fields": self.resolved_fields,
             "notices": self.notices,

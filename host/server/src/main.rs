@@ -56,6 +56,10 @@ pub struct Budgets {
     /// Size of the rows of one result, in bytes; rows past it are left out and that is said.
     #[arg(long, global = true, default_value_t = 4 * 1024 * 1024)]
     max_result_bytes: usize,
+    /// Estimated tokens of the rows of one result (about 4 ASCII characters or 1 kana/kanji
+    /// a token); rows past it are left out with a cursor, and that is said.
+    #[arg(long, global = true, default_value_t = 6_000)]
+    max_result_tokens: usize,
     /// Wall-clock time one wasm plugin call may run, in milliseconds.
     #[arg(long, global = true, default_value_t = 5_000)]
     plugin_deadline_ms: u64,
@@ -89,6 +93,7 @@ impl Budgets {
             call_timeout: std::time::Duration::from_millis(self.call_timeout_ms.max(1)),
             call_memory_bytes: self.call_memory_mb.max(1) * 1024 * 1024,
             max_result_bytes: self.max_result_bytes.max(1024),
+            max_result_tokens: self.max_result_tokens.max(100),
             plugins: tally_engine::wasm::PluginLimits {
                 deadline: std::time::Duration::from_millis(self.plugin_deadline_ms.max(10)),
                 memory_bytes: self.plugin_memory_mb.max(1) * 1024 * 1024,

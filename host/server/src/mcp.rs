@@ -226,11 +226,13 @@ impl ServerHandler for TallyServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::all()))
+        let examples = tools::Examples::from_catalog(&self.engine().catalog());
+        Ok(ListToolsResult::with_all_items(tools::all(&examples)))
     }
 
     fn get_tool(&self, name: &str) -> Option<McpTool> {
-        tools::by_name(name).map(tools::mcp_tool)
+        let examples = tools::Examples::from_catalog(&self.engine().catalog());
+        tools::by_name(name).map(|t| tools::mcp_tool(t, &examples))
     }
 
     async fn call_tool(

@@ -1,5 +1,6 @@
-//! The four tools as MCP clients see them: names, descriptions that teach the flow, input
-//! schemas, and the output schemas the engine validates every result against.
+//! The four tools as MCP clients see them: names, descriptions that teach the flow (with
+//! examples taken from the datasets served), input schemas, and the output schemas the
+//! engine validates every result against.
 
 use std::sync::Arc;
 
@@ -13,8 +14,8 @@ pub const INSTRUCTIONS: &str = "Tally answers questions over datasets by computi
 Do not count, sum or average rows yourself and do not guess what codes mean: pick conditions and let Tally compute. \
 Flow: list_datasets → inspect_dataset (exact field names, roles, codes and notes; names are in the dataset's language) → \
 summarize_records for counts, sums, averages and ratios, or query_records for individual records. \
-Every result carries its provenance (source, retrieval date, content hash, what was done) and caveats in provenance.warnings: \
-pass those caveats on when you answer.";
+Every result carries its provenance (source, retrieval date, content hash, what was done), the caveats of the fields it used \
+in data.notes (what null means, approximations) and what was read or cut in provenance.warnings: pass those on when you answer.";
 
 fn names_or_string(description: &str) -> Value {
     json!({
@@ -46,13 +47,95 @@ fn limit(min: usize, max: usize, default: usize) -> Value {
     })
 }
 
-const WHERE: &str = "Conditions, ANDed. {\"field\": [\"a\", \"b\"]} = exact match of any listed value (on multi-value fields: any part); \
-{\"field\": \"text\"} = case-insensitive substring; {\"field\": 10} = equality; operators: $eq $in $ne $contains $not_contains \
-$gt $gte $lt $lte $not_empty, e.g. {\"総手続件数\": {\"$gte\": 100}}. Codes of static codelists are checked (\"実施済\" is read as \"1 実施済\"). \
-On a law locator field (inspect_dataset shows `locator: law`), a value names a provision in any common form \
-(\"第5条第1項\", \"第５条の２\", \"第5の2条\", \"附則第3条\", lists such as \"第20条第1項及び第3項\") and matches it and everything inside it.";
+/// Names taken from the datasets actually served, for the examples in the tools'
+/// descriptions: a model learns the flow from names it can use, and is never shown a demo
+/// dataset this server does not have.
+#[derive(Debug, Clone)]
+pub struct Examples {
+    dataset: String,
+    group: String,
+    metric: String,
+    measure: Option<String>,
+    /// A dataset with a law-provision field, and that field.
+    law: Option<(String, String)>,
+}
 
-fn input_schema(tool: Tool) -> Value {
+impl Examples {
+    /// Examples from the catalog (placeholders when nothing is served).
+    pub fn from_catalog(catalog: &tally_engine::Catalog) -> Examples {
+        use tally_semantic::definition::{LocatorKind, Role};
+        let pick = catalog
+            .datasets
+            .values()
+            .find(|d| {
+                d.def
+                    .fields
+                    .iter()
+                    .any(|f| f.groupable && f.role == Role::Dim)
+            })
+            .or_else(|| catalog.datasets.values().next());
+        let mut ex = Examples {
+            dataset: "<dataset_id>".into(),
+            group: "<field>".into(),
+            metric: "count".into(),
+            measure: None,
+            law: None,
+        };
+        if let Some(ds) = pick {
+            let def = &ds.def;
+            ex.dataset = def.id.clone();
+            if let Some(f) = def
+                .fields
+                .iter()
+                .find(|f| f.groupable && f.role == Role::Dim)
+                .or_else(|| def.fields.iter().find(|f| f.groupable))
+            {
+                ex.group = f.name.clone();
+            }
+            ex.measure = def
+                .fields
+                .iter()
+                .find(|f| f.role == Role::Measure)
+                .map(|f| f.name.clone());
+            ex.metric = match (def.computed_measures.first(), &ex.measure) {
+                (Some(m), _) => format!("avg:{}", m.name),
+                (None, Some(f)) => format!("sum:{f}"),
+                (None, None) => "count".into(),
+            };
+        }
+        ex.law = catalog.datasets.values().find_map(|d| {
+            d.def
+                .fields
+                .iter()
+                .find(|f| f.locator == Some(LocatorKind::Law))
+                .map(|f| (d.def.id.clone(), f.name.clone()))
+        });
+        ex
+    }
+
+    fn measure(&self) -> &str {
+        self.measure.as_deref().unwrap_or("<measure>")
+    }
+}
+
+fn where_text(ex: &Examples) -> String {
+    let mut text = format!(
+        "Conditions, ANDed. {{\"field\": [\"a\", \"b\"]}} = exact match of any listed value (on multi-value fields: any part); \
+{{\"field\": \"text\"}} = substring, ignoring case and full/half width (on a field with declared codes, a code's label means that code); \
+{{\"field\": 10}} = equality; operators: $eq $in $ne $contains $not_contains $gt $gte $lt $lte $not_empty, e.g. {{\"{}\": {{\"$gte\": 100}}}}. \
+Codes are checked against the field's codelist (a label without its number is read as the code); numbers may be sent as text.",
+        ex.measure()
+    );
+    if ex.law.is_some() {
+        text.push_str(
+            " On a law locator field (inspect_dataset shows `locator: law`), a value names a provision in any common form \
+(\"第5条第1項\", \"第５条の２\", \"第5の2条\", \"附則第3条\") and matches it and everything inside it.",
+        );
+    }
+    text
+}
+
+fn input_schema(tool: Tool, ex: &Examples) -> Value {
     let dataset_id = json!({ "type": "string", "description": "A dataset_id from list_datasets." });
     match tool {
         Tool::ListDatasets => json!({
@@ -64,17 +147,20 @@ fn input_schema(tool: Tool) -> Value {
         }),
         Tool::InspectDataset => json!({
             "type": "object",
-            "properties": { "dataset_id": dataset_id },
+            "properties": {
+                "dataset_id": dataset_id,
+                "detail": { "type": "string", "enum": ["compact", "full"], "description": "\"compact\" (default): what writing a call needs; \"full\": every code's description, more top values, quality words." }
+            },
             "required": ["dataset_id"]
         }),
         Tool::QueryRecords => json!({
             "type": "object",
             "properties": {
                 "dataset_id": dataset_id,
-                "q": { "type": "string", "description": "Case-insensitive substring searched in every text field (or in search_fields)." },
+                "q": { "type": "string", "description": "Substring searched in every text field (or in search_fields), ignoring case and full/half width." },
                 "search_fields": names_or_string("Fields q searches (default: all text fields)."),
-                "select": names_or_string("Fields to return, in order (default: all; then columns empty on the whole page are left out and listed)."),
-                "where": conditions(WHERE),
+                "select": names_or_string("Fields to return, in order (default: the id, names, dimensions and the fields the call uses; the others are listed in omitted_columns)."),
+                "where": conditions(&where_text(ex)),
                 "order_by": names_or_string("\"F\" ascending or \"-F\" descending; nulls last; ties in file order."),
                 "limit": limit(1, 5000, 50),
                 "cursor": { "type": "string", "description": "next_cursor from the previous page, with the same other arguments." }
@@ -86,10 +172,11 @@ fn input_schema(tool: Tool) -> Value {
             "properties": {
                 "dataset_id": dataset_id,
                 "metrics": names_or_string("\"count\", \"sum:F\", \"avg:F\", \"min:F\", \"max:F\" (F a measure) or \"avg:<computed measure>\"; default [\"count\"]."),
-                "group_by": names_or_string("Groupable fields; default: one row for all matching records. Multi-value fields are split into their parts."),
-                "where": conditions(WHERE),
-                "having": conditions("Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}; a bare number means equality."),
-                "explode": names_or_string("Multi-value fields to split into one group per part (implied when grouping by one)."),
+                "group_by": names_or_string("Groupable fields; default: one row for all matching records. Multi-value fields are split into their parts. A missing value is the key null."),
+                "where": conditions(&where_text(ex)),
+                "having": conditions("Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}; a bare number means equality; a metric's field alone names it when only one metric has it."),
+                "explode": names_or_string("Multi-value fields to split into one group per part (implied when grouping by one); records without a part are counted in records_without_value."),
+                "order_by": names_or_string("Result columns to order by, \"-\" first for descending: a metric (\"count\", \"avg:F\", or F alone when one metric has it) or a group key. Default: the first metric descending; ties by group key."),
                 "limit": limit(1, 10_000, 200)
             },
             "required": ["dataset_id"]
@@ -97,34 +184,45 @@ fn input_schema(tool: Tool) -> Value {
     }
 }
 
-fn description(tool: Tool) -> &'static str {
+fn description(tool: Tool, ex: &Examples) -> String {
     match tool {
-        Tool::ListDatasets => {
-            "Step 1: list the datasets this server computes over (id, title, publisher, record count, dates), \
+        Tool::ListDatasets => "Step 1: list the datasets this server computes over (id, title, publisher, record count, dates), \
 and any dataset folders that cannot be served with the reason. Then call inspect_dataset on the one you need. \
-Example: {\"q\": \"手続\"}"
-        }
-        Tool::InspectDataset => {
+Example: {}"
+            .to_string(),
+        Tool::InspectDataset => format!(
             "Step 2: describe one dataset before querying it: every field's exact name (in the dataset's language), \
-role (id, dim, measure, attr), meaning, codes with descriptions, fill rate, numeric statistics, caveats (what null means), \
-and computed measures with their formulas. Use these exact names in the other tools. \
-Example: {\"dataset_id\": \"procedures\"}"
-        }
+role (id, dim, measure, attr), meaning, codes or most frequent values, fill rate, numeric statistics, caveats (what null means), \
+and computed measures with their formulas. Use these exact names in the other tools. Compact by default; \"detail\": \"full\" for everything. \
+Example: {{\"dataset_id\": \"{}\"}}",
+            ex.dataset
+        ),
         Tool::QueryRecords => {
-            "Step 3a: fetch individual records matching conditions, a page at a time, in a stable order \
-(file order unless order_by); total counts all matches and next_cursor fetches the next page. Use summarize_records instead \
-for any count, sum, average or share. \
-Rows read by a plugin (law articles, document sections) cite their own source in rowSourceRefs, with a locator. \
-From a number to the law behind it: a procedure's 法令名 and 根拠条項号 (e.g. \"第5条第1項\", however written) look up \
-its legal text in a law dataset: {\"dataset_id\": \"<law dataset>\", \"where\": {\"law_title\": [\"行政手続法\"], \"locator\": \"第5条第1項\"}}. \
-Example: {\"dataset_id\": \"procedures\", \"where\": {\"所管府省庁\": [\"デジタル庁\"]}, \"select\": [\"手続名\", \"オンライン化の実施状況\"], \"limit\": 10}"
+            let mut d = format!(
+                "Step 3a: fetch individual records matching conditions, a page at a time, in a stable order \
+(file order unless order_by); total counts all matches and next_cursor fetches the next page. A page is sized to fit a model's \
+context (rows past it continue with next_cursor); without select, the id, names, dimensions and the fields used are returned. \
+Use summarize_records instead for any count, sum, average or share. \
+Example: {{\"dataset_id\": \"{}\", \"where\": {{\"{}\": {{\"$not_empty\": true}}}}, \"limit\": 10}}",
+                ex.dataset, ex.group
+            );
+            if let Some((law, field)) = &ex.law {
+                d.push_str(&format!(
+                    " Rows read by a plugin (law articles, document sections) cite their own source in rowSourceRefs, with a locator. \
+A provision however written looks up its text: {{\"dataset_id\": \"{law}\", \"where\": {{\"{field}\": \"第5条第1項\"}}}}."
+                ));
+            }
+            d
         }
-        Tool::SummarizeRecords => {
+        Tool::SummarizeRecords => format!(
             "Step 3b: compute counts, sums, averages, extremes and computed measures (ratios) per group, on the server. \
 Sums skip nulls and report how many were skipped (F:null_excluded); averages are rounded to 2 decimals, ratios to 4. \
-Rows come ordered by the first metric, descending. \
-Example: {\"dataset_id\": \"procedures\", \"group_by\": [\"所管府省庁\"], \"metrics\": [\"count\", \"avg:オンライン率\"], \"limit\": 10}"
-        }
+Rows come ordered by the first metric, descending, unless order_by says otherwise (e.g. [\"-{metric}\"] for a top list). \
+Example: {{\"dataset_id\": \"{}\", \"group_by\": [\"{}\"], \"metrics\": [\"count\", \"{metric}\"], \"limit\": 10}}",
+            ex.dataset,
+            ex.group,
+            metric = ex.metric
+        ),
     }
 }
 
@@ -135,12 +233,12 @@ fn object(v: Value) -> JsonObject {
     }
 }
 
-/// The MCP description of a tool.
-pub fn mcp_tool(tool: Tool) -> McpTool {
+/// The MCP description of a tool, with examples from what is served.
+pub fn mcp_tool(tool: Tool, ex: &Examples) -> McpTool {
     McpTool::new(
         tool.name(),
-        description(tool),
-        Arc::new(object(input_schema(tool))),
+        description(tool, ex),
+        Arc::new(object(input_schema(tool, ex))),
     )
     .with_raw_output_schema(Arc::new(object(output_schema(tool).clone())))
     .with_annotations(
@@ -152,8 +250,8 @@ pub fn mcp_tool(tool: Tool) -> McpTool {
     )
 }
 
-pub fn all() -> Vec<McpTool> {
-    Tool::ALL.into_iter().map(mcp_tool).collect()
+pub fn all(ex: &Examples) -> Vec<McpTool> {
+    Tool::ALL.into_iter().map(|t| mcp_tool(t, ex)).collect()
 }
 
 pub fn by_name(name: &str) -> Option<Tool> {

@@ -97,6 +97,14 @@ fn round(v: f64, decimals: i32) -> f64 {
     (v * p).round() / p
 }
 
+/// A group key as text: a missing value (JSON null) as "", which no present key is.
+fn key(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        other => other.as_str().expect("a text key or null").to_string(),
+    }
+}
+
 fn close(a: &Value, b: &Value) -> bool {
     match (a.as_f64(), b.as_f64()) {
         (Some(x), Some(y)) => (x - y).abs() <= 1e-9 * x.abs().max(1.0),
@@ -124,7 +132,10 @@ struct Acc {
 fn expected(rows: &[Row]) -> BTreeMap<String, Vec<Value>> {
     let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
     for r in rows {
-        let a = groups.entry(r.grp.clone().unwrap_or_default()).or_default();
+        // A missing key (null or blank) is the group null, keyed "" here.
+        let a = groups
+            .entry(r.grp.clone().filter(|g| !g.is_empty()).unwrap_or_default())
+            .or_default();
         a.count += 1;
         match r.n {
             Some(n) => {
@@ -239,7 +250,7 @@ fn summarize_metrics_equal_a_hand_loop() {
             .iter()
             .map(|r| {
                 let r = r.as_array().expect("row");
-                (r[0].as_str().expect("key").to_string(), r[1..].to_vec())
+                (key(&r[0]), r[1..].to_vec())
             })
             .collect();
         assert_eq!(
@@ -275,24 +286,21 @@ fn summarize_metrics_equal_a_hand_loop() {
             .as_array()
             .expect("rows")
             .iter()
-            .map(|r| {
-                (
-                    r[1].as_i64().expect("count"),
-                    r[0].as_str().expect("key").to_string(),
-                )
-            })
+            .map(|r| (r[1].as_i64().expect("count"), key(&r[0])))
             .collect();
         let mut sorted = counts.clone();
         sorted.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         assert_eq!(counts, sorted, "seed {seed}: order");
 
-        // Exploded counts: one per trimmed, non-empty part; records without parts count in "".
+        // Exploded counts: one per trimmed, non-empty part; records without parts form no
+        // group and are counted in records_without_value.
         let out = block_on(engine.call(
             Tool::SummarizeRecords,
             &json!({ "dataset_id": "random", "group_by": ["tags"] }),
         ))
         .unwrap_or_else(|e| panic!("{}", e.to_json()));
         let mut parts: BTreeMap<String, i64> = BTreeMap::new();
+        let mut without = 0i64;
         for r in &rows {
             let ps: Vec<String> = r
                 .tags
@@ -303,7 +311,7 @@ fn summarize_metrics_equal_a_hand_loop() {
                 .filter(|p| !p.is_empty())
                 .collect();
             if ps.is_empty() {
-                *parts.entry(String::new()).or_default() += 1;
+                without += 1;
             }
             for p in ps {
                 *parts.entry(p).or_default() += 1;
@@ -313,14 +321,14 @@ fn summarize_metrics_equal_a_hand_loop() {
             .as_array()
             .expect("rows")
             .iter()
-            .map(|r| {
-                (
-                    r[0].as_str().expect("key").to_string(),
-                    r[1].as_i64().expect("count"),
-                )
-            })
+            .map(|r| (key(&r[0]), r[1].as_i64().expect("count")))
             .collect();
         assert_eq!(got, parts, "seed {seed}: exploded counts");
+        assert_eq!(
+            out["data"]["records_without_value"]["tags"],
+            json!(without),
+            "seed {seed}: records without parts"
+        );
         assert_eq!(out["data"]["pre_explode_records"], json!(rows.len()));
     }
 }
