@@ -172,12 +172,13 @@ pub fn unknown_value_hints(
     let mut hints = Vec::new();
     for filter in filters {
         let field = &def.fields[filter.field];
-        // Static codes were checked already (an unknown code is refused with the codes);
-        // numbers and law provisions have no values to suggest.
-        if matches!(field.codelist, Some(Codelist::Static(_)))
-            || field.data_type.is_numeric()
-            || field.locator.is_some()
-        {
+        // Exact values on static codes were checked already (an unknown code is refused with
+        // the codes); numbers and law provisions have no values to suggest.
+        let coded = matches!(field.codelist, Some(Codelist::Static(_)));
+        if field.data_type.is_numeric() || field.locator.is_some() {
+            continue;
+        }
+        if coded && !matches!(filter.op, Op::Contains(_)) {
             continue;
         }
         let existing = prepared.distinct_values(def, filter.field);

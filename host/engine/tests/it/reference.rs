@@ -87,6 +87,8 @@ fn survey_matches_plain_sql() {
     );
 
     block_on(async {
+        // Prepared first: these checks are about answers, not about a busy machine's time.
+        engine.prepare("survey").await;
         let ctx = SessionContext::new();
         ctx.register_parquet(
             "t",
@@ -180,6 +182,307 @@ fn survey_matches_plain_sql() {
             extra,
             vec![json!("オンライン化率")],
             "the extra column is listed, not served"
+        );
+    });
+}
+
+/// One count from plain SQL.
+async fn sql_count(ctx: &SessionContext, sql: &str) -> i64 {
+    let batches = ctx
+        .sql(sql)
+        .await
+        .expect("sql")
+        .collect()
+        .await
+        .expect("collect");
+    batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("count")
+        .value(0)
+}
+
+/// Every column of every row as text (null as None), read with plain DataFusion.
+async fn all_text(ctx: &SessionContext) -> (Vec<String>, Vec<Vec<Option<String>>>) {
+    let batches = ctx
+        .sql("SELECT * FROM t")
+        .await
+        .expect("sql")
+        .collect()
+        .await
+        .expect("collect");
+    let names: Vec<String> = batches[0]
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let mut rows = Vec::new();
+    for b in &batches {
+        let cols: Vec<StringArray> = b
+            .columns()
+            .iter()
+            .map(|c| {
+                let text = datafusion::arrow::compute::cast(
+                    c,
+                    &datafusion::arrow::datatypes::DataType::Utf8,
+                )
+                .expect("cast");
+                text.as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("utf8")
+                    .clone()
+            })
+            .collect();
+        for r in 0..b.num_rows() {
+            rows.push(
+                cols.iter()
+                    .map(|c| (!c.is_null(r)).then(|| c.value(r).to_string()))
+                    .collect(),
+            );
+        }
+    }
+    (names, rows)
+}
+
+/// Issue 15, on the real survey, each answer against an independent computation: text that
+/// is written full-width is found, a code's label counts that code only, a name of an
+/// undeclared column is refused, numbers as text are read, `having` and `order_by` name a
+/// metric by its field, missing keys are null, and a default page fits the token budget.
+#[test]
+fn survey_answers_a_model_gets_right() {
+    use unicode_normalization::UnicodeNormalization;
+    let Some(reference) = reference_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let folder = tmp.path().join("survey");
+    std::fs::create_dir_all(&folder).expect("folder");
+    std::fs::copy(
+        reference.join("procedures-survey-r6.dataset.yaml"),
+        folder.join("dataset.yaml"),
+    )
+    .expect("yaml");
+    let parquet = reference.join("procedures/procedures-survey-r6.parquet");
+    std::fs::copy(&parquet, folder.join("data.parquet")).expect("parquet");
+    let engine = tally_engine::Engine::open(tmp.path());
+    let call = |tool: Tool, args: Value| {
+        let engine = &engine;
+        async move { engine.call(tool, &args).await }
+    };
+    block_on(async {
+        engine.prepare("survey").await;
+        let ctx = SessionContext::new();
+        ctx.register_parquet(
+            "t",
+            parquet.to_string_lossy().as_ref(),
+            ParquetReadOptions::default(),
+        )
+        .await
+        .expect("register");
+
+        // Full-width text: `e-Tax` is found in `（ｅ－Ｔａｘ）`. Independently: any declared
+        // text field, NFKC + lower case, contains it.
+        let def_text = std::fs::read_to_string(folder.join("dataset.yaml")).expect("yaml");
+        let def = tally_semantic::definition::load_definition("survey", "survey", &def_text)
+            .expect("valid")
+            .dataset;
+        let (names, rows) = all_text(&ctx).await;
+        let text_columns: Vec<usize> = def
+            .fields
+            .iter()
+            .filter(|f| !f.data_type.is_numeric())
+            .filter_map(|f| names.iter().position(|n| *n == f.name))
+            .collect();
+        let folded = |s: &str| s.nfkc().collect::<String>().to_lowercase();
+        let want = rows
+            .iter()
+            .filter(|r| {
+                text_columns
+                    .iter()
+                    .any(|&c| r[c].as_deref().is_some_and(|v| folded(v).contains("e-tax")))
+            })
+            .count() as i64;
+        let out = call(
+            Tool::QueryRecords,
+            json!({"dataset_id": "survey", "q": "e-Tax", "limit": 1}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        assert_eq!(out["data"]["total"].as_i64(), Some(want));
+        assert!(want > 1000, "the survey writes e-Tax full-width: {want}");
+
+        // A plain string that is a code's label counts that code; `$contains` counts every
+        // code containing it and says so.
+        let one = sql_count(
+            &ctx,
+            r#"SELECT count(*) FROM t WHERE "オンライン化の実施状況" = '1 実施済'"#,
+        )
+        .await;
+        let out = call(
+            Tool::SummarizeRecords,
+            json!({"dataset_id": "survey", "where": {"オンライン化の実施状況": "実施済"}}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        assert_eq!(out["data"]["rows"][0][0].as_i64(), Some(one));
+        assert_eq!(
+            out["data"]["resolved_fields"][0]["canonical"],
+            json!("1 実施済")
+        );
+        let both = sql_count(
+            &ctx,
+            r#"SELECT count(*) FROM t WHERE strpos("オンライン化の実施状況", '実施済') > 0"#,
+        )
+        .await;
+        let out = call(Tool::SummarizeRecords, json!({"dataset_id": "survey", "where": {"オンライン化の実施状況": {"$contains": "実施済"}}}))
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        assert_eq!(out["data"]["rows"][0][0].as_i64(), Some(both));
+        assert!(both > one);
+        let warned = out["provenance"]["warnings"].to_string();
+        assert!(
+            warned.contains("matched 2 codes") && warned.contains("5 一部実施済"),
+            "{warned}"
+        );
+
+        // A name of the undeclared column is refused, never read as オンライン率.
+        let err = call(
+            Tool::SummarizeRecords,
+            json!({"dataset_id": "survey", "metrics": ["avg:オンライン化率"]}),
+        )
+        .await
+        .expect_err("undeclared");
+        let body = err.to_json();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not declared")),
+            "{body}"
+        );
+        assert_eq!(
+            body["error"]["candidates"][0]["name"],
+            json!("オンライン化率")
+        );
+
+        // A number written as text is the number.
+        let big = sql_count(
+            &ctx,
+            r#"SELECT count(*) FROM t WHERE CAST("総手続件数" AS DOUBLE) > 1000000"#,
+        )
+        .await;
+        let out = call(Tool::QueryRecords, json!({"dataset_id": "survey", "where": {"総手続件数": {"$gt": "1000000"}}, "limit": 1}))
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        assert_eq!(out["data"]["total"].as_i64(), Some(big));
+
+        // `having` and `order_by` by the metric's field alone: the top five ministries by
+        // online rate with at least 100 procedures, as plain SQL orders them.
+        let want = sql_rows(
+            &ctx,
+            r#"SELECT "所管府省庁", count(*) AS c,
+                      round(avg(CASE WHEN "オンライン化の実施状況" = '1 実施済' THEN 1.0 ELSE 0.0 END), 4) AS r
+               FROM t GROUP BY "所管府省庁" HAVING count(*) >= 100"#,
+        )
+        .await;
+        let mut want = want;
+        want.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+        want.truncate(5);
+        let out = call(Tool::SummarizeRecords, json!({
+            "dataset_id": "survey", "group_by": ["所管府省庁"], "metrics": ["count", "avg:オンライン率"],
+            "having": {"count": {"$gte": 100}}, "order_by": ["-オンライン率"], "limit": 5
+        }))
+        .await
+        .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        let got: Vec<(String, i64, f64)> = out["data"]["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| {
+                (
+                    r[0].as_str().unwrap_or("").to_string(),
+                    r[1].as_i64().unwrap_or(-1),
+                    r[2].as_f64().unwrap_or(-1.0),
+                )
+            })
+            .collect();
+        assert_eq!(got, want);
+
+        // Missing values form the key null; exploded records without parts are counted.
+        let missing = sql_count(&ctx, r#"SELECT count(*) FROM t WHERE "独立行政法人等の名称" IS NULL OR "独立行政法人等の名称" = ''"#).await;
+        let out = call(
+            Tool::SummarizeRecords,
+            json!({"dataset_id": "survey", "group_by": ["独立行政法人等の名称"], "limit": 10000}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        let null_group = out["data"]["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .find(|r| r[0].is_null())
+            .and_then(|r| r[1].as_i64());
+        assert_eq!(null_group, Some(missing));
+        let column = names
+            .iter()
+            .position(|n| n == "実施府省庁")
+            .expect("column");
+        let without = rows
+            .iter()
+            .filter(|r| {
+                r[column]
+                    .as_deref()
+                    .is_none_or(|v| v.split(';').all(|p| p.trim().is_empty()))
+            })
+            .count();
+        let out = call(
+            Tool::SummarizeRecords,
+            json!({"dataset_id": "survey", "group_by": ["実施府省庁"], "limit": 5}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        assert_eq!(
+            out["data"]["records_without_value"]["実施府省庁"],
+            json!(without)
+        );
+        assert!(
+            out["data"]["rows"]
+                .as_array()
+                .expect("rows")
+                .iter()
+                .all(|r| !r[0].is_null() && r[0] != json!(""))
+        );
+
+        // A default page fits the token budget and leaves columns out, naming them.
+        let out = call(Tool::QueryRecords, json!({"dataset_id": "survey"}))
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        let rows_text = out["data"]["rows"].to_string();
+        assert!(tally_engine::meta::estimated_tokens(&rows_text) <= 6_000 + 100);
+        assert!(out["data"]["columns"].as_array().expect("columns").len() < 38);
+        assert!(
+            out["data"]["omitted_columns"]
+                .as_array()
+                .is_some_and(|o| !o.is_empty())
+        );
+
+        // Values a model can see: a groupable field without a codelist lists its values.
+        let out = call(Tool::InspectDataset, json!({"dataset_id": "survey"}))
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        let field = out["data"]["fields"]
+            .as_array()
+            .expect("fields")
+            .iter()
+            .find(|f| f["name"] == json!("申請等における本人確認手法"))
+            .cloned()
+            .expect("field");
+        assert!(
+            field["values"]["top"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty()),
+            "{field}"
         );
     });
 }

@@ -1,7 +1,7 @@
 //! Perturbed calls as models send them, each labelled by hand from the dataset definitions
 //! (`tests/data/perturbations.jsonl`): corrected to X (and disclosed), accepted as is, or
-//! rejected with X first among the candidates. Prints the counts; fails on any wrong
-//! correction, or if fewer than 95 % of the cases come out as labelled.
+//! rejected with X first among the candidates. Prints the counts; fails on any case that does
+//! not come out as labelled.
 
 use std::collections::BTreeMap;
 
@@ -29,12 +29,13 @@ fn definitions() -> BTreeMap<&'static str, DatasetDef> {
     if let Some(dir) = reference_dir() {
         let text = std::fs::read_to_string(dir.join("procedures-survey-r6.dataset.yaml"))
             .expect("reference");
-        out.insert(
-            IDS[1],
-            load_definition("r6/dataset.yaml", IDS[1], &text)
-                .expect("valid")
-                .dataset,
-        );
+        let mut def = load_definition("r6/dataset.yaml", IDS[1], &text)
+            .expect("valid")
+            .dataset;
+        // The real Parquet holds one column the definition does not declare (inspect_dataset
+        // lists it); the engine fills this in when it registers the dataset.
+        def.undeclared = vec!["オンライン化率".to_string()];
+        out.insert(IDS[1], def);
     }
     out
 }
@@ -166,7 +167,7 @@ fn perturbed_calls_come_out_as_labelled() {
     }
     let right = corrected_right + accepted_right + rejected_right;
     println!(
-        "perturbations: {total} cases ({skipped} skipped: reference absent) — corrected right {corrected_right}, accepted right {accepted_right}, \
+        "perturbations: {total} cases ({skipped} skipped: reference absent), {right} as labelled — corrected right {corrected_right}, accepted right {accepted_right}, \
          rejected right {rejected_right}, wrong {} (of which wrong corrections {})",
         wrong.len() + wrong_corrections.len(),
         wrong_corrections.len()
@@ -183,9 +184,16 @@ fn perturbed_calls_come_out_as_labelled() {
         "wrong corrections:\n{}",
         wrong_corrections.join("\n")
     );
+    // Every case must come out as labelled: a pass threshold below 100 % would hide a
+    // regression among the misses. A label changes only with its reason written in the case.
     assert!(
-        right as f64 >= 0.95 * total as f64,
-        "only {right} of {total} cases came out as labelled (95 % needed):\n{}",
+        wrong.is_empty(),
+        "{} of {total} cases did not come out as labelled:\n{}",
+        wrong.len(),
         wrong.join("\n")
+    );
+    assert!(
+        total >= 400 || skipped > 0,
+        "the case file must hold at least 400 cases, has {total}"
     );
 }
