@@ -609,7 +609,9 @@ impl Args {
 /// a caller how to write it; never executed.
 fn sql_to_json(sql: &str) -> Option<String> {
     let mut out = Map::new();
-    let lower = sql.to_lowercase();
+    // ASCII lower case keeps every byte offset: the keywords are ASCII, and a full Unicode
+    // lower-casing changes lengths (the Kelvin sign U+212A becomes a one-byte `k`).
+    let lower = sql.to_ascii_lowercase();
     let mut clauses = Vec::new();
     let mut rest = sql;
     let mut lower_rest = lower.as_str();
@@ -640,7 +642,7 @@ fn sql_to_json(sql: &str) -> Option<String> {
     let field = |f: &str| f.trim().trim_matches('"').trim_matches('`').to_string();
     for clause in clauses {
         let c = clause.trim();
-        let cl = c.to_lowercase();
+        let cl = c.to_ascii_lowercase();
         if let Some(i) = cl.find(" like ") {
             let pattern = unquote(&c[i + 6..]);
             let text = pattern.as_str()?.trim_matches('%').to_string();
