@@ -3,7 +3,7 @@
 //! What crosses it is versioned from the first release: the plugin API version below, the WIT
 //! package under `wit/since_vX.Y.Z/` (wasm components), and the C entry point of native
 //! libraries (feature `native`). This crate holds only what both sides must agree on; the
-//! host's adapters live in `tally-engine`.
+//! host's adapters live in `tally-plugin-host`.
 //!
 //! Provenance types live here because a plugin reports them per row (a law article, a
 //! document section) and the host puts them into every result's envelope.
@@ -24,14 +24,21 @@ pub mod guest;
 #[cfg(feature = "native")]
 pub mod native;
 
-/// The WIT package of the current API version, for hosts that generate bindings from it.
-pub const WIT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/wit/since_v0.1.0");
-
 /// The name of the interface a source plugin of this API version exports.
 pub const SOURCE_INTERFACE: &str = "tally:plugin/source";
 
 #[cfg(test)]
 mod tests {
+    /// Guests are built against the WIT of the current version, from its own directory.
+    #[test]
+    fn guests_bind_the_current_version() {
+        let wanted = format!("path: \"wit/since_v{}\"", super::PLUGIN_API_VERSION);
+        assert!(
+            include_str!("guest.rs").contains(&wanted),
+            "guest.rs must bind {wanted}"
+        );
+    }
+
     #[test]
     fn version_parts_match_the_version() {
         let parts: Vec<u32> = super::PLUGIN_API_VERSION

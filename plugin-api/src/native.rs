@@ -83,8 +83,22 @@ pub type CreateFn = unsafe extern "C" fn(
     error_len: *mut usize,
 ) -> i32;
 
-/// What the entry point returns a pointer to. The integer fields come first and never move,
-/// so a host of any version can read them.
+/// The plain integers every descriptor starts with, in every version: a host reads these
+/// (and only these) before it forms any reference to the whole [`Descriptor`], whose later
+/// fields may differ in a library built for another version.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: u64,
+    /// The plugin API version (major, minor, patch) the plugin was built against.
+    pub api_version: [u32; 3],
+    /// The DataFusion major version of the plugin's datafusion-ffi.
+    pub datafusion_major: u32,
+}
+
+/// What the entry point returns a pointer to. The integer fields come first and never move
+/// (they are laid out exactly as [`Header`]), so a host of any version can read them.
 #[repr(C)]
 pub struct Descriptor {
     /// [`MAGIC`].
@@ -577,5 +591,21 @@ mod tests {
         assert_eq!(DATAFUSION_MAJOR as u64, datafusion_ffi::version());
         assert_eq!(text(&padded::<8>("sqlite")), "sqlite");
         assert_eq!(text(&padded::<4>("toolong")), "too");
+    }
+
+    #[test]
+    fn the_header_is_the_start_of_every_descriptor() {
+        use std::mem::offset_of;
+        assert_eq!(offset_of!(Header, magic), offset_of!(Descriptor, magic));
+        assert_eq!(
+            offset_of!(Header, api_version),
+            offset_of!(Descriptor, api_version)
+        );
+        assert_eq!(
+            offset_of!(Header, datafusion_major),
+            offset_of!(Descriptor, datafusion_major)
+        );
+        assert!(std::mem::size_of::<Header>() <= offset_of!(Descriptor, name));
+        assert!(std::mem::align_of::<Header>() <= std::mem::align_of::<Descriptor>());
     }
 }

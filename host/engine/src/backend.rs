@@ -1,8 +1,11 @@
 //! Backends: where a dataset's rows come from.
 //!
 //! Every backend hands the engine a DataFusion [`TableProvider`]; the semantic layer, the
-//! planner and the envelope are the same for all of them. The built-in Parquet backend is
-//! here; wasm and native plugins implement the same trait.
+//! planner and the envelope are the same for all of them. The engine owns the [`Backend`]
+//! trait and a registry of [`BackendFactory`]s by [`BackendKind`] (DataFusion's
+//! `TableProviderFactory` pattern): the built-in Parquet backend is registered here; wasm and
+//! native plugins live in `tally-plugin-host`, which the binary registers. The engine never
+//! depends on a plugin runtime.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -15,6 +18,9 @@ use datafusion::catalog::TableProvider;
 use datafusion::datasource::MemTable;
 use sha2::{Digest, Sha256};
 
+use tally_semantic::definition::{BackendKind, DatasetDef};
+
+use crate::catalog::{Problem, Refusal};
 use crate::error::EngineError;
 use crate::memory::Meter;
 
@@ -93,8 +99,8 @@ impl Pushed {
 /// The engine's view of a source of rows.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug {
-    /// `parquet`, `wasm` or `native`.
-    fn kind(&self) -> &'static str;
+    /// The kind of backend, as `backend.kind` names it.
+    fn kind(&self) -> BackendKind;
     /// The columns the source holds, known at registration (before any data is read).
     fn schema(&self) -> SchemaRef;
     /// The number of rows, when known at registration.
@@ -122,7 +128,117 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
     /// What `inspect_dataset` says about the backend.
     fn describe(&self) -> serde_json::Value {
-        serde_json::json!({ "kind": self.kind() })
+        serde_json::json!({ "kind": self.kind().as_str() })
+    }
+}
+
+/// Builds the backend of one kind for a dataset: what a dataset folder names under
+/// `backend:` is handed to the factory registered for its kind.
+pub trait BackendFactory: Send + Sync + fmt::Debug {
+    /// The kind this factory builds.
+    fn kind(&self) -> BackendKind;
+    /// Builds the backend for `def`, whose folder is `folder` (files it names are already
+    /// checked to lie inside it). Reads metadata only: data is read by [`Backend::load`].
+    /// A refusal names the `dataset.yaml` key at fault and what would work.
+    fn create(&self, def: &DatasetDef, folder: &Path) -> Result<Arc<dyn Backend>, Refusal>;
+}
+
+/// The backends a server can build, by kind. Cloning shares the factories.
+#[derive(Clone, Debug)]
+pub struct Backends {
+    factories: std::collections::BTreeMap<BackendKind, Arc<dyn BackendFactory>>,
+}
+
+impl Default for Backends {
+    /// The built-in backends only (Parquet).
+    fn default() -> Self {
+        Backends::builtin()
+    }
+}
+
+impl Backends {
+    /// The backends every engine has: Parquet files.
+    pub fn builtin() -> Backends {
+        Backends {
+            factories: Default::default(),
+        }
+        .with(ParquetFactory)
+    }
+
+    /// Adds (or replaces) the factory of its kind.
+    pub fn with(mut self, factory: impl BackendFactory + 'static) -> Backends {
+        self.factories.insert(factory.kind(), Arc::new(factory));
+        self
+    }
+
+    /// The factory for `kind`, when this server has one.
+    pub fn get(&self, kind: BackendKind) -> Option<&Arc<dyn BackendFactory>> {
+        self.factories.get(&kind)
+    }
+
+    /// The kinds this server can serve.
+    pub fn kinds(&self) -> impl Iterator<Item = BackendKind> + '_ {
+        self.factories.keys().copied()
+    }
+
+    /// Builds the backend `def` names, or refuses with the key at fault.
+    pub fn create(&self, def: &DatasetDef, folder: &Path) -> Result<Arc<dyn Backend>, Refusal> {
+        let kind = def.backend.kind;
+        match self.get(kind) {
+            Some(factory) => factory.create(def, folder),
+            None => Err(Refusal::from(vec![Problem {
+                line: None,
+                key: "backend.kind".into(),
+                reason: format!("this server has no `{kind}` backend"),
+                fix: format!(
+                    "use one of the kinds it serves ({}), or run the `tally` binary, which serves wasm and native plugins",
+                    self.kinds()
+                        .map(BackendKind::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }])),
+        }
+    }
+}
+
+/// Builds [`ParquetBackend`]s: `data_file` in the dataset folder, registered from its footer.
+#[derive(Debug, Clone, Copy)]
+pub struct ParquetFactory;
+
+impl BackendFactory for ParquetFactory {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Parquet
+    }
+
+    fn create(&self, def: &DatasetDef, folder: &Path) -> Result<Arc<dyn Backend>, Refusal> {
+        let path = folder.join(&def.data_file);
+        if !path.is_file() {
+            // The definition may have been copied before its data.
+            return Err(Refusal {
+                problems: vec![Problem {
+                    line: None,
+                    key: "data_file".into(),
+                    reason: format!(
+                        "the data file `{}` is not in the dataset folder",
+                        def.data_file
+                    ),
+                    fix: "put the Parquet file there, or name it with `data_file:`".into(),
+                }],
+                maybe_incomplete: true,
+            });
+        }
+        let backend =
+            ParquetBackend::register(&def.id, folder, &def.data_file).map_err(|e| Refusal {
+                maybe_incomplete: matches!(e, tally_plugin_parquet::Error::Format { .. }),
+                problems: vec![Problem {
+                    line: None,
+                    key: "data_file".into(),
+                    reason: e.to_string(),
+                    fix: "write a complete Parquet file".into(),
+                }],
+            })?;
+        Ok(Arc::new(backend))
     }
 }
 
@@ -153,7 +269,7 @@ impl ParquetBackend {
 
 /// Appends each file's path, size and modification time: bytes that change whenever a file of
 /// a plugin's folder does (part of a plugin dataset's version).
-pub(crate) fn stamp_files(out: &mut Vec<u8>, files: &[ServedFile]) {
+pub fn stamp_files(out: &mut Vec<u8>, files: &[ServedFile]) {
     for file in files {
         out.extend_from_slice(file.path.as_bytes());
         out.extend_from_slice(&file.size.to_le_bytes());
@@ -178,8 +294,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 #[async_trait]
 impl Backend for ParquetBackend {
-    fn kind(&self) -> &'static str {
-        "parquet"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Parquet
     }
 
     fn schema(&self) -> SchemaRef {
@@ -265,7 +381,7 @@ impl Backend for ParquetBackend {
             let sha256 = sha256_hex(&data.bytes);
             let size = data.bytes.len() as u64;
             let table = MemTable::try_new(data.schema.clone(), vec![data.batches])
-                .map_err(|e| EngineError::backend(&dataset, e))?;
+                .map_err(|e| EngineError::computing(&dataset, e))?;
             Ok(LoadedData {
                 provider: Arc::new(table),
                 files: vec![ServedFile {

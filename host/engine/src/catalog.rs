@@ -16,23 +16,20 @@ use sha2::{Digest, Sha256};
 use tally_semantic::definition::{BackendKind, DateValue, Diagnostic, load_definition};
 use tally_semantic::names;
 
-use crate::backend::{Backend, ParquetBackend};
+use crate::backend::{Backend, Backends};
 use crate::dataset::{Dataset, RESERVED_PREFIX, Retrieved, canonical_type};
-use crate::wasm::PluginLimits;
-use crate::wasm_backend::WasmBackend;
 
 /// The definition file of a dataset folder.
 pub const DEFINITION_FILE: &str = "dataset.yaml";
 /// Sidecar written by fetchers: `{"fetched_at": …, "fetched_from": …}`.
 pub const FETCH_RECORD: &str = ".fetch.json";
 
-/// How datasets are registered: what their plugins may use.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// How datasets are registered: which backends there are, and the memory they must fit.
+#[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// The sandbox limits of every wasm plugin call.
-    pub plugins: PluginLimits,
-    /// Whether native plugins may be loaded (they run with the server's full rights).
-    pub allow_native: bool,
+    /// The backends this server can build, by kind (the binary adds wasm and native
+    /// plugins to the built-in Parquet one).
+    pub backends: Backends,
     /// The server's memory budget in bytes (0: not checked): a dataset whose data cannot fit
     /// it, by what its metadata declares, is refused at registration.
     pub memory_budget: usize,
@@ -73,7 +70,7 @@ impl Problem {
         }
     }
 
-    fn plain(reason: impl Into<String>, fix: impl Into<String>) -> Problem {
+    pub fn plain(reason: impl Into<String>, fix: impl Into<String>) -> Problem {
         Problem {
             line: None,
             key: String::new(),
@@ -405,23 +402,38 @@ pub fn outside(root: &Path, path: &Path) -> Option<Problem> {
 
 /// Reads a small file whole, refusing one larger than `limit` before reading it (a definition
 /// or a sidecar is a few kilobytes; a huge one is a mistake or an attack).
-pub fn read_small(path: &Path, limit: usize) -> Result<String, String> {
+pub fn read_small(path: &Path, limit: usize) -> Result<String, ReadError> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    let file = std::fs::File::open(path).map_err(ReadError::Unreadable)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     if size > limit as u64 {
-        return Err(format!(
-            "the file is {size} bytes; at most {limit} bytes are read"
-        ));
+        return Err(ReadError::TooLarge {
+            size: Some(size),
+            limit,
+        });
     }
     let mut text = String::new();
     file.take(limit as u64 + 1)
         .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read the file as UTF-8 text: {e}"))?;
+        .map_err(ReadError::NotText)?;
     if text.len() > limit {
-        return Err(format!("the file is larger than {limit} bytes"));
+        return Err(ReadError::TooLarge { size: None, limit });
     }
     Ok(text)
+}
+
+/// Why a small file (a definition, a fetch record) could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read the file: {0}")]
+    Unreadable(std::io::Error),
+    #[error("cannot read the file as UTF-8 text: {0}")]
+    NotText(std::io::Error),
+    #[error("{}", match size {
+        Some(size) => format!("the file is {size} bytes; at most {limit} bytes are read"),
+        None => format!("the file is larger than {limit} bytes"),
+    })]
+    TooLarge { size: Option<u64>, limit: usize },
 }
 
 /// Registers one folder: `Ok(None)` when it is disabled.
@@ -436,18 +448,16 @@ pub fn register(
         tally_semantic::yaml::MAX_DOCUMENT_BYTES,
     )
     .map_err(|e| Refusal {
-        maybe_incomplete: e.starts_with("cannot read the file:"),
+        maybe_incomplete: matches!(e, ReadError::Unreadable(_)),
         problems: vec![Problem::plain(
-            e,
+            e.to_string(),
             "make it a readable UTF-8 file of at most a few hundred kilobytes",
         )],
     })?;
     let loaded = load_definition(label, folder_name, &text).map_err(|e| {
-        let errors: Vec<&Diagnostic> = e.errors().collect();
         // A file cut off mid-write does not parse (or is empty); anything else is a mistake.
-        let maybe_incomplete = errors.iter().any(|d| {
-            d.message.starts_with("the file is not valid YAML") || d.message == "the file is empty"
-        });
+        let maybe_incomplete = e.unparsed;
+        let errors: Vec<&Diagnostic> = e.errors().collect();
         Refusal {
             problems: errors.into_iter().map(Problem::from_diagnostic).collect(),
             maybe_incomplete,
@@ -487,122 +497,7 @@ pub fn register(
         return Err(vec![problem].into());
     }
 
-    let backend: Arc<dyn Backend> = match def.backend.kind {
-        BackendKind::Parquet => {
-            let path = folder.join(&def.data_file);
-            if !path.is_file() {
-                // The definition may have been copied before its data.
-                return Err(Refusal {
-                    problems: vec![Problem {
-                        line: None,
-                        key: "data_file".into(),
-                        reason: format!(
-                            "the data file `{}` is not in the dataset folder",
-                            def.data_file
-                        ),
-                        fix: "put the Parquet file there, or name it with `data_file:`".into(),
-                    }],
-                    maybe_incomplete: true,
-                });
-            }
-            let backend =
-                ParquetBackend::register(&def.id, folder, &def.data_file).map_err(|e| Refusal {
-                    maybe_incomplete: matches!(e, tally_plugin_parquet::Error::Format { .. }),
-                    problems: vec![Problem {
-                        line: None,
-                        key: "data_file".into(),
-                        reason: e.to_string(),
-                        fix: "write a complete Parquet file".into(),
-                    }],
-                })?;
-            Arc::new(backend)
-        }
-        BackendKind::Wasm => {
-            let Some(plugin) = &def.backend.plugin else {
-                return Err(Refusal::from(vec![Problem::plain(
-                    "a wasm backend names no component",
-                    "add `component: <file>.wasm` (a file in this folder) or `component: builtin:<name>` under `backend:`",
-                )]));
-            };
-            if let tally_semantic::definition::PluginRef::File(f) = plugin
-                && !folder.join(f).is_file()
-            {
-                // The definition may have been copied before its component.
-                return Err(Refusal {
-                    problems: vec![Problem {
-                        line: None,
-                        key: "backend.component".into(),
-                        reason: format!("the component `{f}` is not in the dataset folder"),
-                        fix: "put the .wasm component there, or name a built-in one with `builtin:<name>`".into(),
-                    }],
-                    maybe_incomplete: true,
-                });
-            }
-            let backend = WasmBackend::register(
-                &def.id,
-                folder,
-                plugin,
-                &def.backend.config,
-                options.plugins,
-            )
-            .map_err(|e| Refusal {
-                maybe_incomplete: e.maybe_incomplete,
-                problems: vec![Problem {
-                    line: None,
-                    key: "backend".into(),
-                    reason: e.message,
-                    fix: e.fix,
-                }],
-            })?;
-            Arc::new(backend)
-        }
-        BackendKind::Native => {
-            let Some(tally_semantic::definition::PluginRef::File(library)) = &def.backend.plugin
-            else {
-                return Err(Refusal::from(vec![Problem::plain(
-                    "a native backend names no library file",
-                    "add `library: <file>` (a shared library in this folder) under `backend:`",
-                )]));
-            };
-            if !options.allow_native {
-                return Err(Refusal::from(vec![Problem {
-                    line: None,
-                    key: "backend.kind".into(),
-                    reason: format!(
-                        "native plugins are not allowed on this server, so `{library}` was not loaded: a native plugin runs with the server's full rights"
-                    ),
-                    fix: "start tally with --allow-native (or TALLY_ALLOW_NATIVE=1) if you trust this library, or serve the data another way".into(),
-                }]));
-            }
-            if !folder.join(library).is_file() {
-                return Err(Refusal {
-                    problems: vec![Problem {
-                        line: None,
-                        key: "backend.library".into(),
-                        reason: format!("the library `{library}` is not in the dataset folder"),
-                        fix: "put the shared library there under that name".into(),
-                    }],
-                    maybe_incomplete: true,
-                });
-            }
-            let backend = crate::native::NativeBackend::register(
-                &def.id,
-                folder,
-                library,
-                &def.backend.config,
-            )
-            .map_err(|e| Refusal {
-                maybe_incomplete: e.maybe_incomplete,
-                problems: vec![Problem {
-                    line: None,
-                    key: "backend".into(),
-                    reason: e.message,
-                    fix: e.fix,
-                }],
-            })?;
-            Arc::new(backend)
-        }
-    };
+    let backend: Arc<dyn Backend> = options.backends.create(&def, folder)?;
 
     // The definition must fit the data.
     let schema = backend.schema();
@@ -706,7 +601,7 @@ pub fn register(
 /// Decodes every page of every column (undeclared ones too) of a Parquet dataset's files,
 /// within `budget`: what `tally check --deep` does. Other backends have no pages to read.
 pub fn read_every_page(ds: &Dataset, budget: &Arc<crate::memory::Budget>) -> Result<(), String> {
-    if ds.backend.kind() != "parquet" {
+    if ds.backend.kind() != BackendKind::Parquet {
         return Ok(());
     }
     let mut reservation = budget.reservation(format!("reading every page of `{}`", ds.def.id));

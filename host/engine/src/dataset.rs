@@ -699,7 +699,7 @@ fn prepare(
                 .select(names.iter().map(ident).collect::<Vec<Expr>>())?
                 .execute_stream(),
         )
-        .map_err(|e| EngineError::backend(id, e))?;
+        .map_err(|e| EngineError::computing(id, e))?;
 
     // What the prepared table holds is reserved apart from what reading held, which is
     // given back once the table is built.
@@ -750,16 +750,14 @@ fn prepare(
         .enumerate()
         .filter_map(|(k, m)| match &m.formula {
             tally_semantic::definition::Formula::CountWhere {
-                condition_field,
+                condition_field: f,
                 condition_values,
-            } => def.field_index(condition_field).map(|f| {
-                (
-                    k,
-                    f,
-                    def.fields[f].multi_value.clone(),
-                    condition_values.clone(),
-                )
-            }),
+            } => Some((
+                k,
+                *f,
+                def.fields[*f].multi_value.clone(),
+                condition_values.clone(),
+            )),
             _ => None,
         })
         .filter(|(_, f, _, _)| !def.fields[*f].data_type.is_numeric())
@@ -776,7 +774,7 @@ fn prepare(
     let mut out = Vec::new();
     let mut row = 0u64;
     while let Some(batch) = handle.block_on(futures::StreamExt::next(&mut stream)) {
-        let batch = batch.map_err(|e| EngineError::backend(id, e))?;
+        let batch = batch.map_err(|e| EngineError::computing(id, e))?;
         if meter.cancelled() {
             return Err(EngineError::Limit {
                 message: format!(
@@ -909,7 +907,7 @@ fn prepare(
         "prepared the data for queries"
     );
     let table =
-        MemTable::try_new(schema, vec![out.clone()]).map_err(|e| EngineError::backend(id, e))?;
+        MemTable::try_new(schema, vec![out.clone()]).map_err(|e| EngineError::computing(id, e))?;
     Ok(Prepared {
         table: Arc::new(table),
         batches: out,

@@ -1,5 +1,6 @@
 //! Errors of the engine, named by who must act.
 
+use datafusion::error::DataFusionError;
 use serde_json::{Value, json};
 use tally_semantic::definition::Diagnostic;
 use tally_semantic::{ErrorCode, RequestError};
@@ -36,14 +37,12 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The backend of `dataset` failed (for DataFusion's errors, use [`EngineError::computing`],
+    /// which tells a budget from a failure).
     pub fn backend(dataset: &str, e: impl std::fmt::Display) -> EngineError {
-        let message = e.to_string();
-        if let Some(limit) = memory_limit(&message) {
-            return limit;
-        }
         EngineError::Backend {
             dataset: dataset.to_string(),
-            message,
+            message: e.to_string(),
         }
     }
 
@@ -104,35 +103,55 @@ impl EngineError {
     }
 }
 
-/// DataFusion reports a full memory pool as "Resources exhausted": that is the caller's
-/// budget (or the server's, shared by every call), not a broken backend.
-fn memory_limit(message: &str) -> Option<EngineError> {
-    if !message.contains("Resources exhausted") {
-        return None;
+/// The memory refusal inside a DataFusion error, found by its variant however it was
+/// wrapped (context, shared, collected, or carried through Arrow as an external error).
+fn exhausted(e: &DataFusionError) -> Option<&str> {
+    match e {
+        DataFusionError::ResourcesExhausted(message) => Some(message),
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            exhausted(inner)
+        }
+        DataFusionError::Shared(inner) => exhausted(inner),
+        DataFusionError::Collection(errors) => errors.iter().find_map(exhausted),
+        DataFusionError::External(inner) => {
+            inner.downcast_ref::<DataFusionError>().and_then(exhausted)
+        }
+        DataFusionError::ArrowError(arrow, _) => match arrow.as_ref() {
+            datafusion::arrow::error::ArrowError::ExternalError(inner) => {
+                inner.downcast_ref::<DataFusionError>().and_then(exhausted)
+            }
+            _ => None,
+        },
+        _ => None,
     }
-    if message.contains(crate::memory::CALLER_SHARE_MARKER) {
-        return Some(EngineError::Limit {
+}
+
+/// A full memory pool is the caller's budget (or the server's, shared by every call), not a
+/// broken backend. Which budget it was, the call pool says in its refusal
+/// ([`crate::memory::Refused`]).
+fn memory_limit(e: &DataFusionError) -> Option<EngineError> {
+    let message = exhausted(e)?;
+    Some(match crate::memory::Refused::of(message) {
+        crate::memory::Refused::CallerShare => EngineError::Limit {
             message: "your other calls in flight hold your share of the server's memory (half of its budget), so this call was stopped".to_string(),
             hint: "wait for your other calls to finish, or make narrower calls (filters, fewer groups)".to_string(),
-        });
-    }
-    if message.contains(crate::memory::SERVER_BUDGET_MARKER) {
-        return Some(EngineError::Limit {
+        },
+        crate::memory::Refused::ServerBudget => EngineError::Limit {
             message: "the server's memory budget is taken by other calls and datasets right now, so this call was stopped".to_string(),
             hint: "try again in a moment; a narrower call (filters, fewer groups) needs less memory".to_string(),
-        });
-    }
-    Some(EngineError::Limit {
-        message: "the call needed more memory than its budget and was stopped".to_string(),
-        hint: "narrow the call: add filters, group by fewer or coarser fields, or lower limit"
-            .to_string(),
+        },
+        crate::memory::Refused::CallBudget => EngineError::Limit {
+            message: "the call needed more memory than its budget and was stopped".to_string(),
+            hint: "narrow the call: add filters, group by fewer or coarser fields, or lower limit"
+                .to_string(),
+        },
     })
 }
 
 impl EngineError {
     /// A DataFusion error met while computing on `dataset`: a cap or a budget is the caller's
     /// limit, anything else the backend's failure.
-    pub fn computing(dataset: &str, e: datafusion::error::DataFusionError) -> EngineError {
+    pub fn computing(dataset: &str, e: DataFusionError) -> EngineError {
         if let Some(stopped) = crate::groups::stopped(&e) {
             return EngineError::Limit {
                 message: stopped.to_string(),
@@ -142,16 +161,18 @@ impl EngineError {
                 },
             };
         }
+        if let Some(limit) = memory_limit(&e) {
+            return limit;
+        }
         EngineError::backend(dataset, e)
     }
 }
 
-impl From<datafusion::error::DataFusionError> for EngineError {
-    fn from(e: datafusion::error::DataFusionError) -> Self {
+impl From<DataFusionError> for EngineError {
+    fn from(e: DataFusionError) -> Self {
         if crate::groups::stopped(&e).is_some() {
             return EngineError::computing("", e);
         }
-        let message = e.to_string();
-        memory_limit(&message).unwrap_or(EngineError::Internal(message))
+        memory_limit(&e).unwrap_or_else(|| EngineError::Internal(e.to_string()))
     }
 }

@@ -131,7 +131,7 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
         .aggregate(vec![], aggregates)?
         .collect()
         .await
-        .map_err(|e| EngineError::backend(&def.id, e))?;
+        .map_err(|e| EngineError::computing(&def.id, e))?;
 
     let mut fields = Vec::with_capacity(def.fields.len());
     let (mut fully, mut mostly, mut sparse) = (0, 0, 0);
@@ -212,7 +212,7 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
                     .clone()
                     .count()
                     .await
-                    .map_err(|e| EngineError::backend(&def.id, e))?;
+                    .map_err(|e| EngineError::computing(&def.id, e))?;
                 let top = counted
                     .sort(vec![
                         ident("count").sort(false, false),
@@ -221,7 +221,7 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
                     .limit(0, Some(TOP_VALUES))?
                     .collect()
                     .await
-                    .map_err(|e| EngineError::backend(&def.id, e))?;
+                    .map_err(|e| EngineError::computing(&def.id, e))?;
                 let values: Vec<Value> =
                     crate::json::rows(&top, &["value".to_string(), "count".to_string()])
                         .into_iter()
@@ -276,7 +276,7 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
                 "name": m.name,
                 "mode": m.mode(),
                 "description": m.desc,
-                "formula": m.formula_text(),
+                "formula": m.formula_text(&def.fields),
                 "metric": format!("avg:{}", m.name),
                 "rounded_to_decimals": RATIO_DECIMALS,
             })

@@ -21,15 +21,12 @@ pub mod inspect;
 pub mod json;
 pub mod memory;
 pub mod meta;
-pub mod native;
 pub mod plan;
 pub mod query;
 pub mod schema;
 pub mod summarize;
 pub mod udf;
 pub mod values;
-pub mod wasm;
-pub mod wasm_backend;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +40,7 @@ use serde_json::{Value, json};
 use tally_semantic::request::{self, ListArgs, Request, Tool};
 use tally_semantic::resolve::{Resolution, resolve_dataset, resolve_query, resolve_summarize};
 
+pub use backend::{Backend, BackendFactory, Backends};
 pub use catalog::Catalog;
 pub use dataset::Dataset;
 pub use envelope::Output;
@@ -83,10 +81,6 @@ pub struct Limits {
     /// Estimated tokens of the rows of one result (a model's context is the scarce thing);
     /// rows past it are left out, with a cursor where there are pages, and that is said.
     pub max_result_tokens: usize,
-    /// The sandbox limits of every wasm plugin call.
-    pub plugins: wasm::PluginLimits,
-    /// Whether native plugins (shared libraries, with the server's full rights) may load.
-    pub allow_native: bool,
     /// Memory the whole server may hold for data and calls: prepared tables, files being
     /// read, and the operators of every call in flight (see [`memory`]).
     pub memory_budget_bytes: usize,
@@ -108,8 +102,6 @@ impl Default for Limits {
             // About 6,000 tokens: a useful page that leaves most of a context window for the
             // question, the other results and the answer.
             max_result_tokens: 6_000,
-            plugins: wasm::PluginLimits::default(),
-            allow_native: false,
             memory_budget_bytes: memory::default_budget(),
             // A model reads at most `limit` (≤ 10,000) groups; 100,000 leaves room for
             // totals and `having` over fine groupings while keeping one call's hash table
@@ -138,6 +130,8 @@ pub struct Engine {
     /// Per caller, the operator memory its calls in flight hold.
     callers:
         std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>,
+    /// The backends datasets may name, by kind.
+    backends: Backends,
 }
 
 tokio::task_local! {
@@ -163,8 +157,13 @@ impl Engine {
         Engine::open_with(dir, Limits::default())
     }
 
-    /// Opens `dir` with the given per-call budgets.
+    /// Opens `dir` with the given per-call budgets and the built-in backends only.
     pub fn open_with(dir: &Path, limits: Limits) -> Engine {
+        Engine::open_with_backends(dir, limits, Backends::builtin())
+    }
+
+    /// Opens `dir` with the given budgets, serving datasets of the kinds `backends` builds.
+    pub fn open_with_backends(dir: &Path, limits: Limits, backends: Backends) -> Engine {
         // Data sets are held in memory and are small enough that one partition is fastest:
         // repartitioning 75k rows costs more than it saves on two cores.
         // One optimizer pass: the plans are small and built from already-resolved requests,
@@ -178,8 +177,7 @@ impl Engine {
             catalog: arc_swap::ArcSwap::from_pointee(Catalog::load(
                 dir,
                 &catalog::Options {
-                    plugins: limits.plugins,
-                    allow_native: limits.allow_native,
+                    backends: backends.clone(),
                     memory_budget: limits.memory_budget_bytes,
                 },
             )),
@@ -192,6 +190,7 @@ impl Engine {
             // few cores; a third waits (its calls answer `dataset_preparing` meanwhile).
             preparations: Arc::new(tokio::sync::Semaphore::new(2)),
             limits,
+            backends,
         }
     }
 
@@ -247,8 +246,7 @@ impl Engine {
     pub fn reload(&self, settle: Duration) -> (catalog::Changes, bool) {
         let previous = self.catalog.load_full();
         let options = catalog::Options {
-            plugins: self.limits.plugins,
-            allow_native: self.limits.allow_native,
+            backends: self.backends.clone(),
             memory_budget: self.limits.memory_budget_bytes,
         };
         let (next, changes) = Catalog::scan(&self.dir, &previous, settle, &options);
@@ -567,7 +565,7 @@ impl Engine {
                 "publisher": def.publisher,
                 "record_count": ds.record_count(),
                 "field_count": def.fields.len(),
-                "backend": ds.backend.kind(),
+                "backend": ds.backend.kind().as_str(),
                 "sourceRef": source_id,
             });
             let m = entry.as_object_mut().expect("object literal");

@@ -302,12 +302,41 @@ impl CallPool {
     }
 }
 
-/// The marker of a call refused because its caller's other calls hold their share.
-pub const CALLER_SHARE_MARKER: &str = "this caller's calls together hold their share";
+/// Which budget refused a call's memory. The call pool answers DataFusion with its
+/// `ResourcesExhausted` error (so operators behave as with any full pool) whose message
+/// starts with the refusal's tag; [`Refused::of`] reads the tag back. Tags and reading live
+/// here together, so no other module depends on the wording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The call's own budget (`--call-memory-mb`).
+    CallBudget,
+    /// The caller's other calls in flight hold its share of the server's budget.
+    CallerShare,
+    /// The server's budget is in use by other work.
+    ServerBudget,
+}
 
-/// The marker of a call refused because the server as a whole is out of memory (not the
-/// call's own budget); see `error::memory_limit`.
-pub const SERVER_BUDGET_MARKER: &str = "the server's memory budget is in use by other work";
+impl Refused {
+    fn tag(self) -> &'static str {
+        match self {
+            Refused::CallBudget => "[tally:call-budget]",
+            Refused::CallerShare => "[tally:caller-share]",
+            Refused::ServerBudget => "[tally:server-budget]",
+        }
+    }
+
+    /// The refusal a pool's message carries (a full pool that is not ours: the call's).
+    pub fn of(message: &str) -> Refused {
+        [Refused::CallerShare, Refused::ServerBudget]
+            .into_iter()
+            .find(|r| message.starts_with(r.tag()))
+            .unwrap_or(Refused::CallBudget)
+    }
+
+    fn error(self, detail: String) -> DataFusionError {
+        DataFusionError::ResourcesExhausted(format!("{} {detail}", self.tag()))
+    }
+}
 
 impl std::fmt::Display for CallPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -351,7 +380,7 @@ impl MemoryPool for CallPool {
             })
             .is_ok();
         if !fits_call {
-            return Err(DataFusionError::ResourcesExhausted(format!(
+            return Err(Refused::CallBudget.error(format!(
                 "{} needs {additional} more bytes; the call's budget is {} bytes",
                 reservation.consumer().name(),
                 self.limit
@@ -366,16 +395,16 @@ impl MemoryPool for CallPool {
         };
         if !self.caller_take(additional) {
             undo_call();
-            return Err(DataFusionError::ResourcesExhausted(format!(
-                "{CALLER_SHARE_MARKER} ({} bytes)",
+            return Err(Refused::CallerShare.error(format!(
+                "this caller's calls together hold their share ({} bytes)",
                 self.caller.as_ref().map_or(0, |(_, share)| *share)
             )));
         }
         if !self.budget.try_take(additional) {
             undo_call();
             self.caller_give_back(additional);
-            return Err(DataFusionError::ResourcesExhausted(format!(
-                "{SERVER_BUDGET_MARKER} ({} of {} bytes used)",
+            return Err(Refused::ServerBudget.error(format!(
+                "the server's memory budget is in use by other work ({} of {} bytes used)",
                 self.budget.used(),
                 self.budget.limit()
             )));
@@ -434,7 +463,20 @@ mod tests {
         let err = r2
             .try_grow(4 * MIB)
             .expect_err("the server is out of budget");
-        assert!(err.to_string().contains(SERVER_BUDGET_MARKER), "{err}");
+        match &err {
+            DataFusionError::ResourcesExhausted(m) => {
+                assert_eq!(Refused::of(m), Refused::ServerBudget, "{m}")
+            }
+            other => panic!("not a full pool: {other}"),
+        }
+        // Wrapped as DataFusion wraps it, it is still the server's budget to the caller.
+        let wrapped = DataFusionError::Context(
+            "aggregating".into(),
+            Box::new(DataFusionError::Shared(Arc::new(err))),
+        );
+        assert!(
+            matches!(crate::EngineError::from(wrapped), crate::EngineError::Limit { ref message, .. } if message.contains("server's memory budget")),
+        );
         drop(r);
         r2.try_grow(4 * MIB)
             .expect("fits once the first call is done");

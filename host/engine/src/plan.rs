@@ -1,6 +1,6 @@
 //! Resolved filters into DataFusion expressions, built with the Expr API (never SQL text).
 //!
-//! Semantics (DESIGN §3, as the public administrative-procedures server has them):
+//! Semantics (docs/semantics.md, as the public administrative-procedures server has them):
 //! - an array / `$in` / `$eq` match whole values exactly; on a multi-value field they match
 //!   any trimmed part;
 //! - a plain string / `$contains` is a case-insensitive substring where null counts as "";
@@ -156,8 +156,8 @@ impl<'a> Planner<'a> {
     }
 
     /// A filter on an exploded part (a single text value per row).
-    pub fn part_filter(&self, part: Expr, filter: &Filter) -> Expr {
-        match &filter.op {
+    pub fn part_filter(&self, part: Expr, op: &Op) -> Expr {
+        match op {
             Op::In(values) => part.in_list(values.iter().map(text_literal).collect(), false),
             Op::Eq(v) => part.eq(text_literal(v)),
             Op::Ne(v) => part.not_eq(text_literal(v)),

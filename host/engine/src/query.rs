@@ -75,10 +75,10 @@ pub async fn run(
             let batches = filtered
                 .collect()
                 .await
-                .map_err(|e| EngineError::backend(&def.id, e))?;
+                .map_err(|e| EngineError::computing(&def.id, e))?;
             let total = batches.iter().map(|b| b.num_rows()).sum();
             let table = MemTable::try_new(schema, vec![batches])
-                .map_err(|e| EngineError::backend(&def.id, e))?;
+                .map_err(|e| EngineError::computing(&def.id, e))?;
             (ctx.read_table(std::sync::Arc::new(table))?, total)
         }
     };
@@ -107,7 +107,7 @@ pub async fn run(
         )?
         .collect()
         .await
-        .map_err(|e| EngineError::backend(&def.id, e))?;
+        .map_err(|e| EngineError::computing(&def.id, e))?;
     let mut rows = crate::json::rows(&page, &names);
     let cut = meta::cap_rows_within(
         &mut rows,
@@ -128,6 +128,8 @@ pub async fn run(
     // columns, so a model is not fed 30 empty fields; the omission is reported.
     let mut columns = names.clone();
     let mut omitted: Vec<Value> = Vec::new();
+    // Left out because empty on this page (said in a warning of their own).
+    let mut empty: Vec<String> = Vec::new();
     if !select_given && !rows.is_empty() {
         let keep: Vec<bool> = (0..columns.len())
             .map(|c| {
@@ -140,6 +142,7 @@ pub async fn run(
         for (c, k) in keep.iter().enumerate() {
             if !k {
                 omitted.push(json!({ "field": columns[c], "reason": "every value on this page is empty or a generic value" }));
+                empty.push(columns[c].clone());
             }
         }
         columns = columns
@@ -208,15 +211,6 @@ pub async fn run(
         }
     }
     if !omitted.is_empty() {
-        let empty: Vec<&str> = omitted
-            .iter()
-            .filter(|o| {
-                o["reason"]
-                    .as_str()
-                    .is_some_and(|r| r.starts_with("every value"))
-            })
-            .filter_map(|o| o["field"].as_str())
-            .collect();
         if !empty.is_empty() {
             out.warn(format!(
                 "{} column(s) left out because every value on this page is empty or generic: {}",
@@ -236,23 +230,25 @@ pub async fn run(
             "{returned} of {total} matching records returned; pass next_cursor for the next page"
         ));
     }
-    let mut hints = unknown_value_hints(&prepared, def, &plan.filters, total == 0);
-    if total == 0 && (!plan.filters.is_empty() || plan.q.is_some()) {
-        // Conditions the backend applied itself shaped the table searched; which condition
-        // excludes everything is asked of all the data.
-        let all = if prepared.pushed.is_empty() {
-            base.clone()
-        } else {
-            ctx.read_table(ds.prepared(engine).await?.table.clone())?
-        };
-        hints.extend(zero_hit_hints(&planner, &plan, &all, &conditions).await?);
-    }
-    if !hints.is_empty() {
-        for h in &hints {
-            out.warn(h.clone());
-        }
-        out.set("hints", &hints);
-    }
+    let conditions_made = !plan.filters.is_empty() || plan.q.is_some();
+    let hints = Hints {
+        engine,
+        ds,
+        prepared: &prepared,
+        planner: &planner,
+        ctx: &ctx,
+        base: &base,
+    };
+    hints
+        .attach(
+            &mut out,
+            &plan,
+            &plan.filters,
+            &conditions,
+            total == 0 && conditions_made,
+            total == 0,
+        )
+        .await?;
     let mut echoed = echo(plan.to_json(def));
     if let (false, Some(m)) = (select_given, echoed.as_object_mut()) {
         m.remove("select");
@@ -267,6 +263,20 @@ pub async fn run(
     }
 
     meta::read_and_normalized(&mut out, def, &prepared, &plan.resolved_fields);
+    cite_steps(&mut out, def, &plan, total, offset, returned);
+    Ok(out)
+}
+
+/// The filter transformation a page of records cites: the conditions and the search in
+/// words, how many matched, which were returned and in what order.
+fn cite_steps(
+    out: &mut Output,
+    def: &tally_semantic::DatasetDef,
+    plan: &QueryPlan,
+    total: usize,
+    offset: usize,
+    returned: usize,
+) {
     let mut steps: Vec<String> = plan.filters.iter().map(|f| f.describe(def)).collect();
     if let Some(q) = &plan.q {
         let scope = if plan.search_fields.is_empty() {
@@ -309,7 +319,62 @@ pub async fn run(
             offset + returned,
         ),
     ));
-    Ok(out)
+}
+
+/// What a call that found nothing (or named values the data lacks) is told: the nearest
+/// values of a field for a value it does not hold, and which condition excludes everything.
+/// Shared by query_records and summarize_records.
+pub struct Hints<'a> {
+    pub engine: &'a Engine,
+    pub ds: &'a Dataset,
+    pub prepared: &'a crate::dataset::Prepared,
+    pub planner: &'a Planner<'a>,
+    pub ctx: &'a datafusion::prelude::SessionContext,
+    /// The call's table before its conditions.
+    pub base: &'a DataFrame,
+}
+
+impl std::fmt::Debug for Hints<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hints")
+            .field("dataset", &self.ds.def.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Hints<'_> {
+    /// Warns and sets `hints`: value hints (`nothing_matched` says whether the call found
+    /// nothing) and, when `ask_conditions`, which single condition excludes everything.
+    pub async fn attach(
+        &self,
+        out: &mut Output,
+        plan: &impl HasConditions,
+        filters: &[tally_semantic::resolve::Filter],
+        conditions: &[datafusion::logical_expr::Expr],
+        ask_conditions: bool,
+        nothing_matched: bool,
+    ) -> Result<(), EngineError> {
+        let def = &self.ds.def;
+        let mut hints = unknown_value_hints(self.prepared, def, filters, nothing_matched);
+        if ask_conditions {
+            // Conditions the backend applied itself shaped the table searched; which
+            // condition excludes everything is asked of all the data.
+            let all = if self.prepared.pushed.is_empty() {
+                self.base.clone()
+            } else {
+                self.ctx
+                    .read_table(self.ds.prepared(self.engine).await?.table.clone())?
+            };
+            hints.extend(zero_hit_hints(self.planner, plan, &all, conditions).await?);
+        }
+        if !hints.is_empty() {
+            for h in &hints {
+                out.warn(h.clone());
+            }
+            out.set("hints", &hints);
+        }
+        Ok(())
+    }
 }
 
 /// When nothing matched: which single condition, if dropped, would let records through.

@@ -363,16 +363,45 @@ fn summarize_data() -> Value {
     })
 }
 
+/// The schema in the form portable clients accept: a `type` that lists several types (legal
+/// JSON Schema, but rejected or flattened by clients that map schemas onto a single-`type`
+/// dialect) becomes `anyOf` branches of one type each. The instances it admits are the same.
+pub fn portable(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Array(types)) = map.get("type")
+                && types.len() > 1
+            {
+                let branches: Vec<Value> = types.iter().map(|t| json!({ "type": t })).collect();
+                map.remove("type");
+                map.insert("anyOf".into(), Value::Array(branches));
+            } else if let Some(Value::Array(types)) = map.get("type")
+                && let [only] = types.as_slice()
+            {
+                let only = only.clone();
+                map.insert("type".into(), only);
+            }
+            for value in map.values_mut() {
+                portable(value);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(portable),
+        _ => {}
+    }
+}
+
 /// The output schema of a tool.
 pub fn output_schema(tool: Tool) -> &'static Value {
     static SCHEMAS: OnceLock<[Value; 4]> = OnceLock::new();
     let all = SCHEMAS.get_or_init(|| {
-        [
+        let mut all = [
             envelope(list_data(), true),
             envelope(inspect_data(), false),
             envelope(query_data(), false),
             envelope(summarize_data(), false),
-        ]
+        ];
+        all.iter_mut().for_each(portable);
+        all
     });
     match tool {
         Tool::ListDatasets => &all[0],
@@ -463,6 +492,41 @@ pub fn check_references(envelope: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `type` in a published schema names one type (what the MCP Inspector's strict
+    /// check asks of a portable tool schema).
+    #[test]
+    fn published_schemas_use_single_types() {
+        fn arrays(v: &Value, path: &str, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    if let Some(Value::Array(_)) = m.get("type") {
+                        out.push(path.to_string());
+                    }
+                    for (k, v) in m {
+                        arrays(v, &format!("{path}.{k}"), out);
+                    }
+                }
+                Value::Array(items) => {
+                    for (i, v) in items.iter().enumerate() {
+                        arrays(v, &format!("{path}[{i}]"), out);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for tool in Tool::ALL {
+            let mut found = Vec::new();
+            arrays(output_schema(tool), tool.name(), &mut found);
+            assert!(found.is_empty(), "type arrays in {found:?}");
+        }
+        let mut nullable = json!({ "type": ["string", "null"], "description": "d" });
+        portable(&mut nullable);
+        assert_eq!(
+            nullable,
+            json!({ "anyOf": [{ "type": "string" }, { "type": "null" }], "description": "d" })
+        );
+    }
 
     fn minimal_query() -> Value {
         json!({

@@ -25,9 +25,9 @@ use crate::Engine;
 use crate::dataset::{Dataset, Prepared, code_column, share_column};
 use crate::envelope::{Output, Transformation, TransformationType};
 use crate::error::EngineError;
-use crate::meta::{self, attach_common, echo, field_meta, unknown_value_hints};
+use crate::meta::{self, attach_common, echo, field_meta};
 use crate::plan::{Planner, conjunction};
-use crate::query::{HasConditions, zero_hit_hints};
+use crate::query::{HasConditions, Hints};
 
 /// Hidden result column: records per group (before exploding, the matched total is its sum).
 const ROWS_COL: &str = "__tally_rows";
@@ -309,10 +309,9 @@ fn metric_exprs(
                     let share = aggs.add(format!("share:{k}"), || avg(ident(share_column(*k))));
                     return (round(vec![share, lit(RATIO_DECIMALS)]), None);
                 }
-                let field = def.field_index(condition_field).unwrap_or_default();
                 let member = planner
                     .filter(&Filter {
-                        field,
+                        field: *condition_field,
                         op: Op::In(
                             condition_values
                                 .iter()
@@ -332,10 +331,8 @@ fn metric_exprs(
                 numerator,
                 denominator,
             } => {
-                let n = def.field_index(numerator).unwrap_or_default();
-                let d = def.field_index(denominator).unwrap_or_default();
-                let num = cast(aggs.sum(planner, n), DataType::Float64);
-                let den = cast(aggs.sum(planner, d), DataType::Float64);
+                let num = cast(aggs.sum(planner, *numerator), DataType::Float64);
+                let den = cast(aggs.sum(planner, *denominator), DataType::Float64);
                 let null = lit(datafusion::common::ScalarValue::Float64(None));
                 let value = when(
                     den.clone().is_null().or(den.clone().eq(lit(0.0f64))),
@@ -354,13 +351,7 @@ fn having_expr(planner: &Planner<'_>, h: &HavingFilter, metric: bool) -> Result<
     let column = ident(&h.column);
     if !metric {
         // A group key: text, one value per row.
-        return Ok(planner.part_filter(
-            column,
-            &Filter {
-                field: 0,
-                op: h.op.clone(),
-            },
-        ));
+        return Ok(planner.part_filter(column, &h.op));
     }
     let number = |v: &Scalar| {
         v.number().map(lit).ok_or_else(|| {
@@ -427,77 +418,9 @@ pub async fn run(
         Some(e) => base.clone().filter(e)?,
         None => base.clone(),
     };
-    // Records matched before exploding, the records without a part in each exploded field
-    // (they form no group; they are reported), and the rows exploding would make (every
-    // combination of the parts of several fields is a row: a few long cells can multiply
-    // into billions, so they are counted before any is made). One pass; only when exploding.
-    let mut without_value: Vec<(String, u64)> = Vec::new();
-    let pre_explode = if plan.explode.is_empty() {
-        None
-    } else {
-        let mut aggs =
-            vec![datafusion::functions_aggregate::expr_fn::count(lit(1i64)).alias("records")];
-        for (k, &e) in plan.explode.iter().enumerate() {
-            let none =
-                datafusion::functions_nested::expr_fn::array_has(planner.parts(e, true), lit(""));
-            aggs.push(
-                sum(when(none, lit(1i64))
-                    .otherwise(lit(0i64))
-                    .unwrap_or(lit(0i64)))
-                .alias(format!("without_{k}")),
-            );
-        }
-        let product = plan
-            .explode
-            .iter()
-            .map(|&e| {
-                cast(
-                    datafusion::functions_nested::expr_fn::array_length(planner.parts(e, false)),
-                    DataType::Float64,
-                )
-            })
-            .reduce(|a, b| a * b)
-            .unwrap_or(lit(1.0f64));
-        aggs.push(sum(coalesce(vec![product, lit(0.0f64)])).alias("rows"));
-        let counted = df
-            .clone()
-            .aggregate(vec![], aggs)?
-            .collect()
-            .await
-            .map_err(|e| EngineError::computing(&def.id, e))?;
-        let value = |name: &str| -> f64 {
-            counted
-                .first()
-                .filter(|b| b.num_rows() > 0)
-                .and_then(|b| b.column_by_name(name))
-                .and_then(|c| {
-                    datafusion::arrow::compute::cast(c, &DataType::Float64)
-                        .ok()
-                        .and_then(|a| {
-                            a.as_any()
-                                .downcast_ref::<datafusion::arrow::array::Float64Array>()
-                                .filter(|a| a.is_valid(0))
-                                .map(|a| a.value(0))
-                        })
-                })
-                .unwrap_or(0.0)
-        };
-        if value("rows") > caps.rows as f64 {
-            return Err(EngineError::computing(
-                &def.id,
-                datafusion::error::DataFusionError::External(Box::new(
-                    crate::groups::Stopped::Rows { cap: caps.rows },
-                )),
-            ));
-        }
-        for (k, &e) in plan.explode.iter().enumerate() {
-            without_value.push((
-                def.fields[e].name.clone(),
-                value(&format!("without_{k}")) as u64,
-            ));
-        }
-        Some(value("records") as usize)
-    };
+    // Records matched before exploding, the records without a part in each exploded field,
+    // and the rows exploding would make, counted before any is made.
+    let (pre_explode, without_value) = count_before_exploding(&planner, &plan, &df, caps).await?;
 
     // Explode: one row per part of each exploded field.
     for (k, &e) in plan.explode.iter().enumerate() {
@@ -514,8 +437,14 @@ pub async fn run(
     };
     let mut part_conditions = Vec::new();
     for f in &part_filters {
-        let col = part_of(f.field).unwrap_or_default();
-        part_conditions.push(planner.part_filter(ident(col), f));
+        // Partitioned above: every part filter is on an exploded field.
+        let col = part_of(f.field).ok_or_else(|| {
+            EngineError::internal(format!(
+                "a filter on the parts of `{}`, which is not exploded",
+                def.fields[f.field].name
+            ))
+        })?;
+        part_conditions.push(planner.part_filter(ident(col), &f.op));
     }
     if let Some(e) = conjunction(part_conditions) {
         df = df.filter(e)?;
@@ -526,41 +455,8 @@ pub async fn run(
         .iter()
         .map(|g| def.fields[*g].name.clone())
         .collect();
-    // Group keys: a field with an integer code column is grouped on its codes (integers hash
-    // far faster than strings) and the codes are turned back into values afterwards; a
-    // `having` on the key itself needs the text, so then the text is grouped.
     let having_on_keys = plan.having.iter().any(|h| group_names.contains(&h.column));
-    let coded: Vec<Option<std::sync::Arc<Vec<String>>>> = plan
-        .group_by
-        .iter()
-        .map(|g| {
-            (part_of(*g).is_none() && !having_on_keys)
-                .then(|| prepared.codes.get(g).cloned())
-                .flatten()
-        })
-        .collect();
-    let group_exprs: Vec<Expr> = plan
-        .group_by
-        .iter()
-        .zip(&coded)
-        .map(|(&g, code)| {
-            let text = !def.fields[g].data_type.is_numeric();
-            let name = &def.fields[g].name;
-            // A missing value (null or blank) is the key null, never "" (which reads like a
-            // value).
-            match part_of(g) {
-                // Exploded parts are never empty.
-                Some(col) => ident(col).alias(name),
-                None if code.is_some() => ident(code_column(g)).alias(name),
-                // A text column without missing values is its own key: no copy of every value.
-                None if text && !prepared.has_missing(g) => planner.column(g).alias(name),
-                None if text => {
-                    datafusion::functions::expr_fn::nullif(planner.column(g), lit("")).alias(name)
-                }
-                None => cast(planner.column(g), DataType::Utf8).alias(name),
-            }
-        })
-        .collect();
+    let (coded, group_exprs) = group_keys(&planner, &prepared, &plan, having_on_keys);
 
     let mut aggregates = Aggregates::new(caps);
     let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
@@ -604,7 +500,7 @@ pub async fn run(
     }
     if let Some(e) = conjunction(having) {
         let table = MemTable::try_new(schema, vec![batches])
-            .map_err(|e| EngineError::backend(&def.id, e))?;
+            .map_err(|e| EngineError::computing(&def.id, e))?;
         batches = ctx
             .read_table(std::sync::Arc::new(table))?
             .filter(e)?
@@ -695,18 +591,7 @@ pub async fn run(
     used.extend(plan.filters.iter().map(|f| f.field));
     for m in &plan.metrics {
         match m {
-            Metric::AvgComputed(k) => match &def.computed_measures[*k].formula {
-                Formula::CountWhere {
-                    condition_field, ..
-                } => used.extend(def.field_index(condition_field)),
-                Formula::SumRatio {
-                    numerator,
-                    denominator,
-                } => {
-                    used.extend(def.field_index(numerator));
-                    used.extend(def.field_index(denominator));
-                }
-            },
+            Metric::AvgComputed(k) => used.extend(def.computed_measures[*k].fields()),
             other => used.extend(other.field()),
         }
     }
@@ -718,23 +603,24 @@ pub async fn run(
             plan.limit
         ));
     }
-    let mut hints = unknown_value_hints(&prepared, def, &plan.filters, matched == 0);
-    if matched == 0 && !row_filters.is_empty() {
-        // Conditions the backend applied itself shaped the table searched; which condition
-        // excludes everything is asked of all the data.
-        let all = if prepared.pushed.is_empty() {
-            base.clone()
-        } else {
-            ctx.read_table(ds.prepared(engine).await?.table.clone())?
-        };
-        hints.extend(zero_hit_hints(&planner, &plan, &all, &conditions).await?);
-    }
-    if !hints.is_empty() {
-        for h in &hints {
-            out.warn(h.clone());
-        }
-        out.set("hints", &hints);
-    }
+    let hints = Hints {
+        engine,
+        ds,
+        prepared: &prepared,
+        planner: &planner,
+        ctx: &ctx,
+        base: &base,
+    };
+    hints
+        .attach(
+            &mut out,
+            &plan,
+            &plan.filters,
+            &conditions,
+            matched == 0 && !row_filters.is_empty(),
+            matched == 0,
+        )
+        .await?;
     out.set("parameters", echo(plan.to_json(def)));
     for w in value_warnings {
         out.warn(w);
@@ -742,16 +628,102 @@ pub async fn run(
     out.set("sourceRefs", [source_id]);
 
     meta::read_and_normalized(&mut out, def, &prepared, &plan.resolved_fields);
+    cite_steps(
+        &mut out,
+        def,
+        &plan,
+        &Counts {
+            matched,
+            groups: total_groups,
+            returned: rows.len(),
+        },
+        &group_names,
+        &metric_columns,
+    );
+    Ok(out)
+}
+
+/// Per group key, the values of its code column when it is grouped on codes, and the key
+/// expressions. A field with an integer code column is grouped on its codes (integers hash
+/// far faster than strings) and the codes are turned back into values afterwards; a `having`
+/// on the key itself needs the text, so then the text is grouped.
+#[allow(clippy::type_complexity)]
+fn group_keys(
+    planner: &Planner<'_>,
+    prepared: &crate::dataset::Prepared,
+    plan: &SummarizePlan,
+    having_on_keys: bool,
+) -> (Vec<Option<std::sync::Arc<Vec<String>>>>, Vec<Expr>) {
+    let def = planner.def;
+    let part_of = |field: usize| {
+        plan.explode
+            .iter()
+            .position(|e| *e == field)
+            .map(explode_col)
+    };
+    let coded: Vec<Option<std::sync::Arc<Vec<String>>>> = plan
+        .group_by
+        .iter()
+        .map(|g| {
+            (part_of(*g).is_none() && !having_on_keys)
+                .then(|| prepared.codes.get(g).cloned())
+                .flatten()
+        })
+        .collect();
+    let group_exprs: Vec<Expr> = plan
+        .group_by
+        .iter()
+        .zip(&coded)
+        .map(|(&g, code)| {
+            let text = !def.fields[g].data_type.is_numeric();
+            let name = &def.fields[g].name;
+            // A missing value (null or blank) is the key null, never "" (which reads like a
+            // value).
+            match part_of(g) {
+                // Exploded parts are never empty.
+                Some(col) => ident(col).alias(name),
+                None if code.is_some() => ident(code_column(g)).alias(name),
+                // A text column without missing values is its own key: no copy of every value.
+                None if text && !prepared.has_missing(g) => planner.column(g).alias(name),
+                None if text => {
+                    datafusion::functions::expr_fn::nullif(planner.column(g), lit("")).alias(name)
+                }
+                None => cast(planner.column(g), DataType::Utf8).alias(name),
+            }
+        })
+        .collect();
+    (coded, group_exprs)
+}
+
+/// How many records matched, how many groups they made and how many were returned.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    matched: usize,
+    groups: usize,
+    returned: usize,
+}
+
+/// The transformations a summary cites: the filter, then the aggregation in words (explode,
+/// grouping, metrics, having, order, counts).
+fn cite_steps(
+    out: &mut Output,
+    def: &tally_semantic::DatasetDef,
+    plan: &SummarizePlan,
+    counts: &Counts,
+    group_names: &[String],
+    metric_columns: &[String],
+) {
     if !plan.filters.is_empty() {
         out.transformations.push(Transformation::new(
             TransformationType::Filter,
             format!(
-                "kept records where {}: {matched} matched",
+                "kept records where {}: {} matched",
                 plan.filters
                     .iter()
                     .map(|f| f.describe(def))
                     .collect::<Vec<_>>()
-                    .join(" and ")
+                    .join(" and "),
+                counts.matched
             ),
         ));
     }
@@ -807,14 +779,95 @@ pub async fn run(
             .join(", then ")
     };
     agg.push(format!(
-        "ordered by {ordered}, ties by group key; {total_groups} groups, {} returned",
-        rows.len()
+        "ordered by {ordered}, ties by group key; {} groups, {} returned",
+        counts.groups, counts.returned
     ));
     out.transformations.push(Transformation::new(
         TransformationType::Aggregate,
         agg.join("; "),
     ));
-    Ok(out)
+}
+
+/// Before exploding: the records matched, per exploded field the records without a part
+/// (they form no group; they are reported), and the rows exploding would make — every
+/// combination of the parts of several fields is a row, so a few long cells can multiply
+/// into billions; past the cap the call stops here, before any row is made. One pass; only
+/// when exploding.
+async fn count_before_exploding(
+    planner: &Planner<'_>,
+    plan: &SummarizePlan,
+    df: &datafusion::dataframe::DataFrame,
+    caps: crate::groups::Caps,
+) -> Result<(Option<usize>, Vec<(String, u64)>), EngineError> {
+    let def = planner.def;
+    let mut without_value: Vec<(String, u64)> = Vec::new();
+    if plan.explode.is_empty() {
+        return Ok((None, without_value));
+    }
+    {
+        let mut aggs =
+            vec![datafusion::functions_aggregate::expr_fn::count(lit(1i64)).alias("records")];
+        for (k, &e) in plan.explode.iter().enumerate() {
+            let none =
+                datafusion::functions_nested::expr_fn::array_has(planner.parts(e, true), lit(""));
+            aggs.push(
+                sum(when(none, lit(1i64))
+                    .otherwise(lit(0i64))
+                    .unwrap_or(lit(0i64)))
+                .alias(format!("without_{k}")),
+            );
+        }
+        let product = plan
+            .explode
+            .iter()
+            .map(|&e| {
+                cast(
+                    datafusion::functions_nested::expr_fn::array_length(planner.parts(e, false)),
+                    DataType::Float64,
+                )
+            })
+            .reduce(|a, b| a * b)
+            .unwrap_or(lit(1.0f64));
+        aggs.push(sum(coalesce(vec![product, lit(0.0f64)])).alias("rows"));
+        let counted = df
+            .clone()
+            .aggregate(vec![], aggs)?
+            .collect()
+            .await
+            .map_err(|e| EngineError::computing(&def.id, e))?;
+        let value = |name: &str| -> f64 {
+            counted
+                .first()
+                .filter(|b| b.num_rows() > 0)
+                .and_then(|b| b.column_by_name(name))
+                .and_then(|c| {
+                    datafusion::arrow::compute::cast(c, &DataType::Float64)
+                        .ok()
+                        .and_then(|a| {
+                            a.as_any()
+                                .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                                .filter(|a| a.is_valid(0))
+                                .map(|a| a.value(0))
+                        })
+                })
+                .unwrap_or(0.0)
+        };
+        if value("rows") > caps.rows as f64 {
+            return Err(EngineError::computing(
+                &def.id,
+                datafusion::error::DataFusionError::External(Box::new(
+                    crate::groups::Stopped::Rows { cap: caps.rows },
+                )),
+            ));
+        }
+        for (k, &e) in plan.explode.iter().enumerate() {
+            without_value.push((
+                def.fields[e].name.clone(),
+                value(&format!("without_{k}")) as u64,
+            ));
+        }
+        Ok((Some(value("records") as usize), without_value))
+    }
 }
 
 fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> Value {
@@ -842,7 +895,7 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> Value {
         Metric::Max(f) => (format!("largest {}", def.fields[*f].name), None),
         Metric::AvgComputed(k) => {
             let cm = &def.computed_measures[*k];
-            (cm.formula_text(), Some(RATIO_DECIMALS))
+            (cm.formula_text(&def.fields), Some(RATIO_DECIMALS))
         }
     };
     let mut v = json!({ "column": column, "description": description });

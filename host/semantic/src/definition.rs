@@ -171,7 +171,9 @@ pub struct SourceDef {
     pub csv_header_rows: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Where a dataset's rows come from. The engine keeps a registry of backends by kind; the
+/// kinds a definition may name are these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     Parquet,
@@ -180,12 +182,26 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    pub const ALL: [BackendKind; 3] =
+        [BackendKind::Parquet, BackendKind::Wasm, BackendKind::Native];
+
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Parquet => "parquet",
             BackendKind::Wasm => "wasm",
             BackendKind::Native => "native",
         }
+    }
+
+    /// The kind a definition names, exactly as written.
+    pub fn parse(name: &str) -> Option<BackendKind> {
+        BackendKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -368,15 +384,22 @@ pub struct ComputedMeasure {
 pub enum Formula {
     /// The share of rows whose `condition_field` is one of `condition_values`.
     CountWhere {
-        condition_field: String,
+        /// The declared field, resolved when the definition was read.
+        condition_field: FieldId,
         condition_values: Vec<String>,
     },
     /// `sum(numerator) / sum(denominator)`, null when the denominator sums to 0.
     SumRatio {
-        numerator: String,
-        denominator: String,
+        /// Declared measures, resolved when the definition was read.
+        numerator: FieldId,
+        denominator: FieldId,
     },
 }
+
+/// A declared field: its index in [`DatasetDef::fields`]. Names are resolved to ids once
+/// (when a definition is read, when a call is resolved); nothing after that looks a name up
+/// again.
+pub type FieldId = usize;
 
 impl ComputedMeasure {
     pub fn mode(&self) -> &'static str {
@@ -386,22 +409,38 @@ impl ComputedMeasure {
         }
     }
 
-    /// The formula in words, as `inspect_dataset` shows it.
-    pub fn formula_text(&self) -> String {
+    /// The formula in words, as `inspect_dataset` shows it; `fields` are the dataset's.
+    pub fn formula_text(&self, fields: &[Field]) -> String {
+        let name = |f: &FieldId| fields[*f].name.as_str();
         match &self.formula {
             Formula::CountWhere {
                 condition_field,
                 condition_values,
             } => format!(
-                "count(rows where {condition_field} in [{}]) / count(rows); rounded to 4 decimals",
+                "count(rows where {} in [{}]) / count(rows); rounded to 4 decimals",
+                name(condition_field),
                 condition_values.join(", ")
             ),
             Formula::SumRatio {
                 numerator,
                 denominator,
-            } => format!(
-                "sum({numerator}) / sum({denominator}); null when sum({denominator}) is 0; rounded to 4 decimals"
-            ),
+            } => {
+                let (n, d) = (name(numerator), name(denominator));
+                format!("sum({n}) / sum({d}); null when sum({d}) is 0; rounded to 4 decimals")
+            }
+        }
+    }
+
+    /// The declared fields the formula reads.
+    pub fn fields(&self) -> Vec<FieldId> {
+        match &self.formula {
+            Formula::CountWhere {
+                condition_field, ..
+            } => vec![*condition_field],
+            Formula::SumRatio {
+                numerator,
+                denominator,
+            } => vec![*numerator, *denominator],
         }
     }
 }
@@ -449,6 +488,9 @@ impl fmt::Display for Diagnostic {
 #[error("{}", render(.diagnostics))]
 pub struct DefinitionError {
     pub diagnostics: Vec<Diagnostic>,
+    /// The text is not a YAML document at all (it does not parse, or is empty): a file cut
+    /// off mid-write looks like this, so a watcher retries before reporting it.
+    pub unparsed: bool,
 }
 
 impl DefinitionError {
@@ -494,9 +536,11 @@ pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded
             );
             return Err(DefinitionError {
                 diagnostics: reader.diagnostics,
+                unparsed: true,
             });
         }
     };
+    let empty = root.value == Value::Null;
     let dataset = reader.dataset(&root, folder_id);
     reader
         .diagnostics
@@ -508,6 +552,7 @@ pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded
         }),
         _ => Err(DefinitionError {
             diagnostics: reader.diagnostics,
+            unparsed: empty,
         }),
     }
 }
@@ -1137,12 +1182,11 @@ impl Reader {
             "write `kind: parquet`, `kind: wasm` or `kind: native`",
         ) {
             None => Some(BackendKind::Parquet),
-            Some(k) => match k.as_str() {
-                "parquet" => Some(BackendKind::Parquet),
-                "wasm" => Some(BackendKind::Wasm),
-                "native" => Some(BackendKind::Native),
-                other => {
-                    let near = suggest(other, ["parquet", "wasm", "native"]);
+            Some(k) => match BackendKind::parse(&k) {
+                Some(kind) => Some(kind),
+                None => {
+                    let other = k.as_str();
+                    let near = suggest(other, BackendKind::ALL.map(BackendKind::as_str));
                     self.error(
                         map.key_pos("kind"),
                         "backend.kind",
@@ -1657,7 +1701,9 @@ impl Reader {
                             "list the values that count, e.g. `condition_values: [\"1 実施済\"]`",
                         );
                     }
-                    let Some(field) = field else { continue };
+                    let Some((field_id, field)) = field else {
+                        continue;
+                    };
                     if let Some(codes) = field.static_codes() {
                         for (j, v) in values.iter().enumerate() {
                             if !codes.iter().any(|c| &c.value == v) {
@@ -1678,7 +1724,7 @@ impl Reader {
                         }
                     }
                     Formula::CountWhere {
-                        condition_field: field.name.clone(),
+                        condition_field: field_id,
                         condition_values: values,
                     }
                 }
@@ -1687,12 +1733,12 @@ impl Reader {
                         self.field_ref(&map, "numerator", &path, fields, Some(Role::Measure));
                     let denominator =
                         self.field_ref(&map, "denominator", &path, fields, Some(Role::Measure));
-                    let (Some(n), Some(d)) = (numerator, denominator) else {
+                    let (Some((n, _)), Some((d, _))) = (numerator, denominator) else {
                         continue;
                     };
                     Formula::SumRatio {
-                        numerator: n.name.clone(),
-                        denominator: d.name.clone(),
+                        numerator: n,
+                        denominator: d,
                     }
                 }
                 other => {
@@ -1726,7 +1772,7 @@ impl Reader {
         path: &str,
         fields: &'f [Field],
         role: Option<Role>,
-    ) -> Option<&'f Field> {
+    ) -> Option<(FieldId, &'f Field)> {
         let name = self.required_string(
             map,
             key,
@@ -1734,7 +1780,7 @@ impl Reader {
             &format!("write `{key}: <name of a declared field>`"),
         )?;
         let key_path = join(path, key);
-        let Some(field) = fields.iter().find(|f| f.name == name) else {
+        let Some((id, field)) = fields.iter().enumerate().find(|(_, f)| f.name == name) else {
             let pool = fields
                 .iter()
                 .filter(|f| role.is_none_or(|r| f.role == r))
@@ -1779,7 +1825,7 @@ impl Reader {
             );
             return None;
         }
-        Some(field)
+        Some((id, field))
     }
 }
 

@@ -116,6 +116,9 @@ pub enum Match {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resolved<'a> {
     pub canonical: &'a str,
+    /// The position of `canonical` in the vocabulary it was resolved against (for a
+    /// dataset's fields, the field's id): callers never look the name up again.
+    pub index: usize,
     pub how: Match,
 }
 
@@ -127,23 +130,31 @@ where
     I::IntoIter: Clone,
 {
     let names = vocabulary.into_iter();
-    if let Some(exact) = names.clone().find(|n| *n == input) {
+    if let Some((index, exact)) = names.clone().enumerate().find(|(_, n)| *n == input) {
         return Ok(Resolved {
             canonical: exact,
+            index,
             how: Match::Exact,
         });
     }
     let wanted = normalize(input);
-    let mut normalized = names.clone().filter(|n| normalize(n) == wanted);
-    if let (Some(only), None) = (normalized.next(), normalized.next()) {
+    let mut normalized = names
+        .clone()
+        .enumerate()
+        .filter(|(_, n)| normalize(n) == wanted);
+    if let (Some((index, only)), None) = (normalized.next(), normalized.next()) {
         return Ok(Resolved {
             canonical: only,
+            index,
             how: Match::Normalized,
         });
     }
-    if let Some(best) = fuzzy(&wanted, names.clone()) {
+    if let Some(index) = fuzzy_index(&wanted, names.clone())
+        && let Some(best) = names.clone().nth(index)
+    {
         return Ok(Resolved {
             canonical: best,
+            index,
             how: Match::Fuzzy,
         });
     }
@@ -162,6 +173,12 @@ where
 ///   characters, ASCII punctuation (`;`, `"`, `-`), or letters of a script the vocabulary
 ///   does not use (a Cyrillic `е` in a Latin name).
 pub fn fuzzy<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let names: Vec<&str> = names.into_iter().collect();
+    fuzzy_index(wanted, names.iter().copied()).map(|i| names[i])
+}
+
+/// [`fuzzy`], giving the position of the match in `names`.
+fn fuzzy_index<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Option<usize> {
     if wanted.chars().count() <= MAX_UNFUZZY_CHARS {
         return None;
     }
@@ -184,7 +201,7 @@ pub fn fuzzy<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Opti
         }
     }
     let (score, i) = best?;
-    let (name, normalized) = &names[i];
+    let (_, normalized) = &names[i];
     let containing = names.iter().filter(|(_, n)| n.contains(wanted)).count();
     let truncated = normalized
         .strip_prefix(wanted)
@@ -192,7 +209,7 @@ pub fn fuzzy<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Opti
     let eligible = normalized.chars().count() > MAX_UNFUZZY_CHARS
         && (digits(wanted).is_empty() || digits(wanted) == digits(normalized))
         && (containing <= 1 || truncated);
-    (eligible && score >= FUZZY_THRESHOLD && score - second >= FUZZY_MARGIN).then_some(*name)
+    (eligible && score >= FUZZY_THRESHOLD && score - second >= FUZZY_MARGIN).then_some(i)
 }
 
 fn digits(s: &str) -> String {
@@ -325,8 +342,15 @@ mod tests {
             resolve("所管府省庁", vocab),
             Ok(Resolved {
                 canonical: "所管府省庁",
+                index: 0,
                 how: Match::Exact
             })
+        );
+        // The position comes back with every kind of match, so nothing looks it up again.
+        assert_eq!(resolve("count", vocab).map(|r| r.index), Ok(2));
+        assert_eq!(
+            resolve("ｶｳﾝﾄ数", ["件数", "カウント数"]).map(|r| (r.index, r.how)),
+            Ok((1, Match::Normalized))
         );
         // Two names normalise alike: never guess between them.
         assert!(resolve("COUNT", vocab).is_err());

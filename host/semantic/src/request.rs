@@ -13,9 +13,18 @@ use serde_json::{Map, Value};
 use crate::error::{Candidate, ErrorCode, RequestError};
 use crate::names::suggest;
 
-/// Bounds of `limit`: (min, max, default).
-pub const QUERY_LIMIT: (usize, usize, usize) = (1, 5000, 50);
-pub const SUMMARIZE_LIMIT: (usize, usize, usize) = (1, 10_000, 200);
+/// Bounds of `limit` of `query_records`.
+pub const QUERY_LIMIT: Shape = Shape::Count {
+    min: 1,
+    max: 5000,
+    default: 50,
+};
+/// Bounds of `limit` of `summarize_records`.
+pub const SUMMARIZE_LIMIT: Shape = Shape::Count {
+    min: 1,
+    max: 10_000,
+    default: 200,
+};
 /// Longest free text (`q`, a value to compare).
 pub const MAX_TEXT_CHARS: usize = 1000;
 /// Longest name (dataset id, field, metric).
@@ -55,33 +64,99 @@ impl Tool {
         }
     }
 
-    /// The parameters the tool takes.
-    pub fn parameters(self) -> &'static [&'static str] {
+    /// The parameters the tool takes: one table, read by the parser (names, bounds, choices)
+    /// and by the server, which generates the tools' input schemas from it.
+    pub fn spec(self) -> &'static [Parameter] {
+        use Shape::*;
+        const DATASET_ID: Parameter = Parameter::required("dataset_id", Text);
+        const LIST: &[Parameter] = &[Parameter::new("q", Text), Parameter::new("publisher", Text)];
+        const INSPECT: &[Parameter] = &[
+            DATASET_ID,
+            Parameter::new("detail", Choice(&["compact", "full"])),
+        ];
+        const QUERY: &[Parameter] = &[
+            DATASET_ID,
+            Parameter::new("q", Text),
+            Parameter::new("search_fields", Names),
+            Parameter::new("select", Names),
+            Parameter::new("where", Conditions),
+            Parameter::new("order_by", Names),
+            Parameter::new("limit", QUERY_LIMIT),
+            Parameter::new("cursor", Text),
+        ];
+        const SUMMARIZE: &[Parameter] = &[
+            DATASET_ID,
+            Parameter::new("metrics", Names),
+            Parameter::new("group_by", Names),
+            Parameter::new("where", Conditions),
+            Parameter::new("having", Conditions),
+            Parameter::new("explode", Names),
+            Parameter::new("order_by", Names),
+            Parameter::new("limit", SUMMARIZE_LIMIT),
+        ];
         match self {
-            Tool::ListDatasets => &["q", "publisher"],
-            Tool::InspectDataset => &["dataset_id", "detail"],
-            Tool::QueryRecords => &[
-                "dataset_id",
-                "q",
-                "search_fields",
-                "select",
-                "where",
-                "order_by",
-                "limit",
-                "cursor",
-            ],
-            Tool::SummarizeRecords => &[
-                "dataset_id",
-                "metrics",
-                "group_by",
-                "where",
-                "having",
-                "explode",
-                "order_by",
-                "limit",
-            ],
+            Tool::ListDatasets => LIST,
+            Tool::InspectDataset => INSPECT,
+            Tool::QueryRecords => QUERY,
+            Tool::SummarizeRecords => SUMMARIZE,
         }
     }
+
+    /// The names of the tool's parameters.
+    pub fn parameters(self) -> impl Iterator<Item = &'static str> + Clone {
+        self.spec().iter().map(|p| p.name)
+    }
+
+    /// The parameter called `name`.
+    pub fn parameter(self, name: &str) -> Option<&'static Parameter> {
+        self.spec().iter().find(|p| p.name == name)
+    }
+}
+
+/// One parameter of a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parameter {
+    pub name: &'static str,
+    pub shape: Shape,
+    pub required: bool,
+}
+
+impl Parameter {
+    const fn new(name: &'static str, shape: Shape) -> Parameter {
+        Parameter {
+            name,
+            shape,
+            required: false,
+        }
+    }
+
+    const fn required(name: &'static str, shape: Shape) -> Parameter {
+        Parameter {
+            name,
+            shape,
+            required: true,
+        }
+    }
+}
+
+/// How a parameter is written (every shape also accepts the loose forms models send).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One string (at most [`MAX_TEXT_CHARS`] characters).
+    Text,
+    /// One of these words (compared normalised).
+    Choice(&'static [&'static str]),
+    /// Names: a list of strings, one string, or a JSON array as a string.
+    Names,
+    /// An object of name → condition, or that object as a JSON string.
+    Conditions,
+    /// A row count: an integer or a number as text, clamped to `min..=max` (the clamp is
+    /// reported), `default` when absent.
+    Count {
+        min: usize,
+        max: usize,
+        default: usize,
+    },
 }
 
 /// Something the server changed about a call and says so (a clamped limit, an implied
@@ -281,18 +356,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
         }),
         Tool::InspectDataset => Request::InspectDataset(InspectArgs {
             dataset_id: args.dataset_id()?,
-            full: match args.text("detail")?.map(|d| crate::names::normalize(&d)) {
-                None => false,
-                Some(d) if d == "full" => true,
-                Some(d) if d == "compact" => false,
-                Some(d) => {
-                    return Err(RequestError::invalid(
-                        "detail",
-                        format!("`detail` is \"compact\" (the default) or \"full\", not \"{d}\""),
-                    )
-                    .hint("leave detail out for the compact description; send \"full\" for every code's description, all top values and statistics"));
-                }
-            },
+            full: args.choice("detail")?.is_some_and(|d| d == "full"),
         }),
         Tool::QueryRecords => Request::QueryRecords(QueryArgs {
             dataset_id: args.dataset_id()?,
@@ -301,7 +365,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             select: args.names("select")?,
             conditions: args.conditions("where")?,
             order_by: args.names("order_by")?,
-            limit: args.limit(QUERY_LIMIT)?,
+            limit: args.limit()?,
             cursor: args.cursor()?,
             notices: std::mem::take(&mut args.notices),
         }),
@@ -313,7 +377,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             having: args.conditions("having")?,
             explode: args.names("explode")?,
             order_by: args.names("order_by")?,
-            limit: args.limit(SUMMARIZE_LIMIT)?,
+            limit: args.limit()?,
             notices: std::mem::take(&mut args.notices),
         }),
     };
@@ -369,7 +433,7 @@ impl Args {
                 }
             },
         };
-        let known = tool.parameters();
+        let known: Vec<&str> = tool.parameters().collect();
         for key in map.keys() {
             if !known.contains(&key.as_str()) {
                 let near = synonym(key)
@@ -508,7 +572,49 @@ impl Args {
         Ok(out)
     }
 
-    fn limit(&mut self, (min, max, default): (usize, usize, usize)) -> Result<usize, RequestError> {
+    /// One of the words the parameter's [`Shape::Choice`] lists, normalised.
+    fn choice(&self, key: &str) -> Result<Option<&'static str>, RequestError> {
+        let Some(Shape::Choice(words)) = self.tool.parameter(key).map(|p| p.shape) else {
+            return Err(RequestError::new(
+                ErrorCode::InvalidArgument,
+                format!("internal: `{key}` is not a choice of {}", self.tool.name()),
+            ));
+        };
+        let Some(text) = self.text(key)? else {
+            return Ok(None);
+        };
+        let word = crate::names::normalize(&text);
+        match words.iter().find(|w| **w == word) {
+            Some(w) => Ok(Some(w)),
+            None => Err(RequestError::invalid(
+                key,
+                format!(
+                    "`{key}` is {}, not \"{word}\"",
+                    words
+                        .iter()
+                        .enumerate()
+                        .map(|(i, w)| if i == 0 {
+                            format!("\"{w}\" (the default)")
+                        } else {
+                            format!("\"{w}\"")
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ),
+            )
+            .hint("leave detail out for the compact description; send \"full\" for every code's description, all top values and statistics")),
+        }
+    }
+
+    fn limit(&mut self) -> Result<usize, RequestError> {
+        let Some(Shape::Count { min, max, default }) =
+            self.tool.parameter("limit").map(|p| p.shape)
+        else {
+            return Err(RequestError::new(
+                ErrorCode::InvalidArgument,
+                format!("internal: {} has no limit", self.tool.name()),
+            ));
+        };
         let Some(value) = self.get("limit") else {
             return Ok(default);
         };

@@ -15,7 +15,7 @@ use crate::names::{self, Match, normalize};
 use crate::request::{Condition, Notice, Op, QueryArgs, Scalar, SummarizeArgs};
 
 /// Index of a field in [`DatasetDef::fields`].
-pub type FieldId = usize;
+pub use crate::definition::FieldId;
 
 /// How many candidates an error lists at most.
 pub const MAX_CANDIDATES: usize = 5;
@@ -89,8 +89,60 @@ impl Metric {
     }
 }
 
-/// The metric kinds, as written before the colon.
-pub const METRIC_KINDS: [&str; 5] = ["count", "sum", "avg", "min", "max"];
+/// The metric kinds, as written before the colon: one table, with the words other tools
+/// use for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricKind {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+impl MetricKind {
+    pub const ALL: [MetricKind; 5] = [
+        MetricKind::Count,
+        MetricKind::Sum,
+        MetricKind::Avg,
+        MetricKind::Min,
+        MetricKind::Max,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Count => "count",
+            MetricKind::Sum => "sum",
+            MetricKind::Avg => "avg",
+            MetricKind::Min => "min",
+            MetricKind::Max => "max",
+        }
+    }
+
+    /// Whether the kind aggregates a field (`sum:F`), unlike `count`.
+    pub fn takes_field(self) -> bool {
+        self != MetricKind::Count
+    }
+
+    /// Words other tools use for our kinds (`mean`, `total`…).
+    pub fn synonym(word: &str) -> Option<MetricKind> {
+        Some(match word {
+            "mean" | "average" | "ave" => MetricKind::Avg,
+            "total" => MetricKind::Sum,
+            "minimum" => MetricKind::Min,
+            "maximum" => MetricKind::Max,
+            "cnt" | "number" => MetricKind::Count,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for MetricKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A condition on a result column of `summarize_records`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -249,9 +301,7 @@ impl<'d> Resolver<'d> {
                 if let Some(res) = resolution(parameter, input, r) {
                     self.resolved.push(res);
                 }
-                self.def.field_index(r.canonical).ok_or_else(|| {
-                    RequestError::new(ErrorCode::UnknownField, "internal: resolved field vanished")
-                })
+                Ok(r.index)
             }
             Err(ranked) => Err(self.unknown_field(input, parameter, &ranked)),
         }
@@ -657,11 +707,11 @@ impl<'d> Resolver<'d> {
             (Some(f), None) => format!("sum:{f}"),
             (None, None) => "count".to_string(),
         };
-        let kind = match names::resolve(&kind, METRIC_KINDS.iter().copied()) {
-            Ok(r) => r.canonical.to_string(),
-            Err(_) => metric_synonym(&kind).map(str::to_string).unwrap_or(kind),
+        let kind = match names::resolve(&kind, MetricKind::ALL.map(MetricKind::as_str)) {
+            Ok(r) => Some(MetricKind::ALL[r.index]),
+            Err(_) => MetricKind::synonym(&kind),
         };
-        if !METRIC_KINDS.contains(&kind.as_str()) {
+        let Some(kind) = kind else {
             let err = RequestError::new(ErrorCode::UnknownMetric, format!("unknown metric `{input}`"))
                 .at("metrics")
                 .candidates(
@@ -670,8 +720,8 @@ impl<'d> Resolver<'d> {
                 )
                 .hint("a metric is `count`, or `sum:F`, `avg:F`, `min:F`, `max:F` with F a measure, or `avg:<computed measure>`");
             return Err(self.example_with(err, "metrics", &example_metric));
-        }
-        if kind == "count" {
+        };
+        if kind == MetricKind::Count {
             if target.is_some() {
                 let err = RequestError::new(
                     ErrorCode::UnknownMetric,
@@ -696,7 +746,7 @@ impl<'d> Resolver<'d> {
             );
             return Err(self.example_with(err, "metrics", &example_metric));
         };
-        if kind != "count" {
+        if kind != MetricKind::Count {
             let computed = def.computed_measures.iter().map(|m| m.name.as_str());
             let outcome = names::resolve(&target, computed);
             let declared = def.field(&target).is_some();
@@ -707,12 +757,8 @@ impl<'d> Resolver<'d> {
                 return Err(err);
             }
             if let Ok(r) = outcome {
-                let index = def
-                    .computed_measures
-                    .iter()
-                    .position(|m| m.name == r.canonical)
-                    .unwrap_or_default();
-                if kind != "avg" {
+                let index = r.index;
+                if kind != MetricKind::Avg {
                     let err = RequestError::new(
                         ErrorCode::RoleMismatch,
                         format!("`{input}`: `{}` is a computed measure (a ratio); it can only be averaged", r.canonical),
@@ -731,7 +777,7 @@ impl<'d> Resolver<'d> {
             return Err(err);
         }
         let field = match outcome {
-            Ok(r) => def.field_index(r.canonical).unwrap_or_default(),
+            Ok(r) => r.index,
             Err(_) => {
                 let pool: Vec<&str> = measures
                     .iter()
@@ -779,11 +825,13 @@ impl<'d> Resolver<'d> {
             ));
             return Err(self.example_with(err, "metrics", &example_metric));
         }
-        Ok(match kind.as_str() {
-            "sum" => Metric::Sum(field),
-            "avg" => Metric::Avg(field),
-            "min" => Metric::Min(field),
-            _ => Metric::Max(field),
+        Ok(match kind {
+            MetricKind::Sum => Metric::Sum(field),
+            MetricKind::Avg => Metric::Avg(field),
+            MetricKind::Min => Metric::Min(field),
+            MetricKind::Max => Metric::Max(field),
+            // Answered above: `count` takes no field.
+            MetricKind::Count => Metric::Count,
         })
     }
 
@@ -800,7 +848,7 @@ impl<'d> Resolver<'d> {
         let def = self.def;
         let mut out = vec![Candidate::described("count", Some("rows in each group"))];
         for f in def.fields.iter().filter(|f| f.role == Role::Measure) {
-            for kind in ["sum", "avg", "min", "max"] {
+            for kind in MetricKind::ALL.iter().filter(|k| k.takes_field()) {
                 out.push(Candidate::new(format!("{kind}:{}", f.name)));
             }
         }
@@ -812,18 +860,6 @@ impl<'d> Resolver<'d> {
         }
         out
     }
-}
-
-/// Words other tools use for our metric kinds.
-fn metric_synonym(kind: &str) -> Option<&'static str> {
-    Some(match kind {
-        "mean" | "average" | "ave" => "avg",
-        "total" => "sum",
-        "minimum" => "min",
-        "maximum" => "max",
-        "cnt" | "number" => "count",
-        _ => return None,
-    })
 }
 
 /// The part after the colon, as typed (names are resolved separately).

@@ -23,7 +23,8 @@ const EXIT_UNREADABLE: u8 = 2;
 /// What `check` was asked to do.
 #[derive(Debug)]
 pub struct CheckOptions {
-    pub allow_native: bool,
+    /// The backends datasets may name (native libraries only when allowed).
+    pub backends: tally_engine::Backends,
     /// Read every page of every data file and prepare every dataset as a first call would.
     pub deep: bool,
     pub limits: tally_engine::Limits,
@@ -52,8 +53,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
     let mut folders = catalog::dataset_folders(dir);
     folders.sort();
     let register_options = catalog::Options {
-        plugins: options.limits.plugins,
-        allow_native: options.allow_native,
+        backends: options.backends.clone(),
         memory_budget: options.limits.memory_budget_bytes,
     };
     let (mut ok, mut broken) = (0usize, 0usize);
@@ -128,10 +128,13 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             return ExitCode::FAILURE;
         };
         let mut limits = options.limits;
-        limits.allow_native = options.allow_native;
         // A deep check may take as long as the data needs.
         limits.call_timeout = std::time::Duration::from_secs(3600);
-        let engine = std::sync::Arc::new(tally_engine::Engine::open_with(dir, limits));
+        let engine = std::sync::Arc::new(tally_engine::Engine::open_with_backends(
+            dir,
+            limits,
+            options.backends.clone(),
+        ));
         for (id, label) in served {
             let arguments = serde_json::json!({ "dataset_id": id });
             let result = runtime.block_on(

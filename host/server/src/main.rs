@@ -88,19 +88,26 @@ pub struct Budgets {
 }
 
 impl Budgets {
-    pub fn limits(&self) -> tally_engine::Limits {
-        tally_engine::Limits {
-            call_timeout: std::time::Duration::from_millis(self.call_timeout_ms.max(1)),
-            call_memory_bytes: self.call_memory_mb.max(1) * 1024 * 1024,
-            max_result_bytes: self.max_result_bytes.max(1024),
-            max_result_tokens: self.max_result_tokens.max(100),
-            plugins: tally_engine::wasm::PluginLimits {
+    /// The backends datasets may name: Parquet, wasm components in their sandbox, and native
+    /// libraries when allowed.
+    pub fn backends(&self) -> tally_engine::Backends {
+        tally_plugin_host::backends(tally_plugin_host::PluginOptions {
+            limits: tally_plugin_host::PluginLimits {
                 deadline: std::time::Duration::from_millis(self.plugin_deadline_ms.max(10)),
                 memory_bytes: self.plugin_memory_mb.max(1) * 1024 * 1024,
                 output_bytes: self.plugin_output_mb.max(1) * 1024 * 1024,
                 ..Default::default()
             },
             allow_native: self.allow_native,
+        })
+    }
+
+    pub fn limits(&self) -> tally_engine::Limits {
+        tally_engine::Limits {
+            call_timeout: std::time::Duration::from_millis(self.call_timeout_ms.max(1)),
+            call_memory_bytes: self.call_memory_mb.max(1) * 1024 * 1024,
+            max_result_bytes: self.max_result_bytes.max(1024),
+            max_result_tokens: self.max_result_tokens.max(100),
             memory_budget_bytes: self
                 .memory_budget
                 .map(|m| m.max(16) * 1024 * 1024)
@@ -243,7 +250,10 @@ fn main() -> ExitCode {
             check::run(
                 &dir,
                 &check::CheckOptions {
-                    allow_native,
+                    backends: tally_plugin_host::backends(tally_plugin_host::PluginOptions {
+                        allow_native,
+                        ..Default::default()
+                    }),
                     deep,
                     limits,
                 },
@@ -287,9 +297,10 @@ fn serve(
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
-    let engine = std::sync::Arc::new(tally_engine::Engine::open_with(
+    let engine = std::sync::Arc::new(tally_engine::Engine::open_with_backends(
         &common.datasets,
         common.budgets.limits(),
+        common.budgets.backends(),
     ));
     let catalog = engine.catalog();
     tracing::info!(

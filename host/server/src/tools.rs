@@ -8,6 +8,7 @@ use rmcp::model::{JsonObject, Tool as McpTool, ToolAnnotations};
 use serde_json::{Value, json};
 use tally_engine::schema::output_schema;
 use tally_semantic::Tool;
+use tally_semantic::request::Shape;
 
 /// What the server tells a model before it calls anything.
 pub const INSTRUCTIONS: &str = "Tally answers questions over datasets by computing every number itself. \
@@ -37,9 +38,9 @@ fn conditions(description: &str) -> Value {
     })
 }
 
-fn limit(min: usize, max: usize, default: usize) -> Value {
+fn count(description: &str) -> Value {
     json!({
-        "description": format!("Rows to return, {min}–{max} (default {default}); out-of-range values are clamped and the clamp is reported."),
+        "description": description,
         "anyOf": [
             { "type": "integer" },
             { "type": "string", "description": "a number as text" }
@@ -135,53 +136,64 @@ Codes are checked against the field's codelist (a label without its number is re
     text
 }
 
-fn input_schema(tool: Tool, ex: &Examples) -> Value {
-    let dataset_id = json!({ "type": "string", "description": "A dataset_id from list_datasets." });
-    match tool {
-        Tool::ListDatasets => json!({
-            "type": "object",
-            "properties": {
-                "q": { "type": "string", "description": "Case-insensitive substring of the dataset id or title." },
-                "publisher": { "type": "string", "description": "Case-insensitive substring of the publisher." }
-            }
-        }),
-        Tool::InspectDataset => json!({
-            "type": "object",
-            "properties": {
-                "dataset_id": dataset_id,
-                "detail": { "type": "string", "enum": ["compact", "full"], "description": "\"compact\" (default): what writing a call needs; \"full\": every code's description, more top values, quality words." }
-            },
-            "required": ["dataset_id"]
-        }),
-        Tool::QueryRecords => json!({
-            "type": "object",
-            "properties": {
-                "dataset_id": dataset_id,
-                "q": { "type": "string", "description": "Substring searched in every text field (or in search_fields), ignoring case and full/half width." },
-                "search_fields": names_or_string("Fields q searches (default: all text fields)."),
-                "select": names_or_string("Fields to return, in order (default: the id, names, dimensions and the fields the call uses; the others are listed in omitted_columns)."),
-                "where": conditions(&where_text(ex)),
-                "order_by": names_or_string("\"F\" ascending or \"-F\" descending; nulls last; ties in file order."),
-                "limit": limit(1, 5000, 50),
-                "cursor": { "type": "string", "description": "next_cursor from the previous page, with the same other arguments." }
-            },
-            "required": ["dataset_id"]
-        }),
-        Tool::SummarizeRecords => json!({
-            "type": "object",
-            "properties": {
-                "dataset_id": dataset_id,
-                "metrics": names_or_string("\"count\", \"sum:F\", \"avg:F\", \"min:F\", \"max:F\" (F a measure) or \"avg:<computed measure>\"; default [\"count\"]."),
-                "group_by": names_or_string("Groupable fields; default: one row for all matching records. Multi-value fields are split into their parts. A missing value is the key null."),
-                "where": conditions(&where_text(ex)),
-                "having": conditions("Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}; a bare number means equality; a metric's field alone names it when only one metric has it."),
-                "explode": names_or_string("Multi-value fields to split into one group per part (implied when grouping by one); records without a part are counted in records_without_value."),
-                "order_by": names_or_string("Result columns to order by, \"-\" first for descending: a metric (\"count\", \"avg:F\", or F alone when one metric has it) or a group key. Default: the first metric descending; ties by group key."),
-                "limit": limit(1, 10_000, 200)
-            },
-            "required": ["dataset_id"]
-        }),
+/// What a parameter means, for the input schema ("" when the table has a parameter this
+/// has no words for: a test refuses that).
+fn parameter_description(tool: Tool, name: &str, ex: &Examples) -> String {
+    match (tool, name) {
+        (_, "dataset_id") => "A dataset_id from list_datasets.".into(),
+        (Tool::ListDatasets, "q") => "Case-insensitive substring of the dataset id or title.".into(),
+        (Tool::ListDatasets, "publisher") => "Case-insensitive substring of the publisher.".into(),
+        (Tool::InspectDataset, "detail") => "\"compact\" (default): what writing a call needs; \"full\": every code's description, more top values, quality words.".into(),
+        (Tool::QueryRecords, "q") => "Substring searched in every text field (or in search_fields), ignoring case and full/half width.".into(),
+        (Tool::QueryRecords, "search_fields") => "Fields q searches (default: all text fields).".into(),
+        (Tool::QueryRecords, "select") => "Fields to return, in order (default: the id, names, dimensions and the fields the call uses; the others are listed in omitted_columns).".into(),
+        (_, "where") => where_text(ex),
+        (Tool::QueryRecords, "order_by") => "\"F\" ascending or \"-F\" descending; nulls last; ties in file order.".into(),
+        (_, "limit") => match tool.parameter("limit").map(|p| p.shape) {
+            Some(Shape::Count { min, max, default }) => format!(
+                "Rows to return, {min}–{max} (default {default}); out-of-range values are clamped and the clamp is reported."
+            ),
+            _ => String::new(),
+        },
+        (Tool::QueryRecords, "cursor") => "next_cursor from the previous page, with the same other arguments.".into(),
+        (Tool::SummarizeRecords, "metrics") => "\"count\", \"sum:F\", \"avg:F\", \"min:F\", \"max:F\" (F a measure) or \"avg:<computed measure>\"; default [\"count\"].".into(),
+        (Tool::SummarizeRecords, "group_by") => "Groupable fields; default: one row for all matching records. Multi-value fields are split into their parts. A missing value is the key null.".into(),
+        (Tool::SummarizeRecords, "having") => "Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}; a bare number means equality; a metric's field alone names it when only one metric has it.".into(),
+        (Tool::SummarizeRecords, "explode") => "Multi-value fields to split into one group per part (implied when grouping by one); records without a part are counted in records_without_value.".into(),
+        (Tool::SummarizeRecords, "order_by") => "Result columns to order by, \"-\" first for descending: a metric (\"count\", \"avg:F\", or F alone when one metric has it) or a group key. Default: the first metric descending; ties by group key.".into(),
+        _ => String::new(),
     }
+}
+
+/// A tool's input schema, generated from the parameter table the parser reads
+/// ([`Tool::spec`]): names, shapes, bounds, choices and what is required cannot drift from
+/// what the parser accepts.
+fn input_schema(tool: Tool, ex: &Examples) -> Value {
+    let mut properties = serde_json::Map::new();
+    for p in tool.spec() {
+        let description = parameter_description(tool, p.name, ex);
+        let schema = match p.shape {
+            Shape::Text => json!({ "type": "string", "description": description }),
+            Shape::Choice(words) => {
+                json!({ "type": "string", "enum": words, "description": description })
+            }
+            Shape::Names => names_or_string(&description),
+            Shape::Conditions => conditions(&description),
+            Shape::Count { .. } => count(&description),
+        };
+        properties.insert(p.name.to_string(), schema);
+    }
+    let mut schema = json!({ "type": "object", "properties": properties });
+    let required: Vec<&str> = tool
+        .spec()
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| p.name)
+        .collect();
+    if !required.is_empty() {
+        schema["required"] = json!(required);
+    }
+    schema
 }
 
 fn description(tool: Tool, ex: &Examples) -> String {
@@ -260,4 +272,119 @@ pub fn by_name(name: &str) -> Option<Tool> {
 
 pub fn all_names() -> Vec<&'static str> {
     Tool::ALL.iter().map(|t| t.name()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_semantic::request::{Request, parse};
+
+    fn examples() -> Examples {
+        Examples {
+            dataset: "d".into(),
+            group: "g".into(),
+            metric: "count".into(),
+            measure: Some("m".into()),
+            law: Some(("l".into(), "f".into())),
+        }
+    }
+
+    /// A value of the shape the schema gives, as a client would send it.
+    fn sample(schema: &Value) -> Value {
+        if let Some(words) = schema["enum"].as_array() {
+            return words[words.len() - 1].clone();
+        }
+        match schema["type"].as_str() {
+            Some("string") => json!("x"),
+            _ => match schema["anyOf"][0]["type"].as_str() {
+                Some("array") => json!(["x"]),
+                Some("object") => json!({}),
+                Some("integer") => json!(3),
+                other => panic!("no sample for {other:?} in {schema}"),
+            },
+        }
+    }
+
+    /// The schema a client sees and the parser that reads its calls agree: every property
+    /// is a parameter the parser accepts (with a value of the schema's shape), every
+    /// parameter is a property, with words to explain it, and `limit`'s bounds are the
+    /// parser's.
+    #[test]
+    fn input_schemas_and_the_parser_agree() {
+        let ex = examples();
+        for tool in Tool::ALL {
+            let schema = input_schema(tool, &ex);
+            let properties = schema["properties"].as_object().expect("properties");
+            let names: Vec<&str> = properties.keys().map(String::as_str).collect();
+            assert_eq!(
+                names,
+                tool.parameters().collect::<Vec<_>>(),
+                "{}",
+                tool.name()
+            );
+            let required: Vec<&str> = schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            for p in tool.spec() {
+                assert_eq!(
+                    required.contains(&p.name),
+                    p.required,
+                    "{}.{}",
+                    tool.name(),
+                    p.name
+                );
+                assert!(
+                    !parameter_description(tool, p.name, &ex).is_empty(),
+                    "{}.{} has no description",
+                    tool.name(),
+                    p.name
+                );
+            }
+            // Every property, sent alone (with the required ones), parses.
+            for (name, property) in properties {
+                let mut arguments = serde_json::Map::new();
+                for r in &required {
+                    arguments.insert((*r).to_string(), json!("d"));
+                }
+                if name == "cursor" {
+                    continue; // a cursor must be one the server issued; its shape is a string
+                }
+                arguments.insert(name.clone(), sample(property));
+                if let Err(e) = parse(tool, &Value::Object(arguments.clone())) {
+                    assert_ne!(
+                        e.code,
+                        tally_semantic::ErrorCode::UnknownParameter,
+                        "{}: the schema offers `{name}` but the parser refuses it: {e:?}",
+                        tool.name()
+                    );
+                }
+            }
+            // A parameter the schema does not offer is refused.
+            let mut arguments = json!({ "not_a_parameter": 1 });
+            for r in &required {
+                arguments[*r] = json!("d");
+            }
+            let refused = parse(tool, &arguments).expect_err("unknown parameter");
+            assert_eq!(refused.code, tally_semantic::ErrorCode::UnknownParameter);
+            // limit: the bounds the schema states are the ones the parser clamps to.
+            if let Some(p) = tool.parameter("limit") {
+                let Shape::Count { max, default, .. } = p.shape else {
+                    panic!("limit is a count");
+                };
+                let description = properties["limit"]["description"].as_str().unwrap();
+                assert!(
+                    description.contains(&format!("–{max} (default {default})")),
+                    "{description}"
+                );
+                let over = json!({ "dataset_id": "d", "limit": max + 1 });
+                let limit = match parse(tool, &over).expect("clamped, not refused") {
+                    Request::QueryRecords(a) => a.limit,
+                    Request::SummarizeRecords(a) => a.limit,
+                    other => panic!("{other:?}"),
+                };
+                assert_eq!(limit, max);
+            }
+        }
+    }
 }

@@ -31,7 +31,7 @@ fn database(dir: &std::path::Path) {
 async fn projection_filters_and_limit_reach_sqlite() {
     let dir = tempfile::tempdir().expect("temp dir");
     database(dir.path());
-    let lib = tally_engine::native::load(&library(), "the sqlite plugin").expect("loads");
+    let lib = tally_plugin_host::native::load(&library(), "the sqlite plugin").expect("loads");
     let provider = lib
         .create(
             "the sqlite plugin",
@@ -80,7 +80,7 @@ async fn projection_filters_and_limit_reach_sqlite() {
 fn bad_configs_are_refused_with_the_reason() {
     let dir = tempfile::tempdir().expect("temp dir");
     database(dir.path());
-    let lib = tally_engine::native::load(&library(), "the sqlite plugin").expect("loads");
+    let lib = tally_plugin_host::native::load(&library(), "the sqlite plugin").expect("loads");
     let err = |config: serde_json::Value| {
         lib.create("the sqlite plugin", "t", dir.path(), &config)
             .expect_err("refused")

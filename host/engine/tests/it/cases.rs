@@ -98,3 +98,57 @@ fn content_hash_is_the_sha256_of_the_served_file() {
         std::fs::read(crate::fixture::datasets_dir().join("fixture/data.parquet")).expect("file");
     assert_eq!(hash, tally_engine::backend::sha256_hex(&bytes));
 }
+
+/// docs/semantics.md names, per section, the golden cases that pin its rules: every case it
+/// names exists, and every case is named under some section.
+#[test]
+fn every_golden_case_is_filed_under_a_section_of_the_semantics() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/semantics.md");
+    let doc = std::fs::read_to_string(&doc_path).expect("docs/semantics.md");
+    let dir = data_dir().join("cases");
+    let cases: Vec<String> = std::fs::read_dir(&dir)
+        .expect("cases dir")
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.ends_with(".json") && !n.ends_with(".expected.json"))
+        .map(|n| n.trim_end_matches(".json").to_string())
+        .collect();
+    // The names in "Golden cases:" paragraphs, with the section they are under.
+    let mut named: Vec<(String, String)> = Vec::new();
+    let mut section = String::new();
+    let mut in_list = false;
+    for line in doc.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            section = h.to_string();
+            in_list = false;
+            continue;
+        }
+        if line.starts_with("Golden cases:") {
+            in_list = true;
+        } else if line.trim().is_empty() {
+            in_list = false;
+        }
+        if in_list {
+            for name in line.split('`').skip(1).step_by(2) {
+                named.push((section.clone(), name.to_string()));
+            }
+        }
+    }
+    let missing: Vec<String> = named
+        .iter()
+        .filter(|(_, n)| !cases.contains(n))
+        .map(|(s, n)| format!("{n} (under \"{s}\")"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/semantics.md names cases that do not exist: {missing:?}"
+    );
+    let unfiled: Vec<&String> = cases
+        .iter()
+        .filter(|c| !named.iter().any(|(_, n)| n == *c))
+        .collect();
+    assert!(
+        unfiled.is_empty(),
+        "golden cases not named under any section of docs/semantics.md: {unfiled:?}"
+    );
+}

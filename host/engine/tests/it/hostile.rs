@@ -310,8 +310,11 @@ async fn hostile_dataset_definitions_generated() {
             memory_budget: 256 << 20,
             ..Options::default()
         };
-        let outcome =
-            std::panic::catch_unwind(|| register(&folder, "case", "case/dataset.yaml", &options));
+        // The factories are shared, immutable registrations: nothing a panic could leave
+        // half-changed.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            register(&folder, "case", "case/dataset.yaml", &options)
+        }));
         match outcome {
             Err(_) => failures.push(format!(
                 "case {cases}: registration panicked on:\n{text:.2000}"

@@ -1,5 +1,6 @@
 //! Integration tests of the engine: one binary, data-driven.
 
+mod architecture;
 mod cases;
 mod differential;
 mod fixture;

@@ -156,7 +156,7 @@ fn json() -> impl Strategy<Value = Value> {
 fn arguments() -> impl Strategy<Value = (Tool, Value)> {
     let tool = proptest::sample::select(Tool::ALL.to_vec());
     tool.prop_flat_map(|tool| {
-        let names: Vec<String> = tool.parameters().iter().map(|p| p.to_string()).collect();
+        let names: Vec<String> = tool.parameters().map(str::to_string).collect();
         let key = prop_oneof![
             8 => proptest::sample::select(names),
             1 => text(),

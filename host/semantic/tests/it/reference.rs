@@ -53,7 +53,7 @@ fn reference_survey_definition_loads_unchanged() {
     assert_eq!(
         m.formula,
         Formula::CountWhere {
-            condition_field: "オンライン化の実施状況".into(),
+            condition_field: def.field_index("オンライン化の実施状況").expect("declared"),
             condition_values: vec!["1 実施済".into()],
         }
     );

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
-use tally_engine::native;
+use tally_plugin_host::native;
 
 /// A cdylib cargo built beside this test (`target/<profile>/deps/`).
 fn library(stem: &str) -> PathBuf {

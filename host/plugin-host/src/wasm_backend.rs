@@ -15,13 +15,15 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::datasource::MemTable;
 use tally_plugin_api::provenance::SourceType;
-use tally_semantic::definition::{DateValue, PluginRef};
+use tally_semantic::definition::{BackendKind, DateValue, PluginRef};
 
-use crate::backend::{Backend, LoadedData, Pushed, RowSource, RowSources, ServedFile, sha256_hex};
-use crate::error::EngineError;
 use crate::wasm::{
     self, ColumnType, Compiled, Description, FilterOp, PluginError, PluginLimits, Runtime,
     ScanRequest,
+};
+use tally_engine::EngineError;
+use tally_engine::backend::{
+    Backend, LoadedData, Pushed, RowSource, RowSources, ServedFile, sha256_hex,
 };
 
 /// A dataset served by a wasm component.
@@ -146,7 +148,7 @@ fn schema_of(label: &str, d: &Description) -> Result<SchemaRef, PluginError> {
     let mut seen = std::collections::HashSet::new();
     let mut fields = Vec::with_capacity(d.columns.len());
     for c in &d.columns {
-        if c.name.trim().is_empty() || c.name.starts_with(crate::dataset::RESERVED_PREFIX) {
+        if c.name.trim().is_empty() || c.name.starts_with(tally_engine::dataset::RESERVED_PREFIX) {
             return Err(PluginError::new(
                 format!("{label} describes a column named `{}`", c.name),
                 "column names must be non-empty and not start with `__tally_`",
@@ -185,7 +187,7 @@ fn arrow_type(t: ColumnType) -> DataType {
 
 /// Every file under the folder (hidden ones and `dataset.yaml` included: the definition is a
 /// file the plugin may read too), sorted, with size and time.
-pub(crate) fn folder_files(folder: &Path) -> Vec<ServedFile> {
+pub fn folder_files(folder: &Path) -> Vec<ServedFile> {
     let mut out = Vec::new();
     let mut stack = vec![(folder.to_path_buf(), String::new(), 0usize)];
     while let Some((dir, prefix, depth)) = stack.pop() {
@@ -261,8 +263,8 @@ fn has_scheme(uri: &str) -> bool {
 
 #[async_trait]
 impl Backend for WasmBackend {
-    fn kind(&self) -> &'static str {
-        "wasm"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Wasm
     }
 
     fn schema(&self) -> SchemaRef {
@@ -300,7 +302,7 @@ impl Backend for WasmBackend {
     fn fingerprint(&self) -> Vec<u8> {
         let mut f = self.compiled.sha256.clone().into_bytes();
         f.extend_from_slice(self.config.as_bytes());
-        crate::backend::stamp_files(&mut f, &self.files);
+        tally_engine::backend::stamp_files(&mut f, &self.files);
         f
     }
 
@@ -317,7 +319,7 @@ impl Backend for WasmBackend {
         &self,
         columns: &[String],
         pushed: &[Pushed],
-        meter: &crate::memory::Meter,
+        meter: &tally_engine::memory::Meter,
     ) -> Result<LoadedData, EngineError> {
         let projection: Vec<String> = columns
             .iter()

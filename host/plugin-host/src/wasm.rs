@@ -32,20 +32,64 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use tally_plugin_api::{PLUGIN_API_VERSION, SOURCE_INTERFACE};
 
-/// Bindings for the `source-plugin` world of the current API version.
+pub use crate::error::PluginError;
+
+/// One bindings module per plugin API version, generated from its own
+/// `plugin-api/wit/since_v*` directory (Zed's layout). A component is bound through the
+/// module of the version it declares; when a newer version is added, an older component's
+/// results are converted into the newest types, which the rest of the host uses, so adding
+/// a version never breaks the components built for the ones before.
 #[allow(missing_debug_implementations, clippy::all)]
-mod bindings {
+mod since_v0_1_0 {
     wasmtime::component::bindgen!({
         path: "../../plugin-api/wit/since_v0.1.0",
         world: "source-plugin",
     });
 }
 
-pub use bindings::tally::plugin::types::{
+/// The newest version: its types are the host's.
+use since_v0_1_0 as latest;
+
+pub use latest::tally::plugin::types::{
     Column, ColumnType, Description, Filter, FilterCapability, FilterOp, ScanRequest, ScanResult,
     Source, Value,
 };
-use bindings::{SourcePlugin, SourcePluginPre};
+
+/// The plugin API versions this host speaks, oldest first: one per `since_v*` directory and
+/// bindings module. The last is [`PLUGIN_API_VERSION`].
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0"];
+
+/// A component with its imports resolved, bound in the version it speaks.
+enum Pre {
+    V0_1_0(since_v0_1_0::SourcePluginPre<State>),
+}
+
+/// One instance of a component, in the version it speaks.
+enum Instance {
+    V0_1_0(since_v0_1_0::SourcePlugin),
+}
+
+impl Pre {
+    fn bind(
+        version: &str,
+        instance_pre: wasmtime::component::InstancePre<State>,
+    ) -> wasmtime::Result<Pre> {
+        match version {
+            "0.1.0" => Ok(Pre::V0_1_0(since_v0_1_0::SourcePluginPre::new(
+                instance_pre,
+            )?)),
+            other => Err(wasmtime::format_err!(
+                "plugin API {other} has no bindings in this host"
+            )),
+        }
+    }
+
+    fn instantiate(&self, store: &mut Store<State>) -> wasmtime::Result<Instance> {
+        match self {
+            Pre::V0_1_0(pre) => pre.instantiate(store).map(Instance::V0_1_0),
+        }
+    }
+}
 
 /// How often the epoch advances: the granularity of every deadline.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -74,33 +118,6 @@ impl Default for PluginLimits {
     }
 }
 
-/// Why a plugin call failed, in words for the caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginError {
-    pub message: String,
-    /// What would fix it.
-    pub fix: String,
-    /// The component may still be being written (it does not parse): retry before
-    /// reporting it.
-    pub maybe_incomplete: bool,
-}
-
-impl PluginError {
-    pub fn new(message: impl Into<String>, fix: impl Into<String>) -> PluginError {
-        PluginError {
-            message: message.into(),
-            fix: fix.into(),
-            maybe_incomplete: false,
-        }
-    }
-}
-
-impl fmt::Display for PluginError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.message, self.fix)
-    }
-}
-
 /// The process's wasmtime engine, the resolved WASI imports and the compiled components.
 pub struct Runtime {
     engine: Engine,
@@ -117,7 +134,9 @@ impl fmt::Debug for Runtime {
 
 /// A compiled component with its imports resolved, ready to instantiate.
 pub struct Compiled {
-    pre: SourcePluginPre<State>,
+    pre: Pre,
+    /// The plugin API version the component speaks.
+    pub api_version: &'static str,
     /// `sha256:<hex>` of the component's bytes.
     pub sha256: String,
     pub size: u64,
@@ -127,6 +146,7 @@ impl fmt::Debug for Compiled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Compiled")
             .field("sha256", &self.sha256)
+            .field("api_version", &self.api_version)
             .finish()
     }
 }
@@ -225,7 +245,7 @@ impl Runtime {
     /// Compiles a component (or takes it from the cache), after checking that it is a
     /// component and speaks this host's plugin API version. `label` names it in messages.
     pub fn compile(&self, label: &str, bytes: &[u8]) -> Result<Arc<Compiled>, PluginError> {
-        let sha256 = crate::backend::sha256_hex(bytes);
+        let sha256 = tally_engine::backend::sha256_hex(bytes);
         if let Ok(cache) = self.compiled.lock()
             && let Some(c) = cache.get(&sha256)
         {
@@ -259,7 +279,7 @@ impl Runtime {
                 "build the plugin for wasm32-wasip2 with tally-plugin-api's guest helper",
             )
         })?;
-        check_api_version(label, &self.engine, &component)?;
+        let api_version = check_api_version(label, &self.engine, &component)?;
         let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| {
             PluginError::new(
                 format!(
@@ -269,13 +289,13 @@ impl Runtime {
                 "a plugin gets WASI with a read-only view of its dataset folder and nothing else (no network, no environment)",
             )
         })?;
-        let pre = SourcePluginPre::new(instance_pre).map_err(|e| {
+        let pre = Pre::bind(api_version, instance_pre).map_err(|e| {
             PluginError::new(
                 format!(
                     "{label} does not export the source interface as this host expects: {}",
                     root_cause(&e)
                 ),
-                format!("build it against tally-plugin-api {PLUGIN_API_VERSION}"),
+                format!("build it against tally-plugin-api {api_version}"),
             )
         })?;
         tracing::debug!(
@@ -285,6 +305,7 @@ impl Runtime {
         );
         let compiled = Arc::new(Compiled {
             pre,
+            api_version,
             sha256: sha256.clone(),
             size: bytes.len() as u64,
         });
@@ -306,7 +327,7 @@ impl Runtime {
         folder: &Path,
         limits: &PluginLimits,
         what: &str,
-        f: impl FnOnce(&mut Store<State>, &SourcePlugin) -> wasmtime::Result<Result<R, String>>,
+        f: impl FnOnce(&mut Store<State>, &Instance) -> wasmtime::Result<Result<R, String>>,
     ) -> Result<R, PluginError> {
         let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
         let mut wasi = WasiCtxBuilder::new();
@@ -415,7 +436,9 @@ impl Runtime {
             folder,
             limits,
             "describe itself",
-            |store, p| p.tally_plugin_source().call_describe(store, config),
+            |store, instance| match instance {
+                Instance::V0_1_0(p) => p.tally_plugin_source().call_describe(store, config),
+            },
         )
     }
 
@@ -428,9 +451,16 @@ impl Runtime {
         limits: &PluginLimits,
         request: &ScanRequest,
     ) -> Result<ScanResult, PluginError> {
-        let result = self.call(label, compiled, folder, limits, "scan", |store, p| {
-            p.tally_plugin_source().call_scan(store, request)
-        })?;
+        let result = self.call(
+            label,
+            compiled,
+            folder,
+            limits,
+            "scan",
+            |store, instance| match instance {
+                Instance::V0_1_0(p) => p.tally_plugin_source().call_scan(store, request),
+            },
+        )?;
         let size = output_size(&result);
         if size > limits.output_bytes {
             return Err(PluginError::new(
@@ -467,23 +497,33 @@ fn output_size(r: &ScanResult) -> usize {
         + r.notes.iter().map(String::len).sum::<usize>()
 }
 
-/// Refuses a component that does not export the source interface of this API version.
+/// The plugin API version a component speaks, among those this host supports; refuses a
+/// component that exports the source interface of no supported version.
 fn check_api_version(
     label: &str,
     engine: &Engine,
     component: &Component,
-) -> Result<(), PluginError> {
+) -> Result<&'static str, PluginError> {
     let ty = component.component_type();
     let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
-    let wanted = format!("{SOURCE_INTERFACE}@{PLUGIN_API_VERSION}");
-    if exports.contains(&wanted) {
-        return Ok(());
-    }
     let prefix = format!("{SOURCE_INTERFACE}@");
-    if let Some(found) = exports.iter().find_map(|e| e.strip_prefix(&prefix)) {
+    let declared: Vec<&str> = exports
+        .iter()
+        .filter_map(|e| e.strip_prefix(&prefix))
+        .collect();
+    // The newest version the component exports that this host speaks.
+    if let Some(version) = SUPPORTED_VERSIONS
+        .iter()
+        .rev()
+        .find(|v| declared.contains(v))
+    {
+        return Ok(version);
+    }
+    let supported = SUPPORTED_VERSIONS.join(", ");
+    if let Some(found) = declared.first() {
         return Err(PluginError::new(
             format!(
-                "{label} was built for plugin API {found}, but this Tally speaks plugin API {PLUGIN_API_VERSION}"
+                "{label} was built for plugin API {found}, but this Tally speaks plugin API {supported}"
             ),
             format!(
                 "rebuild the plugin against tally-plugin-api {PLUGIN_API_VERSION} (WIT `tally:plugin@{PLUGIN_API_VERSION}`), or run a Tally that speaks {found}"
@@ -507,7 +547,9 @@ fn check_api_version(
                 exports.join(", ")
             }
         ),
-        format!("a source plugin exports `{wanted}` (see tally-plugin-api's guest helper)"),
+        format!(
+            "a source plugin exports `{SOURCE_INTERFACE}@{PLUGIN_API_VERSION}` (see tally-plugin-api's guest helper)"
+        ),
     ))
 }
 
@@ -536,4 +578,39 @@ fn last_chars(text: &str, n: usize) -> &str {
     }
     let skip = text.char_indices().nth(count - n).map_or(0, |(i, _)| i);
     &text[skip..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `since_v*` directory of the plugin API has a bindings module here (and is in
+    /// [`SUPPORTED_VERSIONS`]), and the newest is the version plugins are built against.
+    #[test]
+    fn one_bindings_module_per_wit_version() {
+        let wit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugin-api/wit");
+        let mut dirs: Vec<String> = std::fs::read_dir(&wit)
+            .expect("plugin-api/wit")
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("since_v"))
+                    .map(str::to_string)
+            })
+            .collect();
+        let key = |v: &String| -> Vec<u32> { v.split('.').map(|p| p.parse().unwrap()).collect() };
+        dirs.sort_by_key(key);
+        assert_eq!(dirs, SUPPORTED_VERSIONS);
+        assert_eq!(SUPPORTED_VERSIONS.last(), Some(&PLUGIN_API_VERSION));
+        let source = include_str!("wasm.rs");
+        for v in SUPPORTED_VERSIONS {
+            let module = format!("mod since_v{} {{", v.replace('.', "_"));
+            assert!(source.contains(&module), "no `{module}` bindings for {v}");
+            assert!(
+                source.contains(&format!("path: \"../../plugin-api/wit/since_v{v}\"")),
+                "the bindings of {v} are not generated from its own directory"
+            );
+        }
+    }
 }

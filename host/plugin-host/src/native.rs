@@ -2,12 +2,14 @@
 //! through datafusion-ffi.
 //!
 //! A native plugin runs with the server's full rights, so nothing is loaded unless the
-//! server was started with `--allow-native`. Each library is loaded from a private copy
-//! (named by the SHA-256 of its bytes) so that a file replaced on disk never changes code
+//! server was started with `--allow-native`. Each library is loaded from a private copy, in
+//! a new folder only this user can enter (mode 0700, an unpredictable name, never one that
+//! already exists), removed once mapped, so that a file replaced on disk never changes code
 //! already mapped, and a changed library is loaded beside the old one; libraries are never
 //! unloaded (code of an old version may still run in a call that started before the swap).
-//! The descriptor's integers (magic, plugin API version, DataFusion major version) are
-//! checked before anything else in the library is called.
+//! The descriptor's leading integers (magic, plugin API version, DataFusion major version)
+//! are copied out and checked before any reference to the whole descriptor is formed or
+//! anything else in the library is called.
 
 #![allow(unsafe_code)]
 
@@ -21,16 +23,18 @@ use datafusion::catalog::TableProvider;
 use datafusion::datasource::MemTable;
 use datafusion::execution::TaskContextProvider;
 use datafusion::logical_expr::{Expr, col, lit};
-use datafusion::physical_plan::displayable;
+use datafusion::physical_plan::{ExecutionPlan, displayable};
 use datafusion::prelude::SessionContext;
+use datafusion_ffi::execution_plan::ForeignExecutionPlan;
 use tally_plugin_api::native::{
-    Descriptor, ENTRY_POINT, FFI_LogicalExtensionCodec, FFI_TableProvider, MAGIC, text,
+    Descriptor, ENTRY_POINT, FFI_LogicalExtensionCodec, FFI_TableProvider, Header, MAGIC, text,
 };
 use tally_plugin_api::{PLUGIN_API_VERSION, PLUGIN_API_VERSION_PARTS};
+use tally_semantic::definition::BackendKind;
 
-use crate::backend::{Backend, LoadedData, Pushed, ServedFile, sha256_hex};
-use crate::error::EngineError;
-use crate::wasm::PluginError;
+use crate::error::PluginError;
+use tally_engine::EngineError;
+use tally_engine::backend::{Backend, LoadedData, Pushed, ServedFile, sha256_hex};
 
 /// A library that passed the checks, kept loaded for the life of the process.
 #[derive(Debug)]
@@ -43,7 +47,7 @@ pub struct Library {
 
 static LOADED: OnceLock<Mutex<HashMap<String, Arc<Library>>>> = OnceLock::new();
 
-fn versions(d: &Descriptor) -> String {
+fn versions(d: &Header) -> String {
     format!(
         "plugin API {}.{}.{} and DataFusion {}",
         d.api_version[0], d.api_version[1], d.api_version[2], d.datafusion_major
@@ -71,42 +75,40 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
     }
     // A private copy per content: the dynamic loader caches by path, and a file rewritten in
     // place under mapped code would crash the process.
-    let dir = std::env::temp_dir().join(format!("tally-native-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        PluginError::new(
-            format!(
-                "no private folder for native libraries ({}): {e}",
-                dir.display()
-            ),
-            "make the temporary directory writable",
-        )
-    })?;
+    let dir = private_dir()?;
     let copy: PathBuf = dir.join(format!(
         "{}-{}",
-        &sha256[7..23],
+        &sha256[..16],
         path.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     ));
-    std::fs::write(&copy, &bytes).map_err(|e| {
+    let written = write_new(&copy, &bytes);
+    let opened = match written {
+        // SAFETY: loading runs the library's initialisers with the server's rights; that is
+        // what `--allow-native` consents to. A non-library file fails here with an error.
+        Ok(()) => Some(unsafe { libloading::Library::new(&copy) }),
+        Err(_) => None,
+    };
+    // The mapping outlives the file: the copy and its folder are removed at once, so nothing
+    // is left behind.
+    let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_dir(&dir);
+    written.map_err(|e| {
         PluginError::new(
             format!("the library {label} could not be copied for loading: {e}"),
             "make the temporary directory writable (and give it room for the library)",
         )
     })?;
-    // SAFETY: loading runs the library's initialisers with the server's rights; that is what
-    // `--allow-native` consents to. A non-library file fails here with an error.
-    let opened = unsafe { libloading::Library::new(&copy) };
-    // The mapping outlives the file: the copy is removed at once, so nothing is left behind.
-    let _ = std::fs::remove_file(&copy);
-    let _ = std::fs::remove_dir(&dir);
-    let library = opened.map_err(|e| PluginError {
-        maybe_incomplete: true,
-        ..PluginError::new(
-            format!("{label} is not a loadable shared library: {e}"),
-            "build the plugin as a cdylib for this platform (a .so on Linux)",
-        )
-    })?;
+    let library = opened
+        .expect("opened when written")
+        .map_err(|e| PluginError {
+            maybe_incomplete: true,
+            ..PluginError::new(
+                format!("{label} is not a loadable shared library: {e}"),
+                "build the plugin as a cdylib for this platform (a .so on Linux)",
+            )
+        })?;
     // SAFETY: the symbol is looked up by name; its type is checked by what it returns next.
     let entry = unsafe {
         library.get::<unsafe extern "C" fn() -> *const Descriptor>(ENTRY_POINT.as_bytes())
@@ -117,19 +119,19 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
             "export the entry point with tally-plugin-api's `export_native_plugin!` (feature `native`)",
         )
     })?;
-    // SAFETY: a Tally entry point returns a pointer to a static descriptor; its first fields
-    // are plain integers in every version, read before anything else.
-    let descriptor: &'static Descriptor = unsafe {
-        let p = entry();
-        if p.is_null() {
-            return Err(PluginError::new(
-                format!("{label}'s entry point returned nothing"),
-                "return the descriptor from `export_native_plugin!`",
-            ));
-        }
-        &*p
-    };
-    if descriptor.magic != MAGIC {
+    // SAFETY: a Tally entry point returns a pointer to a static descriptor. Only its leading
+    // plain integers (the `Header`, the same in every version) are copied out first; no
+    // reference to the whole descriptor exists until they say it has this version's layout.
+    let pointer = unsafe { entry() };
+    if pointer.is_null() || !pointer.cast::<Header>().is_aligned() {
+        return Err(PluginError::new(
+            format!("{label}'s entry point returned no usable descriptor"),
+            "return the descriptor from `export_native_plugin!`",
+        ));
+    }
+    // SAFETY: non-null and aligned; the header is plain integers, valid for any bits.
+    let header: Header = unsafe { std::ptr::read(pointer.cast::<Header>()) };
+    if header.magic != MAGIC {
         return Err(PluginError::new(
             format!("{label} exports `{ENTRY_POINT}` but not a Tally plugin descriptor"),
             "build it with tally-plugin-api's `export_native_plugin!`",
@@ -139,15 +141,15 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
         "plugin API {PLUGIN_API_VERSION} and DataFusion {}",
         tally_plugin_api::native::DATAFUSION_MAJOR
     );
-    if descriptor.api_version != PLUGIN_API_VERSION_PARTS
-        || descriptor.datafusion_major != tally_plugin_api::native::DATAFUSION_MAJOR
+    if header.api_version != PLUGIN_API_VERSION_PARTS
+        || header.datafusion_major != tally_plugin_api::native::DATAFUSION_MAJOR
     {
         // Nothing else of it is touched; it stays mapped like every library once loaded.
         std::mem::forget(library);
         return Err(PluginError::new(
             format!(
                 "{label} was built for {}, but this Tally runs {ours}",
-                versions(descriptor)
+                versions(&header)
             ),
             format!(
                 "rebuild the plugin against tally-plugin-api {PLUGIN_API_VERSION} (datafusion-ffi {}.x)",
@@ -155,6 +157,10 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
             ),
         ));
     }
+    // SAFETY: the header says this library was built against this plugin API and
+    // DataFusion, so the rest of the descriptor has this version's layout; it is static in
+    // a library that is never unloaded.
+    let descriptor: &'static Descriptor = unsafe { &*pointer };
     // Never unloaded: providers, plans and streams from it may outlive any catalog entry.
     std::mem::forget(library);
     let lib = Arc::new(Library {
@@ -165,6 +171,71 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
     });
     loaded.insert(sha256, Arc::clone(&lib));
     Ok(lib)
+}
+
+/// The names of the plan nodes a plugin built (its side of the boundary), in plan order.
+fn foreign_plans(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<String>) {
+    if plan.is::<ForeignExecutionPlan>() {
+        out.push(plan.name().to_string());
+    }
+    for child in plan.children() {
+        foreign_plans(child, out);
+    }
+}
+
+/// A new folder only this process's user can enter, under an unpredictable name, for the
+/// private copy of one library. An existing folder is never used: on a shared machine
+/// another user could have planted code in it.
+fn private_dir() -> Result<PathBuf, PluginError> {
+    let base = std::env::temp_dir();
+    let mut last = None;
+    for _ in 0..8 {
+        let mut nonce = [0u8; 16];
+        if let Err(e) = getrandom::fill(&mut nonce) {
+            return Err(PluginError::new(
+                format!("no random name for a private folder for native libraries: {e}"),
+                "this system has no source of randomness for Tally to use",
+            ));
+        }
+        let name: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = base.join(format!("tally-native-{name}"));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        match builder.create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => {
+                return Err(PluginError::new(
+                    format!(
+                        "no private folder for native libraries in {}: {e}",
+                        base.display()
+                    ),
+                    "make the temporary directory (TMPDIR) writable",
+                ));
+            }
+        }
+    }
+    Err(PluginError::new(
+        format!(
+            "no new private folder for native libraries in {}: {}",
+            base.display(),
+            last.map(|e| e.to_string()).unwrap_or_default()
+        ),
+        "make the temporary directory (TMPDIR) writable",
+    ))
+}
+
+/// Writes `bytes` to a file that must not exist yet, readable by this user only.
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o700);
+    let mut file = options.open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// The session native providers are built for: its codec crosses the boundary with them.
@@ -271,8 +342,8 @@ impl NativeBackend {
 
 #[async_trait]
 impl Backend for NativeBackend {
-    fn kind(&self) -> &'static str {
-        "native"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Native
     }
 
     fn schema(&self) -> SchemaRef {
@@ -289,7 +360,7 @@ impl Backend for NativeBackend {
 
     fn fingerprint(&self) -> Vec<u8> {
         let mut f = self.library.sha256.clone().into_bytes();
-        crate::backend::stamp_files(&mut f, &self.files);
+        tally_engine::backend::stamp_files(&mut f, &self.files);
         f
     }
 
@@ -317,7 +388,7 @@ impl Backend for NativeBackend {
         &self,
         columns: &[String],
         pushed: &[Pushed],
-        meter: &crate::memory::Meter,
+        meter: &tally_engine::memory::Meter,
     ) -> Result<LoadedData, EngineError> {
         let fail = |e: &dyn std::fmt::Display| EngineError::Backend {
             dataset: self.dataset.clone(),
@@ -342,8 +413,7 @@ impl Backend for NativeBackend {
             .collect();
         let df = df.select(wanted).map_err(|e| fail(&e))?;
         let plan = df.create_physical_plan().await.map_err(|e| fail(&e))?;
-        let shown = displayable(plan.as_ref()).indent(false).to_string();
-        tracing::debug!("native plan:\n{shown}");
+        tracing::debug!("native plan:\n{}", displayable(plan.as_ref()).indent(false));
         let task = ctx.task_ctx();
         let mut stream = datafusion::physical_plan::execute_stream(Arc::clone(&plan), task)
             .map_err(|e| fail(&e))?;
@@ -365,12 +435,10 @@ impl Backend for NativeBackend {
             w.finish().map_err(|e| fail(&e))?;
         }
         let table = MemTable::try_new(schema, vec![batches]).map_err(|e| fail(&e))?;
-        // What the plugin's own plan said it ran (e.g. `SQLite: SELECT … WHERE … (12 rows)`).
-        let ran: Vec<String> = shown
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("FFI_ExecutionPlan: "))
-            .map(|l| l.trim_end_matches(", number_of_children=0").to_string())
-            .collect();
+        // What the plugin's own plans said they ran (e.g. `SQLite: SELECT … WHERE … (12
+        // rows)`): the names of the plan nodes that crossed the boundary.
+        let mut ran = Vec::new();
+        foreign_plans(&plan, &mut ran);
         Ok(LoadedData {
             provider: Arc::new(table),
             files: vec![ServedFile {
@@ -404,5 +472,31 @@ impl Backend for NativeBackend {
             notes: Vec::new(),
             row_sources: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_folders_are_new_unpredictable_and_closed() {
+        let a = private_dir().expect("a private folder");
+        let b = private_dir().expect("another private folder");
+        assert_ne!(a, b, "two loads never share a folder");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&a).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "only this user may enter {}", a.display());
+        }
+        let file = a.join("lib.so");
+        write_new(&file, b"x").expect("a new file");
+        // A file someone placed first is never written into (and so never loaded).
+        assert!(write_new(&file, b"y").is_err());
+        assert_eq!(std::fs::read(&file).unwrap(), b"x");
+        std::fs::remove_file(&file).unwrap();
+        std::fs::remove_dir(&a).unwrap();
+        std::fs::remove_dir(&b).unwrap();
     }
 }

@@ -1,0 +1,139 @@
+//! Tally's plugin host: the backends that run code a dataset folder brings.
+//!
+//! - [`wasm`]: the sandbox for WebAssembly components (wasmtime): one bindings module per
+//!   plugin API version under `plugin-api/wit/since_v*`, chosen by the version a component
+//!   declares; [`wasm_backend`] serves a dataset from a component.
+//! - [`native`]: the loader of native plugins (shared libraries over datafusion-ffi), which
+//!   run with the server's full rights and load only when the server allows them.
+//!
+//! Each is a [`BackendFactory`] registered into the engine's [`Backends`] by the binary
+//! ([`backends`]); the engine knows neither.
+//!
+//! Architecture invariant: the only crate that links wasmtime, libloading or datafusion-ffi.
+//! Everything a plugin reports reaches the engine as a [`tally_engine::Backend`]: a schema, a
+//! fingerprint and rows with their sources.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tally_engine::backend::{Backend, BackendFactory, Backends};
+use tally_engine::catalog::{Problem, Refusal};
+use tally_semantic::definition::{BackendKind, DatasetDef, PluginRef};
+
+pub mod error;
+pub mod native;
+pub mod wasm;
+pub mod wasm_backend;
+
+pub use error::PluginError;
+pub use wasm::PluginLimits;
+
+/// What plugins may do on this server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PluginOptions {
+    /// The sandbox limits of every wasm plugin call.
+    pub limits: PluginLimits,
+    /// Whether native plugins (shared libraries, with the server's full rights) may load.
+    pub allow_native: bool,
+}
+
+/// The built-in backends plus wasm components and native libraries.
+pub fn backends(options: PluginOptions) -> Backends {
+    Backends::builtin()
+        .with(WasmFactory {
+            limits: options.limits,
+        })
+        .with(NativeFactory {
+            allow: options.allow_native,
+        })
+}
+
+/// Builds `kind: wasm` datasets: a component in the folder or a built-in one.
+#[derive(Debug, Clone, Copy)]
+pub struct WasmFactory {
+    pub limits: PluginLimits,
+}
+
+impl BackendFactory for WasmFactory {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Wasm
+    }
+
+    fn create(&self, def: &DatasetDef, folder: &Path) -> Result<Arc<dyn Backend>, Refusal> {
+        let Some(plugin) = &def.backend.plugin else {
+            return Err(Refusal::from(vec![Problem::plain(
+                "a wasm backend names no component",
+                "add `component: <file>.wasm` (a file in this folder) or `component: builtin:<name>` under `backend:`",
+            )]));
+        };
+        if let PluginRef::File(f) = plugin
+            && !folder.join(f).is_file()
+        {
+            // The definition may have been copied before its component.
+            return Err(Refusal {
+                problems: vec![Problem {
+                    line: None,
+                    key: "backend.component".into(),
+                    reason: format!("the component `{f}` is not in the dataset folder"),
+                    fix: "put the .wasm component there, or name a built-in one with `builtin:<name>`".into(),
+                }],
+                maybe_incomplete: true,
+            });
+        }
+        let backend = wasm_backend::WasmBackend::register(
+            &def.id,
+            folder,
+            plugin,
+            &def.backend.config,
+            self.limits,
+        )
+        .map_err(|e| e.refusal("backend"))?;
+        Ok(Arc::new(backend))
+    }
+}
+
+/// Builds `kind: native` datasets from a shared library in the folder, when allowed.
+#[derive(Debug, Clone, Copy)]
+pub struct NativeFactory {
+    pub allow: bool,
+}
+
+impl BackendFactory for NativeFactory {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Native
+    }
+
+    fn create(&self, def: &DatasetDef, folder: &Path) -> Result<Arc<dyn Backend>, Refusal> {
+        let Some(PluginRef::File(library)) = &def.backend.plugin else {
+            return Err(Refusal::from(vec![Problem::plain(
+                "a native backend names no library file",
+                "add `library: <file>` (a shared library in this folder) under `backend:`",
+            )]));
+        };
+        if !self.allow {
+            return Err(Refusal::from(vec![Problem {
+                line: None,
+                key: "backend.kind".into(),
+                reason: format!(
+                    "native plugins are not allowed on this server, so `{library}` was not loaded: a native plugin runs with the server's full rights"
+                ),
+                fix: "start tally with --allow-native (or TALLY_ALLOW_NATIVE=1) if you trust this library, or serve the data another way".into(),
+            }]));
+        }
+        if !folder.join(library).is_file() {
+            return Err(Refusal {
+                problems: vec![Problem {
+                    line: None,
+                    key: "backend.library".into(),
+                    reason: format!("the library `{library}` is not in the dataset folder"),
+                    fix: "put the shared library there under that name".into(),
+                }],
+                maybe_incomplete: true,
+            });
+        }
+        let backend =
+            native::NativeBackend::register(&def.id, folder, library, &def.backend.config)
+                .map_err(|e| e.refusal("backend"))?;
+        Ok(Arc::new(backend))
+    }
+}
