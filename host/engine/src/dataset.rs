@@ -11,7 +11,9 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::Expr;
 use datafusion::prelude::{SessionContext, ident};
 use serde_json::Value;
-use tally_semantic::definition::{DataType as FieldType, DatasetDef, DateValue, Diagnostic};
+use tally_semantic::definition::{
+    DataType as FieldType, DatasetDef, DateValue, Diagnostic, FieldId, MeasureId,
+};
 use tokio::sync::OnceCell;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -154,47 +156,47 @@ pub struct Prepared {
     pub pushed: Vec<Pushed>,
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
-    values: std::sync::Mutex<std::collections::HashMap<usize, ValueCounts>>,
+    values: std::sync::Mutex<std::collections::HashMap<FieldId, ValueCounts>>,
     /// Per text field, its distinct values grouped by their NFKC form, computed when first
     /// needed.
-    variants: std::sync::Mutex<std::collections::HashMap<usize, Variants>>,
+    variants: std::sync::Mutex<std::collections::HashMap<FieldId, Variants>>,
     /// Per coded field, the rank of each code when the values are sorted (code 0, "",
     /// ranks first), computed when first needed.
-    ranks: std::sync::Mutex<std::collections::HashMap<usize, Arc<Vec<u32>>>>,
+    ranks: std::sync::Mutex<std::collections::HashMap<FieldId, Arc<Vec<u32>>>>,
     /// Groupable single-valued text fields also have an integer code column
     /// ([`code_column`]); grouping on codes hashes integers instead of strings. Code 0 is
     /// null or "" (both shown as ""); the others index this list of values.
-    pub codes: std::collections::HashMap<usize, Arc<Vec<String>>>,
+    pub codes: std::collections::HashMap<FieldId, Arc<Vec<String>>>,
     /// The `count_where` computed measures with a prepared 0/1 column ([`share_column`]).
-    pub shares: Vec<usize>,
+    pub shares: Vec<MeasureId>,
     /// The table's memory, held from the server's budget while the table lives.
     #[allow(dead_code)]
     memory: Meter,
 }
 
 /// The hidden 0/1 column of a `count_where` computed measure (1.0 where the record counts).
-pub fn share_column(measure: usize) -> String {
+pub fn share_column(measure: MeasureId) -> String {
     format!("__tally_share_{measure}")
 }
 
 /// The hidden code column of a field.
-pub fn code_column(field: usize) -> String {
+pub fn code_column(field: FieldId) -> String {
     format!("__tally_code_{field}")
 }
 
 impl Prepared {
     /// Whether a declared field has any null value.
-    pub fn has_nulls(&self, field: usize) -> bool {
+    pub fn has_nulls(&self, field: FieldId) -> bool {
         self.batches
             .iter()
-            .any(|b| b.column(field).null_count() > 0)
+            .any(|b| b.column(field.index()).null_count() > 0)
     }
 
     /// Whether a declared text field has any missing value (null or "").
-    pub fn has_missing(&self, field: usize) -> bool {
+    pub fn has_missing(&self, field: FieldId) -> bool {
         self.has_nulls(field)
             || self.batches.iter().any(|b| {
-                b.column(field)
+                b.column(field.index())
                     .as_any()
                     .downcast_ref::<StringArray>()
                     .is_some_and(|s| s.offsets().windows(2).any(|w| w[0] == w[1]))
@@ -202,7 +204,7 @@ impl Prepared {
     }
 
     /// The distinct values of a text field grouped by their NFKC form.
-    pub fn nfkc_variants(&self, def: &DatasetDef, field: usize) -> Variants {
+    pub fn nfkc_variants(&self, def: &DatasetDef, field: FieldId) -> Variants {
         if let Ok(cache) = self.variants.lock()
             && let Some(v) = cache.get(&field)
         {
@@ -226,7 +228,7 @@ impl Prepared {
     }
 
     /// The rank of each code of a coded field in the sorted order of its values.
-    pub fn code_ranks(&self, field: usize) -> Arc<Vec<u32>> {
+    pub fn code_ranks(&self, field: FieldId) -> Arc<Vec<u32>> {
         if let Ok(cache) = self.ranks.lock()
             && let Some(r) = cache.get(&field)
         {
@@ -248,7 +250,7 @@ impl Prepared {
 
     /// The distinct non-empty values of a text field with how many records have each, most
     /// frequent first (for multi-value fields: the trimmed parts).
-    pub fn distinct_values(&self, def: &DatasetDef, field: usize) -> ValueCounts {
+    pub fn distinct_values(&self, def: &DatasetDef, field: FieldId) -> ValueCounts {
         if let Ok(cache) = self.values.lock()
             && let Some(v) = cache.get(&field)
         {
@@ -257,7 +259,11 @@ impl Prepared {
         let separator = def.fields[field].multi_value.clone();
         let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         for batch in &self.batches {
-            let Some(col) = batch.column(field).as_any().downcast_ref::<StringArray>() else {
+            let Some(col) = batch
+                .column(field.index())
+                .as_any()
+                .downcast_ref::<StringArray>()
+            else {
                 continue;
             };
             for i in 0..col.len() {
@@ -726,7 +732,7 @@ fn prepare(
         .collect();
     fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
     fields.push(ArrowField::new(SEARCH_COL, DataType::Utf8, false));
-    let coded: Vec<usize> = def
+    let coded: Vec<FieldId> = def
         .fields
         .iter()
         .enumerate()
@@ -738,13 +744,13 @@ fn prepare(
                 && !f.is_multi_value()
                 && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())
         })
-        .map(|(i, _)| i)
+        .map(|(i, _)| FieldId::at(i))
         .collect();
     for &i in &coded {
         fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
     }
     // `count_where` measures: whether each record counts, decided once per version.
-    let shares: Vec<(usize, usize, Option<String>, Vec<String>)> = def
+    let shares: Vec<(MeasureId, FieldId, Option<String>, Vec<String>)> = def
         .computed_measures
         .iter()
         .enumerate()
@@ -753,7 +759,7 @@ fn prepare(
                 condition_field: f,
                 condition_values,
             } => Some((
-                k,
+                MeasureId::at(k),
                 *f,
                 def.fields[*f].multi_value.clone(),
                 condition_values.clone(),
@@ -826,7 +832,7 @@ fn prepare(
         }
         let mut share_columns: Vec<ArrayRef> = Vec::with_capacity(shares.len());
         for (_, f, separator, values) in &shares {
-            let col = columns[*f].as_any().downcast_ref::<StringArray>();
+            let col = columns[f.index()].as_any().downcast_ref::<StringArray>();
             let counts = |v: &str| match separator {
                 Some(sep) => v
                     .split(sep.as_str())
@@ -844,7 +850,7 @@ fn prepare(
         let mut code_columns: Vec<ArrayRef> = Vec::with_capacity(coded.len());
         for (k, &i) in coded.iter().enumerate() {
             let (lookup, values) = &mut dictionaries[k];
-            let col = columns[i].as_any().downcast_ref::<StringArray>();
+            let col = columns[i.index()].as_any().downcast_ref::<StringArray>();
             let codes: UInt32Array = (0..n)
                 .map(|r| match col {
                     Some(c) if c.is_valid(r) && !c.value(r).is_empty() => {

@@ -55,7 +55,7 @@ pub const MAX_LISTED_DISTINCT: usize = 200;
 fn observed_values(
     prepared: &crate::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
-    field: usize,
+    field: tally_semantic::definition::FieldId,
 ) -> Vec<Value> {
     let mut by_form: Vec<(String, usize, Vec<String>)> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
@@ -192,7 +192,10 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
                 let mut df = table.clone();
                 let key = if split {
                     df = df
-                        .with_column("__tally_value", planner.parts(i, false))?
+                        .with_column(
+                            "__tally_value",
+                            planner.parts(tally_semantic::definition::FieldId::at(i), false),
+                        )?
                         .unnest_columns(&["__tally_value"])?;
                     ident("__tally_value")
                 } else {
@@ -242,7 +245,8 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
                     && f.locator.is_none()
                     && f.role != tally_semantic::definition::Role::Id
                 {
-                    let values = observed_values(&prepared, def, i);
+                    let values =
+                        observed_values(&prepared, def, tally_semantic::definition::FieldId::at(i));
                     let distinct = values.len();
                     // Values that each occur once (names, free text) are not worth listing:
                     // the count says so, and `q` searches them.

@@ -4,6 +4,7 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::SortExpr;
 use datafusion::prelude::{DataFrame, ident};
 use serde_json::{Value, json};
+use tally_semantic::definition::FieldId;
 use tally_semantic::resolve::QueryPlan;
 
 use crate::Engine;
@@ -195,7 +196,7 @@ pub async fn run(
             .fields
             .iter()
             .enumerate()
-            .filter(|(i, _)| !plan.select.contains(i))
+            .filter(|(i, _)| !plan.select.contains(&FieldId::at(*i)))
             .map(|(_, f)| f.name.as_str())
             .collect();
         if !hidden.is_empty() {
@@ -220,7 +221,7 @@ pub async fn run(
         }
         out.set("omitted_columns", &omitted);
     }
-    let mut used: Vec<usize> = plan.select.clone();
+    let mut used: Vec<FieldId> = plan.select.clone();
     used.extend(plan.filters.iter().map(|f| f.field));
     used.extend(plan.order_by.iter().map(|s| s.field));
     used.extend(plan.search_fields.iter().copied());

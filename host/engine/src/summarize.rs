@@ -17,7 +17,7 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, cast, lit, when};
 use datafusion::prelude::ident;
 use serde_json::{Value, json};
-use tally_semantic::definition::{DataType as FieldType, Formula};
+use tally_semantic::definition::{DataType as FieldType, FieldId, Formula};
 use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
@@ -218,7 +218,7 @@ impl Aggregates {
 
     /// The sum of a field: integers are summed as 128-bit decimals, so a total past the
     /// 64-bit range is never wrapped (it is shown as a float with a warning).
-    fn sum(&mut self, planner: &Planner<'_>, f: usize) -> Expr {
+    fn sum(&mut self, planner: &Planner<'_>, f: FieldId) -> Expr {
         let column = planner.column(f);
         let integer = planner.def.fields[f].data_type == FieldType::Integer;
         self.add(format!("sum:{f}"), move || {
@@ -256,9 +256,9 @@ fn metric_exprs(
     m: &Metric,
 ) -> (Expr, Option<Expr>) {
     let def = planner.def;
-    let column = |f: usize| planner.column(f);
+    let column = |f: FieldId| planner.column(f);
     // Rows left out because the value is null; 0 (not null) when there are no rows.
-    let nulls = |aggs: &mut Aggregates, f: usize| {
+    let nulls = |aggs: &mut Aggregates, f: FieldId| {
         let n = aggs.add(format!("nulls:{f}"), || {
             sum(when(column(f).is_null(), lit(1i64))
                 .otherwise(lit(0i64))
@@ -266,7 +266,7 @@ fn metric_exprs(
         });
         coalesce(vec![n, lit(0i64)])
     };
-    let zero = |f: usize| {
+    let zero = |f: FieldId| {
         if def.fields[f].data_type == FieldType::Integer {
             lit(datafusion::common::ScalarValue::Decimal128(Some(0), 38, 0))
         } else {
@@ -429,7 +429,7 @@ pub async fn run(
             .with_column(&explode_col(k), planner.parts(e, false))?
             .unnest_columns(&[explode_col(k).as_str()])?;
     }
-    let part_of = |field: usize| {
+    let part_of = |field: FieldId| {
         plan.explode
             .iter()
             .position(|e| *e == field)
@@ -587,7 +587,7 @@ pub async fn run(
         .map(|m| metric_description(def, m))
         .collect();
     out.set("metrics", &metric_meta);
-    let mut used: Vec<usize> = plan.group_by.clone();
+    let mut used: Vec<FieldId> = plan.group_by.clone();
     used.extend(plan.filters.iter().map(|f| f.field));
     for m in &plan.metrics {
         match m {
@@ -655,7 +655,7 @@ fn group_keys(
     having_on_keys: bool,
 ) -> (Vec<Option<std::sync::Arc<Vec<String>>>>, Vec<Expr>) {
     let def = planner.def;
-    let part_of = |field: usize| {
+    let part_of = |field: FieldId| {
         plan.explode
             .iter()
             .position(|e| *e == field)

@@ -118,7 +118,7 @@ pub fn match_data(
 fn equal_in_data(
     prepared: &Prepared,
     def: &DatasetDef,
-    field: usize,
+    field: tally_semantic::definition::FieldId,
     value: &Scalar,
 ) -> Option<Vec<String>> {
     let text = value.text();

@@ -56,8 +56,12 @@ impl DatasetDef {
         self.fields.iter().find(|f| f.name == name)
     }
 
-    pub fn field_index(&self, name: &str) -> Option<usize> {
-        self.fields.iter().position(|f| f.name == name)
+    /// The id of the field named exactly `name`.
+    pub fn field_index(&self, name: &str) -> Option<FieldId> {
+        self.fields
+            .iter()
+            .position(|f| f.name == name)
+            .map(FieldId::at)
     }
 
     pub fn computed_measure(&self, name: &str) -> Option<&ComputedMeasure> {
@@ -396,10 +400,80 @@ pub enum Formula {
     },
 }
 
-/// A declared field: its index in [`DatasetDef::fields`]. Names are resolved to ids once
+/// A declared field: its position in [`DatasetDef::fields`]. Names are resolved to ids once
 /// (when a definition is read, when a call is resolved); nothing after that looks a name up
-/// again.
-pub type FieldId = usize;
+/// again, and an id is a type of its own, so a row number or a count cannot be used as one
+/// by mistake. `def.fields[id]` indexes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct FieldId(usize);
+
+impl FieldId {
+    /// The id of the field at `position` in a definition's fields (the position a
+    /// resolution found it at).
+    pub const fn at(position: usize) -> FieldId {
+        FieldId(position)
+    }
+
+    /// The position in [`DatasetDef::fields`].
+    pub const fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl std::fmt::Display for FieldId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A computed measure: its position in [`DatasetDef::computed_measures`], resolved once like
+/// a [`FieldId`]. `def.computed_measures[id]` indexes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct MeasureId(usize);
+
+impl MeasureId {
+    /// The id of the computed measure at `position`.
+    pub const fn at(position: usize) -> MeasureId {
+        MeasureId(position)
+    }
+
+    /// The position in [`DatasetDef::computed_measures`].
+    pub const fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl std::fmt::Display for MeasureId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::ops::Index<MeasureId> for Vec<ComputedMeasure> {
+    type Output = ComputedMeasure;
+
+    fn index(&self, id: MeasureId) -> &ComputedMeasure {
+        &self[id.0]
+    }
+}
+
+impl std::ops::Index<FieldId> for Vec<Field> {
+    type Output = Field;
+
+    fn index(&self, id: FieldId) -> &Field {
+        &self[id.0]
+    }
+}
+
+impl std::ops::Index<FieldId> for [Field] {
+    type Output = Field;
+
+    fn index(&self, id: FieldId) -> &Field {
+        &self[id.0]
+    }
+}
 
 impl ComputedMeasure {
     pub fn mode(&self) -> &'static str {
@@ -1825,7 +1899,7 @@ impl Reader {
             );
             return None;
         }
-        Some((id, field))
+        Some((FieldId::at(id), field))
     }
 }
 

@@ -15,7 +15,7 @@ use crate::names::{self, Match, normalize};
 use crate::request::{Condition, Notice, Op, QueryArgs, Scalar, SummarizeArgs};
 
 /// Index of a field in [`DatasetDef::fields`].
-pub use crate::definition::FieldId;
+pub use crate::definition::{FieldId, MeasureId};
 
 /// How many candidates an error lists at most.
 pub const MAX_CANDIDATES: usize = 5;
@@ -53,14 +53,14 @@ pub enum Metric {
     Avg(FieldId),
     Min(FieldId),
     Max(FieldId),
-    /// `avg:<computed measure>`: index into [`DatasetDef::computed_measures`].
-    AvgComputed(usize),
+    /// `avg:<computed measure>`.
+    AvgComputed(MeasureId),
 }
 
 impl Metric {
     /// The result column: `count`, `sum:総手続件数`, `avg:オンライン率`.
     pub fn column(&self, def: &DatasetDef) -> String {
-        let field = |i: &usize| def.fields[*i].name.as_str();
+        let field = |i: &FieldId| def.fields[*i].name.as_str();
         match self {
             Metric::Count => "count".to_string(),
             Metric::Sum(f) => format!("sum:{}", field(f)),
@@ -301,7 +301,7 @@ impl<'d> Resolver<'d> {
                 if let Some(res) = resolution(parameter, input, r) {
                     self.resolved.push(res);
                 }
-                Ok(r.index)
+                Ok(FieldId::at(r.index))
             }
             Err(ranked) => Err(self.unknown_field(input, parameter, &ranked)),
         }
@@ -768,7 +768,7 @@ impl<'d> Resolver<'d> {
                     .hint(format!("use `avg:{}`", r.canonical));
                     return Err(self.example_with(err, "metrics", &format!("avg:{}", r.canonical)));
                 }
-                return Ok(Metric::AvgComputed(index));
+                return Ok(Metric::AvgComputed(MeasureId::at(index)));
             }
         }
         let field_names = def.fields.iter().map(|f| f.name.as_str());
@@ -777,7 +777,7 @@ impl<'d> Resolver<'d> {
             return Err(err);
         }
         let field = match outcome {
-            Ok(r) => r.index,
+            Ok(r) => FieldId::at(r.index),
             Err(_) => {
                 let pool: Vec<&str> = measures
                     .iter()
@@ -929,6 +929,7 @@ pub fn default_projection(
                 || n.ends_with("name"))
     };
     (0..def.fields.len())
+        .map(FieldId::at)
         .filter(|&i| {
             let f = &def.fields[i];
             f.role == Role::Id

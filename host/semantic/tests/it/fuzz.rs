@@ -305,3 +305,54 @@ fn dataset_definitions_never_panic() {
         })
         .unwrap();
 }
+
+/// Law references as people write them, with anything around them: the reader of provision
+/// forms (`第5の2条第1項`, kanji and full-width numerals, lists) never panics either.
+#[test]
+fn law_references_never_panic() {
+    const FORMS: &[&str] = &[
+        "第",
+        "条",
+        "の",
+        "項",
+        "号",
+        "附則",
+        "別表",
+        "5",
+        "５",
+        "五",
+        "十",
+        "百",
+        "千",
+        "万",
+        "〇",
+        "、",
+        "・",
+        "及び",
+        "並びに",
+        "から",
+        "まで",
+        "-",
+        "～",
+        "(",
+        ")",
+        "（",
+        "）",
+        "18446744073709551615",
+        "99999999999999999999",
+        "0",
+    ];
+    let piece = prop_oneof![
+        4 => proptest::sample::select(FORMS).prop_map(str::to_string),
+        1 => text(),
+    ];
+    let input = proptest::collection::vec(piece, 0..16).prop_map(|p| p.concat());
+    runner()
+        .run(&input, |text| {
+            for reference in tally_plugin_api::locator::normalize_references(&text) {
+                let _ = tally_plugin_api::locator::within(&reference, &reference);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
