@@ -127,8 +127,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Vec::new()
     }
     /// What `inspect_dataset` says about the backend.
-    fn describe(&self) -> serde_json::Value {
-        serde_json::json!({ "kind": self.kind().as_str() })
+    fn describe(&self) -> crate::results::BackendDescription {
+        crate::results::BackendDescription::of(self.kind())
     }
 }
 

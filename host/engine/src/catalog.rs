@@ -36,7 +36,7 @@ pub struct Options {
 }
 
 /// A dataset folder that cannot be served, and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Broken {
     /// The folder name.
     pub folder: String,
@@ -49,7 +49,8 @@ pub struct Broken {
     pub serving_version: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// One problem of a dataset folder: where, what is wrong, and what would work.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,
@@ -195,7 +196,6 @@ impl Catalog {
         options: &Options,
     ) -> (Catalog, Changes) {
         let mut next = Catalog::default();
-        let mut changes = Changes::default();
         let mut folders = dataset_folders(dir);
         folders.sort();
         let now = SystemTime::now();
@@ -228,56 +228,16 @@ impl Catalog {
             let (current, newest) = stamp(&folder);
             let before = previous.folders.get(&name).cloned().unwrap_or_default();
             let state = if before.stamp.as_deref() == Some(current.as_str()) {
-                before.clone()
+                before
             } else {
-                // Named relative to the datasets directory: messages never show a machine path.
-                let label = format!("{name}/{DEFINITION_FILE}");
-                match register(&folder, &name, &label, options) {
-                    Ok(Some(dataset)) => {
-                        for w in &dataset.warnings {
-                            tracing::warn!("{w}");
-                        }
-                        FolderState {
-                            stamp: Some(current),
-                            served: Some(Arc::new(dataset)),
-                            ..FolderState::default()
-                        }
-                    }
-                    Ok(None) => FolderState {
-                        stamp: Some(current),
-                        disabled: true,
-                        ..FolderState::default()
-                    },
-                    Err(refusal) => {
-                        let fresh = newest
-                            .and_then(|t| now.duration_since(t).ok())
-                            .is_none_or(|age| age < settle);
-                        if refusal.maybe_incomplete && fresh {
-                            tracing::info!(folder = %name, "files are still being written; retrying when they settle");
-                            next.pending.push(name.clone());
-                            FolderState {
-                                stamp: None,
-                                ..before.clone()
-                            }
-                        } else {
-                            for p in &refusal.problems {
-                                tracing::warn!("{label}: {} {}", p.key, p.reason);
-                            }
-                            let serving = before.served.clone();
-                            FolderState {
-                                stamp: Some(current),
-                                broken: Some(Broken {
-                                    folder: name.clone(),
-                                    file: label,
-                                    problems: refusal.problems,
-                                    serving_version: serving.as_ref().map(|d| d.version.clone()),
-                                }),
-                                served: serving,
-                                disabled: false,
-                            }
-                        }
-                    }
+                let fresh = newest
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_none_or(|age| age < settle);
+                let state = read_folder(&folder, &name, current, before, fresh, options);
+                if state.stamp.is_none() {
+                    next.pending.push(name.clone());
                 }
+                state
             };
             if let Some(ds) = &state.served {
                 let id = ds.def.id.clone();
@@ -314,6 +274,76 @@ impl Catalog {
             next.folders.insert(name, state);
         }
 
+        let changes = Changes::between(previous, &next);
+        (next, changes)
+    }
+
+    pub fn ids(&self) -> Vec<&str> {
+        self.datasets.keys().map(String::as_str).collect()
+    }
+}
+
+/// A folder's state after reading it anew: served, disabled, or broken (an earlier valid
+/// version keeps serving). Files that may still be being written (`fresh`) and do not read
+/// yet leave the state as it was, unstamped, to be read again when they settle.
+fn read_folder(
+    folder: &Path,
+    name: &str,
+    current: String,
+    before: FolderState,
+    fresh: bool,
+    options: &Options,
+) -> FolderState {
+    // Named relative to the datasets directory: messages never show a machine path.
+    let label = format!("{name}/{DEFINITION_FILE}");
+    match register(folder, name, &label, options) {
+        Ok(Some(dataset)) => {
+            for w in &dataset.warnings {
+                tracing::warn!("{w}");
+            }
+            FolderState {
+                stamp: Some(current),
+                served: Some(Arc::new(dataset)),
+                ..FolderState::default()
+            }
+        }
+        Ok(None) => FolderState {
+            stamp: Some(current),
+            disabled: true,
+            ..FolderState::default()
+        },
+        Err(refusal) if refusal.maybe_incomplete && fresh => {
+            tracing::info!(folder = %name, "files are still being written; retrying when they settle");
+            FolderState {
+                stamp: None,
+                ..before
+            }
+        }
+        Err(refusal) => {
+            for p in &refusal.problems {
+                tracing::warn!("{label}: {} {}", p.key, p.reason);
+            }
+            let serving = before.served;
+            FolderState {
+                stamp: Some(current),
+                broken: Some(Broken {
+                    folder: name.to_string(),
+                    file: label,
+                    problems: refusal.problems,
+                    serving_version: serving.as_ref().map(|d| d.version.clone()),
+                }),
+                served: serving,
+                disabled: false,
+            }
+        }
+    }
+}
+
+impl Changes {
+    /// What changed from one catalog to the next: datasets added, updated (a new version)
+    /// and removed; folders newly broken (or broken differently) and cleared.
+    fn between(previous: &Catalog, next: &Catalog) -> Changes {
+        let mut changes = Changes::default();
         for (id, ds) in &next.datasets {
             match previous.datasets.get(id) {
                 None => changes.added.push(id.clone()),
@@ -344,11 +374,7 @@ impl Catalog {
                 changes.cleared.push(p.folder.clone());
             }
         }
-        (next, changes)
-    }
-
-    pub fn ids(&self) -> Vec<&str> {
-        self.datasets.keys().map(String::as_str).collect()
+        changes
     }
 }
 

@@ -6,11 +6,10 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     ArrayRef, RecordBatch, StringArray, StringBuilder, UInt32Array, UInt64Array,
 };
-use datafusion::arrow::datatypes::{DataType, Field as ArrowField, Schema};
+use datafusion::arrow::datatypes::{DataType, Field as ArrowField, Schema, SchemaRef};
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::Expr;
 use datafusion::prelude::{SessionContext, ident};
-use serde_json::Value;
 use tally_semantic::definition::{
     DataType as FieldType, DatasetDef, DateValue, Diagnostic, FieldId, MeasureId,
 };
@@ -75,7 +74,7 @@ pub struct Dataset {
     /// Prepared subsets read with conditions the backend applied itself, by condition (a
     /// few, most recent last).
     subsets: std::sync::Mutex<Vec<(Vec<Pushed>, Arc<PreparedCell>)>>,
-    inspect: OnceCell<Value>,
+    inspect: OnceCell<crate::results::InspectResult>,
 }
 
 /// A prepared table, built once, in the background, by a task of its own: a call waits for
@@ -548,10 +547,13 @@ impl Dataset {
     }
 
     /// The cached `inspect_dataset` body, computed once per version.
-    pub async fn inspect_cached<F, Fut>(&self, compute: F) -> Result<Value, EngineError>
+    pub async fn inspect_cached<F, Fut>(
+        &self,
+        compute: F,
+    ) -> Result<crate::results::InspectResult, EngineError>
     where
         F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<Value, EngineError>>,
+        Fut: std::future::Future<Output = Result<crate::results::InspectResult, EngineError>>,
     {
         self.inspect.get_or_try_init(compute).await.cloned()
     }
@@ -683,21 +685,7 @@ fn prepare(
     let id = def.id.as_str();
     let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
     let loaded = handle.block_on(job.backend.load(&names, &job.pushed, meter))?;
-    let source = loaded.provider.schema();
-    let mut targets: Vec<DataType> = Vec::with_capacity(def.fields.len());
-    for f in &def.fields {
-        let source_type = source
-            .field_with_name(&f.name)
-            .map_err(|_| {
-                EngineError::backend(id, format!("column `{}` vanished from the data", f.name))
-            })?
-            .data_type()
-            .clone();
-        targets.push(
-            canonical_type(f.data_type, &source_type)
-                .map_err(|m| EngineError::backend(id, format!("`{}` {m}", f.name)))?,
-        );
-    }
+    let layout = Layout::of(def, &loaded.provider.schema())?;
     let mut stream = handle
         .block_on(
             job.ctx
@@ -716,67 +704,8 @@ fn prepare(
     );
     job.progress.rows.store(0, Ordering::Relaxed);
     job.progress.preparing.store(true, Ordering::Relaxed);
-
-    let text_fields: Vec<usize> = def
-        .fields
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| !f.data_type.is_numeric())
-        .map(|(i, _)| i)
-        .collect();
-    let mut fields: Vec<ArrowField> = def
-        .fields
-        .iter()
-        .zip(&targets)
-        .map(|(f, t)| ArrowField::new(&f.name, t.clone(), true))
-        .collect();
-    fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
-    fields.push(ArrowField::new(SEARCH_COL, DataType::Utf8, false));
-    let coded: Vec<FieldId> = def
-        .fields
-        .iter()
-        .enumerate()
-        // Dimensions and coded attributes are what summaries group by; free text (names,
-        // notes) is not worth a second copy.
-        .filter(|(_, f)| {
-            f.groupable
-                && !f.data_type.is_numeric()
-                && !f.is_multi_value()
-                && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())
-        })
-        .map(|(i, _)| FieldId::at(i))
-        .collect();
-    for &i in &coded {
-        fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
-    }
-    // `count_where` measures: whether each record counts, decided once per version.
-    let shares: Vec<(MeasureId, FieldId, Option<String>, Vec<String>)> = def
-        .computed_measures
-        .iter()
-        .enumerate()
-        .filter_map(|(k, m)| match &m.formula {
-            tally_semantic::definition::Formula::CountWhere {
-                condition_field: f,
-                condition_values,
-            } => Some((
-                MeasureId::at(k),
-                *f,
-                def.fields[*f].multi_value.clone(),
-                condition_values.clone(),
-            )),
-            _ => None,
-        })
-        .filter(|(_, f, _, _)| !def.fields[*f].data_type.is_numeric())
-        .collect();
-    for (k, _, _, _) in &shares {
-        fields.push(ArrowField::new(share_column(*k), DataType::Float64, false));
-    }
-    let schema = Arc::new(Schema::new(fields));
-    let mut dictionaries: Vec<(std::collections::HashMap<String, u32>, Vec<String>)> = coded
-        .iter()
-        .map(|_| (Default::default(), vec![String::new()]))
-        .collect();
-
+    let mut dictionaries: Vec<Dictionary> =
+        layout.coded.iter().map(|_| Dictionary::default()).collect();
     let mut out = Vec::new();
     let mut row = 0u64;
     while let Some(batch) = handle.block_on(futures::StreamExt::next(&mut stream)) {
@@ -790,89 +719,14 @@ fn prepare(
                 hint: "call again; a replaced dataset is prepared anew".into(),
             });
         }
-        let n = batch.num_rows();
-        // Reserved before anything is built: the cast columns, the search text (as long as
-        // the text it joins), the row numbers, codes and shares.
-        let cast_bytes: usize = batch.columns().iter().map(canonical_bytes).sum();
-        let text_bytes: usize = text_fields
-            .iter()
-            .map(|i| canonical_bytes(batch.column(*i)))
-            .sum();
-        let extra =
-            n * (8 + 4 * coded.len() + 8 * shares.len()) + text_bytes + n * text_fields.len();
-        kept.account(cast_bytes + extra, 0)?;
-        job.progress.rows.fetch_add(n as u64, Ordering::Relaxed);
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-        for (c, target) in batch.columns().iter().zip(&targets) {
-            columns.push(
-                datafusion::arrow::compute::cast(c, target)
-                    .map_err(|e| EngineError::backend(id, e))?,
-            );
-        }
-        drop(batch);
-        let rows: ArrayRef = Arc::new(UInt64Array::from_iter_values(row..row + n as u64));
-        row += n as u64;
-        let texts: Vec<&StringArray> = text_fields
-            .iter()
-            .filter_map(|i| columns[*i].as_any().downcast_ref::<StringArray>())
-            .collect();
-        let mut search = StringBuilder::with_capacity(n, text_bytes + n * text_fields.len());
-        let mut buf = String::new();
-        for r in 0..n {
-            buf.clear();
-            for (k, col) in texts.iter().enumerate() {
-                if k > 0 {
-                    buf.push(SEARCH_SEPARATOR);
-                }
-                if col.is_valid(r) {
-                    buf.push_str(col.value(r));
-                }
-            }
-            search.append_value(tally_semantic::names::fold(&buf));
-        }
-        let mut share_columns: Vec<ArrayRef> = Vec::with_capacity(shares.len());
-        for (_, f, separator, values) in &shares {
-            let col = columns[f.index()].as_any().downcast_ref::<StringArray>();
-            let counts = |v: &str| match separator {
-                Some(sep) => v
-                    .split(sep.as_str())
-                    .any(|p| values.iter().any(|c| c == p.trim())),
-                None => values.iter().any(|c| c == v),
-            };
-            let share: datafusion::arrow::array::Float64Array = (0..n)
-                .map(|r| match col {
-                    Some(c) if c.is_valid(r) && counts(c.value(r)) => 1.0,
-                    _ => 0.0,
-                })
-                .collect();
-            share_columns.push(Arc::new(share));
-        }
-        let mut code_columns: Vec<ArrayRef> = Vec::with_capacity(coded.len());
-        for (k, &i) in coded.iter().enumerate() {
-            let (lookup, values) = &mut dictionaries[k];
-            let col = columns[i.index()].as_any().downcast_ref::<StringArray>();
-            let codes: UInt32Array = (0..n)
-                .map(|r| match col {
-                    Some(c) if c.is_valid(r) && !c.value(r).is_empty() => {
-                        let v = c.value(r);
-                        *lookup.entry(v.to_string()).or_insert_with(|| {
-                            values.push(v.to_string());
-                            (values.len() - 1) as u32
-                        })
-                    }
-                    _ => 0,
-                })
-                .collect();
-            code_columns.push(Arc::new(codes));
-        }
-        columns.push(rows);
-        columns.push(Arc::new(search.finish()));
-        columns.extend(code_columns);
-        columns.extend(share_columns);
-        out.push(
-            RecordBatch::try_new(schema.clone(), columns)
-                .map_err(|e| EngineError::backend(id, e))?,
-        );
+        // Reserved before anything is built.
+        kept.account(layout.bytes_for(&batch), 0)?;
+        job.progress
+            .rows
+            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        let n = batch.num_rows() as u64;
+        out.push(layout.build(id, batch, row, &mut dictionaries)?);
+        row += n;
     }
     let rows = row as usize;
     if let Some(r) = &loaded.row_sources
@@ -901,10 +755,7 @@ fn prepare(
         .iter()
         .map(RecordBatch::get_array_memory_size)
         .sum::<usize>()
-        + dictionaries
-            .iter()
-            .map(|(_, v)| v.iter().map(|s| s.len() * 2 + 64).sum::<usize>())
-            .sum::<usize>();
+        + dictionaries.iter().map(Dictionary::bytes).sum::<usize>();
     kept.resize(held)?;
     tracing::info!(
         dataset = id,
@@ -912,8 +763,8 @@ fn prepare(
         memory_mib = held >> 20,
         "prepared the data for queries"
     );
-    let table =
-        MemTable::try_new(schema, vec![out.clone()]).map_err(|e| EngineError::computing(id, e))?;
+    let table = MemTable::try_new(layout.schema.clone(), vec![out.clone()])
+        .map_err(|e| EngineError::computing(id, e))?;
     Ok(Prepared {
         table: Arc::new(table),
         batches: out,
@@ -926,14 +777,259 @@ fn prepare(
         values: Default::default(),
         ranks: Default::default(),
         variants: Default::default(),
-        shares: shares.iter().map(|(k, _, _, _)| *k).collect(),
-        codes: coded
+        shares: layout.shares.iter().map(|s| s.measure).collect(),
+        codes: layout
+            .coded
             .iter()
             .zip(dictionaries)
-            .map(|(&i, (_, values))| (i, Arc::new(values)))
+            .map(|(&i, d)| (i, Arc::new(d.values)))
             .collect(),
         memory: kept,
     })
+}
+
+/// The values of a code column: code 0 is the empty value, the others in order of first
+/// appearance.
+struct Dictionary {
+    lookup: std::collections::HashMap<String, u32>,
+    values: Vec<String>,
+}
+
+impl Default for Dictionary {
+    fn default() -> Self {
+        Dictionary {
+            lookup: Default::default(),
+            values: vec![String::new()],
+        }
+    }
+}
+
+impl Dictionary {
+    /// The codes of a text column's values (0 for null and empty), new values added.
+    fn encode(&mut self, column: Option<&StringArray>, n: usize) -> UInt32Array {
+        (0..n)
+            .map(|r| match column {
+                Some(c) if c.is_valid(r) && !c.value(r).is_empty() => {
+                    let v = c.value(r);
+                    if let Some(&code) = self.lookup.get(v) {
+                        return code;
+                    }
+                    self.values.push(v.to_string());
+                    let code = (self.values.len() - 1) as u32;
+                    self.lookup.insert(v.to_string(), code);
+                    code
+                }
+                _ => 0,
+            })
+            .collect()
+    }
+
+    /// About what it holds in memory.
+    fn bytes(&self) -> usize {
+        self.values.iter().map(|s| s.len() * 2 + 64).sum()
+    }
+}
+
+/// A `count_where` measure whose records count or not, decided once per version.
+struct Share {
+    measure: MeasureId,
+    field: FieldId,
+    separator: Option<String>,
+    values: Vec<String>,
+}
+
+impl Share {
+    /// 1.0 for each record that counts, else 0.0.
+    fn column(&self, columns: &[ArrayRef], n: usize) -> ArrayRef {
+        let col = columns[self.field.index()]
+            .as_any()
+            .downcast_ref::<StringArray>();
+        let counts = |v: &str| match &self.separator {
+            Some(sep) => v
+                .split(sep.as_str())
+                .any(|p| self.values.iter().any(|c| c == p.trim())),
+            None => self.values.iter().any(|c| c == v),
+        };
+        let share: datafusion::arrow::array::Float64Array = (0..n)
+            .map(|r| match col {
+                Some(c) if c.is_valid(r) && counts(c.value(r)) => 1.0,
+                _ => 0.0,
+            })
+            .collect();
+        Arc::new(share)
+    }
+}
+
+/// What a prepared table holds: every field cast to its canonical type, the row numbers,
+/// the folded search text, a code column per coded field and a share column per
+/// `count_where` measure.
+struct Layout {
+    targets: Vec<DataType>,
+    text_fields: Vec<usize>,
+    coded: Vec<FieldId>,
+    shares: Vec<Share>,
+    schema: SchemaRef,
+}
+
+impl Layout {
+    fn of(def: &DatasetDef, source: &Schema) -> Result<Layout, EngineError> {
+        let id = def.id.as_str();
+        let mut targets: Vec<DataType> = Vec::with_capacity(def.fields.len());
+        for f in &def.fields {
+            let source_type = source
+                .field_with_name(&f.name)
+                .map_err(|_| {
+                    EngineError::backend(id, format!("column `{}` vanished from the data", f.name))
+                })?
+                .data_type()
+                .clone();
+            targets.push(
+                canonical_type(f.data_type, &source_type)
+                    .map_err(|m| EngineError::backend(id, format!("`{}` {m}", f.name)))?,
+            );
+        }
+        let text_fields: Vec<usize> = def
+            .fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !f.data_type.is_numeric())
+            .map(|(i, _)| i)
+            .collect();
+        // Dimensions and coded attributes are what summaries group by; free text (names,
+        // notes) is not worth a second copy.
+        let coded: Vec<FieldId> = def
+            .fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                f.groupable
+                    && !f.data_type.is_numeric()
+                    && !f.is_multi_value()
+                    && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())
+            })
+            .map(|(i, _)| FieldId::at(i))
+            .collect();
+        let shares: Vec<Share> = def
+            .computed_measures
+            .iter()
+            .enumerate()
+            .filter_map(|(k, m)| match &m.formula {
+                tally_semantic::definition::Formula::CountWhere {
+                    condition_field,
+                    condition_values,
+                } => Some(Share {
+                    measure: MeasureId::at(k),
+                    field: *condition_field,
+                    separator: def.fields[*condition_field].multi_value.clone(),
+                    values: condition_values.clone(),
+                }),
+                _ => None,
+            })
+            .filter(|s| !def.fields[s.field].data_type.is_numeric())
+            .collect();
+        let mut fields: Vec<ArrowField> = def
+            .fields
+            .iter()
+            .zip(&targets)
+            .map(|(f, t)| ArrowField::new(&f.name, t.clone(), true))
+            .collect();
+        fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
+        fields.push(ArrowField::new(SEARCH_COL, DataType::Utf8, false));
+        for &i in &coded {
+            fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
+        }
+        for s in &shares {
+            fields.push(ArrowField::new(
+                share_column(s.measure),
+                DataType::Float64,
+                false,
+            ));
+        }
+        Ok(Layout {
+            targets,
+            text_fields,
+            coded,
+            shares,
+            schema: Arc::new(Schema::new(fields)),
+        })
+    }
+
+    /// What preparing a batch holds: the cast columns, the search text (as long as the text
+    /// it joins), the row numbers, codes and shares.
+    fn bytes_for(&self, batch: &RecordBatch) -> usize {
+        let n = batch.num_rows();
+        let cast: usize = batch.columns().iter().map(canonical_bytes).sum();
+        let text: usize = self
+            .text_fields
+            .iter()
+            .map(|i| canonical_bytes(batch.column(*i)))
+            .sum();
+        cast + n * (8 + 4 * self.coded.len() + 8 * self.shares.len())
+            + text
+            + n * self.text_fields.len()
+    }
+
+    /// The prepared batch of a batch read, its first row numbered `first_row`.
+    fn build(
+        &self,
+        id: &str,
+        batch: RecordBatch,
+        first_row: u64,
+        dictionaries: &mut [Dictionary],
+    ) -> Result<RecordBatch, EngineError> {
+        let n = batch.num_rows();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        for (c, target) in batch.columns().iter().zip(&self.targets) {
+            columns.push(
+                datafusion::arrow::compute::cast(c, target)
+                    .map_err(|e| EngineError::backend(id, e))?,
+            );
+        }
+        drop(batch);
+        let search = self.search_text(&columns, n);
+        let shares: Vec<ArrayRef> = self.shares.iter().map(|s| s.column(&columns, n)).collect();
+        let codes: Vec<ArrayRef> = self
+            .coded
+            .iter()
+            .zip(dictionaries.iter_mut())
+            .map(|(&i, d)| {
+                let col = columns[i.index()].as_any().downcast_ref::<StringArray>();
+                Arc::new(d.encode(col, n)) as ArrayRef
+            })
+            .collect();
+        columns.push(Arc::new(UInt64Array::from_iter_values(
+            first_row..first_row + n as u64,
+        )));
+        columns.push(search);
+        columns.extend(codes);
+        columns.extend(shares);
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| EngineError::backend(id, e))
+    }
+
+    /// Per record, its text fields joined and folded (what `q` searches).
+    fn search_text(&self, columns: &[ArrayRef], n: usize) -> ArrayRef {
+        let texts: Vec<&StringArray> = self
+            .text_fields
+            .iter()
+            .filter_map(|i| columns[*i].as_any().downcast_ref::<StringArray>())
+            .collect();
+        let bytes: usize = texts.iter().map(|t| t.value_data().len()).sum();
+        let mut search = StringBuilder::with_capacity(n, bytes + n * texts.len());
+        let mut buf = String::new();
+        for r in 0..n {
+            buf.clear();
+            for (k, col) in texts.iter().enumerate() {
+                if k > 0 {
+                    buf.push(SEARCH_SEPARATOR);
+                }
+                if col.is_valid(r) {
+                    buf.push_str(col.value(r));
+                }
+            }
+            search.append_value(tally_semantic::names::fold(&buf));
+        }
+        Arc::new(search.finish())
+    }
 }
 
 use datafusion::arrow::array::Array as _;

@@ -1,8 +1,10 @@
-//! The result envelope: `data` (the tool's result) and `provenance` (where it came from and
-//! what was done to it), built once per call.
+//! The result envelope: `data` (the tool's typed result, [`crate::results`]) and
+//! `provenance` (where it came from and what was done to it), built once per call.
 
+use schemars::JsonSchema;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
+use tally_plugin_api::provenance::SourceType;
 
 use crate::backend::ServedFile;
 use crate::dataset::{Dataset, Retrieved};
@@ -13,28 +15,43 @@ pub fn tool_version() -> String {
 }
 
 /// One cited source (`provenance.sources[]`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
+    #[schemars(length(min = 1))]
     pub id: String,
+    /// The publisher's URL, or urn:tally:dataset:<id>; never a local path.
+    #[schemars(url)]
     pub uri: String,
     pub title: String,
     pub publisher: String,
+    #[schemars(schema_with = "crate::results::date_or_time")]
     pub retrieved_at: String,
+    #[schemars(schema_with = "source_types")]
     pub source_type: String,
+    /// Where inside the source: an article, a page, a section.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locator: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::results::date_or_time")]
     pub published_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::results::date_or_time")]
     pub effective_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub license: Option<String>,
+    /// SHA-256 of the bytes served: proves they are unchanged, not who published them.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
     pub content_hash: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+fn source_types(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let types: Vec<&str> = SourceType::ALL.iter().map(|t| t.as_str()).collect();
+    schemars::json_schema!({ "enum": types })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TransformationType {
     Extract,
@@ -44,7 +61,7 @@ pub enum TransformationType {
 }
 
 /// One step done to the data (`provenance.transformations[]`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Transformation {
     #[serde(rename = "type")]
@@ -63,23 +80,25 @@ impl Transformation {
     }
 }
 
-/// What a tool produced, before it is wrapped.
-#[derive(Debug, Clone, Default)]
-pub struct Output {
-    pub data: Map<String, Value>,
+/// Where the result came from and what was done to it.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Provenance {
+    #[schemars(schema_with = "date_time")]
+    pub generated_at: String,
+    /// Every source the result was computed from; ids are unique and every reference in data
+    /// resolves to one.
     pub sources: Vec<Source>,
     pub transformations: Vec<Transformation>,
+    /// Field notes that qualify the numbers, truncation, corrections of names.
     pub warnings: Vec<String>,
 }
 
-impl Output {
-    pub fn set(&mut self, key: &str, value: impl Serialize) {
-        self.data.insert(
-            key.to_string(),
-            serde_json::to_value(value).unwrap_or(Value::Null),
-        );
-    }
+fn date_time(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "format": "date-time" })
+}
 
+impl Provenance {
     pub fn warn(&mut self, warning: impl Into<String>) {
         let w = warning.into();
         if !self.warnings.contains(&w) {
@@ -96,18 +115,31 @@ impl Output {
         id
     }
 
-    /// `{"data": …, "provenance": …}` with `generatedAt` set now.
-    pub fn into_envelope(self) -> Value {
-        let generated_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        json!({
-            "data": Value::Object(self.data),
-            "provenance": {
-                "generatedAt": generated_at,
-                "sources": self.sources,
-                "transformations": self.transformations,
-                "warnings": self.warnings,
-            }
-        })
+    /// Records a step done to the data.
+    pub fn step(&mut self, kind: TransformationType, description: impl Into<String>) {
+        self.transformations
+            .push(Transformation::new(kind, description));
+    }
+}
+
+/// A tool's answer: its result (`data`) and where that came from (`provenance`).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Envelope<T> {
+    pub data: T,
+    pub provenance: Provenance,
+}
+
+impl<T: Serialize> Envelope<T> {
+    /// The envelope with `generatedAt` set now.
+    pub fn seal(data: T, mut provenance: Provenance) -> Envelope<T> {
+        provenance.generated_at =
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        Envelope { data, provenance }
+    }
+
+    /// As JSON, keys in the order of the types' fields.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::to_value(self)
     }
 }
 

@@ -2,31 +2,27 @@
 //! dataset version.
 
 use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::functions::expr_fn::btrim;
 use datafusion::functions_aggregate::expr_fn::{avg, count, max, min, sum};
 use datafusion::logical_expr::{Expr, cast, lit, when};
-use datafusion::prelude::ident;
-use serde_json::{Value, json};
-use tally_semantic::definition::{Codelist, Role};
+use datafusion::prelude::{DataFrame, ident};
+use serde_json::Value;
+use tally_semantic::definition::{Codelist, FieldId, Role};
 
 use crate::Engine;
 use crate::dataset::Dataset;
 use crate::error::EngineError;
 use crate::plan::Planner;
+use crate::results::{
+    CodeDescription, CodelistDescription, CodelistKind, Codes, FieldDescription, InspectResult,
+    LocatorGuide, MeasureDescription, MetricsGuide, NumericStats, Quality, QualitySummary,
+    TopValues, ValueCount,
+};
 use crate::summarize::{AVG_DECIMALS, RATIO_DECIMALS};
 
 /// How many values of an `auto` codelist are shown.
 pub const TOP_VALUES: usize = 30;
-
-fn quality(fill_rate: f64) -> &'static str {
-    if fill_rate >= 1.0 {
-        "fully"
-    } else if fill_rate >= 0.5 {
-        "mostly"
-    } else {
-        "sparse"
-    }
-}
 
 fn round_to(v: f64, decimals: i32) -> f64 {
     let p = 10f64.powi(decimals);
@@ -55,8 +51,8 @@ pub const MAX_LISTED_DISTINCT: usize = 200;
 fn observed_values(
     prepared: &crate::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
-    field: tally_semantic::definition::FieldId,
-) -> Vec<Value> {
+    field: FieldId,
+) -> Vec<ValueCount> {
     let mut by_form: Vec<(String, usize, Vec<String>)> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (value, count) in prepared.distinct_values(def, field).iter() {
@@ -75,27 +71,120 @@ fn observed_values(
     by_form.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     by_form
         .into_iter()
-        .map(|(value, count, variants)| {
-            if variants.len() > 1 {
-                json!({ "value": value, "count": count, "variants": variants })
+        .map(|(value, count, variants)| ValueCount {
+            value: Value::String(value),
+            count: count as u64,
+            variants: if variants.len() > 1 {
+                variants
             } else {
-                json!({ "value": value, "count": count })
-            }
+                Vec::new()
+            },
         })
         .collect()
 }
 
-pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError> {
+pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, EngineError> {
     let def = &ds.def;
     let prepared = ds.prepared(engine).await?;
     let planner = Planner {
         def,
         functions: engine.functions(),
     };
-    let total = prepared.rows;
     let table = engine.call_context()?.read_table(prepared.table.clone())?;
+    let stats = statistics(def, &table).await?;
+    let mut fields = Vec::with_capacity(def.fields.len());
+    let mut quality_summary = QualitySummary {
+        rule: "fill rate (null and blank count as empty): fully = 1.0, mostly ≥ 0.5, sparse < 0.5",
+        ..QualitySummary::default()
+    };
+    for (i, f) in def.fields.iter().enumerate() {
+        let id = FieldId::at(i);
+        let mut entry = describe_field(f, i, &stats, prepared.rows);
+        match entry.quality {
+            Some(Quality::Fully) => quality_summary.fully += 1,
+            Some(Quality::Mostly) => quality_summary.mostly += 1,
+            _ => quality_summary.sparse += 1,
+        }
+        match &f.codelist {
+            Some(Codelist::Static(codes)) => {
+                entry.codelist = Some(CodelistDescription {
+                    kind: CodelistKind::Static,
+                    codes: Some(Codes::Described(
+                        codes
+                            .iter()
+                            .map(|c| CodeDescription {
+                                value: c.value.clone(),
+                                description: c.description.clone(),
+                            })
+                            .collect(),
+                    )),
+                    values: TopValues::default(),
+                });
+            }
+            Some(kind @ (Codelist::Auto | Codelist::AutoSplit)) => {
+                entry.codelist = Some(auto_codelist(&planner, &table, id, kind).await?);
+            }
+            // Without a codelist a model still needs the exact spelling of the values it may
+            // filter or group by: the top values of every groupable field and of every
+            // attribute with few distinct values, NFKC variants counted together.
+            None if !f.data_type.is_numeric() && f.locator.is_none() && f.role != Role::Id => {
+                entry.values = listed_values(&prepared, def, id);
+            }
+            None => {}
+        }
+        fields.push(entry);
+    }
+    Ok(InspectResult {
+        dataset_id: def.id.clone(),
+        title: def.title.clone(),
+        description: def.description.clone(),
+        publisher: def.publisher.clone(),
+        license: def.license.clone(),
+        as_of_date: def.as_of_date.as_ref().map(|d| d.as_str().to_string()),
+        published_at: def.published_at.as_ref().map(|d| d.as_str().to_string()),
+        record_count: prepared.rows,
+        id_field: def.id_field.clone(),
+        fields,
+        quality_summary,
+        computed_measures: computed_measures(def),
+        metrics: MetricsGuide {
+            kinds: vec![
+                "count",
+                "sum:F",
+                "avg:F",
+                "min:F",
+                "max:F",
+                "avg:<computed measure>",
+            ],
+            measures: def
+                .fields
+                .iter()
+                .filter(|f| f.role == Role::Measure)
+                .map(|f| f.name.clone())
+                .collect(),
+            rounding: format!(
+                "averages are rounded to {AVG_DECIMALS} decimals, ratios (computed measures) to {RATIO_DECIMALS}"
+            ),
+        },
+        generic_values: def.generic_values.clone(),
+        dataset_notes: def.notes.clone(),
+        undeclared_columns: ds.undeclared_columns.clone(),
+        undeclared_columns_note: "columns of the data file that dataset.yaml does not declare are not served",
+        definition_warnings: ds.warnings.iter().map(ToString::to_string).collect(),
+        version: ds.version.clone(),
+        backend: ds.backend.describe(),
+        detail: None,
+        resolved_fields: Vec::new(),
+        source_refs: Vec::new(),
+    })
+}
 
-    // One pass for fill rates and numeric statistics.
+/// One pass over the data for every field's fill rate and every numeric field's statistics:
+/// one row, with columns `f{i}_filled`, `f{i}_min`, `f{i}_max`, `f{i}_mean`, `f{i}_zeros`.
+async fn statistics(
+    def: &tally_semantic::DatasetDef,
+    table: &DataFrame,
+) -> Result<Vec<RecordBatch>, EngineError> {
     let mut aggregates: Vec<Expr> = vec![count(lit(1i64)).alias("rows")];
     for (i, f) in def.fields.iter().enumerate() {
         let column = ident(&f.name);
@@ -126,204 +215,183 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<Value, EngineError
             );
         }
     }
-    let stats = table
+    table
         .clone()
         .aggregate(vec![], aggregates)?
         .collect()
         .await
-        .map_err(|e| EngineError::computing(&def.id, e))?;
+        .map_err(|e| EngineError::computing(&def.id, e))
+}
 
-    let mut fields = Vec::with_capacity(def.fields.len());
-    let (mut fully, mut mostly, mut sparse) = (0, 0, 0);
-    for (i, f) in def.fields.iter().enumerate() {
-        let filled = first_value(&stats, &format!("f{i}_filled"))
-            .as_f64()
-            .unwrap_or(0.0);
-        let fill_rate = if total == 0 {
-            0.0
-        } else {
-            round_to(filled / total as f64, 4)
-        };
-        let q = quality(fill_rate);
-        match q {
-            "fully" => fully += 1,
-            "mostly" => mostly += 1,
-            _ => sparse += 1,
-        }
-        let mut entry = json!({
-            "name": f.name,
-            "role": f.role.as_str(),
-            "data_type": f.data_type.as_str(),
-            "description": f.desc,
-            "groupable": f.groupable,
-            "fill_rate": fill_rate,
-            "quality": q,
-        });
-        if let Some(sep) = &f.multi_value {
-            entry["multi_value_separator"] = json!(sep);
-        }
-        if f.locator == Some(tally_semantic::definition::LocatorKind::Law) {
-            entry["locator"] = json!({
-                "kind": "law",
-                "form": "第九条第一項第二号 (kanji numerals; 附則 first for supplementary provisions)",
-                "matching": "a value in any common form (第5条第1項, 第５条の２, 第5の2条, lists) matches that provision and everything inside it",
-            });
-        }
-        if !f.notes.is_empty() {
-            entry["notes"] = json!(f.notes);
-        }
-        if f.data_type.is_numeric() {
-            let mean = first_value(&stats, &format!("f{i}_mean"))
-                .as_f64()
-                .map(|m| round_to(m, AVG_DECIMALS as i32));
-            entry["stats"] = json!({
-                "min": first_value(&stats, &format!("f{i}_min")),
-                "max": first_value(&stats, &format!("f{i}_max")),
-                "mean": mean,
-                "zero_count": first_value(&stats, &format!("f{i}_zeros")),
-            });
-        }
-        match &f.codelist {
-            Some(Codelist::Static(codes)) => {
-                entry["codelist"] = json!({ "kind": "static", "codes": codes });
-            }
-            Some(kind @ (Codelist::Auto | Codelist::AutoSplit)) => {
-                let split = matches!(kind, Codelist::AutoSplit) || f.is_multi_value();
-                let mut df = table.clone();
-                let key = if split {
-                    df = df
-                        .with_column(
-                            "__tally_value",
-                            planner.parts(tally_semantic::definition::FieldId::at(i), false),
-                        )?
-                        .unnest_columns(&["__tally_value"])?;
-                    ident("__tally_value")
-                } else {
-                    ident(&f.name)
-                };
-                let counted = df
-                    .filter(
-                        key.clone()
-                            .is_not_null()
-                            .and(btrim(vec![key.clone()]).not_eq(lit(""))),
-                    )?
-                    .aggregate(
-                        vec![key.alias("value")],
-                        vec![count(lit(1i64)).alias("count")],
-                    )?;
-                let distinct = counted
-                    .clone()
-                    .count()
-                    .await
-                    .map_err(|e| EngineError::computing(&def.id, e))?;
-                let top = counted
-                    .sort(vec![
-                        ident("count").sort(false, false),
-                        ident("value").sort(true, false),
-                    ])?
-                    .limit(0, Some(TOP_VALUES))?
-                    .collect()
-                    .await
-                    .map_err(|e| EngineError::computing(&def.id, e))?;
-                let values: Vec<Value> =
-                    crate::json::rows(&top, &["value".to_string(), "count".to_string()])
-                        .into_iter()
-                        .map(|r| json!({ "value": r[0], "count": r[1] }))
-                        .collect();
-                entry["codelist"] = json!({
-                    "kind": if matches!(kind, Codelist::AutoSplit) { "auto_split" } else { "auto" },
-                    "distinct_count": distinct,
-                    "top_values": values,
-                    "note": if distinct > TOP_VALUES { format!("the {TOP_VALUES} most frequent of {distinct} values") } else { format!("all {distinct} values") },
-                });
-            }
-            None => {
-                // Without a codelist a model still needs the exact spelling of the values it
-                // may filter or group by: the top values of every groupable field and of every
-                // attribute with few distinct values, NFKC variants counted together.
-                if !f.data_type.is_numeric()
-                    && f.locator.is_none()
-                    && f.role != tally_semantic::definition::Role::Id
-                {
-                    let values =
-                        observed_values(&prepared, def, tally_semantic::definition::FieldId::at(i));
-                    let distinct = values.len();
-                    // Values that each occur once (names, free text) are not worth listing:
-                    // the count says so, and `q` searches them.
-                    let unique = values
-                        .first()
-                        .is_some_and(|v| v["count"].as_u64() == Some(1));
-                    if unique && distinct > TOP_VALUES {
-                        entry["values"] = json!({
-                            "distinct_count": distinct,
-                            "note": format!("{distinct} values, none repeated: search them with q or $contains rather than filtering on exact values"),
-                        });
-                    } else if f.groupable || distinct <= MAX_LISTED_DISTINCT {
-                        let top: Vec<Value> = values.into_iter().take(TOP_VALUES).collect();
-                        entry["values"] = json!({
-                            "distinct_count": distinct,
-                            "top_values": top,
-                            "note": if distinct > TOP_VALUES { format!("the {TOP_VALUES} most frequent of {distinct} values (parts, for a multi-value field); filter with these exact values") } else { format!("all {distinct} values (parts, for a multi-value field)") },
-                        });
-                    }
-                }
-            }
-        }
-        fields.push(entry);
+/// A field as its definition and the statistics describe it (no values yet).
+fn describe_field(
+    f: &tally_semantic::definition::Field,
+    i: usize,
+    stats: &[RecordBatch],
+    total: usize,
+) -> FieldDescription {
+    let filled = first_value(stats, &format!("f{i}_filled"))
+        .as_f64()
+        .unwrap_or(0.0);
+    let fill_rate = if total == 0 {
+        0.0
+    } else {
+        round_to(filled / total as f64, 4)
+    };
+    let number = |suffix: &str| match first_value(stats, &format!("f{i}_{suffix}")) {
+        Value::Number(n) => Some(n),
+        _ => None,
+    };
+    FieldDescription {
+        name: f.name.clone(),
+        role: f.role,
+        data_type: f.data_type,
+        description: f.desc.clone(),
+        groupable: f.groupable,
+        fill_rate,
+        quality: Some(Quality::of(fill_rate)),
+        multi_value_separator: f.multi_value.clone(),
+        locator: (f.locator == Some(tally_semantic::definition::LocatorKind::Law)).then_some(
+            LocatorGuide {
+                kind: "law",
+                form: "第九条第一項第二号 (kanji numerals; 附則 first for supplementary provisions)",
+                matching: "a value in any common form (第5条第1項, 第５条の２, 第5の2条, lists) matches that provision and everything inside it",
+            },
+        ),
+        notes: f.notes.clone(),
+        stats: f.data_type.is_numeric().then(|| NumericStats {
+            min: number("min"),
+            max: number("max"),
+            mean: number("mean")
+                .and_then(|m| m.as_f64())
+                .map(|m| round_to(m, AVG_DECIMALS as i32)),
+            zero_count: number("zeros").and_then(|n| n.as_u64()),
+        }),
+        codelist: None,
+        values: None,
     }
+}
 
-    let measures: Vec<Value> = def
-        .computed_measures
-        .iter()
-        .map(|m| {
-            json!({
-                "name": m.name,
-                "mode": m.mode(),
-                "description": m.desc,
-                "formula": m.formula_text(&def.fields),
-                "metric": format!("avg:{}", m.name),
-                "rounded_to_decimals": RATIO_DECIMALS,
+/// An `auto` (or `auto_split`) codelist: how many distinct values (parts, when split) the
+/// field holds and the most frequent ones.
+async fn auto_codelist(
+    planner: &Planner<'_>,
+    table: &DataFrame,
+    field: FieldId,
+    kind: &Codelist,
+) -> Result<CodelistDescription, EngineError> {
+    let def = planner.def;
+    let f = &def.fields[field];
+    let split = matches!(kind, Codelist::AutoSplit) || f.is_multi_value();
+    let mut df = table.clone();
+    let key = if split {
+        df = df
+            .with_column("__tally_value", planner.parts(field, false))?
+            .unnest_columns(&["__tally_value"])?;
+        ident("__tally_value")
+    } else {
+        ident(&f.name)
+    };
+    let counted = df
+        .filter(
+            key.clone()
+                .is_not_null()
+                .and(btrim(vec![key.clone()]).not_eq(lit(""))),
+        )?
+        .aggregate(
+            vec![key.alias("value")],
+            vec![count(lit(1i64)).alias("count")],
+        )?;
+    let distinct = counted
+        .clone()
+        .count()
+        .await
+        .map_err(|e| EngineError::computing(&def.id, e))?;
+    let top = counted
+        .sort(vec![
+            ident("count").sort(false, false),
+            ident("value").sort(true, false),
+        ])?
+        .limit(0, Some(TOP_VALUES))?
+        .collect()
+        .await
+        .map_err(|e| EngineError::computing(&def.id, e))?;
+    let values: Vec<ValueCount> =
+        crate::json::rows(&top, &["value".to_string(), "count".to_string()])
+            .into_iter()
+            .map(|mut r| ValueCount {
+                count: r[1].as_u64().unwrap_or(0),
+                value: std::mem::take(&mut r[0]),
+                variants: Vec::new(),
             })
-        })
-        .collect();
-    let measure_names: Vec<&str> = def
-        .fields
-        .iter()
-        .filter(|f| f.role == Role::Measure)
-        .map(|f| f.name.as_str())
-        .collect();
+            .collect();
+    Ok(CodelistDescription {
+        kind: CodelistKind::of(kind),
+        codes: None,
+        values: TopValues {
+            distinct_count: Some(distinct),
+            top_values: Some(values),
+            note: Some(if distinct > TOP_VALUES {
+                format!("the {TOP_VALUES} most frequent of {distinct} values")
+            } else {
+                format!("all {distinct} values")
+            }),
+            top: None,
+        },
+    })
+}
 
-    Ok(json!({
-        "dataset_id": def.id,
-        "title": def.title,
-        "description": def.description,
-        "publisher": def.publisher,
-        "license": def.license,
-        "as_of_date": def.as_of_date.as_ref().map(|d| d.as_str()),
-        "published_at": def.published_at.as_ref().map(|d| d.as_str()),
-        "record_count": total,
-        "id_field": def.id_field,
-        "fields": fields,
-        "quality_summary": {
-            "fully": fully,
-            "mostly": mostly,
-            "sparse": sparse,
-            "rule": "fill rate (null and blank count as empty): fully = 1.0, mostly ≥ 0.5, sparse < 0.5",
-        },
-        "computed_measures": measures,
-        "metrics": {
-            "kinds": ["count", "sum:F", "avg:F", "min:F", "max:F", "avg:<computed measure>"],
-            "measures": measure_names,
-            "rounding": format!("averages are rounded to {AVG_DECIMALS} decimals, ratios (computed measures) to {RATIO_DECIMALS}"),
-        },
-        "generic_values": def.generic_values,
-        "dataset_notes": def.notes,
-        "undeclared_columns": ds.undeclared_columns,
-        "undeclared_columns_note": "columns of the data file that dataset.yaml does not declare are not served",
-        "definition_warnings": ds.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "version": ds.version,
-        "backend": ds.backend.describe(),
-    }))
+/// The values of a text field without a codelist, when worth listing: values that each occur
+/// once (names, free text) are only counted (`q` searches them); the values of a groupable
+/// field, or of one with few distinct values, are listed most frequent first.
+fn listed_values(
+    prepared: &crate::dataset::Prepared,
+    def: &tally_semantic::DatasetDef,
+    field: FieldId,
+) -> Option<TopValues> {
+    let values = observed_values(prepared, def, field);
+    let distinct = values.len();
+    let unique = values.first().is_some_and(|v| v.count == 1);
+    if unique && distinct > TOP_VALUES {
+        Some(TopValues {
+            distinct_count: Some(distinct),
+            note: Some(format!(
+                "{distinct} values, none repeated: search them with q or $contains rather than filtering on exact values"
+            )),
+            ..TopValues::default()
+        })
+    } else if def.fields[field].groupable || distinct <= MAX_LISTED_DISTINCT {
+        let top: Vec<ValueCount> = values.into_iter().take(TOP_VALUES).collect();
+        Some(TopValues {
+            distinct_count: Some(distinct),
+            top_values: Some(top),
+            note: Some(if distinct > TOP_VALUES {
+                format!(
+                    "the {TOP_VALUES} most frequent of {distinct} values (parts, for a multi-value field); filter with these exact values"
+                )
+            } else {
+                format!("all {distinct} values (parts, for a multi-value field)")
+            }),
+            top: None,
+        })
+    } else {
+        None
+    }
+}
+
+/// The computed measures, with the metric that asks for each.
+fn computed_measures(def: &tally_semantic::DatasetDef) -> Vec<MeasureDescription> {
+    def.computed_measures
+        .iter()
+        .map(|m| MeasureDescription {
+            name: m.name.clone(),
+            mode: m.mode(),
+            description: m.desc.clone(),
+            formula: m.formula_text(&def.fields),
+            metric: format!("avg:{}", m.name),
+            rounded_to_decimals: RATIO_DECIMALS,
+        })
+        .collect()
 }
 
 /// Top values a compact description lists per field.
@@ -335,62 +403,36 @@ pub const COMPACT_DESCRIPTION_CHARS: usize = 80;
 /// correct call — every field's name, role, type, fill rate, one line of meaning, its notes,
 /// its codes or most frequent values — without every code's description, every top value or
 /// per-field quality words; `detail: "full"` gives those.
-pub fn compact(mut body: Value) -> Value {
-    if let Some(fields) = body.get_mut("fields").and_then(Value::as_array_mut) {
-        for field in fields.iter_mut() {
-            let Some(f) = field.as_object_mut() else {
-                continue;
+pub fn compact(mut body: InspectResult) -> InspectResult {
+    for f in &mut body.fields {
+        f.quality = None;
+        if let Some(d) = &f.description {
+            let line = d.lines().next().unwrap_or("").trim();
+            // The first sentence, or the first characters of a long one.
+            let sentence = line
+                .find('。')
+                .map(|i| &line[..i + '。'.len_utf8()])
+                .unwrap_or(line);
+            let short: String = sentence.chars().take(COMPACT_DESCRIPTION_CHARS).collect();
+            let short = if short.chars().count() < sentence.chars().count() {
+                format!("{short}…")
+            } else {
+                short
             };
-            f.remove("quality");
-            if let Some(Value::String(d)) = f.get("description") {
-                let line = d.lines().next().unwrap_or("").trim();
-                // The first sentence, or the first characters of a long one.
-                let sentence = line
-                    .find('。')
-                    .map(|i| &line[..i + '。'.len_utf8()])
-                    .unwrap_or(line);
-                let short: String = sentence.chars().take(COMPACT_DESCRIPTION_CHARS).collect();
-                let short = if short.chars().count() < sentence.chars().count() {
-                    format!("{short}…")
-                } else {
-                    short
-                };
-                f.insert("description".into(), Value::String(short));
+            f.description = Some(short);
+        }
+        if let Some(codelist) = &mut f.codelist {
+            if let Some(Codes::Described(codes)) = codelist.codes.take() {
+                codelist.codes = Some(Codes::Values(codes.into_iter().map(|c| c.value).collect()));
             }
-            if let Some(Value::Object(codelist)) = f.get_mut("codelist") {
-                if let Some(Value::Array(codes)) = codelist.get("codes") {
-                    let values: Vec<Value> = codes
-                        .iter()
-                        .map(|c| c.get("value").cloned().unwrap_or(Value::Null))
-                        .collect();
-                    codelist.insert("codes".into(), Value::Array(values));
-                }
-                shorten_top(codelist);
-            }
-            if let Some(Value::Object(values)) = f.get_mut("values") {
-                shorten_top(values);
-            }
+            codelist.values.shorten(COMPACT_TOP_VALUES);
+        }
+        if let Some(values) = &mut f.values {
+            values.shorten(COMPACT_TOP_VALUES);
         }
     }
-    if let Some(m) = body.as_object_mut() {
-        m.insert(
-            "detail".into(),
-            json!("compact: one line of meaning per field, codes without their descriptions, the 5 most frequent values as [value, count] (top) out of distinct_count; call again with \"detail\": \"full\" for everything"),
-        );
-    }
+    body.detail = Some(
+        "compact: one line of meaning per field, codes without their descriptions, the 5 most frequent values as [value, count] (top) out of distinct_count; call again with \"detail\": \"full\" for everything",
+    );
     body
-}
-
-/// The most frequent values as `[value, count]` pairs, the first few only; the note goes
-/// (the `detail` line says what is shortened).
-fn shorten_top(m: &mut serde_json::Map<String, Value>) {
-    m.remove("note");
-    if let Some(Value::Array(top)) = m.remove("top_values") {
-        let pairs: Vec<Value> = top
-            .iter()
-            .take(COMPACT_TOP_VALUES)
-            .map(|v| json!([v["value"], v["count"]]))
-            .collect();
-        m.insert("top".into(), Value::Array(pairs));
-    }
 }

@@ -11,6 +11,7 @@
 //! its JSON arguments in, an envelope (`{"data", "provenance"}`) out.
 
 pub mod backend;
+pub mod call;
 pub mod catalog;
 pub mod cursor;
 pub mod dataset;
@@ -23,6 +24,7 @@ pub mod memory;
 pub mod meta;
 pub mod plan;
 pub mod query;
+pub mod results;
 pub mod schema;
 pub mod summarize;
 pub mod udf;
@@ -36,17 +38,18 @@ use std::time::Duration;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tally_semantic::request::{self, ListArgs, Request, Tool};
 use tally_semantic::resolve::{Resolution, resolve_dataset, resolve_query, resolve_summarize};
 
 pub use backend::{Backend, BackendFactory, Backends};
 pub use catalog::Catalog;
 pub use dataset::Dataset;
-pub use envelope::Output;
+pub use envelope::{Envelope, Provenance};
 pub use error::EngineError;
 
-use envelope::{Transformation, TransformationType, dataset_source};
+use envelope::{TransformationType, dataset_source};
+use results::{DatasetCard, InspectResult, ListResult};
 
 /// How long a half-written file may settle when a call finds its dataset replaced.
 const STALE_SETTLE: Duration = Duration::from_secs(2);
@@ -452,27 +455,32 @@ impl Engine {
         scope: &Scope,
     ) -> Result<Value, EngineError> {
         let request = request::parse(tool, arguments)?;
-        let out = match request {
-            Request::ListDatasets(args) => self.list(args, scope),
+        match request {
+            Request::ListDatasets(args) => {
+                let (data, provenance) = self.list(args, scope);
+                seal(data, provenance)
+            }
             Request::InspectDataset(args) => {
                 let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
-                self.inspect(&ds, resolution, args.full).await?
+                let (data, provenance) = self.inspect(&ds, resolution, args.full).await?;
+                seal(data, provenance)
             }
             Request::QueryRecords(args) => {
                 let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
                 let select_given = !args.select.is_empty();
                 let mut plan = resolve_query(&ds.def, args)?;
                 plan.resolved_fields.splice(0..0, resolution);
-                query::run(self, &ds, plan, select_given).await?
+                let (data, provenance) = query::run(self, &ds, plan, select_given).await?;
+                seal(data, provenance)
             }
             Request::SummarizeRecords(args) => {
                 let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
                 let mut plan = resolve_summarize(&ds.def, args)?;
                 plan.resolved_fields.splice(0..0, resolution);
-                summarize::run(self, &ds, plan).await?
+                let (data, provenance) = summarize::run(self, &ds, plan).await?;
+                seal(data, provenance)
             }
-        };
-        Ok(out.into_envelope())
+        }
     }
 
     fn dataset(
@@ -521,7 +529,7 @@ impl Engine {
         Ok((ds, resolution))
     }
 
-    fn list(&self, args: ListArgs, scope: &Scope) -> Output {
+    fn list(&self, args: ListArgs, scope: &Scope) -> (ListResult, Provenance) {
         let q = args
             .q
             .as_deref()
@@ -532,7 +540,7 @@ impl Engine {
             .as_deref()
             .map(str::to_lowercase)
             .filter(|s| !s.trim().is_empty());
-        let mut out = Output::default();
+        let mut provenance = Provenance::default();
         let mut listed = Vec::new();
         let catalog = self.catalog.load_full();
         for ds in catalog.datasets.values() {
@@ -554,60 +562,46 @@ impl Engine {
                 continue;
             }
             let (source, warning) = dataset_source(ds, &[]);
-            let source_id = out.cite(source);
+            let source_ref = provenance.cite(source);
             if let Some(w) = warning {
-                out.warn(w);
+                provenance.warn(w);
             }
-            let mut entry = json!({
-                "dataset_id": def.id,
-                "version": ds.version,
-                "title": def.title,
-                "publisher": def.publisher,
-                "record_count": ds.record_count(),
-                "field_count": def.fields.len(),
-                "backend": ds.backend.kind().as_str(),
-                "sourceRef": source_id,
+            listed.push(DatasetCard {
+                dataset_id: def.id.clone(),
+                version: ds.version.clone(),
+                title: def.title.clone(),
+                publisher: def.publisher.clone(),
+                record_count: ds.record_count(),
+                field_count: def.fields.len(),
+                backend: ds.backend.kind(),
+                source_ref,
+                description: def.description.clone(),
+                as_of_date: def.as_of_date.as_ref().map(|d| d.as_str().to_string()),
+                published_at: def.published_at.as_ref().map(|d| d.as_str().to_string()),
+                license: def.license.clone(),
+                tags: def.tags.clone(),
             });
-            let m = entry.as_object_mut().expect("object literal");
-            if let Some(d) = &def.description {
-                m.insert("description".into(), json!(d));
-            }
-            if let Some(d) = &def.as_of_date {
-                m.insert("as_of_date".into(), json!(d.as_str()));
-            }
-            if let Some(d) = &def.published_at {
-                m.insert("published_at".into(), json!(d.as_str()));
-            }
-            if let Some(l) = &def.license {
-                m.insert("license".into(), json!(l));
-            }
-            if !def.tags.is_empty() {
-                m.insert("tags".into(), json!(def.tags));
-            }
-            listed.push(entry);
         }
         if listed.is_empty() {
-            out.warn(if catalog.datasets.is_empty() {
+            provenance.warn(if catalog.datasets.is_empty() {
                 "no dataset is served, so no source is cited".to_string()
             } else {
                 "no dataset matches q/publisher, so no source is cited".to_string()
             });
         }
-        out.set("total", listed.len());
-        out.set("datasets", listed);
         let broken: Vec<_> = catalog
             .broken
             .iter()
             .filter(|b| scope.allows(&b.folder))
+            .cloned()
             .collect();
-        out.set("broken_datasets", &broken);
         if !broken.is_empty() {
-            out.warn(format!(
+            provenance.warn(format!(
                 "{} dataset folder(s) cannot be served; see broken_datasets",
                 broken.len()
             ));
         }
-        out.transformations.push(Transformation::new(
+        provenance.step(
             TransformationType::Filter,
             match (&args.q, &args.publisher) {
                 (None, None) => "listed every served dataset".to_string(),
@@ -617,8 +611,13 @@ impl Engine {
                     args.publisher.unwrap_or_default()
                 ),
             },
-        ));
-        out
+        );
+        let data = ListResult {
+            total: listed.len(),
+            datasets: listed,
+            broken_datasets: broken,
+        };
+        (data, provenance)
     }
 
     async fn inspect(
@@ -626,36 +625,40 @@ impl Engine {
         ds: &Dataset,
         resolution: Option<Resolution>,
         full: bool,
-    ) -> Result<Output, EngineError> {
+    ) -> Result<(InspectResult, Provenance), EngineError> {
         let body = ds.inspect_cached(|| inspect::compute(self, ds)).await?;
-        let body = if full { body } else { inspect::compact(body) };
+        let mut data = if full { body } else { inspect::compact(body) };
         let prepared = ds.prepared(self).await?;
-        let mut out = Output::default();
+        let mut provenance = Provenance::default();
         let (source, warning) = dataset_source(ds, &prepared.files);
-        let source_id = out.cite(source);
+        let source_ref = provenance.cite(source);
         if let Some(w) = warning {
-            out.warn(w);
+            provenance.warn(w);
         }
-        if let Value::Object(map) = body {
-            out.data = map;
-        }
-        out.set("resolved_fields", resolution.iter().collect::<Vec<_>>());
+        data.resolved_fields = results::resolved_names(resolution.as_slice());
         if let Some(r) = &resolution {
-            out.warn(format!(
+            provenance.warn(format!(
                 "`{}` in dataset_id was read as `{}`",
                 r.input, r.canonical
             ));
         }
-        out.set("sourceRefs", [source_id]);
-        out.transformations.push(Transformation::new(
+        data.source_refs = vec![source_ref];
+        provenance.step(
             TransformationType::Aggregate,
             format!(
                 "computed fill rates, numeric statistics and value counts over all {} records of `{}`",
                 prepared.rows, ds.def.id
             ),
-        ));
-        Ok(out)
+        );
+        Ok((data, provenance))
     }
+}
+
+/// A tool's result and provenance as the envelope sent.
+fn seal<T: serde::Serialize>(data: T, provenance: Provenance) -> Result<Value, EngineError> {
+    Envelope::seal(data, provenance)
+        .to_value()
+        .map_err(|e| EngineError::Internal(format!("a result could not be written as JSON: {e}")))
 }
 
 /// Runs a future on a task of its own and turns a panic into an error, so one broken call
@@ -697,6 +700,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[tokio::test]
     async fn a_panic_becomes_an_error_and_the_next_call_works() {

@@ -1,50 +1,23 @@
 //! What travels with every result: the meaning of each returned field and the notes of
 //! every field used.
 
-use serde::Serialize;
 use serde_json::Value;
 use tally_semantic::definition::{Codelist, DatasetDef, Field};
 use tally_semantic::request::Notice;
 use tally_semantic::resolve::{FieldId, Resolution};
 
-use crate::envelope::Output;
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FieldMeta {
-    pub name: String,
-    pub role: &'static str,
-    pub data_type: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub multi_value_separator: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub codelist: Option<&'static str>,
-}
-
-pub fn codelist_kind(f: &Field) -> Option<&'static str> {
-    f.codelist.as_ref().map(|c| match c {
-        Codelist::Static(_) => "static",
-        Codelist::Auto => "auto",
-        Codelist::AutoSplit => "auto_split",
-    })
-}
+use crate::envelope::Provenance;
+use crate::results::{CodelistKind, Context, FieldMeta, FieldNotes, resolved_names};
 
 pub fn field_meta(f: &Field) -> FieldMeta {
     FieldMeta {
         name: f.name.clone(),
-        role: f.role.as_str(),
-        data_type: f.data_type.as_str(),
+        role: f.role,
+        data_type: f.data_type,
         description: f.desc.clone(),
         multi_value_separator: f.multi_value.clone(),
-        codelist: codelist_kind(f),
+        codelist: f.codelist.as_ref().map(CodelistKind::of),
     }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FieldNotes {
-    pub field: String,
-    pub notes: Vec<String>,
 }
 
 /// Notes of the fields used, each field once, in the order first used.
@@ -67,32 +40,33 @@ pub fn notes_of(def: &DatasetDef, used: &[FieldId]) -> Vec<FieldNotes> {
     out
 }
 
-/// Adds what every dataset result carries: field notes and dataset notes (once, in `data`),
-/// corrections and notices (as warnings), and the resolved names.
-pub fn attach_common(
-    out: &mut Output,
+/// What every dataset result carries after its own keys: field notes and dataset notes
+/// (once, in `data`) and the resolved names; corrections and notices become warnings. The
+/// hints, parameters and references are the caller's to fill.
+pub fn context(
+    provenance: &mut Provenance,
     def: &DatasetDef,
     used: &[FieldId],
     resolved: &[Resolution],
     notices: &[Notice],
-) {
+) -> Context {
     // The caveats of the fields used travel in `data.notes`, once; `warnings` is about what
     // this call did (corrections, cuts, empty results).
-    let notes = notes_of(def, used);
     for r in resolved {
-        out.warn(format!(
+        provenance.warn(format!(
             "`{}` in {} was read as `{}`",
             r.input, r.parameter, r.canonical
         ));
     }
     for n in notices {
-        out.warn(format!("{}: {}", n.parameter, n.message));
+        provenance.warn(format!("{}: {}", n.parameter, n.message));
     }
-    out.set("notes", &notes);
-    if !def.notes.is_empty() {
-        out.set("dataset_notes", &def.notes);
+    Context {
+        notes: notes_of(def, used),
+        dataset_notes: def.notes.clone(),
+        resolved_fields: resolved_names(resolved),
+        ..Context::default()
     }
-    out.set("resolved_fields", resolved);
 }
 
 /// True for a value that says nothing: null, blank, or a generic value of the dataset.
@@ -236,54 +210,49 @@ pub fn unknown_value_hints(
 /// The first transformations of every dataset result: where the records were read from, and
 /// the names read in another form than typed.
 pub fn read_and_normalized(
-    out: &mut Output,
+    provenance: &mut Provenance,
     def: &DatasetDef,
     prepared: &crate::dataset::Prepared,
     resolved: &[Resolution],
 ) {
-    use crate::envelope::{Transformation, TransformationType};
+    use crate::envelope::TransformationType;
     let files: Vec<&str> = prepared.files.iter().map(|f| f.path.as_str()).collect();
     let from = match &prepared.extract {
         Some(how) => format!("returned by {how}"),
         None => format!("from {}", files.join(", ")),
     };
-    out.transformations.push(Transformation::new(
+    provenance.step(
         TransformationType::Extract,
         format!(
             "read {} records of dataset `{}` {from}",
             prepared.rows, def.id
         ),
-    ));
+    );
     if !resolved.is_empty() {
         let read_as: Vec<String> = resolved
             .iter()
             .map(|r| format!("`{}` read as `{}` ({})", r.input, r.canonical, r.parameter))
             .collect();
-        out.transformations.push(Transformation::new(
-            TransformationType::Normalize,
-            read_as.join("; "),
-        ));
+        provenance.step(TransformationType::Normalize, read_as.join("; "));
     }
 }
 
-/// A dataset result's start: the dataset's source cited (with its date warning, if any), and
-/// the dataset id and version it is computed on. Returns the output and the source's id.
-pub fn dataset_output(
+/// A dataset result's provenance to start from: the dataset's source cited (with its date
+/// warning, if any) and the preparation's notes. Returns it and the source's id.
+pub fn dataset_provenance(
     ds: &crate::dataset::Dataset,
     prepared: &crate::dataset::Prepared,
-) -> (Output, String) {
-    let mut out = Output::default();
+) -> (Provenance, String) {
+    let mut provenance = Provenance::default();
     let (source, warning) = crate::envelope::dataset_source(ds, &prepared.files);
-    let source_id = out.cite(source);
+    let source_id = provenance.cite(source);
     if let Some(w) = warning {
-        out.warn(w);
+        provenance.warn(w);
     }
     for note in &prepared.notes {
-        out.warn(note.clone());
+        provenance.warn(note.clone());
     }
-    out.set("dataset_id", &ds.def.id);
-    out.set("dataset_version", &ds.version);
-    (out, source_id)
+    (provenance, source_id)
 }
 
 /// Cites the own sources of the rows on a page (by their row numbers) and returns, per row,
@@ -291,7 +260,7 @@ pub fn dataset_output(
 /// source inherits what the dataset says and the source does not (retrieval date, license,
 /// publisher).
 pub fn row_source_refs(
-    out: &mut Output,
+    out: &mut Provenance,
     prepared: &crate::dataset::Prepared,
     dataset_source_id: &str,
     page_rows: &[u64],

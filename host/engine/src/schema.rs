@@ -1,5 +1,6 @@
-//! The declared shape of every tool's result (JSON Schema 2020-12), and the check that each
-//! envelope has it before it leaves the server.
+//! The declared shape of every tool's result (JSON Schema 2020-12), derived from the result
+//! types ([`crate::results`], [`crate::envelope`]), and the check that each envelope has it
+//! before it leaves the server.
 //!
 //! The MCP server publishes these as `outputSchema`; the engine validates every envelope
 //! against its tool's schema with format checking on (date, date-time, uri), then checks in
@@ -9,363 +10,123 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
-use tally_plugin_api::provenance::SourceType;
 use tally_semantic::Tool;
 
-/// A date or a date-time, as sources give them (never padded to a made-up time).
-fn date_or_time() -> Value {
-    json!({ "anyOf": [ { "type": "string", "format": "date" }, { "type": "string", "format": "date-time" } ] })
-}
+use crate::envelope::Envelope;
+use crate::results::{InspectResult, ListResult, QueryResult, SummaryResult};
 
-fn provenance(sources_may_be_empty: bool) -> Value {
-    let source_types: Vec<&str> = SourceType::ALL.iter().map(|t| t.as_str()).collect();
-    let mut sources = json!({
-        "type": "array",
-        "description": "Every source the result was computed from; ids are unique and every reference in data resolves to one.",
-        "items": {
-            "type": "object",
-            "additionalProperties": false,
-            "required": ["id", "uri", "title", "publisher", "retrievedAt", "sourceType"],
-            "properties": {
-                "id": { "type": "string", "minLength": 1 },
-                "uri": { "type": "string", "format": "uri", "description": "The publisher's URL, or urn:tally:dataset:<id>; never a local path." },
-                "title": { "type": "string" },
-                "publisher": { "type": "string" },
-                "retrievedAt": date_or_time(),
-                "sourceType": { "enum": source_types },
-                "locator": { "type": "string", "description": "Where inside the source: an article, a page, a section." },
-                "publishedAt": date_or_time(),
-                "effectiveAt": date_or_time(),
-                "license": { "type": "string" },
-                "contentHash": { "type": "string", "pattern": "^sha256:[0-9a-f]{64}$", "description": "SHA-256 of the bytes served: proves they are unchanged, not who published them." }
-            }
-        }
-    });
+/// The schema of the envelope of `T`, derived from the types: `additionalProperties: false`
+/// on every object of ours, `minItems: 1` on the sources of a result that must cite one, in
+/// the portable form.
+fn derived<T: JsonSchema>(sources_may_be_empty: bool) -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<Envelope<T>>().to_value();
+    if let Some(m) = schema.as_object_mut() {
+        // The generic type's name (`Envelope_for_QueryResult`) says nothing to a client.
+        m.remove("title");
+    }
+    close_objects(&mut schema);
+    absent_not_null(&mut schema);
     if !sources_may_be_empty {
-        sources["minItems"] = json!(1);
+        let provenance = schema["properties"]["provenance"]["$ref"]
+            .as_str()
+            .and_then(|r| r.strip_prefix('#'))
+            .map(str::to_string);
+        let target = match provenance {
+            Some(pointer) => schema.pointer_mut(&pointer),
+            None => schema.pointer_mut("/properties/provenance"),
+        };
+        if let Some(sources) = target.and_then(|p| p.pointer_mut("/properties/sources")) {
+            sources["minItems"] = json!(1);
+        }
     }
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["generatedAt", "sources", "transformations", "warnings"],
-        "properties": {
-            "generatedAt": { "type": "string", "format": "date-time" },
-            "sources": sources,
-            "transformations": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["type", "description", "toolVersion"],
-                    "properties": {
-                        "type": { "enum": ["extract", "filter", "normalize", "aggregate"] },
-                        "description": { "type": "string" },
-                        "toolVersion": { "type": "string" }
-                    }
-                }
-            },
-            "warnings": {
-                "type": "array",
-                "description": "Field notes that qualify the numbers, truncation, corrections of names.",
-                "items": { "type": "string" }
+    portable(&mut schema);
+    schema
+}
+
+/// Every object schema that lists its properties admits no others: a key the types do not
+/// have is a bug, caught before sending.
+fn close_objects(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.contains_key("properties") && !map.contains_key("additionalProperties") {
+                map.insert("additionalProperties".into(), Value::Bool(false));
             }
+            map.values_mut().for_each(close_objects);
         }
-    })
-}
-
-fn string_list() -> Value {
-    json!({ "type": "array", "items": { "type": "string" } })
-}
-
-fn defs() -> Value {
-    json!({
-        "fieldMeta": {
-            "type": "object",
-            "additionalProperties": false,
-            "required": ["name", "role", "data_type"],
-            "properties": {
-                "name": { "type": "string" },
-                "role": { "enum": ["id", "dim", "measure", "attr"] },
-                "data_type": { "enum": ["string", "integer", "number", "boolean", "date"] },
-                "description": { "type": "string" },
-                "multi_value_separator": { "type": "string" },
-                "codelist": { "enum": ["static", "auto", "auto_split"] }
-            }
-        },
-        "notes": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": false,
-                "required": ["field", "notes"],
-                "properties": { "field": { "type": "string" }, "notes": string_list() }
-            }
-        },
-        "resolved": {
-            "type": "array",
-            "description": "Names or codes read in another form than typed (input → canonical).",
-            "items": {
-                "type": "object",
-                "additionalProperties": false,
-                "required": ["parameter", "input", "canonical"],
-                "properties": {
-                    "parameter": { "type": "string" },
-                    "input": { "type": "string" },
-                    "canonical": { "type": "string" }
-                }
-            }
-        },
-        "cell": { "type": ["string", "number", "integer", "boolean", "null", "array"] },
-        "rows": {
-            "type": "array",
-            "items": { "type": "array", "items": { "$ref": "#/$defs/cell" } }
-        }
-    })
-}
-
-fn envelope(data: Value, sources_may_be_empty: bool) -> Value {
-    json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["data", "provenance"],
-        "properties": {
-            "data": data,
-            "provenance": provenance(sources_may_be_empty)
-        },
-        "$defs": defs()
-    })
-}
-
-fn list_data() -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["total", "datasets", "broken_datasets"],
-        "properties": {
-            "total": { "type": "integer", "minimum": 0 },
-            "datasets": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["dataset_id", "title", "record_count", "sourceRef"],
-                    "properties": {
-                        "dataset_id": { "type": "string" },
-                        "title": { "type": "string" },
-                        "publisher": { "type": ["string", "null"] },
-                        "description": { "type": "string" },
-                        "record_count": { "type": ["integer", "null"] },
-                        "field_count": { "type": "integer" },
-                        "backend": { "enum": ["parquet", "wasm", "native"] },
-                        "version": { "type": "string", "description": "Identifies the version of definition and data the dataset is served at." },
-                        "as_of_date": date_or_time(),
-                        "published_at": date_or_time(),
-                        "license": { "type": "string" },
-                        "tags": string_list(),
-                        "sourceRef": { "type": "string" }
-                    }
-                }
-            },
-            "broken_datasets": {
-                "type": "array",
-                "description": "Dataset folders that cannot be served, with why.",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["folder", "file", "problems"],
-                    "properties": {
-                        "folder": { "type": "string" },
-                        "file": { "type": "string" },
-                        "serving_version": { "type": "string", "description": "An earlier valid version of this folder keeps serving." },
-                        "problems": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "additionalProperties": false,
-                                "required": ["reason"],
-                                "properties": {
-                                    "line": { "type": "integer" },
-                                    "key": { "type": "string" },
-                                    "reason": { "type": "string" },
-                                    "fix": { "type": "string" }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    })
-}
-
-fn inspect_data() -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["dataset_id", "title", "record_count", "fields", "quality_summary", "computed_measures", "undeclared_columns", "sourceRefs"],
-        "properties": {
-            "dataset_id": { "type": "string" },
-            "title": { "type": "string" },
-            "description": { "type": ["string", "null"] },
-            "publisher": { "type": ["string", "null"] },
-            "license": { "type": ["string", "null"] },
-            "as_of_date": { "anyOf": [ date_or_time(), { "type": "null" } ] },
-            "published_at": { "anyOf": [ date_or_time(), { "type": "null" } ] },
-            "record_count": { "type": "integer" },
-            "id_field": { "type": ["string", "null"] },
-            "fields": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["name", "role", "data_type", "fill_rate"],
-                    "properties": {
-                        "name": { "type": "string" },
-                        "role": { "enum": ["id", "dim", "measure", "attr"] },
-                        "data_type": { "type": "string" },
-                        "description": { "type": ["string", "null"] },
-                        "groupable": { "type": "boolean" },
-                        "fill_rate": { "type": "number", "minimum": 0, "maximum": 1 },
-                        "quality": { "enum": ["fully", "mostly", "sparse"] },
-                        "multi_value_separator": { "type": "string" },
-                        "locator": { "type": "object", "description": "The field holds law provisions; how values are matched." },
-                        "notes": string_list(),
-                        "stats": {
-                            "type": "object",
-                            "additionalProperties": false,
-                            "properties": {
-                                "min": { "type": ["number", "null"] },
-                                "max": { "type": ["number", "null"] },
-                                "mean": { "type": ["number", "null"] },
-                                "zero_count": { "type": ["integer", "null"] }
-                            }
-                        },
-                        "codelist": { "type": "object" },
-                        "values": { "type": "object", "description": "For fields without a codelist: the most frequent values with their counts (NFKC variants together)." }
-                    }
-                }
-            },
-            "quality_summary": { "type": "object" },
-            "computed_measures": { "type": "array", "items": { "type": "object" } },
-            "metrics": { "type": "object" },
-            "generic_values": string_list(),
-            "dataset_notes": string_list(),
-            "undeclared_columns": string_list(),
-            "undeclared_columns_note": { "type": "string" },
-            "detail": { "type": "string", "description": "Present when the description is compact: what was shortened and how to get everything." },
-            "definition_warnings": string_list(),
-            "version": { "type": "string" },
-            "backend": { "type": "object", "description": "Where the records come from: `kind` (parquet, wasm, native) and, for plugins, the plugin, its version, its component's hash and its sandbox limits." },
-            "resolved_fields": { "$ref": "#/$defs/resolved" },
-            "sourceRefs": { "type": "array", "items": { "type": "string" }, "minItems": 1 }
-        }
-    })
-}
-
-fn records_common() -> serde_json::Map<String, Value> {
-    let v = json!({
-        "dataset_id": { "type": "string" },
-        "dataset_version": { "type": "string", "description": "The version of definition and data this result was computed on; a cursor from another version is refused." },
-        "columns": string_list(),
-        "rows": { "$ref": "#/$defs/rows" },
-        "returned": { "type": "integer", "minimum": 0 },
-        "field_metadata": { "type": "array", "items": { "$ref": "#/$defs/fieldMeta" } },
-        "notes": { "$ref": "#/$defs/notes" },
-        "dataset_notes": string_list(),
-        "resolved_fields": { "$ref": "#/$defs/resolved" },
-        "hints": string_list(),
-        "parameters": { "type": "object", "description": "The call as resolved, with canonical names." },
-        "sourceRefs": { "type": "array", "items": { "type": "string" }, "minItems": 1 },
-        "rowSourceRefs": {
-            "type": "array",
-            "description": "Per row (parallel to rows): the sources that row comes from, when a backend reports them.",
-            "items": string_list()
-        },
-        "truncated": { "type": "boolean" }
-    });
-    match v {
-        Value::Object(m) => m,
-        _ => serde_json::Map::new(),
+        Value::Array(items) => items.iter_mut().for_each(close_objects),
+        _ => {}
     }
 }
 
-fn query_data() -> Value {
-    let mut props = records_common();
-    props.insert("total".into(), json!({ "type": "integer", "minimum": 0 }));
-    props.insert("offset".into(), json!({ "type": "integer", "minimum": 0 }));
-    props.insert("next_cursor".into(), json!({ "type": ["string", "null"] }));
-    props.insert(
-        "omitted_columns".into(),
-        json!({
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": false,
-                "required": ["field", "reason"],
-                "properties": { "field": { "type": "string" }, "reason": { "type": "string" } }
-            }
-        }),
-    );
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["dataset_id", "columns", "rows", "total", "next_cursor", "field_metadata", "notes", "resolved_fields", "sourceRefs"],
-        "properties": props
-    })
-}
-
-fn summarize_data() -> Value {
-    let mut props = records_common();
-    props.insert(
-        "total_group_count".into(),
-        json!({ "type": "integer", "minimum": 0 }),
-    );
-    props.insert(
-        "total_records".into(),
-        json!({ "type": "integer", "minimum": 0 }),
-    );
-    props.insert(
-        "pre_explode_records".into(),
-        json!({ "type": "integer", "minimum": 0 }),
-    );
-    props.insert(
-        "records_without_value".into(),
-        json!({
-            "type": "object",
-            "description": "Per exploded field, the matched records that have no value in it: they form no group.",
-            "additionalProperties": { "type": "integer", "minimum": 0 }
-        }),
-    );
-    props.insert(
-        "metrics".into(),
-        json!({
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": false,
-                "required": ["column", "description"],
-                "properties": {
-                    "column": { "type": "string" },
-                    "description": { "type": "string" },
-                    "rounded_to_decimals": { "type": "integer" },
-                    "null_excluded_column": { "type": "string" }
+/// A property a result may leave out is left out when it has no value, never sent as null
+/// (every such field of the result types is skipped when empty): its schema does not admit
+/// null. Doc comments wrapped over lines become one line each.
+fn absent_not_null(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let required: Vec<String> = map
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| {
+                    r.iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                for (name, property) in properties.iter_mut() {
+                    if !required.contains(name) {
+                        without_null(property);
+                    }
                 }
             }
-        }),
-    );
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["dataset_id", "columns", "rows", "total_group_count", "field_metadata", "metrics", "notes", "resolved_fields", "sourceRefs"],
-        "properties": props
-    })
+            if let Some(Value::String(d)) = map.get_mut("description") {
+                *d = d.replace('\n', " ");
+            }
+            map.values_mut().for_each(absent_not_null);
+        }
+        Value::Array(items) => items.iter_mut().for_each(absent_not_null),
+        _ => {}
+    }
 }
+
+/// `anyOf: [X, {"type": "null"}]` as X; `type: [T, "null"]` as T.
+fn without_null(schema: &mut Value) {
+    let Some(map) = schema.as_object_mut() else {
+        return;
+    };
+    let null = json!({ "type": "null" });
+    if let Some(Value::Array(branches)) = map.get_mut("anyOf") {
+        branches.retain(|b| *b != null);
+        if let [only] = branches.as_slice() {
+            let only = only.clone();
+            map.remove("anyOf");
+            if let Value::Object(inner) = only {
+                for (k, v) in inner {
+                    map.entry(k).or_insert(v);
+                }
+            }
+        }
+    } else if let Some(Value::Array(types)) = map.get_mut("type") {
+        types.retain(|t| t != "null");
+    }
+}
+
+/// The formats JSON Schema defines that results use; others (such as the `uint64` or
+/// `double` a schema generator writes for Rust numbers) are left out of published schemas.
+const FORMATS: [&str; 3] = ["date", "date-time", "uri"];
 
 /// The schema in the form portable clients accept: a `type` that lists several types (legal
 /// JSON Schema, but rejected or flattened by clients that map schemas onto a single-`type`
-/// dialect) becomes `anyOf` branches of one type each. The instances it admits are the same.
+/// dialect) becomes `anyOf` branches of one type each, and a format JSON Schema does not
+/// define is left out. The instances it admits are the same.
 pub fn portable(schema: &mut Value) {
     match schema {
         Value::Object(map) => {
@@ -381,6 +142,11 @@ pub fn portable(schema: &mut Value) {
                 let only = only.clone();
                 map.insert("type".into(), only);
             }
+            if let Some(Value::String(format)) = map.get("format")
+                && !FORMATS.contains(&format.as_str())
+            {
+                map.remove("format");
+            }
             for value in map.values_mut() {
                 portable(value);
             }
@@ -394,14 +160,12 @@ pub fn portable(schema: &mut Value) {
 pub fn output_schema(tool: Tool) -> &'static Value {
     static SCHEMAS: OnceLock<[Value; 4]> = OnceLock::new();
     let all = SCHEMAS.get_or_init(|| {
-        let mut all = [
-            envelope(list_data(), true),
-            envelope(inspect_data(), false),
-            envelope(query_data(), false),
-            envelope(summarize_data(), false),
-        ];
-        all.iter_mut().for_each(portable);
-        all
+        [
+            derived::<ListResult>(true),
+            derived::<InspectResult>(false),
+            derived::<QueryResult>(false),
+            derived::<SummaryResult>(false),
+        ]
     });
     match tool {
         Tool::ListDatasets => &all[0],
@@ -531,8 +295,10 @@ mod tests {
     fn minimal_query() -> Value {
         json!({
             "data": {
-                "dataset_id": "x", "columns": ["a"], "rows": [["1"]], "total": 1, "next_cursor": null,
-                "field_metadata": [], "notes": [], "resolved_fields": [], "sourceRefs": ["dataset:x"]
+                "dataset_id": "x", "dataset_version": "v1", "columns": ["a"], "rows": [["1"]],
+                "total": 1, "offset": 0, "returned": 1, "next_cursor": null,
+                "field_metadata": [], "notes": [], "resolved_fields": [], "parameters": {},
+                "sourceRefs": ["dataset:x"]
             },
             "provenance": {
                 "generatedAt": "2026-01-01T00:00:00Z",

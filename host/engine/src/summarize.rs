@@ -15,19 +15,20 @@ use std::ops::Not;
 
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, cast, lit, when};
-use datafusion::prelude::ident;
-use serde_json::{Value, json};
+use datafusion::prelude::{DataFrame, ident};
+use serde_json::Value;
 use tally_semantic::definition::{DataType as FieldType, FieldId, Formula};
 use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
 use crate::Engine;
+use crate::call::{Asked, Call, HasConditions};
 use crate::dataset::{Dataset, Prepared, code_column, share_column};
-use crate::envelope::{Output, Transformation, TransformationType};
+use crate::envelope::{Provenance, TransformationType};
 use crate::error::EngineError;
-use crate::meta::{self, attach_common, echo, field_meta};
+use crate::meta::{self, echo, field_meta};
 use crate::plan::{Planner, conjunction};
-use crate::query::{HasConditions, Hints};
+use crate::results::{CountsByName, MetricMeta, SummaryResult};
 
 /// Hidden result column: records per group (before exploding, the matched total is its sum).
 const ROWS_COL: &str = "__tally_rows";
@@ -390,80 +391,112 @@ pub async fn run(
     engine: &Engine,
     ds: &Dataset,
     mut plan: SummarizePlan,
-) -> Result<Output, EngineError> {
-    let def = &ds.def;
-    let prepared = ds.prepared_for(engine, &ds.pushdown(&plan.filters)).await?;
-    let value_warnings =
-        crate::values::match_data(&prepared, def, &mut plan.filters, &mut plan.resolved_fields);
-    let planner = Planner {
-        def,
-        functions: engine.functions(),
-    };
+) -> Result<(SummaryResult, Provenance), EngineError> {
+    let call = Call::open(engine, ds, &mut plan.filters, &mut plan.resolved_fields).await?;
     let caps = crate::groups::Caps {
         groups: engine.limits().max_groups,
         rows: engine.limits().max_explode_rows,
     };
-
+    // Filters on exploded fields apply to each part, after exploding; the others to records.
     let (part_filters, row_filters): (Vec<&Filter>, Vec<&Filter>) = plan
         .filters
         .iter()
         .partition(|f| plan.explode.contains(&f.field));
     let mut conditions = Vec::new();
     for f in &row_filters {
-        conditions.push(planner.filter(f)?);
+        conditions.push(call.planner.filter(f)?);
     }
-    let ctx = engine.call_context()?;
-    let base = ctx.read_table(prepared.table.clone())?;
-    let mut df = match conjunction(conditions.clone()) {
-        Some(e) => base.clone().filter(e)?,
-        None => base.clone(),
+    let df = match conjunction(conditions.clone()) {
+        Some(e) => call.base.clone().filter(e)?,
+        None => call.base.clone(),
     };
     // Records matched before exploding, the records without a part in each exploded field,
     // and the rows exploding would make, counted before any is made.
-    let (pre_explode, without_value) = count_before_exploding(&planner, &plan, &df, caps).await?;
+    let (pre_explode, without_value) =
+        count_before_exploding(&call.planner, &plan, &df, caps).await?;
+    let df = explode(&call.planner, &plan, df, &part_filters)?;
+    let grouped = aggregate(&call, &plan, df, caps).await?;
+    let matched = pre_explode.unwrap_or_else(|| records_in(&grouped.batches));
+    let page = order_and_page(&call, &plan, grouped).await?;
+    let counted = Counted {
+        matched,
+        without_value,
+        row_filters: !row_filters.is_empty(),
+    };
+    cite(&call, &plan, &conditions, page, counted).await
+}
 
-    // Explode: one row per part of each exploded field.
+/// Explode: one row per part of each exploded field (records without parts make no row;
+/// they are counted in `records_without_value`), then the filters on the parts.
+fn explode(
+    planner: &Planner<'_>,
+    plan: &SummarizePlan,
+    mut df: DataFrame,
+    part_filters: &[&Filter],
+) -> Result<DataFrame, EngineError> {
     for (k, &e) in plan.explode.iter().enumerate() {
-        // Records without parts make no row (they are counted in `records_without_value`).
         df = df
             .with_column(&explode_col(k), planner.parts(e, false))?
             .unnest_columns(&[explode_col(k).as_str()])?;
     }
-    let part_of = |field: FieldId| {
-        plan.explode
-            .iter()
-            .position(|e| *e == field)
-            .map(explode_col)
-    };
     let mut part_conditions = Vec::new();
-    for f in &part_filters {
-        // Partitioned above: every part filter is on an exploded field.
-        let col = part_of(f.field).ok_or_else(|| {
-            EngineError::internal(format!(
-                "a filter on the parts of `{}`, which is not exploded",
-                def.fields[f.field].name
-            ))
-        })?;
+    for f in part_filters {
+        // Partitioned by the caller: every part filter is on an exploded field.
+        let col = plan
+            .explode
+            .iter()
+            .position(|e| *e == f.field)
+            .map(explode_col)
+            .ok_or_else(|| {
+                EngineError::internal(format!(
+                    "a filter on the parts of `{}`, which is not exploded",
+                    planner.def.fields[f.field].name
+                ))
+            })?;
         part_conditions.push(planner.part_filter(ident(col), &f.op));
     }
-    if let Some(e) = conjunction(part_conditions) {
-        df = df.filter(e)?;
-    }
+    Ok(match conjunction(part_conditions) {
+        Some(e) => df.filter(e)?,
+        None => df,
+    })
+}
 
+/// The groups with their metrics, collected (the groups are few: they are filtered, ordered
+/// and paged here).
+struct Grouped {
+    batches: Vec<RecordBatch>,
+    schema: datafusion::arrow::datatypes::SchemaRef,
+    /// The group keys, then the metric columns.
+    columns: Vec<String>,
+    group_names: Vec<String>,
+    metric_columns: Vec<String>,
+    /// Per group key, the values of its code column when grouped on codes.
+    coded: Vec<Option<std::sync::Arc<Vec<String>>>>,
+}
+
+/// Execute: group and compute the metrics (each aggregate once), with the records per group.
+async fn aggregate(
+    call: &Call<'_>,
+    plan: &SummarizePlan,
+    df: DataFrame,
+    caps: crate::groups::Caps,
+) -> Result<Grouped, EngineError> {
+    let def = call.def();
     let group_names: Vec<String> = plan
         .group_by
         .iter()
         .map(|g| def.fields[*g].name.clone())
         .collect();
     let having_on_keys = plan.having.iter().any(|h| group_names.contains(&h.column));
-    let (coded, group_exprs) = group_keys(&planner, &prepared, &plan, having_on_keys);
+    let (coded, group_exprs) = group_keys(&call.planner, &call.prepared, plan, having_on_keys);
 
     let mut aggregates = Aggregates::new(caps);
     let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
     let mut columns: Vec<String> = group_names.clone();
     let mut metric_columns: Vec<String> = Vec::new();
     for m in &plan.metrics {
-        let (value, null_excluded) = metric_exprs(&planner, &prepared, &mut aggregates, m);
+        let (value, null_excluded) =
+            metric_exprs(&call.planner, &call.prepared, &mut aggregates, m);
         let name = m.column(def);
         finals.push(value.alias(&name));
         columns.push(name.clone());
@@ -471,11 +504,9 @@ pub async fn run(
         if let (Some(ne), Some(ne_name)) = (null_excluded, m.null_excluded_column(def))
             && !columns.contains(&ne_name)
         {
-            {
-                finals.push(ne.alias(&ne_name));
-                columns.push(ne_name.clone());
-                metric_columns.push(ne_name);
-            }
+            finals.push(ne.alias(&ne_name));
+            columns.push(ne_name.clone());
+            metric_columns.push(ne_name);
         }
     }
     let records = aggregates.records();
@@ -483,17 +514,52 @@ pub async fn run(
     let grouped = df
         .aggregate(group_exprs, aggregates.exprs)?
         .select(finals)?;
-    // The groups are few: collect them once, then filter, order and page them here.
     let schema = std::sync::Arc::new(grouped.schema().as_arrow().clone());
-    let mut batches = grouped
+    let batches = grouped
         .collect()
         .await
         .map_err(|e| EngineError::computing(&def.id, e))?;
-    let matched = pre_explode.unwrap_or_else(|| records_in(&batches));
+    Ok(Grouped {
+        batches,
+        schema,
+        columns,
+        group_names,
+        metric_columns,
+        coded,
+    })
+}
+
+/// A page of groups, shaped for the result.
+struct GroupPage {
+    columns: Vec<String>,
+    group_names: Vec<String>,
+    metric_columns: Vec<String>,
+    rows: Vec<Vec<Value>>,
+    total_groups: usize,
+    cut: Option<meta::Cut>,
+    beyond_i64: Vec<String>,
+}
+
+/// Shape: `having`, then the order asked for (else the first metric descending; then the
+/// group keys), the page, and the budgets.
+async fn order_and_page(
+    call: &Call<'_>,
+    plan: &SummarizePlan,
+    grouped: Grouped,
+) -> Result<GroupPage, EngineError> {
+    let def = call.def();
+    let Grouped {
+        mut batches,
+        schema,
+        columns,
+        group_names,
+        metric_columns,
+        coded,
+    } = grouped;
     let mut having = Vec::new();
     for h in &plan.having {
         having.push(having_expr(
-            &planner,
+            &call.planner,
             h,
             metric_columns.contains(&h.column),
         )?);
@@ -501,7 +567,8 @@ pub async fn run(
     if let Some(e) = conjunction(having) {
         let table = MemTable::try_new(schema, vec![batches])
             .map_err(|e| EngineError::computing(&def.id, e))?;
-        batches = ctx
+        batches = call
+            .ctx
             .read_table(std::sync::Arc::new(table))?
             .filter(e)?
             .collect()
@@ -509,7 +576,6 @@ pub async fn run(
             .map_err(|e| EngineError::computing(&def.id, e))?;
     }
     let keys = group_names.len();
-    // The order asked for, else the first metric descending; then the group keys.
     let mut order: Vec<(usize, bool)> = plan
         .order_by
         .iter()
@@ -520,73 +586,82 @@ pub async fn run(
                 .map(|i| (i, s.descending))
         })
         .collect();
-    if order.is_empty()
-        && let Some(_) = plan.metrics.first()
-    {
+    if order.is_empty() && !plan.metrics.is_empty() {
         order.push((keys, true));
     }
     let ranks: Vec<Option<std::sync::Arc<Vec<u32>>>> = plan
         .group_by
         .iter()
         .zip(&coded)
-        .map(|(g, code)| code.as_ref().map(|_| prepared.code_ranks(*g)))
+        .map(|(g, code)| code.as_ref().map(|_| call.prepared.code_ranks(*g)))
         .collect();
     let page = page_groups(&batches, &columns, &coded, &ranks, keys, &order, plan.limit)
         .map_err(|e| EngineError::backend(&def.id, e))?;
-    let total_groups = page.total;
     let mut rows = page.rows;
-    let cut = meta::cap_rows_within(
-        &mut rows,
-        engine.limits().max_result_bytes,
-        engine.limits().max_result_tokens,
-    );
+    let limits = call.engine.limits();
+    let cut = meta::cap_rows_within(&mut rows, limits.max_result_bytes, limits.max_result_tokens);
+    Ok(GroupPage {
+        columns,
+        group_names,
+        metric_columns,
+        rows,
+        total_groups: page.total,
+        cut,
+        beyond_i64: page.beyond_i64,
+    })
+}
 
-    let (mut out, source_id) = meta::dataset_output(ds, &prepared);
-    out.set("columns", &columns);
-    out.set("rows", &rows);
-    out.set("total_group_count", total_groups);
-    out.set("returned", rows.len());
-    if let Some(cut) = cut {
-        out.set("truncated", true);
-        out.warn(match cut {
+/// What was counted on the way: records matched (before exploding), records without a part
+/// per exploded field, and whether any condition applied to records.
+struct Counted {
+    matched: usize,
+    without_value: Vec<(String, u64)>,
+    row_filters: bool,
+}
+
+/// Cite: the warnings of this result, what the keys and metrics mean, the caveats of the
+/// fields used, the hints, the call as resolved and the source, and the steps taken.
+async fn cite(
+    call: &Call<'_>,
+    plan: &SummarizePlan,
+    conditions: &[Expr],
+    page: GroupPage,
+    counted: Counted,
+) -> Result<(SummaryResult, Provenance), EngineError> {
+    let def = call.def();
+    let limits = call.engine.limits();
+    let (rows, total_groups, matched) = (page.rows, page.total_groups, counted.matched);
+    let (mut provenance, source_id) = call.provenance();
+    if let Some(cut) = page.cut {
+        provenance.warn(match cut {
             meta::Cut::Tokens => format!(
                 "the result was cut to {} groups to fit its context budget (about {} tokens); order by what matters (order_by), add having or filters, or lower limit",
                 rows.len(),
-                engine.limits().max_result_tokens
+                limits.max_result_tokens
             ),
             meta::Cut::Bytes => format!(
                 "the result was cut to {} groups to stay within the result size budget ({} bytes); add filters or having, or lower limit",
                 rows.len(),
-                engine.limits().max_result_bytes
+                limits.max_result_bytes
             ),
         });
     }
     for column in &page.beyond_i64 {
-        out.warn(format!(
+        provenance.warn(format!(
             "`{column}` exceeds the range of 64-bit integers in some groups; those totals are shown as floating-point numbers, exact to about 15 significant digits"
         ));
     }
-    out.set("total_records", matched);
-    if !plan.explode.is_empty() {
-        out.set("pre_explode_records", matched);
-        let without: serde_json::Map<String, Value> = without_value
-            .iter()
-            .map(|(f, n)| (f.clone(), json!(n)))
-            .collect();
-        out.set("records_without_value", &without);
-    }
-    let group_meta: Vec<_> = plan
+    let exploded = !plan.explode.is_empty();
+    let field_metadata: Vec<_> = plan
         .group_by
         .iter()
         .map(|g| field_meta(&def.fields[*g]))
         .collect();
-    out.set("field_metadata", &group_meta);
-    let metric_meta: Vec<Value> = plan
+    let metrics: Vec<MetricMeta> = plan
         .metrics
         .iter()
         .map(|m| metric_description(def, m))
         .collect();
-    out.set("metrics", &metric_meta);
     let mut used: Vec<FieldId> = plan.group_by.clone();
     used.extend(plan.filters.iter().map(|f| f.field));
     for m in &plan.metrics {
@@ -595,52 +670,64 @@ pub async fn run(
             other => used.extend(other.field()),
         }
     }
-    attach_common(&mut out, def, &used, &plan.resolved_fields, &plan.notices);
+    let mut context = meta::context(
+        &mut provenance,
+        def,
+        &used,
+        &plan.resolved_fields,
+        &plan.notices,
+    );
     if rows.len() < total_groups {
-        out.warn(format!(
+        provenance.warn(format!(
             "{} of {total_groups} groups returned (limit {}); raise limit or add having to see the rest",
             rows.len(),
             plan.limit
         ));
     }
-    let hints = Hints {
-        engine,
-        ds,
-        prepared: &prepared,
-        planner: &planner,
-        ctx: &ctx,
-        base: &base,
+    let asked = Asked {
+        plan,
+        filters: &plan.filters,
+        conditions,
+        ask_conditions: matched == 0 && counted.row_filters,
+        nothing_matched: matched == 0,
     };
-    hints
-        .attach(
-            &mut out,
-            &plan,
-            &plan.filters,
-            &conditions,
-            matched == 0 && !row_filters.is_empty(),
-            matched == 0,
-        )
-        .await?;
-    out.set("parameters", echo(plan.to_json(def)));
-    for w in value_warnings {
-        out.warn(w);
-    }
-    out.set("sourceRefs", [source_id]);
-
-    meta::read_and_normalized(&mut out, def, &prepared, &plan.resolved_fields);
+    call.cite(
+        &mut provenance,
+        &mut context,
+        asked,
+        echo(plan.to_json(def)),
+        source_id,
+        &plan.resolved_fields,
+    )
+    .await?;
     cite_steps(
-        &mut out,
+        &mut provenance,
         def,
-        &plan,
+        plan,
         &Counts {
             matched,
             groups: total_groups,
             returned: rows.len(),
         },
-        &group_names,
-        &metric_columns,
+        &page.group_names,
+        &page.metric_columns,
     );
-    Ok(out)
+    let data = SummaryResult {
+        dataset_id: def.id.clone(),
+        dataset_version: call.ds.version.clone(),
+        columns: page.columns,
+        returned: rows.len(),
+        rows,
+        total_group_count: total_groups,
+        truncated: page.cut.is_some(),
+        total_records: matched,
+        pre_explode_records: exploded.then_some(matched),
+        records_without_value: exploded.then_some(CountsByName(counted.without_value)),
+        field_metadata,
+        metrics,
+        context,
+    };
+    Ok((data, provenance))
 }
 
 /// Per group key, the values of its code column when it is grouped on codes, and the key
@@ -706,7 +793,7 @@ struct Counts {
 /// The transformations a summary cites: the filter, then the aggregation in words (explode,
 /// grouping, metrics, having, order, counts).
 fn cite_steps(
-    out: &mut Output,
+    provenance: &mut Provenance,
     def: &tally_semantic::DatasetDef,
     plan: &SummarizePlan,
     counts: &Counts,
@@ -714,7 +801,7 @@ fn cite_steps(
     metric_columns: &[String],
 ) {
     if !plan.filters.is_empty() {
-        out.transformations.push(Transformation::new(
+        provenance.step(
             TransformationType::Filter,
             format!(
                 "kept records where {}: {} matched",
@@ -725,7 +812,7 @@ fn cite_steps(
                     .join(" and "),
                 counts.matched
             ),
-        ));
+        );
     }
     let mut agg = Vec::new();
     if !plan.explode.is_empty() {
@@ -782,10 +869,7 @@ fn cite_steps(
         "ordered by {ordered}, ties by group key; {} groups, {} returned",
         counts.groups, counts.returned
     ));
-    out.transformations.push(Transformation::new(
-        TransformationType::Aggregate,
-        agg.join("; "),
-    ));
+    provenance.step(TransformationType::Aggregate, agg.join("; "));
 }
 
 /// Before exploding: the records matched, per exploded field the records without a part
@@ -870,7 +954,7 @@ async fn count_before_exploding(
     }
 }
 
-fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> Value {
+fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMeta {
     let column = m.column(def);
     let (description, rounding) = match m {
         Metric::Count => (
@@ -898,12 +982,10 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> Value {
             (cm.formula_text(&def.fields), Some(RATIO_DECIMALS))
         }
     };
-    let mut v = json!({ "column": column, "description": description });
-    if let Some(r) = rounding {
-        v["rounded_to_decimals"] = json!(r);
+    MetricMeta {
+        column,
+        description,
+        rounded_to_decimals: rounding,
+        null_excluded_column: m.null_excluded_column(def),
     }
-    if let Some(ne) = m.null_excluded_column(def) {
-        v["null_excluded_column"] = json!(ne);
-    }
-    v
 }

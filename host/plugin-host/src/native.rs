@@ -35,6 +35,7 @@ use tally_semantic::definition::BackendKind;
 use crate::error::PluginError;
 use tally_engine::EngineError;
 use tally_engine::backend::{Backend, LoadedData, Pushed, ServedFile, sha256_hex};
+use tally_engine::results::BackendDescription;
 
 /// A library that passed the checks, kept loaded for the life of the process.
 #[derive(Debug)]
@@ -373,15 +374,17 @@ impl Backend for NativeBackend {
             .collect()
     }
 
-    fn describe(&self) -> serde_json::Value {
-        serde_json::json!({
-            "kind": "native",
-            "plugin": self.library.name,
-            "plugin_version": self.library.version,
-            "library": self.relative,
-            "library_sha256": self.library.sha256,
-            "trust": "runs with the server's full rights (loaded because the server allows native plugins)",
-        })
+    fn describe(&self) -> BackendDescription {
+        BackendDescription {
+            plugin: Some(self.library.name.clone()),
+            plugin_version: Some(self.library.version.clone()),
+            library: Some(self.relative.clone()),
+            library_sha256: Some(self.library.sha256.clone()),
+            trust: Some(
+                "runs with the server's full rights (loaded because the server allows native plugins)",
+            ),
+            ..BackendDescription::of(BackendKind::Native)
+        }
     }
 
     async fn load(

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::MemTable;
 use tally_plugin_api::provenance::SourceType;
 use tally_semantic::definition::{BackendKind, DateValue, PluginRef};
@@ -25,6 +26,7 @@ use tally_engine::EngineError;
 use tally_engine::backend::{
     Backend, LoadedData, Pushed, RowSource, RowSources, ServedFile, sha256_hex,
 };
+use tally_engine::results::{BackendDescription, Sandbox};
 
 /// A dataset served by a wasm component.
 #[derive(Debug)]
@@ -48,6 +50,52 @@ pub struct WasmBackend {
 }
 
 impl WasmBackend {
+    /// The scan a load asks of the plugin (the declared columns asked for, the conditions
+    /// the plugin says it applies), and those conditions in words.
+    fn scan_request(&self, columns: &[String], pushed: &[Pushed]) -> (ScanRequest, Vec<String>) {
+        let projection: Vec<String> = columns
+            .iter()
+            .filter(|c| self.schema.index_of(c).is_ok())
+            .cloned()
+            .collect();
+        let filters: Vec<wasm::Filter> = pushed
+            .iter()
+            .filter_map(|p| {
+                let ops = &self
+                    .description
+                    .filters
+                    .iter()
+                    .find(|f| f.column == p.column)?
+                    .ops;
+                let op = if p.values.len() == 1 && ops.contains(&FilterOp::Eq) {
+                    FilterOp::Eq
+                } else if ops.contains(&FilterOp::InList) {
+                    FilterOp::InList
+                } else {
+                    return None;
+                };
+                Some(wasm::Filter {
+                    column: p.column.clone(),
+                    op,
+                    values: p.values.iter().cloned().map(wasm::Value::Text).collect(),
+                })
+            })
+            .collect();
+        let applied: Vec<String> = pushed
+            .iter()
+            .filter(|p| filters.iter().any(|f| f.column == p.column))
+            .map(Pushed::describe)
+            .collect();
+        let request = ScanRequest {
+            dataset: self.dataset.clone(),
+            config: self.config.clone(),
+            projection: Some(projection),
+            filters,
+            limit: None,
+        };
+        (request, applied)
+    }
+
     /// Compiles the component and asks it to describe itself for this config.
     pub fn register(
         dataset: &str,
@@ -279,24 +327,24 @@ impl Backend for WasmBackend {
         self.files.clone()
     }
 
-    fn describe(&self) -> serde_json::Value {
+    fn describe(&self) -> BackendDescription {
         let d = &self.description;
-        serde_json::json!({
-            "kind": "wasm",
-            "plugin": d.name,
-            "plugin_version": d.version,
-            "summary": d.summary,
-            "component": self.origin,
-            "component_sha256": self.compiled.sha256,
-            "filters_applied_by_plugin": d.filters.iter().map(|f| f.column.clone()).collect::<Vec<_>>(),
-            "sandbox": {
-                "files": "the dataset folder, read-only",
-                "network": false,
-                "deadline_ms": self.limits.deadline.as_millis() as u64,
-                "memory_bytes": self.limits.memory_bytes,
-                "output_bytes": self.limits.output_bytes,
-            },
-        })
+        BackendDescription {
+            plugin: Some(d.name.clone()),
+            plugin_version: Some(d.version.clone()),
+            summary: Some(d.summary.clone()),
+            component: Some(self.origin.clone()),
+            component_sha256: Some(self.compiled.sha256.clone()),
+            filters_applied_by_plugin: Some(d.filters.iter().map(|f| f.column.clone()).collect()),
+            sandbox: Some(Sandbox {
+                files: "the dataset folder, read-only",
+                network: false,
+                deadline_ms: self.limits.deadline.as_millis() as u64,
+                memory_bytes: self.limits.memory_bytes as u64,
+                output_bytes: self.limits.output_bytes as u64,
+            }),
+            ..BackendDescription::of(BackendKind::Wasm)
+        }
     }
 
     fn fingerprint(&self) -> Vec<u8> {
@@ -321,46 +369,7 @@ impl Backend for WasmBackend {
         pushed: &[Pushed],
         meter: &tally_engine::memory::Meter,
     ) -> Result<LoadedData, EngineError> {
-        let projection: Vec<String> = columns
-            .iter()
-            .filter(|c| self.schema.index_of(c).is_ok())
-            .cloned()
-            .collect();
-        let filters: Vec<wasm::Filter> = pushed
-            .iter()
-            .filter_map(|p| {
-                let ops = &self
-                    .description
-                    .filters
-                    .iter()
-                    .find(|f| f.column == p.column)?
-                    .ops;
-                let op = if p.values.len() == 1 && ops.contains(&FilterOp::Eq) {
-                    FilterOp::Eq
-                } else if ops.contains(&FilterOp::InList) {
-                    FilterOp::InList
-                } else {
-                    return None;
-                };
-                Some(wasm::Filter {
-                    column: p.column.clone(),
-                    op,
-                    values: p.values.iter().cloned().map(wasm::Value::Text).collect(),
-                })
-            })
-            .collect();
-        let applied: Vec<String> = pushed
-            .iter()
-            .filter(|p| filters.iter().any(|f| f.column == p.column))
-            .map(Pushed::describe)
-            .collect();
-        let request = ScanRequest {
-            dataset: self.dataset.clone(),
-            config: self.config.clone(),
-            projection: Some(projection.clone()),
-            filters,
-            limit: None,
-        };
+        let (request, applied) = self.scan_request(columns, pushed);
         let runtime = Arc::clone(&self.runtime);
         let compiled = Arc::clone(&self.compiled);
         let folder = self.folder.clone();
@@ -379,111 +388,22 @@ impl Backend for WasmBackend {
                 .scan(&label, &compiled, &folder, &limits, &request)
                 .map_err(|e| fail(e.to_string()))?;
             meter.account(result.ipc.len(), 0)?;
-            let content_hash = sha256_hex(&result.ipc);
-            let reader = StreamReader::try_new(std::io::Cursor::new(&result.ipc), None)
-                .map_err(|e| fail(format!("{label} returned rows that are not an Arrow IPC stream: {e}")))?;
-            let got = reader.schema();
-            for name in &projection {
-                let want = schema.field_with_name(name).ok().map(|f| f.data_type().clone());
-                match got.field_with_name(name) {
-                    Ok(f) if Some(f.data_type()) == want.as_ref() => {}
-                    Ok(f) => {
-                        return Err(fail(format!(
-                            "{label} returned column `{name}` as {}, but described it as {}",
-                            f.data_type(),
-                            want.map(|t| t.to_string()).unwrap_or_default()
-                        )));
-                    }
-                    Err(_) => {
-                        return Err(fail(format!(
-                            "{label} did not return the column `{name}` it describes"
-                        )));
-                    }
-                }
-            }
-            // Decoded batch by batch, each accounted before the next: a compressed stream
-            // may expand far beyond the output cap.
-            let mut batches = Vec::new();
-            for batch in reader {
-                let batch = batch
-                    .map_err(|e| fail(format!("{label} returned a broken Arrow stream: {e}")))?;
-                meter.account(batch.get_array_memory_size(), batch.num_rows())?;
-                batches.push(batch);
-            }
+            let projection = request.projection.as_deref().unwrap_or_default();
+            let (got, batches) = decode(&label, &result.ipc, &schema, projection, &meter, &fail)?;
             let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-
-            // The files the plugin says it read, hashed as they are now.
-            let mut hashes: HashMap<String, String> = HashMap::new();
+            let read = hash_reported_files(&label, &folder, &result.files).map_err(fail)?;
+            let row_sources = row_sources_of(&label, &result, rows, &read.hashes).map_err(fail)?;
             let mut files = vec![ServedFile {
                 path: format!("the output of {label}"),
                 size: result.ipc.len() as u64,
-                sha256: content_hash,
+                sha256: sha256_hex(&result.ipc),
                 modified: None,
             }];
+            let files_read = read.files.len();
+            files.extend(read.files);
             let mut notes = result.notes.clone();
-            let mut outside = Vec::new();
-            for reported in &result.files {
-                let Some(rel) = inside(reported) else {
-                    outside.push(reported.clone());
-                    continue;
-                };
-                if hashes.contains_key(&rel) {
-                    continue;
-                }
-                let path = folder.join(&rel);
-                match std::fs::read(&path) {
-                    Ok(bytes) => {
-                        let sha = sha256_hex(&bytes);
-                        hashes.insert(rel.clone(), sha.clone());
-                        files.push(ServedFile {
-                            path: rel,
-                            size: bytes.len() as u64,
-                            sha256: sha,
-                            modified: std::fs::metadata(&path).and_then(|m| m.modified()).ok(),
-                        });
-                    }
-                    Err(e) => notes.push(format!(
-                        "{label} reported reading `{rel}`, which the host could not read to hash it ({e})"
-                    )),
-                }
-            }
-            if !outside.is_empty() {
-                return Err(fail(format!(
-                    "{label} reported reading files outside its dataset folder: {}",
-                    outside.join(", ")
-                )));
-            }
-
-            let row_sources = if result.row_sources.is_empty() {
-                None
-            } else {
-                if result.row_sources.len() != rows {
-                    return Err(fail(format!(
-                        "{label} returned {rows} rows but {} row sources",
-                        result.row_sources.len()
-                    )));
-                }
-                let mut sources = Vec::with_capacity(result.sources.len());
-                for (i, s) in result.sources.iter().enumerate() {
-                    sources.push(row_source(&label, i, s, &hashes).map_err(fail)?);
-                }
-                if let Some(bad) = result
-                    .row_sources
-                    .iter()
-                    .find(|&&i| i as usize >= sources.len())
-                {
-                    return Err(fail(format!(
-                        "{label} referenced source {bad}, but returned {} sources",
-                        sources.len()
-                    )));
-                }
-                Some(Arc::new(RowSources {
-                    sources,
-                    index: result.row_sources.clone(),
-                }))
-            };
+            notes.extend(read.notes);
             let table = MemTable::try_new(got, vec![batches]).map_err(|e| fail(e.to_string()))?;
-            let files_read = files.len() - 1;
             Ok(LoadedData {
                 provider: Arc::new(table),
                 files,
@@ -564,6 +484,145 @@ fn row_source(
         effective_at: date("effectiveAt", &s.effective_at)?,
         content_hash: file.and_then(|f| hashes.get(&f).cloned()),
     })
+}
+
+/// The rows a plugin returned, decoded batch by batch, each accounted before the next (a
+/// compressed stream may expand far beyond the output cap), after checking that every
+/// column asked for came back with the type the plugin described.
+fn decode(
+    label: &str,
+    ipc: &[u8],
+    schema: &SchemaRef,
+    projection: &[String],
+    meter: &tally_engine::memory::Meter,
+    fail: &dyn Fn(String) -> EngineError,
+) -> Result<(SchemaRef, Vec<RecordBatch>), EngineError> {
+    let reader = StreamReader::try_new(std::io::Cursor::new(ipc), None).map_err(|e| {
+        fail(format!(
+            "{label} returned rows that are not an Arrow IPC stream: {e}"
+        ))
+    })?;
+    let got = reader.schema();
+    for name in projection {
+        let want = schema
+            .field_with_name(name)
+            .ok()
+            .map(|f| f.data_type().clone());
+        match got.field_with_name(name) {
+            Ok(f) if Some(f.data_type()) == want.as_ref() => {}
+            Ok(f) => {
+                return Err(fail(format!(
+                    "{label} returned column `{name}` as {}, but described it as {}",
+                    f.data_type(),
+                    want.map(|t| t.to_string()).unwrap_or_default()
+                )));
+            }
+            Err(_) => {
+                return Err(fail(format!(
+                    "{label} did not return the column `{name}` it describes"
+                )));
+            }
+        }
+    }
+    let mut batches = Vec::new();
+    for batch in reader {
+        let batch =
+            batch.map_err(|e| fail(format!("{label} returned a broken Arrow stream: {e}")))?;
+        meter.account(batch.get_array_memory_size(), batch.num_rows())?;
+        batches.push(batch);
+    }
+    Ok((got, batches))
+}
+
+/// The files a plugin reported reading, hashed as they are now.
+struct FilesRead {
+    files: Vec<ServedFile>,
+    /// Hash by path relative to the dataset folder.
+    hashes: HashMap<String, String>,
+    /// Reported files the host could not read.
+    notes: Vec<String>,
+}
+
+/// Hashes the files a plugin reported reading; one outside its dataset folder is refused.
+fn hash_reported_files(
+    label: &str,
+    folder: &Path,
+    reported: &[String],
+) -> Result<FilesRead, String> {
+    let mut read = FilesRead {
+        files: Vec::new(),
+        hashes: HashMap::new(),
+        notes: Vec::new(),
+    };
+    let mut outside = Vec::new();
+    for reported in reported {
+        let Some(rel) = inside(reported) else {
+            outside.push(reported.clone());
+            continue;
+        };
+        if read.hashes.contains_key(&rel) {
+            continue;
+        }
+        let path = folder.join(&rel);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let sha = sha256_hex(&bytes);
+                read.hashes.insert(rel.clone(), sha.clone());
+                read.files.push(ServedFile {
+                    path: rel,
+                    size: bytes.len() as u64,
+                    sha256: sha,
+                    modified: std::fs::metadata(&path).and_then(|m| m.modified()).ok(),
+                });
+            }
+            Err(e) => read.notes.push(format!(
+                "{label} reported reading `{rel}`, which the host could not read to hash it ({e})"
+            )),
+        }
+    }
+    if !outside.is_empty() {
+        return Err(format!(
+            "{label} reported reading files outside its dataset folder: {}",
+            outside.join(", ")
+        ));
+    }
+    Ok(read)
+}
+
+/// The per-row sources a plugin returned, checked: one per row, each a source it returned.
+fn row_sources_of(
+    label: &str,
+    result: &wasm::ScanResult,
+    rows: usize,
+    hashes: &HashMap<String, String>,
+) -> Result<Option<Arc<RowSources>>, String> {
+    if result.row_sources.is_empty() {
+        return Ok(None);
+    }
+    if result.row_sources.len() != rows {
+        return Err(format!(
+            "{label} returned {rows} rows but {} row sources",
+            result.row_sources.len()
+        ));
+    }
+    let mut sources = Vec::with_capacity(result.sources.len());
+    for (i, s) in result.sources.iter().enumerate() {
+        sources.push(row_source(label, i, s, hashes)?);
+    }
+    if let Some(bad) = result
+        .row_sources
+        .iter()
+        .find(|&&i| i as usize >= sources.len())
+    {
+        return Err(format!(
+            "{label} referenced source {bad}, but returned {} sources",
+            sources.len()
+        ));
+    }
+    Ok(Some(Arc::new(RowSources {
+        sources,
+        index: result.row_sources.clone(),
+    })))
 }
 
 #[cfg(test)]

@@ -275,6 +275,14 @@ pub enum DataType {
 }
 
 impl DataType {
+    pub const ALL: [DataType; 5] = [
+        DataType::String,
+        DataType::Integer,
+        DataType::Number,
+        DataType::Boolean,
+        DataType::Date,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             DataType::String => "string",

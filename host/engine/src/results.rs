@@ -1,0 +1,531 @@
+//! The result of each tool, as types: what `data` holds in an envelope. The published output
+//! schemas are derived from these types ([`crate::schema`]), so a key cannot be misspelt or
+//! drift from its schema. Field order is the order keys are sent in. The doc comments of the
+//! fields are published as their schema descriptions: they speak to a client.
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use tally_semantic::definition::{BackendKind, DataType, Role};
+use tally_semantic::resolve::Resolution;
+
+use crate::catalog::Broken;
+
+/// The schema of a closed vocabulary, from its one table.
+fn vocabulary<'a>(values: impl IntoIterator<Item = &'a str>) -> Schema {
+    let values: Vec<&str> = values.into_iter().collect();
+    json_schema!({ "enum": values })
+}
+
+pub(crate) fn roles(_: &mut SchemaGenerator) -> Schema {
+    vocabulary(Role::ALL.map(Role::as_str))
+}
+
+pub(crate) fn data_types(_: &mut SchemaGenerator) -> Schema {
+    vocabulary(DataType::ALL.map(DataType::as_str))
+}
+
+pub(crate) fn backend_kinds(_: &mut SchemaGenerator) -> Schema {
+    vocabulary(BackendKind::ALL.map(BackendKind::as_str))
+}
+
+/// A date or a date-time, as sources give them (never padded to a made-up time).
+pub(crate) fn date_or_time(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "anyOf": [ { "type": "string", "format": "date" }, { "type": "string", "format": "date-time" } ] })
+}
+
+fn date_or_time_or_null(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "anyOf": [ { "type": "string", "format": "date" }, { "type": "string", "format": "date-time" }, { "type": "null" } ] })
+}
+
+/// One value of a column, as JSON: a multi-value field's parts are an array.
+#[derive(Debug)]
+pub enum Cell {}
+
+impl JsonSchema for Cell {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "cell".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": ["string", "number", "integer", "boolean", "null", "array"] })
+    }
+}
+
+/// A name or code read in another form than typed (input → canonical).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(rename = "resolved")]
+pub struct ResolvedName {
+    pub parameter: String,
+    pub input: String,
+    pub canonical: String,
+}
+
+impl From<&Resolution> for ResolvedName {
+    fn from(r: &Resolution) -> ResolvedName {
+        ResolvedName {
+            parameter: r.parameter.clone(),
+            input: r.input.clone(),
+            canonical: r.canonical.clone(),
+        }
+    }
+}
+
+/// The resolved names of a call, for its result.
+pub fn resolved_names(resolved: &[Resolution]) -> Vec<ResolvedName> {
+    resolved.iter().map(ResolvedName::from).collect()
+}
+
+/// How a field's values are coded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CodelistKind {
+    Static,
+    Auto,
+    AutoSplit,
+}
+
+impl CodelistKind {
+    pub fn of(codelist: &tally_semantic::definition::Codelist) -> CodelistKind {
+        use tally_semantic::definition::Codelist;
+        match codelist {
+            Codelist::Static(_) => CodelistKind::Static,
+            Codelist::Auto => CodelistKind::Auto,
+            Codelist::AutoSplit => CodelistKind::AutoSplit,
+        }
+    }
+}
+
+/// The meaning of a returned field.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[schemars(rename = "fieldMeta")]
+pub struct FieldMeta {
+    pub name: String,
+    #[schemars(schema_with = "roles")]
+    pub role: Role,
+    #[schemars(schema_with = "data_types")]
+    pub data_type: DataType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_value_separator: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codelist: Option<CodelistKind>,
+}
+
+/// The notes of one field the call used.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FieldNotes {
+    pub field: String,
+    pub notes: Vec<String>,
+}
+
+/// What every record or group result carries after its own keys: caveats, how names were
+/// read, the call as resolved and the sources cited.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+pub struct Context {
+    pub notes: Vec<FieldNotes>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dataset_notes: Vec<String>,
+    pub resolved_fields: Vec<ResolvedName>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<String>,
+    /// The call as resolved, with canonical names.
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    pub parameters: Value,
+    #[serde(rename = "sourceRefs")]
+    #[schemars(length(min = 1))]
+    pub source_refs: Vec<String>,
+    /// Per row (parallel to rows): the sources that row comes from, when a backend reports
+    /// them.
+    #[serde(rename = "rowSourceRefs", skip_serializing_if = "Option::is_none")]
+    pub row_source_refs: Option<Vec<Vec<String>>>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A column the page does not show, and why.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct OmittedColumn {
+    pub field: String,
+    pub reason: String,
+}
+
+/// `query_records`: one page of matching records.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct QueryResult {
+    pub dataset_id: String,
+    /// The version of definition and data this result was computed on; a cursor from another
+    /// version is refused.
+    pub dataset_version: String,
+    pub columns: Vec<String>,
+    #[schemars(with = "Vec<Vec<Cell>>")]
+    pub rows: Vec<Vec<Value>>,
+    pub total: usize,
+    pub offset: usize,
+    pub returned: usize,
+    pub next_cursor: Option<String>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub truncated: bool,
+    pub field_metadata: Vec<FieldMeta>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub omitted_columns: Vec<OmittedColumn>,
+    #[serde(flatten)]
+    pub context: Context,
+}
+
+/// How one metric column was computed.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct MetricMeta {
+    pub column: String,
+    pub description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounded_to_decimals: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub null_excluded_column: Option<String>,
+}
+
+/// Counts by name, sent as a JSON object in the order given.
+#[derive(Debug, Clone, Default)]
+pub struct CountsByName(pub Vec<(String, u64)>);
+
+impl Serialize for CountsByName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl JsonSchema for CountsByName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "countsByName".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "object", "additionalProperties": { "type": "integer", "minimum": 0 } })
+    }
+}
+
+/// `summarize_records`: groups with their metrics.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SummaryResult {
+    pub dataset_id: String,
+    /// The version of definition and data this result was computed on.
+    pub dataset_version: String,
+    pub columns: Vec<String>,
+    #[schemars(with = "Vec<Vec<Cell>>")]
+    pub rows: Vec<Vec<Value>>,
+    pub total_group_count: usize,
+    pub returned: usize,
+    #[serde(skip_serializing_if = "is_false")]
+    pub truncated: bool,
+    pub total_records: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pre_explode_records: Option<usize>,
+    /// Per exploded field, the matched records that have no value in it: they form no group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records_without_value: Option<CountsByName>,
+    pub field_metadata: Vec<FieldMeta>,
+    pub metrics: Vec<MetricMeta>,
+    #[serde(flatten)]
+    pub context: Context,
+}
+
+/// One dataset as `list_datasets` shows it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct DatasetCard {
+    pub dataset_id: String,
+    /// Identifies the version of definition and data the dataset is served at.
+    pub version: String,
+    pub title: String,
+    pub publisher: Option<String>,
+    pub record_count: Option<u64>,
+    pub field_count: usize,
+    #[schemars(schema_with = "backend_kinds")]
+    pub backend: BackendKind,
+    #[serde(rename = "sourceRef")]
+    pub source_ref: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_or_time")]
+    pub as_of_date: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_or_time")]
+    pub published_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub license: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+/// `list_datasets`: the datasets served, and the folders that cannot be.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ListResult {
+    pub total: usize,
+    pub datasets: Vec<DatasetCard>,
+    /// Dataset folders that cannot be served, with why.
+    pub broken_datasets: Vec<Broken>,
+}
+
+/// How well a field is filled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Quality {
+    Fully,
+    Mostly,
+    Sparse,
+}
+
+impl Quality {
+    pub fn of(fill_rate: f64) -> Quality {
+        if fill_rate >= 1.0 {
+            Quality::Fully
+        } else if fill_rate >= 0.5 {
+            Quality::Mostly
+        } else {
+            Quality::Sparse
+        }
+    }
+}
+
+/// How a field of law provisions is matched.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LocatorGuide {
+    pub kind: &'static str,
+    pub form: &'static str,
+    pub matching: &'static str,
+}
+
+/// A numeric field's statistics over all records.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct NumericStats {
+    pub min: Option<serde_json::Number>,
+    pub max: Option<serde_json::Number>,
+    pub mean: Option<f64>,
+    pub zero_count: Option<u64>,
+}
+
+/// A value with the number of records (or parts) that hold it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ValueCount {
+    #[schemars(with = "Cell")]
+    pub value: Value,
+    pub count: u64,
+    /// The spellings counted together (equal under NFKC).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
+}
+
+/// A static code with its description.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CodeDescription {
+    pub value: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// A field's static codes: with their descriptions, or (compact) the values only.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Codes {
+    Described(Vec<CodeDescription>),
+    Values(Vec<String>),
+}
+
+/// The most frequent values of a field: in full (`top_values`, `note`) or compact (`top`).
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+pub struct TopValues {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distinct_count: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_values: Option<Vec<ValueCount>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The most frequent values as `[value, count]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<(Cell, u64)>>")]
+    pub top: Option<Vec<(Value, u64)>>,
+}
+
+impl TopValues {
+    /// The compact form: the first `n` values as `[value, count]`, without the note.
+    pub fn shorten(&mut self, n: usize) {
+        self.note = None;
+        if let Some(top) = self.top_values.take() {
+            self.top = Some(
+                top.into_iter()
+                    .take(n)
+                    .map(|v| (v.value, v.count))
+                    .collect(),
+            );
+        }
+    }
+}
+
+/// A field's codelist: its kind, and its codes or its most frequent values.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CodelistDescription {
+    pub kind: CodelistKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codes: Option<Codes>,
+    #[serde(flatten)]
+    pub values: TopValues,
+}
+
+/// One field of a dataset, as `inspect_dataset` describes it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FieldDescription {
+    pub name: String,
+    #[schemars(schema_with = "roles")]
+    pub role: Role,
+    #[schemars(schema_with = "data_types")]
+    pub data_type: DataType,
+    pub description: Option<String>,
+    pub groupable: bool,
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub fill_rate: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<Quality>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_value_separator: Option<String>,
+    /// The field holds law provisions; how values are matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locator: Option<LocatorGuide>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<NumericStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codelist: Option<CodelistDescription>,
+    /// For fields without a codelist: the most frequent values with their counts (NFKC
+    /// variants together).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<TopValues>,
+}
+
+/// How many fields are how well filled.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+pub struct QualitySummary {
+    pub fully: usize,
+    pub mostly: usize,
+    pub sparse: usize,
+    pub rule: &'static str,
+}
+
+/// A computed measure: a ratio the server computes.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct MeasureDescription {
+    pub name: String,
+    pub mode: &'static str,
+    pub description: Option<String>,
+    pub formula: String,
+    /// The metric that asks for it in summarize_records.
+    pub metric: String,
+    pub rounded_to_decimals: i64,
+}
+
+/// The metrics summarize_records takes for this dataset.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct MetricsGuide {
+    pub kinds: Vec<&'static str>,
+    pub measures: Vec<String>,
+    pub rounding: String,
+}
+
+/// A plugin's sandbox, as it runs.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Sandbox {
+    pub files: &'static str,
+    pub network: bool,
+    pub deadline_ms: u64,
+    pub memory_bytes: u64,
+    pub output_bytes: u64,
+}
+
+/// Where the records come from: the kind of backend and, for plugins, the plugin, its
+/// version, its code's hash and its sandbox.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct BackendDescription {
+    #[schemars(schema_with = "backend_kinds")]
+    pub kind: BackendKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trust: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filters_applied_by_plugin: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+}
+
+impl BackendDescription {
+    /// A backend described by its kind alone.
+    pub fn of(kind: BackendKind) -> BackendDescription {
+        BackendDescription {
+            kind,
+            plugin: None,
+            plugin_version: None,
+            summary: None,
+            component: None,
+            component_sha256: None,
+            library: None,
+            library_sha256: None,
+            trust: None,
+            filters_applied_by_plugin: None,
+            sandbox: None,
+        }
+    }
+}
+
+/// `inspect_dataset`: what every field means and how well it is filled.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct InspectResult {
+    pub dataset_id: String,
+    pub title: String,
+    pub description: Option<String>,
+    pub publisher: Option<String>,
+    pub license: Option<String>,
+    #[schemars(schema_with = "date_or_time_or_null")]
+    pub as_of_date: Option<String>,
+    #[schemars(schema_with = "date_or_time_or_null")]
+    pub published_at: Option<String>,
+    pub record_count: usize,
+    pub id_field: Option<String>,
+    pub fields: Vec<FieldDescription>,
+    pub quality_summary: QualitySummary,
+    pub computed_measures: Vec<MeasureDescription>,
+    pub metrics: MetricsGuide,
+    pub generic_values: Vec<String>,
+    pub dataset_notes: Vec<String>,
+    pub undeclared_columns: Vec<String>,
+    pub undeclared_columns_note: &'static str,
+    pub definition_warnings: Vec<String>,
+    pub version: String,
+    pub backend: BackendDescription,
+    /// Present when the description is compact: what was shortened and how to get
+    /// everything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'static str>,
+    pub resolved_fields: Vec<ResolvedName>,
+    #[serde(rename = "sourceRefs")]
+    #[schemars(length(min = 1))]
+    pub source_refs: Vec<String>,
+}
