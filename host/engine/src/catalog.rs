@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use datafusion::arrow::datatypes::Schema;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tally_semantic::definition::{BackendKind, DateValue, Diagnostic, load_definition};
+use tally_semantic::definition::{BackendKind, DatasetDef, DateValue, Diagnostic, load_definition};
 use tally_semantic::names;
 
 use crate::backend::{Backend, Backends};
@@ -469,6 +470,46 @@ pub fn register(
     label: &str,
     options: &Options,
 ) -> Result<Option<Dataset>, Refusal> {
+    let (text, loaded) = read_definition(folder, folder_name, label)?;
+    let mut def = loaded.dataset;
+    if !def.enabled {
+        return Ok(None);
+    }
+    check_names(folder, &def)?;
+    let backend: Arc<dyn Backend> = options.backends.create(&def, folder)?;
+    let schema = backend.schema();
+    check_columns(&def, &schema)?;
+    check_budget(&def, backend.as_ref(), options.memory_budget)?;
+    let undeclared: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| f.name())
+        .filter(|c| def.field(c).is_none())
+        .cloned()
+        .collect();
+    def.undeclared = undeclared.clone();
+    let (retrieved, fetched_from) = retrieval(folder, &def.retrieved_at, &backend);
+    let version = version_of(&text, backend.as_ref());
+    Ok(Some(Dataset::new(
+        def,
+        folder.to_path_buf(),
+        label.to_string(),
+        loaded.warnings,
+        backend,
+        undeclared,
+        retrieved,
+        fetched_from,
+        version,
+    )))
+}
+
+/// The definition file's text and what it defines; a file that may still be being written
+/// says so.
+fn read_definition(
+    folder: &Path,
+    folder_name: &str,
+    label: &str,
+) -> Result<(String, tally_semantic::definition::Loaded), Refusal> {
     let text = read_small(
         &folder.join(DEFINITION_FILE),
         tally_semantic::yaml::MAX_DOCUMENT_BYTES,
@@ -489,10 +530,12 @@ pub fn register(
             maybe_incomplete,
         }
     })?;
-    let def = loaded.dataset;
-    if !def.enabled {
-        return Ok(None);
-    }
+    Ok((text, loaded))
+}
+
+/// No field name Tally reserves, and the files the definition names lie inside the folder
+/// (links included).
+fn check_names(folder: &Path, def: &DatasetDef) -> Result<(), Refusal> {
     let reserved: Vec<Problem> = def
         .fields
         .iter()
@@ -510,8 +553,6 @@ pub fn register(
     if !reserved.is_empty() {
         return Err(reserved.into());
     }
-
-    // Files the definition names must lie inside the folder, links included.
     let named = match (&def.backend.kind, &def.backend.plugin) {
         (BackendKind::Parquet, _) => Some(def.data_file.as_str()),
         (_, Some(tally_semantic::definition::PluginRef::File(f))) => Some(f.as_str()),
@@ -522,11 +563,11 @@ pub fn register(
     {
         return Err(vec![problem].into());
     }
+    Ok(())
+}
 
-    let backend: Arc<dyn Backend> = options.backends.create(&def, folder)?;
-
-    // The definition must fit the data.
-    let schema = backend.schema();
+/// The definition fits the data: every field is a column of a type it can be read as.
+fn check_columns(def: &DatasetDef, schema: &Schema) -> Result<(), Refusal> {
     let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let mut problems = Vec::new();
     for (i, f) in def.fields.iter().enumerate() {
@@ -556,47 +597,48 @@ pub fn register(
             }
         }
     }
-    if !problems.is_empty() {
-        return Err(problems.into());
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.into())
     }
-    // What the metadata declares must fit the budget before anything is read. Reading and
-    // preparing a row holds at least: its number and a search-text offset (12 bytes), and per
-    // field 16 bytes (a text value's view as read, then its offset once prepared; a number
-    // read, then cast).
-    if options.memory_budget > 0
-        && let Some(rows) = backend.row_count()
-    {
-        let per_row = 12u64
-            + def
-                .fields
-                .iter()
-                .map(|f| if f.data_type.is_numeric() { 16 } else { 20 })
-                .sum::<u64>();
-        let least = rows.saturating_mul(per_row);
-        if least > options.memory_budget as u64 {
-            return Err(vec![Problem {
-                line: None,
-                key: "data_file".into(),
-                reason: format!(
-                    "the data declares {rows} rows; reading and preparing them needs at least {} MiB of memory ({per_row} bytes a row for {} fields), more than the server's memory budget of {} MiB",
-                    least / (1 << 20),
-                    def.fields.len(),
-                    options.memory_budget / (1 << 20)
-                ),
-                fix: "serve a smaller extract of the data, or start the server with a larger --memory-budget".into(),
-            }]
-            .into());
-        }
-    }
-    let undeclared: Vec<String> = columns
-        .iter()
-        .filter(|c| def.field(c).is_none())
-        .map(|c| c.to_string())
-        .collect();
+}
 
-    let mut def = def;
-    def.undeclared = undeclared.clone();
-    let (retrieved, fetched_from) = retrieval(folder, &def.retrieved_at, &backend);
+/// What the metadata declares must fit the budget before anything is read. Reading and
+/// preparing a row holds at least: its number and a search-text offset (12 bytes), and per
+/// field 16 bytes (a text value's view as read, then its offset once prepared; a number
+/// read, then cast).
+fn check_budget(def: &DatasetDef, backend: &dyn Backend, budget: usize) -> Result<(), Refusal> {
+    let Some(rows) = backend.row_count().filter(|_| budget > 0) else {
+        return Ok(());
+    };
+    let per_row = 12u64
+        + def
+            .fields
+            .iter()
+            .map(|f| if f.data_type.is_numeric() { 16 } else { 20 })
+            .sum::<u64>();
+    let least = rows.saturating_mul(per_row);
+    if least <= budget as u64 {
+        return Ok(());
+    }
+    Err(vec![Problem {
+        line: None,
+        key: "data_file".into(),
+        reason: format!(
+            "the data declares {rows} rows; reading and preparing them needs at least {} MiB of memory ({per_row} bytes a row for {} fields), more than the server's memory budget of {} MiB",
+            least / (1 << 20),
+            def.fields.len(),
+            budget / (1 << 20)
+        ),
+        fix: "serve a smaller extract of the data, or start the server with a larger --memory-budget".into(),
+    }]
+    .into())
+}
+
+/// The version of a dataset: a hash of its definition's text, its files (names and sizes)
+/// and the backend's fingerprint.
+fn version_of(text: &str, backend: &dyn Backend) -> String {
     let mut hasher = Sha256::new();
     hasher.update(text.as_bytes());
     for file in backend.files() {
@@ -604,24 +646,12 @@ pub fn register(
         hasher.update(file.size.to_le_bytes());
     }
     hasher.update(backend.fingerprint());
-    let version: String = hasher
+    hasher
         .finalize()
         .iter()
         .take(8)
         .map(|b| format!("{b:02x}"))
-        .collect();
-
-    Ok(Some(Dataset::new(
-        def,
-        folder.to_path_buf(),
-        label.to_string(),
-        loaded.warnings,
-        backend,
-        undeclared,
-        retrieved,
-        fetched_from,
-        version,
-    )))
+        .collect()
 }
 
 /// Decodes every page of every column (undeclared ones too) of a Parquet dataset's files,

@@ -369,6 +369,20 @@ mod tests {
     }
 
     #[test]
+    fn optional_keys_are_left_out_not_null() {
+        let mut bad = minimal_query();
+        bad["data"]["truncated"] = json!(null);
+        assert!(validate(Tool::QueryRecords, &bad).is_err());
+        let mut bad = minimal_query();
+        bad["provenance"]["sources"][0]["locator"] = json!(null);
+        assert!(validate(Tool::QueryRecords, &bad).is_err());
+        // A key that is always sent may be null where the type says so.
+        let mut ok = minimal_query();
+        ok["data"]["next_cursor"] = json!(null);
+        assert_eq!(validate(Tool::QueryRecords, &ok), Ok(()));
+    }
+
+    #[test]
     fn unknown_keys_in_our_shapes_are_refused() {
         let mut bad = minimal_query();
         bad["data"]["surprise"] = json!(1);
