@@ -15,166 +15,84 @@ fn float(v: f64) -> Value {
         .unwrap_or(Value::Null)
 }
 
-macro_rules! ints {
-    ($array:expr, $ty:ty) => {{
+/// Each value of an array of type `$ty` as JSON (`$to` on a present value), null as null.
+macro_rules! each {
+    ($array:expr, $ty:ty, $to:expr) => {{
         let a = $array
             .as_any()
             .downcast_ref::<$ty>()
-            .expect("type checked above");
+            .expect("matched on the data type");
         (0..a.len())
             .map(|i| {
                 if a.is_null(i) {
                     Value::Null
                 } else {
-                    Value::from(a.value(i))
+                    $to(a.value(i))
                 }
             })
             .collect()
     }};
 }
 
+fn text(s: &str) -> Value {
+    Value::String(s.to_string())
+}
+
 /// The values of one column.
 pub fn column_values(array: &ArrayRef) -> Vec<Value> {
     match array.data_type() {
-        DataType::Utf8 => {
-            let a = array.as_any().downcast_ref::<StringArray>().expect("utf8");
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Value::Null
-                    } else {
-                        Value::String(a.value(i).to_string())
-                    }
-                })
-                .collect()
-        }
-        DataType::LargeUtf8 => {
-            let a = array
-                .as_any()
-                .downcast_ref::<LargeStringArray>()
-                .expect("large utf8");
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Value::Null
-                    } else {
-                        Value::String(a.value(i).to_string())
-                    }
-                })
-                .collect()
-        }
-        DataType::Utf8View => {
-            let a = array
-                .as_any()
-                .downcast_ref::<StringViewArray>()
-                .expect("utf8 view");
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Value::Null
-                    } else {
-                        Value::String(a.value(i).to_string())
-                    }
-                })
-                .collect()
-        }
+        DataType::Utf8 => each!(array, StringArray, text),
+        DataType::LargeUtf8 => each!(array, LargeStringArray, text),
+        DataType::Utf8View => each!(array, StringViewArray, text),
+        // Integer sums are decimals of scale 0: exact while they fit 64 bits, a float beyond
+        // (the caller warns).
         DataType::Decimal128(_, scale) => {
-            let a = array
-                .as_any()
-                .downcast_ref::<Decimal128Array>()
-                .expect("decimal128");
             let scale = *scale;
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        return Value::Null;
-                    }
-                    let v = a.value(i);
-                    // Integer sums are decimals of scale 0: exact while they fit 64 bits,
-                    // a float beyond (the caller warns).
-                    match (scale, i64::try_from(v)) {
-                        (0, Ok(n)) => Value::from(n),
-                        _ => float(v as f64 / 10f64.powi(i32::from(scale))),
-                    }
-                })
-                .collect()
+            each!(
+                array,
+                Decimal128Array,
+                |v: i128| match (scale, i64::try_from(v)) {
+                    (0, Ok(n)) => Value::from(n),
+                    _ => float(v as f64 / 10f64.powi(i32::from(scale))),
+                }
+            )
         }
-        DataType::Int8 => ints!(array, Int8Array),
-        DataType::Int16 => ints!(array, Int16Array),
-        DataType::Int32 => ints!(array, Int32Array),
-        DataType::Int64 => ints!(array, Int64Array),
-        DataType::UInt8 => ints!(array, UInt8Array),
-        DataType::UInt16 => ints!(array, UInt16Array),
-        DataType::UInt32 => ints!(array, UInt32Array),
-        DataType::UInt64 => ints!(array, UInt64Array),
-        DataType::Float32 => {
-            let a = array.as_any().downcast_ref::<Float32Array>().expect("f32");
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Value::Null
-                    } else {
-                        float(f64::from(a.value(i)))
-                    }
-                })
-                .collect()
-        }
-        DataType::Float64 => {
-            let a = array.as_any().downcast_ref::<Float64Array>().expect("f64");
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Value::Null
-                    } else {
-                        float(a.value(i))
-                    }
-                })
-                .collect()
-        }
-        DataType::Boolean => {
-            let a = array.as_any().downcast_ref::<BooleanArray>().expect("bool");
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Value::Null
-                    } else {
-                        Value::Bool(a.value(i))
-                    }
-                })
-                .collect()
-        }
-        DataType::List(_) => {
-            let a = array.as_any().downcast_ref::<ListArray>().expect("list");
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Value::Null
-                    } else {
-                        Value::Array(column_values(&a.value(i)))
-                    }
-                })
-                .collect()
-        }
+        DataType::Int8 => each!(array, Int8Array, Value::from),
+        DataType::Int16 => each!(array, Int16Array, Value::from),
+        DataType::Int32 => each!(array, Int32Array, Value::from),
+        DataType::Int64 => each!(array, Int64Array, Value::from),
+        DataType::UInt8 => each!(array, UInt8Array, Value::from),
+        DataType::UInt16 => each!(array, UInt16Array, Value::from),
+        DataType::UInt32 => each!(array, UInt32Array, Value::from),
+        DataType::UInt64 => each!(array, UInt64Array, Value::from),
+        DataType::Float32 => each!(array, Float32Array, |v: f32| float(f64::from(v))),
+        DataType::Float64 => each!(array, Float64Array, float),
+        DataType::Boolean => each!(array, BooleanArray, Value::Bool),
+        DataType::List(_) => each!(array, ListArray, |v: ArrayRef| Value::Array(column_values(
+            &v
+        ))),
         DataType::Null => vec![Value::Null; array.len()],
-        _ => {
-            // Anything else is shown as Arrow prints it, rather than dropped.
-            let formatted = datafusion::arrow::util::display::ArrayFormatter::try_new(
-                array.as_ref(),
-                &Default::default(),
-            );
-            match formatted {
-                Ok(f) => (0..array.len())
-                    .map(|i| {
-                        if array.is_null(i) {
-                            Value::Null
-                        } else {
-                            Value::String(f.value(i).to_string())
-                        }
-                    })
-                    .collect(),
-                Err(_) => vec![Value::Null; array.len()],
-            }
-        }
+        _ => formatted(array),
+    }
+}
+
+/// Anything else is shown as Arrow prints it, rather than dropped.
+fn formatted(array: &ArrayRef) -> Vec<Value> {
+    let formatter = datafusion::arrow::util::display::ArrayFormatter::try_new(
+        array.as_ref(),
+        &Default::default(),
+    );
+    match formatter {
+        Ok(f) => (0..array.len())
+            .map(|i| {
+                if array.is_null(i) {
+                    Value::Null
+                } else {
+                    Value::String(f.value(i).to_string())
+                }
+            })
+            .collect(),
+        Err(_) => vec![Value::Null; array.len()],
     }
 }
 
