@@ -2,22 +2,25 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-const USAGE: &str = "usage: tally-synth --stats PATH --out DIR [--seed N]
+const USAGE: &str = "usage: tally-synth --stats PATH --out DIR [--seed N] [--rows N]
 
 Generates a synthetic dataset shaped like 行政手続等の棚卸調査結果 from the
 published column statistics (JSON) at PATH, writing data.parquet and
-dataset.yaml into DIR.";
+dataset.yaml into DIR. --rows makes a table of N rows of the same shape (for
+benchmarks at scale; memory stays at one chunk of the published size).";
 
 struct Args {
     stats: PathBuf,
     out: PathBuf,
     seed: u64,
+    rows: Option<usize>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut stats = None;
     let mut out = None;
     let mut seed = tally_synth::DEFAULT_SEED;
+    let mut rows = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -30,6 +33,17 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|_| format!("--seed: not a number: {v}"))?;
             }
+            "--rows" => {
+                let v = value("--rows")?;
+                let n: usize = v
+                    .replace('_', "")
+                    .parse()
+                    .map_err(|_| format!("--rows: not a whole number: {v}"))?;
+                if n == 0 {
+                    return Err("--rows must be at least 1".into());
+                }
+                rows = Some(n);
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument: {other}")),
         }
@@ -38,6 +52,7 @@ fn parse_args() -> Result<Args, String> {
         stats: stats.ok_or("--stats is required")?,
         out: out.ok_or("--out is required")?,
         seed,
+        rows,
     })
 }
 
@@ -57,7 +72,7 @@ fn main() -> ExitCode {
         }
     };
     let start = Instant::now();
-    match tally_synth::run(&args.stats, &args.out, args.seed) {
+    match tally_synth::run(&args.stats, &args.out, args.seed, args.rows) {
         Ok(out) => {
             let size = std::fs::metadata(&out.data).map(|m| m.len()).unwrap_or(0);
             println!(

@@ -54,7 +54,7 @@ fn generated() -> Option<&'static (Stats, PathBuf)> {
         .get_or_init(|| {
             let stats_path = reference_stats()?;
             let dir = out_dir("a");
-            tally_synth::run(&stats_path, &dir, DEFAULT_SEED).expect("generation succeeds");
+            tally_synth::run(&stats_path, &dir, DEFAULT_SEED, None).expect("generation succeeds");
             Some((Stats::load(&stats_path).expect("stats load"), dir))
         })
         .as_ref()
@@ -370,4 +370,55 @@ fn round2(n: i64) -> i64 {
         scale *= 10;
     }
     (n + scale / 2) / scale * scale
+}
+
+/// `--rows`: a larger table of the same shape, its first chunk the default table, the next
+/// chunks generated with seeds of their own, ids unique throughout.
+#[test]
+fn more_rows_of_the_same_shape() {
+    let Some((stats, default_dir)) = generated() else {
+        return;
+    };
+    let rows = stats.record_count + stats.record_count / 3;
+    let dir = out_dir("rows");
+    std::fs::create_dir_all(&dir).expect("out dir");
+    let path = dir.join(DATA_FILE);
+    tally_synth::write_rows(stats, DEFAULT_SEED, rows, &path).expect("generation succeeds");
+    let larger = read_columns(&path);
+    let default = read_columns(&default_dir.join(DATA_FILE));
+    assert_eq!(
+        larger.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        default.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        "same columns in the same order"
+    );
+    let ids = larger
+        .iter()
+        .find(|(n, _)| n == "手続ID")
+        .map(|(_, c)| c.text())
+        .expect("an id column");
+    assert_eq!(ids.len(), rows);
+    let unique: HashSet<&Option<String>> = ids.iter().collect();
+    assert_eq!(unique.len(), rows, "ids are unique");
+    for ((name, big), (_, small)) in larger.iter().zip(&default) {
+        let n = stats.record_count;
+        match (big, small) {
+            (Col::Text(b), Col::Text(s)) => assert_eq!(&b[..n], &s[..], "first chunk of {name}"),
+            (Col::Count(b), Col::Count(s)) => assert_eq!(&b[..n], &s[..], "first chunk of {name}"),
+            _ => panic!("{name} changed type"),
+        }
+    }
+    // The second chunk is new rows, not a copy of the first.
+    let names = larger
+        .iter()
+        .find(|(n, _)| n == "手続名")
+        .map(|(_, c)| c.text())
+        .expect("a name column");
+    let n = stats.record_count;
+    let same = (0..rows - n).filter(|&i| names[i] == names[n + i]).count();
+    assert!(
+        same < (rows - n) / 2,
+        "{same} of {} names repeat the first chunk",
+        rows - n
+    );
+    assert!(tally_synth::write_rows(stats, DEFAULT_SEED, 0, &path).is_err());
 }
