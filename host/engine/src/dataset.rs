@@ -153,6 +153,8 @@ pub struct Prepared {
     pub row_sources: Option<Arc<RowSources>>,
     /// The conditions the backend applied itself to give this table (empty: all the data).
     pub pushed: Vec<Pushed>,
+    /// Mapped from the cache rather than prepared by this process.
+    pub from_cache: bool,
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
     values: std::sync::Mutex<std::collections::HashMap<FieldId, ValueCounts>>,
@@ -184,6 +186,63 @@ pub fn code_column(field: FieldId) -> String {
 }
 
 impl Prepared {
+    /// A prepared table mapped from the cache.
+    fn from_entry(
+        entry: crate::cache::Entry,
+        layout: &Layout,
+        memory: Meter,
+    ) -> Result<Prepared, EngineError> {
+        let id = entry.header.dataset.clone();
+        let batches: Vec<RecordBatch> = entry
+            .batches
+            .into_iter()
+            .map(|b| RecordBatch::try_new(layout.schema.clone(), b.columns().to_vec()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| EngineError::backend(&id, e))?;
+        let table = MemTable::try_new(layout.schema.clone(), vec![batches.clone()])
+            .map_err(|e| EngineError::computing(&id, e))?;
+        let header = entry.header;
+        Ok(Prepared {
+            table: Arc::new(table),
+            batches,
+            files: entry.files,
+            rows: header.rows,
+            extract: header.extract,
+            notes: header.notes,
+            pushed: Vec::new(),
+            from_cache: true,
+            row_sources: None,
+            values: Default::default(),
+            ranks: Default::default(),
+            variants: Default::default(),
+            shares: header.shares.into_iter().map(MeasureId::at).collect(),
+            codes: header
+                .codes
+                .into_iter()
+                .map(|(i, values)| (FieldId::at(i), Arc::new(values)))
+                .collect(),
+            memory,
+        })
+    }
+
+    /// What a cache entry of this table says of it.
+    fn cache_header(&self, dataset: &str, version: &str) -> crate::cache::Header {
+        let mut codes: Vec<(usize, Vec<String>)> = self
+            .codes
+            .iter()
+            .map(|(f, values)| (f.index(), values.as_ref().clone()))
+            .collect();
+        codes.sort_by_key(|(i, _)| *i);
+        crate::cache::Header {
+            files: crate::cache::cached_files(&self.files),
+            extract: self.extract.clone(),
+            notes: self.notes.clone(),
+            codes,
+            shares: self.shares.iter().map(|m| m.index()).collect(),
+            ..crate::cache::Header::new(dataset, version, self.rows)
+        }
+    }
+
     /// Whether a declared field has any null value.
     pub fn has_nulls(&self, field: FieldId) -> bool {
         self.batches
@@ -433,6 +492,9 @@ impl Dataset {
                     let progress = Arc::new(Progress::default());
                     let job = Job {
                         def: self.def.clone(),
+                        folder: self.folder.clone(),
+                        version: self.version.clone(),
+                        cache: engine.cache().cloned(),
                         backend: Arc::clone(&self.backend),
                         ctx: engine.context().clone(),
                         budget: Arc::clone(engine.budget()),
@@ -565,6 +627,10 @@ pub const PREPARE_TIME: std::time::Duration = std::time::Duration::from_secs(600
 /// Everything a preparation needs, owned, so it can run on a task of its own.
 struct Job {
     def: DatasetDef,
+    folder: PathBuf,
+    version: String,
+    /// Where prepared tables are kept across restarts (the Parquet backend's, whole).
+    cache: Option<Arc<crate::cache::Cache>>,
     backend: Arc<dyn Backend>,
     ctx: SessionContext,
     budget: Arc<Budget>,
@@ -579,6 +645,11 @@ struct Job {
 impl Job {
     async fn run(self) -> Result<Arc<Prepared>, EngineError> {
         let id = self.def.id.clone();
+        let (self_cache, self_id, self_version) = (
+            self.cache.clone(),
+            self.def.id.clone(),
+            self.version.clone(),
+        );
         let _slot = Arc::clone(&self.slots)
             .acquire_owned()
             .await
@@ -605,13 +676,16 @@ impl Job {
         // Reading and preparing is CPU work: on a blocking thread, so the runtime's workers
         // keep answering other calls (and timing this one out) meanwhile.
         let blocking = tokio::task::spawn_blocking(move || {
+            if let Some(prepared) = self.mapped() {
+                return Ok((prepared, false));
+            }
             let meter = Meter::new(
                 self.budget
                     .reservation(format!("reading dataset `{}`", self.def.id)),
                 stop,
                 Arc::clone(&self.progress),
             );
-            prepare(&self, &handle, &meter)
+            prepare(&self, &handle, &meter).map(|p| (p, self.cacheable()))
         });
         // A backend that never returns (a native plugin stuck in its own code) is abandoned
         // past the preparation's time; the flag above stops everything that reads batches.
@@ -633,7 +707,86 @@ impl Job {
                 }),
             };
         watchdog.abort();
-        result.map(Arc::new)
+        let (prepared, store) = result?;
+        let prepared = Arc::new(prepared);
+        if store && let Some(cache) = &self_cache {
+            // Written in the background: the answer does not wait for the disk.
+            let cache = Arc::clone(cache);
+            let written = Arc::clone(&prepared);
+            let (id, version) = (self_id, self_version);
+            tokio::task::spawn_blocking(move || {
+                use datafusion::catalog::TableProvider as _;
+                let header = written.cache_header(&id, &version);
+                match cache.store(&header, &written.table.schema(), &written.batches) {
+                    Ok(_) => tracing::info!(dataset = %id, "kept the prepared data in the cache"),
+                    Err(e) => {
+                        tracing::warn!(dataset = %id, "could not keep the prepared data in the cache: {e}")
+                    }
+                }
+            });
+        }
+        Ok(prepared)
+    }
+
+    /// Whether this preparation's table is kept in the cache: the Parquet backend's whole
+    /// table (a plugin's rows come with what the plugin says at each read).
+    fn cacheable(&self) -> bool {
+        self.cache.is_some()
+            && self.pushed.is_empty()
+            && self.backend.kind() == tally_semantic::definition::BackendKind::Parquet
+    }
+
+    /// The prepared table from the cache, when it holds this version's and it checks out;
+    /// a miss is logged and the entry removed.
+    fn mapped(&self) -> Option<Prepared> {
+        if !self.cacheable() {
+            return None;
+        }
+        let cache = self.cache.as_ref()?;
+        let id = self.def.id.as_str();
+        let layout = match Layout::of(&self.def, &self.backend.schema()) {
+            Ok(l) => l,
+            Err(_) => return None,
+        };
+        let entry = match cache.load(
+            id,
+            &self.version,
+            &layout.schema,
+            &self.folder,
+            &self.backend.files(),
+        ) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return None,
+            Err(why) => {
+                tracing::warn!(
+                    dataset = id,
+                    "the cached prepared data is not used ({why}); preparing anew"
+                );
+                return None;
+            }
+        };
+        let memory = Meter::new(
+            self.budget.reservation(format!("mapped dataset `{id}`")),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(Progress::default()),
+        );
+        match Prepared::from_entry(entry, &layout, memory) {
+            Ok(p) => {
+                tracing::info!(
+                    dataset = id,
+                    rows = p.rows,
+                    "mapped the prepared data from the cache"
+                );
+                Some(p)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    dataset = id,
+                    "the cached prepared data is not used ({e}); preparing anew"
+                );
+                None
+            }
+        }
     }
 }
 
@@ -773,6 +926,7 @@ fn prepare(
         extract,
         notes,
         pushed: job.pushed.clone(),
+        from_cache: false,
         row_sources,
         values: Default::default(),
         ranks: Default::default(),

@@ -11,6 +11,7 @@
 //! its JSON arguments in, an envelope (`{"data", "provenance"}`) out.
 
 pub mod backend;
+pub mod cache;
 pub mod call;
 pub mod catalog;
 pub mod cursor;
@@ -135,6 +136,8 @@ pub struct Engine {
         std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>,
     /// The backends datasets may name, by kind.
     backends: Backends,
+    /// Where prepared tables are kept across restarts, if anywhere.
+    cache: Option<Arc<cache::Cache>>,
 }
 
 tokio::task_local! {
@@ -194,7 +197,19 @@ impl Engine {
             preparations: Arc::new(tokio::sync::Semaphore::new(2)),
             limits,
             backends,
+            cache: None,
         }
+    }
+
+    /// Keeps prepared tables in `cache` (mapped on later starts instead of prepared again).
+    pub fn with_cache(mut self, cache: Option<cache::Cache>) -> Engine {
+        self.cache = cache.map(Arc::new);
+        self
+    }
+
+    /// Where prepared tables are kept, if anywhere.
+    pub fn cache(&self) -> Option<&Arc<cache::Cache>> {
+        self.cache.as_ref()
     }
 
     /// The server-wide memory budget.

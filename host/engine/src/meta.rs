@@ -219,6 +219,10 @@ pub fn read_and_normalized(
     let files: Vec<&str> = prepared.files.iter().map(|f| f.path.as_str()).collect();
     let from = match &prepared.extract {
         Some(how) => format!("returned by {how}"),
+        None if prepared.from_cache => format!(
+            "from {} (prepared once and mapped from the cache)",
+            files.join(", ")
+        ),
         None => format!("from {}", files.join(", ")),
     };
     provenance.step(

@@ -142,11 +142,14 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
         .canonicalize()
         .unwrap_or_else(|_| common.datasets.clone());
     tally_engine::cursor::derive_key(seed.to_string_lossy().as_bytes());
-    let engine = std::sync::Arc::new(Engine::open_with_backends(
-        &common.datasets,
-        common.budgets.limits(),
-        common.budgets.backends(),
-    ));
+    let engine = std::sync::Arc::new(
+        Engine::open_with_backends(
+            &common.datasets,
+            common.budgets.limits(),
+            common.budgets.backends(),
+        )
+        .with_cache(common.budgets.cache()),
+    );
     // A one-shot process cannot leave the data to be prepared in the background for a later
     // call: it prepares first (as long as that takes), then the call has its whole budget.
     if let Some(id) = arguments.get("dataset_id").and_then(Value::as_str) {

@@ -85,6 +85,11 @@ pub struct Budgets {
     /// Rows one summary may make by exploding multi-value fields.
     #[arg(long, global = true, default_value_t = 10_000_000)]
     max_explode_rows: u64,
+    /// Keep each dataset version's prepared data in this directory, written once and mapped
+    /// on later starts (the first answer after a restart does not prepare again). Entries
+    /// are checked before use and rebuilt when they do not check out.
+    #[arg(long, global = true, value_name = "DIR", env = "TALLY_CACHE_DIR")]
+    cache_dir: Option<std::path::PathBuf>,
 }
 
 impl Budgets {
@@ -100,6 +105,14 @@ impl Budgets {
             },
             allow_native: self.allow_native,
         })
+    }
+
+    /// The cache of prepared data, when one is named.
+    pub fn cache(&self) -> Option<tally_engine::cache::Cache> {
+        self.cache_dir
+            .as_ref()
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(tally_engine::cache::Cache::new)
     }
 
     pub fn limits(&self) -> tally_engine::Limits {
@@ -297,11 +310,14 @@ fn serve(
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
-    let engine = std::sync::Arc::new(tally_engine::Engine::open_with_backends(
-        &common.datasets,
-        common.budgets.limits(),
-        common.budgets.backends(),
-    ));
+    let engine = std::sync::Arc::new(
+        tally_engine::Engine::open_with_backends(
+            &common.datasets,
+            common.budgets.limits(),
+            common.budgets.backends(),
+        )
+        .with_cache(common.budgets.cache()),
+    );
     let catalog = engine.catalog();
     tracing::info!(
         datasets = catalog.datasets.len(),

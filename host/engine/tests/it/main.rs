@@ -1,6 +1,7 @@
 //! Integration tests of the engine: one binary, data-driven.
 
 mod architecture;
+mod cache;
 mod cases;
 mod differential;
 mod fixture;

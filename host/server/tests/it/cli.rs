@@ -226,3 +226,55 @@ fn check_validates_definitions_against_their_data() {
     );
     assert!(out.contains("1 dataset(s) valid, 2 invalid"), "{out}");
 }
+
+/// With `--cache-dir`, the first command prepares the data and keeps it; the next maps it
+/// and answers the same.
+#[test]
+fn a_cache_dir_keeps_the_prepared_data_for_the_next_command() {
+    let cache = tempfile::tempdir().expect("cache dir");
+    let dir = cache.path().to_str().expect("utf-8 path");
+    let args = [
+        "summarize",
+        "procedures",
+        "--group-by",
+        "所管府省庁",
+        "--metrics",
+        "count",
+        "--cache-dir",
+        dir,
+    ];
+    let mapped = |v: &Value| {
+        v["provenance"]["transformations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| {
+                t["description"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("mapped from the cache"))
+            })
+    };
+    let first = tally(&args);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let first = stdout_json(&first);
+    assert!(!mapped(&first));
+    let entries = std::fs::read_dir(cache.path())
+        .expect("the cache directory was made")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".arrow"))
+        .count();
+    assert_eq!(entries, 1, "the process wrote its entry before it ended");
+    let second = tally(&args);
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let second = stdout_json(&second);
+    assert!(mapped(&second), "{second}");
+    assert_eq!(first["data"], second["data"]);
+}

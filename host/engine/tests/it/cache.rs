@@ -1,0 +1,266 @@
+//! The cache of prepared tables: built once, mapped across restarts, never served for
+//! another version, rebuilt when damaged, safe to share between servers.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tally_engine::Engine;
+use tally_engine::cache::Cache;
+use tally_semantic::Tool;
+
+use crate::fixture::{block_on, data_dir, write_dataset};
+
+/// A datasets directory holding a copy of the fixture, and a cache directory beside it.
+fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let datasets = tmp.path().join("datasets");
+    write_fixture(&datasets.join("fixture"), &fixture_rows());
+    let cache = tmp.path().join("cache");
+    (tmp, datasets, cache)
+}
+
+fn fixture_yaml() -> String {
+    std::fs::read_to_string(data_dir().join("fixture/dataset.yaml")).expect("fixture yaml")
+}
+
+fn fixture_rows() -> Vec<Vec<Value>> {
+    serde_json::from_str(
+        &std::fs::read_to_string(data_dir().join("fixture/rows.json")).expect("rows"),
+    )
+    .expect("rows json")
+}
+
+fn write_fixture(dir: &Path, rows: &[Vec<Value>]) {
+    write_dataset(dir, &fixture_yaml(), rows);
+}
+
+fn engine(datasets: &Path, cache: &Path) -> Engine {
+    Engine::open(datasets).with_cache(Some(Cache::new(cache)))
+}
+
+fn summarize(engine: &Engine) -> Value {
+    block_on(engine.call(
+        Tool::SummarizeRecords,
+        &json!({ "dataset_id": "fixture", "group_by": ["所管府省庁"], "metrics": ["count", "sum:総手続件数"] }),
+    ))
+    .expect("summary")
+}
+
+fn mapped(envelope: &Value) -> bool {
+    envelope["provenance"]["transformations"]
+        .as_array()
+        .expect("transformations")
+        .iter()
+        .any(|t| {
+            t["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("mapped from the cache"))
+        })
+}
+
+/// The cache's entries (finished files only).
+fn entries(cache: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(cache)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "arrow"))
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+/// Waits for the background write of an entry.
+fn wait_for_entries(cache: &Path, n: usize) -> Vec<PathBuf> {
+    let start = Instant::now();
+    loop {
+        let found = entries(cache);
+        if found.len() == n || start.elapsed() > Duration::from_secs(30) {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn data(envelope: &Value) -> &Value {
+    &envelope["data"]
+}
+
+#[test]
+fn built_once_and_mapped_after_a_restart() {
+    let (_tmp, datasets, cache) = setup();
+    let first = summarize(&engine(&datasets, &cache));
+    assert!(!mapped(&first), "the first start prepares");
+    let written = wait_for_entries(&cache, 1);
+    assert_eq!(written.len(), 1, "one entry: {written:?}");
+    let modified = std::fs::metadata(&written[0])
+        .and_then(|m| m.modified())
+        .ok();
+
+    let second = summarize(&engine(&datasets, &cache));
+    assert!(mapped(&second), "a restart maps: {second:#}");
+    assert_eq!(data(&first), data(&second), "same answer");
+    assert_eq!(
+        first["provenance"]["sources"], second["provenance"]["sources"],
+        "same sources, same content hash"
+    );
+    // Mapped, not written again.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(entries(&cache), written);
+    assert_eq!(
+        std::fs::metadata(&written[0])
+            .and_then(|m| m.modified())
+            .ok(),
+        modified
+    );
+
+    // Every tool answers the same from the mapped table.
+    let fresh = Engine::open(&datasets);
+    for (tool, args) in [
+        (
+            Tool::InspectDataset,
+            json!({ "dataset_id": "fixture", "detail": "full" }),
+        ),
+        (
+            Tool::QueryRecords,
+            json!({ "dataset_id": "fixture", "q": "申請", "order_by": ["-総手続件数"] }),
+        ),
+        (
+            Tool::SummarizeRecords,
+            json!({ "dataset_id": "fixture", "group_by": ["手続類型"], "metrics": ["count", "avg:オンライン率"], "explode": [] }),
+        ),
+    ] {
+        let a = block_on(fresh.call(tool, &args)).expect("prepared answer");
+        let b = block_on(engine(&datasets, &cache).call(tool, &args)).expect("mapped answer");
+        assert_eq!(data(&a), data(&b), "{} answers the same", tool.name());
+    }
+}
+
+#[test]
+fn a_changed_data_file_is_prepared_anew_and_its_old_entry_removed() {
+    let (_tmp, datasets, cache) = setup();
+    let before = summarize(&engine(&datasets, &cache));
+    let old = wait_for_entries(&cache, 1);
+    let mut rows = fixture_rows();
+    rows.truncate(rows.len() - 2);
+    write_fixture(&datasets.join("fixture"), &rows);
+    let after = summarize(&engine(&datasets, &cache));
+    assert!(
+        !mapped(&after),
+        "another version is never served from the old entry"
+    );
+    assert_ne!(
+        data(&before)["total_records"],
+        data(&after)["total_records"]
+    );
+    let start = Instant::now();
+    while entries(&cache) == old && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let now = entries(&cache);
+    assert_eq!(now.len(), 1, "the old version's entry is gone: {now:?}");
+    assert_ne!(now, old);
+    assert!(mapped(&summarize(&engine(&datasets, &cache))));
+}
+
+#[test]
+fn a_changed_definition_is_another_version() {
+    let (_tmp, datasets, cache) = setup();
+    summarize(&engine(&datasets, &cache));
+    wait_for_entries(&cache, 1);
+    let yaml = fixture_yaml().replace("試験用の架空データ。", "試験用の架空データ（改訂）。");
+    assert_ne!(
+        yaml,
+        fixture_yaml(),
+        "the fixture has the note this test edits"
+    );
+    std::fs::write(datasets.join("fixture/dataset.yaml"), yaml).expect("yaml");
+    assert!(!mapped(&summarize(&engine(&datasets, &cache))));
+}
+
+#[test]
+fn a_touched_but_unchanged_data_file_is_still_mapped() {
+    let (_tmp, datasets, cache) = setup();
+    summarize(&engine(&datasets, &cache));
+    wait_for_entries(&cache, 1);
+    let file = datasets.join("fixture/data.parquet");
+    let bytes = std::fs::read(&file).expect("data");
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(&file, &bytes).expect("rewritten");
+    assert!(
+        mapped(&summarize(&engine(&datasets, &cache))),
+        "the same bytes, hashed again, still match"
+    );
+}
+
+#[test]
+fn a_damaged_entry_is_detected_and_rebuilt() {
+    type Spoil = fn(&Path);
+    let damage: [(&str, Spoil); 3] = [
+        ("truncated", |p| {
+            let bytes = std::fs::read(p).expect("entry");
+            std::fs::write(p, &bytes[..bytes.len() / 2]).expect("truncate");
+        }),
+        ("garbage", |p| {
+            let len = std::fs::metadata(p).expect("entry").len() as usize;
+            std::fs::write(p, vec![0x5a; len]).expect("garbage");
+        }),
+        ("empty", |p| std::fs::write(p, b"").expect("empty")),
+    ];
+    for (what, spoil) in damage {
+        let (_tmp, datasets, cache) = setup();
+        let first = summarize(&engine(&datasets, &cache));
+        let written = wait_for_entries(&cache, 1);
+        spoil(&written[0]);
+        let second = summarize(&engine(&datasets, &cache));
+        assert!(!mapped(&second), "{what}: a damaged entry is not served");
+        assert_eq!(data(&first), data(&second), "{what}: prepared anew");
+        // Rewritten whole, then mapped again.
+        let start = Instant::now();
+        loop {
+            let again = summarize(&engine(&datasets, &cache));
+            if mapped(&again) {
+                assert_eq!(data(&first), data(&again));
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{what}: the entry was not rebuilt"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn servers_sharing_a_cache_do_not_corrupt_it() {
+    let (_tmp, datasets, cache) = setup();
+    let answers: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| summarize(&engine(&datasets, &cache))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a server"))
+            .collect()
+    });
+    for a in &answers[1..] {
+        assert_eq!(data(a), data(&answers[0]));
+    }
+    // Whoever renamed last, the one entry is whole.
+    std::thread::sleep(Duration::from_millis(500));
+    let found = wait_for_entries(&cache, 1);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(&cache)
+        .expect("cache dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "no temporary file is left");
+    let again = summarize(&engine(&datasets, &cache));
+    assert!(mapped(&again));
+    assert_eq!(data(&again), data(&answers[0]));
+}
