@@ -283,7 +283,26 @@ pub fn stamp_files(out: &mut Vec<u8>, files: &[ServedFile]) {
 
 /// `sha256:<hex>` of some bytes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
+    hex_digest(Sha256::digest(bytes).as_slice())
+}
+
+/// `sha256:<hex>` of a file, read in blocks (never whole into memory).
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut block = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut block)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&block[..n]);
+    }
+    Ok(hex_digest(hasher.finalize().as_slice()))
+}
+
+fn hex_digest(digest: &[u8]) -> String {
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
     for b in digest {

@@ -25,7 +25,7 @@ use datafusion::arrow::ipc::root_as_footer;
 use datafusion::arrow::ipc::writer::FileWriter;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{ServedFile, sha256_hex};
+use crate::backend::{ServedFile, sha256_file, sha256_hex};
 
 /// What a cache file holds and how; a file of another format is not read.
 const FORMAT: &str = "tally-prepared/1";
@@ -136,6 +136,41 @@ impl Cache {
         Some(base.join("tally"))
     }
 
+    /// Creates the directory, readable and writable by this user only.
+    fn create(&self) -> std::io::Result<()> {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&self.dir)
+    }
+
+    /// Whether only its owner may put files in the directory: an entry is served as the
+    /// data itself, so a directory others can write is not used (they could plant one).
+    fn private(&self) -> Result<(), String> {
+        let meta = match std::fs::metadata(&self.dir) {
+            Ok(m) => m,
+            // Nothing there yet: nothing to read; `store` creates it private.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("the cache directory cannot be read: {e}")),
+        };
+        if !meta.is_dir() {
+            return Err("the cache directory is not a directory".into());
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode();
+            if mode & 0o022 != 0 {
+                return Err(format!(
+                    "the cache directory may be written by other users (mode {:o}); make it private (chmod 700) or name another",
+                    mode & 0o777
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The file name prefix of a dataset's entries: its id where it is plain, with a hash of
     /// the id so that different ids never share a prefix.
     fn prefix(dataset: &str) -> String {
@@ -169,6 +204,9 @@ impl Cache {
         folder: &Path,
         files: &[ServedFile],
     ) -> Result<Option<Entry>, Miss> {
+        if let Err(why) = self.private() {
+            return Err(miss(why));
+        }
         let path = self.path(dataset, version);
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -204,7 +242,8 @@ impl Cache {
         schema: &SchemaRef,
         batches: &[RecordBatch],
     ) -> std::io::Result<PathBuf> {
-        std::fs::create_dir_all(&self.dir)?;
+        self.create()?;
+        self.private().map_err(std::io::Error::other)?;
         let path = self.path(&header.dataset, &header.version);
         let mut random = [0u8; 8];
         getrandom::fill(&mut random).map_err(std::io::Error::other)?;
@@ -385,9 +424,9 @@ fn check_files(
         let same_time =
             cached.modified.is_some() && cached.modified == current.modified.and_then(nanos);
         if !same_time {
-            let bytes = std::fs::read(folder.join(&current.path))
+            let hash = sha256_file(&folder.join(&current.path))
                 .map_err(|e| miss(format!("cannot read `{}`: {e}", current.path)))?;
-            if sha256_hex(&bytes) != cached.sha256 {
+            if hash != cached.sha256 {
                 return Err(miss(format!("the bytes of `{}` changed", current.path)));
             }
         }

@@ -264,3 +264,41 @@ fn servers_sharing_a_cache_do_not_corrupt_it() {
     assert!(mapped(&again));
     assert_eq!(data(&again), data(&answers[0]));
 }
+
+/// The cache directory is made private; one other users may write is not used (an entry
+/// there could have been planted), and a cache path that is not a directory is not either.
+/// The answer is the same either way: only the cache is given up.
+#[cfg(unix)]
+#[test]
+fn a_cache_others_could_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_tmp, datasets, cache) = setup();
+    let expected = summarize(&Engine::open(&datasets));
+    summarize(&engine(&datasets, &cache));
+    wait_for_entries(&cache, 1);
+    let mode = std::fs::metadata(&cache)
+        .expect("cache dir")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "made private: {mode:o}");
+
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let shared = summarize(&engine(&datasets, &cache));
+    assert!(
+        !mapped(&shared),
+        "an entry in a directory others can write is not served"
+    );
+    assert_eq!(data(&shared), data(&expected));
+
+    let (_tmp2, datasets2, _) = setup();
+    let file = datasets2.parent().expect("tmp").join("not-a-dir");
+    std::fs::write(&file, b"x").expect("a file");
+    let answer = summarize(&engine(&datasets2, &file));
+    assert!(!mapped(&answer));
+    assert_eq!(data(&answer), data(&expected));
+    assert_eq!(
+        std::fs::read(&file).expect("untouched"),
+        b"x",
+        "nothing lost"
+    );
+}
