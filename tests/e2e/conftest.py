@@ -86,5 +86,10 @@ def stdio_params(*extra_args: str):
     return StdioServerParameters(
         command=tally_bin(),
         args=["serve", "--datasets", datasets_dir(), *extra_args],
-        env={"TALLY_LOG": "warn", "PATH": os.environ.get("PATH", "")},
+        # A clean environment, but the same cache of prepared data as the other servers.
+        env={
+            "TALLY_LOG": "warn",
+            "PATH": os.environ.get("PATH", ""),
+            **{k: os.environ[k] for k in ("HOME", "XDG_CACHE_HOME") if k in os.environ},
+        },
     )

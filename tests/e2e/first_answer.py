@@ -31,8 +31,7 @@ def status(pid):
 
 def first_answer(binary, datasets, dataset, group, cache):
     args = [binary, "serve", "--datasets", datasets, "--call-timeout-ms", "600000", "--watch", "off"]
-    if cache:
-        args += ["--cache-dir", cache]
+    args += ["--cache-dir", cache] if cache else ["--no-cache"]
     start = time.perf_counter()
     proc = subprocess.Popen(
         args,

@@ -8,14 +8,13 @@
 //! depends on a plugin runtime.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
-use datafusion::datasource::MemTable;
 use sha2::{Digest, Sha256};
 
 use tally_semantic::definition::{BackendKind, DatasetDef};
@@ -126,6 +125,23 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn pushdown_columns(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Whether what [`Backend::load`] returns for pushed conditions is always part of what it
+    /// returns without them. Then the whole table, once prepared, answers every call and no
+    /// subset is read. Not so for a plugin whose conditions select data a whole read leaves
+    /// out (older revisions of a law), so by default false.
+    fn subsets_of_whole(&self) -> bool {
+        false
+    }
+    /// The content hash a result cites for data read from `files` (as [`LoadedData`] listed
+    /// them), and, when it is not simply a file's hash, how it is made (said in the extract
+    /// step). By default the first file's hash.
+    fn content_hash(&self, files: &[ServedFile]) -> Option<(String, Option<String>)> {
+        files
+            .first()
+            .map(|f| f.sha256.clone())
+            .filter(|h| !h.is_empty())
+            .map(|h| (h, None))
+    }
     /// What `inspect_dataset` says about the backend.
     fn describe(&self) -> crate::results::BackendDescription {
         crate::results::BackendDescription::of(self.kind())
@@ -202,70 +218,7 @@ impl Backends {
     }
 }
 
-/// Builds [`ParquetBackend`]s: `data_file` in the dataset folder, registered from its footer.
-#[derive(Debug, Clone, Copy)]
-pub struct ParquetFactory;
-
-impl BackendFactory for ParquetFactory {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Parquet
-    }
-
-    fn create(&self, def: &DatasetDef, folder: &Path) -> Result<Arc<dyn Backend>, Refusal> {
-        let path = folder.join(&def.data_file);
-        if !path.is_file() {
-            // The definition may have been copied before its data.
-            return Err(Refusal {
-                problems: vec![Problem {
-                    line: None,
-                    key: "data_file".into(),
-                    reason: format!(
-                        "the data file `{}` is not in the dataset folder",
-                        def.data_file
-                    ),
-                    fix: "put the Parquet file there, or name it with `data_file:`".into(),
-                }],
-                maybe_incomplete: true,
-            });
-        }
-        let backend =
-            ParquetBackend::register(&def.id, folder, &def.data_file).map_err(|e| Refusal {
-                maybe_incomplete: matches!(e, tally_plugin_parquet::Error::Format { .. }),
-                problems: vec![Problem {
-                    line: None,
-                    key: "data_file".into(),
-                    reason: e.to_string(),
-                    fix: "write a complete Parquet file".into(),
-                }],
-            })?;
-        Ok(Arc::new(backend))
-    }
-}
-
-/// The built-in Parquet backend: one file inside the dataset folder.
-#[derive(Debug)]
-pub struct ParquetBackend {
-    dataset: String,
-    relative: String,
-    footer: tally_plugin_parquet::Footer,
-}
-
-impl ParquetBackend {
-    /// Registers from the footer only.
-    pub fn register(
-        dataset: &str,
-        folder: &Path,
-        relative: &str,
-    ) -> Result<ParquetBackend, tally_plugin_parquet::Error> {
-        let path: PathBuf = folder.join(relative);
-        let footer = tally_plugin_parquet::read_footer(&path)?;
-        Ok(ParquetBackend {
-            dataset: dataset.to_string(),
-            relative: relative.to_string(),
-            footer,
-        })
-    }
-}
+pub use crate::parquet::{ParquetBackend, ParquetFactory};
 
 /// Appends each file's path, size and modification time: bytes that change whenever a file of
 /// a plugin's folder does (part of a plugin dataset's version).
@@ -309,112 +262,4 @@ fn hex_digest(digest: &[u8]) -> String {
         out.push_str(&format!("{b:02x}"));
     }
     out
-}
-
-#[async_trait]
-impl Backend for ParquetBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Parquet
-    }
-
-    fn schema(&self) -> SchemaRef {
-        self.footer.schema.clone()
-    }
-
-    fn row_count(&self) -> Option<u64> {
-        Some(self.footer.num_rows)
-    }
-
-    fn files(&self) -> Vec<ServedFile> {
-        vec![ServedFile {
-            path: self.relative.clone(),
-            size: self.footer.size,
-            sha256: String::new(),
-            modified: self.footer.modified,
-        }]
-    }
-
-    fn fingerprint(&self) -> Vec<u8> {
-        self.footer.footer_bytes.clone()
-    }
-
-    async fn load(
-        &self,
-        columns: &[String],
-        _pushed: &[Pushed],
-        meter: &Meter,
-    ) -> Result<LoadedData, EngineError> {
-        let schema = self.footer.schema.clone();
-        let indices: Vec<usize> = columns
-            .iter()
-            .filter_map(|c| schema.index_of(c).ok())
-            .collect();
-        let path = self.footer.path.clone();
-        let dataset = self.dataset.clone();
-        let relative = self.relative.clone();
-        let modified = self.footer.modified;
-        // Decoding is CPU work: keep it off the async workers.
-        let registered = self.footer.footer_bytes.clone();
-        let registered_size = self.footer.size;
-        let meter = meter.clone();
-        tokio::task::spawn_blocking(move || {
-            let stale = |message: &str| EngineError::Stale {
-                dataset: dataset.clone(),
-                message: message.to_string(),
-            };
-            // The whole file is read into memory (hashed, then decoded from there).
-            meter.account(usize::try_from(registered_size).unwrap_or(usize::MAX), 0)?;
-            let data = match tally_plugin_parquet::read_data(
-                &path,
-                &indices,
-                registered_size,
-                &mut |bytes, rows| meter.account_text(bytes, rows),
-            ) {
-                Ok(d) => d,
-                Err(tally_plugin_parquet::Error::Changed { .. }) => {
-                    return Err(stale(
-                        "its data file changed after this version was registered",
-                    ));
-                }
-                Err(tally_plugin_parquet::Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    return Err(stale("its data file was removed"));
-                }
-                Err(tally_plugin_parquet::Error::Stopped(m)) => {
-                    return Err(meter.refusal().unwrap_or(EngineError::Limit {
-                        message: m,
-                        hint: "see --memory-budget".into(),
-                    }));
-                }
-                Err(e) => return Err(EngineError::backend(&dataset, e)),
-            };
-            // The file may have been replaced since it was registered (the watcher will pick
-            // up the new version): never serve bytes under another version's name.
-            let len = data.bytes.len() as u64;
-            if len != registered_size || !data.bytes.ends_with(&registered) {
-                return Err(stale(
-                    "its data file changed after this version was registered",
-                ));
-            }
-            let sha256 = sha256_hex(&data.bytes);
-            let size = data.bytes.len() as u64;
-            let table = MemTable::try_new(data.schema.clone(), vec![data.batches])
-                .map_err(|e| EngineError::computing(&dataset, e))?;
-            Ok(LoadedData {
-                provider: Arc::new(table),
-                files: vec![ServedFile {
-                    path: relative,
-                    size,
-                    sha256,
-                    modified,
-                }],
-                extract: None,
-                notes: Vec::new(),
-                row_sources: None,
-            })
-        })
-        .await
-        .map_err(EngineError::internal)?
-    }
 }

@@ -136,6 +136,24 @@ impl Cache {
         Some(base.join("tally"))
     }
 
+    /// The name of the folder of [`Cache::default_dir`] kept for one datasets directory: the
+    /// directory's last name (for people looking in) and a hash of its full path.
+    pub fn folder_for(datasets: &Path) -> String {
+        let full = datasets
+            .canonicalize()
+            .unwrap_or_else(|_| datasets.to_path_buf());
+        let name: String = full
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .take(40)
+            .collect();
+        let hash = sha256_hex(full.to_string_lossy().as_bytes());
+        format!("{name}-{}", &hash.trim_start_matches("sha256:")[..12])
+    }
+
     /// Creates the directory, readable and writable by this user only.
     fn create(&self) -> std::io::Result<()> {
         let mut builder = std::fs::DirBuilder::new();
@@ -191,6 +209,12 @@ impl Cache {
             .collect();
         self.dir
             .join(format!("{}.{version}.arrow", Cache::prefix(dataset)))
+    }
+
+    /// Whether an entry of a dataset version is on disk (not yet checked: [`Cache::load`]
+    /// checks it).
+    pub fn holds(&self, dataset: &str, version: &str) -> bool {
+        self.path(dataset, version).is_file()
     }
 
     /// The entry of a dataset version, checked against what the definition asks for
@@ -275,6 +299,31 @@ impl Cache {
         }
         self.remove_stale(&header.dataset, &path);
         Ok(path)
+    }
+
+    /// Removes the entries of dataset versions no longer served: `served` lists every
+    /// (dataset, version) the catalog serves now. A cache directory belongs to one datasets
+    /// directory (the default gives each its own folder).
+    pub fn sweep<'a>(&self, served: impl IntoIterator<Item = (&'a str, &'a str)>) -> usize {
+        let keep: std::collections::HashSet<PathBuf> = served
+            .into_iter()
+            .map(|(dataset, version)| self.path(dataset, version))
+            .collect();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".arrow")
+                && !keep.contains(&path)
+                && std::fs::remove_file(&path).is_ok()
+            {
+                removed += 1;
+            }
+        }
+        removed
     }
 
     /// Removes the dataset's entries other than `keep`, and temporary files nobody has

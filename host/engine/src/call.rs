@@ -118,7 +118,7 @@ impl<'a> Call<'a> {
             provenance.warn(w.clone());
         }
         context.source_refs = vec![source_id];
-        meta::read_and_normalized(provenance, self.def(), &self.prepared, resolved);
+        meta::read_and_normalized(provenance, self.ds, &self.prepared, resolved);
         Ok(())
     }
 

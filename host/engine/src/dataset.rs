@@ -542,28 +542,36 @@ impl Dataset {
         result
     }
 
-    /// The conditions of a call that the backend can apply itself: equality on a text field
-    /// it declared, not multi-valued.
+    /// The conditions of a call that the backend can apply itself: equality on a field it
+    /// declared, not multi-valued (a number as its number: `2024`, never `"2024.0"`).
     pub fn pushdown(&self, filters: &[tally_semantic::resolve::Filter]) -> Vec<Pushed> {
-        use tally_semantic::request::Op;
+        use tally_semantic::request::{Op, Scalar};
         let columns = self.backend.pushdown_columns();
         if columns.is_empty() {
             return Vec::new();
         }
+        let numeric = |v: &Scalar| v.number().map(|n| n.to_string());
         let mut out: Vec<Pushed> = Vec::new();
         for f in filters {
             let field = &self.def.fields[f.field];
-            if field.data_type.is_numeric()
-                || field.is_multi_value()
-                || !columns.contains(&field.name)
-            {
+            if field.is_multi_value() || !columns.contains(&field.name) {
                 continue;
             }
-            let values: Vec<String> = match &f.op {
-                Op::Eq(v) => vec![v.text()],
-                Op::In(vs) if !vs.is_empty() => vs.iter().map(|v| v.text()).collect(),
+            let text = |v: &Scalar| {
+                if field.data_type.is_numeric() {
+                    numeric(v)
+                } else {
+                    Some(v.text())
+                }
+            };
+            let values: Option<Vec<String>> = match &f.op {
+                Op::Eq(v) => text(v).map(|t| vec![t]),
+                Op::In(vs) if !vs.is_empty() => vs.iter().map(text).collect(),
                 _ => continue,
             };
+            // A value that is not a number on a numeric field matches nothing the engine
+            // keeps either; it is left to the engine to say so.
+            let Some(values) = values else { continue };
             out.push(Pushed {
                 column: field.name.clone(),
                 values,
@@ -580,7 +588,17 @@ impl Dataset {
         engine: &Engine,
         pushed: &[Pushed],
     ) -> Result<Arc<Prepared>, EngineError> {
-        if pushed.is_empty() {
+        // When a subset is always part of the whole table, the whole table answers every
+        // condition (the engine applies them all): once it is prepared, or mapped from the
+        // cache, no subset is read for a call.
+        let whole_answers = self.backend.subsets_of_whole()
+            && (matches!(
+                self.prepared.state.lock().as_deref(),
+                Ok(PrepState::Ready(_))
+            ) || engine
+                .cache()
+                .is_some_and(|c| c.holds(&self.def.id, &self.version)));
+        if pushed.is_empty() || whole_answers {
             return self.prepared(engine).await;
         }
         let cell = {

@@ -153,10 +153,7 @@ pub fn dataset_source(ds: &Dataset, files: &[ServedFile]) -> (Source, Option<Str
         .clone()
         .or_else(|| ds.fetched_from.clone())
         .unwrap_or_else(|| format!("urn:tally:dataset:{}", def.id));
-    let content_hash = files
-        .first()
-        .map(|f| f.sha256.clone())
-        .filter(|h| !h.is_empty());
+    let content_hash = ds.backend.content_hash(files).map(|(hash, _)| hash);
     let (retrieved_at, warning) = match &ds.retrieved {
         Retrieved::FileModified(t) => (
             t.clone(),

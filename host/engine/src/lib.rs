@@ -23,6 +23,7 @@ pub mod inspect;
 pub mod json;
 pub mod memory;
 pub mod meta;
+pub mod parquet;
 pub mod plan;
 pub mod query;
 pub mod results;
@@ -204,7 +205,26 @@ impl Engine {
     /// Keeps prepared tables in `cache` (mapped on later starts instead of prepared again).
     pub fn with_cache(mut self, cache: Option<cache::Cache>) -> Engine {
         self.cache = cache.map(Arc::new);
+        self.sweep_cache();
         self
+    }
+
+    /// Removes the cache entries of dataset versions the catalog no longer serves.
+    fn sweep_cache(&self) {
+        let Some(cache) = &self.cache else { return };
+        let catalog = self.catalog.load();
+        let removed = cache.sweep(
+            catalog
+                .datasets
+                .values()
+                .map(|d| (d.id(), d.version.as_str())),
+        );
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "removed cached data of dataset versions no longer served"
+            );
+        }
     }
 
     /// Where prepared tables are kept, if anywhere.
@@ -286,6 +306,9 @@ impl Engine {
                 tracing::info!(folder = %folder, "dataset folder no longer broken");
             }
             self.catalog.store(Arc::new(next));
+            if !changes.updated.is_empty() || !changes.removed.is_empty() {
+                self.sweep_cache();
+            }
             let _ = self.changes.send(changes.clone());
         } else {
             // Nothing a client sees changed, but the folder states (stamps, pending files)

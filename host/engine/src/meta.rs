@@ -211,10 +211,11 @@ pub fn unknown_value_hints(
 /// the names read in another form than typed.
 pub fn read_and_normalized(
     provenance: &mut Provenance,
-    def: &DatasetDef,
+    ds: &crate::dataset::Dataset,
     prepared: &crate::dataset::Prepared,
     resolved: &[Resolution],
 ) {
+    let def = &ds.def;
     use crate::envelope::TransformationType;
     let files: Vec<&str> = prepared.files.iter().map(|f| f.path.as_str()).collect();
     let from = match &prepared.extract {
@@ -225,10 +226,14 @@ pub fn read_and_normalized(
         ),
         None => format!("from {}", files.join(", ")),
     };
+    let hashed = match ds.backend.content_hash(&prepared.files) {
+        Some((_, Some(how))) => format!("; {how}"),
+        _ => String::new(),
+    };
     provenance.step(
         TransformationType::Extract,
         format!(
-            "read {} records of dataset `{}` {from}",
+            "read {} records of dataset `{}` {from}{hashed}",
             prepared.rows, def.id
         ),
     );

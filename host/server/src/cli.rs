@@ -148,7 +148,7 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
             common.budgets.limits(),
             common.budgets.backends(),
         )
-        .with_cache(common.budgets.cache()),
+        .with_cache(common.budgets.cache(&common.datasets)),
     );
     // A one-shot process cannot leave the data to be prepared in the background for a later
     // call: it prepares first (as long as that takes), then the call has its whole budget.

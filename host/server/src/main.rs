@@ -85,11 +85,21 @@ pub struct Budgets {
     /// Rows one summary may make by exploding multi-value fields.
     #[arg(long, global = true, default_value_t = 10_000_000)]
     max_explode_rows: u64,
-    /// Keep each dataset version's prepared data in this directory, written once and mapped
-    /// on later starts (the first answer after a restart does not prepare again). Entries
-    /// are checked before use and rebuilt when they do not check out.
+    /// Where each dataset version's prepared data is kept, written once and mapped on later
+    /// starts (the first answer after a restart does not prepare again). Entries are checked
+    /// before use and rebuilt when they do not check out. Default: the user's cache
+    /// directory (`$XDG_CACHE_HOME/tally`, else `~/.cache/tally`), one folder per datasets
+    /// directory.
     #[arg(long, global = true, value_name = "DIR", env = "TALLY_CACHE_DIR")]
     cache_dir: Option<std::path::PathBuf>,
+    /// Keep no prepared data across starts (every start prepares the data it is asked for).
+    #[arg(
+        long,
+        global = true,
+        env = "TALLY_NO_CACHE",
+        conflicts_with = "cache_dir"
+    )]
+    no_cache: bool,
 }
 
 impl Budgets {
@@ -107,12 +117,25 @@ impl Budgets {
         })
     }
 
-    /// The cache of prepared data, when one is named.
-    pub fn cache(&self) -> Option<tally_engine::cache::Cache> {
-        self.cache_dir
+    /// The cache of prepared data for the datasets directory `datasets`: the one named, else
+    /// a folder of the user's cache directory kept for this datasets directory (two
+    /// directories with a dataset of the same name never evict each other's entries); none
+    /// with `--no-cache`, or when there is no cache directory to use.
+    pub fn cache(&self, datasets: &std::path::Path) -> Option<tally_engine::cache::Cache> {
+        if self.no_cache {
+            return None;
+        }
+        if let Some(dir) = self
+            .cache_dir
             .as_ref()
             .filter(|d| !d.as_os_str().is_empty())
-            .map(tally_engine::cache::Cache::new)
+        {
+            return Some(tally_engine::cache::Cache::new(dir));
+        }
+        let root = tally_engine::cache::Cache::default_dir()?;
+        Some(tally_engine::cache::Cache::new(
+            root.join(tally_engine::cache::Cache::folder_for(datasets)),
+        ))
     }
 
     pub fn limits(&self) -> tally_engine::Limits {
@@ -316,7 +339,7 @@ fn serve(
             common.budgets.limits(),
             common.budgets.backends(),
         )
-        .with_cache(common.budgets.cache()),
+        .with_cache(common.budgets.cache(&common.datasets)),
     );
     let catalog = engine.catalog();
     tracing::info!(

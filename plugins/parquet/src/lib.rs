@@ -22,6 +22,7 @@ use datafusion::parquet::arrow::arrow_reader::{
 use datafusion::parquet::errors::ParquetError;
 
 mod pages;
+pub mod set;
 
 /// Rows per batch when reading.
 const BATCH_ROWS: usize = 16 * 1024;

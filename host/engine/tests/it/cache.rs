@@ -9,7 +9,7 @@ use tally_engine::Engine;
 use tally_engine::cache::Cache;
 use tally_semantic::Tool;
 
-use crate::fixture::{block_on, data_dir, write_dataset};
+use crate::fixture::{block_on, fixture_rows, fixture_yaml, write_dataset};
 
 /// A datasets directory holding a copy of the fixture, and a cache directory beside it.
 fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -18,17 +18,6 @@ fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
     write_fixture(&datasets.join("fixture"), &fixture_rows());
     let cache = tmp.path().join("cache");
     (tmp, datasets, cache)
-}
-
-fn fixture_yaml() -> String {
-    std::fs::read_to_string(data_dir().join("fixture/dataset.yaml")).expect("fixture yaml")
-}
-
-fn fixture_rows() -> Vec<Vec<Value>> {
-    serde_json::from_str(
-        &std::fs::read_to_string(data_dir().join("fixture/rows.json")).expect("rows"),
-    )
-    .expect("rows json")
 }
 
 fn write_fixture(dir: &Path, rows: &[Vec<Value>]) {
@@ -301,4 +290,38 @@ fn a_cache_others_could_write_is_not_used() {
         b"x",
         "nothing lost"
     );
+}
+
+/// Entries of versions the catalog no longer serves are removed: at start, and when a reload
+/// finds a dataset removed or changed.
+#[test]
+fn entries_of_versions_no_longer_served_are_removed() {
+    let (_tmp, datasets, cache) = setup();
+    let engine = engine(&datasets, &cache);
+    summarize(&engine);
+    assert_eq!(wait_for_entries(&cache, 1).len(), 1);
+    // Another dataset's entry, left by a version this directory no longer has.
+    write_fixture(&datasets.join("second"), &fixture_rows());
+    let engine = self::engine(&datasets, &cache);
+    block_on(engine.call(
+        Tool::QueryRecords,
+        &json!({ "dataset_id": "second", "limit": 1 }),
+    ))
+    .expect("answer");
+    assert_eq!(wait_for_entries(&cache, 2).len(), 2);
+    std::fs::remove_dir_all(datasets.join("second")).expect("removed");
+    let (changes, _) = engine.reload(Duration::ZERO);
+    assert_eq!(changes.removed, vec!["second".to_string()]);
+    assert_eq!(
+        entries(&cache).len(),
+        1,
+        "the removed dataset's entry is gone"
+    );
+
+    // A restart after the data changed, with no call yet: the old version's entry is gone.
+    let mut rows = fixture_rows();
+    rows.truncate(3);
+    write_fixture(&datasets.join("fixture"), &rows);
+    let _restarted = self::engine(&datasets, &cache);
+    assert_eq!(entries(&cache), Vec::<PathBuf>::new());
 }

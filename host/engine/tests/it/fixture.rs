@@ -15,16 +15,41 @@ pub fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
+/// The fixture's definition.
+pub fn fixture_yaml() -> String {
+    std::fs::read_to_string(data_dir().join("fixture/dataset.yaml")).expect("fixture yaml")
+}
+
+/// The fixture's rows, in field order.
+pub fn fixture_rows() -> Vec<Vec<Value>> {
+    serde_json::from_str(
+        &std::fs::read_to_string(data_dir().join("fixture/rows.json")).expect("rows"),
+    )
+    .expect("rows json")
+}
+
 /// Writes `rows` (arrays of JSON values in field order) as Parquet typed after `yaml`.
 pub fn write_dataset(dir: &Path, yaml: &str, rows: &[Vec<Value>]) {
     std::fs::create_dir_all(dir).expect("dataset folder");
     std::fs::write(dir.join("dataset.yaml"), yaml).expect("yaml written");
+    write_parquet(&dir.join("data.parquet"), yaml, rows, &[]);
+}
+
+/// Writes `rows` to one Parquet file at `path`, typed after `yaml`'s fields, leaving out the
+/// fields named in `without` (partition columns kept in folder names).
+pub fn write_parquet(path: &Path, yaml: &str, rows: &[Vec<Value>], without: &[&str]) {
+    // Every test that writes data may make cursors: all of them with the key the golden
+    // files were made with, whichever test runs first.
+    tally_engine::cursor::derive_key(b"tally engine tests");
     let def = load_definition("dataset.yaml", "x", yaml)
         .expect("valid definition")
         .dataset;
     let mut fields = Vec::new();
     let mut columns: Vec<ArrayRef> = Vec::new();
     for (i, f) in def.fields.iter().enumerate() {
+        if without.contains(&f.name.as_str()) {
+            continue;
+        }
         let cell = |r: &Vec<Value>| r.get(i).cloned().unwrap_or(Value::Null);
         match f.data_type {
             FieldType::Integer => {
@@ -51,7 +76,8 @@ pub fn write_dataset(dir: &Path, yaml: &str, rows: &[Vec<Value>]) {
     }
     let schema = Arc::new(Schema::new(fields));
     let batch = RecordBatch::try_new(schema.clone(), columns).expect("batch");
-    let file = std::fs::File::create(dir.join("data.parquet")).expect("parquet file");
+    std::fs::create_dir_all(path.parent().expect("a folder")).expect("folder");
+    let file = std::fs::File::create(path).expect("parquet file");
     let mut writer = ArrowWriter::try_new(file, schema, None).expect("writer");
     writer.write(&batch).expect("write");
     writer.close().expect("close");

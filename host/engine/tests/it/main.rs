@@ -7,6 +7,7 @@ mod differential;
 mod fixture;
 mod hostile;
 mod paging;
+mod partitions;
 mod provenance;
 mod reference;
 mod snapshots;

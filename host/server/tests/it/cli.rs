@@ -9,14 +9,38 @@ fn datasets() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets")
 }
 
+/// Runs a command on the default datasets. The cache is on by default; each command gets a
+/// user cache directory of its own (never the user's real one), so no command maps what an
+/// earlier one kept unless it names the same `--cache-dir`.
 fn tally(args: &[&str]) -> Output {
+    let home = tempfile::tempdir().expect("cache home");
+    tally_with_cache_home(args, home.path())
+}
+
+fn tally_with_cache_home(args: &[&str], cache_home: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tally"))
         .args(args)
         .arg("--datasets")
         .arg(datasets())
         .arg("--compact")
+        .env("XDG_CACHE_HOME", cache_home)
+        .env_remove("TALLY_CACHE_DIR")
+        .env_remove("TALLY_NO_CACHE")
         .output()
         .expect("tally runs")
+}
+
+/// Whether an envelope's data was mapped from the cache (said in its extract step).
+fn mapped(v: &Value) -> bool {
+    v["provenance"]["transformations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            t["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("mapped from the cache"))
+        })
 }
 
 fn stdout_json(o: &Output) -> Value {
@@ -243,17 +267,6 @@ fn a_cache_dir_keeps_the_prepared_data_for_the_next_command() {
         "--cache-dir",
         dir,
     ];
-    let mapped = |v: &Value| {
-        v["provenance"]["transformations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|t| {
-                t["description"]
-                    .as_str()
-                    .is_some_and(|d| d.contains("mapped from the cache"))
-            })
-    };
     let first = tally(&args);
     assert!(
         first.status.success(),
@@ -277,4 +290,39 @@ fn a_cache_dir_keeps_the_prepared_data_for_the_next_command() {
     let second = stdout_json(&second);
     assert!(mapped(&second), "{second}");
     assert_eq!(first["data"], second["data"]);
+}
+
+/// Without `--cache-dir`, prepared data is kept in the user's cache directory, in a folder of
+/// its own for each datasets directory; `--no-cache` keeps nothing.
+#[test]
+fn the_cache_is_on_by_default_in_the_users_cache_directory() {
+    let home = tempfile::tempdir().expect("cache home");
+    let args = ["query", "procedures", "--limit", "1"];
+    let first = tally_with_cache_home(&args, home.path());
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(!mapped(&stdout_json(&first)));
+    let folders: Vec<PathBuf> = std::fs::read_dir(home.path().join("tally"))
+        .expect("the cache was made under $XDG_CACHE_HOME/tally")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let [folder] = &folders[..] else {
+        panic!("one folder for the datasets directory: {folders:?}");
+    };
+    let name = folder.file_name().unwrap_or_default().to_string_lossy();
+    assert!(name.starts_with("datasets-"), "{name}");
+    let second = stdout_json(&tally_with_cache_home(&args, home.path()));
+    assert!(mapped(&second), "{second}");
+
+    let other = tempfile::tempdir().expect("cache home");
+    let mut off = args.to_vec();
+    off.push("--no-cache");
+    let o = tally_with_cache_home(&off, other.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!mapped(&stdout_json(&o)));
+    assert!(!other.path().join("tally").exists(), "--no-cache kept data");
 }

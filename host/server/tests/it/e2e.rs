@@ -242,6 +242,9 @@ fn python_mcp_client_end_to_end() {
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_default();
+    // The cache of prepared data is on by default: the servers of this run share one of their
+    // own, never the user's.
+    let cache_home = tempfile::tempdir().expect("temp dir");
     let output = Command::new(&python)
         .args([
             "-m",
@@ -263,6 +266,9 @@ fn python_mcp_client_end_to_end() {
         .env("TALLY_WASM_DIR", tally_wasm_plugins::BUILT_DIR)
         .env("TALLY_NATIVE_DIR", &native_dir)
         .env("TALLY_REFERENCE", root.join("../shared/reference"))
+        .env("XDG_CACHE_HOME", cache_home.path())
+        .env_remove("TALLY_CACHE_DIR")
+        .env_remove("TALLY_NO_CACHE")
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -1,0 +1,526 @@
+//! The built-in Parquet backend: one file, or a set of files (a glob, or a folder read as a
+//! Hive-partitioned tree), inside the dataset folder.
+//!
+//! Registration reads every file's footer (schema, row count), never the data. The files of a
+//! set must have the same columns; the partition keys of their folders (`year=2024/`) become
+//! columns of the data (integers when every value is written as one, else text), which the
+//! definition declares like any other. Conditions on partition columns are applied by the
+//! backend itself: a file whose partition values cannot match is not read at all.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, new_null_array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::datasource::MemTable;
+use tally_plugin_parquet::Footer;
+use tally_plugin_parquet::set::{self, FileSet};
+use tally_semantic::definition::{BackendKind, DatasetDef};
+use tally_semantic::names::fold;
+
+use crate::backend::{Backend, BackendFactory, LoadedData, Pushed, ServedFile, sha256_hex};
+use crate::catalog::{Problem, Refusal};
+use crate::error::EngineError;
+use crate::memory::Meter;
+
+/// Builds [`ParquetBackend`]s: `data_file` in the dataset folder (a file, a glob or a
+/// folder), registered from the footers.
+#[derive(Debug, Clone, Copy)]
+pub struct ParquetFactory;
+
+impl BackendFactory for ParquetFactory {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Parquet
+    }
+
+    fn create(&self, def: &DatasetDef, folder: &Path) -> Result<Arc<dyn Backend>, Refusal> {
+        Ok(Arc::new(ParquetBackend::register(
+            &def.id,
+            folder,
+            &def.data_file,
+        )?))
+    }
+}
+
+/// A partition key of a set: a column whose value every file has in its folder name.
+#[derive(Debug, Clone)]
+struct Key {
+    name: String,
+    data_type: DataType,
+}
+
+/// One file the backend reads: its footer and its partition values.
+#[derive(Debug)]
+struct Part {
+    relative: String,
+    footer: Footer,
+    values: Vec<Option<String>>,
+}
+
+/// The built-in Parquet backend.
+#[derive(Debug)]
+pub struct ParquetBackend {
+    dataset: String,
+    /// What `data_file` says.
+    data_file: String,
+    parts: Vec<Part>,
+    keys: Vec<Key>,
+    /// The files' columns, then the partition columns.
+    schema: SchemaRef,
+}
+
+fn refusal(reason: String, fix: &str, maybe_incomplete: bool) -> Refusal {
+    Refusal {
+        problems: vec![Problem {
+            line: None,
+            key: "data_file".into(),
+            reason,
+            fix: fix.into(),
+        }],
+        maybe_incomplete,
+    }
+}
+
+impl ParquetBackend {
+    /// Registers from the footers only.
+    pub fn register(
+        dataset: &str,
+        folder: &Path,
+        data_file: &str,
+    ) -> Result<ParquetBackend, Refusal> {
+        let files = files_of(folder, data_file)?;
+        let mut parts = Vec::with_capacity(files.parts.len());
+        for part in files.parts {
+            // A file of a set may be a symbolic link; never to a place outside the folder.
+            if let Some(problem) = crate::catalog::outside(folder, &folder.join(&part.relative)) {
+                return Err(vec![problem].into());
+            }
+            let footer =
+                tally_plugin_parquet::read_footer(&folder.join(&part.relative)).map_err(|e| {
+                    refusal(
+                        e.to_string(),
+                        "write a complete Parquet file",
+                        matches!(e, tally_plugin_parquet::Error::Format { .. }),
+                    )
+                })?;
+            parts.push(Part {
+                relative: part.relative,
+                footer,
+                values: part.values,
+            });
+        }
+        let first = &parts[0];
+        for other in &parts[1..] {
+            if let Some(difference) = difference(&first.footer.schema, &other.footer.schema) {
+                return Err(refusal(
+                    format!(
+                        "the files of `{data_file}` do not have the same columns: {difference} in `{}` but not in `{}`",
+                        other.relative, first.relative
+                    ),
+                    "write every file of the set with the same columns and types, or name fewer files in `data_file`",
+                    false,
+                ));
+            }
+        }
+        let keys: Vec<Key> = files
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Key {
+                name: name.clone(),
+                data_type: if set::integer_values(parts.iter().map(|p| p.values[i].as_deref())) {
+                    DataType::Int64
+                } else {
+                    DataType::Utf8
+                },
+            })
+            .collect();
+        let mut fields: Vec<Field> = first
+            .footer
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        for key in &keys {
+            if fields.iter().any(|f| f.name() == &key.name) {
+                return Err(refusal(
+                    format!(
+                        "`{}` is both a partition folder (`{}=…`) and a column of the files of `{data_file}`",
+                        key.name, key.name
+                    ),
+                    "rename the partition folders or the column: a value must come from one place",
+                    false,
+                ));
+            }
+            fields.push(Field::new(&key.name, key.data_type.clone(), true));
+        }
+        Ok(ParquetBackend {
+            dataset: dataset.to_string(),
+            data_file: data_file.to_string(),
+            schema: Arc::new(Schema::new_with_metadata(
+                fields,
+                first.footer.schema.metadata().clone(),
+            )),
+            parts,
+            keys,
+        })
+    }
+
+    /// Whether a file's partition values can satisfy every condition on a partition column.
+    fn selected(&self, part: &Part, pushed: &[Pushed]) -> bool {
+        pushed.iter().all(|p| {
+            let Some(k) = self.keys.iter().position(|k| k.name == p.column) else {
+                return true;
+            };
+            let Some(value) = &part.values[k] else {
+                // A null partition value matches no equality.
+                return false;
+            };
+            p.values.iter().any(|wanted| match self.keys[k].data_type {
+                DataType::Int64 => match (value.parse::<f64>(), wanted.parse::<f64>()) {
+                    (Ok(a), Ok(b)) => a == b,
+                    _ => true,
+                },
+                // The engine matches text equal under NFKC (and says so); fold both sides
+                // so no file it would match is left unread.
+                _ => fold(wanted) == fold(value),
+            })
+        })
+    }
+}
+
+/// The files `data_file` names: one file, or the set a pattern or folder names.
+fn files_of(folder: &Path, data_file: &str) -> Result<FileSet, Refusal> {
+    if !set::is_pattern(data_file) && !folder.join(data_file).is_dir() {
+        if !folder.join(data_file).is_file() {
+            // The definition may have been copied before its data.
+            return Err(refusal(
+                format!("the data file `{data_file}` is not in the dataset folder"),
+                "put the Parquet file there, or name it with `data_file:` (a file, a glob such as `data/*.parquet`, or a folder of partitions such as `data/`)",
+                true,
+            ));
+        }
+        return Ok(FileSet {
+            keys: Vec::new(),
+            parts: vec![set::Part {
+                relative: data_file.to_string(),
+                values: Vec::new(),
+            }],
+        });
+    }
+    set::expand(folder, data_file).map_err(|e| {
+        let empty = matches!(e, set::SetError::Empty(_));
+        refusal(
+            e.to_string(),
+            if empty {
+                "put the Parquet files there, or fix the pattern (`*` matches within a name, `**` any folders)"
+            } else {
+                "name the files of one table: a narrower pattern, or one partition layout for all"
+            },
+            // Files may still be on their way.
+            empty,
+        )
+    })
+}
+
+/// The first column one schema has that the other lacks (by name and type as served: text
+/// is text however it is stored), if any.
+fn difference(a: &Schema, b: &Schema) -> Option<String> {
+    fn served(t: &DataType) -> &DataType {
+        match t {
+            DataType::Utf8View | DataType::LargeUtf8 => &DataType::Utf8,
+            DataType::Dictionary(_, v) => served(v),
+            other => other,
+        }
+    }
+    let describe = |f: &Field| format!("column `{}` ({})", f.name(), f.data_type());
+    for f in b.fields() {
+        match a.field_with_name(f.name()) {
+            Ok(g) if served(g.data_type()) == served(f.data_type()) => {}
+            _ => return Some(describe(f)),
+        }
+    }
+    a.fields()
+        .iter()
+        .find(|f| b.field_with_name(f.name()).is_err())
+        .map(|f| format!("no {}", describe(f)))
+}
+
+#[async_trait]
+impl Backend for ParquetBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Parquet
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn row_count(&self) -> Option<u64> {
+        Some(self.parts.iter().map(|p| p.footer.num_rows).sum())
+    }
+
+    fn files(&self) -> Vec<ServedFile> {
+        self.parts
+            .iter()
+            .map(|p| ServedFile {
+                path: p.relative.clone(),
+                size: p.footer.size,
+                sha256: String::new(),
+                modified: p.footer.modified,
+            })
+            .collect()
+    }
+
+    fn fingerprint(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in &self.parts {
+            if self.parts.len() > 1 {
+                out.extend_from_slice(p.relative.as_bytes());
+                out.push(0);
+            }
+            out.extend_from_slice(&p.footer.footer_bytes);
+        }
+        out
+    }
+
+    fn pushdown_columns(&self) -> Vec<String> {
+        self.keys.iter().map(|k| k.name.clone()).collect()
+    }
+
+    /// Conditions on partition columns only leave files out.
+    fn subsets_of_whole(&self) -> bool {
+        true
+    }
+
+    /// One file: its hash. Several: the hash of their `sha256sum` listing (`<hex>  <path>`
+    /// per line, in path order), which anyone can recompute from the files.
+    fn content_hash(&self, files: &[ServedFile]) -> Option<(String, Option<String>)> {
+        match files {
+            [] => None,
+            [one] => Some((one.sha256.clone(), None)).filter(|(h, _)| !h.is_empty()),
+            many => {
+                let listing = set_listing(many);
+                Some((
+                    sha256_hex(listing.as_bytes()),
+                    Some(format!(
+                        "contentHash is the SHA-256 of the `sha256sum` listing of these {} files (one `<hex>  <path>` line each, in this order)",
+                        many.len()
+                    )),
+                ))
+            }
+        }
+    }
+
+    async fn load(
+        &self,
+        columns: &[String],
+        pushed: &[Pushed],
+        meter: &Meter,
+    ) -> Result<LoadedData, EngineError> {
+        let file_schema = self.parts[0].footer.schema.clone();
+        let indices: Vec<usize> = columns
+            .iter()
+            .filter_map(|c| file_schema.index_of(c).ok())
+            .collect();
+        let keys: Vec<usize> = (0..self.keys.len())
+            .filter(|k| columns.contains(&self.keys[*k].name))
+            .collect();
+        let reads: Vec<Read> = self
+            .parts
+            .iter()
+            .filter(|p| self.selected(p, pushed))
+            .map(|p| Read {
+                relative: p.relative.clone(),
+                footer: p.footer.clone(),
+                constants: keys
+                    .iter()
+                    .map(|k| (self.keys[*k].clone(), p.values[*k].clone()))
+                    .collect(),
+            })
+            .collect();
+        let key_fields: Vec<Field> = keys
+            .iter()
+            .map(|k| Field::new(&self.keys[*k].name, self.keys[*k].data_type.clone(), true))
+            .collect();
+        let dataset = self.dataset.clone();
+        let meter = meter.clone();
+        let skipped = self.parts.len() - reads.len();
+        let data_file = self.data_file.clone();
+        // Decoding is CPU work: keep it off the async workers.
+        let (batches, files, schema) = tokio::task::spawn_blocking(move || {
+            let mut batches = Vec::new();
+            let mut files = Vec::with_capacity(reads.len());
+            // The columns as decoded from the first file (nullable: a column may be required
+            // in one file and not in another), then the partition columns asked for.
+            let mut served: Option<SchemaRef> = None;
+            for read in &reads {
+                let (these, decoded, file) = read.run(&dataset, &indices, &meter)?;
+                let schema = served
+                    .get_or_insert_with(|| with_keys(&decoded, &key_fields))
+                    .clone();
+                for b in these {
+                    let n = b.num_rows();
+                    let mut columns = b.columns().to_vec();
+                    columns.extend(read.constants.iter().map(|(k, v)| constant(k, v, n)));
+                    batches.push(
+                        RecordBatch::try_new(schema.clone(), columns)
+                            .map_err(|e| EngineError::computing(&dataset, e.into()))?,
+                    );
+                }
+                files.push(file);
+            }
+            // No file can match: an empty table of the columns asked for.
+            let schema = served.unwrap_or_else(|| {
+                let projected = Schema::new(
+                    indices
+                        .iter()
+                        .map(|i| file_schema.field(*i).clone())
+                        .collect::<Vec<_>>(),
+                );
+                with_keys(&projected, &key_fields)
+            });
+            Ok::<_, EngineError>((batches, files, schema))
+        })
+        .await
+        .map_err(EngineError::internal)??;
+        let table = MemTable::try_new(schema, vec![batches])
+            .map_err(|e| EngineError::computing(&self.dataset, e))?;
+        // Files left out are said in the extract step (the envelope's transformations).
+        let extract = (skipped > 0).then(|| {
+            format!(
+                "the Parquet backend from {} of the {} files of `{data_file}` ({}; the other {skipped} were not read: their partition values do not match {})",
+                files.len(),
+                self.parts.len(),
+                files
+                    .iter()
+                    .map(|f| f.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                pushed
+                    .iter()
+                    .filter(|p| self.keys.iter().any(|k| k.name == p.column))
+                    .map(Pushed::describe)
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )
+        });
+        Ok(LoadedData {
+            provider: Arc::new(table),
+            files,
+            extract,
+            notes: Vec::new(),
+            row_sources: None,
+        })
+    }
+}
+
+/// The `sha256sum` listing of files: `<hex>  <path>\n` per file, in the order given.
+pub fn set_listing(files: &[ServedFile]) -> String {
+    files
+        .iter()
+        .map(|f| {
+            format!(
+                "{}  {}\n",
+                f.sha256.strip_prefix("sha256:").unwrap_or(&f.sha256),
+                f.path
+            )
+        })
+        .collect()
+}
+
+/// One file to read, with the partition values to add to its rows.
+struct Read {
+    relative: String,
+    footer: Footer,
+    constants: Vec<(Key, Option<String>)>,
+}
+
+impl Read {
+    /// Reads the file's columns (indices into its schema) and hashes the bytes read. The file must still be the one registered.
+    fn run(
+        &self,
+        dataset: &str,
+        indices: &[usize],
+        meter: &Meter,
+    ) -> Result<(Vec<RecordBatch>, Schema, ServedFile), EngineError> {
+        let stale = |message: &str| EngineError::Stale {
+            dataset: dataset.to_string(),
+            message: format!("{message} (`{}`)", self.relative),
+        };
+        let registered = &self.footer.footer_bytes;
+        let registered_size = self.footer.size;
+        // The whole file is read into memory (hashed, then decoded from there).
+        meter.account(usize::try_from(registered_size).unwrap_or(usize::MAX), 0)?;
+        let constant_bytes: usize = self
+            .constants
+            .iter()
+            .map(|(_, v)| v.as_ref().map_or(0, |v| v.len() + 4))
+            .sum();
+        let data = match tally_plugin_parquet::read_data(
+            &self.footer.path,
+            indices,
+            registered_size,
+            &mut |bytes, rows| meter.account_text(bytes + constant_bytes * rows, rows),
+        ) {
+            Ok(d) => d,
+            Err(tally_plugin_parquet::Error::Changed { .. }) => {
+                return Err(stale(
+                    "its data file changed after this version was registered",
+                ));
+            }
+            Err(tally_plugin_parquet::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(stale("its data file was removed"));
+            }
+            Err(tally_plugin_parquet::Error::Stopped(m)) => {
+                return Err(meter.refusal().unwrap_or(EngineError::Limit {
+                    message: m,
+                    hint: "see --memory-budget".into(),
+                }));
+            }
+            Err(e) => return Err(EngineError::backend(dataset, e)),
+        };
+        // The file may have been replaced since it was registered (the watcher will pick up
+        // the new version): never serve bytes under another version's name.
+        let len = data.bytes.len() as u64;
+        if len != registered_size || !data.bytes.ends_with(registered) {
+            return Err(stale(
+                "its data file changed after this version was registered",
+            ));
+        }
+        let file = ServedFile {
+            path: self.relative.clone(),
+            size: len,
+            sha256: sha256_hex(&data.bytes),
+            modified: self.footer.modified,
+        };
+        Ok((data.batches, data.schema.as_ref().clone(), file))
+    }
+}
+
+/// A decoded schema's columns, all nullable and without metadata, then the partition columns.
+fn with_keys(decoded: &Schema, keys: &[Field]) -> SchemaRef {
+    let mut fields: Vec<Field> = decoded
+        .fields()
+        .iter()
+        .map(|f| Field::new(f.name(), f.data_type().clone(), true))
+        .collect();
+    fields.extend(keys.iter().cloned());
+    Arc::new(Schema::new(fields))
+}
+
+/// A partition column's value repeated for `n` rows.
+fn constant(key: &Key, value: &Option<String>, n: usize) -> ArrayRef {
+    match (value, &key.data_type) {
+        (None, t) => new_null_array(t, n),
+        (Some(v), DataType::Int64) => match v.parse::<i64>() {
+            Ok(i) => Arc::new(Int64Array::from_value(i, n)),
+            Err(_) => new_null_array(&DataType::Int64, n),
+        },
+        (Some(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(v, n))),
+    }
+}
