@@ -189,6 +189,30 @@ impl ParquetBackend {
             })
         })
     }
+
+    /// How the rows were read when conditions left files unread: which files, and why.
+    fn pruned(&self, files: &[ServedFile], pushed: &[Pushed]) -> Option<String> {
+        let skipped = self.parts.len() - files.len();
+        (skipped > 0).then(|| {
+            format!(
+                "the Parquet backend from {} of the {} files of `{}` ({}; the other {skipped} were not read: their partition values do not match {})",
+                files.len(),
+                self.parts.len(),
+                self.data_file,
+                files
+                    .iter()
+                    .map(|f| f.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                pushed
+                    .iter()
+                    .filter(|p| self.keys.iter().any(|k| k.name == p.column))
+                    .map(Pushed::describe)
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )
+        })
+    }
 }
 
 /// The files `data_file` names: one file, or the set a pattern or folder names.
@@ -347,8 +371,6 @@ impl Backend for ParquetBackend {
             .collect();
         let dataset = self.dataset.clone();
         let meter = meter.clone();
-        let skipped = self.parts.len() - reads.len();
-        let data_file = self.data_file.clone();
         // Decoding is CPU work: keep it off the async workers.
         let (batches, files, schema) = tokio::task::spawn_blocking(move || {
             let mut batches = Vec::new();
@@ -389,24 +411,7 @@ impl Backend for ParquetBackend {
         let table = MemTable::try_new(schema, vec![batches])
             .map_err(|e| EngineError::computing(&self.dataset, e))?;
         // Files left out are said in the extract step (the envelope's transformations).
-        let extract = (skipped > 0).then(|| {
-            format!(
-                "the Parquet backend from {} of the {} files of `{data_file}` ({}; the other {skipped} were not read: their partition values do not match {})",
-                files.len(),
-                self.parts.len(),
-                files
-                    .iter()
-                    .map(|f| f.path.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                pushed
-                    .iter()
-                    .filter(|p| self.keys.iter().any(|k| k.name == p.column))
-                    .map(Pushed::describe)
-                    .collect::<Vec<_>>()
-                    .join(" and ")
-            )
-        });
+        let extract = self.pruned(&files, pushed);
         Ok(LoadedData {
             provider: Arc::new(table),
             files,

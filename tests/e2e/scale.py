@@ -1,0 +1,233 @@
+"""Tally and DuckDB side by side on one Parquet file of the survey's shape (issue 17's five
+workloads, each returning its total), in one run. Prints Markdown tables
+(docs/benchmarks.md keeps the figures).
+
+    python3 tests/e2e/scale.py --bin target/release/tally --datasets DIR --dataset ID \\
+        [--runs 5] [--duckdb-python PYTHON]
+
+For Tally: a server started with an empty cache directory (first answer: read, prepare,
+keep), the five workloads warm (median of --runs after one warm-up), then a second server
+on the kept entry (first answer mapped). Memory from /proc (Linux): peak resident, and
+resident anonymous and file-backed memory after the workloads. Talks JSON-RPC over stdio
+directly (no SDK).
+
+For DuckDB: the same questions in SQL on the same file, in a process of its own (the
+`duckdb` module of --duckdb-python), each run reading the Parquet file (DuckDB keeps no
+prepared copy), with that process's peak resident memory.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TEXT_SEARCH = "電子"
+
+WORKLOADS = [
+    (
+        "summarize with a computed rate",
+        {"group_by": ["所管府省庁"], "metrics": ["count", "avg:オンライン率"]},
+        """SELECT 所管府省庁, count(*) AS n,
+                  avg(CASE WHEN オンライン化の実施状況 = '1 実施済' THEN 1.0 ELSE 0.0 END) AS rate,
+                  count(*) OVER () AS groups
+           FROM t GROUP BY 1 ORDER BY n DESC, 1 LIMIT 200""",
+    ),
+    (
+        "two dimensions with having",
+        {"group_by": ["所管府省庁", "手続類型"], "metrics": ["count", "sum:総手続件数"], "having": {"count": {"$gt": 100}}},
+        """SELECT 所管府省庁, 手続類型, count(*) AS n, sum(総手続件数) AS s, count(*) OVER () AS groups
+           FROM t GROUP BY 1, 2 HAVING count(*) > 100 ORDER BY n DESC, 1, 2 LIMIT 200""",
+    ),
+    (
+        "explode a multi-value field",
+        {"group_by": ["手続が行われるイベント(個人)"], "metrics": ["count"]},
+        """SELECT k, count(*) AS n, count(*) OVER () AS groups FROM (
+             SELECT trim(unnest(string_split("手続が行われるイベント(個人)", ';'))) AS k FROM t
+           ) WHERE k <> '' GROUP BY 1 ORDER BY n DESC, 1 LIMIT 200""",
+    ),
+    (
+        f"q over all text (`{TEXT_SEARCH}`)",
+        {"q": TEXT_SEARCH, "limit": 20},
+        None,  # built from the text columns of the file
+    ),
+    (
+        "filtered, ordered query",
+        {"where": {"所管府省庁": ["国土交通省"], "総手続件数": {"$gt": 100}}, "order_by": ["-総手続件数"], "limit": 20},
+        """SELECT *, count(*) OVER () AS total FROM t
+           WHERE 所管府省庁 = '国土交通省' AND 総手続件数 > 100
+           ORDER BY 総手続件数 DESC LIMIT 20""",
+    ),
+]
+
+DUCKDB_RUNNER = r"""
+import json, resource, statistics, sys, time
+import duckdb
+parquet, runs, queries = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")
+con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{parquet}')")
+out = []
+for sql in queries:
+    times = []
+    for _ in range(runs + 1):
+        start = time.perf_counter()
+        rows = con.execute(sql).fetchall()
+        times.append(time.perf_counter() - start)
+    out.append({"first": times[0], "median": statistics.median(times[1:]), "total": rows[0][-1] if rows else 0})
+print(json.dumps({"results": out, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+
+def status(pid):
+    fields = {}
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmHWM", "RssAnon", "RssFile"):
+                fields[key] = int(value.split()[0]) * 1024
+    return fields
+
+
+class Server:
+    def __init__(self, binary, datasets, cache, extra=()):
+        self.start = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--datasets", datasets, "--call-timeout-ms", "600000", "--watch", "off", "--cache-dir", cache, *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            encoding="utf-8",
+        )
+        self.next_id = 1
+        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "scale", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message):
+        self.proc.stdin.write(json.dumps(message, ensure_ascii=False) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, method, params):
+        self.next_id += 1
+        id_ = self.next_id
+        self.send({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise SystemExit("the server ended without answering")
+            message = json.loads(line)
+            if message.get("id") == id_:
+                return message
+
+    def call(self, dataset, arguments):
+        tool = "summarize_records" if "group_by" in arguments else "query_records"
+        start = time.perf_counter()
+        answer = self.request("tools/call", {"name": tool, "arguments": {"dataset_id": dataset, **arguments}})
+        elapsed = time.perf_counter() - start
+        result = answer.get("result", {})
+        if result.get("isError") or "error" in answer:
+            raise SystemExit(f"{tool} failed: {json.dumps(answer, ensure_ascii=False)[:600]}")
+        return elapsed, result.get("structuredContent", {}).get("data", {})
+
+    def stop(self):
+        memory = status(self.proc.pid)
+        self.proc.stdin.close()
+        self.proc.wait(timeout=600)
+        return memory
+
+
+def parquet_of(datasets, dataset):
+    folder = os.path.join(datasets, dataset)
+    name = "data.parquet"
+    with open(os.path.join(folder, "dataset.yaml"), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("data_file:"):
+                name = line.split(":", 1)[1].strip().strip("\"'")
+    return os.path.abspath(os.path.join(folder, name))
+
+
+def text_columns(python, parquet):
+    script = (
+        "import duckdb, json, sys; "
+        "print(json.dumps([r[0] for r in duckdb.sql(f\"DESCRIBE SELECT * FROM read_parquet('{sys.argv[1]}')\").fetchall() "
+        "if r[1] == 'VARCHAR']))"
+    )
+    return json.loads(subprocess.run([python, "-c", script, parquet], capture_output=True, text=True, check=True).stdout)
+
+
+def mib(n):
+    return f"{n / (1 << 20):,.0f} MiB"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="target/release/tally")
+    ap.add_argument("--datasets", default="datasets")
+    ap.add_argument("--dataset", default="procedures")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--duckdb-python", default=sys.executable)
+    ap.add_argument("--memory-budget", help="passed to tally serve (MiB)")
+    args = ap.parse_args()
+
+    parquet = parquet_of(args.datasets, args.dataset)
+    text = text_columns(args.duckdb_python, parquet)
+    joined = ", ".join(f'coalesce("{c}", \'\')' for c in text)
+    q_sql = f"""SELECT *, count(*) OVER () AS total FROM t
+                WHERE lower(concat_ws(chr(31), {joined})) LIKE '%{TEXT_SEARCH}%' LIMIT 20"""
+    queries = [sql or q_sql for _, _, sql in WORKLOADS]
+
+    cache = tempfile.mkdtemp(prefix="tally-scale-cache-")
+    try:
+        extra = ["--memory-budget", args.memory_budget] if args.memory_budget else []
+        server = Server(args.bin, args.datasets, cache, extra)
+        first_time, _ = server.call(args.dataset, WORKLOADS[0][1])
+        cold_first = time.perf_counter() - server.start
+        tally = []
+        for label, arguments, _ in WORKLOADS:
+            times = []
+            for _ in range(args.runs + 1):
+                elapsed, data = server.call(args.dataset, arguments)
+                times.append(elapsed)
+            total = data.get("total", data.get("total_group_count"))
+            tally.append((statistics.median(times[1:]), total))
+        cold_memory = server.stop()
+
+        server = Server(args.bin, args.datasets, cache, extra)
+        server.call(args.dataset, WORKLOADS[0][1])
+        warm_first = time.perf_counter() - server.start
+        warm_memory = server.stop()
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    ran = subprocess.run(
+        [args.duckdb_python, "-c", DUCKDB_RUNNER, parquet, str(args.runs), json.dumps(queries)],
+        capture_output=True,
+        text=True,
+    )
+    if ran.returncode != 0:
+        raise SystemExit(f"DuckDB failed: {ran.stderr[-2000:]}")
+    duck = json.loads(ran.stdout.strip().splitlines()[-1])
+
+    size = os.path.getsize(parquet)
+    print(f"Parquet: {size / 1e6:,.0f} MB; runs: {args.runs} after one warm-up")
+    print()
+    print("| start | first answer | peak RSS | anonymous after | file-backed after |")
+    print("|---|---|---|---|---|")
+    for label, elapsed, memory in (("empty cache (read, prepare, keep)", cold_first, cold_memory), ("kept entry (mapped)", warm_first, warm_memory)):
+        print(f"| {label} | {elapsed:.2f} s | {mib(memory.get('VmHWM', 0))} | {mib(memory.get('RssAnon', 0))} | {mib(memory.get('RssFile', 0))} |")
+    print()
+    print("| workload | Tally, warm (median) | DuckDB first / median | Tally ÷ DuckDB | total: Tally / DuckDB |")
+    print("|---|---|---|---|---|")
+    for (label, _, _), (median, total), d in zip(WORKLOADS, tally, duck["results"]):
+        print(f"| {label} | {median * 1000:,.1f} ms | {d['first'] * 1000:,.1f} / {d['median'] * 1000:,.1f} ms | {median / d['median']:.2f} | {total} / {d['total']} |")
+    print()
+    print(f"DuckDB process peak RSS: {mib(duck['peak'])}")
+
+
+if __name__ == "__main__":
+    main()
