@@ -112,11 +112,13 @@ impl ParquetBackend {
         }
         let first = &parts[0];
         for other in &parts[1..] {
-            if let Some(difference) = difference(&first.footer.schema, &other.footer.schema) {
+            if let Some(difference) = difference(
+                (&first.relative, &first.footer.schema),
+                (&other.relative, &other.footer.schema),
+            ) {
                 return Err(refusal(
                     format!(
-                        "the files of `{data_file}` do not have the same columns: {difference} in `{}` but not in `{}`",
-                        other.relative, first.relative
+                        "the files of `{data_file}` do not have the same columns: {difference}"
                     ),
                     "write every file of the set with the same columns and types, or name fewer files in `data_file`",
                     false,
@@ -249,9 +251,9 @@ fn files_of(folder: &Path, data_file: &str) -> Result<FileSet, Refusal> {
     })
 }
 
-/// The first column one schema has that the other lacks (by name and type as served: text
-/// is text however it is stored), if any.
-fn difference(a: &Schema, b: &Schema) -> Option<String> {
+/// How the columns of file `b` differ from those of file `a` (by name and type as served:
+/// text is text however it is stored), if they do: the first difference, in words.
+fn difference(a: (&str, &Schema), b: (&str, &Schema)) -> Option<String> {
     fn served(t: &DataType) -> &DataType {
         match t {
             DataType::Utf8View | DataType::LargeUtf8 => &DataType::Utf8,
@@ -259,17 +261,37 @@ fn difference(a: &Schema, b: &Schema) -> Option<String> {
             other => other,
         }
     }
-    let describe = |f: &Field| format!("column `{}` ({})", f.name(), f.data_type());
+    let ((a_name, a), (b_name, b)) = (a, b);
     for f in b.fields() {
         match a.field_with_name(f.name()) {
             Ok(g) if served(g.data_type()) == served(f.data_type()) => {}
-            _ => return Some(describe(f)),
+            Ok(g) => {
+                return Some(format!(
+                    "column `{}` is {} in `{a_name}` but {} in `{b_name}`",
+                    f.name(),
+                    g.data_type(),
+                    f.data_type()
+                ));
+            }
+            Err(_) => {
+                return Some(format!(
+                    "`{b_name}` has column `{}` ({}), which `{a_name}` lacks",
+                    f.name(),
+                    f.data_type()
+                ));
+            }
         }
     }
     a.fields()
         .iter()
         .find(|f| b.field_with_name(f.name()).is_err())
-        .map(|f| format!("no {}", describe(f)))
+        .map(|f| {
+            format!(
+                "`{b_name}` lacks column `{}` ({}), which `{a_name}` has",
+                f.name(),
+                f.data_type()
+            )
+        })
 }
 
 #[async_trait]
@@ -527,5 +549,44 @@ fn constant(key: &Key, value: &Option<String>, n: usize) -> ArrayRef {
             Err(_) => new_null_array(&DataType::Int64, n),
         },
         (Some(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(v, n))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(fields: &[(&str, DataType)]) -> Schema {
+        Schema::new(
+            fields
+                .iter()
+                .map(|(n, t)| Field::new(*n, t.clone(), true))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn files_that_differ_are_told_apart_in_words() {
+        let a = schema(&[("id", DataType::Utf8), ("n", DataType::Int64)]);
+        let same = schema(&[("id", DataType::Utf8View), ("n", DataType::Int64)]);
+        assert_eq!(difference(("a", &a), ("b", &same)), None);
+        let typed = schema(&[("id", DataType::Utf8), ("n", DataType::Float64)]);
+        assert_eq!(
+            difference(("a", &a), ("b", &typed)).as_deref(),
+            Some("column `n` is Int64 in `a` but Float64 in `b`")
+        );
+        let more = schema(&[
+            ("id", DataType::Utf8),
+            ("n", DataType::Int64),
+            ("x", DataType::Int64),
+        ]);
+        assert_eq!(
+            difference(("a", &a), ("b", &more)).as_deref(),
+            Some("`b` has column `x` (Int64), which `a` lacks")
+        );
+        assert_eq!(
+            difference(("b", &more), ("a", &a)).as_deref(),
+            Some("`a` lacks column `x` (Int64), which `b` has")
+        );
     }
 }
