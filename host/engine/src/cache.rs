@@ -1,14 +1,25 @@
 //! Prepared tables on disk. The first preparation of a dataset version writes its prepared
-//! table (canonical types, row numbers, folded search text, code and share columns) as one
-//! Arrow IPC file in the cache directory; later starts map that file instead of preparing
-//! again, so the first answer after a restart costs a file check, not a pass over the data.
+//! table (every declared field in its canonical type, text as codes into one dictionary per
+//! field) into the cache directory as it is built, one chunk at a time; later starts map that
+//! file instead of preparing again, so the first answer after a restart costs a check of the
+//! file's frame and of the columns the first call reads, not a pass over the data.
 //!
-//! An entry is named by the dataset id and version, written under a temporary name and
-//! renamed into place (two servers sharing a directory never see half a file), and never
-//! changed after. A mapped entry is checked before it is served: the Arrow file's framing,
-//! the header in its schema metadata (format, Tally version, dataset, version, rows), the
-//! schema the definition asks for, and every data file's size, time and (when the time
-//! moved) hash. Anything else is a miss: the entry is removed and the data prepared anew.
+//! An entry is one file, named by the dataset id and version, written under a temporary name
+//! and renamed into place (two servers sharing a directory never see half a file), and never
+//! changed after:
+//!
+//! ```text
+//! "TALLYPR2" · padding to 64 · chunks: an Arrow IPC file (the stored columns, one record
+//! batch per chunk) · padding · values: an Arrow IPC file (one batch per text field, its
+//! dictionary) · the header as JSON · its length (u64 LE) · "TALLYPR2"
+//! ```
+//!
+//! A mapped entry is checked before it is served: the frame (magic at both ends, the header,
+//! the sections inside the file), the header (format, Tally version, dataset, version, rows),
+//! the stored schema the definition asks for, every chunk's row count, and every data file's
+//! size, time and (when the time moved) hash. Each column is then checked when first read
+//! (Arrow's validation, every code inside its dictionary). Anything that does not check out is
+//! a miss or marks the entry damaged: it is removed and the data prepared anew.
 
 use std::fs::File;
 use std::io::Write;
@@ -16,21 +27,26 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use datafusion::arrow::buffer::Buffer;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::convert::fb_to_schema;
 use datafusion::arrow::ipc::reader::{FileDecoder, read_footer_length};
-use datafusion::arrow::ipc::root_as_footer;
 use datafusion::arrow::ipc::writer::FileWriter;
+use datafusion::arrow::ipc::{Block, MetadataVersion, root_as_footer};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{ServedFile, sha256_file, sha256_hex};
+use crate::error::EngineError;
 
 /// What a cache file holds and how; a file of another format is not read.
-const FORMAT: &str = "tally-prepared/1";
-/// The schema metadata key of an entry's header.
-const HEADER_KEY: &str = "tally.cache";
+const FORMAT: &str = "tally-prepared/2";
+/// The first and last bytes of an entry.
+const MAGIC: &[u8; 8] = b"TALLYPR2";
+/// Sections start at multiples of this (Arrow buffers are aligned to it within a section).
+const ALIGN: u64 = 64;
+/// The largest header read.
+const MAX_HEADER: u64 = 64 << 20;
 /// Temporary files older than this are left-overs of a writer that stopped.
 const ABANDONED: Duration = Duration::from_secs(3600);
 
@@ -50,6 +66,13 @@ pub struct CachedFile {
     pub modified: Option<u128>,
 }
 
+/// Where a section lies in the entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Section {
+    pub offset: u64,
+    pub len: u64,
+}
+
 /// What an entry says of itself, beside its table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Header {
@@ -62,40 +85,77 @@ pub struct Header {
     pub files: Vec<CachedFile>,
     pub extract: Option<String>,
     pub notes: Vec<String>,
-    /// Per coded field (by index), its values (code 0 first).
-    pub codes: Vec<(usize, Vec<String>)>,
-    /// The computed measures (by index) with a share column.
-    pub shares: Vec<usize>,
+    /// The fields (by index) whose dictionaries the values section holds, in its order.
+    pub text_fields: Vec<usize>,
+    pub chunks: Section,
+    pub values: Section,
+    /// Per chunk, the checksum of each stored column ([`digest`]).
+    pub digests: Vec<Vec<u32>>,
+    /// Per text field (in `text_fields` order), the checksum of its dictionary.
+    pub value_digests: Vec<u32>,
 }
 
 impl Header {
-    /// The header of a dataset version's table of `rows` rows, written by this Tally (the
-    /// rest filled by the writer).
-    pub fn new(dataset: &str, version: &str, rows: usize) -> Header {
+    /// The header of a dataset version's table, written by this Tally (the rest filled by
+    /// the writer).
+    pub fn new(dataset: &str, version: &str) -> Header {
         Header {
             format: FORMAT.to_string(),
             tally: env!("CARGO_PKG_VERSION").to_string(),
             dataset: dataset.to_string(),
             version: version.to_string(),
-            rows,
+            rows: 0,
             files: Vec::new(),
             extract: None,
             notes: Vec::new(),
-            codes: Vec::new(),
-            shares: Vec::new(),
+            text_fields: Vec::new(),
+            chunks: Section::default(),
+            values: Section::default(),
+            digests: Vec::new(),
+            value_digests: Vec::new(),
         }
     }
 }
 
-/// A mapped entry: its header and its table (arrays over the mapped file).
-#[derive(Debug)]
-pub struct Entry {
-    pub header: Header,
-    pub batches: Vec<RecordBatch>,
-    pub schema: SchemaRef,
-    /// The data files as they are now (their hashes those of the bytes the entry was built
-    /// from, checked).
-    pub files: Vec<ServedFile>,
+/// A checksum of an array's contents (its values, offsets and null bits from its offset on,
+/// never bytes past its end): what was written is what is read.
+pub fn digest(array: &dyn Array) -> u32 {
+    use datafusion::arrow::datatypes::ArrowNativeType;
+    let mut h = crc32fast::Hasher::new();
+    let data = array.to_data();
+    let (offset, len) = (data.offset(), data.len());
+    h.update(&(len as u64).to_le_bytes());
+    match array.data_type() {
+        DataType::Utf8 => {
+            let s = array.as_string::<i32>();
+            let offsets = s.value_offsets();
+            let first = offsets.first().copied().unwrap_or(0);
+            for o in offsets {
+                h.update(&(*o - first).to_le_bytes());
+            }
+            let (start, end) = (
+                first.as_usize(),
+                offsets.last().copied().unwrap_or(0).as_usize(),
+            );
+            h.update(s.value_data().get(start..end).unwrap_or(&[]));
+        }
+        other => {
+            if let (Some(width), Some(values)) = (other.primitive_width(), data.buffers().first()) {
+                h.update(
+                    values
+                        .as_slice()
+                        .get(offset * width..(offset + len) * width)
+                        .unwrap_or(&[]),
+                );
+            }
+        }
+    }
+    if let Some(nulls) = array.nulls() {
+        for bits in nulls.inner().bit_chunks().iter_padded() {
+            h.update(&bits.to_le_bytes());
+        }
+    }
+    h.finalize()
 }
 
 fn nanos(t: SystemTime) -> Option<u128> {
@@ -218,16 +278,16 @@ impl Cache {
     }
 
     /// The entry of a dataset version, checked against what the definition asks for
-    /// (`expected` schema) and the data files as they are now (`files`, relative to
-    /// `folder`). A miss removes the entry.
+    /// (`stored`: the stored schema, `text_fields`: the fields with dictionaries) and the data
+    /// files as they are now (`files`, relative to `folder`). A miss removes the entry.
     pub fn load(
         &self,
         dataset: &str,
         version: &str,
-        expected: &Schema,
+        stored: &Schema,
         folder: &Path,
         files: &[ServedFile],
-    ) -> Result<Option<Entry>, Miss> {
+    ) -> Result<Option<Mapped>, Miss> {
         if let Err(why) = self.private() {
             return Err(miss(why));
         }
@@ -238,18 +298,27 @@ impl Cache {
             Err(e) => return Err(miss(format!("cannot open it: {e}"))),
         };
         let checked = map(&file).and_then(|buffer| {
-            let (header, schema, batches) = decode(&buffer)?;
-            check(&header, dataset, version, &schema, expected, &batches)?;
+            let header = frame(&buffer)?;
+            check(&header, dataset, version)?;
             let files = check_files(&header, folder, files)?;
-            Ok(Entry {
+            let entry = Entry::open(buffer, &header, stored, path.clone())?;
+            let chunks = entry.chunk_rows()?;
+            let rows: usize = chunks.iter().sum();
+            if rows != header.rows {
+                return Err(miss(format!(
+                    "{rows} rows where its header says {}",
+                    header.rows
+                )));
+            }
+            Ok(Mapped {
                 header,
-                batches,
-                schema,
                 files,
+                chunks,
+                entry: Arc::new(entry),
             })
         });
         match checked {
-            Ok(entry) => Ok(Some(entry)),
+            Ok(mapped) => Ok(Some(mapped)),
             Err(why) => {
                 let _ = std::fs::remove_file(&path);
                 Err(why)
@@ -257,15 +326,10 @@ impl Cache {
         }
     }
 
-    /// Writes the entry of a dataset version: under a temporary name, synced, then renamed
-    /// into place; the entries of the dataset's other versions and abandoned temporary files
-    /// are removed.
-    pub fn store(
-        &self,
-        header: &Header,
-        schema: &SchemaRef,
-        batches: &[RecordBatch],
-    ) -> std::io::Result<PathBuf> {
+    /// Starts writing the entry of a dataset version with the stored columns `stored`: under
+    /// a temporary name, chunk by chunk ([`Writer`]), renamed into place by
+    /// [`Writer::finish`].
+    pub fn writer(&self, header: Header, stored: &SchemaRef) -> std::io::Result<Writer> {
         self.create()?;
         self.private().map_err(std::io::Error::other)?;
         let path = self.path(&header.dataset, &header.version);
@@ -273,32 +337,34 @@ impl Cache {
         getrandom::fill(&mut random).map_err(std::io::Error::other)?;
         let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
         let temporary = path.with_extension(format!("arrow.{suffix}.tmp"));
-        let written = (|| {
-            let file = File::create_new(&temporary)?;
-            let json = serde_json::to_string(header).map_err(std::io::Error::other)?;
-            let mut metadata = schema.metadata().clone();
-            metadata.insert(HEADER_KEY.to_string(), json);
-            let schema = Schema::new_with_metadata(schema.fields().clone(), metadata);
-            let mut writer = FileWriter::try_new(std::io::BufWriter::new(file), &schema)
-                .map_err(std::io::Error::other)?;
-            for batch in batches {
-                writer.write(batch).map_err(std::io::Error::other)?;
-            }
-            writer.finish().map_err(std::io::Error::other)?;
-            let mut inner = writer.into_inner().map_err(std::io::Error::other)?;
-            inner.flush()?;
-            inner
-                .into_inner()
-                .map_err(|e| std::io::Error::other(e.to_string()))?
-                .sync_all()?;
-            std::fs::rename(&temporary, &path)
+        let file = File::create_new(&temporary)?;
+        let mut out = Counting {
+            inner: std::io::BufWriter::with_capacity(1 << 20, file),
+            at: 0,
+        };
+        let started = (|| {
+            out.write_all(MAGIC)?;
+            pad(&mut out)?;
+            let offset = out.at;
+            let ipc = FileWriter::try_new(out, stored).map_err(std::io::Error::other)?;
+            Ok::<_, std::io::Error>((ipc, offset))
         })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&temporary);
-            return Err(e);
+        match started {
+            Ok((ipc, offset)) => Ok(Writer {
+                cache: self.clone(),
+                header,
+                path,
+                temporary,
+                ipc: Some(ipc),
+                chunks_at: offset,
+                rows: 0,
+                digests: Vec::new(),
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&temporary);
+                Err(e)
+            }
         }
-        self.remove_stale(&header.dataset, &path);
-        Ok(path)
     }
 
     /// Removes the entries of dataset versions no longer served: `served` lists every
@@ -354,73 +420,428 @@ impl Cache {
     }
 }
 
-/// The file, mapped read-only. Entries are written once under another name and renamed
-/// into place, never changed after, and removed only by unlinking, so a mapped entry's
-/// bytes do not change under the map.
-#[allow(unsafe_code)]
-fn map(file: &File) -> Result<Buffer, Miss> {
-    // SAFETY: the bytes of a cache entry never change after it is renamed into place (see
-    // above); the map is read-only, and what is read is checked before it is trusted.
-    let mapped =
-        unsafe { memmap2::Mmap::map(file) }.map_err(|e| miss(format!("cannot map it: {e}")))?;
-    Ok(Buffer::from(bytes::Bytes::from_owner(mapped)))
+/// Bytes written so far, for section offsets.
+struct Counting {
+    inner: std::io::BufWriter<File>,
+    at: u64,
 }
 
-/// The header, schema and batches of an Arrow IPC file, arrays over its bytes.
-fn decode(buffer: &Buffer) -> Result<(Header, SchemaRef, Vec<RecordBatch>), Miss> {
-    let bad = |e: &dyn std::fmt::Display| miss(format!("not a readable Arrow file: {e}"));
-    if buffer.len() < 16 || &buffer[..6] != b"ARROW1" {
-        return Err(miss("not an Arrow file (no leading magic)"));
+impl Write for Counting {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.at += n as u64;
+        Ok(n)
     }
-    let trailer = buffer.len() - 10;
-    let tail: [u8; 10] = buffer[trailer..]
-        .try_into()
-        .map_err(|_| miss("too short"))?;
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Zeros up to the next multiple of [`ALIGN`].
+fn pad(out: &mut Counting) -> std::io::Result<()> {
+    let rest = (ALIGN - out.at % ALIGN) % ALIGN;
+    out.write_all(&vec![0u8; rest as usize])
+}
+
+/// An entry being written: chunks as they are built, then the dictionaries and the header.
+/// Dropped unfinished, its temporary file is removed.
+pub struct Writer {
+    cache: Cache,
+    header: Header,
+    path: PathBuf,
+    temporary: PathBuf,
+    ipc: Option<FileWriter<Counting>>,
+    chunks_at: u64,
+    rows: usize,
+    digests: Vec<Vec<u32>>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("path", &self.path)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.ipc.is_some() {
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
+}
+
+impl crate::store::ChunkSink for Writer {
+    fn chunk(&mut self, batch: RecordBatch) -> Result<(), EngineError> {
+        let ipc = self
+            .ipc
+            .as_mut()
+            .ok_or_else(|| EngineError::internal("a cache entry written after its end"))?;
+        self.digests
+            .push(batch.columns().iter().map(|c| digest(c.as_ref())).collect());
+        ipc.write(&batch).map_err(|e| {
+            EngineError::internal(format!(
+                "the prepared data could not be kept in the cache: {e}"
+            ))
+        })?;
+        self.rows += batch.num_rows();
+        Ok(())
+    }
+}
+
+impl Writer {
+    /// Ends the entry: the dictionaries of the text fields (`values`, by field index), the
+    /// header (with `files`, `extract` and `notes` of the data read), synced, renamed into
+    /// place; the dataset's other entries and abandoned temporary files are removed.
+    pub fn finish(
+        mut self,
+        values: &[Option<StringArray>],
+        files: &[ServedFile],
+        extract: Option<String>,
+        notes: Vec<String>,
+    ) -> std::io::Result<PathBuf> {
+        let ipc = self
+            .ipc
+            .take()
+            .ok_or_else(|| std::io::Error::other("the entry was finished already"))?;
+        let written = (|| {
+            let mut ipc = ipc;
+            ipc.finish().map_err(std::io::Error::other)?;
+            let mut out = ipc.into_inner().map_err(std::io::Error::other)?;
+            let chunks = Section {
+                offset: self.chunks_at,
+                len: out.at - self.chunks_at,
+            };
+            pad(&mut out)?;
+            let values_at = out.at;
+            let schema = Arc::new(Schema::new(vec![Field::new(
+                "value",
+                DataType::Utf8,
+                false,
+            )]));
+            let mut text_fields = Vec::new();
+            let mut value_digests = Vec::new();
+            let mut ipc = FileWriter::try_new(out, &schema).map_err(std::io::Error::other)?;
+            for (f, v) in values.iter().enumerate() {
+                if let Some(v) = v {
+                    text_fields.push(f);
+                    value_digests.push(digest(v));
+                    let batch = RecordBatch::try_new(
+                        Arc::clone(&schema),
+                        vec![Arc::new(v.clone()) as ArrayRef],
+                    )
+                    .map_err(std::io::Error::other)?;
+                    ipc.write(&batch).map_err(std::io::Error::other)?;
+                }
+            }
+            ipc.finish().map_err(std::io::Error::other)?;
+            let mut out = ipc.into_inner().map_err(std::io::Error::other)?;
+            let header = Header {
+                rows: self.rows,
+                files: cached_files(files),
+                extract,
+                notes,
+                text_fields,
+                chunks,
+                values: Section {
+                    offset: values_at,
+                    len: out.at - values_at,
+                },
+                digests: std::mem::take(&mut self.digests),
+                value_digests,
+                ..self.header.clone()
+            };
+            let json = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+            out.write_all(&json)?;
+            out.write_all(&(json.len() as u64).to_le_bytes())?;
+            out.write_all(MAGIC)?;
+            out.flush()?;
+            let file = out
+                .inner
+                .into_inner()
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            file.sync_all()?;
+            std::fs::rename(&self.temporary, &self.path)
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&self.temporary);
+            return Err(e);
+        }
+        self.cache.remove_stale(&self.header.dataset, &self.path);
+        Ok(self.path.clone())
+    }
+}
+
+/// A mapped entry, its frame checked: what it says, the data files as they are now, the rows
+/// of each chunk, and the columns, read when first asked for.
+#[derive(Debug)]
+pub struct Mapped {
+    pub header: Header,
+    /// The data files as they are now (their hashes those of the bytes the entry was built
+    /// from, checked).
+    pub files: Vec<ServedFile>,
+    pub chunks: Vec<usize>,
+    pub entry: Arc<Entry>,
+}
+
+/// The sections of a mapped entry.
+pub struct Entry {
+    buffer: Buffer,
+    path: PathBuf,
+    stored: SchemaRef,
+    version: MetadataVersion,
+    blocks: Vec<Block>,
+    chunks_at: usize,
+    values_schema: SchemaRef,
+    values_version: MetadataVersion,
+    values_blocks: Vec<Block>,
+    values_at: usize,
+    /// Per field, its block in the values section.
+    text: std::collections::HashMap<usize, usize>,
+    digests: Vec<Vec<u32>>,
+    value_digests: Vec<u32>,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("bytes", &self.buffer.len())
+            .field("chunks", &self.blocks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An Arrow IPC file inside the entry: its schema, version and blocks, all inside it.
+fn ipc_section(
+    buffer: &Buffer,
+    section: Section,
+    what: &str,
+) -> Result<(usize, SchemaRef, MetadataVersion, Vec<Block>), Miss> {
+    let bad =
+        |e: &dyn std::fmt::Display| miss(format!("its {what} are not a readable Arrow file: {e}"));
+    let start = usize::try_from(section.offset).map_err(|_| miss("a section past the end"))?;
+    let len = usize::try_from(section.len).map_err(|_| miss("a section past the end"))?;
+    if start % ALIGN as usize != 0
+        || start.checked_add(len).is_none_or(|e| e > buffer.len())
+        || len < 16
+    {
+        return Err(miss(format!("its {what} lie outside the file")));
+    }
+    let bytes = &buffer[start..start + len];
+    if &bytes[..6] != b"ARROW1" {
+        return Err(miss(format!("its {what} are not an Arrow file")));
+    }
+    let trailer = len - 10;
+    let tail: [u8; 10] = bytes[trailer..].try_into().map_err(|_| miss("too short"))?;
     let footer_len = read_footer_length(tail).map_err(|e| bad(&e))?;
     if footer_len > trailer {
-        return Err(miss("its footer is longer than the file"));
+        return Err(miss(format!(
+            "the footer of its {what} is longer than they are"
+        )));
     }
-    let footer = root_as_footer(&buffer[trailer - footer_len..trailer]).map_err(|e| bad(&e))?;
-    let fb_schema = footer.schema().ok_or_else(|| miss("no schema"))?;
+    let footer = root_as_footer(&bytes[trailer - footer_len..trailer]).map_err(|e| bad(&e))?;
+    let fb_schema = footer
+        .schema()
+        .ok_or_else(|| miss(format!("its {what} have no schema")))?;
     let schema = Arc::new(fb_to_schema(fb_schema));
-    let header: Header = schema
-        .metadata()
-        .get(HEADER_KEY)
-        .ok_or_else(|| miss("no Tally header"))
-        .and_then(|json| {
-            serde_json::from_str(json).map_err(|e| miss(format!("a broken header: {e}")))
-        })?;
-    let decoder = FileDecoder::new(Arc::clone(&schema), footer.version());
-    let mut batches = Vec::new();
+    let mut blocks = Vec::new();
     for block in footer.recordBatches().into_iter().flatten() {
-        let start = usize::try_from(block.offset()).map_err(|_| miss("a negative offset"))?;
-        let len = usize::try_from(block.bodyLength())
+        let at = usize::try_from(block.offset()).map_err(|_| miss("a negative offset"))?;
+        let n = usize::try_from(block.bodyLength())
             .ok()
             .and_then(|b| b.checked_add(usize::try_from(block.metaDataLength()).ok()?))
             .ok_or_else(|| miss("a block of impossible length"))?;
-        if start.checked_add(len).is_none_or(|end| end > buffer.len()) {
-            return Err(miss("a block past the end of the file"));
+        if at.checked_add(n).is_none_or(|end| end > len) {
+            return Err(miss(format!("a block past the end of its {what}")));
         }
-        let data = buffer.slice_with_length(start, len);
-        let batch = decoder
-            .read_record_batch(block, &data)
-            .map_err(|e| bad(&e))?
-            .ok_or_else(|| miss("an empty block"))?;
-        batches.push(batch);
+        blocks.push(*block);
     }
-    Ok((header, schema, batches))
+    Ok((start, schema, footer.version(), blocks))
 }
 
-/// The header is this Tally's, for this dataset version, and the table has the schema the
-/// definition asks for and the rows the header says.
-fn check(
-    header: &Header,
-    dataset: &str,
-    version: &str,
-    schema: &Schema,
-    expected: &Schema,
-    batches: &[RecordBatch],
-) -> Result<(), Miss> {
+impl Entry {
+    fn open(
+        buffer: Buffer,
+        header: &Header,
+        stored: &Schema,
+        path: PathBuf,
+    ) -> Result<Entry, Miss> {
+        let (chunks_at, schema, version, blocks) = ipc_section(&buffer, header.chunks, "chunks")?;
+        let same_fields = schema.fields().len() == stored.fields().len()
+            && schema
+                .fields()
+                .iter()
+                .zip(stored.fields())
+                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+        if !same_fields {
+            return Err(miss("its columns are not the ones the definition asks for"));
+        }
+        let (values_at, values_schema, values_version, values_blocks) =
+            ipc_section(&buffer, header.values, "dictionaries")?;
+        if values_schema.fields().len() != 1
+            || values_schema.field(0).data_type() != &DataType::Utf8
+            || values_blocks.len() != header.text_fields.len()
+        {
+            return Err(miss("its dictionaries are not the ones its header lists"));
+        }
+        let expected_text: Vec<usize> = stored
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.data_type() == &DataType::UInt32)
+            .map(|(i, _)| i)
+            .collect();
+        if header.text_fields != expected_text {
+            return Err(miss("its text fields are not the definition's"));
+        }
+        if header.digests.len() != blocks.len()
+            || header
+                .digests
+                .iter()
+                .any(|d| d.len() != stored.fields().len())
+            || header.value_digests.len() != header.text_fields.len()
+        {
+            return Err(miss("its checksums do not cover its columns"));
+        }
+        Ok(Entry {
+            digests: header.digests.clone(),
+            value_digests: header.value_digests.clone(),
+            text: header
+                .text_fields
+                .iter()
+                .enumerate()
+                .map(|(b, f)| (*f, b))
+                .collect(),
+            buffer,
+            path,
+            stored: Arc::new(stored.clone()),
+            version,
+            blocks,
+            chunks_at,
+            values_schema,
+            values_version,
+            values_blocks,
+            values_at,
+        })
+    }
+
+    /// Decodes one block of a section with a projection; a panic in the decoder (a hostile
+    /// file) is an error like any other.
+    fn decode(
+        &self,
+        at: usize,
+        schema: &SchemaRef,
+        version: MetadataVersion,
+        block: &Block,
+        projection: Vec<usize>,
+    ) -> Result<RecordBatch, String> {
+        let start = at + block.offset() as usize;
+        let len = block.bodyLength() as usize + block.metaDataLength() as usize;
+        let data = self.buffer.slice_with_length(start, len);
+        let decoder = FileDecoder::new(Arc::clone(schema), version).with_projection(projection);
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            decoder.read_record_batch(block, &data)
+        }));
+        match decoded {
+            Ok(Ok(Some(batch))) => Ok(batch),
+            Ok(Ok(None)) => Err("an empty block".into()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("a block the decoder cannot read".into()),
+        }
+    }
+
+    /// The rows of each chunk (no column is decoded).
+    fn chunk_rows(&self) -> Result<Vec<usize>, Miss> {
+        self.blocks
+            .iter()
+            .map(|b| {
+                self.decode(self.chunks_at, &self.stored, self.version, b, Vec::new())
+                    .map(|batch| batch.num_rows())
+                    .map_err(|e| miss(format!("a chunk does not decode: {e}")))
+            })
+            .collect()
+    }
+}
+
+impl crate::store::Columns for Entry {
+    fn column(&self, field: usize) -> Result<Vec<ArrayRef>, String> {
+        self.blocks
+            .iter()
+            .enumerate()
+            .map(|(c, b)| {
+                let batch =
+                    self.decode(self.chunks_at, &self.stored, self.version, b, vec![field])?;
+                let array = Arc::clone(batch.column(0));
+                if self.digests.get(c).and_then(|d| d.get(field)) != Some(&digest(array.as_ref())) {
+                    return Err(format!("chunk {c} does not match its checksum"));
+                }
+                Ok(array)
+            })
+            .collect()
+    }
+
+    fn values(&self, field: usize) -> Result<StringArray, String> {
+        let at = *self
+            .text
+            .get(&field)
+            .ok_or_else(|| format!("no dictionary for field {field}"))?;
+        let block = self
+            .values_blocks
+            .get(at)
+            .ok_or_else(|| format!("no dictionary for field {field}"))?;
+        let batch = self.decode(
+            self.values_at,
+            &self.values_schema,
+            self.values_version,
+            block,
+            vec![0],
+        )?;
+        let values = batch
+            .column(0)
+            .as_string_opt::<i32>()
+            .ok_or("a dictionary that is not text")?
+            .clone();
+        if self.value_digests.get(at) != Some(&digest(&values)) {
+            return Err("the dictionary does not match its checksum".into());
+        }
+        if values.is_empty() || !values.value(0).is_empty() || values.null_count() > 0 {
+            return Err("a dictionary that does not start with the empty value".into());
+        }
+        Ok(values)
+    }
+
+    fn damaged(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The header of a mapped entry, its frame checked: magic at both ends, a header that fits.
+fn frame(buffer: &Buffer) -> Result<Header, Miss> {
+    let len = buffer.len();
+    if len < 32 || &buffer[..8] != MAGIC {
+        return Err(miss("not a Tally cache entry (no leading magic)"));
+    }
+    if &buffer[len - 8..] != MAGIC {
+        return Err(miss("cut short (no trailing magic)"));
+    }
+    let header_len = u64::from_le_bytes(
+        buffer[len - 16..len - 8]
+            .try_into()
+            .map_err(|_| miss("too short"))?,
+    );
+    if header_len > MAX_HEADER || header_len as usize > len - 24 {
+        return Err(miss("a header longer than the file"));
+    }
+    let start = len - 16 - header_len as usize;
+    serde_json::from_slice(&buffer[start..len - 16])
+        .map_err(|e| miss(format!("a broken header: {e}")))
+}
+
+/// The header is this Tally's, for this dataset version.
+fn check(header: &Header, dataset: &str, version: &str) -> Result<(), Miss> {
     if header.format != FORMAT {
         return Err(miss(format!(
             "format {} (this Tally reads {FORMAT})",
@@ -436,23 +857,19 @@ fn check(
             header.dataset, header.version
         )));
     }
-    let same_fields = schema.fields().len() == expected.fields().len()
-        && schema
-            .fields()
-            .iter()
-            .zip(expected.fields())
-            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-    if !same_fields {
-        return Err(miss("its columns are not the ones the definition asks for"));
-    }
-    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    if rows != header.rows {
-        return Err(miss(format!(
-            "{rows} rows where its header says {}",
-            header.rows
-        )));
-    }
     Ok(())
+}
+
+/// The file, mapped read-only. Entries are written once under another name and renamed
+/// into place, never changed after, and removed only by unlinking, so a mapped entry's
+/// bytes do not change under the map.
+#[allow(unsafe_code)]
+fn map(file: &File) -> Result<Buffer, Miss> {
+    // SAFETY: the bytes of a cache entry never change after it is renamed into place (see
+    // above); the map is read-only, and what is read is checked before it is trusted.
+    let mapped =
+        unsafe { memmap2::Mmap::map(file) }.map_err(|e| miss(format!("cannot map it: {e}")))?;
+    Ok(Buffer::from(bytes::Bytes::from_owner(mapped)))
 }
 
 /// The data files are the ones the entry was built from: the same paths and sizes, and the

@@ -73,7 +73,7 @@ impl<'a> Call<'a> {
     ) -> Result<Call<'a>, EngineError> {
         let def = &ds.def;
         let prepared = ds.prepared_for(engine, &ds.pushdown(filters)).await?;
-        let value_warnings = crate::values::match_data(&prepared, def, filters, resolved);
+        let value_warnings = crate::values::match_data(&prepared, def, filters, resolved)?;
         let ctx = engine.call_context()?;
         let base = ctx.read_table(prepared.table.clone())?;
         Ok(Call {
@@ -135,7 +135,7 @@ impl<'a> Call<'a> {
             self.def(),
             asked.filters,
             asked.nothing_matched,
-        );
+        )?;
         if asked.ask_conditions {
             // Conditions the backend applied itself shaped the table searched; which
             // condition excludes everything is asked of all the data.

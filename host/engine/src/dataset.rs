@@ -1,18 +1,14 @@
-//! A served dataset: its definition, its backend, and the in-memory table queries run on.
+//! A served dataset: its definition, its backend, and the prepared table queries run on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    ArrayRef, RecordBatch, StringArray, StringBuilder, UInt32Array, UInt64Array,
-};
-use datafusion::arrow::datatypes::{DataType, Field as ArrowField, Schema, SchemaRef};
-use datafusion::datasource::MemTable;
+use datafusion::arrow::array::{AsArray, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::UInt32Type;
+use datafusion::catalog::TableProvider;
 use datafusion::logical_expr::Expr;
 use datafusion::prelude::{SessionContext, ident};
-use tally_semantic::definition::{
-    DataType as FieldType, DatasetDef, DateValue, Diagnostic, FieldId, MeasureId,
-};
+use tally_semantic::definition::{DatasetDef, DateValue, Diagnostic, FieldId, MeasureId};
 use tokio::sync::OnceCell;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,16 +17,11 @@ use crate::Engine;
 use crate::backend::{Backend, LoadedData, Pushed, RowSources, ServedFile};
 use crate::error::EngineError;
 use crate::memory::{Budget, Meter, Progress};
+use crate::store::{Builder, ChunkSink, InMemory, Layout, PreparedTable, Store};
 
-/// Hidden column: the record's position in file order (the default order).
-pub const ROW_COL: &str = "__tally_row";
-/// Hidden column: every text field of the record, folded (NFKC, lower case) and joined, for
-/// `q`.
-pub const SEARCH_COL: &str = "__tally_search";
-/// Prefix reserved for hidden columns.
-pub const RESERVED_PREFIX: &str = "__tally_";
-/// Joins fields in the search column; `q` never contains it (control characters are removed).
-pub const SEARCH_SEPARATOR: char = '\u{1f}';
+pub use crate::store::{
+    RESERVED_PREFIX, ROW_COL, canonical_type, code_column, share_column, text_type,
+};
 
 /// Where the retrieval date of a dataset comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,12 +128,23 @@ pub type ValueCounts = Arc<Vec<(String, usize)>>;
 /// Distinct values of a field by their NFKC form (sorted within each form).
 pub type Variants = Arc<std::collections::HashMap<String, Vec<String>>>;
 
-/// The data of a dataset in memory, with the hidden columns added.
+/// How the data of an answer was read (said in its extract step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Prepared by this process and held in memory.
+    Memory,
+    /// Prepared by this process into the cache, and mapped from there.
+    Written,
+    /// Prepared once (by an earlier process, or for an earlier call) and mapped from the
+    /// cache.
+    Mapped,
+}
+
+/// The data of a dataset version, prepared: a [`Store`] and the table provider over it.
 #[derive(Debug)]
 pub struct Prepared {
-    pub table: Arc<MemTable>,
-    /// The same data as the table (arrays are shared, not copied), for scans done in Rust.
-    pub batches: Vec<RecordBatch>,
+    pub table: Arc<dyn TableProvider>,
+    pub store: Arc<Store>,
     pub files: Vec<ServedFile>,
     pub rows: usize,
     /// How the rows were read, when the backend says it in its own words (plugins).
@@ -153,8 +155,7 @@ pub struct Prepared {
     pub row_sources: Option<Arc<RowSources>>,
     /// The conditions the backend applied itself to give this table (empty: all the data).
     pub pushed: Vec<Pushed>,
-    /// Mapped from the cache rather than prepared by this process.
-    pub from_cache: bool,
+    pub served: Served,
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
     values: std::sync::Mutex<std::collections::HashMap<FieldId, ValueCounts>>,
@@ -164,113 +165,92 @@ pub struct Prepared {
     /// Per coded field, the rank of each code when the values are sorted (code 0, "",
     /// ranks first), computed when first needed.
     ranks: std::sync::Mutex<std::collections::HashMap<FieldId, Arc<Vec<u32>>>>,
-    /// Groupable single-valued text fields also have an integer code column
-    /// ([`code_column`]); grouping on codes hashes integers instead of strings. Code 0 is
-    /// null or "" (both shown as ""); the others index this list of values.
-    pub codes: std::collections::HashMap<FieldId, Arc<Vec<String>>>,
-    /// The `count_where` computed measures with a prepared 0/1 column ([`share_column`]).
+    /// The `count_where` computed measures with a share column ([`share_column`]).
     pub shares: Vec<MeasureId>,
     /// The table's memory, held from the server's budget while the table lives.
     #[allow(dead_code)]
     memory: Meter,
 }
 
-/// The hidden 0/1 column of a `count_where` computed measure (1.0 where the record counts).
-pub fn share_column(measure: MeasureId) -> String {
-    format!("__tally_share_{measure}")
-}
+/// The values of a coded field's codes (code 0 is a missing value).
+#[derive(Debug, Clone)]
+pub struct Codes(StringArray);
 
-/// The hidden code column of a field.
-pub fn code_column(field: FieldId) -> String {
-    format!("__tally_code_{field}")
+impl Codes {
+    /// The value of a code; `None` past the end.
+    pub fn get(&self, code: usize) -> Option<&str> {
+        (code < self.0.len()).then(|| self.0.value(code))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl Prepared {
-    /// A prepared table mapped from the cache.
-    fn from_entry(
-        entry: crate::cache::Entry,
-        layout: &Layout,
+    fn new(
+        store: Store,
+        loaded: Loaded,
+        pushed: Vec<Pushed>,
+        served: Served,
         memory: Meter,
-    ) -> Result<Prepared, EngineError> {
-        let id = entry.header.dataset.clone();
-        let batches: Vec<RecordBatch> = entry
-            .batches
-            .into_iter()
-            .map(|b| RecordBatch::try_new(layout.schema.clone(), b.columns().to_vec()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| EngineError::backend(&id, e))?;
-        let table = MemTable::try_new(layout.schema.clone(), vec![batches.clone()])
-            .map_err(|e| EngineError::computing(&id, e))?;
-        let header = entry.header;
-        Ok(Prepared {
-            table: Arc::new(table),
-            batches,
-            files: entry.files,
-            rows: header.rows,
-            extract: header.extract,
-            notes: header.notes,
-            pushed: Vec::new(),
-            from_cache: true,
-            row_sources: None,
+    ) -> Prepared {
+        let store = Arc::new(store);
+        Prepared {
+            table: Arc::new(PreparedTable::new(Arc::clone(&store))),
+            rows: store.rows(),
+            shares: store.layout().shares.iter().map(|s| s.measure).collect(),
+            store,
+            files: loaded.files,
+            extract: loaded.extract,
+            notes: loaded.notes,
+            row_sources: loaded.row_sources,
+            pushed,
+            served,
             values: Default::default(),
-            ranks: Default::default(),
             variants: Default::default(),
-            shares: header.shares.into_iter().map(MeasureId::at).collect(),
-            codes: header
-                .codes
-                .into_iter()
-                .map(|(i, values)| (FieldId::at(i), Arc::new(values)))
-                .collect(),
+            ranks: Default::default(),
             memory,
-        })
-    }
-
-    /// What a cache entry of this table says of it.
-    fn cache_header(&self, dataset: &str, version: &str) -> crate::cache::Header {
-        let mut codes: Vec<(usize, Vec<String>)> = self
-            .codes
-            .iter()
-            .map(|(f, values)| (f.index(), values.as_ref().clone()))
-            .collect();
-        codes.sort_by_key(|(i, _)| *i);
-        crate::cache::Header {
-            files: crate::cache::cached_files(&self.files),
-            extract: self.extract.clone(),
-            notes: self.notes.clone(),
-            codes,
-            shares: self.shares.iter().map(|m| m.index()).collect(),
-            ..crate::cache::Header::new(dataset, version, self.rows)
         }
     }
 
-    /// Whether a declared field has any null value.
-    pub fn has_nulls(&self, field: FieldId) -> bool {
-        self.batches
-            .iter()
-            .any(|b| b.column(field.index()).null_count() > 0)
+    /// Whether the table is not to be used again (its cached data did not check out).
+    pub fn is_damaged(&self) -> bool {
+        self.store.is_damaged()
     }
 
-    /// Whether a declared text field has any missing value (null or "").
-    pub fn has_missing(&self, field: FieldId) -> bool {
-        self.has_nulls(field)
-            || self.batches.iter().any(|b| {
-                b.column(field.index())
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .is_some_and(|s| s.offsets().windows(2).any(|w| w[0] == w[1]))
-            })
+    /// The values of a field's code column, when it is grouped on codes.
+    pub fn codes(&self, field: FieldId) -> Option<Codes> {
+        if !self.store.layout().coded.contains(&field) {
+            return None;
+        }
+        self.store.values(field).ok().map(Codes)
+    }
+
+    /// Whether a declared text field has any missing value (null or ""); numbers: any null.
+    pub fn has_missing(&self, field: FieldId) -> Result<bool, EngineError> {
+        let arrays = self.store.column(field)?;
+        Ok(arrays.iter().any(|a| {
+            a.null_count() > 0
+                || a.as_dictionary_opt::<UInt32Type>()
+                    .is_some_and(|d| d.keys().values().contains(&0))
+        }))
     }
 
     /// The distinct values of a text field grouped by their NFKC form.
-    pub fn nfkc_variants(&self, def: &DatasetDef, field: FieldId) -> Variants {
+    pub fn nfkc_variants(&self, def: &DatasetDef, field: FieldId) -> Result<Variants, EngineError> {
         if let Ok(cache) = self.variants.lock()
             && let Some(v) = cache.get(&field)
         {
-            return Arc::clone(v);
+            return Ok(Arc::clone(v));
         }
         let mut map: std::collections::HashMap<String, Vec<String>> =
             std::collections::HashMap::new();
-        for (value, _) in self.distinct_values(def, field).iter() {
+        for (value, _) in self.distinct_values(def, field)?.iter() {
             map.entry(tally_semantic::names::nfkc_value(value))
                 .or_default()
                 .push(value.clone());
@@ -282,7 +262,7 @@ impl Prepared {
         if let Ok(mut cache) = self.variants.lock() {
             cache.insert(field, Arc::clone(&map));
         }
-        map
+        Ok(map)
     }
 
     /// The rank of each code of a coded field in the sorted order of its values.
@@ -292,9 +272,16 @@ impl Prepared {
         {
             return Arc::clone(r);
         }
-        let values = self.codes.get(&field).cloned().unwrap_or_default();
+        let Some(values) = self.codes(field) else {
+            return Arc::new(Vec::new());
+        };
         let mut order: Vec<u32> = (0..values.len() as u32).collect();
-        order.sort_by(|a, b| values[*a as usize].cmp(&values[*b as usize]).then(a.cmp(b)));
+        order.sort_by(|a, b| {
+            values
+                .get(*a as usize)
+                .cmp(&values.get(*b as usize))
+                .then(a.cmp(b))
+        });
         let mut ranks = vec![0u32; values.len()];
         for (rank, code) in order.into_iter().enumerate() {
             ranks[code as usize] = rank as u32;
@@ -307,96 +294,92 @@ impl Prepared {
     }
 
     /// The distinct non-empty values of a text field with how many records have each, most
-    /// frequent first (for multi-value fields: the trimmed parts).
-    pub fn distinct_values(&self, def: &DatasetDef, field: FieldId) -> ValueCounts {
+    /// frequent first (for multi-value fields: the trimmed parts, each counted once per
+    /// record).
+    pub fn distinct_values(
+        &self,
+        def: &DatasetDef,
+        field: FieldId,
+    ) -> Result<ValueCounts, EngineError> {
         if let Ok(cache) = self.values.lock()
             && let Some(v) = cache.get(&field)
         {
-            return Arc::clone(v);
+            return Ok(Arc::clone(v));
         }
-        let separator = def.fields[field].multi_value.clone();
-        let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-        for batch in &self.batches {
-            let Some(col) = batch
-                .column(field.index())
-                .as_any()
-                .downcast_ref::<StringArray>()
-            else {
-                continue;
-            };
-            for i in 0..col.len() {
-                if !col.is_valid(i) {
-                    continue;
-                }
-                let v = col.value(i);
-                match &separator {
-                    Some(sep) => {
-                        let mut seen = std::collections::HashSet::new();
-                        for part in v
-                            .split(sep.as_str())
-                            .map(str::trim)
-                            .filter(|p| !p.is_empty())
+        let values = if self.store.layout().is_text(field.index()) {
+            let dictionary = self.store.values(field)?;
+            let mut per_code = vec![0usize; dictionary.len()];
+            for array in self.store.column(field)?.iter() {
+                if let Some(d) = array.as_dictionary_opt::<UInt32Type>() {
+                    let keys = d.keys();
+                    for (r, k) in keys.values().iter().enumerate() {
+                        if keys.is_valid(r)
+                            && let Some(n) = per_code.get_mut(*k as usize)
                         {
-                            if seen.insert(part) {
-                                *counts.entry(part.to_string()).or_default() += 1;
-                            }
-                        }
-                    }
-                    None => {
-                        if !v.trim().is_empty() {
-                            *counts.entry(v.to_string()).or_default() += 1;
+                            *n += 1;
                         }
                     }
                 }
             }
-        }
-        let mut values: Vec<(String, usize)> = counts.into_iter().collect();
-        values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            count_values(&def.fields[field].multi_value, &dictionary, &per_code)
+        } else {
+            Vec::new()
+        };
         let values = Arc::new(values);
         if let Ok(mut cache) = self.values.lock() {
             cache.insert(field, Arc::clone(&values));
         }
-        values
+        Ok(values)
     }
 }
 
-/// The type a declared field has in the prepared table.
-pub fn canonical_type(field_type: FieldType, source: &DataType) -> Result<DataType, String> {
-    use DataType::*;
-    if field_type.is_numeric() {
-        return match source {
-            Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => Ok(Int64),
-            Float16
-            | Float32
-            | Float64
-            | Decimal32(_, _)
-            | Decimal64(_, _)
-            | Decimal128(_, _)
-            | Decimal256(_, _) => Ok(Float64),
-            Null => Ok(Int64),
-            other => Err(format!(
-                "is declared {} but the data column has type {other}",
-                field_type.as_str()
-            )),
-        };
+/// The values of a dictionary with how many records hold each (`per_code`), most frequent
+/// first; the parts of a multi-value field counted once per record that has them.
+fn count_values(
+    separator: &Option<String>,
+    dictionary: &StringArray,
+    per_code: &[usize],
+) -> Vec<(String, usize)> {
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (code, n) in per_code.iter().enumerate() {
+        if *n == 0 {
+            continue;
+        }
+        let v = dictionary.value(code);
+        match separator {
+            Some(sep) => {
+                let mut seen = std::collections::HashSet::new();
+                for part in v
+                    .split(sep.as_str())
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                {
+                    if seen.insert(part) {
+                        *counts.entry(part).or_default() += n;
+                    }
+                }
+            }
+            None => {
+                if !v.trim().is_empty() {
+                    *counts.entry(v).or_default() += n;
+                }
+            }
+        }
     }
-    match source {
-        List(_)
-        | LargeList(_)
-        | FixedSizeList(_, _)
-        | Struct(_)
-        | Map(_, _)
-        | Union(_, _)
-        | Binary
-        | LargeBinary
-        | FixedSizeBinary(_)
-        | BinaryView
-        | ListView(_)
-        | LargeListView(_) => Err(format!(
-            "has type {source} in the data, which cannot be served as text"
-        )),
-        _ => Ok(Utf8),
-    }
+    let mut values: Vec<(String, usize)> = counts
+        .into_iter()
+        .map(|(v, n)| (v.to_string(), n))
+        .collect();
+    values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    values
+}
+
+/// What a backend's load gave besides its rows.
+struct Loaded {
+    files: Vec<ServedFile>,
+    extract: Option<String>,
+    notes: Vec<String>,
+    row_sources: Option<Arc<RowSources>>,
 }
 
 impl Dataset {
@@ -479,7 +462,7 @@ impl Dataset {
                 .lock()
                 .map_err(|_| EngineError::internal("the preparation lock is poisoned"))?;
             match &*state {
-                PrepState::Ready(p) => return Ok(Arc::clone(p)),
+                PrepState::Ready(p) if !p.is_damaged() => return Ok(Arc::clone(p)),
                 PrepState::Running {
                     done, generation, ..
                 } => (done.clone(), *generation),
@@ -594,7 +577,7 @@ impl Dataset {
         let whole_answers = self.backend.subsets_of_whole()
             && (matches!(
                 self.prepared.state.lock().as_deref(),
-                Ok(PrepState::Ready(_))
+                Ok(PrepState::Ready(p)) if !p.is_damaged()
             ) || engine
                 .cache()
                 .is_some_and(|c| c.holds(&self.def.id, &self.version)));
@@ -663,11 +646,6 @@ struct Job {
 impl Job {
     async fn run(self) -> Result<Arc<Prepared>, EngineError> {
         let id = self.def.id.clone();
-        let (self_cache, self_id, self_version) = (
-            self.cache.clone(),
-            self.def.id.clone(),
-            self.version.clone(),
-        );
         let _slot = Arc::clone(&self.slots)
             .acquire_owned()
             .await
@@ -695,7 +673,7 @@ impl Job {
         // keep answering other calls (and timing this one out) meanwhile.
         let blocking = tokio::task::spawn_blocking(move || {
             if let Some(prepared) = self.mapped() {
-                return Ok((prepared, false));
+                return Ok(prepared);
             }
             let meter = Meter::new(
                 self.budget
@@ -703,7 +681,19 @@ impl Job {
                 stop,
                 Arc::clone(&self.progress),
             );
-            prepare(&self, &handle, &meter).map(|p| (p, self.cacheable()))
+            match prepare(&self, &handle, &meter, self.cacheable()) {
+                Ok(p) => Ok(p),
+                Err(Failed::Engine(e)) => Err(e),
+                // Served all the same, from memory; the next version tries the cache again.
+                Err(Failed::Cache(why)) => {
+                    tracing::warn!(dataset = %self.def.id, "could not keep the prepared data in the cache ({why}); preparing it in memory");
+                    let _ = meter.resize(0);
+                    prepare(&self, &handle, &meter, false).map_err(|e| match e {
+                        Failed::Engine(e) => e,
+                        Failed::Cache(why) => EngineError::internal(why),
+                    })
+                }
+            }
         });
         // A backend that never returns (a native plugin stuck in its own code) is abandoned
         // past the preparation's time; the flag above stops everything that reads batches.
@@ -725,24 +715,7 @@ impl Job {
                 }),
             };
         watchdog.abort();
-        let (prepared, store) = result?;
-        let prepared = Arc::new(prepared);
-        if store && let Some(cache) = &self_cache {
-            // Written in the background: the answer does not wait for the disk.
-            let cache = Arc::clone(cache);
-            let written = Arc::clone(&prepared);
-            let (id, version) = (self_id, self_version);
-            tokio::task::spawn_blocking(move || {
-                use datafusion::catalog::TableProvider as _;
-                let header = written.cache_header(&id, &version);
-                match cache.store(&header, &written.table.schema(), &written.batches) {
-                    Ok(_) => tracing::info!(dataset = %id, "kept the prepared data in the cache"),
-                    Err(e) => {
-                        tracing::warn!(dataset = %id, "could not keep the prepared data in the cache: {e}")
-                    }
-                }
-            });
-        }
+        let prepared = Arc::new(result?);
         Ok(prepared)
     }
 
@@ -766,14 +739,14 @@ impl Job {
             Ok(l) => l,
             Err(_) => return None,
         };
-        let entry = match cache.load(
+        let mapped = match cache.load(
             id,
             &self.version,
-            &layout.schema,
+            &layout.stored,
             &self.folder,
             &self.backend.files(),
         ) {
-            Ok(Some(entry)) => entry,
+            Ok(Some(mapped)) => mapped,
             Ok(None) => return None,
             Err(why) => {
                 tracing::warn!(
@@ -788,75 +761,87 @@ impl Job {
             Arc::new(AtomicBool::new(false)),
             Arc::new(Progress::default()),
         );
-        match Prepared::from_entry(entry, &layout, memory) {
-            Ok(p) => {
-                tracing::info!(
-                    dataset = id,
-                    rows = p.rows,
-                    "mapped the prepared data from the cache"
-                );
-                Some(p)
-            }
-            Err(e) => {
-                tracing::warn!(
-                    dataset = id,
-                    "the cached prepared data is not used ({e}); preparing anew"
-                );
-                None
-            }
+        let header = mapped.header;
+        let store = Store::lazy(id, Arc::new(layout), mapped.chunks, mapped.entry);
+        tracing::info!(
+            dataset = id,
+            rows = store.rows(),
+            "mapped the prepared data from the cache"
+        );
+        Some(Prepared::new(
+            store,
+            Loaded {
+                files: mapped.files,
+                extract: header.extract,
+                notes: header.notes,
+                row_sources: None,
+            },
+            Vec::new(),
+            Served::Mapped,
+            memory,
+        ))
+    }
+}
+
+/// Where a preparation puts its chunks: the cache (written as they are built, then mapped)
+/// or memory.
+enum Sink {
+    Memory(InMemory),
+    Cache(Box<crate::cache::Writer>),
+}
+
+impl ChunkSink for Sink {
+    fn chunk(&mut self, batch: RecordBatch) -> Result<(), EngineError> {
+        match self {
+            Sink::Memory(m) => m.chunk(batch),
+            Sink::Cache(w) => w.chunk(batch),
         }
     }
 }
 
-/// The bytes a column needs once cast to its canonical type, known before the cast: text is
-/// its characters plus offsets, anything else 8 bytes a value.
-fn canonical_bytes(array: &ArrayRef) -> usize {
-    use datafusion::arrow::array::{AsArray, LargeStringArray, StringViewArray};
-    let n = array.len();
-    // A dictionary expands to its values, once per row that refers to them.
-    if let Some(dict) = array.as_any_dictionary_opt() {
-        let values = dict.values();
-        let lengths: Vec<usize> = (0..values.len())
-            .map(|i| {
-                let one = values.slice(i, 1);
-                canonical_bytes(&one).saturating_sub(4 + 64)
-            })
-            .collect();
-        let text: usize = dict
-            .normalized_keys()
-            .iter()
-            .map(|k| lengths.get(*k).copied().unwrap_or(0))
-            .sum();
-        return text + (n + 1) * 4 + n / 8 + 64;
+impl Sink {
+    /// What it holds in memory.
+    fn bytes(&self) -> usize {
+        match self {
+            Sink::Memory(m) => m.bytes,
+            Sink::Cache(_) => 0,
+        }
     }
-    let text = if let Some(v) = array.as_any().downcast_ref::<StringViewArray>() {
-        // The low 32 bits of a view are the value's length.
-        v.views()
-            .iter()
-            .map(|view| (*view as u32) as usize)
-            .sum::<usize>()
-    } else if let Some(s) = array.as_any().downcast_ref::<StringArray>() {
-        s.value_data().len()
-    } else if let Some(s) = array.as_any().downcast_ref::<LargeStringArray>() {
-        s.value_data().len()
-    } else {
-        return n * 8 + n / 8 + 64;
-    };
-    text + (n + 1) * 4 + n / 8 + 64
+}
+
+/// Why a preparation did not give a table.
+enum Failed {
+    /// The cache entry could not be written (the disk, its permissions): prepare in memory.
+    Cache(String),
+    Engine(EngineError),
+}
+
+impl From<EngineError> for Failed {
+    fn from(e: EngineError) -> Failed {
+        Failed::Engine(e)
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for Failed {
+    fn from(e: datafusion::error::DataFusionError) -> Failed {
+        Failed::Engine(e.into())
+    }
 }
 
 /// Reads a dataset's data through its backend and builds the prepared table, every batch
-/// accounted before it is built. Runs on a blocking thread.
+/// accounted before it is built: into the cache when `to_cache` (then mapped, so what the
+/// table holds is file-backed), else into memory. Runs on a blocking thread.
 fn prepare(
     job: &Job,
     handle: &tokio::runtime::Handle,
     meter: &Meter,
-) -> Result<Prepared, EngineError> {
+    to_cache: bool,
+) -> Result<Prepared, Failed> {
     let def = &job.def;
     let id = def.id.as_str();
     let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
     let loaded = handle.block_on(job.backend.load(&names, &job.pushed, meter))?;
-    let layout = Layout::of(def, &loaded.provider.schema())?;
+    let layout = Arc::new(Layout::of(def, &loaded.provider.schema())?);
     let mut stream = handle
         .block_on(
             job.ctx
@@ -875,10 +860,17 @@ fn prepare(
     );
     job.progress.rows.store(0, Ordering::Relaxed);
     job.progress.preparing.store(true, Ordering::Relaxed);
-    let mut dictionaries: Vec<Dictionary> =
-        layout.coded.iter().map(|_| Dictionary::default()).collect();
-    let mut out = Vec::new();
-    let mut row = 0u64;
+    let cache = job.cache.as_ref().filter(|_| to_cache);
+    let mut sink = match cache {
+        Some(cache) => {
+            match cache.writer(crate::cache::Header::new(id, &job.version), &layout.stored) {
+                Ok(w) => Sink::Cache(Box::new(w)),
+                Err(e) => return Err(Failed::Cache(e.to_string())),
+            }
+        }
+        None => Sink::Memory(InMemory::default()),
+    };
+    let mut builder = Builder::new(id, Arc::clone(&layout));
     while let Some(batch) = handle.block_on(futures::StreamExt::next(&mut stream)) {
         let batch = batch.map_err(|e| EngineError::computing(id, e))?;
         if meter.cancelled() {
@@ -888,18 +880,26 @@ fn prepare(
                     PREPARE_TIME.as_secs()
                 ),
                 hint: "call again; a replaced dataset is prepared anew".into(),
-            });
+            }
+            .into());
         }
-        // Reserved before anything is built.
-        kept.account(layout.bytes_for(&batch), 0)?;
+        // Reserved before anything is built: what the batch adds in memory (nothing but its
+        // new dictionary values when the chunks go to the cache).
+        let adds = match &sink {
+            Sink::Memory(_) => builder.stored_bytes(batch.num_rows()),
+            Sink::Cache(_) => 0,
+        };
+        kept.resize(builder.bytes() + sink.bytes() + adds + batch.get_array_memory_size())?;
         job.progress
             .rows
             .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        let n = batch.num_rows() as u64;
-        out.push(layout.build(id, batch, row, &mut dictionaries)?);
-        row += n;
+        match builder.push(&batch, &mut sink) {
+            Ok(()) => {}
+            Err(e) if matches!(sink, Sink::Cache(_)) => return Err(Failed::Cache(e.to_string())),
+            Err(e) => return Err(e.into()),
+        }
     }
-    let rows = row as usize;
+    let rows = builder.rows as usize;
     if let Some(r) = &loaded.row_sources
         && r.index.len() != rows
     {
@@ -909,7 +909,8 @@ fn prepare(
                 "the backend gave {} row sources for {rows} rows",
                 r.index.len()
             ),
-        ));
+        )
+        .into());
     }
     let LoadedData {
         provider,
@@ -918,289 +919,58 @@ fn prepare(
         notes,
         row_sources,
     } = loaded;
-    // What reading held goes back; what the table holds is measured exactly.
+    // What reading held goes back.
     drop(stream);
     drop(provider);
     meter.resize(0)?;
-    let held: usize = out
-        .iter()
-        .map(RecordBatch::get_array_memory_size)
-        .sum::<usize>()
-        + dictionaries.iter().map(Dictionary::bytes).sum::<usize>();
-    kept.resize(held)?;
-    tracing::info!(
-        dataset = id,
-        rows,
-        memory_mib = held >> 20,
-        "prepared the data for queries"
-    );
-    let table = MemTable::try_new(layout.schema.clone(), vec![out.clone()])
-        .map_err(|e| EngineError::computing(id, e))?;
-    Ok(Prepared {
-        table: Arc::new(table),
-        batches: out,
+    let values = match builder.finish(&mut sink) {
+        Ok(v) => v,
+        Err(e) if matches!(sink, Sink::Cache(_)) => return Err(Failed::Cache(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    let loaded = Loaded {
         files,
-        rows,
         extract,
         notes,
-        pushed: job.pushed.clone(),
-        from_cache: false,
         row_sources,
-        values: Default::default(),
-        ranks: Default::default(),
-        variants: Default::default(),
-        shares: layout.shares.iter().map(|s| s.measure).collect(),
-        codes: layout
-            .coded
-            .iter()
-            .zip(dictionaries)
-            .map(|(&i, d)| (i, Arc::new(d.values)))
-            .collect(),
-        memory: kept,
-    })
-}
-
-/// The values of a code column: code 0 is the empty value, the others in order of first
-/// appearance.
-struct Dictionary {
-    lookup: std::collections::HashMap<String, u32>,
-    values: Vec<String>,
-}
-
-impl Default for Dictionary {
-    fn default() -> Self {
-        Dictionary {
-            lookup: Default::default(),
-            values: vec![String::new()],
+    };
+    match sink {
+        Sink::Cache(writer) => {
+            writer
+                .finish(
+                    &values,
+                    &loaded.files,
+                    loaded.extract.clone(),
+                    loaded.notes.clone(),
+                )
+                .map_err(|e| Failed::Cache(e.to_string()))?;
+            drop(values);
+            drop(kept);
+            tracing::info!(dataset = id, rows, "prepared the data into the cache");
+            // Served as a later start serves it: mapped, through the same checks.
+            let mut prepared = job
+                .mapped()
+                .ok_or_else(|| Failed::Cache("the entry just written does not map".into()))?;
+            prepared.served = Served::Written;
+            Ok(prepared)
         }
-    }
-}
-
-impl Dictionary {
-    /// The codes of a text column's values (0 for null and empty), new values added.
-    fn encode(&mut self, column: Option<&StringArray>, n: usize) -> UInt32Array {
-        (0..n)
-            .map(|r| match column {
-                Some(c) if c.is_valid(r) && !c.value(r).is_empty() => {
-                    let v = c.value(r);
-                    if let Some(&code) = self.lookup.get(v) {
-                        return code;
-                    }
-                    self.values.push(v.to_string());
-                    let code = (self.values.len() - 1) as u32;
-                    self.lookup.insert(v.to_string(), code);
-                    code
-                }
-                _ => 0,
-            })
-            .collect()
-    }
-
-    /// About what it holds in memory.
-    fn bytes(&self) -> usize {
-        self.values.iter().map(|s| s.len() * 2 + 64).sum()
-    }
-}
-
-/// A `count_where` measure whose records count or not, decided once per version.
-struct Share {
-    measure: MeasureId,
-    field: FieldId,
-    separator: Option<String>,
-    values: Vec<String>,
-}
-
-impl Share {
-    /// 1.0 for each record that counts, else 0.0.
-    fn column(&self, columns: &[ArrayRef], n: usize) -> ArrayRef {
-        let col = columns[self.field.index()]
-            .as_any()
-            .downcast_ref::<StringArray>();
-        let counts = |v: &str| match &self.separator {
-            Some(sep) => v
-                .split(sep.as_str())
-                .any(|p| self.values.iter().any(|c| c == p.trim())),
-            None => self.values.iter().any(|c| c == v),
-        };
-        let share: datafusion::arrow::array::Float64Array = (0..n)
-            .map(|r| match col {
-                Some(c) if c.is_valid(r) && counts(c.value(r)) => 1.0,
-                _ => 0.0,
-            })
-            .collect();
-        Arc::new(share)
-    }
-}
-
-/// What a prepared table holds: every field cast to its canonical type, the row numbers,
-/// the folded search text, a code column per coded field and a share column per
-/// `count_where` measure.
-struct Layout {
-    targets: Vec<DataType>,
-    text_fields: Vec<usize>,
-    coded: Vec<FieldId>,
-    shares: Vec<Share>,
-    schema: SchemaRef,
-}
-
-impl Layout {
-    fn of(def: &DatasetDef, source: &Schema) -> Result<Layout, EngineError> {
-        let id = def.id.as_str();
-        let mut targets: Vec<DataType> = Vec::with_capacity(def.fields.len());
-        for f in &def.fields {
-            let source_type = source
-                .field_with_name(&f.name)
-                .map_err(|_| {
-                    EngineError::backend(id, format!("column `{}` vanished from the data", f.name))
-                })?
-                .data_type()
-                .clone();
-            targets.push(
-                canonical_type(f.data_type, &source_type)
-                    .map_err(|m| EngineError::backend(id, format!("`{}` {m}", f.name)))?,
+        Sink::Memory(memory) => {
+            let store = Store::in_memory(id, layout, memory.chunks, values)?;
+            kept.resize(store.memory_bytes())?;
+            tracing::info!(
+                dataset = id,
+                rows,
+                memory_mib = store.memory_bytes() >> 20,
+                "prepared the data for queries"
             );
+            Ok(Prepared::new(
+                store,
+                loaded,
+                job.pushed.clone(),
+                Served::Memory,
+                kept,
+            ))
         }
-        let text_fields: Vec<usize> = def
-            .fields
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| !f.data_type.is_numeric())
-            .map(|(i, _)| i)
-            .collect();
-        // Dimensions and coded attributes are what summaries group by; free text (names,
-        // notes) is not worth a second copy.
-        let coded: Vec<FieldId> = def
-            .fields
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| {
-                f.groupable
-                    && !f.data_type.is_numeric()
-                    && !f.is_multi_value()
-                    && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())
-            })
-            .map(|(i, _)| FieldId::at(i))
-            .collect();
-        let shares: Vec<Share> = def
-            .computed_measures
-            .iter()
-            .enumerate()
-            .filter_map(|(k, m)| match &m.formula {
-                tally_semantic::definition::Formula::CountWhere {
-                    condition_field,
-                    condition_values,
-                } => Some(Share {
-                    measure: MeasureId::at(k),
-                    field: *condition_field,
-                    separator: def.fields[*condition_field].multi_value.clone(),
-                    values: condition_values.clone(),
-                }),
-                _ => None,
-            })
-            .filter(|s| !def.fields[s.field].data_type.is_numeric())
-            .collect();
-        let mut fields: Vec<ArrowField> = def
-            .fields
-            .iter()
-            .zip(&targets)
-            .map(|(f, t)| ArrowField::new(&f.name, t.clone(), true))
-            .collect();
-        fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
-        fields.push(ArrowField::new(SEARCH_COL, DataType::Utf8, false));
-        for &i in &coded {
-            fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
-        }
-        for s in &shares {
-            fields.push(ArrowField::new(
-                share_column(s.measure),
-                DataType::Float64,
-                false,
-            ));
-        }
-        Ok(Layout {
-            targets,
-            text_fields,
-            coded,
-            shares,
-            schema: Arc::new(Schema::new(fields)),
-        })
-    }
-
-    /// What preparing a batch holds: the cast columns, the search text (as long as the text
-    /// it joins), the row numbers, codes and shares.
-    fn bytes_for(&self, batch: &RecordBatch) -> usize {
-        let n = batch.num_rows();
-        let cast: usize = batch.columns().iter().map(canonical_bytes).sum();
-        let text: usize = self
-            .text_fields
-            .iter()
-            .map(|i| canonical_bytes(batch.column(*i)))
-            .sum();
-        cast + n * (8 + 4 * self.coded.len() + 8 * self.shares.len())
-            + text
-            + n * self.text_fields.len()
-    }
-
-    /// The prepared batch of a batch read, its first row numbered `first_row`.
-    fn build(
-        &self,
-        id: &str,
-        batch: RecordBatch,
-        first_row: u64,
-        dictionaries: &mut [Dictionary],
-    ) -> Result<RecordBatch, EngineError> {
-        let n = batch.num_rows();
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        for (c, target) in batch.columns().iter().zip(&self.targets) {
-            columns.push(
-                datafusion::arrow::compute::cast(c, target)
-                    .map_err(|e| EngineError::backend(id, e))?,
-            );
-        }
-        drop(batch);
-        let search = self.search_text(&columns, n);
-        let shares: Vec<ArrayRef> = self.shares.iter().map(|s| s.column(&columns, n)).collect();
-        let codes: Vec<ArrayRef> = self
-            .coded
-            .iter()
-            .zip(dictionaries.iter_mut())
-            .map(|(&i, d)| {
-                let col = columns[i.index()].as_any().downcast_ref::<StringArray>();
-                Arc::new(d.encode(col, n)) as ArrayRef
-            })
-            .collect();
-        columns.push(Arc::new(UInt64Array::from_iter_values(
-            first_row..first_row + n as u64,
-        )));
-        columns.push(search);
-        columns.extend(codes);
-        columns.extend(shares);
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| EngineError::backend(id, e))
-    }
-
-    /// Per record, its text fields joined and folded (what `q` searches).
-    fn search_text(&self, columns: &[ArrayRef], n: usize) -> ArrayRef {
-        let texts: Vec<&StringArray> = self
-            .text_fields
-            .iter()
-            .filter_map(|i| columns[*i].as_any().downcast_ref::<StringArray>())
-            .collect();
-        let bytes: usize = texts.iter().map(|t| t.value_data().len()).sum();
-        let mut search = StringBuilder::with_capacity(n, bytes + n * texts.len());
-        let mut buf = String::new();
-        for r in 0..n {
-            buf.clear();
-            for (k, col) in texts.iter().enumerate() {
-                if k > 0 {
-                    buf.push(SEARCH_SEPARATOR);
-                }
-                if col.is_valid(r) {
-                    buf.push_str(col.value(r));
-                }
-            }
-            search.append_value(tally_semantic::names::fold(&buf));
-        }
-        Arc::new(search.finish())
     }
 }
 

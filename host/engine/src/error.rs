@@ -152,6 +152,9 @@ impl EngineError {
     /// A DataFusion error met while computing on `dataset`: a cap or a budget is the caller's
     /// limit, anything else the backend's failure.
     pub fn computing(dataset: &str, e: DataFusionError) -> EngineError {
+        if let Some(inner) = carried(&e) {
+            return inner;
+        }
         if let Some(stopped) = crate::groups::stopped(&e) {
             return EngineError::Limit {
                 message: stopped.to_string(),
@@ -168,8 +171,28 @@ impl EngineError {
     }
 }
 
+/// An engine error a table provider or plan raised inside DataFusion (a damaged cache entry,
+/// a file replaced while it was read), unwrapped.
+fn carried(e: &DataFusionError) -> Option<EngineError> {
+    let mut current: &dyn std::error::Error = e;
+    loop {
+        if let Some(found) = current.downcast_ref::<EngineError>() {
+            return Some(found.clone());
+        }
+        if let Some(DataFusionError::External(inner)) = current.downcast_ref::<DataFusionError>()
+            && let Some(found) = inner.downcast_ref::<EngineError>()
+        {
+            return Some(found.clone());
+        }
+        current = current.source()?;
+    }
+}
+
 impl From<DataFusionError> for EngineError {
     fn from(e: DataFusionError) -> Self {
+        if let Some(inner) = carried(&e) {
+            return inner;
+        }
         if crate::groups::stopped(&e).is_some() {
             return EngineError::computing("", e);
         }

@@ -52,10 +52,10 @@ fn observed_values(
     prepared: &crate::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
     field: FieldId,
-) -> Vec<ValueCount> {
+) -> Result<Vec<ValueCount>, EngineError> {
     let mut by_form: Vec<(String, usize, Vec<String>)> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (value, count) in prepared.distinct_values(def, field).iter() {
+    for (value, count) in prepared.distinct_values(def, field)?.iter() {
         let form = tally_semantic::names::nfkc_value(value);
         match index.get(&form) {
             Some(&k) => {
@@ -69,7 +69,7 @@ fn observed_values(
         }
     }
     by_form.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    by_form
+    Ok(by_form
         .into_iter()
         .map(|(value, count, variants)| ValueCount {
             value: Value::String(value),
@@ -80,7 +80,7 @@ fn observed_values(
                 Vec::new()
             },
         })
-        .collect()
+        .collect())
 }
 
 pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, EngineError> {
@@ -349,7 +349,7 @@ fn listed_values(
     def: &tally_semantic::DatasetDef,
     field: FieldId,
 ) -> Option<TopValues> {
-    let values = observed_values(prepared, def, field);
+    let values = observed_values(prepared, def, field).ok()?;
     let distinct = values.len();
     let unique = values.first().is_some_and(|v| v.count == 1);
     if unique && distinct > TOP_VALUES {

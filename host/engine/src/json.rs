@@ -72,6 +72,13 @@ pub fn column_values(array: &ArrayRef) -> Vec<Value> {
             &v
         ))),
         DataType::Null => vec![Value::Null; array.len()],
+        // Text of the prepared table: its values, as text.
+        DataType::Dictionary(_, _) => {
+            match datafusion::arrow::compute::cast(array, &DataType::Utf8) {
+                Ok(strings) => each!(strings, StringArray, text),
+                Err(_) => formatted(array),
+            }
+        }
         _ => formatted(array),
     }
 }

@@ -28,6 +28,7 @@ pub mod plan;
 pub mod query;
 pub mod results;
 pub mod schema;
+pub mod store;
 pub mod summarize;
 pub mod udf;
 pub mod values;
@@ -190,7 +191,7 @@ impl Engine {
             )),
             changes: tokio::sync::broadcast::channel(64).0,
             ctx: SessionContext::new_with_config(config),
-            functions: udf::Functions::default(),
+            functions: udf::Functions,
             budget: memory::Budget::new(limits.memory_budget_bytes),
             callers: Default::default(),
             // Two at a time: preparing is CPU-bound, and the machines Tally targets have

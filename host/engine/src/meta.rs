@@ -140,7 +140,7 @@ pub fn unknown_value_hints(
     def: &DatasetDef,
     filters: &[tally_semantic::resolve::Filter],
     nothing_found: bool,
-) -> Vec<String> {
+) -> Result<Vec<String>, crate::error::EngineError> {
     use tally_semantic::names::fold;
     use tally_semantic::request::Op;
     let mut hints = Vec::new();
@@ -155,7 +155,7 @@ pub fn unknown_value_hints(
         if coded && !matches!(filter.op, Op::Contains(_)) {
             continue;
         }
-        let existing = prepared.distinct_values(def, filter.field);
+        let existing = prepared.distinct_values(def, filter.field)?;
         let (values, substring): (Vec<String>, bool) = match &filter.op {
             Op::In(vs) => (vs.iter().map(|v| v.text()).collect(), false),
             Op::Eq(v) | Op::Ne(v) => (vec![v.text()], false),
@@ -204,7 +204,7 @@ pub fn unknown_value_hints(
             ));
         }
     }
-    hints
+    Ok(hints)
 }
 
 /// The first transformations of every dataset result: where the records were read from, and
@@ -220,10 +220,13 @@ pub fn read_and_normalized(
     let files: Vec<&str> = prepared.files.iter().map(|f| f.path.as_str()).collect();
     let from = match &prepared.extract {
         Some(how) => format!("returned by {how}"),
-        None if prepared.from_cache => format!(
+        None if prepared.served == crate::dataset::Served::Mapped => format!(
             "from {} (prepared once and mapped from the cache)",
             files.join(", ")
         ),
+        None if prepared.served == crate::dataset::Served::Written => {
+            format!("from {} (prepared and kept in the cache)", files.join(", "))
+        }
         None => format!("from {}", files.join(", ")),
     };
     let hashed = match ds.backend.content_hash(&prepared.files) {

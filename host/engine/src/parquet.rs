@@ -13,13 +13,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, new_null_array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::datasource::MemTable;
 use tally_plugin_parquet::Footer;
+use tally_plugin_parquet::groups::Text;
 use tally_plugin_parquet::set::{self, FileSet};
 use tally_semantic::definition::{BackendKind, DatasetDef};
 use tally_semantic::names::fold;
 
-use crate::backend::{Backend, BackendFactory, LoadedData, Pushed, ServedFile, sha256_hex};
+use crate::backend::{
+    Backend, BackendFactory, LoadedData, Pushed, ServedFile, sha256_file, sha256_hex,
+};
 use crate::catalog::{Problem, Refusal};
 use crate::error::EngineError;
 use crate::memory::Meter;
@@ -391,47 +393,77 @@ impl Backend for ParquetBackend {
             .iter()
             .map(|k| Field::new(&self.keys[*k].name, self.keys[*k].data_type.clone(), true))
             .collect();
+        // The bytes cited are hashed first, in blocks; reading then checks that each file is
+        // still the one registered (its size, and its footer once read).
         let dataset = self.dataset.clone();
-        let meter = meter.clone();
-        // Decoding is CPU work: keep it off the async workers.
-        let (batches, files, schema) = tokio::task::spawn_blocking(move || {
-            let mut batches = Vec::new();
-            let mut files = Vec::with_capacity(reads.len());
-            // The columns as decoded from the first file (nullable: a column may be required
-            // in one file and not in another), then the partition columns asked for.
-            let mut served: Option<SchemaRef> = None;
-            for read in &reads {
-                let (these, decoded, file) = read.run(&dataset, &indices, &meter)?;
-                let schema = served
-                    .get_or_insert_with(|| with_keys(&decoded, &key_fields))
-                    .clone();
-                for b in these {
-                    let n = b.num_rows();
-                    let mut columns = b.columns().to_vec();
-                    columns.extend(read.constants.iter().map(|(k, v)| constant(k, v, n)));
-                    batches.push(
-                        RecordBatch::try_new(schema.clone(), columns)
-                            .map_err(|e| EngineError::computing(&dataset, e.into()))?,
-                    );
-                }
-                files.push(file);
-            }
-            // No file can match: an empty table of the columns asked for.
-            let schema = served.unwrap_or_else(|| {
-                let projected = Schema::new(
-                    indices
-                        .iter()
-                        .map(|i| file_schema.field(*i).clone())
-                        .collect::<Vec<_>>(),
-                );
-                with_keys(&projected, &key_fields)
-            });
-            Ok::<_, EngineError>((batches, files, schema))
+        let hashed: Vec<(
+            String,
+            std::path::PathBuf,
+            u64,
+            Option<std::time::SystemTime>,
+        )> = reads
+            .iter()
+            .map(|r| {
+                (
+                    r.relative.clone(),
+                    r.footer.path.clone(),
+                    r.footer.size,
+                    r.footer.modified,
+                )
+            })
+            .collect();
+        let files = tokio::task::spawn_blocking(move || {
+            hashed
+                .into_iter()
+                .map(|(relative, path, size, modified)| {
+                    let stale = |message: &str| EngineError::Stale {
+                        dataset: dataset.clone(),
+                        message: format!("{message} (`{relative}`)"),
+                    };
+                    match std::fs::metadata(&path) {
+                        Ok(m) if m.len() == size => {}
+                        Ok(_) => {
+                            return Err(stale(
+                                "its data file changed after this version was registered",
+                            ));
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                            return Err(stale("its data file was removed"));
+                        }
+                        Err(e) => return Err(EngineError::backend(&dataset, e)),
+                    }
+                    let sha256 =
+                        sha256_file(&path).map_err(|e| EngineError::backend(&dataset, e))?;
+                    Ok(ServedFile {
+                        path: relative,
+                        size,
+                        sha256,
+                        modified,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
         })
         .await
         .map_err(EngineError::internal)??;
-        let table = MemTable::try_new(schema, vec![batches])
-            .map_err(|e| EngineError::computing(&self.dataset, e))?;
+        let decoded = match reads.first() {
+            Some(r) => tally_plugin_parquet::groups::decoded_schema(&r.footer, Text::Dictionary)
+                .map_err(|e| EngineError::backend(&self.dataset, e))?,
+            None => file_schema.clone(),
+        };
+        let projected = Schema::new(
+            indices
+                .iter()
+                .map(|i| decoded.field(*i).clone())
+                .collect::<Vec<_>>(),
+        );
+        let schema = with_keys(&projected, &key_fields);
+        let table = FilesTable {
+            dataset: self.dataset.clone(),
+            reads: Arc::new(reads),
+            indices,
+            schema,
+            meter: meter.clone(),
+        };
         // Files left out are said in the extract step (the envelope's transformations).
         let extract = self.pruned(&files, pushed);
         Ok(LoadedData {
@@ -459,73 +491,197 @@ pub fn set_listing(files: &[ServedFile]) -> String {
 }
 
 /// One file to read, with the partition values to add to its rows.
+#[derive(Debug)]
 struct Read {
     relative: String,
     footer: Footer,
     constants: Vec<(Key, Option<String>)>,
 }
 
+/// The files of a load, read once in file order, row group by row group (what preparing a
+/// dataset reads): text as dictionaries, partition values added, memory accounted.
+#[derive(Debug)]
+struct FilesTable {
+    dataset: String,
+    reads: Arc<Vec<Read>>,
+    /// The columns read (indices into the files' schema).
+    indices: Vec<usize>,
+    /// Those columns as decoded, then the partition columns.
+    schema: SchemaRef,
+    meter: Meter,
+}
+
+#[async_trait]
+impl datafusion::catalog::TableProvider for FilesTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn datafusion::catalog::Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[datafusion::logical_expr::Expr],
+        _limit: Option<usize>,
+    ) -> datafusion::common::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        let all: Vec<usize> = (0..self.schema.fields().len()).collect();
+        let wanted = projection.cloned().unwrap_or(all);
+        let schema = Arc::new(self.schema.project(&wanted)?);
+        let files = self.indices.len();
+        // File columns to read (indices into the files' schema) and, per output column, where
+        // it comes from: a read column or a partition value.
+        // A batch decoded has the columns read in file order.
+        let mut read: Vec<usize> = wanted
+            .iter()
+            .filter(|w| **w < files)
+            .map(|w| self.indices[*w])
+            .collect();
+        read.sort_unstable();
+        read.dedup();
+        let sources: Vec<Source> = wanted
+            .iter()
+            .map(|&w| {
+                if w < files {
+                    let column = self.indices[w];
+                    Source::Read(read.iter().position(|c| *c == column).unwrap_or(0))
+                } else {
+                    Source::Key(w - files)
+                }
+            })
+            .collect();
+        let (dataset, reads, meter) = (
+            self.dataset.clone(),
+            Arc::clone(&self.reads),
+            self.meter.clone(),
+        );
+        let stream_schema = Arc::clone(&schema);
+        Ok(Arc::new(crate::store::StreamPlan::new(
+            "Parquet files, row group by row group",
+            schema,
+            move || {
+                let (tx, rx) = tokio::sync::mpsc::channel(2);
+                let job = ReadJob {
+                    dataset: dataset.clone(),
+                    reads: Arc::clone(&reads),
+                    read: read.clone(),
+                    sources: sources.clone(),
+                    schema: Arc::clone(&stream_schema),
+                    meter: meter.clone(),
+                };
+                tokio::task::spawn_blocking(move || job.run(tx));
+                Box::pin(
+                    datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                        Arc::clone(&stream_schema),
+                        tokio_stream(rx),
+                    ),
+                )
+            },
+        )))
+    }
+}
+
+/// An output column of a files scan.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// The column at this position of the columns read.
+    Read(usize),
+    /// The value of this partition key (index into the read's constants).
+    Key(usize),
+}
+
+/// The batches of a channel as a stream.
+fn tokio_stream(
+    mut rx: tokio::sync::mpsc::Receiver<datafusion::common::Result<RecordBatch>>,
+) -> futures::stream::BoxStream<'static, datafusion::common::Result<RecordBatch>> {
+    Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
+
+/// Reads the files of a scan on a blocking thread, sending batches as they decode.
+struct ReadJob {
+    dataset: String,
+    reads: Arc<Vec<Read>>,
+    read: Vec<usize>,
+    sources: Vec<Source>,
+    schema: SchemaRef,
+    meter: Meter,
+}
+
+impl ReadJob {
+    fn run(self, tx: tokio::sync::mpsc::Sender<datafusion::common::Result<RecordBatch>>) {
+        let external = |e: EngineError| datafusion::error::DataFusionError::External(Box::new(e));
+        for read in self.reads.iter() {
+            let sent = read.run(&self.dataset, &self.read, &self.meter, &mut |batch| {
+                let n = batch.num_rows();
+                let mut columns = Vec::with_capacity(self.sources.len());
+                for source in &self.sources {
+                    columns.push(match source {
+                        Source::Read(at) => Arc::clone(batch.column(*at)),
+                        Source::Key(k) => {
+                            let (key, value) = &read.constants[*k];
+                            constant(key, value, n)
+                        }
+                    });
+                }
+                let out = RecordBatch::try_new_with_options(
+                    Arc::clone(&self.schema),
+                    columns,
+                    &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
+                )
+                .map_err(|e| e.to_string())?;
+                tx.blocking_send(Ok(out))
+                    .map_err(|_| "the reader of the data stopped".to_string())
+            });
+            if let Err(e) = sent {
+                let _ = tx.blocking_send(Err(external(e)));
+                return;
+            }
+        }
+    }
+}
+
 impl Read {
-    /// Reads the file's columns (indices into its schema) and hashes the bytes read. The file must still be the one registered.
+    /// Reads the file's columns (indices into its schema) row group by row group, handing
+    /// each batch on; the file must still be the one registered.
     fn run(
         &self,
         dataset: &str,
         indices: &[usize],
         meter: &Meter,
-    ) -> Result<(Vec<RecordBatch>, Schema, ServedFile), EngineError> {
+        each: &mut dyn FnMut(RecordBatch) -> Result<(), String>,
+    ) -> Result<(), EngineError> {
         let stale = |message: &str| EngineError::Stale {
             dataset: dataset.to_string(),
             message: format!("{message} (`{}`)", self.relative),
         };
-        let registered = &self.footer.footer_bytes;
-        let registered_size = self.footer.size;
-        // The whole file is read into memory (hashed, then decoded from there).
-        meter.account(usize::try_from(registered_size).unwrap_or(usize::MAX), 0)?;
-        let constant_bytes: usize = self
-            .constants
-            .iter()
-            .map(|(_, v)| v.as_ref().map_or(0, |v| v.len() + 4))
-            .sum();
-        let data = match tally_plugin_parquet::read_data(
-            &self.footer.path,
+        let read = tally_plugin_parquet::groups::read_groups(
+            &self.footer,
             indices,
-            registered_size,
-            &mut |bytes, rows| meter.account_text(bytes + constant_bytes * rows, rows),
-        ) {
-            Ok(d) => d,
-            Err(tally_plugin_parquet::Error::Changed { .. }) => {
-                return Err(stale(
-                    "its data file changed after this version was registered",
-                ));
-            }
+            Text::Dictionary,
+            &mut |bytes| meter.resize(bytes).map_err(|e| e.to_string()),
+            each,
+        );
+        match read {
+            Ok(_) => Ok(()),
+            Err(tally_plugin_parquet::Error::Changed { .. }) => Err(stale(
+                "its data file changed after this version was registered",
+            )),
             Err(tally_plugin_parquet::Error::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
-                return Err(stale("its data file was removed"));
+                Err(stale("its data file was removed"))
             }
             Err(tally_plugin_parquet::Error::Stopped(m)) => {
-                return Err(meter.refusal().unwrap_or(EngineError::Limit {
+                Err(meter.refusal().unwrap_or(EngineError::Limit {
                     message: m,
                     hint: "see --memory-budget".into(),
-                }));
+                }))
             }
-            Err(e) => return Err(EngineError::backend(dataset, e)),
-        };
-        // The file may have been replaced since it was registered (the watcher will pick up
-        // the new version): never serve bytes under another version's name.
-        let len = data.bytes.len() as u64;
-        if len != registered_size || !data.bytes.ends_with(registered) {
-            return Err(stale(
-                "its data file changed after this version was registered",
-            ));
+            Err(e) => Err(EngineError::backend(dataset, e)),
         }
-        let file = ServedFile {
-            path: self.relative.clone(),
-            size: len,
-            sha256: sha256_hex(&data.bytes),
-            modified: self.footer.modified,
-        };
-        Ok((data.batches, data.schema.as_ref().clone(), file))
     }
 }
 

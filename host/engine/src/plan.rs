@@ -21,7 +21,6 @@ use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{FieldId, Filter};
 use tally_semantic::{ErrorCode, RequestError};
 
-use crate::dataset::SEARCH_COL;
 use crate::udf::Functions;
 
 /// Builds expressions for one dataset.
@@ -173,14 +172,22 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Free-text search: over every text field (the prepared search column) or the given ones.
+    /// Free-text search: over every text field, or the given ones (a record matches when one
+    /// of them contains the text). On a prepared table each field's dictionary is searched
+    /// once and its records matched by code.
     pub fn search(&self, q: &str, fields: &[FieldId]) -> Expr {
-        // Control characters cannot be typed into a cell meaningfully and would match the
-        // separator of the search column.
+        // Control characters cannot be typed into a cell meaningfully.
         let q: String = q.chars().filter(|c| !c.is_control()).collect();
-        if fields.is_empty() {
-            return self.functions.contains_lowered(ident(SEARCH_COL), &q);
-        }
+        let all: Vec<FieldId>;
+        let fields = if fields.is_empty() {
+            all = (0..self.def.fields.len())
+                .map(FieldId::at)
+                .filter(|f| !self.def.fields[*f].data_type.is_numeric())
+                .collect();
+            &all
+        } else {
+            fields
+        };
         fields
             .iter()
             .map(|id| self.functions.icontains(self.as_text(*id), &q))

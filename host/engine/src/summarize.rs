@@ -23,7 +23,7 @@ use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
 use crate::Engine;
 use crate::call::{Asked, Call, HasConditions};
-use crate::dataset::{Dataset, Prepared, code_column, share_column};
+use crate::dataset::{Codes, Dataset, Prepared, code_column, share_column};
 use crate::envelope::{Provenance, TransformationType};
 use crate::error::EngineError;
 use crate::meta::{self, echo, field_meta};
@@ -58,7 +58,7 @@ struct Page {
 fn page_groups(
     batches: &[RecordBatch],
     columns: &[String],
-    coded: &[Option<std::sync::Arc<Vec<String>>>],
+    coded: &[Option<Codes>],
     ranks: &[Option<std::sync::Arc<Vec<u32>>>],
     keys: usize,
     order: &[(usize, bool)],
@@ -163,7 +163,7 @@ fn page_groups(
                     0 => Value::Null,
                     i => values
                         .get(i)
-                        .map_or(Value::Null, |v| Value::String(v.clone())),
+                        .map_or(Value::Null, |v| Value::String(v.to_string())),
                 };
             }
         }
@@ -471,7 +471,7 @@ struct Grouped {
     group_names: Vec<String>,
     metric_columns: Vec<String>,
     /// Per group key, the values of its code column when grouped on codes.
-    coded: Vec<Option<std::sync::Arc<Vec<String>>>>,
+    coded: Vec<Option<Codes>>,
 }
 
 /// Execute: group and compute the metrics (each aggregate once), with the records per group.
@@ -740,7 +740,7 @@ fn group_keys(
     prepared: &crate::dataset::Prepared,
     plan: &SummarizePlan,
     having_on_keys: bool,
-) -> (Vec<Option<std::sync::Arc<Vec<String>>>>, Vec<Expr>) {
+) -> (Vec<Option<Codes>>, Vec<Expr>) {
     let def = planner.def;
     let part_of = |field: FieldId| {
         plan.explode
@@ -748,12 +748,12 @@ fn group_keys(
             .position(|e| *e == field)
             .map(explode_col)
     };
-    let coded: Vec<Option<std::sync::Arc<Vec<String>>>> = plan
+    let coded: Vec<Option<Codes>> = plan
         .group_by
         .iter()
         .map(|g| {
             (part_of(*g).is_none() && !having_on_keys)
-                .then(|| prepared.codes.get(g).cloned())
+                .then(|| prepared.codes(*g))
                 .flatten()
         })
         .collect();
@@ -771,7 +771,9 @@ fn group_keys(
                 Some(col) => ident(col).alias(name),
                 None if code.is_some() => ident(code_column(g)).alias(name),
                 // A text column without missing values is its own key: no copy of every value.
-                None if text && !prepared.has_missing(g) => planner.column(g).alias(name),
+                None if text && !prepared.has_missing(g).unwrap_or(true) => {
+                    planner.column(g).alias(name)
+                }
                 None if text => {
                     datafusion::functions::expr_fn::nullif(planner.column(g), lit("")).alias(name)
                 }

@@ -11,12 +11,16 @@
 
 use std::sync::Arc;
 
+use std::sync::Mutex;
+
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, BooleanBuilder, ListBuilder, StringArray, StringBuilder,
+    Array, ArrayRef, BooleanArray, BooleanBuilder, ListBuilder, StringBuilder, UInt32Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field};
-use datafusion::common::{DataFusionError, Result, ScalarValue, cast::as_string_array};
-use datafusion::logical_expr::{ColumnarValue, Expr, ScalarUDF, Volatility, create_udf};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
 use datafusion::prelude::lit;
 
 /// The name of the parts function.
@@ -46,35 +50,18 @@ fn scalar_bool(v: &ColumnarValue, what: &str) -> Result<bool> {
     }
 }
 
-fn text_array(v: &ColumnarValue, rows: usize) -> Result<ArrayRef> {
-    v.to_array(rows)
-}
-
-fn rows_of(args: &[ColumnarValue]) -> usize {
-    args.iter()
-        .find_map(|a| match a {
-            ColumnarValue::Array(arr) => Some(arr.len()),
-            ColumnarValue::Scalar(_) => None,
-        })
-        .unwrap_or(1)
-}
-
-fn parts_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
-    let [text, sep, keep_empty] = args else {
-        return Err(DataFusionError::Internal(format!(
-            "{PARTS} takes 3 arguments"
-        )));
-    };
-    let sep = scalar_str(sep, "separator")?;
-    let keep_empty = scalar_bool(keep_empty, "keep_empty")?;
-    let rows = rows_of(args);
-    let array = text_array(text, rows)?;
-    let strings: &StringArray = as_string_array(&array)?;
+/// The parts of each value of a string array (`None`: null), as a list array.
+fn parts_of<'a>(
+    strings: &dyn Fn(usize) -> Option<&'a str>,
+    n: usize,
+    sep: &str,
+    keep_empty: bool,
+) -> ArrayRef {
     let mut builder = ListBuilder::new(StringBuilder::new());
-    for i in 0..strings.len() {
+    for i in 0..n {
         let mut any = false;
-        if strings.is_valid(i) {
-            for part in strings.value(i).split(sep.as_str()) {
+        if let Some(v) = strings(i) {
+            for part in v.split(sep) {
                 let part = part.trim();
                 if !part.is_empty() {
                     builder.values().append_value(part);
@@ -87,11 +74,198 @@ fn parts_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
         }
         builder.append(true);
     }
-    let out: ArrayRef = Arc::new(builder.finish());
-    Ok(match text {
+    Arc::new(builder.finish())
+}
+
+/// What a function computed for the values of a dictionary, kept while its plan lives: a
+/// dictionary shared by every batch of a table is worked on once, not once per batch.
+#[derive(Debug, Default)]
+struct Memo(Mutex<Vec<(ArrayRef, String, ArrayRef)>>);
+
+impl Memo {
+    fn get_or(
+        &self,
+        values: &ArrayRef,
+        key: &str,
+        make: impl FnOnce() -> Result<ArrayRef>,
+    ) -> Result<ArrayRef> {
+        if let Ok(memo) = self.0.lock()
+            && let Some((_, _, out)) = memo
+                .iter()
+                .find(|(v, k, _)| Arc::ptr_eq(v, values) && k == key)
+        {
+            return Ok(Arc::clone(out));
+        }
+        let out = make()?;
+        if let Ok(mut memo) = self.0.lock() {
+            if memo.len() >= 4 {
+                memo.remove(0);
+            }
+            memo.push((Arc::clone(values), key.to_string(), Arc::clone(&out)));
+        }
+        Ok(out)
+    }
+}
+
+/// Per row of a dictionary array, the row of `per_value` (one row per dictionary value, then
+/// one for a null) its key points at.
+fn by_key(keys: &UInt32Array, per_value: &ArrayRef, values: usize) -> Result<ArrayRef> {
+    let indices: UInt32Array = keys
+        .iter()
+        .map(|k| Some(k.map_or(values as u32, |k| k.min(values as u32))))
+        .collect();
+    Ok(datafusion::arrow::compute::take(
+        per_value.as_ref(),
+        &indices,
+        None,
+    )?)
+}
+
+/// The text of a column that is not a dictionary of `UInt32` codes, as strings.
+fn strings_of(array: &ArrayRef) -> Result<ArrayRef> {
+    match array.data_type() {
+        DataType::Utf8 | DataType::Utf8View => Ok(Arc::clone(array)),
+        _ => Ok(datafusion::arrow::compute::cast(array, &DataType::Utf8)?),
+    }
+}
+
+/// Value `i` of a string array (`Utf8` or `Utf8View`), `None` when null.
+fn string_at<'a>(array: &'a ArrayRef) -> Box<dyn Fn(usize) -> Option<&'a str> + 'a> {
+    use datafusion::arrow::array::AsArray;
+    match array.data_type() {
+        DataType::Utf8View => {
+            let a = array.as_string_view();
+            Box::new(move |i| a.is_valid(i).then(|| a.value(i)))
+        }
+        _ => {
+            let a = array.as_string::<i32>();
+            Box::new(move |i| a.is_valid(i).then(|| a.value(i)))
+        }
+    }
+}
+
+/// What a function does with text: given each row's value (`None`: null) and the rows.
+type Each<'f> = dyn for<'a> Fn(&dyn Fn(usize) -> Option<&'a str>, usize) -> Result<ArrayRef> + 'f;
+
+/// Runs `each` over a text argument: a dictionary's values once (memoised), then its rows by
+/// key; any other text row by row. `each` gets a string accessor (None: null) and a length.
+fn over_text(
+    arg: &ColumnarValue,
+    rows: usize,
+    memo: &Memo,
+    key: &str,
+    each: &Each<'_>,
+) -> Result<ColumnarValue> {
+    use datafusion::arrow::array::AsArray;
+    let array = arg.to_array(rows)?;
+    let out = match array.as_dictionary_opt::<datafusion::arrow::datatypes::UInt32Type>() {
+        Some(dict) => {
+            let values = dict.values();
+            let n = values.len();
+            let per_value = memo.get_or(values, key, || {
+                let strings = strings_of(values)?;
+                let at = string_at(&strings);
+                // One more row: what a null gives.
+                each(&|i| if i < n { at(i) } else { None }, n + 1)
+            })?;
+            by_key(dict.keys(), &per_value, n)?
+        }
+        None => {
+            let strings = strings_of(&array)?;
+            let at = string_at(&strings);
+            each(&*at, strings.len())?
+        }
+    };
+    Ok(match arg {
         ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
         ColumnarValue::Array(_) => ColumnarValue::Array(out),
     })
+}
+
+/// `tally_parts(text, separator, keep_empty)`.
+#[derive(Debug)]
+struct Parts {
+    signature: Signature,
+    memo: Memo,
+}
+
+/// `tally_icontains(text, folded needle, lowered)`.
+#[derive(Debug)]
+struct IContains {
+    signature: Signature,
+    memo: Memo,
+}
+
+macro_rules! same_by_name {
+    ($t:ty) => {
+        impl PartialEq for $t {
+            fn eq(&self, _other: &Self) -> bool {
+                true
+            }
+        }
+        impl Eq for $t {}
+        impl std::hash::Hash for $t {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                std::any::type_name::<$t>().hash(state);
+            }
+        }
+    };
+}
+same_by_name!(Parts);
+same_by_name!(IContains);
+
+/// Text of any string type (a dictionary kept as it is), then literals.
+fn text_then(arg_types: &[DataType], rest: &[DataType], name: &str) -> Result<Vec<DataType>> {
+    let Some((first, others)) = arg_types.split_first() else {
+        return Err(DataFusionError::Plan(format!(
+            "{name} takes {} arguments",
+            rest.len() + 1
+        )));
+    };
+    if others.len() != rest.len() {
+        return Err(DataFusionError::Plan(format!(
+            "{name} takes {} arguments",
+            rest.len() + 1
+        )));
+    }
+    let text = match first {
+        DataType::Utf8 | DataType::Utf8View => first.clone(),
+        DataType::Dictionary(k, v) if **k == DataType::UInt32 && **v == DataType::Utf8 => {
+            first.clone()
+        }
+        _ => DataType::Utf8,
+    };
+    let mut out = vec![text];
+    out.extend(rest.iter().cloned());
+    Ok(out)
+}
+
+impl ScalarUDFImpl for Parts {
+    fn name(&self) -> &str {
+        PARTS
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(parts_type())
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        text_then(arg_types, &[DataType::Utf8, DataType::Boolean], PARTS)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [text, sep, keep_empty] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "{PARTS} takes 3 arguments"
+            )));
+        };
+        let sep = scalar_str(sep, "separator")?;
+        let keep_empty = scalar_bool(keep_empty, "keep_empty")?;
+        let key = format!("{sep}\u{0}{keep_empty}");
+        over_text(text, args.number_rows, &self.memo, &key, &|at, n| {
+            Ok(parts_of(at, n, &sep, keep_empty))
+        })
+    }
 }
 
 /// Containment under NFKC and case folding of an already folded needle
@@ -108,81 +282,72 @@ pub fn icontains(haystack: &str, needle_folded: &str) -> bool {
     }
 }
 
-fn icontains_impl(args: &[ColumnarValue]) -> Result<ColumnarValue> {
-    let [text, needle, lowered] = args else {
-        return Err(DataFusionError::Internal(format!(
-            "{ICONTAINS} takes 3 arguments"
-        )));
-    };
-    let needle = scalar_str(needle, "needle")?;
-    // The prepared search column is lower-cased already: a plain substring test suffices.
-    let lowered = scalar_bool(lowered, "lowered")?;
-    let rows = rows_of(args);
-    let array = text_array(text, rows)?;
-    let strings: &StringArray = as_string_array(&array)?;
-    let mut builder = BooleanBuilder::with_capacity(strings.len());
-    for i in 0..strings.len() {
-        let value = if strings.is_valid(i) {
-            strings.value(i)
-        } else {
-            ""
+impl ScalarUDFImpl for IContains {
+    fn name(&self) -> &str {
+        ICONTAINS
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        text_then(arg_types, &[DataType::Utf8, DataType::Boolean], ICONTAINS)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [text, needle, lowered] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "{ICONTAINS} takes 3 arguments"
+            )));
         };
-        builder.append_value(if lowered {
-            value.contains(needle.as_str())
-        } else {
-            icontains(value, &needle)
-        });
+        let needle = scalar_str(needle, "needle")?;
+        // A column folded already: a plain substring test suffices.
+        let lowered = scalar_bool(lowered, "lowered")?;
+        let key = format!("{needle}\u{0}{lowered}");
+        over_text(text, args.number_rows, &self.memo, &key, &|at, n| {
+            let mut builder = BooleanBuilder::with_capacity(n);
+            for i in 0..n {
+                // Null counts as "".
+                let value = at(i).unwrap_or("");
+                builder.append_value(if lowered {
+                    value.contains(needle.as_str())
+                } else {
+                    icontains(value, &needle)
+                });
+            }
+            let out: BooleanArray = builder.finish();
+            Ok(Arc::new(out) as ArrayRef)
+        })
     }
-    let out: BooleanArray = builder.finish();
-    Ok(match text {
-        ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
-        ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(out)),
-    })
 }
 
-/// The functions, built once per engine.
-#[derive(Debug, Clone)]
-pub struct Functions {
-    parts: Arc<ScalarUDF>,
-    icontains: Arc<ScalarUDF>,
-}
+/// Builds the functions' expressions. Each expression gets an instance of its own, so what it
+/// keeps of a dictionary lives as long as the plan that uses it.
+#[derive(Debug, Clone, Default)]
+pub struct Functions;
 
-impl Default for Functions {
-    fn default() -> Self {
-        Functions {
-            parts: Arc::new(create_udf(
-                PARTS,
-                vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
-                parts_type(),
-                Volatility::Immutable,
-                Arc::new(parts_impl),
-            )),
-            icontains: Arc::new(create_udf(
-                ICONTAINS,
-                vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
-                DataType::Boolean,
-                Volatility::Immutable,
-                Arc::new(icontains_impl),
-            )),
-        }
-    }
+fn user_defined() -> Signature {
+    Signature::user_defined(Volatility::Immutable)
 }
 
 impl Functions {
     pub fn parts(&self, text: Expr, separator: &str, keep_empty: bool) -> Expr {
-        self.parts.call(vec![text, lit(separator), lit(keep_empty)])
+        let udf = ScalarUDF::new_from_impl(Parts {
+            signature: user_defined(),
+            memo: Memo::default(),
+        });
+        udf.call(vec![text, lit(separator), lit(keep_empty)])
     }
 
     /// Substring test under NFKC and case folding; `needle` is folded here.
     pub fn icontains(&self, text: Expr, needle: &str) -> Expr {
         let folded = tally_semantic::names::fold(needle).into_owned();
-        self.icontains.call(vec![text, lit(folded), lit(false)])
-    }
-
-    /// Substring test on a column that is folded already (the prepared search column).
-    pub fn contains_lowered(&self, text: Expr, needle: &str) -> Expr {
-        let folded = tally_semantic::names::fold(needle).into_owned();
-        self.icontains.call(vec![text, lit(folded), lit(true)])
+        let udf = ScalarUDF::new_from_impl(IContains {
+            signature: user_defined(),
+            memo: Memo::default(),
+        });
+        udf.call(vec![text, lit(folded), lit(false)])
     }
 }
 
@@ -205,18 +370,11 @@ mod tests {
         assert!(icontains("押印＋印鑑証明", "押印+印鑑"));
     }
 
-    #[test]
-    fn parts_trim_and_drop_empty() {
-        let text = ColumnarValue::Array(Arc::new(StringArray::from(vec![
-            Some("a; b ;;c"),
-            None,
-            Some("  "),
-        ])));
-        let out = parts_impl(&[
-            text,
-            ColumnarValue::Scalar(ScalarValue::Utf8(Some(";".into()))),
-            ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))),
-        ])
+    fn parts_rows(text: ColumnarValue) -> Vec<Vec<String>> {
+        let memo = Memo::default();
+        let out = over_text(&text, 3, &memo, "k", &|at, n| {
+            Ok(parts_of(at, n, ";", true))
+        })
         .expect("runs");
         let ColumnarValue::Array(arr) = out else {
             panic!("array")
@@ -225,15 +383,33 @@ mod tests {
             .as_any()
             .downcast_ref::<datafusion::arrow::array::ListArray>()
             .expect("list");
-        let row = |i: usize| {
-            let v = list.value(i);
-            let s = v.as_any().downcast_ref::<StringArray>().expect("strings");
-            (0..s.len())
-                .map(|j| s.value(j).to_string())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(row(0), ["a", "b", "c"]);
-        assert_eq!(row(1), [""]);
-        assert_eq!(row(2), [""]);
+        (0..list.len())
+            .map(|i| {
+                let v = list.value(i);
+                let s = v
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::StringArray>()
+                    .expect("strings");
+                (0..s.len()).map(|j| s.value(j).to_string()).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parts_trim_and_drop_empty() {
+        let plain =
+            ColumnarValue::Array(Arc::new(datafusion::arrow::array::StringArray::from(vec![
+                Some("a; b ;;c"),
+                None,
+                Some("  "),
+            ])));
+        let expected = vec![vec!["a", "b", "c"], vec![""], vec![""]];
+        assert_eq!(parts_rows(plain), expected);
+        // The same over a dictionary: its values split once, rows taken by code.
+        let values = datafusion::arrow::array::StringArray::from(vec!["", "a; b ;;c", "  "]);
+        let keys = UInt32Array::from(vec![Some(1), None, Some(2)]);
+        let dict = datafusion::arrow::array::DictionaryArray::try_new(keys, Arc::new(values))
+            .expect("dictionary");
+        assert_eq!(parts_rows(ColumnarValue::Array(Arc::new(dict))), expected);
     }
 }

@@ -15,6 +15,7 @@ use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, Resolution};
 
 use crate::dataset::Prepared;
+use crate::error::EngineError;
 
 /// Rewrites exact text comparisons to the values the data holds (NFKC-equal), disclosing each
 /// rewrite in `resolved`, and returns the warnings about substrings matching several codes.
@@ -23,7 +24,7 @@ pub fn match_data(
     def: &DatasetDef,
     filters: &mut [Filter],
     resolved: &mut Vec<Resolution>,
-) -> Vec<String> {
+) -> Result<Vec<String>, EngineError> {
     let mut warnings = Vec::new();
     for filter in filters.iter_mut() {
         let field = &def.fields[filter.field];
@@ -37,7 +38,7 @@ pub fn match_data(
         match &mut filter.op {
             Op::Contains(needle) if coded => {
                 let wanted = fold(needle).into_owned();
-                let counts = prepared.distinct_values(def, filter.field);
+                let counts = prepared.distinct_values(def, filter.field)?;
                 let matched: Vec<&(String, usize)> = counts
                     .iter()
                     .filter(|(v, _)| fold(v).contains(wanted.as_str()))
@@ -63,7 +64,7 @@ pub fn match_data(
                 let (Op::Eq(v) | Op::Ne(v)) = &mut filter.op else {
                     continue;
                 };
-                if let Some(found) = equal_in_data(prepared, def, filter.field, v) {
+                if let Some(found) = equal_in_data(prepared, def, filter.field, v)? {
                     if let [one] = found.as_slice() {
                         resolved.push(Resolution {
                             parameter,
@@ -84,7 +85,7 @@ pub fn match_data(
             Op::In(values) => {
                 let mut out: Vec<Scalar> = Vec::with_capacity(values.len());
                 for v in values.iter() {
-                    match equal_in_data(prepared, def, filter.field, v) {
+                    match equal_in_data(prepared, def, filter.field, v)? {
                         Some(found) => {
                             resolved.push(Resolution {
                                 parameter: parameter.clone(),
@@ -110,7 +111,7 @@ pub fn match_data(
             _ => {}
         }
     }
-    warnings
+    Ok(warnings)
 }
 
 /// The values the data holds that equal `value` under NFKC, when the value itself is not
@@ -120,12 +121,14 @@ fn equal_in_data(
     def: &DatasetDef,
     field: tally_semantic::definition::FieldId,
     value: &Scalar,
-) -> Option<Vec<String>> {
+) -> Result<Option<Vec<String>>, EngineError> {
     let text = value.text();
-    let variants = prepared.nfkc_variants(def, field);
-    let found = variants.get(&nfkc_value(&text))?;
+    let variants = prepared.nfkc_variants(def, field)?;
+    let Some(found) = variants.get(&nfkc_value(&text)) else {
+        return Ok(None);
+    };
     if found.contains(&text) {
-        return None;
+        return Ok(None);
     }
-    Some(found.clone())
+    Ok(Some(found.clone()))
 }

@@ -21,7 +21,8 @@ use datafusion::parquet::arrow::arrow_reader::{
 };
 use datafusion::parquet::errors::ParquetError;
 
-mod pages;
+pub mod groups;
+pub mod pages;
 pub mod set;
 
 /// Rows per batch when reading.
@@ -91,6 +92,8 @@ pub struct Footer {
     /// The raw footer (Thrift metadata and its length), which changes whenever the data does:
     /// enough to tell versions apart without reading the data pages.
     pub footer_bytes: Vec<u8>,
+    /// The footer, parsed and checked.
+    pub metadata: std::sync::Arc<datafusion::parquet::file::metadata::ParquetMetaData>,
 }
 
 /// Reads the footer of `path`: schema, row count, size. No data pages are read. The footer's
@@ -132,6 +135,7 @@ pub fn read_footer(path: &Path) -> Result<Footer, Error> {
         size: meta.len(),
         modified: meta.modified().ok(),
         footer_bytes,
+        metadata: std::sync::Arc::clone(reader_meta.metadata()),
     })
 }
 

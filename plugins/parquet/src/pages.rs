@@ -31,71 +31,105 @@ pub fn check(bytes: &[u8], metadata: &ParquetMetaData, columns: &[usize]) -> Res
             if !columns.is_empty() && !columns.contains(&root) {
                 continue;
             }
-            let name = column.column_path().string();
-            let start = column
-                .dictionary_page_offset()
-                .filter(|o| *o > 0)
-                .unwrap_or(i64::MAX)
-                .min(column.data_page_offset());
-            let (Ok(start), Ok(size)) = (
-                usize::try_from(start),
-                usize::try_from(column.compressed_size()),
-            ) else {
+            let (start, size) = chunk_range(column, g)?;
+            let end = start.saturating_add(size).min(bytes.len());
+            let Some(chunk) = bytes.get(start..end) else {
                 return Err(format!(
-                    "column `{name}` of row group {g} has a negative offset or size"
+                    "column `{}` of row group {g} lies past the end of the file",
+                    column.column_path().string()
                 ));
             };
-            let end = start.saturating_add(size).min(bytes.len());
-            let declared = column.uncompressed_size();
-            let mut at = start;
-            let mut page = 0usize;
-            while at < end {
-                let sizes = read_header(&bytes[at..end]).map_err(|e| {
-                    format!("page {page} of column `{name}` in row group {g} has an unreadable header ({e})")
-                })?;
-                if sizes.compressed < 0 || sizes.uncompressed < 0 {
-                    return Err(format!(
-                        "page {page} of column `{name}` in row group {g} declares a negative size"
-                    ));
-                }
-                if sizes.uncompressed > declared.max(0) {
-                    return Err(format!(
-                        "page {page} of column `{name}` in row group {g} claims {} bytes once decompressed, more than the {declared} its column chunk declares in all",
-                        sizes.uncompressed
-                    ));
-                }
-                if sizes.uncompressed > (1 << 20)
-                    && sizes.uncompressed / sizes.compressed.max(1) > crate::MAX_EXPANSION
-                {
-                    return Err(format!(
-                        "page {page} of column `{name}` in row group {g} claims to expand from {} to {} bytes, more than {} times",
-                        sizes.compressed,
-                        sizes.uncompressed,
-                        crate::MAX_EXPANSION
-                    ));
-                }
-                let body_start = at.saturating_add(sizes.header);
-                let body_end = body_start
-                    .saturating_add(sizes.compressed as usize)
-                    .min(end);
-                let values_start = body_start.saturating_add(sizes.levels).min(body_end);
-                if let Some(body) = bytes.get(values_start..body_end) {
-                    let claimed = (sizes.uncompressed as u64).saturating_sub(sizes.levels as u64);
-                    inflates_within(column.compression(), body, claimed).map_err(|e| {
-                        format!("page {page} of column `{name}` in row group {g} {e}")
-                    })?;
-                }
-                at = at
-                    .saturating_add(sizes.header)
-                    .saturating_add(sizes.compressed as usize);
-                page += 1;
-            }
-            if at > end {
-                return Err(format!(
-                    "the last page of column `{name}` in row group {g} runs past its column chunk"
-                ));
-            }
+            check_pages(chunk, column, g)?;
         }
+    }
+    Ok(())
+}
+
+/// Where a column chunk's bytes lie in its file: the offset of its first page (the
+/// dictionary page, if any) and its compressed size.
+pub fn chunk_range(
+    column: &datafusion::parquet::file::metadata::ColumnChunkMetaData,
+    group: usize,
+) -> Result<(usize, usize), String> {
+    let start = column
+        .dictionary_page_offset()
+        .filter(|o| *o > 0)
+        .unwrap_or(i64::MAX)
+        .min(column.data_page_offset());
+    match (
+        usize::try_from(start),
+        usize::try_from(column.compressed_size()),
+    ) {
+        (Ok(start), Ok(size)) => Ok((start, size)),
+        _ => Err(format!(
+            "column `{}` of row group {group} has a negative offset or size",
+            column.column_path().string()
+        )),
+    }
+}
+
+/// Checks the pages in `bytes`, which start at a page header of the column chunk `column` of
+/// row group `group` and end at a page boundary (a whole chunk, or the pages a reader
+/// fetches): headers readable, no page claiming more than the chunk declares in all or more
+/// than [`MAX_EXPANSION`](crate::MAX_EXPANSION) times its size, none inflating past its claim,
+/// none running past the end.
+pub fn check_pages(
+    bytes: &[u8],
+    column: &datafusion::parquet::file::metadata::ColumnChunkMetaData,
+    group: usize,
+) -> Result<(), String> {
+    let g = group;
+    let name = column.column_path().string();
+    let end = bytes.len();
+    let declared = column.uncompressed_size();
+    let mut at = 0usize;
+    let mut page = 0usize;
+    while at < end {
+        let sizes = read_header(&bytes[at..end]).map_err(|e| {
+            format!(
+                "page {page} of column `{name}` in row group {g} has an unreadable header ({e})"
+            )
+        })?;
+        if sizes.compressed < 0 || sizes.uncompressed < 0 {
+            return Err(format!(
+                "page {page} of column `{name}` in row group {g} declares a negative size"
+            ));
+        }
+        if sizes.uncompressed > declared.max(0) {
+            return Err(format!(
+                "page {page} of column `{name}` in row group {g} claims {} bytes once decompressed, more than the {declared} its column chunk declares in all",
+                sizes.uncompressed
+            ));
+        }
+        if sizes.uncompressed > (1 << 20)
+            && sizes.uncompressed / sizes.compressed.max(1) > crate::MAX_EXPANSION
+        {
+            return Err(format!(
+                "page {page} of column `{name}` in row group {g} claims to expand from {} to {} bytes, more than {} times",
+                sizes.compressed,
+                sizes.uncompressed,
+                crate::MAX_EXPANSION
+            ));
+        }
+        let body_start = at.saturating_add(sizes.header);
+        let body_end = body_start
+            .saturating_add(sizes.compressed as usize)
+            .min(end);
+        let values_start = body_start.saturating_add(sizes.levels).min(body_end);
+        if let Some(body) = bytes.get(values_start..body_end) {
+            let claimed = (sizes.uncompressed as u64).saturating_sub(sizes.levels as u64);
+            inflates_within(column.compression(), body, claimed)
+                .map_err(|e| format!("page {page} of column `{name}` in row group {g} {e}"))?;
+        }
+        at = at
+            .saturating_add(sizes.header)
+            .saturating_add(sizes.compressed as usize);
+        page += 1;
+    }
+    if at > end {
+        return Err(format!(
+            "the last page of column `{name}` in row group {g} runs past its column chunk"
+        ));
     }
     Ok(())
 }

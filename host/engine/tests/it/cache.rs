@@ -188,7 +188,7 @@ fn a_touched_but_unchanged_data_file_is_still_mapped() {
 #[test]
 fn a_damaged_entry_is_detected_and_rebuilt() {
     type Spoil = fn(&Path);
-    let damage: [(&str, Spoil); 3] = [
+    let damage: [(&str, Spoil); 4] = [
         ("truncated", |p| {
             let bytes = std::fs::read(p).expect("entry");
             std::fs::write(p, &bytes[..bytes.len() / 2]).expect("truncate");
@@ -198,6 +198,21 @@ fn a_damaged_entry_is_detected_and_rebuilt() {
             std::fs::write(p, vec![0x5a; len]).expect("garbage");
         }),
         ("empty", |p| std::fs::write(p, b"").expect("empty")),
+        // The frame intact, one number changed: found by the column's checksum when a call
+        // first reads it, and that call is answered from the data prepared anew.
+        ("a value changed", |p| {
+            let mut bytes = std::fs::read(p).expect("entry");
+            let value = 5000i64.to_le_bytes();
+            let at: Vec<usize> = bytes
+                .windows(8)
+                .enumerate()
+                .filter(|(_, w)| *w == value)
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(at.len(), 1, "the fixture's 5000 is stored once");
+            bytes[at[0]..at[0] + 8].copy_from_slice(&5001i64.to_le_bytes());
+            std::fs::write(p, bytes).expect("spoiled");
+        }),
     ];
     for (what, spoil) in damage {
         let (_tmp, datasets, cache) = setup();

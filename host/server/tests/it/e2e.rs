@@ -245,6 +245,10 @@ fn python_mcp_client_end_to_end() {
     // The cache of prepared data is on by default: the servers of this run share one of their
     // own, never the user's.
     let cache_home = tempfile::tempdir().expect("temp dir");
+    // `TALLY_PYTEST_K=expr` runs only the tests pytest's `-k` selects (while working on one).
+    let only: Vec<String> = std::env::var("TALLY_PYTEST_K")
+        .map(|k| vec!["-k".to_string(), k])
+        .unwrap_or_default();
     let output = Command::new(&python)
         .args([
             "-m",
@@ -257,6 +261,7 @@ fn python_mcp_client_end_to_end() {
             "no:cacheprovider",
             "--timeout=300",
         ])
+        .args(only)
         .current_dir(&root)
         .env("TALLY_BIN", env!("CARGO_BIN_EXE_tally"))
         .env("TALLY_DATASETS", root.join("datasets"))

@@ -1,0 +1,1181 @@
+//! The prepared table of a dataset version: every declared field in its canonical type, text
+//! dictionary-encoded with one dictionary per field for the whole table, held in memory or
+//! mapped from the cache, and the table provider queries run on.
+//!
+//! What is stored is only the declared fields: numbers as `Int64`/`Float64`, text as `UInt32`
+//! codes into its field's dictionary (code 0 is always `""`; a null keeps code 0 and its null
+//! bit). A repeated value is one dictionary entry however many records hold it, so a survey of
+//! 7.5 million records whose text fields repeat a few thousand values takes a few bytes per
+//! field and record. Everything else a query needs is derived when the table is scanned, batch
+//! by batch: the row number (file order), the integer code column of a groupable field (its
+//! dictionary codes as they are, no copy), and the 0/1 column of a `count_where` measure (one
+//! test per dictionary value, then a lookup per record).
+//!
+//! A mapped store decodes and checks a column the first time a call needs it (Arrow's
+//! validation of its buffers, every code against its dictionary), so a start with a large
+//! cached table costs the columns the first call touches, not all of them.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, DictionaryArray, Float64Array, RecordBatch, RecordBatchOptions,
+    StringArray, UInt32Array, UInt64Array,
+};
+use datafusion::arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use datafusion::arrow::datatypes::{
+    DataType, Field as ArrowField, Int32Type, Schema, SchemaRef, UInt32Type,
+};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result as DfResult};
+use datafusion::datasource::TableType;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use tally_semantic::definition::{DataType as FieldType, DatasetDef, FieldId, MeasureId};
+
+use crate::error::EngineError;
+
+/// Hidden column: the record's position in file order (the default order).
+pub const ROW_COL: &str = "__tally_row";
+/// Prefix reserved for hidden columns.
+pub const RESERVED_PREFIX: &str = "__tally_";
+
+/// Records per stored chunk: batches read are gathered into chunks about this large.
+pub const CHUNK_ROWS: usize = 32 * 1024;
+
+/// The type of a text field in the prepared table.
+pub fn text_type() -> DataType {
+    DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8))
+}
+
+/// The hidden 0/1 column of a `count_where` computed measure (1.0 where the record counts).
+pub fn share_column(measure: MeasureId) -> String {
+    format!("__tally_share_{measure}")
+}
+
+/// The hidden code column of a field.
+pub fn code_column(field: FieldId) -> String {
+    format!("__tally_code_{field}")
+}
+
+/// The type a declared field has in the prepared table.
+pub fn canonical_type(field_type: FieldType, source: &DataType) -> Result<DataType, String> {
+    use DataType::*;
+    if field_type.is_numeric() {
+        return match source {
+            Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => Ok(Int64),
+            Float16
+            | Float32
+            | Float64
+            | Decimal32(_, _)
+            | Decimal64(_, _)
+            | Decimal128(_, _)
+            | Decimal256(_, _) => Ok(Float64),
+            Null => Ok(Int64),
+            Dictionary(_, value) => canonical_type(field_type, value),
+            other => Err(format!(
+                "is declared {} but the data column has type {other}",
+                field_type.as_str()
+            )),
+        };
+    }
+    match source {
+        List(_)
+        | LargeList(_)
+        | FixedSizeList(_, _)
+        | Struct(_)
+        | Map(_, _)
+        | Union(_, _)
+        | Binary
+        | LargeBinary
+        | FixedSizeBinary(_)
+        | BinaryView
+        | ListView(_)
+        | LargeListView(_) => Err(format!(
+            "has type {source} in the data, which cannot be served as text"
+        )),
+        Dictionary(_, value) => canonical_type(field_type, value),
+        _ => Ok(text_type()),
+    }
+}
+
+/// A `count_where` measure whose records count or not, decided once per dictionary value.
+#[derive(Debug, Clone)]
+pub struct Share {
+    pub measure: MeasureId,
+    pub field: FieldId,
+    pub separator: Option<String>,
+    pub values: Vec<String>,
+}
+
+impl Share {
+    /// Whether a record with this (present) value counts.
+    pub fn counts(&self, v: &str) -> bool {
+        match &self.separator {
+            Some(sep) => v
+                .split(sep.as_str())
+                .any(|p| self.values.iter().any(|c| c == p.trim())),
+            None => self.values.iter().any(|c| c == v),
+        }
+    }
+
+    /// 1.0 for each record of a text column that counts, else 0.0 (a null never counts).
+    pub fn column(&self, text: &dyn Array) -> Result<ArrayRef, EngineError> {
+        let n = text.len();
+        let out: Float64Array = if let Some(dict) = text.as_dictionary_opt::<UInt32Type>() {
+            let values = dict.values().as_string::<i32>();
+            let mask: Vec<bool> = (0..values.len())
+                .map(|i| self.counts(values.value(i)))
+                .collect();
+            share_of_codes(dict, &mask)
+        } else {
+            let text = datafusion::arrow::compute::cast(text, &DataType::Utf8)
+                .map_err(|e| EngineError::internal(format!("a share column: {e}")))?;
+            let strings = text.as_string::<i32>();
+            (0..n)
+                .map(|r| {
+                    if strings.is_valid(r) && self.counts(strings.value(r)) {
+                        1.0
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        };
+        Ok(Arc::new(out))
+    }
+}
+
+/// The share column of a dictionary column, given whether each value counts.
+fn share_of_codes(dict: &DictionaryArray<UInt32Type>, mask: &[bool]) -> Float64Array {
+    let keys = dict.keys();
+    let values: Vec<f64> = keys
+        .values()
+        .iter()
+        .enumerate()
+        .map(|(r, k)| {
+            if keys.is_valid(r) && mask.get(*k as usize).copied().unwrap_or(false) {
+                1.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Float64Array::from(values)
+}
+
+/// What a prepared table holds: every declared field in its canonical type, then the hidden
+/// columns derived on scan (the row number, a code column per coded field, a share column per
+/// `count_where` measure).
+#[derive(Debug)]
+pub struct Layout {
+    /// Per declared field, its type in the table.
+    pub targets: Vec<DataType>,
+    /// The groupable single-valued text fields, grouped on their codes.
+    pub coded: Vec<FieldId>,
+    pub shares: Vec<Share>,
+    /// The table's columns.
+    pub schema: SchemaRef,
+    /// The columns as stored (text as its codes).
+    pub stored: SchemaRef,
+}
+
+/// A column of the table, as the scan makes it.
+#[derive(Debug, Clone, Copy)]
+enum Out {
+    Field(usize),
+    Row,
+    Code(usize),
+    Share(usize),
+}
+
+impl Layout {
+    /// The layout of `def` over data whose columns have the types of `source`.
+    pub fn of(def: &DatasetDef, source: &Schema) -> Result<Layout, EngineError> {
+        let id = def.id.as_str();
+        let mut targets: Vec<DataType> = Vec::with_capacity(def.fields.len());
+        for f in &def.fields {
+            let source_type = source
+                .field_with_name(&f.name)
+                .map_err(|_| {
+                    EngineError::backend(id, format!("column `{}` vanished from the data", f.name))
+                })?
+                .data_type()
+                .clone();
+            targets.push(
+                canonical_type(f.data_type, &source_type)
+                    .map_err(|m| EngineError::backend(id, format!("`{}` {m}", f.name)))?,
+            );
+        }
+        // Dimensions and coded attributes are what summaries group by.
+        let coded: Vec<FieldId> = def
+            .fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                f.groupable
+                    && !f.data_type.is_numeric()
+                    && !f.is_multi_value()
+                    && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())
+            })
+            .map(|(i, _)| FieldId::at(i))
+            .collect();
+        let shares: Vec<Share> = def
+            .computed_measures
+            .iter()
+            .enumerate()
+            .filter_map(|(k, m)| match &m.formula {
+                tally_semantic::definition::Formula::CountWhere {
+                    condition_field,
+                    condition_values,
+                } => Some(Share {
+                    measure: MeasureId::at(k),
+                    field: *condition_field,
+                    separator: def.fields[*condition_field].multi_value.clone(),
+                    values: condition_values.clone(),
+                }),
+                _ => None,
+            })
+            .filter(|s| !def.fields[s.field].data_type.is_numeric())
+            .collect();
+        let mut fields: Vec<ArrowField> = def
+            .fields
+            .iter()
+            .zip(&targets)
+            .map(|(f, t)| ArrowField::new(&f.name, t.clone(), true))
+            .collect();
+        let stored: Vec<ArrowField> = fields
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Dictionary(_, _) => ArrowField::new(f.name(), DataType::UInt32, true),
+                _ => f.clone(),
+            })
+            .collect();
+        fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
+        for &i in &coded {
+            fields.push(ArrowField::new(code_column(i), DataType::UInt32, false));
+        }
+        for s in &shares {
+            fields.push(ArrowField::new(
+                share_column(s.measure),
+                DataType::Float64,
+                false,
+            ));
+        }
+        Ok(Layout {
+            targets,
+            coded,
+            shares,
+            schema: Arc::new(Schema::new(fields)),
+            stored: Arc::new(Schema::new(stored)),
+        })
+    }
+
+    pub fn is_text(&self, field: usize) -> bool {
+        matches!(self.targets[field], DataType::Dictionary(_, _))
+    }
+
+    /// The indices of the text fields.
+    pub fn text_fields(&self) -> Vec<usize> {
+        (0..self.targets.len())
+            .filter(|i| self.is_text(*i))
+            .collect()
+    }
+
+    fn out(&self, column: usize) -> Option<Out> {
+        let fields = self.targets.len();
+        let codes = self.coded.len();
+        match column {
+            c if c < fields => Some(Out::Field(c)),
+            c if c == fields => Some(Out::Row),
+            c if c <= fields + codes => Some(Out::Code(self.coded[c - fields - 1].index())),
+            c if c <= fields + codes + self.shares.len() => {
+                Some(Out::Share(c - fields - 1 - codes))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Interns a field's text values: each distinct value once, numbered in order of first
+/// appearance (0 is `""`). Values are kept in one buffer and the table holds 4-byte numbers,
+/// so a field of millions of distinct values costs their bytes and a few bytes each.
+struct Interner {
+    table: hashbrown::HashTable<u32>,
+    state: hashbrown::DefaultHashBuilder,
+    offsets: Vec<i32>,
+    data: Vec<u8>,
+}
+
+impl Interner {
+    fn new() -> Interner {
+        let mut interner = Interner {
+            table: hashbrown::HashTable::new(),
+            state: Default::default(),
+            offsets: vec![0],
+            data: Vec::new(),
+        };
+        let _ = interner.intern("");
+        interner
+    }
+
+    fn intern(&mut self, s: &str) -> Result<u32, String> {
+        use std::hash::BuildHasher;
+        let bytes = s.as_bytes();
+        let hash = self.state.hash_one(bytes);
+        let Interner {
+            table,
+            state,
+            offsets,
+            data,
+        } = self;
+        let value = |code: u32| {
+            let i = code as usize;
+            &data[offsets[i] as usize..offsets[i + 1] as usize]
+        };
+        if let Some(code) = table.find(hash, |c| value(*c) == bytes) {
+            return Ok(*code);
+        }
+        let end = data.len() + bytes.len();
+        if end > i32::MAX as usize || offsets.len() > u32::MAX as usize - 1 {
+            return Err("its distinct values hold more than 2 GiB of text".into());
+        }
+        let code = (offsets.len() - 1) as u32;
+        data.extend_from_slice(bytes);
+        offsets.push(end as i32);
+        let (offsets, data) = (&*offsets, &*data);
+        table.insert_unique(hash, code, |c| {
+            let i = *c as usize;
+            state.hash_one(&data[offsets[i] as usize..offsets[i + 1] as usize])
+        });
+        Ok(code)
+    }
+
+    /// About what it holds.
+    fn bytes(&self) -> usize {
+        self.data.capacity() + self.offsets.capacity() * 4 + self.table.capacity() * 5
+    }
+
+    fn finish(self) -> StringArray {
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(self.offsets));
+        // Every value was a `&str`: the bytes are UTF-8 (checked once more by `new`).
+        StringArray::new(offsets, Buffer::from_vec(self.data), None)
+    }
+}
+
+/// The codes of a batch's text column, new values interned.
+fn encode(interner: &mut Interner, column: &ArrayRef) -> Result<UInt32Array, String> {
+    let n = column.len();
+    let nulls = column.logical_nulls();
+    // A dictionary (Parquet pages read as such): each distinct value of the batch once.
+    if let Some(dict) = column.as_dictionary_opt::<Int32Type>() {
+        let values = datafusion::arrow::compute::cast(dict.values(), &DataType::Utf8)
+            .map_err(|e| e.to_string())?;
+        let values = values.as_string::<i32>();
+        let mut codes = Vec::with_capacity(values.len());
+        for i in 0..values.len() {
+            codes.push(if values.is_valid(i) {
+                interner.intern(values.value(i))?
+            } else {
+                0
+            });
+        }
+        let keys = dict.keys();
+        let out: Vec<u32> = keys
+            .values()
+            .iter()
+            .enumerate()
+            .map(|(r, k)| {
+                if keys.is_valid(r) {
+                    codes.get(*k as usize).copied().unwrap_or(0)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        return Ok(UInt32Array::new(ScalarBuffer::from(out), nulls));
+    }
+    let mut out = Vec::with_capacity(n);
+    match column.data_type() {
+        DataType::Utf8View => {
+            let views = column.as_string_view();
+            for r in 0..n {
+                out.push(if views.is_valid(r) {
+                    interner.intern(views.value(r))?
+                } else {
+                    0
+                });
+            }
+        }
+        _ => {
+            let text = datafusion::arrow::compute::cast(column, &DataType::Utf8)
+                .map_err(|e| e.to_string())?;
+            let strings = text.as_string::<i32>();
+            for r in 0..n {
+                out.push(if strings.is_valid(r) {
+                    interner.intern(strings.value(r))?
+                } else {
+                    0
+                });
+            }
+        }
+    }
+    Ok(UInt32Array::new(ScalarBuffer::from(out), nulls))
+}
+
+/// Where a finished chunk goes.
+pub trait ChunkSink {
+    /// Takes a chunk of stored columns (the layout's `stored` schema).
+    fn chunk(&mut self, batch: RecordBatch) -> Result<(), EngineError>;
+}
+
+/// Chunks kept in memory.
+#[derive(Debug, Default)]
+pub struct InMemory {
+    pub chunks: Vec<RecordBatch>,
+    pub bytes: usize,
+}
+
+impl ChunkSink for InMemory {
+    fn chunk(&mut self, batch: RecordBatch) -> Result<(), EngineError> {
+        self.bytes += batch.get_array_memory_size();
+        self.chunks.push(batch);
+        Ok(())
+    }
+}
+
+/// Builds a prepared table from batches read: casts, interns, gathers chunks.
+pub struct Builder {
+    dataset: String,
+    layout: Arc<Layout>,
+    interners: Vec<Option<Interner>>,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    pub rows: u64,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("dataset", &self.dataset)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Builder {
+    pub fn new(dataset: &str, layout: Arc<Layout>) -> Builder {
+        let interners = (0..layout.targets.len())
+            .map(|i| layout.is_text(i).then(Interner::new))
+            .collect();
+        Builder {
+            dataset: dataset.to_string(),
+            layout,
+            interners,
+            pending: Vec::new(),
+            pending_rows: 0,
+            rows: 0,
+        }
+    }
+
+    /// What the dictionaries and the chunk being gathered hold.
+    pub fn bytes(&self) -> usize {
+        self.interners
+            .iter()
+            .flatten()
+            .map(Interner::bytes)
+            .sum::<usize>()
+            + self
+                .pending
+                .iter()
+                .map(RecordBatch::get_array_memory_size)
+                .sum::<usize>()
+    }
+
+    /// About what a batch read becomes once stored (for reserving it first).
+    pub fn stored_bytes(&self, rows: usize) -> usize {
+        rows * (self.layout.targets.len() * 8 + self.layout.targets.len().div_ceil(8)) + 1024
+    }
+
+    /// Adds a batch of the declared fields (in field order, as read).
+    pub fn push(
+        &mut self,
+        batch: &RecordBatch,
+        sink: &mut dyn ChunkSink,
+    ) -> Result<(), EngineError> {
+        let id = self.dataset.clone();
+        let n = batch.num_rows();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.layout.targets.len());
+        for (i, (c, target)) in batch.columns().iter().zip(&self.layout.targets).enumerate() {
+            match &mut self.interners[i] {
+                Some(interner) => {
+                    let codes = encode(interner, c).map_err(|m| {
+                        EngineError::backend(
+                            &id,
+                            format!(
+                                "`{}` cannot be prepared: {m}",
+                                self.layout.stored.field(i).name()
+                            ),
+                        )
+                    })?;
+                    columns.push(Arc::new(codes));
+                }
+                None => columns.push(
+                    datafusion::arrow::compute::cast(c, target)
+                        .map_err(|e| EngineError::backend(&id, e))?,
+                ),
+            }
+        }
+        let stored = RecordBatch::try_new_with_options(
+            Arc::clone(&self.layout.stored),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )
+        .map_err(|e| EngineError::backend(&id, e))?;
+        self.rows += n as u64;
+        self.pending_rows += n;
+        self.pending.push(stored);
+        if self.pending_rows >= CHUNK_ROWS {
+            self.flush(sink)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, sink: &mut dyn ChunkSink) -> Result<(), EngineError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let batches = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        let chunk = if batches.len() == 1 {
+            batches.into_iter().next().unwrap_or_else(|| unreachable!())
+        } else {
+            datafusion::arrow::compute::concat_batches(&self.layout.stored, &batches)
+                .map_err(|e| EngineError::backend(&self.dataset, e))?
+        };
+        sink.chunk(chunk)
+    }
+
+    /// The last chunk to the sink, and the dictionary values of every text field (by field
+    /// index; `None` for numbers).
+    pub fn finish(
+        mut self,
+        sink: &mut dyn ChunkSink,
+    ) -> Result<Vec<Option<StringArray>>, EngineError> {
+        self.flush(sink)?;
+        Ok(self
+            .interners
+            .into_iter()
+            .map(|i| i.map(Interner::finish))
+            .collect())
+    }
+}
+
+/// A slot filled on first use.
+type Slot<T> = Mutex<Option<T>>;
+
+/// Where a store's columns are read from when first used.
+pub trait Columns: Send + Sync + fmt::Debug {
+    /// The stored column `field` of every chunk (text as its codes), checked.
+    fn column(&self, field: usize) -> Result<Vec<ArrayRef>, String>;
+    /// The dictionary of text field `field`, checked.
+    fn values(&self, field: usize) -> Result<StringArray, String>;
+    /// Called when something read does not check out: the source is not to be used again.
+    fn damaged(&self) {}
+}
+
+/// The prepared table.
+pub struct Store {
+    dataset: String,
+    layout: Arc<Layout>,
+    rows: usize,
+    /// Per chunk, its first row and its rows.
+    chunks: Vec<(u64, usize)>,
+    /// Per declared field, its column in every chunk (text: dictionary arrays).
+    columns: Vec<Slot<Arc<Vec<ArrayRef>>>>,
+    /// Per text field, its dictionary values.
+    values: Vec<Slot<StringArray>>,
+    /// Per share, whether each value of its field's dictionary counts.
+    masks: Vec<Slot<Arc<Vec<bool>>>>,
+    source: Option<Arc<dyn Columns>>,
+    damaged: AtomicBool,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("dataset", &self.dataset)
+            .field("rows", &self.rows)
+            .field("chunks", &self.chunks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// A store over chunks held in memory and the dictionaries [`Builder::finish`] gave.
+    pub fn in_memory(
+        dataset: &str,
+        layout: Arc<Layout>,
+        chunks: Vec<RecordBatch>,
+        values: Vec<Option<StringArray>>,
+    ) -> Result<Store, EngineError> {
+        let fields = layout.targets.len();
+        let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(chunks.len()); fields];
+        let mut spans = Vec::with_capacity(chunks.len());
+        let mut row = 0u64;
+        for chunk in &chunks {
+            spans.push((row, chunk.num_rows()));
+            row += chunk.num_rows() as u64;
+            for (f, column) in columns.iter_mut().enumerate() {
+                let stored = Arc::clone(chunk.column(f));
+                column.push(match &values[f] {
+                    Some(v) => {
+                        dictionary(stored, v).map_err(|m| EngineError::backend(dataset, m))?
+                    }
+                    None => stored,
+                });
+            }
+        }
+        Ok(Store {
+            dataset: dataset.to_string(),
+            rows: row as usize,
+            chunks: spans,
+            columns: columns
+                .into_iter()
+                .map(|c| Mutex::new(Some(Arc::new(c))))
+                .collect(),
+            masks: layout.shares.iter().map(|_| Mutex::new(None)).collect(),
+            values: values.into_iter().map(Mutex::new).collect(),
+            layout,
+            source: None,
+            damaged: AtomicBool::new(false),
+        })
+    }
+
+    /// A store whose columns are read from `source` when first used.
+    pub fn lazy(
+        dataset: &str,
+        layout: Arc<Layout>,
+        chunks: Vec<usize>,
+        source: Arc<dyn Columns>,
+    ) -> Store {
+        let mut spans = Vec::with_capacity(chunks.len());
+        let mut row = 0u64;
+        for n in chunks {
+            spans.push((row, n));
+            row += n as u64;
+        }
+        let fields = layout.targets.len();
+        Store {
+            dataset: dataset.to_string(),
+            rows: row as usize,
+            chunks: spans,
+            columns: (0..fields).map(|_| Mutex::new(None)).collect(),
+            values: (0..fields).map(|_| Mutex::new(None)).collect(),
+            masks: layout.shares.iter().map(|_| Mutex::new(None)).collect(),
+            layout,
+            source: Some(source),
+            damaged: AtomicBool::new(false),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn layout(&self) -> &Arc<Layout> {
+        &self.layout
+    }
+
+    /// Whether something read from its source did not check out (then the store is not used
+    /// again: its dataset is prepared anew).
+    pub fn is_damaged(&self) -> bool {
+        self.damaged.load(Ordering::Relaxed)
+    }
+
+    fn damage(&self, what: &str, why: String) -> EngineError {
+        self.damaged.store(true, Ordering::Relaxed);
+        if let Some(source) = &self.source {
+            source.damaged();
+        }
+        tracing::warn!(dataset = %self.dataset, "the cached prepared data is damaged ({what}: {why}); it is prepared anew");
+        EngineError::Stale {
+            dataset: self.dataset.clone(),
+            message: format!("its cached prepared data is damaged ({what}); it is prepared anew"),
+        }
+    }
+
+    /// The dictionary values of a text field (code 0 is `""`).
+    pub fn values(&self, field: FieldId) -> Result<StringArray, EngineError> {
+        let f = field.index();
+        let mut slot = self.values[f]
+            .lock()
+            .map_err(|_| EngineError::internal("a dictionary lock is poisoned"))?;
+        if let Some(v) = &*slot {
+            return Ok(v.clone());
+        }
+        let Some(source) = &self.source else {
+            return Err(EngineError::internal(format!(
+                "field {f} has no dictionary in the prepared table"
+            )));
+        };
+        let values = source
+            .values(f)
+            .map_err(|why| self.damage(&format!("the values of field {f}"), why))?;
+        *slot = Some(values.clone());
+        Ok(values)
+    }
+
+    /// A declared field's column in every chunk (text: dictionary arrays).
+    pub fn column(&self, field: FieldId) -> Result<Arc<Vec<ArrayRef>>, EngineError> {
+        let f = field.index();
+        if let Some(c) = &*self.columns[f]
+            .lock()
+            .map_err(|_| EngineError::internal("a column lock is poisoned"))?
+        {
+            return Ok(Arc::clone(c));
+        }
+        let values = if self.layout.is_text(f) {
+            Some(self.values(field)?)
+        } else {
+            None
+        };
+        let mut slot = self.columns[f]
+            .lock()
+            .map_err(|_| EngineError::internal("a column lock is poisoned"))?;
+        if let Some(c) = &*slot {
+            return Ok(Arc::clone(c));
+        }
+        let Some(source) = &self.source else {
+            return Err(EngineError::internal(format!(
+                "field {f} is missing from the prepared table"
+            )));
+        };
+        let what = format!("column {f}");
+        let stored = source.column(f).map_err(|why| self.damage(&what, why))?;
+        if stored.len() != self.chunks.len()
+            || stored
+                .iter()
+                .zip(&self.chunks)
+                .any(|(a, (_, n))| a.len() != *n)
+        {
+            return Err(self.damage(&what, "its chunks do not have the rows of the table".into()));
+        }
+        let arrays: Vec<ArrayRef> = match &values {
+            Some(v) => stored
+                .into_iter()
+                .map(|keys| dictionary(keys, v))
+                .collect::<Result<_, _>>()
+                .map_err(|why| self.damage(&what, why))?,
+            None => {
+                let want = &self.layout.targets[f];
+                if let Some(bad) = stored.iter().find(|a| a.data_type() != want) {
+                    return Err(self.damage(&what, format!("it holds {}", bad.data_type())));
+                }
+                stored
+            }
+        };
+        let arrays = Arc::new(arrays);
+        *slot = Some(Arc::clone(&arrays));
+        Ok(arrays)
+    }
+
+    /// Whether each value of a share's field counts.
+    fn mask(&self, share: usize) -> Result<Arc<Vec<bool>>, EngineError> {
+        let mut slot = self.masks[share]
+            .lock()
+            .map_err(|_| EngineError::internal("a share lock is poisoned"))?;
+        if let Some(m) = &*slot {
+            return Ok(Arc::clone(m));
+        }
+        let s = &self.layout.shares[share];
+        let values = self.values(s.field)?;
+        let mask = Arc::new(
+            (0..values.len())
+                .map(|i| s.counts(values.value(i)))
+                .collect::<Vec<_>>(),
+        );
+        *slot = Some(Arc::clone(&mask));
+        Ok(mask)
+    }
+
+    /// The bytes its columns hold in memory (a mapped store: what it copied out of the map).
+    pub fn memory_bytes(&self) -> usize {
+        if self.source.is_some() {
+            return 0;
+        }
+        self.columns
+            .iter()
+            .filter_map(|c| c.lock().ok().and_then(|c| c.clone()))
+            .map(|c| {
+                c.iter()
+                    .map(|a| match a.as_dictionary_opt::<UInt32Type>() {
+                        Some(d) => d.keys().get_array_memory_size(),
+                        None => a.get_array_memory_size(),
+                    })
+                    .sum::<usize>()
+            })
+            .sum::<usize>()
+            + self
+                .values
+                .iter()
+                .filter_map(|v| v.lock().ok().and_then(|v| v.clone()))
+                .map(|v| v.get_array_memory_size())
+                .sum::<usize>()
+    }
+}
+
+/// A dictionary array of stored codes over a field's values; every present code is checked
+/// against the values.
+fn dictionary(keys: ArrayRef, values: &StringArray) -> Result<ArrayRef, String> {
+    let keys = keys
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| format!("codes stored as {}", keys.data_type()))?
+        .clone();
+    let n = values.len() as u32;
+    if keys.values().iter().any(|k| *k >= n) {
+        return Err("a code past the end of its dictionary".into());
+    }
+    let array = DictionaryArray::<UInt32Type>::try_new(keys, Arc::new(values.clone()))
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(array))
+}
+
+/// The table provider over a [`Store`]: the layout's columns, hidden ones derived on scan.
+#[derive(Debug)]
+pub struct PreparedTable {
+    store: Arc<Store>,
+}
+
+impl PreparedTable {
+    pub fn new(store: Arc<Store>) -> PreparedTable {
+        PreparedTable { store }
+    }
+}
+
+#[async_trait]
+impl TableProvider for PreparedTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.store.layout.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let layout = &self.store.layout;
+        let all: Vec<usize> = (0..layout.schema.fields().len()).collect();
+        let indices = projection.unwrap_or(&all);
+        let schema = Arc::new(
+            layout
+                .schema
+                .project(indices)
+                .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))?,
+        );
+        let mut outs = Vec::with_capacity(indices.len());
+        for &c in indices {
+            let out = layout.out(c).ok_or_else(|| {
+                DataFusionError::Internal(format!("no column {c} in the prepared table"))
+            })?;
+            let loaded = match out {
+                Out::Field(f) | Out::Code(f) => Loaded::Arrays(self.column(f)?),
+                Out::Share(s) => Loaded::Share(
+                    self.column(layout.shares[s].field.index())?,
+                    self.store.mask(s).map_err(external)?,
+                ),
+                Out::Row => Loaded::Row,
+            };
+            outs.push((out, loaded));
+        }
+        Ok(Arc::new(PreparedExec::new(
+            Arc::clone(&self.store),
+            schema,
+            Arc::new(outs),
+            limit,
+        )))
+    }
+}
+
+impl PreparedTable {
+    fn column(&self, f: usize) -> DfResult<Arc<Vec<ArrayRef>>> {
+        self.store.column(FieldId::at(f)).map_err(external)
+    }
+}
+
+fn external(e: EngineError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// What a scan reads for one output column.
+#[derive(Debug)]
+enum Loaded {
+    Arrays(Arc<Vec<ArrayRef>>),
+    Share(Arc<Vec<ArrayRef>>, Arc<Vec<bool>>),
+    Row,
+}
+
+/// A scan of a [`Store`]: one partition, a batch per chunk, hidden columns made per batch.
+struct PreparedExec {
+    store: Arc<Store>,
+    schema: SchemaRef,
+    outs: Arc<Vec<(Out, Loaded)>>,
+    limit: Option<usize>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for PreparedExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PreparedExec")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PreparedExec {
+    fn new(
+        store: Arc<Store>,
+        schema: SchemaRef,
+        outs: Arc<Vec<(Out, Loaded)>>,
+        limit: Option<usize>,
+    ) -> PreparedExec {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        PreparedExec {
+            store,
+            schema,
+            outs,
+            limit,
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for PreparedExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "PreparedExec: {} rows in {} chunks",
+            self.store.rows,
+            self.store.chunks.len()
+        )
+    }
+}
+
+/// The batch of chunk `c` with the columns `outs` asks for.
+fn chunk_batch(
+    store: &Store,
+    schema: &SchemaRef,
+    outs: &[(Out, Loaded)],
+    c: usize,
+) -> DfResult<RecordBatch> {
+    let (first, n) = store.chunks[c];
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(outs.len());
+    for (out, loaded) in outs {
+        columns.push(match (out, loaded) {
+            (Out::Field(_), Loaded::Arrays(a)) => Arc::clone(&a[c]),
+            (Out::Code(_), Loaded::Arrays(a)) => {
+                let dict = a[c].as_dictionary_opt::<UInt32Type>().ok_or_else(|| {
+                    DataFusionError::Internal("a code column of a field without codes".into())
+                })?;
+                // The codes as they are: a null has code 0, which is also "".
+                Arc::new(UInt32Array::new(dict.keys().values().clone(), None))
+            }
+            (Out::Share(_), Loaded::Share(a, mask)) => {
+                let dict = a[c].as_dictionary_opt::<UInt32Type>().ok_or_else(|| {
+                    DataFusionError::Internal("a share of a field without codes".into())
+                })?;
+                Arc::new(share_of_codes(dict, mask))
+            }
+            (Out::Row, _) => Arc::new(UInt64Array::from_iter_values(first..first + n as u64)),
+            _ => {
+                return Err(DataFusionError::Internal(
+                    "a scan column read the wrong way".into(),
+                ));
+            }
+        });
+    }
+    RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(n)),
+    )
+    .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
+}
+
+#[allow(deprecated)]
+impl ExecutionPlan for PreparedExec {
+    fn name(&self) -> &str {
+        "PreparedExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "PreparedExec has one partition, not {partition}"
+            )));
+        }
+        let store = Arc::clone(&self.store);
+        let schema = Arc::clone(&self.schema);
+        let outs = Arc::clone(&self.outs);
+        let mut left = self.limit.unwrap_or(usize::MAX);
+        let chunks = store.chunks.len();
+        let stream_schema = Arc::clone(&schema);
+        let mut c = 0usize;
+        let batches = std::iter::from_fn(move || {
+            if left == 0 || c >= chunks {
+                return None;
+            }
+            let batch = chunk_batch(&store, &schema, &outs, c).map(|b| {
+                if b.num_rows() > left {
+                    let cut = b.slice(0, left);
+                    left = 0;
+                    cut
+                } else {
+                    left -= b.num_rows();
+                    b
+                }
+            });
+            c += 1;
+            Some(batch)
+        });
+        let stream = futures::stream::iter(batches);
+        Ok(Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                stream_schema,
+                futures::StreamExt::boxed(stream),
+            ),
+        ))
+    }
+}
+
+/// A leaf plan whose batches come from a stream made when it is executed (one partition).
+pub struct StreamPlan {
+    label: String,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    make: Box<dyn Fn() -> SendableRecordBatchStream + Send + Sync>,
+}
+
+impl fmt::Debug for StreamPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamPlan")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamPlan {
+    pub fn new(
+        label: impl Into<String>,
+        schema: SchemaRef,
+        make: impl Fn() -> SendableRecordBatchStream + Send + Sync + 'static,
+    ) -> StreamPlan {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        StreamPlan {
+            label: label.into(),
+            schema,
+            properties,
+            make: Box::new(make),
+        }
+    }
+}
+
+impl DisplayAs for StreamPlan {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+#[allow(deprecated)]
+impl ExecutionPlan for StreamPlan {
+    fn name(&self) -> &str {
+        &self.label
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "{} has one partition, not {partition}",
+                self.label
+            )));
+        }
+        let _ = &self.schema;
+        Ok((self.make)())
+    }
+}
