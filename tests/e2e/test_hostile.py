@@ -163,11 +163,11 @@ async def test_yaml_alias_bomb(tmp_path):
 
 
 async def test_parquet_decompression_bomb(tmp_path):
-    """Small Parquet files that expand to gigabytes: one declares more rows than the budget
-    can hold (refused at registration); one holds 1.5M copies of one 2 KiB string (3 GB as
-    plain text), which the prepared table keeps once, as one dictionary value, so it is
-    served within a 256 MiB budget. Memory stays bounded and the other datasets keep
-    answering."""
+    """Small Parquet files that expand to gigabytes: 10M copies of a short string, and 1.5M
+    copies of one 2 KiB string (3 GB as plain text). The prepared table keeps a value once, as
+    one dictionary entry, and a large dataset is read from its files at every call while it is
+    prepared: both are served within a 256 MiB budget, memory stays bounded and the other
+    datasets keep answering."""
     rows_bomb, text_bomb = need("bomb-rows.parquet"), need("bomb-text.parquet")
     datasets = tmp_path / "datasets"
     copy_procedures(datasets)
@@ -182,33 +182,34 @@ async def test_parquet_decompression_bomb(tmp_path):
         with anyio.fail_after(TIMEOUT):
             async with client(server) as c:
                 data = await listed(c)
-                broken = {b["folder"]: b for b in data["broken_datasets"]}
-                assert "bombrows" in broken, data
-                reason = broken["bombrows"]["problems"][0]["reason"]
-                assert "memory budget" in reason and "10000000 rows" in reason, reason
-                assert "bombtext" in {d["dataset_id"] for d in data["datasets"]}
-                # The call may answer at its deadline while the preparation goes on; then
-                # the table is ready, one value and 1.5M codes.
-                async def counted():
-                    r = await c.call_tool("summarize_records", {"dataset_id": "bombtext", "group_by": ["s"], "metrics": ["count"]})
-                    if r.is_error:
-                        err = body(r)["error"]
-                        assert err["code"] == "dataset_preparing", err
-                        return None
-                    return body(r)["data"]
+                assert data["broken_datasets"] == [], data["broken_datasets"]
+                served = {d["dataset_id"] for d in data["datasets"]}
+                assert {"bombrows", "bombtext"} <= served, served
+                for name, rows, value in (("bombrows", 10_000_000, "x" * 16), ("bombtext", 1_500_000, "y" * 2048)):
+                    started = time.monotonic()
 
-                summary = await wait_for("the text bomb served", counted, seconds=90)
-                assert summary["total_records"] == 1_500_000, summary
-                assert summary["rows"] == [["y" * 2048, 1_500_000]], summary["rows"][0][1:]
+                    async def counted():
+                        r = await c.call_tool("summarize_records", {"dataset_id": name, "group_by": ["s"], "metrics": ["count"]})
+                        if r.is_error:
+                            err = body(r)["error"]
+                            # A debug build on a busy machine may take longer than a call's
+                            # budget to read 10M records; the next call finds them prepared.
+                            assert err["code"] == "dataset_preparing" or "time budget" in err["message"], err
+                            return None
+                        return body(r)["data"]
+
+                    summary = await wait_for(f"{name} served", counted, seconds=120)
+                    assert summary["total_records"] == rows, summary
+                    assert summary["rows"] == [[value, rows]], summary["rows"][0][1:]
+                    print(f"{name}: {rows} records counted in {time.monotonic() - started:.1f} s")
                 await procedures_answers(c)
         for extra in ([], ["--deep"]):
             checked = subprocess.run(
                 [tally_bin(), "check", "--memory-budget", "256", *extra, str(datasets)], capture_output=True, text=True, timeout=120
             )
             print(checked.stdout)
-            assert checked.returncode == 1
-            assert "bombrows" in checked.stdout
-            assert "bombtext/dataset.yaml: error" not in checked.stdout
+            assert checked.returncode == 0, checked.stdout
+            assert "error" not in checked.stdout
     finally:
         peak = watch.stop()
         server.stop()
@@ -586,8 +587,10 @@ def test_cli_output_into_a_closed_pipe_ends_quietly():
 
 
 async def test_the_first_call_returns_at_its_deadline_while_the_data_is_prepared(tmp_path):
-    """A dataset that takes longer to prepare than a call may take: the first call answers at
-    its deadline saying the preparation goes on; a later call gets the answer."""
+    """A dataset of a million records: by default the first calls are answered at once from
+    its files while it is prepared in the background, and later calls from the prepared table,
+    with the same numbers. Served prepared only (`--streaming never`), the first call answers
+    at its deadline saying the preparation goes on, and a later call gets the answer."""
     source = need("large.parquet")
     datasets = tmp_path / "datasets"
     (datasets / "large").mkdir(parents=True)
@@ -597,7 +600,31 @@ async def test_the_first_call_returns_at_its_deadline_while_the_data_is_prepared
         "- {name: c, role: attr}\n- {name: n, role: measure, data_type: integer}\n",
         encoding="utf-8",
     )
-    server = HttpServer("--call-timeout-ms", "1000", datasets=str(datasets))
+
+    def extract(out) -> str:
+        return out["provenance"]["transformations"][0]["description"]
+
+    server = HttpServer("--call-timeout-ms", "10000", datasets=str(datasets))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with client(server) as c:
+                t0 = time.monotonic()
+                r = await c.call_tool("summarize_records", {"dataset_id": "large"})
+                first = time.monotonic() - t0
+                assert not r.is_error, body(r)
+                streamed = body(r)
+                assert "read from the files at this call" in extract(streamed), extract(streamed)
+                print(f"first call answered from the files after {first:.2f} s")
+
+                async def prepared():
+                    out = body(await c.call_tool("summarize_records", {"dataset_id": "large"}))
+                    return out if "prepared" in extract(out) else None
+
+                out = await wait_for("an answer from the prepared table", prepared, seconds=90)
+                assert out["data"]["rows"] == streamed["data"]["rows"] == [[1_000_000]], out["data"]["rows"]
+    finally:
+        server.stop()
+    server = HttpServer("--call-timeout-ms", "200", "--streaming", "never", "--no-cache", datasets=str(datasets))
     try:
         with anyio.fail_after(TIMEOUT):
             async with client(server) as c:

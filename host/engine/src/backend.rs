@@ -95,6 +95,41 @@ impl Pushed {
     }
 }
 
+/// What the scans of one call over a streamed table read of its files.
+#[derive(Debug, Default)]
+pub struct ReadCounts {
+    /// Row groups of the files the call could read.
+    pub row_groups: std::sync::atomic::AtomicUsize,
+    /// Row groups (file, group) some scan of the call read pages of.
+    pub read: std::sync::Mutex<std::collections::BTreeSet<(usize, usize)>>,
+}
+
+impl ReadCounts {
+    /// Row groups read, and of how many.
+    pub fn row_groups(&self) -> (usize, usize) {
+        let read = self.read.lock().map(|r| r.len()).unwrap_or(0);
+        (
+            read,
+            self.row_groups.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+}
+
+/// A dataset's data read from its files at every call, instead of prepared once: what serves
+/// data too large for the memory budget, and a large dataset while it is being prepared.
+pub trait Streaming: Send + Sync + fmt::Debug {
+    /// A table for one call: the fields asked for ([`Backend::stream`]) in the types asked
+    /// for, then `__tally_row` (`UInt64`, the record's position in file order, as a prepared
+    /// table numbers it), and what the call's scans read of the files.
+    fn table(&self) -> (Arc<dyn TableProvider>, Arc<ReadCounts>);
+    /// The files it reads, with the hashes of their bytes.
+    fn files(&self) -> &[ServedFile];
+    /// How the rows are read, when "read from <files>" does not say it (files left out).
+    fn extract(&self) -> Option<String>;
+    /// The records it reads.
+    fn rows(&self) -> usize;
+}
+
 /// The engine's view of a source of rows.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug {
@@ -145,6 +180,22 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// What `inspect_dataset` says about the backend.
     fn describe(&self) -> crate::results::BackendDescription {
         crate::results::BackendDescription::of(self.kind())
+    }
+    /// Whether [`Backend::stream`] can serve the data without preparing it (then no amount of
+    /// data is refused for the memory budget).
+    fn streams(&self) -> bool {
+        false
+    }
+    /// The data read from the files at every call: `fields` by name with the types the
+    /// engine serves them in, and `pushed` conditions as [`Backend::load`] takes them.
+    /// `None` when the backend cannot stream.
+    async fn stream(
+        &self,
+        _fields: &[(String, datafusion::arrow::datatypes::DataType)],
+        _pushed: &[Pushed],
+        _budget: &Arc<crate::memory::Budget>,
+    ) -> Option<Result<Arc<dyn Streaming>, EngineError>> {
+        None
     }
 }
 

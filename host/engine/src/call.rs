@@ -29,6 +29,8 @@ pub struct Call<'a> {
     pub ctx: SessionContext,
     /// The call's table before its conditions.
     pub base: DataFrame,
+    /// The table it reads (with what its scans read of files, when it reads them).
+    pub table: crate::dataset::CallTable,
     /// What matching the call's values to the data corrected or found missing.
     value_warnings: Vec<String>,
 }
@@ -73,9 +75,11 @@ impl<'a> Call<'a> {
     ) -> Result<Call<'a>, EngineError> {
         let def = &ds.def;
         let prepared = ds.prepared_for(engine, &ds.pushdown(filters)).await?;
-        let value_warnings = crate::values::match_data(&prepared, def, filters, resolved)?;
         let ctx = engine.call_context()?;
-        let base = ctx.read_table(prepared.table.clone())?;
+        let value_warnings =
+            crate::values::match_data(&ctx, &prepared, def, filters, resolved).await?;
+        let table = prepared.table();
+        let base = ctx.read_table(Arc::clone(&table.provider))?;
         Ok(Call {
             engine,
             ds,
@@ -86,6 +90,7 @@ impl<'a> Call<'a> {
             },
             ctx,
             base,
+            table,
             value_warnings,
         })
     }
@@ -118,7 +123,7 @@ impl<'a> Call<'a> {
             provenance.warn(w.clone());
         }
         context.source_refs = vec![source_id];
-        meta::read_and_normalized(provenance, self.ds, &self.prepared, resolved);
+        meta::read_and_normalized(provenance, self.ds, &self.prepared, &self.table, resolved);
         Ok(())
     }
 
@@ -131,11 +136,13 @@ impl<'a> Call<'a> {
         asked: Asked<'_>,
     ) -> Result<Vec<String>, EngineError> {
         let mut hints = unknown_value_hints(
+            &self.ctx,
             &self.prepared,
             self.def(),
             asked.filters,
             asked.nothing_matched,
-        )?;
+        )
+        .await?;
         if asked.ask_conditions {
             // Conditions the backend applied itself shaped the table searched; which
             // condition excludes everything is asked of all the data.
@@ -143,7 +150,7 @@ impl<'a> Call<'a> {
                 self.base.clone()
             } else {
                 self.ctx
-                    .read_table(self.ds.prepared(self.engine).await?.table.clone())?
+                    .read_table(self.ds.prepared(self.engine).await?.table().provider)?
             };
             hints.extend(zero_hit_hints(&self.planner, asked.plan, &all, asked.conditions).await?);
         }

@@ -32,8 +32,10 @@ pub struct Options {
     /// plugins to the built-in Parquet one).
     pub backends: Backends,
     /// The server's memory budget in bytes (0: not checked): a dataset whose data cannot fit
-    /// it, by what its metadata declares, is refused at registration.
+    /// it, by what its metadata declares, is refused at registration, unless its files can
+    /// be read at every call instead (`serving` not `Prepared`).
     pub memory_budget: usize,
+    pub serving: crate::dataset::Serving,
 }
 
 /// A dataset folder that cannot be served, and why.
@@ -479,7 +481,9 @@ pub fn register(
     let backend: Arc<dyn Backend> = options.backends.create(&def, folder)?;
     let schema = backend.schema();
     check_columns(&def, &schema)?;
-    check_budget(&def, backend.as_ref(), options.memory_budget)?;
+    if !backend.streams() || options.serving == crate::dataset::Serving::Prepared {
+        check_budget(&def, backend.as_ref(), options.memory_budget)?;
+    }
     let undeclared: Vec<String> = schema
         .fields()
         .iter()
@@ -663,27 +667,37 @@ pub fn read_every_page(ds: &Dataset, budget: &Arc<crate::memory::Budget>) -> Res
     let mut reservation = budget.reservation(format!("reading every page of `{}`", ds.def.id));
     for file in ds.backend.files() {
         let path = ds.folder.join(&file.path);
-        // Reserved before it is read.
-        let size = std::fs::metadata(&path)
-            .map_err(|e| format!("cannot read `{}`: {e}", file.path))?
-            .len();
-        reservation
-            .grow(usize::try_from(size).unwrap_or(usize::MAX))
-            .map_err(|e| e.to_string())?;
-        let bytes =
-            std::fs::read(&path).map_err(|e| format!("cannot read `{}`: {e}", file.path))?;
-        let base = reservation.size();
-        // Pages are checked, not kept: each batch is dropped once decoded, so the largest
-        // batch is what must fit.
-        let mut largest = 0usize;
-        tally_plugin_parquet::decode(&path, bytes.into(), &[], &mut |batch| {
-            largest = largest.max(batch.get_array_memory_size());
-            reservation
-                .resize(base + largest)
-                .map_err(|e| e.to_string())
-        })
+        let footer = tally_plugin_parquet::read_footer(&path).map_err(|e| e.to_string())?;
+        let columns: Vec<usize> = (0..footer.schema.fields().len()).collect();
+        // Read a row group at a time, as the server reads it; the column chunks in flight
+        // and the largest batch are what must fit.
+        let held = std::cell::Cell::new(0usize);
+        let largest = std::cell::Cell::new(0usize);
+        let reservation = std::cell::RefCell::new(&mut reservation);
+        tally_plugin_parquet::groups::read_groups(
+            &footer,
+            &columns,
+            tally_plugin_parquet::groups::Text::Dictionary,
+            &mut |bytes| {
+                held.set(bytes);
+                reservation
+                    .borrow_mut()
+                    .resize(bytes + largest.get())
+                    .map_err(|e| e.to_string())
+            },
+            &mut |batch| {
+                largest.set(largest.get().max(batch.get_array_memory_size()));
+                reservation
+                    .borrow_mut()
+                    .resize(held.get() + largest.get())
+                    .map_err(|e| e.to_string())
+            },
+        )
         .map_err(|e| e.to_string())?;
-        reservation.resize(0).map_err(|e| e.to_string())?;
+        reservation
+            .borrow_mut()
+            .resize(0)
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -65,6 +65,9 @@ pub struct Dataset {
     /// Prepared subsets read with conditions the backend applied itself, by condition (a
     /// few, most recent last).
     subsets: std::sync::Mutex<Vec<(Vec<Pushed>, Arc<PreparedCell>)>>,
+    /// The files read at every call, by condition set (a few, most recent last).
+    #[allow(clippy::type_complexity)]
+    streams: std::sync::Mutex<Vec<(Vec<Pushed>, Arc<OnceCell<Arc<Prepared>>>)>>,
     inspect: OnceCell<crate::results::InspectResult>,
 }
 
@@ -72,7 +75,8 @@ pub struct Dataset {
 /// it only until its own deadline, and the next call finds it further along (or done).
 #[derive(Debug, Default)]
 struct PreparedCell {
-    state: std::sync::Mutex<PrepState>,
+    /// Shared with the task preparing it, which records its outcome.
+    state: Arc<std::sync::Mutex<PrepState>>,
     /// Set when the cell is dropped (its dataset version replaced, or a subset evicted): a
     /// preparation still running for it stops at its next batch.
     cancel: Arc<AtomicBool>,
@@ -119,8 +123,31 @@ enum PrepState {
     },
 }
 
-/// How many pushed-down subsets a dataset version keeps.
+/// How many pushed-down subsets (and streams) a dataset version keeps.
 const SUBSETS_KEPT: usize = 16;
+
+/// Records from which a dataset still being prepared is answered from its files meanwhile
+/// (`--streaming auto`); a smaller one is prepared within a call's wait.
+pub const STREAM_WHILE_PREPARING: u64 = 1_000_000;
+
+/// How a server serves datasets whose backend can read its files at every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Serving {
+    /// Prepared when the table fits the memory budget (or the cache); read at every call when
+    /// it does not, and while a large one is being prepared.
+    #[default]
+    Auto,
+    /// Always prepared (a dataset over the budget is refused).
+    Prepared,
+    /// Always read from the files at every call.
+    Streaming,
+}
+
+/// What starting a preparation found.
+enum Started {
+    Ready(Arc<Prepared>),
+    Running(Preparing),
+}
 
 /// Distinct values of a field with their record counts, most frequent first.
 pub type ValueCounts = Arc<Vec<(String, usize)>>;
@@ -138,13 +165,33 @@ pub enum Served {
     /// Prepared once (by an earlier process, or for an earlier call) and mapped from the
     /// cache.
     Mapped,
+    /// Read from the files at this call.
+    Streamed,
 }
 
-/// The data of a dataset version, prepared: a [`Store`] and the table provider over it.
+/// Where a dataset version's data is.
+#[derive(Debug)]
+pub enum Data {
+    /// Prepared: in memory or mapped.
+    Stored(Arc<Store>),
+    /// Read from its files at every call.
+    Streamed(Arc<dyn crate::backend::Streaming>),
+}
+
+/// The table one call reads, and (when it reads files) what its scans read of them.
+#[derive(Debug, Clone)]
+pub struct CallTable {
+    pub provider: Arc<dyn TableProvider>,
+    pub counts: Option<Arc<crate::backend::ReadCounts>>,
+}
+
+/// The data of a dataset version as calls read it: a prepared [`Store`], or its files.
 #[derive(Debug)]
 pub struct Prepared {
-    pub table: Arc<dyn TableProvider>,
-    pub store: Arc<Store>,
+    /// The table over a store (streamed data makes one per call).
+    stored_table: Option<Arc<dyn TableProvider>>,
+    pub data: Data,
+    pub layout: Arc<Layout>,
     pub files: Vec<ServedFile>,
     pub rows: usize,
     /// How the rows were read, when the backend says it in its own words (plugins).
@@ -201,10 +248,11 @@ impl Prepared {
     ) -> Prepared {
         let store = Arc::new(store);
         Prepared {
-            table: Arc::new(PreparedTable::new(Arc::clone(&store))),
+            stored_table: Some(Arc::new(PreparedTable::new(Arc::clone(&store)))),
             rows: store.rows(),
             shares: store.layout().shares.iter().map(|s| s.measure).collect(),
-            store,
+            layout: Arc::clone(store.layout()),
+            data: Data::Stored(store),
             files: loaded.files,
             extract: loaded.extract,
             notes: loaded.notes,
@@ -218,22 +266,85 @@ impl Prepared {
         }
     }
 
+    /// Data read from its files at every call.
+    fn streamed(
+        streaming: Arc<dyn crate::backend::Streaming>,
+        layout: Arc<Layout>,
+        pushed: Vec<Pushed>,
+        memory: Meter,
+    ) -> Prepared {
+        Prepared {
+            stored_table: None,
+            rows: streaming.rows(),
+            shares: layout.shares.iter().map(|s| s.measure).collect(),
+            layout,
+            files: streaming.files().to_vec(),
+            extract: streaming.extract(),
+            notes: Vec::new(),
+            row_sources: None,
+            pushed,
+            served: Served::Streamed,
+            values: Default::default(),
+            variants: Default::default(),
+            ranks: Default::default(),
+            memory,
+            data: Data::Streamed(streaming),
+        }
+    }
+
+    /// The table a call reads (a streamed one counts what the call reads of the files).
+    pub fn table(&self) -> CallTable {
+        match (&self.data, &self.stored_table) {
+            (Data::Stored(_), Some(table)) => CallTable {
+                provider: Arc::clone(table),
+                counts: None,
+            },
+            (Data::Streamed(streaming), _) => {
+                let (inner, counts) = streaming.table();
+                CallTable {
+                    provider: Arc::new(crate::store::StreamedTable::new(
+                        inner,
+                        Arc::clone(&self.layout),
+                    )),
+                    counts: Some(counts),
+                }
+            }
+            (Data::Stored(store), None) => CallTable {
+                provider: Arc::new(PreparedTable::new(Arc::clone(store))),
+                counts: None,
+            },
+        }
+    }
+
+    fn store(&self) -> Option<&Arc<Store>> {
+        match &self.data {
+            Data::Stored(s) => Some(s),
+            Data::Streamed(_) => None,
+        }
+    }
+
     /// Whether the table is not to be used again (its cached data did not check out).
     pub fn is_damaged(&self) -> bool {
-        self.store.is_damaged()
+        self.store().is_some_and(|s| s.is_damaged())
     }
 
     /// The values of a field's code column, when it is grouped on codes.
     pub fn codes(&self, field: FieldId) -> Option<Codes> {
-        if !self.store.layout().coded.contains(&field) {
+        let store = self.store()?;
+        if !store.layout().coded.contains(&field) {
             return None;
         }
-        self.store.values(field).ok().map(Codes)
+        store.values(field).ok().map(Codes)
     }
 
     /// Whether a declared text field has any missing value (null or ""); numbers: any null.
+    /// Read from the files, a field is taken to have some (the answer is the same, found a
+    /// little slower).
     pub fn has_missing(&self, field: FieldId) -> Result<bool, EngineError> {
-        let arrays = self.store.column(field)?;
+        let Some(store) = self.store() else {
+            return Ok(true);
+        };
+        let arrays = store.column(field)?;
         Ok(arrays.iter().any(|a| {
             a.null_count() > 0
                 || a.as_dictionary_opt::<UInt32Type>()
@@ -242,7 +353,12 @@ impl Prepared {
     }
 
     /// The distinct values of a text field grouped by their NFKC form.
-    pub fn nfkc_variants(&self, def: &DatasetDef, field: FieldId) -> Result<Variants, EngineError> {
+    pub async fn nfkc_variants(
+        &self,
+        ctx: &SessionContext,
+        def: &DatasetDef,
+        field: FieldId,
+    ) -> Result<Variants, EngineError> {
         if let Ok(cache) = self.variants.lock()
             && let Some(v) = cache.get(&field)
         {
@@ -250,7 +366,7 @@ impl Prepared {
         }
         let mut map: std::collections::HashMap<String, Vec<String>> =
             std::collections::HashMap::new();
-        for (value, _) in self.distinct_values(def, field)?.iter() {
+        for (value, _) in self.distinct_values(ctx, def, field).await?.iter() {
             map.entry(tally_semantic::names::nfkc_value(value))
                 .or_default()
                 .push(value.clone());
@@ -296,8 +412,9 @@ impl Prepared {
     /// The distinct non-empty values of a text field with how many records have each, most
     /// frequent first (for multi-value fields: the trimmed parts, each counted once per
     /// record).
-    pub fn distinct_values(
+    pub async fn distinct_values(
         &self,
+        ctx: &SessionContext,
         def: &DatasetDef,
         field: FieldId,
     ) -> Result<ValueCounts, EngineError> {
@@ -306,24 +423,69 @@ impl Prepared {
         {
             return Ok(Arc::clone(v));
         }
-        let values = if self.store.layout().is_text(field.index()) {
-            let dictionary = self.store.values(field)?;
-            let mut per_code = vec![0usize; dictionary.len()];
-            for array in self.store.column(field)?.iter() {
-                if let Some(d) = array.as_dictionary_opt::<UInt32Type>() {
-                    let keys = d.keys();
-                    for (r, k) in keys.values().iter().enumerate() {
-                        if keys.is_valid(r)
-                            && let Some(n) = per_code.get_mut(*k as usize)
-                        {
-                            *n += 1;
+        let separator = &def.fields[field].multi_value;
+        let values = match self.store() {
+            _ if def.fields[field].data_type.is_numeric() => Vec::new(),
+            Some(store) => {
+                let dictionary = store.values(field)?;
+                let mut per_code = vec![0usize; dictionary.len()];
+                for array in store.column(field)?.iter() {
+                    if let Some(d) = array.as_dictionary_opt::<UInt32Type>() {
+                        let keys = d.keys();
+                        for (r, k) in keys.values().iter().enumerate() {
+                            if keys.is_valid(r)
+                                && let Some(n) = per_code.get_mut(*k as usize)
+                            {
+                                *n += 1;
+                            }
                         }
                     }
                 }
+                count_values(
+                    separator,
+                    per_code
+                        .iter()
+                        .enumerate()
+                        .map(|(code, n)| (dictionary.value(code), *n)),
+                )
             }
-            count_values(&def.fields[field].multi_value, &dictionary, &per_code)
-        } else {
-            Vec::new()
+            None => {
+                // Read from the files: each distinct value with its records, counted by the
+                // scan (within the call's memory), then split as a dictionary is.
+                use datafusion::functions_aggregate::expr_fn::count;
+                let name = &def.fields[field].name;
+                let table = self.table();
+                let batches = ctx
+                    .read_table(table.provider)?
+                    .aggregate(
+                        vec![ident(name)],
+                        vec![count(datafusion::prelude::lit(1i64)).alias("n")],
+                    )?
+                    .collect()
+                    .await
+                    .map_err(|e| EngineError::computing(&def.id, e))?;
+                let mut pairs: Vec<(String, usize)> = Vec::new();
+                for b in &batches {
+                    let text = datafusion::arrow::compute::cast(
+                        b.column(0),
+                        &datafusion::arrow::datatypes::DataType::Utf8,
+                    )
+                    .map_err(|e| EngineError::backend(&def.id, e))?;
+                    let text = text.as_string::<i32>();
+                    let n = datafusion::arrow::compute::cast(
+                        b.column(1),
+                        &datafusion::arrow::datatypes::DataType::UInt64,
+                    )
+                    .map_err(|e| EngineError::backend(&def.id, e))?;
+                    let n = n.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+                    for r in 0..b.num_rows() {
+                        if text.is_valid(r) {
+                            pairs.push((text.value(r).to_string(), n.value(r) as usize));
+                        }
+                    }
+                }
+                count_values(separator, pairs.iter().map(|(v, n)| (v.as_str(), *n)))
+            }
         };
         let values = Arc::new(values);
         if let Ok(mut cache) = self.values.lock() {
@@ -333,19 +495,17 @@ impl Prepared {
     }
 }
 
-/// The values of a dictionary with how many records hold each (`per_code`), most frequent
-/// first; the parts of a multi-value field counted once per record that has them.
-fn count_values(
+/// Distinct values with how many records hold each, most frequent first; the parts of a
+/// multi-value field counted once per record that has them.
+fn count_values<'a>(
     separator: &Option<String>,
-    dictionary: &StringArray,
-    per_code: &[usize],
+    values: impl Iterator<Item = (&'a str, usize)>,
 ) -> Vec<(String, usize)> {
     let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (code, n) in per_code.iter().enumerate() {
-        if *n == 0 {
+    for (v, n) in values {
+        if n == 0 {
             continue;
         }
-        let v = dictionary.value(code);
         match separator {
             Some(sep) => {
                 let mut seen = std::collections::HashSet::new();
@@ -407,6 +567,7 @@ impl Dataset {
             version,
             prepared: PreparedCell::default(),
             subsets: std::sync::Mutex::new(Vec::new()),
+            streams: std::sync::Mutex::new(Vec::new()),
             inspect: OnceCell::new(),
         }
     }
@@ -442,9 +603,49 @@ impl Dataset {
             })
     }
 
-    /// The prepared table, built on first use and kept for this dataset version.
+    /// The data of this dataset version for a call without conditions the backend applies:
+    /// the prepared table, or the files read at this call (see [`Dataset::prepared_for`]).
     pub async fn prepared(&self, engine: &Engine) -> Result<Arc<Prepared>, EngineError> {
+        self.prepared_for(engine, &[]).await
+    }
+
+    /// The whole prepared table, built on first use and kept for this dataset version
+    /// (waiting for its preparation, up to the caller's deadline).
+    pub async fn prepared_whole(&self, engine: &Engine) -> Result<Arc<Prepared>, EngineError> {
         self.prepared_in(&self.prepared, engine, &[]).await
+    }
+
+    /// The whole table, when it is prepared and sound.
+    fn ready(&self) -> Option<Arc<Prepared>> {
+        match &*self.prepared.state.lock().ok()? {
+            PrepState::Ready(p) if !p.is_damaged() => Some(Arc::clone(p)),
+            _ => None,
+        }
+    }
+
+    /// Whether preparing the whole table failed for the memory budget, and would again.
+    fn over_budget(&self, engine: &Engine) -> bool {
+        match self.prepared.state.lock().as_deref() {
+            Ok(PrepState::Failed {
+                error: EngineError::Limit { .. },
+                free,
+            }) => engine.budget().free() < free.saturating_add(64 << 20),
+            _ => false,
+        }
+    }
+
+    /// About what the prepared table would hold in memory (numbers 8 bytes a record, text
+    /// 4, the rest small), when the number of records is known; the dictionaries come on
+    /// top and are accounted as they are built.
+    fn prepared_estimate(&self) -> Option<usize> {
+        let rows = self.backend.row_count()? as usize;
+        let per_row: usize = self
+            .def
+            .fields
+            .iter()
+            .map(|f| if f.data_type.is_numeric() { 9 } else { 5 })
+            .sum();
+        Some(rows.saturating_mul(per_row + 1))
     }
 
     /// Waits for the preparation of `cell`, starting it if none is running. The preparation
@@ -456,73 +657,148 @@ impl Dataset {
         engine: &Engine,
         pushed: &[Pushed],
     ) -> Result<Arc<Prepared>, EngineError> {
-        let (done, generation) = {
-            let mut state = cell
-                .state
+        match self.start(cell, engine, pushed)? {
+            Started::Ready(p) => Ok(p),
+            Started::Running(done) => done.0.await,
+        }
+    }
+
+    /// The prepared table of `cell`, or its preparation running (started now if none is).
+    /// The task that prepares records the outcome in the cell, whoever waits for it.
+    fn start(
+        &self,
+        cell: &PreparedCell,
+        engine: &Engine,
+        pushed: &[Pushed],
+    ) -> Result<Started, EngineError> {
+        let mut state = cell
+            .state
+            .lock()
+            .map_err(|_| EngineError::internal("the preparation lock is poisoned"))?;
+        match &*state {
+            PrepState::Ready(p) if !p.is_damaged() => return Ok(Started::Ready(Arc::clone(p))),
+            PrepState::Running { done, .. } => return Ok(Started::Running(done.clone())),
+            PrepState::Failed { error, free }
+                if engine.budget().free() < free.saturating_add(64 << 20) =>
+            {
+                return Err(error.clone());
+            }
+            _ => {}
+        }
+        let progress = Arc::new(Progress::default());
+        let job = Job {
+            def: self.def.clone(),
+            folder: self.folder.clone(),
+            version: self.version.clone(),
+            cache: engine.cache().cloned(),
+            backend: Arc::clone(&self.backend),
+            ctx: engine.context().clone(),
+            budget: Arc::clone(engine.budget()),
+            pushed: pushed.to_vec(),
+            progress: Arc::clone(&progress),
+            cancel: Arc::clone(&cell.cancel),
+            slots: Arc::clone(engine.preparations()),
+        };
+        let generation = cell.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let record = Arc::clone(&cell.state);
+        let budget = Arc::clone(engine.budget());
+        let task = tokio::spawn(async move {
+            let result = job.run().await;
+            if let Ok(mut state) = record.lock()
+                && matches!(&*state, PrepState::Running { generation: g, .. } if *g == generation)
+            {
+                *state = match &result {
+                    Ok(p) => PrepState::Ready(Arc::clone(p)),
+                    // Only a dataset over the memory budget fails the same way again (while
+                    // the budget is as full); anything else (a replaced file, an I/O error, a
+                    // slow plugin) is tried again by the next call.
+                    Err(error @ EngineError::Limit { .. }) => PrepState::Failed {
+                        error: error.clone(),
+                        free: budget.free(),
+                    },
+                    Err(_) => PrepState::Idle,
+                };
+            }
+            result
+        });
+        let future: futures::future::BoxFuture<'static, _> = Box::pin(async move {
+            match task.await {
+                Ok(result) => result,
+                Err(e) => Err(EngineError::Internal(format!(
+                    "the preparation of the data failed unexpectedly: {e}"
+                ))),
+            }
+        });
+        let done = Preparing(futures::FutureExt::shared(future));
+        *state = PrepState::Running {
+            done: done.clone(),
+            progress,
+            generation,
+        };
+        Ok(Started::Running(done))
+    }
+
+    /// The files read at every call, for the conditions `pushed` (kept per condition set).
+    async fn streamed(
+        &self,
+        engine: &Engine,
+        pushed: &[Pushed],
+    ) -> Result<Arc<Prepared>, EngineError> {
+        let cell = {
+            let mut streams = self
+                .streams
                 .lock()
-                .map_err(|_| EngineError::internal("the preparation lock is poisoned"))?;
-            match &*state {
-                PrepState::Ready(p) if !p.is_damaged() => return Ok(Arc::clone(p)),
-                PrepState::Running {
-                    done, generation, ..
-                } => (done.clone(), *generation),
-                PrepState::Failed { error, free }
-                    if engine.budget().free() < free.saturating_add(64 << 20) =>
-                {
-                    return Err(error.clone());
+                .map_err(|_| EngineError::internal("the stream cache lock is poisoned"))?;
+            match streams.iter().position(|(k, _)| k.as_slice() == pushed) {
+                Some(i) => {
+                    let entry = streams.remove(i);
+                    let cell = Arc::clone(&entry.1);
+                    streams.push(entry);
+                    cell
                 }
-                _ => {
-                    let progress = Arc::new(Progress::default());
-                    let job = Job {
-                        def: self.def.clone(),
-                        folder: self.folder.clone(),
-                        version: self.version.clone(),
-                        cache: engine.cache().cloned(),
-                        backend: Arc::clone(&self.backend),
-                        ctx: engine.context().clone(),
-                        budget: Arc::clone(engine.budget()),
-                        pushed: pushed.to_vec(),
-                        progress: Arc::clone(&progress),
-                        cancel: Arc::clone(&cell.cancel),
-                        slots: Arc::clone(engine.preparations()),
-                    };
-                    let task = tokio::spawn(job.run());
-                    let future: futures::future::BoxFuture<'static, _> = Box::pin(async move {
-                        match task.await {
-                            Ok(result) => result,
-                            Err(e) => Err(EngineError::Internal(format!(
-                                "the preparation of the data failed unexpectedly: {e}"
-                            ))),
-                        }
-                    });
-                    let done = Preparing(futures::FutureExt::shared(future));
-                    let generation = cell.generation.fetch_add(1, Ordering::Relaxed) + 1;
-                    *state = PrepState::Running {
-                        done: done.clone(),
-                        progress,
-                        generation,
-                    };
-                    (done, generation)
+                None => {
+                    if streams.len() >= SUBSETS_KEPT {
+                        streams.remove(0);
+                    }
+                    let cell = Arc::new(OnceCell::new());
+                    streams.push((pushed.to_vec(), Arc::clone(&cell)));
+                    cell
                 }
             }
         };
-        let result = done.0.await;
-        if let Ok(mut state) = cell.state.lock()
-            && matches!(&*state, PrepState::Running { generation: g, .. } if *g == generation)
-        {
-            *state = match &result {
-                Ok(p) => PrepState::Ready(Arc::clone(p)),
-                // Only a dataset over the memory budget fails the same way again (while the
-                // budget is as full); anything else (a replaced file, an I/O error, a slow
-                // plugin) is tried again by the next call.
-                Err(error @ EngineError::Limit { .. }) => PrepState::Failed {
-                    error: error.clone(),
-                    free: engine.budget().free(),
-                },
-                Err(_) => PrepState::Idle,
-            };
-        }
-        result
+        let made = cell
+            .get_or_try_init(|| async {
+                let layout = Arc::new(Layout::streamed(&self.def, &self.backend.schema())?);
+                let fields: Vec<(String, datafusion::arrow::datatypes::DataType)> = self
+                    .def
+                    .fields
+                    .iter()
+                    .zip(&layout.targets)
+                    .map(|(f, t)| (f.name.clone(), t.clone()))
+                    .collect();
+                let streaming = self
+                    .backend
+                    .stream(&fields, pushed, engine.budget())
+                    .await
+                    .ok_or_else(|| {
+                        EngineError::internal("the dataset's backend cannot read it at every call")
+                    })??;
+                let memory = Meter::new(
+                    engine
+                        .budget()
+                        .reservation(format!("streamed dataset `{}`", self.def.id)),
+                    Arc::new(AtomicBool::new(false)),
+                    Arc::new(Progress::default()),
+                );
+                Ok::<_, EngineError>(Arc::new(Prepared::streamed(
+                    streaming,
+                    layout,
+                    pushed.to_vec(),
+                    memory,
+                )))
+            })
+            .await?;
+        Ok(Arc::clone(made))
     }
 
     /// The conditions of a call that the backend can apply itself: equality on a field it
@@ -564,13 +840,53 @@ impl Dataset {
         out
     }
 
-    /// The prepared table for a call: the whole data, or, when the backend applies some of
-    /// the call's conditions itself, the subset it returned for them (kept for later calls).
+    /// The data for a call: the prepared table (the whole data, or, when the backend applies
+    /// some of the call's conditions itself, the subset it returned for them, kept for later
+    /// calls), or the files read at this call.
+    ///
+    /// A backend that streams ([`Backend::streams`], the Parquet files) is read at every call
+    /// when the server serves so (`--streaming always`), and otherwise (`auto`) when its
+    /// prepared table would not fit the memory budget (nor be kept in the cache), when
+    /// preparing it ran out of budget, and while a large dataset is being prepared in the
+    /// background: its first answers do not wait for the preparation.
     pub async fn prepared_for(
         &self,
         engine: &Engine,
         pushed: &[Pushed],
     ) -> Result<Arc<Prepared>, EngineError> {
+        let serving = engine.limits().serving;
+        if self.backend.streams() && serving != Serving::Prepared {
+            if serving == Serving::Streaming {
+                return self.streamed(engine, pushed).await;
+            }
+            if let Some(p) = self.ready() {
+                return Ok(p);
+            }
+            let cached = engine
+                .cache()
+                .is_some_and(|c| c.holds(&self.def.id, &self.version));
+            if !cached {
+                let fits = engine.cache().is_some()
+                    || self
+                        .prepared_estimate()
+                        .is_none_or(|n| n <= engine.budget().free());
+                if !fits || self.over_budget(engine) {
+                    return self.streamed(engine, pushed).await;
+                }
+                if self
+                    .backend
+                    .row_count()
+                    .is_some_and(|n| n >= STREAM_WHILE_PREPARING)
+                {
+                    // Started, not awaited: this and the next calls read the files until it is
+                    // ready (its outcome is recorded by the task).
+                    if self.start(&self.prepared, engine, &[]).is_err() {
+                        return self.streamed(engine, pushed).await;
+                    }
+                    return self.streamed(engine, pushed).await;
+                }
+            }
+        }
         // When a subset is always part of the whole table, the whole table answers every
         // condition (the engine applies them all): once it is prepared, or mapped from the
         // cache, no subset is read for a call.
@@ -582,7 +898,7 @@ impl Dataset {
                 .cache()
                 .is_some_and(|c| c.holds(&self.def.id, &self.version)));
         if pushed.is_empty() || whole_answers {
-            return self.prepared(engine).await;
+            return self.prepared_whole(engine).await;
         }
         let cell = {
             let mut subsets = self

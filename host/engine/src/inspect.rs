@@ -48,14 +48,15 @@ pub const MAX_LISTED_DISTINCT: usize = 200;
 
 /// A field's values (parts, for a multi-value field) with their record counts, most frequent
 /// first, the values equal under NFKC counted together (`variants` lists the spellings).
-fn observed_values(
+async fn observed_values(
+    ctx: &datafusion::prelude::SessionContext,
     prepared: &crate::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
     field: FieldId,
 ) -> Result<Vec<ValueCount>, EngineError> {
     let mut by_form: Vec<(String, usize, Vec<String>)> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (value, count) in prepared.distinct_values(def, field)?.iter() {
+    for (value, count) in prepared.distinct_values(ctx, def, field).await?.iter() {
         let form = tally_semantic::names::nfkc_value(value);
         match index.get(&form) {
             Some(&k) => {
@@ -90,7 +91,8 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
         def,
         functions: engine.functions(),
     };
-    let table = engine.call_context()?.read_table(prepared.table.clone())?;
+    let ctx = engine.call_context()?;
+    let table = ctx.read_table(prepared.table().provider)?;
     let stats = statistics(def, &table).await?;
     let mut fields = Vec::with_capacity(def.fields.len());
     let mut quality_summary = QualitySummary {
@@ -128,7 +130,7 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
             // filter or group by: the top values of every groupable field and of every
             // attribute with few distinct values, NFKC variants counted together.
             None if !f.data_type.is_numeric() && f.locator.is_none() && f.role != Role::Id => {
-                entry.values = listed_values(&prepared, def, id);
+                entry.values = listed_values(&ctx, &prepared, def, id).await;
             }
             None => {}
         }
@@ -344,12 +346,13 @@ async fn auto_codelist(
 /// The values of a text field without a codelist, when worth listing: values that each occur
 /// once (names, free text) are only counted (`q` searches them); the values of a groupable
 /// field, or of one with few distinct values, are listed most frequent first.
-fn listed_values(
+async fn listed_values(
+    ctx: &datafusion::prelude::SessionContext,
     prepared: &crate::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
     field: FieldId,
 ) -> Option<TopValues> {
-    let values = observed_values(prepared, def, field).ok()?;
+    let values = observed_values(ctx, prepared, def, field).await.ok()?;
     let distinct = values.len();
     let unique = values.first().is_some_and(|v| v.count == 1);
     if unique && distinct > TOP_VALUES {

@@ -95,6 +95,9 @@ pub struct Limits {
     /// Rows one summary may make by exploding multi-value fields (every combination of parts
     /// is a row).
     pub max_explode_rows: u64,
+    /// Whether datasets whose files can be read at every call are prepared, read so, or
+    /// either as their size and the budget decide.
+    pub serving: dataset::Serving,
 }
 
 impl Default for Limits {
@@ -114,6 +117,7 @@ impl Default for Limits {
             // and result small.
             max_groups: 100_000,
             max_explode_rows: 10_000_000,
+            serving: dataset::Serving::Auto,
         }
     }
 }
@@ -187,6 +191,7 @@ impl Engine {
                 &catalog::Options {
                     backends: backends.clone(),
                     memory_budget: limits.memory_budget_bytes,
+                    serving: limits.serving,
                 },
             )),
             changes: tokio::sync::broadcast::channel(64).0,
@@ -287,6 +292,7 @@ impl Engine {
         let options = catalog::Options {
             backends: self.backends.clone(),
             memory_budget: self.limits.memory_budget_bytes,
+            serving: self.limits.serving,
         };
         let (next, changes) = Catalog::scan(&self.dir, &previous, settle, &options);
         let pending = !next.pending.is_empty();
@@ -404,7 +410,11 @@ impl Engine {
     pub async fn prepare(&self, dataset_id: &str) {
         let catalog = self.catalog.load_full();
         if let Some(ds) = catalog.datasets.get(dataset_id.trim()) {
-            let _ = ds.prepared(self).await;
+            // With a cache, the whole table is prepared (and kept) for the next command; else
+            // the call itself reads what it needs.
+            if self.cache.is_some() || !ds.backend.streams() {
+                let _ = ds.prepared_whole(self).await;
+            }
         }
     }
 

@@ -135,7 +135,8 @@ pub fn cap_rows_within(
 /// values that do exist, because a guessed value is the usual reason. For each exact value the
 /// data does not hold (and, when the call found nothing, each substring no value contains) on
 /// a text field without static codes, the nearest values the field does hold, with counts.
-pub fn unknown_value_hints(
+pub async fn unknown_value_hints(
+    ctx: &datafusion::prelude::SessionContext,
     prepared: &crate::dataset::Prepared,
     def: &DatasetDef,
     filters: &[tally_semantic::resolve::Filter],
@@ -155,7 +156,7 @@ pub fn unknown_value_hints(
         if coded && !matches!(filter.op, Op::Contains(_)) {
             continue;
         }
-        let existing = prepared.distinct_values(def, filter.field)?;
+        let existing = prepared.distinct_values(ctx, def, filter.field).await?;
         let (values, substring): (Vec<String>, bool) = match &filter.op {
             Op::In(vs) => (vs.iter().map(|v| v.text()).collect(), false),
             Op::Eq(v) | Op::Ne(v) => (vec![v.text()], false),
@@ -213,21 +214,29 @@ pub fn read_and_normalized(
     provenance: &mut Provenance,
     ds: &crate::dataset::Dataset,
     prepared: &crate::dataset::Prepared,
+    table: &crate::dataset::CallTable,
     resolved: &[Resolution],
 ) {
     let def = &ds.def;
     use crate::envelope::TransformationType;
     let files: Vec<&str> = prepared.files.iter().map(|f| f.path.as_str()).collect();
-    let from = match &prepared.extract {
-        Some(how) => format!("returned by {how}"),
-        None if prepared.served == crate::dataset::Served::Mapped => format!(
-            "from {} (prepared once and mapped from the cache)",
-            files.join(", ")
-        ),
-        None if prepared.served == crate::dataset::Served::Written => {
-            format!("from {} (prepared and kept in the cache)", files.join(", "))
+    use crate::dataset::Served;
+    let path = match (prepared.served, &table.counts) {
+        (Served::Memory, _) => "prepared in memory".to_string(),
+        (Served::Written, _) => "prepared and kept in the cache".to_string(),
+        (Served::Mapped, _) => "prepared once and mapped from the cache".to_string(),
+        (Served::Streamed, Some(counts)) => {
+            let (read, of) = counts.row_groups();
+            format!(
+                "read from the files at this call: {read} of {of} row groups, the others ruled out by their statistics"
+            )
         }
-        None => format!("from {}", files.join(", ")),
+        (Served::Streamed, None) => "read from the files at this call".to_string(),
+    };
+    let from = match &prepared.extract {
+        Some(how) if prepared.served == Served::Streamed => format!("returned by {how} ({path})"),
+        Some(how) => format!("returned by {how}"),
+        None => format!("from {} ({path})", files.join(", ")),
     };
     let hashed = match ds.backend.content_hash(&prepared.files) {
         Some((_, Some(how))) => format!("; {how}"),

@@ -26,6 +26,8 @@ use crate::catalog::{Problem, Refusal};
 use crate::error::EngineError;
 use crate::memory::Meter;
 
+mod stream;
+
 /// Builds [`ParquetBackend`]s: `data_file` in the dataset folder (a file, a glob or a
 /// folder), registered from the footers.
 #[derive(Debug, Clone, Copy)]
@@ -58,6 +60,8 @@ struct Part {
     relative: String,
     footer: Footer,
     values: Vec<Option<String>>,
+    /// `sha256:<hex>` of the file, once hashed for a streamed read.
+    hash: std::sync::OnceLock<String>,
 }
 
 /// The built-in Parquet backend.
@@ -110,6 +114,7 @@ impl ParquetBackend {
                 relative: part.relative,
                 footer,
                 values: part.values,
+                hash: std::sync::OnceLock::new(),
             });
         }
         let first = &parts[0];
@@ -192,6 +197,108 @@ impl ParquetBackend {
                 _ => fold(wanted) == fold(value),
             })
         })
+    }
+
+    /// The files the conditions leave, read at every call, serving `fields` in the types
+    /// given. Each file is hashed once (the hash the answers cite).
+    async fn streamed(
+        &self,
+        fields: &[(String, DataType)],
+        pushed: &[Pushed],
+        budget: &Arc<crate::memory::Budget>,
+    ) -> Result<Arc<dyn crate::backend::Streaming>, EngineError> {
+        let mut offset = 0u64;
+        let mut offsets = Vec::with_capacity(self.parts.len());
+        for p in &self.parts {
+            offsets.push(offset);
+            offset += p.footer.num_rows;
+        }
+        let selected: Vec<usize> = (0..self.parts.len())
+            .filter(|i| self.selected(&self.parts[*i], pushed))
+            .collect();
+        // Hashed in blocks, off the async workers, each file once per version.
+        let unhashed: Vec<(usize, std::path::PathBuf, u64)> = selected
+            .iter()
+            .filter(|i| self.parts[**i].hash.get().is_none())
+            .map(|i| {
+                (
+                    *i,
+                    self.parts[*i].footer.path.clone(),
+                    self.parts[*i].footer.size,
+                )
+            })
+            .collect();
+        let dataset = self.dataset.clone();
+        let hashed = tokio::task::spawn_blocking(move || {
+            unhashed
+                .into_iter()
+                .map(|(i, path, size)| {
+                    match std::fs::metadata(&path) {
+                        Ok(m) if m.len() == size => {}
+                        Ok(_) => {
+                            return Err((
+                                i,
+                                "its data file changed after this version was registered",
+                            ));
+                        }
+                        Err(_) => return Err((i, "its data file was removed")),
+                    }
+                    sha256_file(&path)
+                        .map(|h| (i, h))
+                        .map_err(|_| (i, "its data file cannot be read"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(EngineError::internal)?
+        .map_err(|(i, message)| EngineError::Stale {
+            dataset: dataset.clone(),
+            message: format!("{message} (`{}`)", self.parts[i].relative),
+        })?;
+        for (i, h) in hashed {
+            let _ = self.parts[i].hash.set(h);
+        }
+        let key_names: Vec<String> = self.keys.iter().map(|k| k.name.clone()).collect();
+        let mut files = Vec::with_capacity(selected.len());
+        let mut served = Vec::with_capacity(selected.len());
+        for &i in &selected {
+            let p = &self.parts[i];
+            let values = self
+                .keys
+                .iter()
+                .enumerate()
+                .map(|(k, key)| {
+                    let wanted = fields
+                        .iter()
+                        .find(|(n, _)| *n == key.name)
+                        .map(|(_, t)| t.clone())
+                        .unwrap_or(DataType::Utf8);
+                    partition_value(p.values[k].as_deref(), &wanted)
+                })
+                .collect();
+            served.push(ServedFile {
+                path: p.relative.clone(),
+                size: p.footer.size,
+                sha256: p.hash.get().cloned().unwrap_or_default(),
+                modified: p.footer.modified,
+            });
+            files.push(stream::StreamFile::new(
+                p.relative.clone(),
+                p.footer.clone(),
+                offsets[i],
+                values,
+            ));
+        }
+        let extract = self.pruned(&served, pushed);
+        Ok(Arc::new(stream::ParquetStream::new(
+            &self.dataset,
+            fields,
+            &key_names,
+            files,
+            served,
+            extract,
+            budget,
+        )?))
     }
 
     /// How the rows were read when conditions left files unread: which files, and why.
@@ -360,6 +467,19 @@ impl Backend for ParquetBackend {
                 ))
             }
         }
+    }
+
+    fn streams(&self) -> bool {
+        true
+    }
+
+    async fn stream(
+        &self,
+        fields: &[(String, DataType)],
+        pushed: &[Pushed],
+        budget: &Arc<crate::memory::Budget>,
+    ) -> Option<Result<Arc<dyn crate::backend::Streaming>, EngineError>> {
+        Some(self.streamed(fields, pushed, budget).await)
     }
 
     async fn load(
@@ -705,6 +825,17 @@ fn constant(key: &Key, value: &Option<String>, n: usize) -> ArrayRef {
             Err(_) => new_null_array(&DataType::Int64, n),
         },
         (Some(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(v, n))),
+    }
+}
+
+/// A partition value in the type a field is served in (`None`: the null partition).
+fn partition_value(value: Option<&str>, data_type: &DataType) -> datafusion::common::ScalarValue {
+    use datafusion::common::ScalarValue;
+    match (value, data_type) {
+        (Some(v), DataType::Int64) => ScalarValue::Int64(v.parse().ok()),
+        (Some(v), DataType::Float64) => ScalarValue::Float64(v.parse().ok()),
+        (Some(v), _) => ScalarValue::Utf8(Some(v.to_string())),
+        (None, t) => ScalarValue::try_from(t).unwrap_or(ScalarValue::Null),
     }
 }
 

@@ -198,6 +198,34 @@ enum Out {
 }
 
 impl Layout {
+    /// The layout of data read from its files at every call: text as plain `Utf8` (there is
+    /// no dictionary for the whole table), no code columns.
+    pub fn streamed(def: &DatasetDef, source: &Schema) -> Result<Layout, EngineError> {
+        let mut layout = Layout::of(def, source)?;
+        for t in &mut layout.targets {
+            if matches!(t, DataType::Dictionary(_, _)) {
+                *t = DataType::Utf8;
+            }
+        }
+        layout.coded.clear();
+        let mut fields: Vec<ArrowField> = def
+            .fields
+            .iter()
+            .zip(&layout.targets)
+            .map(|(f, t)| ArrowField::new(&f.name, t.clone(), true))
+            .collect();
+        fields.push(ArrowField::new(ROW_COL, DataType::UInt64, false));
+        for s in &layout.shares {
+            fields.push(ArrowField::new(
+                share_column(s.measure),
+                DataType::Float64,
+                false,
+            ));
+        }
+        layout.schema = Arc::new(Schema::new(fields));
+        Ok(layout)
+    }
+
     /// The layout of `def` over data whose columns have the types of `source`.
     pub fn of(def: &DatasetDef, source: &Schema) -> Result<Layout, EngineError> {
         let id = def.id.as_str();
@@ -279,6 +307,7 @@ impl Layout {
         })
     }
 
+    /// Whether a field is stored as codes into a dictionary.
     pub fn is_text(&self, field: usize) -> bool {
         matches!(self.targets[field], DataType::Dictionary(_, _))
     }
@@ -1177,5 +1206,257 @@ impl ExecutionPlan for StreamPlan {
         }
         let _ = &self.schema;
         Ok((self.make)())
+    }
+}
+
+/// What a [`MapExec`] does to each batch.
+pub type BatchMap = dyn Fn(RecordBatch) -> DfResult<RecordBatch> + Send + Sync;
+
+/// A plan that turns each batch of its input into another of `schema` (columns derived,
+/// reordered or left out), partition by partition.
+pub struct MapExec {
+    label: String,
+    input: Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    map: Arc<BatchMap>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for MapExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MapExec")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MapExec {
+    pub fn new(
+        label: impl Into<String>,
+        input: Arc<dyn ExecutionPlan>,
+        schema: SchemaRef,
+        map: Arc<BatchMap>,
+    ) -> MapExec {
+        let partitions = input.properties().partitioning.partition_count();
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        MapExec {
+            label: label.into(),
+            input,
+            schema,
+            map,
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for MapExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+#[allow(deprecated)]
+impl ExecutionPlan for MapExec {
+    fn name(&self) -> &str {
+        &self.label
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .into_iter()
+            .next()
+            .ok_or_else(|| DataFusionError::Internal(format!("{} takes one input", self.label)))?;
+        Ok(Arc::new(MapExec::new(
+            self.label.clone(),
+            input,
+            Arc::clone(&self.schema),
+            Arc::clone(&self.map),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let map = Arc::clone(&self.map);
+        let stream = futures::StreamExt::map(input, move |batch| batch.and_then(|b| map(b)));
+        Ok(Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                Arc::clone(&self.schema),
+                stream,
+            ),
+        ))
+    }
+}
+
+/// The table of data read from its files ([`crate::backend::Streaming`]): the backend's table
+/// (the declared fields, then the row number) with the share columns of the layout made per
+/// batch, as a prepared table has them.
+#[derive(Debug)]
+pub struct StreamedTable {
+    inner: Arc<dyn TableProvider>,
+    layout: Arc<Layout>,
+}
+
+impl StreamedTable {
+    pub fn new(inner: Arc<dyn TableProvider>, layout: Arc<Layout>) -> StreamedTable {
+        StreamedTable { inner, layout }
+    }
+}
+
+#[async_trait]
+impl TableProvider for StreamedTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.layout.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
+        use datafusion::logical_expr::TableProviderFilterPushDown;
+        // The backend's table prunes with conditions on its own columns; shares are ours.
+        let inner = self.inner.schema();
+        let own: Vec<bool> = filters
+            .iter()
+            .map(|f| {
+                f.column_refs()
+                    .iter()
+                    .all(|c| inner.index_of(&c.name).is_ok())
+            })
+            .collect();
+        let asked: Vec<&Expr> = filters
+            .iter()
+            .zip(&own)
+            .filter(|(_, o)| **o)
+            .map(|(f, _)| *f)
+            .collect();
+        let mut answers = self.inner.supports_filters_pushdown(&asked)?.into_iter();
+        Ok(own
+            .iter()
+            .map(|o| {
+                if *o {
+                    answers
+                        .next()
+                        .unwrap_or(TableProviderFilterPushDown::Unsupported)
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let layout = &self.layout;
+        let fields = layout.targets.len();
+        let all: Vec<usize> = (0..layout.schema.fields().len()).collect();
+        let indices = projection.unwrap_or(&all);
+        // The backend's columns to read (its own indices: the fields, then the row), and per
+        // output column where it comes from.
+        let mut read: Vec<usize> = Vec::new();
+        let at = |i: usize, read: &mut Vec<usize>| match read.iter().position(|r| *r == i) {
+            Some(p) => p,
+            None => {
+                read.push(i);
+                read.len() - 1
+            }
+        };
+        let mut outs: Vec<(Out, usize)> = Vec::with_capacity(indices.len());
+        for &c in indices {
+            let out = layout.out(c).ok_or_else(|| {
+                DataFusionError::Internal(format!("no column {c} in the streamed table"))
+            })?;
+            let from = match out {
+                Out::Field(f) => at(f, &mut read),
+                Out::Row => at(fields, &mut read),
+                Out::Share(s) => at(layout.shares[s].field.index(), &mut read),
+                Out::Code(_) => {
+                    return Err(DataFusionError::Internal(
+                        "a streamed table has no code columns".into(),
+                    ));
+                }
+            };
+            outs.push((out, from));
+        }
+        let inner_schema = self.inner.schema();
+        let pushable: Vec<Expr> = filters
+            .iter()
+            .filter(|f| {
+                f.column_refs()
+                    .iter()
+                    .all(|c| inner_schema.index_of(&c.name).is_ok())
+            })
+            .cloned()
+            .collect();
+        let scan = self
+            .inner
+            .scan(state, Some(&read), &pushable, limit)
+            .await?;
+        let schema = Arc::new(
+            layout
+                .schema
+                .project(indices)
+                .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))?,
+        );
+        let out_schema = Arc::clone(&schema);
+        let shares = layout.shares.clone();
+        let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {
+            let mut columns: Vec<ArrayRef> = Vec::with_capacity(outs.len());
+            for (out, from) in &outs {
+                columns.push(match out {
+                    Out::Share(s) => shares[*s]
+                        .column(batch.column(*from).as_ref())
+                        .map_err(external)?,
+                    _ => Arc::clone(batch.column(*from)),
+                });
+            }
+            RecordBatch::try_new_with_options(
+                Arc::clone(&out_schema),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+            )
+            .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
+        };
+        Ok(Arc::new(MapExec::new(
+            "StreamedTable: share columns",
+            scan,
+            schema,
+            Arc::new(map),
+        )))
     }
 }

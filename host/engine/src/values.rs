@@ -19,7 +19,8 @@ use crate::error::EngineError;
 
 /// Rewrites exact text comparisons to the values the data holds (NFKC-equal), disclosing each
 /// rewrite in `resolved`, and returns the warnings about substrings matching several codes.
-pub fn match_data(
+pub async fn match_data(
+    ctx: &datafusion::prelude::SessionContext,
     prepared: &Prepared,
     def: &DatasetDef,
     filters: &mut [Filter],
@@ -38,7 +39,7 @@ pub fn match_data(
         match &mut filter.op {
             Op::Contains(needle) if coded => {
                 let wanted = fold(needle).into_owned();
-                let counts = prepared.distinct_values(def, filter.field)?;
+                let counts = prepared.distinct_values(ctx, def, filter.field).await?;
                 let matched: Vec<&(String, usize)> = counts
                     .iter()
                     .filter(|(v, _)| fold(v).contains(wanted.as_str()))
@@ -64,7 +65,7 @@ pub fn match_data(
                 let (Op::Eq(v) | Op::Ne(v)) = &mut filter.op else {
                     continue;
                 };
-                if let Some(found) = equal_in_data(prepared, def, filter.field, v)? {
+                if let Some(found) = equal_in_data(ctx, prepared, def, filter.field, v).await? {
                     if let [one] = found.as_slice() {
                         resolved.push(Resolution {
                             parameter,
@@ -85,7 +86,7 @@ pub fn match_data(
             Op::In(values) => {
                 let mut out: Vec<Scalar> = Vec::with_capacity(values.len());
                 for v in values.iter() {
-                    match equal_in_data(prepared, def, filter.field, v)? {
+                    match equal_in_data(ctx, prepared, def, filter.field, v).await? {
                         Some(found) => {
                             resolved.push(Resolution {
                                 parameter: parameter.clone(),
@@ -116,14 +117,15 @@ pub fn match_data(
 
 /// The values the data holds that equal `value` under NFKC, when the value itself is not
 /// held (`None`: held as typed, or nothing equal).
-fn equal_in_data(
+async fn equal_in_data(
+    ctx: &datafusion::prelude::SessionContext,
     prepared: &Prepared,
     def: &DatasetDef,
     field: tally_semantic::definition::FieldId,
     value: &Scalar,
 ) -> Result<Option<Vec<String>>, EngineError> {
     let text = value.text();
-    let variants = prepared.nfkc_variants(def, field)?;
+    let variants = prepared.nfkc_variants(ctx, def, field).await?;
     let Some(found) = variants.get(&nfkc_value(&text)) else {
         return Ok(None);
     };

@@ -55,6 +55,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
     let register_options = catalog::Options {
         backends: options.backends.clone(),
         memory_budget: options.limits.memory_budget_bytes,
+        serving: options.limits.serving,
     };
     let (mut ok, mut broken) = (0usize, 0usize);
     let mut served: Vec<(String, String)> = Vec::new();

@@ -74,8 +74,9 @@ pub struct Budgets {
     #[arg(long, global = true, env = "TALLY_ALLOW_NATIVE")]
     allow_native: bool,
     /// Memory the whole server may hold for data and calls, in MiB: prepared datasets, files
-    /// being read and the operators of every call in flight. A dataset that does not fit is
-    /// refused; a call that does not fit is stopped. Default: half of the machine's memory.
+    /// being read and the operators of every call in flight. A Parquet dataset whose prepared
+    /// table does not fit is read from its files at every call instead (a plugin's is
+    /// refused); a call that does not fit is stopped. Default: half of the machine's memory.
     #[arg(long, global = true, value_name = "MIB")]
     memory_budget: Option<usize>,
     /// Groups one summary may build; past it the summary stops while aggregating and says
@@ -85,6 +86,12 @@ pub struct Budgets {
     /// Rows one summary may make by exploding multi-value fields.
     #[arg(long, global = true, default_value_t = 10_000_000)]
     max_explode_rows: u64,
+    /// How Parquet datasets are served: `auto` prepares a table when it fits the memory
+    /// budget (or the cache) and reads the files at every call when it does not, and while a
+    /// large one (a million records or more) is being prepared; `always` reads the files at
+    /// every call; `never` always prepares (a dataset over the budget is refused).
+    #[arg(long, global = true, value_enum, default_value_t = StreamingArg::Auto)]
+    streaming: StreamingArg,
     /// Where each dataset version's prepared data is kept, written once and mapped on later
     /// starts (the first answer after a restart does not prepare again). Entries are checked
     /// before use and rebuilt when they do not check out. Default: the user's cache
@@ -150,8 +157,20 @@ impl Budgets {
                 .unwrap_or_else(tally_engine::memory::default_budget),
             max_groups: self.max_groups.max(1),
             max_explode_rows: self.max_explode_rows.max(1),
+            serving: match self.streaming {
+                StreamingArg::Auto => tally_engine::dataset::Serving::Auto,
+                StreamingArg::Always => tally_engine::dataset::Serving::Streaming,
+                StreamingArg::Never => tally_engine::dataset::Serving::Prepared,
+            },
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StreamingArg {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -8,7 +8,7 @@ use tally_semantic::Tool;
 
 use crate::fixture::{block_on, write_dataset};
 
-const YAML: &str = r#"
+pub(crate) const YAML: &str = r#"
 title: random
 fields:
 - {name: id, role: id}
@@ -41,16 +41,16 @@ impl Rng {
 }
 
 #[derive(Debug, Clone)]
-struct Row {
-    grp: Option<String>,
-    status: Option<String>,
-    tags: Option<String>,
-    n: Option<i64>,
-    d: Option<i64>,
-    v: Option<f64>,
+pub(crate) struct Row {
+    pub grp: Option<String>,
+    pub status: Option<String>,
+    pub tags: Option<String>,
+    pub n: Option<i64>,
+    pub d: Option<i64>,
+    pub v: Option<f64>,
 }
 
-fn random_rows(seed: u64, count: usize) -> Vec<Row> {
+pub(crate) fn random_rows(seed: u64, count: usize) -> Vec<Row> {
     let mut rng = Rng(seed);
     (0..count)
         .map(|_| {

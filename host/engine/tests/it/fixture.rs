@@ -38,6 +38,17 @@ pub fn write_dataset(dir: &Path, yaml: &str, rows: &[Vec<Value>]) {
 /// Writes `rows` to one Parquet file at `path`, typed after `yaml`'s fields, leaving out the
 /// fields named in `without` (partition columns kept in folder names).
 pub fn write_parquet(path: &Path, yaml: &str, rows: &[Vec<Value>], without: &[&str]) {
+    write_parquet_with(path, yaml, rows, without, None);
+}
+
+/// [`write_parquet`] with writer properties of the caller's (row group and page sizes).
+pub fn write_parquet_with(
+    path: &Path,
+    yaml: &str,
+    rows: &[Vec<Value>],
+    without: &[&str],
+    properties: Option<datafusion::parquet::file::properties::WriterProperties>,
+) {
     // Every test that writes data may make cursors: all of them with the key the golden
     // files were made with, whichever test runs first.
     tally_engine::cursor::derive_key(b"tally engine tests");
@@ -78,7 +89,7 @@ pub fn write_parquet(path: &Path, yaml: &str, rows: &[Vec<Value>], without: &[&s
     let batch = RecordBatch::try_new(schema.clone(), columns).expect("batch");
     std::fs::create_dir_all(path.parent().expect("a folder")).expect("folder");
     let file = std::fs::File::create(path).expect("parquet file");
-    let mut writer = ArrowWriter::try_new(file, schema, None).expect("writer");
+    let mut writer = ArrowWriter::try_new(file, schema, properties).expect("writer");
     writer.write(&batch).expect("write");
     writer.close().expect("close");
 }

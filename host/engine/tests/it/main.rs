@@ -11,3 +11,4 @@ mod partitions;
 mod provenance;
 mod reference;
 mod snapshots;
+mod streaming;

@@ -1,0 +1,574 @@
+//! A Parquet dataset read from its files at every call, instead of prepared: what serves data
+//! larger than the memory budget, and a large dataset while it is being prepared.
+//!
+//! Each call's scan is DataFusion's Parquet scan over the files, with the call's conditions as
+//! its predicate: row groups whose statistics rule the conditions out are not read, pages
+//! the page index rules out are skipped, and bloom filters are asked about values compared
+//! for equality, where the files have them. Only the columns the call needs are read. The
+//! bytes come through [`CheckedReader`], which reads positionally from the file (never a map
+//! of a file someone else may rewrite), checks the page headers of every column chunk it
+//! reads as the prepared path does, holds what it reads from the memory budget, and refuses a
+//! file that is no longer the one registered (its size and footer).
+//!
+//! Records are numbered by their position in the files (in path order), exactly as a
+//! prepared table numbers them, so the default order, ties and cursor pages are the same on
+//! both paths.
+
+use std::fs::File;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DFSchema, DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::datasource::TableType;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
+};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::datasource::table_schema::TableSchema;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::parquet::arrow::RowNumber;
+use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
+use datafusion::parquet::arrow::async_reader::AsyncFileReader;
+use datafusion::parquet::errors::ParquetError;
+use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tally_plugin_parquet::Footer;
+
+use crate::backend::{ReadCounts, ServedFile, Streaming};
+use crate::error::EngineError;
+use crate::memory::{Budget, Reservation};
+use crate::store::{MapExec, ROW_COL};
+
+/// Partition column: the position of a file's first record in the whole set.
+const OFFSET_COL: &str = "__tally_file_offset";
+/// Virtual column: a record's position in its file.
+const ROW_NUMBER_COL: &str = "__tally_file_row";
+
+/// One file a stream reads.
+#[derive(Debug)]
+pub(super) struct StreamFile {
+    pub relative: String,
+    pub footer: Footer,
+    /// The position of its first record among all the files of the dataset.
+    pub offset: u64,
+    /// Its partition values, one per key column the stream serves.
+    pub values: Vec<ScalarValue>,
+    /// Its column chunks by where they lie: (start, end, row group, column).
+    chunks: Vec<(u64, u64, usize, usize)>,
+}
+
+impl StreamFile {
+    pub fn new(
+        relative: String,
+        footer: Footer,
+        offset: u64,
+        values: Vec<ScalarValue>,
+    ) -> StreamFile {
+        let mut chunks = Vec::new();
+        for (g, group) in footer.metadata.row_groups().iter().enumerate() {
+            for (c, column) in group.columns().iter().enumerate() {
+                if let Ok((start, len)) = tally_plugin_parquet::pages::chunk_range(column, g) {
+                    chunks.push((start as u64, (start + len) as u64, g, c));
+                }
+            }
+        }
+        chunks.sort_unstable();
+        StreamFile {
+            relative,
+            footer,
+            offset,
+            values,
+            chunks,
+        }
+    }
+
+    /// The column chunk a range of bytes lies in, if any (row group, column).
+    fn chunk_of(&self, range: &Range<u64>) -> Option<(usize, usize, u64)> {
+        let i = self
+            .chunks
+            .partition_point(|(start, ..)| *start <= range.start);
+        let (start, end, g, c) = *self.chunks.get(i.checked_sub(1)?)?;
+        (range.end <= end).then_some((g, c, start))
+    }
+}
+
+/// Where an output column of the stream comes from.
+#[derive(Debug, Clone, Copy)]
+enum Col {
+    /// A column of the files (index into the scan's file schema).
+    File(usize),
+    /// A partition key (index among the keys served).
+    Key(usize),
+}
+
+/// What every call's table over the stream shares.
+#[derive(Debug)]
+struct Shared {
+    dataset: String,
+    files: Vec<StreamFile>,
+    served: Vec<ServedFile>,
+    extract: Option<String>,
+    /// The files' columns served, in the types asked for.
+    file_schema: SchemaRef,
+    /// The offset column, then the keys served.
+    partition_fields: Vec<FieldRef>,
+    /// The fields asked for, then [`ROW_COL`].
+    schema: SchemaRef,
+    sources: Vec<Col>,
+    budget: Arc<Budget>,
+    rows: usize,
+}
+
+/// A Parquet dataset's files, read at every call.
+#[derive(Debug)]
+pub struct ParquetStream {
+    shared: Arc<Shared>,
+}
+
+impl ParquetStream {
+    /// A stream over `files` serving `fields` (name and type; a file column or a key),
+    /// `keys` naming the partition keys whose values the files carry (in order).
+    pub(super) fn new(
+        dataset: &str,
+        fields: &[(String, DataType)],
+        keys: &[String],
+        files: Vec<StreamFile>,
+        served: Vec<ServedFile>,
+        extract: Option<String>,
+        budget: &Arc<Budget>,
+    ) -> Result<ParquetStream, EngineError> {
+        let mut file_fields: Vec<Field> = Vec::new();
+        let mut key_fields: Vec<(usize, Field)> = Vec::new();
+        let mut sources = Vec::with_capacity(fields.len());
+        for (name, data_type) in fields {
+            match keys.iter().position(|k| k == name) {
+                Some(k) => {
+                    sources.push(Col::Key(key_fields.len()));
+                    key_fields.push((k, Field::new(name, data_type.clone(), true)));
+                }
+                None => {
+                    sources.push(Col::File(file_fields.len()));
+                    file_fields.push(Field::new(name, data_type.clone(), true));
+                }
+            }
+        }
+        // The files carry every key's value; keep those of the keys served, in their order.
+        let files = files
+            .into_iter()
+            .map(|mut f| {
+                f.values = key_fields
+                    .iter()
+                    .map(|(k, _)| f.values.get(*k).cloned().unwrap_or(ScalarValue::Null))
+                    .collect();
+                f
+            })
+            .collect::<Vec<_>>();
+        let mut partition_fields: Vec<FieldRef> =
+            vec![Arc::new(Field::new(OFFSET_COL, DataType::UInt64, false))];
+        partition_fields.extend(key_fields.into_iter().map(|(_, f)| Arc::new(f)));
+        let mut out: Vec<Field> = fields
+            .iter()
+            .map(|(n, t)| Field::new(n, t.clone(), true))
+            .collect();
+        out.push(Field::new(ROW_COL, DataType::UInt64, false));
+        let rows = files.iter().map(|f| f.footer.num_rows as usize).sum();
+        Ok(ParquetStream {
+            shared: Arc::new(Shared {
+                dataset: dataset.to_string(),
+                files,
+                served,
+                extract,
+                file_schema: Arc::new(Schema::new(file_fields)),
+                partition_fields,
+                schema: Arc::new(Schema::new(out)),
+                sources,
+                budget: Arc::clone(budget),
+                rows,
+            }),
+        })
+    }
+}
+
+impl Streaming for ParquetStream {
+    fn table(&self) -> (Arc<dyn TableProvider>, Arc<ReadCounts>) {
+        let counts = Arc::new(ReadCounts::default());
+        counts.row_groups.store(
+            self.shared
+                .files
+                .iter()
+                .map(|f| f.footer.metadata.num_row_groups())
+                .sum(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        (
+            Arc::new(StreamTable {
+                shared: Arc::clone(&self.shared),
+                counts: Arc::clone(&counts),
+            }),
+            counts,
+        )
+    }
+
+    fn files(&self) -> &[ServedFile] {
+        &self.shared.served
+    }
+
+    fn extract(&self) -> Option<String> {
+        self.shared.extract.clone()
+    }
+
+    fn rows(&self) -> usize {
+        self.shared.rows
+    }
+}
+
+/// The table of one call.
+#[derive(Debug)]
+struct StreamTable {
+    shared: Arc<Shared>,
+    counts: Arc<ReadCounts>,
+}
+
+impl StreamTable {
+    /// The scan's schema: the file columns, the offset and keys, the row number.
+    fn table_schema(&self) -> TableSchema {
+        let row_number: FieldRef = Arc::new(
+            Field::new(ROW_NUMBER_COL, DataType::Int64, false).with_extension_type(RowNumber),
+        );
+        TableSchema::builder(Arc::clone(&self.shared.file_schema))
+            .with_table_partition_cols(self.shared.partition_fields.clone())
+            .with_virtual_columns(vec![row_number])
+            .build()
+    }
+
+    /// Whether a condition names only columns the scan can test (not the row number).
+    fn testable(&self, e: &Expr) -> bool {
+        e.column_refs()
+            .iter()
+            .all(|c| c.name != ROW_COL && self.shared.schema.index_of(&c.name).is_ok())
+    }
+}
+
+#[async_trait::async_trait]
+impl TableProvider for StreamTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.shared.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Conditions prune what is read; every record read is still tested above the scan.
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if self.testable(f) {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let shared = &self.shared;
+        let table_schema = self.table_schema();
+        let files = shared.file_schema.fields().len();
+        let keys = shared.partition_fields.len() - 1;
+        let fields = shared.sources.len();
+        let all: Vec<usize> = (0..=fields).collect();
+        let wanted = projection.unwrap_or(&all);
+        // Columns of the scan (indices into its table schema) and, per output, their places.
+        let mut scanned: Vec<usize> = Vec::new();
+        let place = |i: usize, scanned: &mut Vec<usize>| match scanned.iter().position(|s| *s == i)
+        {
+            Some(p) => p,
+            None => {
+                scanned.push(i);
+                scanned.len() - 1
+            }
+        };
+        let mut outputs: Vec<Output> = Vec::with_capacity(wanted.len());
+        for &w in wanted {
+            outputs.push(if w < fields {
+                Output::Column(match shared.sources[w] {
+                    Col::File(i) => place(i, &mut scanned),
+                    Col::Key(k) => place(files + 1 + k, &mut scanned),
+                })
+            } else {
+                Output::Row {
+                    offset: place(files, &mut scanned),
+                    row: place(files + 1 + keys, &mut scanned),
+                }
+            });
+        }
+        let mut source = ParquetSource::new(table_schema.clone())
+            .with_parquet_file_reader_factory(Arc::new(CheckedFactory {
+                shared: Arc::clone(shared),
+                counts: Arc::clone(&self.counts),
+            }))
+            .with_enable_page_index(true)
+            .with_bloom_filter_on_read(true)
+            .with_pushdown_filters(false);
+        let testable: Vec<Expr> = filters
+            .iter()
+            .filter(|f| self.testable(f))
+            .cloned()
+            .collect();
+        if let Some(condition) = testable.into_iter().reduce(Expr::and) {
+            let df_schema =
+                DFSchema::try_from(Arc::clone(table_schema.schema_without_virtual_columns()))?;
+            let predicate = state.create_physical_expr(condition, &df_schema)?;
+            source = source.with_predicate(predicate);
+        }
+        let partitioned: Vec<PartitionedFile> = shared
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut pf =
+                    PartitionedFile::new(format!("tally/{}/{i}", shared.dataset), f.footer.size);
+                pf.partition_values = std::iter::once(ScalarValue::UInt64(Some(f.offset)))
+                    .chain(f.values.iter().cloned())
+                    .collect();
+                pf.extensions.insert(FileIndex(i));
+                pf
+            })
+            .collect();
+        let config =
+            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+                .with_file_group(FileGroup::new(partitioned))
+                .with_projection_indices(Some(scanned.clone()))?
+                .with_limit(limit)
+                .build();
+        let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+        let schema = Arc::new(shared.schema.project(wanted)?);
+        let out_schema = Arc::clone(&schema);
+        let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {
+            let n = batch.num_rows();
+            let mut columns: Vec<ArrayRef> = Vec::with_capacity(outputs.len());
+            for o in &outputs {
+                columns.push(match *o {
+                    Output::Column(p) => Arc::clone(batch.column(p)),
+                    Output::Row { offset, row } => {
+                        let offsets = datafusion::arrow::compute::cast(
+                            batch.column(offset),
+                            &DataType::UInt64,
+                        )?;
+                        let offsets =
+                            offsets.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+                        let rows = batch.column(row).as_primitive::<Int64Type>();
+                        Arc::new(UInt64Array::from_iter_values(
+                            (0..n).map(|r| offsets.value(r) + rows.value(r).max(0) as u64),
+                        ))
+                    }
+                });
+            }
+            RecordBatch::try_new_with_options(
+                Arc::clone(&out_schema),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(n)),
+            )
+            .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
+        };
+        Ok(Arc::new(MapExec::new(
+            format!(
+                "ParquetStream: {} files of `{}`",
+                shared.files.len(),
+                shared.dataset
+            ),
+            scan,
+            schema,
+            Arc::new(map),
+        )))
+    }
+}
+
+/// An output column of a scan: a column of it, or the record number made of two of them.
+#[derive(Debug, Clone, Copy)]
+enum Output {
+    Column(usize),
+    Row { offset: usize, row: usize },
+}
+
+/// Which file of the stream a scanned file is.
+#[derive(Debug, Clone, Copy)]
+struct FileIndex(usize);
+
+/// Makes the readers of a call's scan.
+#[derive(Debug)]
+struct CheckedFactory {
+    shared: Arc<Shared>,
+    counts: Arc<ReadCounts>,
+}
+
+fn external(e: EngineError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+impl ParquetFileReaderFactory for CheckedFactory {
+    fn create_reader(
+        &self,
+        _partition_index: usize,
+        partitioned_file: PartitionedFile,
+        _metadata_size_hint: Option<usize>,
+        _metrics: &ExecutionPlanMetricsSet,
+    ) -> DfResult<Box<dyn AsyncFileReader + Send>> {
+        let index = partitioned_file
+            .extensions
+            .get::<FileIndex>()
+            .map(|i| i.0)
+            .ok_or_else(|| DataFusionError::Internal("a file the stream does not know".into()))?;
+        let shared = &self.shared;
+        let file = &shared.files[index];
+        let stale = |message: &str| EngineError::Stale {
+            dataset: shared.dataset.clone(),
+            message: format!("{message} (`{}`)", file.relative),
+        };
+        let opened = match File::open(&file.footer.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(external(stale("its data file was removed")));
+            }
+            Err(e) => return Err(external(EngineError::backend(&shared.dataset, e))),
+        };
+        // The file must be the version registered: the same size and the same footer.
+        let size = opened
+            .metadata()
+            .map_err(|e| external(EngineError::backend(&shared.dataset, e)))?
+            .len();
+        let footer = file.footer.footer_bytes.len() as u64;
+        let mut tail = vec![0u8; file.footer.footer_bytes.len()];
+        let same = size == file.footer.size
+            && read_at(&opened, &mut tail, size.saturating_sub(footer)).is_ok()
+            && tail == file.footer.footer_bytes;
+        if !same {
+            return Err(external(stale(
+                "its data file changed after this version was registered",
+            )));
+        }
+        Ok(Box::new(CheckedReader {
+            shared: Arc::clone(shared),
+            counts: Arc::clone(&self.counts),
+            index,
+            file: opened,
+            held: shared
+                .budget
+                .reservation(format!("reading dataset `{}`", shared.dataset)),
+        }))
+    }
+}
+
+/// Reads one file for a scan: positional reads, page headers checked, memory held.
+struct CheckedReader {
+    shared: Arc<Shared>,
+    counts: Arc<ReadCounts>,
+    index: usize,
+    file: File,
+    /// What the bytes of the last read hold (the scan reads a row group's chunks at a time).
+    held: Reservation,
+}
+
+impl CheckedReader {
+    fn read(&mut self, ranges: &[Range<u64>]) -> Result<Vec<Bytes>, ParquetError> {
+        let file = &self.shared.files[self.index];
+        let refuse = |e: EngineError| ParquetError::External(Box::new(e));
+        let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+        if ranges
+            .iter()
+            .any(|r| r.end < r.start || r.end > file.footer.size)
+        {
+            return Err(refuse(EngineError::backend(
+                &self.shared.dataset,
+                format!("`{}`: a read past the end of the file", file.relative),
+            )));
+        }
+        self.held
+            .resize(usize::try_from(total).unwrap_or(usize::MAX))
+            .map_err(refuse)?;
+        let mut out = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let mut buf = vec![0u8; (range.end - range.start) as usize];
+            read_at(&self.file, &mut buf, range.start)
+                .map_err(|e| refuse(EngineError::backend(&self.shared.dataset, e)))?;
+            if let Some((g, c, _)) = file.chunk_of(range) {
+                let column = file.footer.metadata.row_group(g).column(c);
+                tally_plugin_parquet::pages::check_pages(&buf, column, g).map_err(|m| {
+                    refuse(EngineError::backend(
+                        &self.shared.dataset,
+                        format!(
+                            "`{}` has a footer that cannot be trusted: {m}",
+                            file.relative
+                        ),
+                    ))
+                })?;
+                if let Ok(mut read) = self.counts.read.lock() {
+                    read.insert((self.index, g));
+                }
+            }
+            out.push(Bytes::from(buf));
+        }
+        Ok(out)
+    }
+}
+
+impl AsyncFileReader for CheckedReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ParquetError>> {
+        let read = self
+            .read(std::slice::from_ref(&range))
+            .map(|mut v| v.pop().unwrap_or_default());
+        async move { read }.boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, Result<Vec<Bytes>, ParquetError>> {
+        let read = self.read(&ranges);
+        async move { read }.boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>, ParquetError>> {
+        // The footer registered: the version the call reads (the page index, when the scan
+        // wants it, is read through this reader).
+        let metadata = Arc::clone(&self.shared.files[self.index].footer.metadata);
+        async move { Ok(metadata) }.boxed()
+    }
+}
+
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(not(unix))]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = file.try_clone()?;
+    f.seek(SeekFrom::Start(offset))?;
+    f.read_exact(buf)
+}
