@@ -378,6 +378,18 @@ async fn hostile_parquet_files_generated() {
             if let Err(e) = exercise(&engine, "case").await {
                 failures.push(format!("case {cases}: {e}"));
             }
+            // Read from the file at every call, through DataFusion's Parquet scan and our
+            // reader: the same file is an answer or an error that says why, never a crash.
+            let streaming = Arc::new(Engine::open_with(
+                dir.path(),
+                Limits {
+                    serving: tally_engine::dataset::Serving::Streaming,
+                    ..limits()
+                },
+            ));
+            if let Err(e) = exercise(&streaming, "case").await {
+                failures.push(format!("case {cases}, read at every call: {e}"));
+            }
         } else {
             refused += 1;
             let explained = catalog.broken.iter().any(|b| {

@@ -121,6 +121,14 @@ fn answer(envelope: &Value) -> Value {
 fn a_set_of_files_answers_as_the_same_rows_in_one_file() {
     let (_tmp, datasets) = setup();
     let engine = Engine::open(&datasets);
+    // Read from the files at every call, the sets answer the same too.
+    let streaming = Engine::open_with(
+        &datasets,
+        tally_engine::Limits {
+            serving: tally_engine::dataset::Serving::Streaming,
+            ..Default::default()
+        },
+    );
     let calls = [
         (
             Tool::SummarizeRecords,
@@ -148,11 +156,12 @@ fn a_set_of_files_answers_as_the_same_rows_in_one_file() {
         ),
     ];
     for (tool, args) in calls {
-        let on = |id: &str| {
+        let on_engine = |engine: &Engine, id: &str| {
             let mut a = args.clone();
             a["dataset_id"] = json!(id);
-            answer(&call(&engine, tool, a))
+            answer(&call(engine, tool, a))
         };
+        let on = |id: &str| on_engine(&engine, id);
         let one = on("one");
         assert!(
             one["total"].as_u64().or(one["total_records"].as_u64()) > Some(0),
@@ -160,6 +169,13 @@ fn a_set_of_files_answers_as_the_same_rows_in_one_file() {
         );
         assert_eq!(on("glob"), one, "glob, {args}");
         assert_eq!(on("hive"), one, "hive, {args}");
+        for id in ["one", "glob", "hive"] {
+            assert_eq!(
+                on_engine(&streaming, id),
+                one,
+                "{id} read at every call, {args}"
+            );
+        }
     }
     // Cut in order, the glob's files keep the records' order: the default order is the same.
     let default = |id: &str| {
@@ -278,6 +294,31 @@ fn conditions_on_partition_columns_leave_the_other_files_unread() {
         extract(&after).contains("from data/年度="),
         "{}",
         extract(&after)
+    );
+
+    // Read from the files at every call, the same files are left unread, and said so.
+    let streaming = Engine::open_with(
+        &datasets,
+        tally_engine::Limits {
+            serving: tally_engine::dataset::Serving::Streaming,
+            ..Default::default()
+        },
+    );
+    let streamed = call(
+        &streaming,
+        Tool::QueryRecords,
+        json!({ "dataset_id": "hive", "where": { PARTITION: ["総務省"], "年度": 2023 }, "select": ["手続ID"] }),
+    );
+    assert_eq!(answer(&streamed), answer(&one_ministry));
+    let step = extract(&streamed);
+    assert!(
+        step.contains("from 1 of the 7 files of `data/`")
+            && step.contains("read from the files at this call: 1 of 1 row groups"),
+        "{step}"
+    );
+    assert_eq!(
+        streamed["provenance"]["sources"][0]["contentHash"],
+        json!(file_hash(&hive, file))
     );
 }
 

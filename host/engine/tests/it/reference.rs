@@ -66,6 +66,16 @@ async fn sql_rows(ctx: &SessionContext, sql: &str) -> Vec<(String, i64, f64)> {
 
 #[test]
 fn survey_matches_plain_sql() {
+    survey_matches_plain_sql_when(tally_engine::dataset::Serving::Prepared);
+}
+
+/// The same checks with the survey read from its file at every call.
+#[test]
+fn survey_matches_plain_sql_read_at_every_call() {
+    survey_matches_plain_sql_when(tally_engine::dataset::Serving::Streaming);
+}
+
+fn survey_matches_plain_sql_when(serving: tally_engine::dataset::Serving) {
     let Some(reference) = reference_dir() else {
         return;
     };
@@ -79,7 +89,13 @@ fn survey_matches_plain_sql() {
     .expect("yaml");
     let parquet = reference.join("procedures/procedures-survey-r6.parquet");
     std::fs::copy(&parquet, folder.join("data.parquet")).expect("parquet");
-    let engine = tally_engine::Engine::open(tmp.path());
+    let engine = tally_engine::Engine::open_with(
+        tmp.path(),
+        tally_engine::Limits {
+            serving,
+            ..Default::default()
+        },
+    );
     assert!(
         engine.catalog().broken.is_empty(),
         "{:?}",
@@ -252,6 +268,16 @@ async fn all_text(ctx: &SessionContext) -> (Vec<String>, Vec<Vec<Option<String>>
 /// metric by its field, missing keys are null, and a default page fits the token budget.
 #[test]
 fn survey_answers_a_model_gets_right() {
+    survey_answers_a_model_gets_right_when(tally_engine::dataset::Serving::Prepared);
+}
+
+/// The same checks with the survey read from its file at every call.
+#[test]
+fn survey_answers_a_model_gets_right_read_at_every_call() {
+    survey_answers_a_model_gets_right_when(tally_engine::dataset::Serving::Streaming);
+}
+
+fn survey_answers_a_model_gets_right_when(serving: tally_engine::dataset::Serving) {
     use unicode_normalization::UnicodeNormalization;
     let Some(reference) = reference_dir() else {
         return;
@@ -266,7 +292,13 @@ fn survey_answers_a_model_gets_right() {
     .expect("yaml");
     let parquet = reference.join("procedures/procedures-survey-r6.parquet");
     std::fs::copy(&parquet, folder.join("data.parquet")).expect("parquet");
-    let engine = tally_engine::Engine::open(tmp.path());
+    let engine = tally_engine::Engine::open_with(
+        tmp.path(),
+        tally_engine::Limits {
+            serving,
+            ..Default::default()
+        },
+    );
     let call = |tool: Tool, args: Value| {
         let engine = &engine;
         async move { engine.call(tool, &args).await }
