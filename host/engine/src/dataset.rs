@@ -212,6 +212,8 @@ pub struct Prepared {
     /// Per coded field, the rank of each code when the values are sorted (code 0, "",
     /// ranks first), computed when first needed.
     ranks: std::sync::Mutex<std::collections::HashMap<FieldId, Arc<Vec<u32>>>>,
+    /// Per multi-value field of a prepared table, its parts numbered, made when first needed.
+    part_indexes: std::sync::Mutex<std::collections::HashMap<FieldId, Arc<crate::udf::PartIndex>>>,
     /// The `count_where` computed measures with a share column ([`share_column`]).
     pub shares: Vec<MeasureId>,
     /// The table's memory, held from the server's budget while the table lives.
@@ -224,6 +226,25 @@ pub struct Prepared {
 pub struct Codes(StringArray);
 
 impl Codes {
+    pub fn of(values: StringArray) -> Codes {
+        Codes(values)
+    }
+
+    /// The rank of each code in the sorted order of the values.
+    pub fn ranks(&self) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..self.len() as u32).collect();
+        order.sort_by(|a, b| {
+            self.get(*a as usize)
+                .cmp(&self.get(*b as usize))
+                .then(a.cmp(b))
+        });
+        let mut ranks = vec![0u32; self.len()];
+        for (rank, code) in order.into_iter().enumerate() {
+            ranks[code as usize] = rank as u32;
+        }
+        ranks
+    }
+
     /// The value of a code; `None` past the end.
     pub fn get(&self, code: usize) -> Option<&str> {
         (code < self.0.len()).then(|| self.0.value(code))
@@ -262,6 +283,7 @@ impl Prepared {
             values: Default::default(),
             variants: Default::default(),
             ranks: Default::default(),
+            part_indexes: Default::default(),
             memory,
         }
     }
@@ -287,6 +309,7 @@ impl Prepared {
             values: Default::default(),
             variants: Default::default(),
             ranks: Default::default(),
+            part_indexes: Default::default(),
             memory,
             data: Data::Streamed(streaming),
         }
@@ -321,6 +344,31 @@ impl Prepared {
             Data::Stored(s) => Some(s),
             Data::Streamed(_) => None,
         }
+    }
+
+    /// The parts of a multi-value field numbered (a prepared table's only), for exploding on
+    /// codes.
+    pub fn part_index(
+        &self,
+        def: &DatasetDef,
+        field: FieldId,
+    ) -> Option<Arc<crate::udf::PartIndex>> {
+        let store = self.store()?;
+        let separator = def.fields[field].multi_value.as_deref()?;
+        if !store.layout().is_text(field.index()) {
+            return None;
+        }
+        if let Ok(cache) = self.part_indexes.lock()
+            && let Some(i) = cache.get(&field)
+        {
+            return Some(Arc::clone(i));
+        }
+        let values = store.shared_values(field).ok()?;
+        let index = Arc::new(crate::udf::PartIndex::new(values, separator).ok()?);
+        if let Ok(mut cache) = self.part_indexes.lock() {
+            cache.insert(field, Arc::clone(&index));
+        }
+        Some(index)
     }
 
     /// Whether the table is not to be used again (its cached data did not check out).
@@ -391,18 +439,7 @@ impl Prepared {
         let Some(values) = self.codes(field) else {
             return Arc::new(Vec::new());
         };
-        let mut order: Vec<u32> = (0..values.len() as u32).collect();
-        order.sort_by(|a, b| {
-            values
-                .get(*a as usize)
-                .cmp(&values.get(*b as usize))
-                .then(a.cmp(b))
-        });
-        let mut ranks = vec![0u32; values.len()];
-        for (rank, code) in order.into_iter().enumerate() {
-            ranks[code as usize] = rank as u32;
-        }
-        let ranks = Arc::new(ranks);
+        let ranks = Arc::new(values.ranks());
         if let Ok(mut cache) = self.ranks.lock() {
             cache.insert(field, Arc::clone(&ranks));
         }

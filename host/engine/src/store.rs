@@ -630,8 +630,9 @@ pub struct Store {
     chunks: Vec<(u64, usize)>,
     /// Per declared field, its column in every chunk (text: dictionary arrays).
     columns: Vec<Slot<Arc<Vec<ArrayRef>>>>,
-    /// Per text field, its dictionary values.
-    values: Vec<Slot<StringArray>>,
+    /// Per text field, its dictionary values (one array every chunk's dictionary shares, so
+    /// what is worked out per value is worked out once).
+    values: Vec<Slot<ArrayRef>>,
     /// Per share, whether each value of its field's dictionary counts.
     masks: Vec<Slot<Arc<Vec<bool>>>>,
     source: Option<Arc<dyn Columns>>,
@@ -657,6 +658,10 @@ impl Store {
         values: Vec<Option<StringArray>>,
     ) -> Result<Store, EngineError> {
         let fields = layout.targets.len();
+        let shared: Vec<Option<ArrayRef>> = values
+            .into_iter()
+            .map(|v| v.map(|v| Arc::new(v) as ArrayRef))
+            .collect();
         let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(chunks.len()); fields];
         let mut spans = Vec::with_capacity(chunks.len());
         let mut row = 0u64;
@@ -665,7 +670,7 @@ impl Store {
             row += chunk.num_rows() as u64;
             for (f, column) in columns.iter_mut().enumerate() {
                 let stored = Arc::clone(chunk.column(f));
-                column.push(match &values[f] {
+                column.push(match &shared[f] {
                     Some(v) => {
                         dictionary(stored, v).map_err(|m| EngineError::backend(dataset, m))?
                     }
@@ -682,7 +687,7 @@ impl Store {
                 .map(|c| Mutex::new(Some(Arc::new(c))))
                 .collect(),
             masks: layout.shares.iter().map(|_| Mutex::new(None)).collect(),
-            values: values.into_iter().map(Mutex::new).collect(),
+            values: shared.into_iter().map(Mutex::new).collect(),
             layout,
             source: None,
             damaged: AtomicBool::new(false),
@@ -744,22 +749,33 @@ impl Store {
 
     /// The dictionary values of a text field (code 0 is `""`).
     pub fn values(&self, field: FieldId) -> Result<StringArray, EngineError> {
+        let shared = self.shared_values(field)?;
+        shared
+            .as_string_opt::<i32>()
+            .cloned()
+            .ok_or_else(|| EngineError::internal("a dictionary that is not text"))
+    }
+
+    /// The array every chunk's dictionary of a text field shares.
+    pub fn shared_values(&self, field: FieldId) -> Result<ArrayRef, EngineError> {
         let f = field.index();
         let mut slot = self.values[f]
             .lock()
             .map_err(|_| EngineError::internal("a dictionary lock is poisoned"))?;
         if let Some(v) = &*slot {
-            return Ok(v.clone());
+            return Ok(Arc::clone(v));
         }
         let Some(source) = &self.source else {
             return Err(EngineError::internal(format!(
                 "field {f} has no dictionary in the prepared table"
             )));
         };
-        let values = source
-            .values(f)
-            .map_err(|why| self.damage(&format!("the values of field {f}"), why))?;
-        *slot = Some(values.clone());
+        let values: ArrayRef = Arc::new(
+            source
+                .values(f)
+                .map_err(|why| self.damage(&format!("the values of field {f}"), why))?,
+        );
+        *slot = Some(Arc::clone(&values));
         Ok(values)
     }
 
@@ -773,7 +789,7 @@ impl Store {
             return Ok(Arc::clone(c));
         }
         let values = if self.layout.is_text(f) {
-            Some(self.values(field)?)
+            Some(self.shared_values(field)?)
         } else {
             None
         };
@@ -864,7 +880,7 @@ impl Store {
 
 /// A dictionary array of stored codes over a field's values; every present code is checked
 /// against the values.
-fn dictionary(keys: ArrayRef, values: &StringArray) -> Result<ArrayRef, String> {
+fn dictionary(keys: ArrayRef, values: &ArrayRef) -> Result<ArrayRef, String> {
     let keys = keys
         .as_primitive_opt::<UInt32Type>()
         .ok_or_else(|| format!("codes stored as {}", keys.data_type()))?
@@ -873,7 +889,7 @@ fn dictionary(keys: ArrayRef, values: &StringArray) -> Result<ArrayRef, String> 
     if keys.values().iter().any(|k| *k >= n) {
         return Err("a code past the end of its dictionary".into());
     }
-    let array = DictionaryArray::<UInt32Type>::try_new(keys, Arc::new(values.clone()))
+    let array = DictionaryArray::<UInt32Type>::try_new(keys, Arc::clone(values))
         .map_err(|e| e.to_string())?;
     Ok(Arc::new(array))
 }

@@ -410,12 +410,29 @@ pub async fn run(
         Some(e) => call.base.clone().filter(e)?,
         None => call.base.clone(),
     };
+    // An exploded field of a prepared table is split on its part codes (integers, each part
+    // numbered once per version) unless its parts are filtered or a `having` tests keys.
+    let having_on_keys = plan.having.iter().any(|h| {
+        plan.group_by
+            .iter()
+            .any(|g| call.def().fields[*g].name == h.column)
+    });
+    let indexes: Vec<Option<std::sync::Arc<crate::udf::PartIndex>>> = plan
+        .explode
+        .iter()
+        .map(|e| {
+            let filtered = part_filters.iter().any(|f| f.field == *e);
+            (!filtered && !having_on_keys)
+                .then(|| call.prepared.part_index(call.def(), *e))
+                .flatten()
+        })
+        .collect();
     // Records matched before exploding, the records without a part in each exploded field,
     // and the rows exploding would make, counted before any is made.
     let (pre_explode, without_value) =
-        count_before_exploding(&call.planner, &plan, &df, caps).await?;
-    let df = explode(&call.planner, &plan, df, &part_filters)?;
-    let grouped = aggregate(&call, &plan, df, caps).await?;
+        count_before_exploding(&call.planner, &plan, &df, caps, &indexes).await?;
+    let df = explode(&call.planner, &plan, df, &part_filters, &indexes)?;
+    let grouped = aggregate(&call, &plan, df, caps, &indexes).await?;
     let matched = pre_explode.unwrap_or_else(|| records_in(&grouped.batches));
     let page = order_and_page(&call, &plan, grouped).await?;
     let counted = Counted {
@@ -433,10 +450,15 @@ fn explode(
     plan: &SummarizePlan,
     mut df: DataFrame,
     part_filters: &[&Filter],
+    indexes: &[Option<std::sync::Arc<crate::udf::PartIndex>>],
 ) -> Result<DataFrame, EngineError> {
     for (k, &e) in plan.explode.iter().enumerate() {
+        let parts = match &indexes[k] {
+            Some(index) => planner.functions.part_codes(planner.column(e), index),
+            None => planner.parts(e, false),
+        };
         df = df
-            .with_column(&explode_col(k), planner.parts(e, false))?
+            .with_column(&explode_col(k), parts)?
             .unnest_columns(&[explode_col(k).as_str()])?;
     }
     let mut part_conditions = Vec::new();
@@ -480,6 +502,7 @@ async fn aggregate(
     plan: &SummarizePlan,
     df: DataFrame,
     caps: crate::groups::Caps,
+    indexes: &[Option<std::sync::Arc<crate::udf::PartIndex>>],
 ) -> Result<Grouped, EngineError> {
     let def = call.def();
     let group_names: Vec<String> = plan
@@ -488,7 +511,8 @@ async fn aggregate(
         .map(|g| def.fields[*g].name.clone())
         .collect();
     let having_on_keys = plan.having.iter().any(|h| group_names.contains(&h.column));
-    let (coded, group_exprs) = group_keys(&call.planner, &call.prepared, plan, having_on_keys);
+    let (coded, group_exprs) =
+        group_keys(&call.planner, &call.prepared, plan, having_on_keys, indexes);
 
     let mut aggregates = Aggregates::new(caps);
     let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
@@ -593,7 +617,15 @@ async fn order_and_page(
         .group_by
         .iter()
         .zip(&coded)
-        .map(|(g, code)| code.as_ref().map(|_| call.prepared.code_ranks(*g)))
+        .map(|(g, code)| {
+            code.as_ref().map(|c| {
+                if plan.explode.contains(g) {
+                    std::sync::Arc::new(c.ranks())
+                } else {
+                    call.prepared.code_ranks(*g)
+                }
+            })
+        })
         .collect();
     let page = page_groups(&batches, &columns, &coded, &ranks, keys, &order, plan.limit)
         .map_err(|e| EngineError::backend(&def.id, e))?;
@@ -740,6 +772,7 @@ fn group_keys(
     prepared: &crate::dataset::Prepared,
     plan: &SummarizePlan,
     having_on_keys: bool,
+    indexes: &[Option<std::sync::Arc<crate::udf::PartIndex>>],
 ) -> (Vec<Option<Codes>>, Vec<Expr>) {
     let def = planner.def;
     let part_of = |field: FieldId| {
@@ -751,10 +784,10 @@ fn group_keys(
     let coded: Vec<Option<Codes>> = plan
         .group_by
         .iter()
-        .map(|g| {
-            (part_of(*g).is_none() && !having_on_keys)
-                .then(|| prepared.codes(*g))
-                .flatten()
+        .map(|g| match plan.explode.iter().position(|e| e == g) {
+            // Exploded on part codes: the codes of the field's parts.
+            Some(k) => indexes[k].as_ref().map(|i| Codes::of(i.parts.clone())),
+            None => (!having_on_keys).then(|| prepared.codes(*g)).flatten(),
         })
         .collect();
     let group_exprs: Vec<Expr> = plan
@@ -884,6 +917,7 @@ async fn count_before_exploding(
     plan: &SummarizePlan,
     df: &datafusion::dataframe::DataFrame,
     caps: crate::groups::Caps,
+    indexes: &[Option<std::sync::Arc<crate::udf::PartIndex>>],
 ) -> Result<(Option<usize>, Vec<(String, u64)>), EngineError> {
     let def = planner.def;
     let mut without_value: Vec<(String, u64)> = Vec::new();
@@ -893,9 +927,19 @@ async fn count_before_exploding(
     {
         let mut aggs =
             vec![datafusion::functions_aggregate::expr_fn::count(lit(1i64)).alias("records")];
+        // The parts of a record, counted: from the field's index when it has one.
+        let count = |k: usize, e: FieldId| match &indexes[k] {
+            Some(index) => planner.functions.part_count(planner.column(e), index),
+            None => datafusion::functions_nested::expr_fn::array_length(planner.parts(e, false)),
+        };
         for (k, &e) in plan.explode.iter().enumerate() {
-            let none =
-                datafusion::functions_nested::expr_fn::array_has(planner.parts(e, true), lit(""));
+            let none = match &indexes[k] {
+                Some(_) => count(k, e).eq(lit(0i64)),
+                None => datafusion::functions_nested::expr_fn::array_has(
+                    planner.parts(e, true),
+                    lit(""),
+                ),
+            };
             aggs.push(
                 sum(when(none, lit(1i64))
                     .otherwise(lit(0i64))
@@ -906,12 +950,8 @@ async fn count_before_exploding(
         let product = plan
             .explode
             .iter()
-            .map(|&e| {
-                cast(
-                    datafusion::functions_nested::expr_fn::array_length(planner.parts(e, false)),
-                    DataType::Float64,
-                )
-            })
+            .enumerate()
+            .map(|(k, &e)| cast(count(k, e), DataType::Float64))
             .reduce(|a, b| a * b)
             .unwrap_or(lit(1.0f64));
         aggs.push(sum(coalesce(vec![product, lit(0.0f64)])).alias("rows"));

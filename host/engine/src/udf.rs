@@ -322,6 +322,169 @@ impl ScalarUDFImpl for IContains {
     }
 }
 
+/// The parts of a multi-value field's dictionary, numbered once per dataset version: the
+/// distinct parts (code 0 is `""`, never a part), and per dictionary value the codes of its
+/// parts (one more entry, empty, for a null). Exploding on codes makes one `UInt32` per part
+/// instead of a copy of its text, and groups on integers.
+#[derive(Debug)]
+pub struct PartIndex {
+    /// The field's dictionary the index was made from (a batch over another is refused).
+    pub values: ArrayRef,
+    /// The distinct parts.
+    pub parts: datafusion::arrow::array::StringArray,
+    /// The code of each part.
+    lookup: std::collections::HashMap<String, u32>,
+    /// Per dictionary value (then null), the codes of its parts, in order.
+    lists: ArrayRef,
+    /// Per dictionary value (then null), how many parts it has.
+    counts: ArrayRef,
+    separator: String,
+}
+
+impl PartIndex {
+    /// The index of a dictionary's values split by `separator` as `tally_parts` splits them.
+    pub fn new(values: ArrayRef, separator: &str) -> Result<PartIndex> {
+        use datafusion::arrow::array::{Int64Builder, UInt32Builder};
+        let strings = strings_of(&values)?;
+        let at = string_at(&strings);
+        let mut codes: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+        let mut parts = StringBuilder::new();
+        parts.append_value("");
+        let mut lists = ListBuilder::new(UInt32Builder::new());
+        let mut counts = Int64Builder::new();
+        for i in 0..=values.len() {
+            let mut n = 0i64;
+            if let Some(v) = if i < values.len() { at(i) } else { None } {
+                for part in v.split(separator).map(str::trim).filter(|p| !p.is_empty()) {
+                    let next = codes.len() as u32 + 1;
+                    let code = *codes.entry(part.to_string()).or_insert_with(|| {
+                        parts.append_value(part);
+                        next
+                    });
+                    lists.values().append_value(code);
+                    n += 1;
+                }
+            }
+            lists.append(true);
+            counts.append_value(n);
+        }
+        let parts = parts.finish();
+        Ok(PartIndex {
+            values,
+            lookup: codes,
+            parts,
+            lists: Arc::new(lists.finish()),
+            counts: Arc::new(counts.finish()),
+            separator: separator.to_string(),
+        })
+    }
+
+    /// The list type part codes come in.
+    pub fn codes_type() -> DataType {
+        DataType::List(Arc::new(Field::new("item", DataType::UInt32, true)))
+    }
+
+    /// Per row of a text column, its part codes (or counts): by key over the indexed
+    /// dictionary; for any other text (a dictionary rebuilt by an operator, plain strings),
+    /// split here and looked up.
+    fn rows(
+        &self,
+        arg: &ColumnarValue,
+        rows: usize,
+        count: bool,
+        separator: &str,
+    ) -> Result<ColumnarValue> {
+        use datafusion::arrow::array::{AsArray, Int64Builder, UInt32Builder};
+        let array = arg.to_array(rows)?;
+        let out = match array
+            .as_dictionary_opt::<datafusion::arrow::datatypes::UInt32Type>()
+            .filter(|d| Arc::ptr_eq(d.values(), &self.values))
+        {
+            Some(dict) => by_key(
+                dict.keys(),
+                if count { &self.counts } else { &self.lists },
+                self.values.len(),
+            )?,
+            None => {
+                let strings = strings_of(&array)?;
+                let at = string_at(&strings);
+                let mut lists = ListBuilder::new(UInt32Builder::new());
+                let mut counts = Int64Builder::new();
+                for i in 0..strings.len() {
+                    let mut n = 0i64;
+                    if let Some(v) = at(i) {
+                        for part in v.split(separator).map(str::trim).filter(|p| !p.is_empty()) {
+                            let code = self.lookup.get(part).copied().ok_or_else(|| {
+                                DataFusionError::Internal(format!(
+                                    "a part `{part}` the index lacks"
+                                ))
+                            })?;
+                            lists.values().append_value(code);
+                            n += 1;
+                        }
+                    }
+                    lists.append(true);
+                    counts.append_value(n);
+                }
+                if count {
+                    Arc::new(counts.finish()) as ArrayRef
+                } else {
+                    Arc::new(lists.finish()) as ArrayRef
+                }
+            }
+        };
+        Ok(match arg {
+            ColumnarValue::Scalar(_) => {
+                ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+            }
+            ColumnarValue::Array(_) => ColumnarValue::Array(out),
+        })
+    }
+}
+
+/// `tally_part_codes(text)`: the codes of a multi-value cell's parts ([`PartIndex`]).
+#[derive(Debug)]
+struct PartCodes {
+    signature: Signature,
+    index: Arc<PartIndex>,
+    /// Just the number of parts (`Int64`) instead of their codes.
+    count: bool,
+}
+same_by_name!(PartCodes);
+
+impl ScalarUDFImpl for PartCodes {
+    fn name(&self) -> &str {
+        if self.count {
+            "tally_part_count"
+        } else {
+            "tally_part_codes"
+        }
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(if self.count {
+            DataType::Int64
+        } else {
+            PartIndex::codes_type()
+        })
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        Ok(arg_types.to_vec())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [text] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "{} takes 1 argument",
+                self.name()
+            )));
+        };
+        self.index
+            .rows(text, args.number_rows, self.count, &self.index.separator)
+    }
+}
+
 /// Builds the functions' expressions. Each expression gets an instance of its own, so what it
 /// keeps of a dictionary lives as long as the plan that uses it.
 #[derive(Debug, Clone, Default)]
@@ -338,6 +501,26 @@ impl Functions {
             memo: Memo::default(),
         });
         udf.call(vec![text, lit(separator), lit(keep_empty)])
+    }
+
+    /// The codes of a multi-value field's parts, from its index (prepared data only).
+    pub fn part_codes(&self, text: Expr, index: &Arc<PartIndex>) -> Expr {
+        ScalarUDF::new_from_impl(PartCodes {
+            signature: user_defined(),
+            index: Arc::clone(index),
+            count: false,
+        })
+        .call(vec![text])
+    }
+
+    /// How many parts a multi-value cell has, from its field's index.
+    pub fn part_count(&self, text: Expr, index: &Arc<PartIndex>) -> Expr {
+        ScalarUDF::new_from_impl(PartCodes {
+            signature: user_defined(),
+            index: Arc::clone(index),
+            count: true,
+        })
+        .call(vec![text])
     }
 
     /// Substring test under NFKC and case folding; `needle` is folded here.
