@@ -5,11 +5,14 @@ workloads, each returning its total), in one run. Prints Markdown tables
     python3 tests/e2e/scale.py --bin target/release/tally --datasets DIR --dataset ID \\
         [--runs 5] [--duckdb-python PYTHON]
 
-For Tally: a server started with an empty cache directory (first answer: read, prepare,
-keep), the five workloads warm (median of --runs after one warm-up), then a second server
-on the kept entry (first answer mapped). Memory from /proc (Linux): peak resident, and
-resident anonymous and file-backed memory after the workloads. Talks JSON-RPC over stdio
-directly (no SDK).
+For Tally: a server started with an empty cache directory (its first answer: read from the
+file at once when the dataset is large, while it is prepared into the cache in the
+background), then, once an answer says the table is prepared, the five workloads warm
+(median of --runs after one warm-up); a second server on the kept entry (first answer
+mapped); and a third with `--streaming always`, the five workloads read from the file at
+every call as DuckDB reads it. Memory from /proc (Linux): peak resident, and resident
+anonymous and file-backed memory after the workloads. Talks JSON-RPC over stdio directly
+(no SDK).
 
 For DuckDB: the same questions in SQL on the same file, in a process of its own (the
 `duckdb` module of --duckdb-python), each run reading the Parquet file (DuckDB keeps no
@@ -124,15 +127,27 @@ class Server:
             if message.get("id") == id_:
                 return message
 
-    def call(self, dataset, arguments):
-        tool = "summarize_records" if "group_by" in arguments else "query_records"
+    def answer(self, dataset, arguments):
+        tool = "summarize_records" if "group_by" in arguments or "metrics" in arguments else "query_records"
         start = time.perf_counter()
         answer = self.request("tools/call", {"name": tool, "arguments": {"dataset_id": dataset, **arguments}})
         elapsed = time.perf_counter() - start
         result = answer.get("result", {})
         if result.get("isError") or "error" in answer:
             raise SystemExit(f"{tool} failed: {json.dumps(answer, ensure_ascii=False)[:600]}")
-        return elapsed, result.get("structuredContent", {}).get("data", {})
+        return elapsed, result.get("structuredContent", {})
+
+    def call(self, dataset, arguments):
+        elapsed, content = self.answer(dataset, arguments)
+        return elapsed, content.get("data", {})
+
+    def extract(self, dataset, arguments):
+        """How an answer's data was read (its extract step)."""
+        _, content = self.answer(dataset, arguments)
+        for t in content.get("provenance", {}).get("transformations", []):
+            if t.get("type") == "extract" or t.get("description", "").startswith("read "):
+                return t.get("description", "")
+        return ""
 
     def stop(self):
         memory = status(self.proc.pid)
@@ -158,6 +173,18 @@ def text_columns(python, parquet):
         "if r[1] == 'VARCHAR']))"
     )
     return json.loads(subprocess.run([python, "-c", script, parquet], capture_output=True, text=True, check=True).stdout)
+
+
+def run_workloads(server, dataset, runs):
+    out = []
+    for _label, arguments, _ in WORKLOADS:
+        times = []
+        for _ in range(runs + 1):
+            elapsed, data = server.call(dataset, arguments)
+            times.append(elapsed)
+        total = data.get("total", data.get("total_group_count"))
+        out.append((statistics.median(times[1:]), total))
+    return out
 
 
 def mib(n):
@@ -187,20 +214,23 @@ def main():
         server = Server(args.bin, args.datasets, cache, extra)
         first_time, _ = server.call(args.dataset, WORKLOADS[0][1])
         cold_first = time.perf_counter() - server.start
-        tally = []
-        for label, arguments, _ in WORKLOADS:
-            times = []
-            for _ in range(args.runs + 1):
-                elapsed, data = server.call(args.dataset, arguments)
-                times.append(elapsed)
-            total = data.get("total", data.get("total_group_count"))
-            tally.append((statistics.median(times[1:]), total))
+        # Until the table is prepared (a large dataset is read from its file meanwhile).
+        while "prepared" not in server.extract(args.dataset, WORKLOADS[0][1]):
+            time.sleep(0.5)
+        prepared_after = time.perf_counter() - server.start
+        tally = run_workloads(server, args.dataset, args.runs)
         cold_memory = server.stop()
 
         server = Server(args.bin, args.datasets, cache, extra)
         server.call(args.dataset, WORKLOADS[0][1])
         warm_first = time.perf_counter() - server.start
         warm_memory = server.stop()
+
+        server = Server(args.bin, args.datasets, cache, [*extra, "--streaming", "always"])
+        server.call(args.dataset, WORKLOADS[0][1])
+        streamed_first = time.perf_counter() - server.start
+        streamed = run_workloads(server, args.dataset, args.runs)
+        streamed_memory = server.stop()
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
@@ -218,13 +248,22 @@ def main():
     print()
     print("| start | first answer | peak RSS | anonymous after | file-backed after |")
     print("|---|---|---|---|---|")
-    for label, elapsed, memory in (("empty cache (read, prepare, keep)", cold_first, cold_memory), ("kept entry (mapped)", warm_first, warm_memory)):
+    for label, elapsed, memory in (
+        ("empty cache (answered at once, prepared and kept in the background)", cold_first, cold_memory),
+        ("kept entry (mapped)", warm_first, warm_memory),
+        ("`--streaming always` (read from the file at every call)", streamed_first, streamed_memory),
+    ):
         print(f"| {label} | {elapsed:.2f} s | {mib(memory.get('VmHWM', 0))} | {mib(memory.get('RssAnon', 0))} | {mib(memory.get('RssFile', 0))} |")
     print()
-    print("| workload | Tally, warm (median) | DuckDB first / median | Tally ÷ DuckDB | total: Tally / DuckDB |")
-    print("|---|---|---|---|---|")
-    for (label, _, _), (median, total), d in zip(WORKLOADS, tally, duck["results"]):
-        print(f"| {label} | {median * 1000:,.1f} ms | {d['first'] * 1000:,.1f} / {d['median'] * 1000:,.1f} ms | {median / d['median']:.2f} | {total} / {d['total']} |")
+    print(f"Prepared into the cache {prepared_after:.1f} s after the start.")
+    print()
+    print("| workload | Tally prepared (median) | Tally read from the file (median) | DuckDB first / median | prepared ÷ DuckDB | from the file ÷ DuckDB | totals: prepared / file / DuckDB |")
+    print("|---|---|---|---|---|---|---|")
+    for (label, _, _), (median, total), (s_median, s_total), d in zip(WORKLOADS, tally, streamed, duck["results"]):
+        print(
+            f"| {label} | {median * 1000:,.1f} ms | {s_median * 1000:,.1f} ms | {d['first'] * 1000:,.1f} / {d['median'] * 1000:,.1f} ms "
+            f"| {median / d['median']:.2f} | {s_median / d['median']:.2f} | {total} / {s_total} / {d['total']} |"
+        )
     print()
     print(f"DuckDB process peak RSS: {mib(duck['peak'])}")
 

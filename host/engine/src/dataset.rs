@@ -371,6 +371,18 @@ impl Prepared {
         Some(index)
     }
 
+    /// The records with the given row numbers, in that order, with the fields given (named
+    /// `names`), taken from a prepared table; `None` when the data is read from its files.
+    pub fn take_rows(
+        &self,
+        rows: &[u64],
+        fields: &[FieldId],
+        names: &[String],
+    ) -> Option<Result<RecordBatch, EngineError>> {
+        let store = self.store()?;
+        Some(store.take_rows(rows, fields, names))
+    }
+
     /// Whether the table is not to be used again (its cached data did not check out).
     pub fn is_damaged(&self) -> bool {
         self.store().is_some_and(|s| s.is_damaged())
@@ -650,6 +662,21 @@ impl Dataset {
     /// (waiting for its preparation, up to the caller's deadline).
     pub async fn prepared_whole(&self, engine: &Engine) -> Result<Arc<Prepared>, EngineError> {
         self.prepared_in(&self.prepared, engine, &[]).await
+    }
+
+    /// The preparation of the whole table, while one runs.
+    pub fn running_preparation(
+        &self,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        match &*self.prepared.state.lock().ok()? {
+            PrepState::Running { done, .. } => {
+                let done = done.clone();
+                Some(async move {
+                    let _ = done.0.await;
+                })
+            }
+            _ => None,
+        }
     }
 
     /// The whole table, when it is prepared and sound.

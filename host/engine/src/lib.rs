@@ -418,6 +418,29 @@ impl Engine {
         }
     }
 
+    /// Waits (at most `grace`) for the preparations of whole tables still running into the
+    /// cache, so an entry begun is finished before the process ends.
+    pub async fn finish_preparations(&self, grace: Duration) {
+        if self.cache.is_none() {
+            return;
+        }
+        let catalog = self.catalog.load_full();
+        let running: Vec<_> = catalog
+            .datasets
+            .values()
+            .filter_map(|ds| ds.running_preparation())
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        tracing::info!(
+            preparations = running.len(),
+            "finishing the preparation of data into the cache before exiting (at most {} s)",
+            grace.as_secs()
+        );
+        let _ = tokio::time::timeout(grace, futures::future::join_all(running)).await;
+    }
+
     /// When a call ran out of time waiting for its dataset's first preparation: the error
     /// that says so, with how far the preparation has come.
     fn still_preparing(&self, arguments: &Value, timeout: Duration) -> Option<EngineError> {

@@ -1,7 +1,13 @@
 //! `query_records`: matching records, a page at a time, in a deterministic order.
 
-use datafusion::datasource::MemTable;
-use datafusion::logical_expr::{Expr, SortExpr};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{
+    SortColumn, SortOptions, concat_batches, lexsort_to_indices, take_record_batch,
+};
+use datafusion::arrow::datatypes::UInt64Type;
+use datafusion::logical_expr::{Expr, lit};
 use datafusion::prelude::ident;
 use serde_json::Value;
 use tally_semantic::definition::FieldId;
@@ -63,8 +69,11 @@ struct Page {
     cut: Option<meta::Cut>,
 }
 
-/// Execute: the filter runs once; matching records (only the columns needed) are collected,
-/// counted, then sorted and paged. Without conditions the table itself is paged.
+/// Execute, in two steps. First the matching records are counted while only their order
+/// (the `order_by` fields and the row number) is kept for the first `offset + limit` of them,
+/// so what a call holds is a page's worth of keys however many records match. Then the
+/// page's records are fetched by their row numbers: straight from a prepared table, or by a
+/// scan for those rows.
 async fn fetch(
     call: &Call<'_>,
     plan: &QueryPlan,
@@ -77,61 +86,79 @@ async fn fetch(
         .iter()
         .map(|i| def.fields[*i].name.clone())
         .collect();
-    let (source, total) = match conjunction(conditions.to_vec()) {
-        None => (call.base.clone(), call.prepared.rows),
-        Some(e) => {
-            let mut needed: Vec<String> = names.clone();
-            for s in &plan.order_by {
-                let n = &def.fields[s.field].name;
-                if !needed.contains(n) {
-                    needed.push(n.clone());
-                }
-            }
-            needed.push(ROW_COL.to_string());
-            let filtered = call
-                .base
-                .clone()
-                .filter(e)?
-                .select(needed.iter().map(ident).collect::<Vec<_>>())?;
-            let schema = std::sync::Arc::new(filtered.schema().as_arrow().clone());
-            let batches = filtered.collect().await.map_err(computing)?;
-            let total = batches.iter().map(|b| b.num_rows()).sum();
-            let table = MemTable::try_new(schema, vec![batches]).map_err(computing)?;
-            (call.ctx.read_table(std::sync::Arc::new(table))?, total)
-        }
-    };
-
     let fingerprint = cursor::fingerprint(&identity(plan, def));
+    // Bounded by the records there are before the matches are counted.
     let offset = match &plan.cursor {
-        Some(c) => cursor::decode(c, &call.ds.version, &fingerprint, total)?,
+        Some(c) => cursor::decode(c, &call.ds.version, &fingerprint, call.prepared.rows)?,
         None => 0,
     };
-    let mut sorts: Vec<SortExpr> = plan
+    let source = match conjunction(conditions.to_vec()) {
+        None => call.base.clone(),
+        Some(e) => call.base.clone().filter(e)?,
+    };
+    let mut keys: Vec<Expr> = plan
         .order_by
         .iter()
-        .map(|s| call.planner.column(s.field).sort(!s.descending, false))
+        .map(|s| call.planner.column(s.field))
         .collect();
-    sorts.push(ident(ROW_COL).sort(true, false));
-    let page = source
-        .sort(sorts)?
-        .limit(offset, Some(plan.limit))?
-        .select(
-            names
-                .iter()
-                .map(ident)
-                .chain(call.prepared.row_sources.is_some().then(|| ident(ROW_COL)))
-                .collect::<Vec<_>>(),
-        )?
-        .collect()
+    keys.push(ident(ROW_COL));
+    let options: Vec<SortOptions> = plan
+        .order_by
+        .iter()
+        .map(|s| SortOptions {
+            descending: s.descending,
+            nulls_first: false,
+        })
+        .chain(std::iter::once(SortOptions::default()))
+        .collect();
+    let wanted = offset.saturating_add(plan.limit);
+    let mut stream = source
+        .select(keys)?
+        .execute_stream()
         .await
         .map_err(computing)?;
+    let mut total = 0usize;
+    let mut best: Option<RecordBatch> = None;
+    while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+        let batch = batch.map_err(computing)?;
+        total += batch.num_rows();
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let merged = match best.take() {
+            Some(b) => concat_batches(&batch.schema(), [&b, &batch])
+                .map_err(|e| EngineError::backend(&def.id, e))?,
+            None => batch,
+        };
+        best = Some(
+            first_rows(&merged, &options, wanted).map_err(|e| EngineError::backend(&def.id, e))?,
+        );
+    }
+    drop(stream);
+    if let Some(c) = &plan.cursor {
+        // Now against the records that match.
+        cursor::decode(c, &call.ds.version, &fingerprint, total)?;
+    }
+    let page_rows: Vec<u64> = match &best {
+        Some(b) => {
+            let rows = b
+                .column(b.num_columns() - 1)
+                .as_primitive_opt::<UInt64Type>()
+                .ok_or_else(|| EngineError::internal("row numbers that are not numbers"))?;
+            rows.values()
+                .iter()
+                .skip(offset)
+                .take(plan.limit)
+                .copied()
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let page = rows_of(call, &names, &page_rows).await?;
     let limits = call.engine.limits();
     let mut rows = crate::json::rows(&page, &names);
     let cut = meta::cap_rows_within(&mut rows, limits.max_result_bytes, limits.max_result_tokens);
-    let mut row_numbers: Vec<u64> = crate::json::rows(&page, &[ROW_COL.to_string()])
-        .into_iter()
-        .filter_map(|r| r.first().and_then(Value::as_u64))
-        .collect();
+    let mut row_numbers = page_rows;
     row_numbers.truncate(rows.len());
     let next_offset = offset + rows.len();
     let next_cursor =
@@ -144,6 +171,85 @@ async fn fetch(
         next_cursor,
         cut,
     })
+}
+
+/// The first `n` rows of a batch in the order `options` gives its columns (the last column,
+/// the row number, breaking every tie).
+fn first_rows(
+    batch: &RecordBatch,
+    options: &[SortOptions],
+    n: usize,
+) -> Result<RecordBatch, datafusion::arrow::error::ArrowError> {
+    let columns: Vec<SortColumn> = batch
+        .columns()
+        .iter()
+        .zip(options)
+        .map(|(values, o)| SortColumn {
+            values: Arc::clone(values),
+            options: Some(*o),
+        })
+        .collect();
+    let indices = lexsort_to_indices(&columns, Some(n.min(batch.num_rows())))?;
+    take_record_batch(batch, &indices)
+}
+
+/// The records with the given row numbers, in that order, with the named columns: taken
+/// from a prepared table, else scanned for.
+async fn rows_of(
+    call: &Call<'_>,
+    names: &[String],
+    rows: &[u64],
+) -> Result<Vec<RecordBatch>, EngineError> {
+    let def = call.def();
+    let fields: Vec<FieldId> = names
+        .iter()
+        .filter_map(|n| {
+            def.fields
+                .iter()
+                .position(|f| f.name == *n)
+                .map(FieldId::at)
+        })
+        .collect();
+    if let Some(taken) = call.prepared.take_rows(rows, &fields, names) {
+        return Ok(vec![taken?]);
+    }
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found = call
+        .base
+        .clone()
+        .filter(ident(ROW_COL).in_list(rows.iter().map(|r| lit(*r)).collect(), false))?
+        .select(
+            names
+                .iter()
+                .map(ident)
+                .chain(std::iter::once(ident(ROW_COL)))
+                .collect::<Vec<_>>(),
+        )?
+        .collect()
+        .await
+        .map_err(|e| EngineError::computing(&def.id, e))?;
+    // In the page's order.
+    let Some(first) = found.first() else {
+        return Ok(Vec::new());
+    };
+    let all =
+        concat_batches(&first.schema(), &found).map_err(|e| EngineError::backend(&def.id, e))?;
+    let numbers = all
+        .column(all.num_columns() - 1)
+        .as_primitive_opt::<UInt64Type>()
+        .ok_or_else(|| EngineError::internal("row numbers that are not numbers"))?;
+    let at: std::collections::HashMap<u64, u32> = numbers
+        .values()
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (*r, i as u32))
+        .collect();
+    let order: UInt32Array = rows.iter().filter_map(|r| at.get(r).copied()).collect();
+    Ok(vec![
+        take_record_batch(&all, &order).map_err(|e| EngineError::backend(&def.id, e))?,
+    ])
 }
 
 /// The columns a page shows and the ones it leaves out.

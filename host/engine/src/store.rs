@@ -833,6 +833,45 @@ impl Store {
         Ok(arrays)
     }
 
+    /// The records with the given row numbers (in that order) and the given fields, as a
+    /// batch with columns named `names`.
+    pub fn take_rows(
+        &self,
+        rows: &[u64],
+        fields: &[FieldId],
+        names: &[String],
+    ) -> Result<RecordBatch, EngineError> {
+        let mut at: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
+        for &r in rows {
+            let c = self.chunks.partition_point(|(first, _)| *first <= r);
+            let (first, n) = c
+                .checked_sub(1)
+                .and_then(|c| self.chunks.get(c))
+                .copied()
+                .ok_or_else(|| EngineError::internal(format!("no record {r} in the table")))?;
+            if r >= first + n as u64 {
+                return Err(EngineError::internal(format!("no record {r} in the table")));
+            }
+            at.push((c - 1, (r - first) as usize));
+        }
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
+        let mut schema: Vec<ArrowField> = Vec::with_capacity(fields.len());
+        for (f, name) in fields.iter().zip(names) {
+            let arrays = self.column(*f)?;
+            let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
+            let taken = datafusion::arrow::compute::interleave(&refs, &at)
+                .map_err(|e| EngineError::backend(&self.dataset, e))?;
+            schema.push(ArrowField::new(name, taken.data_type().clone(), true));
+            columns.push(taken);
+        }
+        RecordBatch::try_new_with_options(
+            Arc::new(Schema::new(schema)),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )
+        .map_err(|e| EngineError::backend(&self.dataset, e))
+    }
+
     /// Whether each value of a share's field counts.
     fn mask(&self, share: usize) -> Result<Arc<Vec<bool>>, EngineError> {
         let mut slot = self.masks[share]

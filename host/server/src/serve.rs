@@ -18,10 +18,13 @@ use crate::mcp::{Shared, TallyServer};
 /// Exit code when the server cannot start as configured.
 const EXIT_CONFIG: u8 = 2;
 
+/// How long a stdio server whose client has gone waits for preparations into the cache.
+const EXIT_GRACE: Duration = Duration::from_secs(60);
+
 /// Serves MCP over stdin/stdout until the client closes it. stdout carries protocol messages
 /// only; logs go to stderr.
 pub async fn stdio(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> ExitCode {
-    let server = TallyServer::new(Shared::with_audit(engine, audit));
+    let server = TallyServer::new(Shared::with_audit(Arc::clone(&engine), audit));
     let (transport, writer) = crate::stdio::framed(tokio::io::stdin(), tokio::io::stdout());
     let running = match server.serve(transport).await {
         Ok(r) => r,
@@ -42,6 +45,13 @@ pub async fn stdio(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> E
     };
     // The last answers are written before the process ends.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    // A client that asks a question or two and goes must not leave a preparation into the
+    // cache half done (the next start would prepare again): it is given a while to finish,
+    // unless the process is told to stop.
+    tokio::select! {
+        _ = engine.finish_preparations(EXIT_GRACE) => {},
+        _ = shutdown_signal() => {},
+    }
     code
 }
 

@@ -250,6 +250,29 @@ impl StreamTable {
             .build()
     }
 
+    /// The row numbers a condition `__tally_row IN (…)` names (how a page's records are
+    /// fetched): then only the pages that hold them are read.
+    fn row_numbers(e: &Expr) -> Option<Vec<u64>> {
+        use datafusion::logical_expr::expr::InList;
+        let Expr::InList(InList {
+            expr,
+            list,
+            negated: false,
+        }) = e
+        else {
+            return None;
+        };
+        if !matches!(expr.as_ref(), Expr::Column(c) if c.name == ROW_COL) {
+            return None;
+        }
+        list.iter()
+            .map(|v| match v {
+                Expr::Literal(ScalarValue::UInt64(Some(n)), _) => Some(*n),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether a condition names only columns the scan can test (not the row number).
     fn testable(&self, e: &Expr) -> bool {
         e.column_refs()
@@ -276,7 +299,7 @@ impl TableProvider for StreamTable {
         Ok(filters
             .iter()
             .map(|f| {
-                if self.testable(f) {
+                if self.testable(f) || StreamTable::row_numbers(f).is_some() {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -342,20 +365,39 @@ impl TableProvider for StreamTable {
             let predicate = state.create_physical_expr(condition, &df_schema)?;
             source = source.with_predicate(predicate);
         }
-        let partitioned: Vec<PartitionedFile> = shared
-            .files
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                let mut pf =
-                    PartitionedFile::new(format!("tally/{}/{i}", shared.dataset), f.footer.size);
-                pf.partition_values = std::iter::once(ScalarValue::UInt64(Some(f.offset)))
-                    .chain(f.values.iter().cloned())
+        // Records asked for by number: per file, a selection of just those rows (the pages
+        // that hold them are read; files without any are left out).
+        let mut wanted_rows: Option<Vec<u64>> = filters.iter().find_map(StreamTable::row_numbers);
+        if let Some(rows) = &mut wanted_rows {
+            rows.sort_unstable();
+            rows.dedup();
+        }
+        let mut partitioned: Vec<PartitionedFile> = Vec::with_capacity(shared.files.len());
+        for (i, f) in shared.files.iter().enumerate() {
+            let mut pf =
+                PartitionedFile::new(format!("tally/{}/{i}", shared.dataset), f.footer.size);
+            pf.partition_values = std::iter::once(ScalarValue::UInt64(Some(f.offset)))
+                .chain(f.values.iter().cloned())
+                .collect();
+            pf.extensions.insert(FileIndex(i));
+            if let Some(rows) = &wanted_rows {
+                let n = f.footer.num_rows;
+                let local: Vec<u64> = rows
+                    .iter()
+                    .filter(|r| **r >= f.offset && **r < f.offset + n)
+                    .map(|r| r - f.offset)
                     .collect();
-                pf.extensions.insert(FileIndex(i));
-                pf
-            })
-            .collect();
+                if local.is_empty() {
+                    continue;
+                }
+                pf.extensions.insert(
+                    datafusion::datasource::physical_plan::parquet::ParquetRowSelection::new(
+                        selection_of(&local, n),
+                    ),
+                );
+            }
+            partitioned.push(pf);
+        }
         let config =
             FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
                 .with_file_group(FileGroup::new(partitioned))
@@ -403,6 +445,27 @@ impl TableProvider for StreamTable {
             Arc::new(map),
         )))
     }
+}
+
+/// A selection of the given (sorted, distinct) rows of a file of `rows` rows.
+fn selection_of(
+    local: &[u64],
+    rows: u64,
+) -> datafusion::parquet::arrow::arrow_reader::RowSelection {
+    use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+    let mut selectors = Vec::new();
+    let mut at = 0u64;
+    for &r in local {
+        if r > at {
+            selectors.push(RowSelector::skip((r - at) as usize));
+        }
+        selectors.push(RowSelector::select(1));
+        at = r + 1;
+    }
+    if at < rows {
+        selectors.push(RowSelector::skip((rows - at) as usize));
+    }
+    RowSelection::from(selectors)
 }
 
 /// An output column of a scan: a column of it, or the record number made of two of them.
