@@ -3,7 +3,7 @@ workloads, each returning its total), in one run. Prints Markdown tables
 (docs/benchmarks.md keeps the figures).
 
     python3 tests/e2e/scale.py --bin target/release/tally --datasets DIR --dataset ID \\
-        [--runs 5] [--duckdb-python PYTHON]
+        [--runs 5] [--duckdb-python PYTHON] [--files-only [--no-duckdb]]
 
 For Tally: a server started with an empty cache directory (its first answer: read from the
 file at once when the dataset is large, while it is prepared into the cache in the
@@ -17,6 +17,10 @@ anonymous and file-backed memory after the workloads. Talks JSON-RPC over stdio 
 For DuckDB: the same questions in SQL on the same file, in a process of its own (the
 `duckdb` module of --duckdb-python), each run reading the Parquet file (DuckDB keeps no
 prepared copy), with that process's peak resident memory.
+
+With --files-only (data larger than the memory budget, such as 75M rows): one server with the
+default settings, which must answer from the files at every call (checked), its memory, and
+the five workloads; DuckDB beside it unless --no-duckdb.
 """
 
 import argparse
@@ -191,6 +195,63 @@ def mib(n):
     return f"{n / (1 << 20):,.0f} MiB"
 
 
+def files_only(args):
+    """Data over the memory budget: every call reads the files; memory must stay bounded."""
+    cache = tempfile.mkdtemp(prefix="tally-scale-cache-")
+    try:
+        extra = ["--memory-budget", args.memory_budget] if args.memory_budget else []
+        server = Server(args.bin, args.datasets, cache, extra)
+        server.call(args.dataset, WORKLOADS[0][1])
+        first = time.perf_counter() - server.start
+        said = server.extract(args.dataset, WORKLOADS[0][1])
+        if "read from the files" not in said:
+            raise SystemExit(f"expected the data to be read from its files, the extract step says: {said}")
+        tally = run_workloads(server, args.dataset, args.runs)
+        memory = server.stop()
+        kept = sum(len(files) for _, _, files in os.walk(cache))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    duck = None
+    if not args.no_duckdb:
+        duck = duckdb_figures(args)
+    size = os.path.getsize(parquet_of(args.datasets, args.dataset))
+    print(f"Parquet: {size / 1e6:,.0f} MB; runs: {args.runs} after one warm-up; files kept in the cache: {kept}")
+    print(f"Extract step: {said}")
+    print()
+    print(f"First answer {first:.2f} s after the start; peak RSS {mib(memory.get('VmHWM', 0))}, "
+          f"anonymous after {mib(memory.get('RssAnon', 0))}, file-backed after {mib(memory.get('RssFile', 0))}")
+    print()
+    print("| workload | Tally read from the files (median) | DuckDB first / median | ratio | totals: Tally / DuckDB |")
+    print("|---|---|---|---|---|")
+    for i, ((label, _, _), (median, total)) in enumerate(zip(WORKLOADS, tally)):
+        if duck:
+            d = duck["results"][i]
+            print(f"| {label} | {median * 1000:,.1f} ms | {d['first'] * 1000:,.1f} / {d['median'] * 1000:,.1f} ms | {median / d['median']:.2f} | {total} / {d['total']} |")
+        else:
+            print(f"| {label} | {median * 1000:,.1f} ms | | | {total} |")
+    if duck:
+        print()
+        print(f"DuckDB process peak RSS: {mib(duck['peak'])}")
+
+
+def duckdb_figures(args):
+    """The five workloads in DuckDB, in a process of its own."""
+    parquet = parquet_of(args.datasets, args.dataset)
+    text = text_columns(args.duckdb_python, parquet)
+    joined = ", ".join(f'coalesce("{c}", \'\')' for c in text)
+    q_sql = f"""SELECT *, count(*) OVER () AS total FROM t
+                WHERE lower(concat_ws(chr(31), {joined})) LIKE '%{TEXT_SEARCH}%' LIMIT 20"""
+    queries = [sql or q_sql for _, _, sql in WORKLOADS]
+    ran = subprocess.run(
+        [args.duckdb_python, "-c", DUCKDB_RUNNER, parquet, str(args.runs), json.dumps(queries)],
+        capture_output=True,
+        text=True,
+    )
+    if ran.returncode != 0:
+        raise SystemExit(f"DuckDB failed: {ran.stderr[-2000:]}")
+    return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/tally")
@@ -199,15 +260,19 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--duckdb-python", default=sys.executable)
     ap.add_argument("--memory-budget", help="passed to tally serve (MiB)")
+    ap.add_argument(
+        "--files-only",
+        action="store_true",
+        help="only a server with the default settings, which must read the data from its files "
+        "at every call (data over the memory budget, e.g. 75M rows); no cache is kept",
+    )
+    ap.add_argument("--no-duckdb", action="store_true", help="with --files-only: Tally's figures only")
     args = ap.parse_args()
+    if args.files_only:
+        files_only(args)
+        return
 
     parquet = parquet_of(args.datasets, args.dataset)
-    text = text_columns(args.duckdb_python, parquet)
-    joined = ", ".join(f'coalesce("{c}", \'\')' for c in text)
-    q_sql = f"""SELECT *, count(*) OVER () AS total FROM t
-                WHERE lower(concat_ws(chr(31), {joined})) LIKE '%{TEXT_SEARCH}%' LIMIT 20"""
-    queries = [sql or q_sql for _, _, sql in WORKLOADS]
-
     cache = tempfile.mkdtemp(prefix="tally-scale-cache-")
     try:
         extra = ["--memory-budget", args.memory_budget] if args.memory_budget else []
@@ -234,14 +299,7 @@ def main():
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
-    ran = subprocess.run(
-        [args.duckdb_python, "-c", DUCKDB_RUNNER, parquet, str(args.runs), json.dumps(queries)],
-        capture_output=True,
-        text=True,
-    )
-    if ran.returncode != 0:
-        raise SystemExit(f"DuckDB failed: {ran.stderr[-2000:]}")
-    duck = json.loads(ran.stdout.strip().splitlines()[-1])
+    duck = duckdb_figures(args)
 
     size = os.path.getsize(parquet)
     print(f"Parquet: {size / 1e6:,.0f} MB; runs: {args.runs} after one warm-up")

@@ -92,7 +92,7 @@ fn main() {
     let mut contexts = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t = Instant::now();
-        let ctx = engine.call_context().expect("context");
+        let ctx = engine.call_context(0).expect("context");
         contexts.push(t.elapsed());
         drop(ctx);
     }

@@ -75,12 +75,64 @@ pub struct RowSource {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Pushed {
     pub column: String,
+    /// Equality with any of these (empty when the condition is a [`Bound`]).
     pub values: Vec<String>,
+    /// A range condition on a number (only for backends that [`Backend::prunes_ranges`]).
+    pub bound: Option<Bound>,
+}
+
+/// `column <op> value` on a numeric column: `$gt`, `$gte`, `$lt`, `$lte`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct Bound {
+    pub op: BoundOp,
+    /// The number, as the request wrote it (compared as a number).
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum BoundOp {
+    Gt,
+    Gte,
+    Lt,
+    Lte,
+}
+
+impl Bound {
+    /// Whether `number` satisfies the bound (a bound that is not a number holds for all).
+    pub fn holds(&self, number: f64) -> bool {
+        let Ok(limit) = self.value.parse::<f64>() else {
+            return true;
+        };
+        match self.op {
+            BoundOp::Gt => number > limit,
+            BoundOp::Gte => number >= limit,
+            BoundOp::Lt => number < limit,
+            BoundOp::Lte => number <= limit,
+        }
+    }
 }
 
 impl Pushed {
-    /// `law_id = "x"` or `law_id in ("x", "y")`.
+    /// An equality (`values`) condition.
+    pub fn equal(column: impl Into<String>, values: Vec<String>) -> Pushed {
+        Pushed {
+            column: column.into(),
+            values,
+            bound: None,
+        }
+    }
+
+    /// `law_id = "x"`, `law_id in ("x", "y")`, `年度` ≥ 2023.
     pub fn describe(&self) -> String {
+        if let Some(b) = &self.bound {
+            let op = match b.op {
+                BoundOp::Gt => ">",
+                BoundOp::Gte => "≥",
+                BoundOp::Lt => "<",
+                BoundOp::Lte => "≤",
+            };
+            return format!("`{}` {op} {}", self.column, b.value);
+        }
         match self.values.as_slice() {
             [one] => format!("`{}` = \"{one}\"", self.column),
             many => format!(
@@ -159,6 +211,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// The columns on which the backend applies equality conditions itself.
     fn pushdown_columns(&self) -> Vec<String> {
         Vec::new()
+    }
+    /// Whether range conditions on numeric [`Backend::pushdown_columns`] are pushed too (as
+    /// a [`Pushed::bound`]); a backend that applies equality only leaves them to the engine.
+    fn prunes_ranges(&self) -> bool {
+        false
     }
     /// Whether what [`Backend::load`] returns for pushed conditions is always part of what it
     /// returns without them. Then the whole table, once prepared, answers every call and no

@@ -216,37 +216,13 @@ impl Cache {
 
     /// Creates the directory, readable and writable by this user only.
     fn create(&self) -> std::io::Result<()> {
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(&self.dir)
+        create_private(&self.dir)
     }
 
     /// Whether only its owner may put files in the directory: an entry is served as the
     /// data itself, so a directory others can write is not used (they could plant one).
     fn private(&self) -> Result<(), String> {
-        let meta = match std::fs::metadata(&self.dir) {
-            Ok(m) => m,
-            // Nothing there yet: nothing to read; `store` creates it private.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("the cache directory cannot be read: {e}")),
-        };
-        if !meta.is_dir() {
-            return Err("the cache directory is not a directory".into());
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode();
-            if mode & 0o022 != 0 {
-                return Err(format!(
-                    "the cache directory may be written by other users (mode {:o}); make it private (chmod 700) or name another",
-                    mode & 0o777
-                ));
-            }
-        }
-        Ok(())
+        check_private(&self.dir)
     }
 
     /// The file name prefix of a dataset's entries: its id where it is plain, with a hash of
@@ -418,6 +394,42 @@ impl Cache {
             }
         }
     }
+}
+
+/// Creates `dir` (and its parents), readable and writable by this user only.
+pub fn create_private(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Whether only its owner may put files in `dir` (a missing one passes: it is created
+/// private when first written). What a cache holds is trusted as what it stands for, so a
+/// directory others could write (and plant files in) is not used.
+pub fn check_private(dir: &Path) -> Result<(), String> {
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        // Nothing there yet: nothing to read; `store` creates it private.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("the cache directory cannot be read: {e}")),
+    };
+    if !meta.is_dir() {
+        return Err("the cache directory is not a directory".into());
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o022 != 0 {
+            return Err(format!(
+                "the cache directory may be written by other users (mode {:o}); make it private (chmod 700) or name another",
+                mode & 0o777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Bytes written so far, for section offsets.

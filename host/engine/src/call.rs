@@ -75,7 +75,7 @@ impl<'a> Call<'a> {
     ) -> Result<Call<'a>, EngineError> {
         let def = &ds.def;
         let prepared = ds.prepared_for(engine, &ds.pushdown(filters)).await?;
-        let ctx = engine.call_context()?;
+        let ctx = engine.call_context(prepared.rows)?;
         let value_warnings =
             crate::values::match_data(&ctx, &prepared, def, filters, resolved).await?;
         let table = prepared.table();

@@ -873,6 +873,8 @@ impl Dataset {
         if columns.is_empty() {
             return Vec::new();
         }
+        use crate::backend::{Bound, BoundOp};
+        let ranges = self.backend.prunes_ranges();
         let numeric = |v: &Scalar| v.number().map(|n| n.to_string());
         let mut out: Vec<Pushed> = Vec::new();
         for f in filters {
@@ -887,20 +889,40 @@ impl Dataset {
                     Some(v.text())
                 }
             };
-            let values: Option<Vec<String>> = match &f.op {
-                Op::Eq(v) => text(v).map(|t| vec![t]),
-                Op::In(vs) if !vs.is_empty() => vs.iter().map(text).collect(),
+            let bound = |op: BoundOp, v: &Scalar| {
+                (ranges && field.data_type.is_numeric())
+                    .then(|| numeric(v))
+                    .flatten()
+                    .map(|value| Pushed {
+                        column: field.name.clone(),
+                        values: Vec::new(),
+                        bound: Some(Bound { op, value }),
+                    })
+            };
+            let pushed: Option<Pushed> = match &f.op {
+                Op::Eq(v) => text(v).map(|t| Pushed::equal(&field.name, vec![t])),
+                Op::In(vs) if !vs.is_empty() => vs
+                    .iter()
+                    .map(text)
+                    .collect::<Option<Vec<String>>>()
+                    .map(|values| Pushed::equal(&field.name, values)),
+                Op::Gt(v) => bound(BoundOp::Gt, v),
+                Op::Gte(v) => bound(BoundOp::Gte, v),
+                Op::Lt(v) => bound(BoundOp::Lt, v),
+                Op::Lte(v) => bound(BoundOp::Lte, v),
                 _ => continue,
             };
             // A value that is not a number on a numeric field matches nothing the engine
             // keeps either; it is left to the engine to say so.
-            let Some(values) = values else { continue };
-            out.push(Pushed {
-                column: field.name.clone(),
-                values,
-            });
+            let Some(pushed) = pushed else { continue };
+            out.push(pushed);
         }
-        out.sort_by(|a, b| a.column.cmp(&b.column).then(a.values.cmp(&b.values)));
+        out.sort_by(|a, b| {
+            a.column
+                .cmp(&b.column)
+                .then(a.values.cmp(&b.values))
+                .then(a.bound.cmp(&b.bound))
+        });
         out
     }
 

@@ -91,7 +91,7 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
         def,
         functions: engine.functions(),
     };
-    let ctx = engine.call_context()?;
+    let ctx = engine.call_context(prepared.rows)?;
     let table = ctx.read_table(prepared.table().provider)?;
     let stats = statistics(def, &table).await?;
     let mut fields = Vec::with_capacity(def.fields.len());

@@ -98,6 +98,11 @@ pub struct Limits {
     /// Whether datasets whose files can be read at every call are prepared, read so, or
     /// either as their size and the budget decide.
     pub serving: dataset::Serving,
+    /// Partitions a large table is scanned in (one a core, at most four by default).
+    pub partitions: usize,
+    /// Records from which a table counts as large: a smaller one is scanned in one partition,
+    /// since splitting and merging 75k records costs more than the second core saves.
+    pub partition_rows: usize,
 }
 
 impl Default for Limits {
@@ -118,6 +123,8 @@ impl Default for Limits {
             max_groups: 100_000,
             max_explode_rows: 10_000_000,
             serving: dataset::Serving::Auto,
+            partitions: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            partition_rows: 1_000_000,
         }
     }
 }
@@ -176,14 +183,19 @@ impl Engine {
 
     /// Opens `dir` with the given budgets, serving datasets of the kinds `backends` builds.
     pub fn open_with_backends(dir: &Path, limits: Limits, backends: Backends) -> Engine {
-        // Data sets are held in memory and are small enough that one partition is fastest:
-        // repartitioning 75k rows costs more than it saves on two cores.
+        // One partition unless a call reads a large table ([`Engine::call_context`]); no scan
+        // is split round-robin (a prepared table splits its chunks between partitions, a
+        // file read at every call is split by byte ranges).
         // One optimizer pass: the plans are small and built from already-resolved requests,
         // and further passes cost more planning time than they save.
         let mut config = SessionConfig::new()
             .with_target_partitions(1)
             .with_information_schema(false);
         config.options_mut().optimizer.max_passes = 1;
+        config
+            .options_mut()
+            .optimizer
+            .enable_round_robin_repartition = false;
         Engine {
             dir: dir.to_path_buf(),
             catalog: arc_swap::ArcSwap::from_pointee(Catalog::load(
@@ -252,9 +264,10 @@ impl Engine {
         &self.limits
     }
 
-    /// A context for one call: the shared session state with a memory pool of its own, so
-    /// one call's budget is not another's.
-    pub fn call_context(&self) -> Result<SessionContext, EngineError> {
+    /// A context for one call over a table of `rows` records: the shared session state with
+    /// a memory pool of its own, so one call's budget is not another's, and as many
+    /// partitions as [`Limits::partitions`] when the table is large.
+    pub fn call_context(&self, rows: usize) -> Result<SessionContext, EngineError> {
         // Operators that run out of memory stop the call rather than spill to disk: a
         // spilling aggregation of millions of groups would answer long after its deadline
         // and fill the disk.
@@ -270,9 +283,12 @@ impl Engine {
                     .with_mode(datafusion::execution::disk_manager::DiskManagerMode::Disabled),
             )
             .build_arc()?;
-        let state = SessionStateBuilder::new_from_existing(self.ctx.state())
+        let mut state = SessionStateBuilder::new_from_existing(self.ctx.state())
             .with_runtime_env(runtime)
             .build();
+        if rows >= self.limits.partition_rows && self.limits.partitions > 1 {
+            state.config_mut().options_mut().execution.target_partitions = self.limits.partitions;
+        }
         Ok(SessionContext::new_with_state(state))
     }
 

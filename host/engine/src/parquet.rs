@@ -184,9 +184,16 @@ impl ParquetBackend {
                 return true;
             };
             let Some(value) = &part.values[k] else {
-                // A null partition value matches no equality.
+                // A null partition value matches no equality and no range.
                 return false;
             };
+            if let Some(bound) = &p.bound {
+                return match (&self.keys[k].data_type, value.parse::<f64>()) {
+                    (DataType::Int64, Ok(v)) => bound.holds(v),
+                    // Text partition values are not compared as numbers: nothing is pruned.
+                    _ => true,
+                };
+            }
             p.values.iter().any(|wanted| match self.keys[k].data_type {
                 DataType::Int64 => match (value.parse::<f64>(), wanted.parse::<f64>()) {
                     (Ok(a), Ok(b)) => a == b,
@@ -306,7 +313,7 @@ impl ParquetBackend {
         let skipped = self.parts.len() - files.len();
         (skipped > 0).then(|| {
             format!(
-                "the Parquet backend from {} of the {} files of `{}` ({}; the other {skipped} were not read: their partition values do not match {})",
+                "the Parquet backend from {} of the {} files of `{}` ({}; the other {skipped} were not read: their partition values do not satisfy {})",
                 files.len(),
                 self.parts.len(),
                 self.data_file,
@@ -443,6 +450,11 @@ impl Backend for ParquetBackend {
 
     fn pushdown_columns(&self) -> Vec<String> {
         self.keys.iter().map(|k| k.name.clone()).collect()
+    }
+
+    /// Ranges on integer partition columns leave files out too (`年度` ≥ 2023).
+    fn prunes_ranges(&self) -> bool {
+        true
     }
 
     /// Conditions on partition columns only leave files out.

@@ -854,13 +854,43 @@ impl Store {
             }
             at.push((c - 1, (r - first) as usize));
         }
+        if rows.is_empty() {
+            let schema: Vec<ArrowField> = fields
+                .iter()
+                .zip(names)
+                .map(|(f, n)| ArrowField::new(n, self.layout.targets[f.index()].clone(), true))
+                .collect();
+            return Ok(RecordBatch::new_empty(Arc::new(Schema::new(schema))));
+        }
+        // Only the chunks the rows lie in, each once.
+        let mut used: Vec<usize> = at.iter().map(|(c, _)| *c).collect();
+        used.sort_unstable();
+        used.dedup();
+        let at: Vec<(usize, usize)> = at
+            .iter()
+            .map(|(c, r)| (used.binary_search(c).unwrap_or(0), *r))
+            .collect();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
         let mut schema: Vec<ArrowField> = Vec::with_capacity(fields.len());
         for (f, name) in fields.iter().zip(names) {
             let arrays = self.column(*f)?;
-            let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
-            let taken = datafusion::arrow::compute::interleave(&refs, &at)
-                .map_err(|e| EngineError::backend(&self.dataset, e))?;
+            let taken: ArrayRef = if self.layout.is_text(f.index()) {
+                // The codes taken, over the one dictionary every chunk shares (interleaving
+                // the dictionary arrays themselves would copy their values once per chunk).
+                let keys: Vec<&dyn Array> = used
+                    .iter()
+                    .filter_map(|c| arrays[*c].as_dictionary_opt::<UInt32Type>())
+                    .map(|d| d.keys() as &dyn Array)
+                    .collect();
+                let keys = datafusion::arrow::compute::interleave(&keys, &at)
+                    .map_err(|e| EngineError::backend(&self.dataset, e))?;
+                dictionary(keys, &self.shared_values(*f)?)
+                    .map_err(|m| EngineError::backend(&self.dataset, m))?
+            } else {
+                let refs: Vec<&dyn Array> = used.iter().map(|c| arrays[*c].as_ref()).collect();
+                datafusion::arrow::compute::interleave(&refs, &at)
+                    .map_err(|e| EngineError::backend(&self.dataset, e))?
+            };
             schema.push(ArrowField::new(name, taken.data_type().clone(), true));
             columns.push(taken);
         }
@@ -957,7 +987,7 @@ impl TableProvider for PreparedTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         _filters: &[Expr],
         limit: Option<usize>,
@@ -986,11 +1016,14 @@ impl TableProvider for PreparedTable {
             };
             outs.push((out, loaded));
         }
+        // The chunks split between the call's partitions (one unless the table is large).
+        let partitions = state.config().target_partitions().max(1);
         Ok(Arc::new(PreparedExec::new(
             Arc::clone(&self.store),
             schema,
             Arc::new(outs),
             limit,
+            partitions,
         )))
     }
 }
@@ -1013,12 +1046,14 @@ enum Loaded {
     Row,
 }
 
-/// A scan of a [`Store`]: one partition, a batch per chunk, hidden columns made per batch.
+/// A scan of a [`Store`]: a batch per chunk, hidden columns made per batch; the chunks split
+/// into contiguous runs, one a partition.
 struct PreparedExec {
     store: Arc<Store>,
     schema: SchemaRef,
     outs: Arc<Vec<(Out, Loaded)>>,
     limit: Option<usize>,
+    partitions: usize,
     properties: Arc<PlanProperties>,
 }
 
@@ -1036,10 +1071,12 @@ impl PreparedExec {
         schema: SchemaRef,
         outs: Arc<Vec<(Out, Loaded)>>,
         limit: Option<usize>,
+        partitions: usize,
     ) -> PreparedExec {
+        let partitions = partitions.clamp(1, store.chunks.len().max(1));
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(1),
+            Partitioning::UnknownPartitioning(partitions),
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
@@ -1048,8 +1085,16 @@ impl PreparedExec {
             schema,
             outs,
             limit,
+            partitions,
             properties,
         }
+    }
+
+    /// The chunks of a partition.
+    fn chunks_of(&self, partition: usize) -> std::ops::Range<usize> {
+        let n = self.store.chunks.len();
+        let each = n.div_ceil(self.partitions);
+        (partition * each).min(n)..((partition + 1) * each).min(n)
     }
 }
 
@@ -1138,18 +1183,20 @@ impl ExecutionPlan for PreparedExec {
         partition: usize,
         _context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        if partition != 0 {
+        if partition >= self.partitions {
             return Err(DataFusionError::Internal(format!(
-                "PreparedExec has one partition, not {partition}"
+                "PreparedExec has {} partitions, not {partition}",
+                self.partitions
             )));
         }
         let store = Arc::clone(&self.store);
         let schema = Arc::clone(&self.schema);
         let outs = Arc::clone(&self.outs);
         let mut left = self.limit.unwrap_or(usize::MAX);
-        let chunks = store.chunks.len();
+        let range = self.chunks_of(partition);
+        let chunks = range.end;
         let stream_schema = Arc::clone(&schema);
-        let mut c = 0usize;
+        let mut c = range.start;
         let batches = std::iter::from_fn(move || {
             if left == 0 || c >= chunks {
                 return None;
@@ -1513,5 +1560,76 @@ impl TableProvider for StreamedTable {
             schema,
             Arc::new(map),
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+
+    /// A store of `chunks` chunks over one text and one number field.
+    fn store(chunks: usize) -> Store {
+        let def = tally_semantic::definition::load_definition(
+            "d.yaml",
+            "d",
+            "title: t\nfields:\n- {name: s, role: attr}\n- {name: n, role: measure, data_type: integer}\n",
+        )
+        .expect("definition")
+        .dataset;
+        let source = Schema::new(vec![
+            ArrowField::new("s", DataType::Utf8, true),
+            ArrowField::new("n", DataType::Int64, true),
+        ]);
+        let layout = Arc::new(Layout::of(&def, &source).expect("layout"));
+        let mut builder = Builder::new("d", Arc::clone(&layout));
+        let mut sink = InMemory::default();
+        for c in 0..chunks {
+            let text: StringArray = (0..CHUNK_ROWS)
+                .map(|r| Some(format!("value {}", (c * CHUNK_ROWS + r) % 1000)))
+                .collect();
+            let numbers =
+                Int64Array::from_iter_values((0..CHUNK_ROWS as i64).map(|r| r + c as i64));
+            let batch = RecordBatch::try_new(
+                Arc::new(source.clone()),
+                vec![Arc::new(text), Arc::new(numbers)],
+            )
+            .expect("batch");
+            builder.push(&batch, &mut sink).expect("pushed");
+        }
+        let values = builder.finish(&mut sink).expect("finished");
+        Store::in_memory("d", layout, sink.chunks, values).expect("store")
+    }
+
+    #[test]
+    fn rows_taken_across_chunks_share_the_one_dictionary() {
+        let store = store(4);
+        let rows: Vec<u64> = vec![5, (CHUNK_ROWS * 3 + 7) as u64, (CHUNK_ROWS + 1) as u64];
+        let names = vec!["s".to_string(), "n".to_string()];
+        let batch = store
+            .take_rows(&rows, &[FieldId::at(0), FieldId::at(1)], &names)
+            .expect("taken");
+        let text = batch
+            .column(0)
+            .as_dictionary_opt::<UInt32Type>()
+            .expect("dictionary");
+        // The values are not copied per chunk: the page refers to the table's dictionary.
+        assert!(Arc::ptr_eq(
+            text.values(),
+            &store.shared_values(FieldId::at(0)).expect("values")
+        ));
+        let shown: Vec<String> = (0..3)
+            .map(|i| {
+                text.values()
+                    .as_string::<i32>()
+                    .value(text.keys().value(i) as usize)
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(shown, ["value 5", "value 311", "value 769"]);
+        let numbers = batch
+            .column(1)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        assert_eq!(numbers.values().to_vec(), vec![5, 10, 2]);
     }
 }

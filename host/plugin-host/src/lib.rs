@@ -20,21 +20,26 @@ use tally_engine::backend::{Backend, BackendFactory, Backends};
 use tally_engine::catalog::{Problem, Refusal};
 use tally_semantic::definition::{BackendKind, DatasetDef, PluginRef};
 
+pub mod code_cache;
 pub mod error;
 pub mod native;
 pub mod wasm;
 pub mod wasm_backend;
 
+pub use code_cache::CodeCache;
 pub use error::PluginError;
 pub use wasm::PluginLimits;
 
 /// What plugins may do on this server.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PluginOptions {
     /// The sandbox limits of every wasm plugin call.
     pub limits: PluginLimits,
     /// Whether native plugins (shared libraries, with the server's full rights) may load.
     pub allow_native: bool,
+    /// Where compiled wasm components are kept across starts (none: compiled at every
+    /// start).
+    pub code_cache: Option<CodeCache>,
 }
 
 /// The built-in backends plus wasm components and native libraries.
@@ -42,6 +47,7 @@ pub fn backends(options: PluginOptions) -> Backends {
     Backends::builtin()
         .with(WasmFactory {
             limits: options.limits,
+            code_cache: options.code_cache,
         })
         .with(NativeFactory {
             allow: options.allow_native,
@@ -49,9 +55,10 @@ pub fn backends(options: PluginOptions) -> Backends {
 }
 
 /// Builds `kind: wasm` datasets: a component in the folder or a built-in one.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WasmFactory {
     pub limits: PluginLimits,
+    pub code_cache: Option<CodeCache>,
 }
 
 impl BackendFactory for WasmFactory {
@@ -86,6 +93,7 @@ impl BackendFactory for WasmFactory {
             plugin,
             &def.backend.config,
             self.limits,
+            self.code_cache.as_ref(),
         )
         .map_err(|e| e.refusal("backend"))?;
         Ok(Arc::new(backend))

@@ -401,7 +401,8 @@ impl Backend for NativeBackend {
         let mut df = ctx
             .read_table(Arc::clone(&self.provider))
             .map_err(|e| fail(&e))?;
-        for p in pushed {
+        // Equality only: this backend pushes no ranges (`prunes_ranges` is false).
+        for p in pushed.iter().filter(|p| p.bound.is_none()) {
             let condition: Expr = match p.values.as_slice() {
                 [one] => col(p.column.as_str()).eq(lit(one.clone())),
                 many => col(p.column.as_str())

@@ -26,6 +26,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
+
+use crate::code_cache::CodeCache;
 use wasmtime::{Config, Engine, Store, StoreLimits, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -244,7 +246,14 @@ impl Runtime {
 
     /// Compiles a component (or takes it from the cache), after checking that it is a
     /// component and speaks this host's plugin API version. `label` names it in messages.
-    pub fn compile(&self, label: &str, bytes: &[u8]) -> Result<Arc<Compiled>, PluginError> {
+    /// With `code`, the compiled code is taken from that directory when it is there and kept
+    /// in it when it was not.
+    pub fn compile(
+        &self,
+        label: &str,
+        bytes: &[u8],
+        code: Option<&CodeCache>,
+    ) -> Result<Arc<Compiled>, PluginError> {
         let sha256 = tally_engine::backend::sha256_hex(bytes);
         if let Ok(cache) = self.compiled.lock()
             && let Some(c) = cache.get(&sha256)
@@ -269,16 +278,28 @@ impl Runtime {
             ));
         }
         let started = Instant::now();
-        let component = Component::new(&self.engine, bytes).map_err(|e| PluginError {
-            maybe_incomplete: true,
-            ..PluginError::new(
-                format!(
-                    "{label} is not a valid WebAssembly component: {}",
-                    root_cause(&e)
-                ),
-                "build the plugin for wasm32-wasip2 with tally-plugin-api's guest helper",
-            )
-        })?;
+        let kept = match code.map(|c| c.load(&self.engine, &sha256)) {
+            Some(Ok(kept)) => kept,
+            Some(Err(why)) => {
+                tracing::warn!("the compiled code of {label} kept on disk is not used: {why}");
+                None
+            }
+            None => None,
+        };
+        let from_disk = kept.is_some();
+        let component = match kept {
+            Some(c) => c,
+            None => Component::new(&self.engine, bytes).map_err(|e| PluginError {
+                maybe_incomplete: true,
+                ..PluginError::new(
+                    format!(
+                        "{label} is not a valid WebAssembly component: {}",
+                        root_cause(&e)
+                    ),
+                    "build the plugin for wasm32-wasip2 with tally-plugin-api's guest helper",
+                )
+            })?,
+        };
         let api_version = check_api_version(label, &self.engine, &component)?;
         let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| {
             PluginError::new(
@@ -298,11 +319,24 @@ impl Runtime {
                 format!("build it against tally-plugin-api {api_version}"),
             )
         })?;
-        tracing::debug!(
-            "compiled {label} ({} bytes) in {:?}",
-            bytes.len(),
-            started.elapsed()
-        );
+        if from_disk {
+            tracing::debug!(
+                "loaded the compiled code of {label} ({} bytes) in {:?}",
+                bytes.len(),
+                started.elapsed()
+            );
+        } else {
+            tracing::debug!(
+                "compiled {label} ({} bytes) in {:?}",
+                bytes.len(),
+                started.elapsed()
+            );
+            if let Some(code) = code
+                && let Err(why) = code.store(&self.engine, &sha256, &component)
+            {
+                tracing::warn!("the compiled code of {label} is not kept on disk: {why}");
+            }
+        }
         let compiled = Arc::new(Compiled {
             pre,
             api_version,

@@ -60,6 +60,7 @@ impl WasmBackend {
             .collect();
         let filters: Vec<wasm::Filter> = pushed
             .iter()
+            .filter(|p| p.bound.is_none())
             .filter_map(|p| {
                 let ops = &self
                     .description
@@ -103,6 +104,7 @@ impl WasmBackend {
         plugin: &PluginRef,
         config: &serde_json::Value,
         limits: PluginLimits,
+        code: Option<&crate::code_cache::CodeCache>,
     ) -> Result<WasmBackend, PluginError> {
         let runtime = wasm::runtime()?;
         let (label, bytes, component_file): (String, std::borrow::Cow<'static, [u8]>, _) =
@@ -149,7 +151,7 @@ impl WasmBackend {
                     )
                 }
             };
-        let compiled = runtime.compile(&label, &bytes)?;
+        let compiled = runtime.compile(&label, &bytes, code)?;
         let config_text = config.to_string();
         let description = runtime.describe(&label, &compiled, folder, &limits, &config_text)?;
         let schema = schema_of(&label, &description)?;

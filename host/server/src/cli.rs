@@ -142,13 +142,14 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
         .canonicalize()
         .unwrap_or_else(|_| common.datasets.clone());
     tally_engine::cursor::derive_key(seed.to_string_lossy().as_bytes());
+    let cache = common.budgets.cache(&common.datasets);
     let engine = std::sync::Arc::new(
         Engine::open_with_backends(
             &common.datasets,
             common.budgets.limits(),
-            common.budgets.backends(),
+            common.budgets.backends(cache.as_ref()),
         )
-        .with_cache(common.budgets.cache(&common.datasets)),
+        .with_cache(cache),
     );
     // A one-shot process cannot leave the data to be prepared in the background for a later
     // call: it prepares first (as long as that takes), then the call has its whole budget.

@@ -111,9 +111,11 @@ pub struct Budgets {
 
 impl Budgets {
     /// The backends datasets may name: Parquet, wasm components in their sandbox, and native
-    /// libraries when allowed.
-    pub fn backends(&self) -> tally_engine::Backends {
+    /// libraries when allowed. With a `cache` of prepared data, compiled wasm components
+    /// are kept in it too (its `code` folder).
+    pub fn backends(&self, cache: Option<&tally_engine::cache::Cache>) -> tally_engine::Backends {
         tally_plugin_host::backends(tally_plugin_host::PluginOptions {
+            code_cache: cache.map(|c| tally_plugin_host::CodeCache::new(c.dir().join("code"))),
             limits: tally_plugin_host::PluginLimits {
                 deadline: std::time::Duration::from_millis(self.plugin_deadline_ms.max(10)),
                 memory_bytes: self.plugin_memory_mb.max(1) * 1024 * 1024,
@@ -162,6 +164,7 @@ impl Budgets {
                 StreamingArg::Always => tally_engine::dataset::Serving::Streaming,
                 StreamingArg::Never => tally_engine::dataset::Serving::Prepared,
             },
+            ..tally_engine::Limits::default()
         }
     }
 }
@@ -352,13 +355,14 @@ fn serve(
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
+    let cache = common.budgets.cache(&common.datasets);
     let engine = std::sync::Arc::new(
         tally_engine::Engine::open_with_backends(
             &common.datasets,
             common.budgets.limits(),
-            common.budgets.backends(),
+            common.budgets.backends(cache.as_ref()),
         )
-        .with_cache(common.budgets.cache(&common.datasets)),
+        .with_cache(cache),
     );
     let catalog = engine.catalog();
     tracing::info!(

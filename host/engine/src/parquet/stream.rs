@@ -404,7 +404,17 @@ impl TableProvider for StreamTable {
                 .with_projection_indices(Some(scanned.clone()))?
                 .with_limit(limit)
                 .build();
-        let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+        let mut scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+        // A call over a large table splits the files by byte ranges, one run of row groups a
+        // partition (the call decided the table is large: the files' size does not matter).
+        let partitions = state.config().target_partitions();
+        if partitions > 1 && wanted_rows.is_none() {
+            let mut options = state.config_options().clone();
+            options.optimizer.repartition_file_min_size = 0;
+            if let Some(split) = scan.repartitioned(partitions, &options)? {
+                scan = split;
+            }
+        }
         let schema = Arc::new(shared.schema.project(wanted)?);
         let out_schema = Arc::clone(&schema);
         let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {

@@ -322,6 +322,68 @@ fn conditions_on_partition_columns_leave_the_other_files_unread() {
     );
 }
 
+/// Ranges on an integer partition column leave the files outside them unread too, both
+/// when the rest is prepared and when it is read at every call; the answers are those of
+/// the same rows in one file.
+#[test]
+fn ranges_on_integer_partition_columns_leave_files_unread() {
+    let (_tmp, datasets) = setup();
+    let files = parquet_files(&datasets.join("hive"));
+    let in_2024 = files_matching(&files, &["年度=2024/"]).len();
+    let in_2023 = files_matching(&files, &["年度=2023/"]).len();
+    assert!(in_2024 > 0 && in_2023 > 0, "{files:?}");
+    for serving in [
+        tally_engine::dataset::Serving::Auto,
+        tally_engine::dataset::Serving::Streaming,
+    ] {
+        // A fresh engine each time: nothing prepared whole, so the condition shapes what is read.
+        let engine = || {
+            Engine::open_with(
+                &datasets,
+                tally_engine::Limits {
+                    serving,
+                    ..Default::default()
+                },
+            )
+        };
+        for (condition, read, said) in [
+            (json!({ "$gte": 2024 }), in_2024, "`年度` ≥ 2024"),
+            (json!({ "$gt": 2023.5 }), in_2024, "`年度` > 2023.5"),
+            (json!({ "$lt": 2024 }), in_2023, "`年度` < 2024"),
+            (json!({ "$lte": 2023 }), in_2023, "`年度` ≤ 2023"),
+        ] {
+            let args = |id: &str| json!({ "dataset_id": id, "where": { "年度": condition.clone() }, "group_by": [PARTITION], "metrics": ["count", "sum:総手続件数"] });
+            let hive = call(&engine(), Tool::SummarizeRecords, args("hive"));
+            let one = call(&engine(), Tool::SummarizeRecords, args("one"));
+            assert_eq!(answer(&hive), answer(&one), "{serving:?} {condition}");
+            let step = extract(&hive);
+            assert!(
+                step.contains(&format!("from {read} of the 7 files of `data/`"))
+                    && step.contains(said),
+                "{serving:?} {condition}: {step}"
+            );
+        }
+        // A range no file satisfies: nothing is read and nothing matches.
+        let none = call(
+            &engine(),
+            Tool::QueryRecords,
+            json!({ "dataset_id": "hive", "where": { "年度": { "$gt": 2030 } } }),
+        );
+        assert_eq!(none["data"]["total"], json!(0), "{none}");
+        // A range on a column that is not a partition column prunes nothing.
+        let all = call(
+            &engine(),
+            Tool::QueryRecords,
+            json!({ "dataset_id": "hive", "where": { "総手続件数": { "$gte": 0 } }, "select": ["手続ID"] }),
+        );
+        assert!(
+            !extract(&all).contains("were not read"),
+            "{}",
+            extract(&all)
+        );
+    }
+}
+
 #[test]
 fn files_of_a_set_that_do_not_fit_together_are_refused_with_the_reason() {
     let (_tmp, datasets) = setup();

@@ -20,13 +20,36 @@ fn small_groups() -> datafusion::parquet::file::properties::WriterProperties {
 }
 
 fn engine(dir: &std::path::Path, serving: Serving) -> Engine {
+    engine_in(dir, serving, 1)
+}
+
+/// An engine that reads every table in `partitions` partitions (one: none is large).
+fn engine_in(dir: &std::path::Path, serving: Serving, partitions: usize) -> Engine {
     Engine::open_with(
         dir,
         Limits {
             serving,
+            partitions,
+            partition_rows: if partitions > 1 { 0 } else { usize::MAX },
             ..Default::default()
         },
     )
+}
+
+/// The partitions a call's scan of the whole of `dataset` runs in.
+fn partitions_scanned(engine: &Engine, dataset: &str) -> usize {
+    block_on(async {
+        let ds = std::sync::Arc::clone(&engine.catalog().datasets[dataset]);
+        let prepared = ds.prepared(engine).await.expect("prepared");
+        let ctx = engine.call_context(prepared.rows).expect("context");
+        let plan = ctx
+            .read_table(prepared.table().provider)
+            .expect("table")
+            .create_physical_plan()
+            .await
+            .expect("plan");
+        plan.properties().partitioning.partition_count()
+    })
 }
 
 /// The envelope with what differs between runs and paths taken out: the generation time, and
@@ -61,7 +84,41 @@ fn call(engine: &Engine, tool: Tool, args: &Value) -> Value {
 #[test]
 fn read_at_every_call_answers_as_prepared() {
     for seed in [3u64, 11, 99] {
-        let rows = random_rows(seed, 700);
+        answers_agree(seed, 700, small_groups(), &[(Serving::Streaming, 1)], 200);
+    }
+}
+
+/// Split between partitions, a prepared table (its chunks) and files read at every call
+/// (their row groups) answer as one partition does.
+#[test]
+fn partitions_answer_as_one() {
+    let groups = datafusion::parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(4096))
+        .build();
+    answers_agree(
+        7,
+        3 * tally_engine::store::CHUNK_ROWS + 500,
+        groups,
+        &[
+            (Serving::Prepared, 3),
+            (Serving::Streaming, 3),
+            (Serving::Streaming, 1),
+        ],
+        24,
+    );
+}
+
+/// The answers of a prepared table in one partition and of each of `others` (how it is
+/// served, in how many partitions) to the same calls, on `count` random rows, are the same.
+fn answers_agree(
+    seed: u64,
+    count: usize,
+    props: datafusion::parquet::file::properties::WriterProperties,
+    others: &[(Serving, usize)],
+    pages: usize,
+) {
+    {
+        let rows = random_rows(seed, count);
         let tmp = tempfile::tempdir().expect("tmp");
         let folder = tmp.path().join("random");
         std::fs::create_dir_all(&folder).expect("folder");
@@ -86,10 +143,21 @@ fn read_at_every_call_answers_as_prepared() {
             YAML,
             &json_rows,
             &[],
-            Some(small_groups()),
+            Some(props),
         );
         let prepared = engine(tmp.path(), Serving::Prepared);
-        let streamed = engine(tmp.path(), Serving::Streaming);
+        let others: Vec<(Serving, usize, Engine)> = others
+            .iter()
+            .map(|(s, p)| (*s, *p, engine_in(tmp.path(), *s, *p)))
+            .collect();
+        assert_eq!(partitions_scanned(&prepared, "random"), 1);
+        for (serving, partitions, other) in &others {
+            assert_eq!(
+                partitions_scanned(other, "random"),
+                *partitions,
+                "{serving:?}"
+            );
+        }
         let d = |v: Value| {
             let mut v = v;
             v["dataset_id"] = json!("random");
@@ -168,28 +236,36 @@ fn read_at_every_call_answers_as_prepared() {
         while i < calls.len() {
             let (tool, args) = calls[i].clone();
             let a = call(&prepared, tool, &args);
-            let b = call(&streamed, tool, &args);
             let (a, said_a) = comparable(a);
-            let (b, said_b) = comparable(b);
-            assert_eq!(
-                a,
-                b,
-                "seed {seed}: {} {args} answers differently",
-                tool.name()
-            );
-            if a.get("data").is_some() && tool != Tool::InspectDataset {
+            let listed = a.get("data").is_some() && tool != Tool::InspectDataset;
+            if listed {
                 assert!(
                     said_a.iter().all(|s| s.contains("prepared in memory")),
                     "{said_a:?}"
                 );
-                assert!(
-                    !said_b.is_empty() && said_b.iter().all(|s| s.contains("row groups")),
-                    "{said_b:?}"
+            }
+            for (serving, partitions, other) in &others {
+                let (b, said_b) = comparable(call(other, tool, &args));
+                assert_eq!(
+                    a,
+                    b,
+                    "seed {seed}: {} {args} answers differently {serving:?} in {partitions} partitions",
+                    tool.name()
                 );
+                let words = match serving {
+                    Serving::Streaming => "row groups",
+                    _ => "prepared in memory",
+                };
+                if listed {
+                    assert!(
+                        !said_b.is_empty() && said_b.iter().all(|s| s.contains(words)),
+                        "{said_b:?}"
+                    );
+                }
             }
             if tool == Tool::QueryRecords
                 && let Some(cursor) = a["data"]["next_cursor"].as_str()
-                && i < 200
+                && i < pages
             {
                 let mut next = args.clone();
                 next["cursor"] = json!(cursor);

@@ -326,3 +326,60 @@ fn the_cache_is_on_by_default_in_the_users_cache_directory() {
     assert!(!mapped(&stdout_json(&o)));
     assert!(!other.path().join("tally").exists(), "--no-cache kept data");
 }
+
+/// With a cache, compiled wasm components are kept in its `code` folder: the next start
+/// loads the compiled code instead of compiling the component again, and answers the same.
+#[test]
+fn compiled_plugins_are_kept_with_the_cache() {
+    let cache = tempfile::tempdir().expect("cache dir");
+    let dir = cache.path().to_str().expect("utf-8 path");
+    let run = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args([
+                "query",
+                "guide",
+                "--limit",
+                "2",
+                "--compact",
+                "--cache-dir",
+                dir,
+            ])
+            .arg("--datasets")
+            .arg(datasets())
+            .env("TALLY_LOG", "tally_plugin_host=debug")
+            .env_remove("TALLY_NO_CACHE")
+            .output()
+            .expect("tally runs");
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{log}");
+        (stdout_json(&out), log)
+    };
+    let (first, log) = run();
+    assert!(log.contains("compiled built-in plugin"), "{log}");
+    let code: Vec<PathBuf> = std::fs::read_dir(cache.path().join("code"))
+        .expect("a code folder")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    assert_eq!(code.len(), 1, "{code:?}");
+    let (second, log) = run();
+    assert!(
+        log.contains("loaded the compiled code of built-in plugin"),
+        "{log}"
+    );
+    assert!(!log.contains("compiled built-in plugin"), "{log}");
+    assert_eq!(first["data"], second["data"]);
+
+    // A damaged entry is not run: the component is compiled again and the entry replaced.
+    let mut bytes = std::fs::read(&code[0]).expect("entry");
+    let at = bytes.len() - 100;
+    bytes[at] ^= 1;
+    std::fs::write(&code[0], &bytes).expect("damaged");
+    let (third, log) = run();
+    assert!(log.contains("checksum does not match"), "{log}");
+    assert!(log.contains("compiled built-in plugin"), "{log}");
+    assert_eq!(first["data"], third["data"]);
+    let (_, log) = run();
+    assert!(log.contains("loaded the compiled code"), "{log}");
+}
