@@ -6,8 +6,15 @@
 //! the table passes the cap, or as soon as more rows than the explode cap have flowed in.
 //! The call then ends early with an error that says what to narrow, instead of building
 //! millions of groups and answering long after its deadline.
+//!
+//! A call over a large table aggregates in several partitions: each partition's partial
+//! accumulator sees some of the rows, and each final accumulator the groups of one hash
+//! partition. The accumulators of one summary share their counts ([`Counts`]), so the caps
+//! hold for the whole summary: the rows every partial accumulator read (or passed on
+//! unaggregated), and the groups all final accumulators hold.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray};
 use datafusion::arrow::datatypes::{DataType, FieldRef};
@@ -55,18 +62,30 @@ pub struct Caps {
     pub rows: u64,
 }
 
-/// `count(x)` that stops the aggregation past the caps.
+/// `count(x)` that stops the aggregation past the caps (one per summary: its accumulators
+/// share their counts).
 pub fn capped_count(caps: Caps) -> AggregateUDF {
     AggregateUDF::from(CappedCount {
         inner: count_udaf(),
         caps,
+        counts: Arc::default(),
     })
+}
+
+/// What the accumulators of one summary have counted together.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Rows read by the partial (or only) accumulators.
+    rows: AtomicU64,
+    /// Groups held by the final accumulators (each holds the groups of its hash partition).
+    final_groups: AtomicUsize,
 }
 
 #[derive(Debug)]
 struct CappedCount {
     inner: Arc<AggregateUDF>,
     caps: Caps,
+    counts: Arc<Counts>,
 }
 
 impl PartialEq for CappedCount {
@@ -119,7 +138,8 @@ impl AggregateUDFImpl for CappedCount {
         Ok(Box::new(Capped {
             inner: self.inner.create_groups_accumulator(args)?,
             caps: self.caps,
-            rows: 0,
+            counts: Arc::clone(&self.counts),
+            final_groups: 0,
         }))
     }
 
@@ -131,34 +151,52 @@ impl AggregateUDFImpl for CappedCount {
 struct Capped {
     inner: Box<dyn GroupsAccumulator>,
     caps: Caps,
-    rows: u64,
+    counts: Arc<Counts>,
+    /// The groups this accumulator last added to [`Counts::final_groups`].
+    final_groups: usize,
 }
 
 impl std::fmt::Debug for Capped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Capped")
             .field("caps", &self.caps)
-            .field("rows", &self.rows)
+            .field("counts", &self.counts)
             .finish_non_exhaustive()
     }
 }
 
 impl Capped {
+    /// `rows` more read; this accumulator holds `groups` (all the groups when it is the only
+    /// one, those of its partition's rows when it is partial: a lower bound of the total).
     fn check(&mut self, rows: usize, groups: usize) -> Result<()> {
-        self.rows = self.rows.saturating_add(rows as u64);
+        let read = self.read(rows)?;
         if groups > self.caps.groups {
-            return Err(DataFusionError::External(Box::new(Stopped::Groups {
-                cap: self.caps.groups,
-                seen: groups,
-                rows: self.rows,
-            })));
+            return Err(self.too_many_groups(groups, read));
         }
-        if self.rows > self.caps.rows {
+        Ok(())
+    }
+
+    /// Counts `rows` more read by the summary; past the rows cap, the error.
+    fn read(&self, rows: usize) -> Result<u64> {
+        let read = self
+            .counts
+            .rows
+            .fetch_add(rows as u64, Ordering::Relaxed)
+            .saturating_add(rows as u64);
+        if read > self.caps.rows {
             return Err(DataFusionError::External(Box::new(Stopped::Rows {
                 cap: self.caps.rows,
             })));
         }
-        Ok(())
+        Ok(read)
+    }
+
+    fn too_many_groups(&self, seen: usize, rows: u64) -> DataFusionError {
+        DataFusionError::External(Box::new(Stopped::Groups {
+            cap: self.caps.groups,
+            seen,
+            rows,
+        }))
     }
 }
 
@@ -189,13 +227,17 @@ impl GroupsAccumulator for Capped {
         group_indices: &[usize],
         total_num_groups: usize,
     ) -> Result<()> {
-        // Merged partial states are groups, not rows: only the group cap applies.
-        if total_num_groups > self.caps.groups {
-            return Err(DataFusionError::External(Box::new(Stopped::Groups {
-                cap: self.caps.groups,
-                seen: total_num_groups,
-                rows: self.rows,
-            })));
+        // Merged partial states are groups, not rows: only the group cap applies, to the
+        // groups of every final accumulator (their hash partitions do not overlap).
+        let added = total_num_groups.saturating_sub(self.final_groups);
+        self.final_groups = self.final_groups.max(total_num_groups);
+        let held = self
+            .counts
+            .final_groups
+            .fetch_add(added, Ordering::Relaxed)
+            .saturating_add(added);
+        if held > self.caps.groups {
+            return Err(self.too_many_groups(held, self.counts.rows.load(Ordering::Relaxed)));
         }
         self.inner
             .merge_batch(values, group_indices, total_num_groups)
@@ -206,6 +248,9 @@ impl GroupsAccumulator for Capped {
         values: &[ArrayRef],
         opt_filter: Option<&BooleanArray>,
     ) -> Result<Vec<ArrayRef>> {
+        // A partial aggregation that stopped aggregating passes its rows on as states: they
+        // are read all the same.
+        self.read(values.first().map_or(0, |v| v.len()))?;
         self.inner.convert_to_state(values, opt_filter)
     }
 

@@ -225,12 +225,15 @@ pub fn read_and_normalized(
         (Served::Memory, _) => "prepared in memory".to_string(),
         (Served::Written, _) => "prepared and kept in the cache".to_string(),
         (Served::Mapped, _) => "prepared once and mapped from the cache".to_string(),
-        (Served::Streamed, Some(counts)) => {
-            let (read, of) = counts.row_groups();
-            format!(
+        (Served::Streamed, Some(counts)) => match counts.row_groups() {
+            (1, 1) => "read from the files at this call: its one row group".to_string(),
+            (read, of) if read == of => {
+                format!("read from the files at this call: all {of} row groups")
+            }
+            (read, of) => format!(
                 "read from the files at this call: {read} of {of} row groups, the others ruled out by their statistics"
-            )
-        }
+            ),
+        },
         (Served::Streamed, None) => "read from the files at this call".to_string(),
     };
     let from = match &prepared.extract {

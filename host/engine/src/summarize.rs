@@ -393,9 +393,15 @@ pub async fn run(
     mut plan: SummarizePlan,
 ) -> Result<(SummaryResult, Provenance), EngineError> {
     let call = Call::open(engine, ds, &mut plan.filters, &mut plan.resolved_fields).await?;
+    // The rows cap is on what exploding makes: a summary that explodes nothing reads any
+    // number of records.
     let caps = crate::groups::Caps {
         groups: engine.limits().max_groups,
-        rows: engine.limits().max_explode_rows,
+        rows: if plan.explode.is_empty() {
+            u64::MAX
+        } else {
+            engine.limits().max_explode_rows
+        },
     };
     // Filters on exploded fields apply to each part, after exploding; the others to records.
     let (part_filters, row_filters): (Vec<&Filter>, Vec<&Filter>) = plan

@@ -123,7 +123,7 @@ fn golden_cases_read_from_the_files_at_every_call() {
             let after = &rest[at..];
             let end = after.find(')').map_or(after.len(), |e| e + 1);
             assert!(
-                after[..end].contains("row groups"),
+                after[..end].contains("row group"),
                 "the extract step says what was read: {}",
                 &after[..end]
             );

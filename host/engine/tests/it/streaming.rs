@@ -253,7 +253,7 @@ fn answers_agree(
                     tool.name()
                 );
                 let words = match serving {
-                    Serving::Streaming => "row groups",
+                    Serving::Streaming => "row group",
                     _ => "prepared in memory",
                 };
                 if listed {
@@ -333,4 +333,89 @@ fn conditions_leave_row_groups_unread() {
     let (b, _) = comparable(call(&prepared, Tool::QueryRecords, &args));
     assert_eq!(a, b, "the same records");
     assert!(a["data"]["total"].as_u64().expect("total") > 0);
+}
+
+/// The caps hold for a whole summary however many partitions it runs in: the groups of all
+/// partitions together, and the rows exploding makes (a summary that explodes nothing reads
+/// any number of records; a table of more records than the explode cap is not refused).
+#[test]
+fn the_caps_hold_across_partitions_and_count_exploded_rows_only() {
+    let chunk = tally_engine::store::CHUNK_ROWS;
+    let count = 3 * chunk + 10;
+    let rows = random_rows(5, count);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let folder = tmp.path().join("random");
+    std::fs::create_dir_all(&folder).expect("folder");
+    std::fs::write(folder.join("dataset.yaml"), YAML).expect("yaml");
+    let json_rows: Vec<Vec<Value>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            vec![
+                json!(format!("r{i}")),
+                // A group of its own for every record.
+                json!(format!("g{i}")),
+                json!(r.status),
+                json!(r.tags),
+                json!(r.n),
+                json!(r.d),
+                json!(r.v),
+            ]
+        })
+        .collect();
+    write_parquet_with(&folder.join("data.parquet"), YAML, &json_rows, &[], None);
+    let cap = 2 * chunk;
+    for (serving, partitions) in [
+        (Serving::Prepared, 1),
+        (Serving::Prepared, 3),
+        (Serving::Streaming, 1),
+    ] {
+        let engine = Engine::open_with(
+            tmp.path(),
+            Limits {
+                serving,
+                partitions,
+                partition_rows: 0,
+                max_explode_rows: 100,
+                max_groups: cap,
+                ..Default::default()
+            },
+        );
+        assert_eq!(partitions_scanned(&engine, "random"), partitions);
+        // One group a record: in three partitions (four chunks: two, two and none) no
+        // partition holds more groups than the cap, all of them together do.
+        let wide = block_on(engine.call(
+            Tool::SummarizeRecords,
+            &json!({"dataset_id": "random", "group_by": ["grp"]}),
+        ));
+        let err = wide.expect_err("past the group cap").to_json();
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("more than {cap} groups"))),
+            "{serving:?} in {partitions}: {err}"
+        );
+        let plain = call(
+            &engine,
+            Tool::SummarizeRecords,
+            &json!({"dataset_id": "random", "group_by": ["status"], "metrics": ["count", "sum:n"]}),
+        );
+        assert_eq!(
+            plain["data"]["total_records"],
+            json!(count),
+            "{serving:?}: {plain}"
+        );
+        let exploded = block_on(engine.call(
+            Tool::SummarizeRecords,
+            &json!({"dataset_id": "random", "group_by": ["tags"], "explode": ["tags"]}),
+        ));
+        let err = exploded.expect_err("past the cap").to_json();
+        assert_eq!(err["error"]["code"], json!("limit_exceeded"), "{err}");
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("more than 100 rows")),
+            "{err}"
+        );
+    }
 }
