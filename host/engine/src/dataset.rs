@@ -698,6 +698,39 @@ impl Dataset {
         }
     }
 
+    /// Whether the prepared table would fit the memory budget: what is free of it now, or,
+    /// with a cache (the table is written to disk as it is prepared, then mapped), the whole
+    /// budget. A table larger than the budget is read from its files at every call, with or
+    /// without a cache, so no cache entry grows past the budget.
+    fn fits(&self, engine: &Engine) -> bool {
+        let room = if engine.cache().is_some() {
+            engine.budget().limit()
+        } else {
+            engine.budget().free()
+        };
+        self.prepared_estimate().is_none_or(|n| n <= room)
+    }
+
+    /// Whether a call without conditions would be answered from the files rather than wait
+    /// for a preparation: the server reads the files at every call, or the table is not
+    /// prepared, not in the cache and would not fit the budget.
+    pub fn read_from_files(&self, engine: &Engine) -> bool {
+        if !self.backend.streams() {
+            return false;
+        }
+        match engine.limits().serving {
+            Serving::Streaming => true,
+            Serving::Prepared => false,
+            Serving::Auto => {
+                self.ready().is_none()
+                    && !engine
+                        .cache()
+                        .is_some_and(|c| c.holds(&self.def.id, &self.version))
+                    && (!self.fits(engine) || self.over_budget(engine))
+            }
+        }
+    }
+
     /// About what the prepared table would hold in memory (numbers 8 bytes a record, text
     /// 4, the rest small), when the number of records is known; the dictionaries come on
     /// top and are accounted as they are built.
@@ -952,11 +985,7 @@ impl Dataset {
                 .cache()
                 .is_some_and(|c| c.holds(&self.def.id, &self.version));
             if !cached {
-                let fits = engine.cache().is_some()
-                    || self
-                        .prepared_estimate()
-                        .is_none_or(|n| n <= engine.budget().free());
-                if !fits || self.over_budget(engine) {
+                if !self.fits(engine) || self.over_budget(engine) {
                     return self.streamed(engine, pushed).await;
                 }
                 if self

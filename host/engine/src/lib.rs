@@ -427,9 +427,9 @@ impl Engine {
     pub async fn prepare(&self, dataset_id: &str) {
         let catalog = self.catalog.load_full();
         if let Some(ds) = catalog.datasets.get(dataset_id.trim()) {
-            // With a cache, the whole table is prepared (and kept) for the next command; else
-            // the call itself reads what it needs.
-            if self.cache.is_some() || !ds.backend.streams() {
+            // With a cache, the whole table is prepared (and kept) for the next command; else,
+            // or when it would not fit the budget, the call itself reads what it needs.
+            if (self.cache.is_some() || !ds.backend.streams()) && !ds.read_from_files(self) {
                 let _ = ds.prepared_whole(self).await;
             }
         }

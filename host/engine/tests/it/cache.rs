@@ -340,3 +340,68 @@ fn entries_of_versions_no_longer_served_are_removed() {
     let _restarted = self::engine(&datasets, &cache);
     assert_eq!(entries(&cache), Vec::<PathBuf>::new());
 }
+
+/// A table larger than the memory budget is read from its files at every call even with a
+/// cache: no entry is written for it (by a call, or by the command line's preparation), so
+/// no cache entry grows past the budget.
+#[test]
+fn data_over_the_budget_is_read_from_its_files_and_not_cached() {
+    use crate::differential::{YAML, random_rows};
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let datasets = tmp.path().join("datasets");
+    let folder = datasets.join("random");
+    std::fs::create_dir_all(&folder).expect("folder");
+    std::fs::write(folder.join("dataset.yaml"), YAML).expect("yaml");
+    // About 48 bytes a record prepared: 200,000 records would hold 9.6 MB, over 8 MiB.
+    let rows: Vec<Vec<Value>> = random_rows(1, 200_000)
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            vec![
+                json!(format!("r{i}")),
+                json!(r.grp),
+                json!(r.status),
+                json!(r.tags),
+                json!(r.n),
+                json!(r.d),
+                json!(r.v),
+            ]
+        })
+        .collect();
+    let groups = datafusion::parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(16_384))
+        .build();
+    crate::fixture::write_parquet_with(
+        &folder.join("data.parquet"),
+        YAML,
+        &rows,
+        &[],
+        Some(groups),
+    );
+    let cache = tmp.path().join("cache");
+    let engine = Engine::open_with(
+        &datasets,
+        tally_engine::Limits {
+            memory_budget_bytes: 8 << 20,
+            ..Default::default()
+        },
+    )
+    .with_cache(Some(Cache::new(&cache)));
+    // The command line prepares before its call, unless the data is read from its files.
+    block_on(engine.prepare("random"));
+    for _ in 0..2 {
+        let out = block_on(engine.call(
+            Tool::SummarizeRecords,
+            &json!({ "dataset_id": "random", "group_by": ["grp"], "metrics": ["count"] }),
+        ))
+        .expect("summary");
+        assert_eq!(out["data"]["total_records"], json!(200_000));
+        let extract = out["provenance"]["transformations"][0]["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(extract.contains("read from the files"), "{extract}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
+}
