@@ -711,9 +711,10 @@ impl Dataset {
         self.prepared_estimate().is_none_or(|n| n <= room)
     }
 
-    /// Whether a call without conditions would be answered from the files rather than wait
-    /// for a preparation: the server reads the files at every call, or the table is not
-    /// prepared, not in the cache and would not fit the budget.
+    /// Whether calls are answered from the files, whatever their conditions: the server
+    /// reads the files at every call, or the table is not prepared, not in the cache and
+    /// would not fit the budget (a large table being prepared is read from its files too,
+    /// meanwhile: see [`Dataset::prepared_for`]).
     pub fn read_from_files(&self, engine: &Engine) -> bool {
         if !self.backend.streams() {
             return false;
@@ -973,33 +974,27 @@ impl Dataset {
         engine: &Engine,
         pushed: &[Pushed],
     ) -> Result<Arc<Prepared>, EngineError> {
-        let serving = engine.limits().serving;
-        if self.backend.streams() && serving != Serving::Prepared {
-            if serving == Serving::Streaming {
-                return self.streamed(engine, pushed).await;
-            }
+        if self.read_from_files(engine) {
+            return self.streamed(engine, pushed).await;
+        }
+        if self.backend.streams() && engine.limits().serving == Serving::Auto {
             if let Some(p) = self.ready() {
                 return Ok(p);
             }
             let cached = engine
                 .cache()
                 .is_some_and(|c| c.holds(&self.def.id, &self.version));
-            if !cached {
-                if !self.fits(engine) || self.over_budget(engine) {
-                    return self.streamed(engine, pushed).await;
-                }
-                if self
+            if !cached
+                && self
                     .backend
                     .row_count()
                     .is_some_and(|n| n >= STREAM_WHILE_PREPARING)
-                {
-                    // Started, not awaited: this and the next calls read the files until it is
-                    // ready (its outcome is recorded by the task).
-                    if self.start(&self.prepared, engine, &[]).is_err() {
-                        return self.streamed(engine, pushed).await;
-                    }
-                    return self.streamed(engine, pushed).await;
-                }
+            {
+                // Started, not awaited: this and the next calls read the files until it is
+                // ready (its outcome is recorded by the task; one that cannot start leaves
+                // the files to answer).
+                let _ = self.start(&self.prepared, engine, &[]);
+                return self.streamed(engine, pushed).await;
             }
         }
         // When a subset is always part of the whole table, the whole table answers every

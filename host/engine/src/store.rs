@@ -866,10 +866,12 @@ impl Store {
         let mut used: Vec<usize> = at.iter().map(|(c, _)| *c).collect();
         used.sort_unstable();
         used.dedup();
-        let at: Vec<(usize, usize)> = at
-            .iter()
-            .map(|(c, r)| (used.binary_search(c).unwrap_or(0), *r))
-            .collect();
+        // Each chunk's place among the used ones (every chunk of `at` is one of them).
+        let mut slot = vec![usize::MAX; self.chunks.len()];
+        for (k, c) in used.iter().enumerate() {
+            slot[*c] = k;
+        }
+        let at: Vec<(usize, usize)> = at.iter().map(|(c, r)| (slot[*c], *r)).collect();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
         let mut schema: Vec<ArrowField> = Vec::with_capacity(fields.len());
         for (f, name) in fields.iter().zip(names) {

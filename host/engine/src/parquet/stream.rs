@@ -42,6 +42,7 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tally_plugin_parquet::Footer;
+use tally_plugin_parquet::groups::read_at;
 
 use crate::backend::{ReadCounts, ServedFile, Streaming};
 use crate::error::EngineError;
@@ -631,17 +632,4 @@ impl AsyncFileReader for CheckedReader {
         let metadata = Arc::clone(&self.shared.files[self.index].footer.metadata);
         async move { Ok(metadata) }.boxed()
     }
-}
-
-#[cfg(unix)]
-fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
-}
-
-#[cfg(not(unix))]
-fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = file.try_clone()?;
-    f.seek(SeekFrom::Start(offset))?;
-    f.read_exact(buf)
 }

@@ -346,28 +346,14 @@ fn entries_of_versions_no_longer_served_are_removed() {
 /// no cache entry grows past the budget.
 #[test]
 fn data_over_the_budget_is_read_from_its_files_and_not_cached() {
-    use crate::differential::{YAML, random_rows};
+    use crate::differential::{YAML, as_json, random_rows};
     let tmp = tempfile::tempdir().expect("temp dir");
     let datasets = tmp.path().join("datasets");
     let folder = datasets.join("random");
     std::fs::create_dir_all(&folder).expect("folder");
     std::fs::write(folder.join("dataset.yaml"), YAML).expect("yaml");
     // About 48 bytes a record prepared: 200,000 records would hold 9.6 MB, over 8 MiB.
-    let rows: Vec<Vec<Value>> = random_rows(1, 200_000)
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            vec![
-                json!(format!("r{i}")),
-                json!(r.grp),
-                json!(r.status),
-                json!(r.tags),
-                json!(r.n),
-                json!(r.d),
-                json!(r.v),
-            ]
-        })
-        .collect();
+    let rows = as_json(&random_rows(1, 200_000));
     let groups = datafusion::parquet::file::properties::WriterProperties::builder()
         .set_max_row_group_row_count(Some(16_384))
         .build();

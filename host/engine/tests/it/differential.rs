@@ -50,6 +50,24 @@ pub(crate) struct Row {
     pub v: Option<f64>,
 }
 
+/// The rows as the fixture writer takes them, in `YAML`'s field order (ids `r0`, `r1`, …).
+pub(crate) fn as_json(rows: &[Row]) -> Vec<Vec<Value>> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            vec![
+                json!(format!("r{i}")),
+                json!(r.grp),
+                json!(r.status),
+                json!(r.tags),
+                json!(r.n),
+                json!(r.d),
+                json!(r.v),
+            ]
+        })
+        .collect()
+}
+
 pub(crate) fn random_rows(seed: u64, count: usize) -> Vec<Row> {
     let mut rng = Rng(seed);
     (0..count)
@@ -195,21 +213,7 @@ fn summarize_metrics_equal_a_hand_loop() {
     for seed in [1u64, 7, 42] {
         let rows = random_rows(seed, 500);
         let tmp = tempfile::tempdir().expect("tmp");
-        let json_rows: Vec<Vec<Value>> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                vec![
-                    json!(format!("r{i}")),
-                    json!(r.grp),
-                    json!(r.status),
-                    json!(r.tags),
-                    json!(r.n),
-                    json!(r.d),
-                    json!(r.v),
-                ]
-            })
-            .collect();
+        let json_rows = as_json(&rows);
         write_dataset(&tmp.path().join("random"), YAML, &json_rows);
         let engine = tally_engine::Engine::open(tmp.path());
         let out = block_on(engine.call(

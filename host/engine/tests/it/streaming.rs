@@ -8,7 +8,7 @@ use tally_engine::dataset::Serving;
 use tally_engine::{Engine, Limits};
 use tally_semantic::Tool;
 
-use crate::differential::{YAML, random_rows};
+use crate::differential::{YAML, as_json, random_rows};
 use crate::fixture::{block_on, write_parquet_with};
 
 fn small_groups() -> datafusion::parquet::file::properties::WriterProperties {
@@ -123,21 +123,7 @@ fn answers_agree(
         let folder = tmp.path().join("random");
         std::fs::create_dir_all(&folder).expect("folder");
         std::fs::write(folder.join("dataset.yaml"), YAML).expect("yaml");
-        let json_rows: Vec<Vec<Value>> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                vec![
-                    json!(format!("r{i}")),
-                    json!(r.grp),
-                    json!(r.status),
-                    json!(r.tags),
-                    json!(r.n),
-                    json!(r.d),
-                    json!(r.v),
-                ]
-            })
-            .collect();
+        let json_rows = as_json(&rows);
         write_parquet_with(
             &folder.join("data.parquet"),
             YAML,
@@ -286,21 +272,7 @@ fn conditions_leave_row_groups_unread() {
     let folder = tmp.path().join("random");
     std::fs::create_dir_all(&folder).expect("folder");
     std::fs::write(folder.join("dataset.yaml"), YAML).expect("yaml");
-    let json_rows: Vec<Vec<Value>> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            vec![
-                json!(format!("r{i}")),
-                json!(r.grp),
-                json!(r.status),
-                json!(r.tags),
-                json!(r.n),
-                json!(r.d),
-                json!(r.v),
-            ]
-        })
-        .collect();
+    let json_rows = as_json(&rows);
     write_parquet_with(
         &folder.join("data.parquet"),
         YAML,
@@ -333,6 +305,20 @@ fn conditions_leave_row_groups_unread() {
     let (b, _) = comparable(call(&prepared, Tool::QueryRecords, &args));
     assert_eq!(a, b, "the same records");
     assert!(a["data"]["total"].as_u64().expect("total") > 0);
+
+    // Without a condition nothing is ruled out, and the step says so plainly.
+    let all = call(
+        &streamed,
+        Tool::QueryRecords,
+        &json!({"dataset_id": "random", "limit": 1}),
+    );
+    let extract = all["provenance"]["transformations"][0]["description"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        extract.contains("read from the files at this call: all 10 row groups)"),
+        "{extract}"
+    );
 }
 
 /// The caps hold for a whole summary however many partitions it runs in: the groups of all
@@ -347,22 +333,11 @@ fn the_caps_hold_across_partitions_and_count_exploded_rows_only() {
     let folder = tmp.path().join("random");
     std::fs::create_dir_all(&folder).expect("folder");
     std::fs::write(folder.join("dataset.yaml"), YAML).expect("yaml");
-    let json_rows: Vec<Vec<Value>> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            vec![
-                json!(format!("r{i}")),
-                // A group of its own for every record.
-                json!(format!("g{i}")),
-                json!(r.status),
-                json!(r.tags),
-                json!(r.n),
-                json!(r.d),
-                json!(r.v),
-            ]
-        })
-        .collect();
+    let mut json_rows = as_json(&rows);
+    for (i, r) in json_rows.iter_mut().enumerate() {
+        // A group of its own for every record.
+        r[1] = json!(format!("g{i}"));
+    }
     write_parquet_with(&folder.join("data.parquet"), YAML, &json_rows, &[], None);
     let cap = 2 * chunk;
     for (serving, partitions) in [
