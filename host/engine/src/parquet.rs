@@ -337,11 +337,38 @@ impl ParquetBackend {
 fn files_of(folder: &Path, data_file: &str) -> Result<FileSet, Refusal> {
     if !set::is_pattern(data_file) && !folder.join(data_file).is_dir() {
         if !folder.join(data_file).is_file() {
-            // The definition may have been copied before its data.
+            // The definition may have been copied before its data; a publisher's file beside
+            // it is a file to convert.
+            if let Some(other) = convertible_beside(folder) {
+                return Err(refusal(
+                    format!(
+                        "the data file `{data_file}` is not in the dataset folder, which holds `{other}`"
+                    ),
+                    &format!(
+                        "the built-in backend reads Parquet: convert `{other}` with `tally add {} <datasets>/{}/{other}`, which writes `{data_file}` and keeps this dataset.yaml",
+                        folder_name(folder),
+                        folder_name(folder)
+                    ),
+                    true,
+                ));
+            }
             return Err(refusal(
                 format!("the data file `{data_file}` is not in the dataset folder"),
                 "put the Parquet file there, or name it with `data_file:` (a file, a glob such as `data/*.parquet`, or a folder of partitions such as `data/`)",
                 true,
+            ));
+        }
+        if let Some(kind) = convertible_kind(Path::new(data_file))
+            && !starts_with_parquet_magic(&folder.join(data_file))
+        {
+            return Err(refusal(
+                format!("`{data_file}` is a {kind} file, not Parquet"),
+                &format!(
+                    "the built-in backend reads Parquet: convert it with `tally add {} <datasets>/{}/{data_file}`, which writes data.parquet and keeps this dataset.yaml, then set `data_file: data.parquet` (or remove data_file)",
+                    folder_name(folder),
+                    folder_name(folder)
+                ),
+                false,
             ));
         }
         return Ok(FileSet {
@@ -365,6 +392,50 @@ fn files_of(folder: &Path, data_file: &str) -> Result<FileSet, Refusal> {
             empty,
         )
     })
+}
+
+/// The kind of a file `tally add` converts, by its extension.
+fn convertible_kind(path: &Path) -> Option<&'static str> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "csv" => "CSV",
+        "tsv" | "tab" => "TSV",
+        "txt" => "text",
+        "xlsx" | "xlsm" => "Excel workbook",
+        "xls" => "Excel 97-2003 workbook",
+        "jsonl" | "ndjson" => "JSON Lines",
+        "json" => "JSON",
+        _ => return None,
+    })
+}
+
+fn starts_with_parquet_magic(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == b"PAR1"
+}
+
+/// A file beside the definition that `tally add` would convert, if there is one.
+fn convertible_beside(folder: &Path) -> Option<String> {
+    let mut found: Vec<String> = std::fs::read_dir(folder)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.') && convertible_kind(Path::new(n)).is_some())
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+fn folder_name(folder: &Path) -> String {
+    folder
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// How the columns of file `b` differ from those of file `a` (by name and type as served:

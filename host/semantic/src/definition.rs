@@ -173,6 +173,10 @@ pub struct SourceDef {
     pub asset_pattern: Option<String>,
     pub csv_filename: Option<String>,
     pub csv_header_rows: Option<u32>,
+    /// Values the publisher writes for "no value" (`-`, `不明`): `tally add` stores cells
+    /// that hold exactly one of them (spaces around aside) as empty. Never guessed: a person
+    /// lists them.
+    pub null_markers: Vec<String>,
 }
 
 /// Where a dataset's rows come from. The engine keeps a registry of backends by kind; the
@@ -667,6 +671,7 @@ const SOURCE_KEYS: &[&str] = &[
     "asset_pattern",
     "csv_filename",
     "csv_header_rows",
+    "null_markers",
 ];
 const BACKEND_KEYS: &[&str] = &["kind", "component", "library", "config"];
 const FIELD_KEYS: &[&str] = &[
@@ -1250,6 +1255,7 @@ impl Reader {
                 "write the file name as a string",
             ),
             csv_header_rows,
+            null_markers: self.string_list(&map, "null_markers", "source"),
         }
     }
 

@@ -13,6 +13,7 @@ mod audit;
 mod check;
 mod cli;
 mod guard;
+mod ingest;
 mod listen;
 mod mcp;
 mod serve;
@@ -24,7 +25,7 @@ mod tools;
     name = "tally",
     version,
     about = "Answers questions over datasets; every number computed by the server, with its meaning and provenance.",
-    after_help = "Examples:\n  tally list\n  tally inspect procedures\n  tally summarize procedures --group-by 所管府省庁 --metrics count --metrics avg:オンライン率\n  tally query procedures --where '{\"所管府省庁\": [\"デジタル庁\"]}' --select 手続名 --limit 5"
+    after_help = "Examples:\n  tally add survey survey.xlsx\n  tally list\n  tally inspect procedures\n  tally summarize procedures --group-by 所管府省庁 --metrics count --metrics avg:オンライン率\n  tally query procedures --where '{\"所管府省庁\": [\"デジタル庁\"]}' --select 手続名 --limit 5"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -232,6 +233,16 @@ enum Command {
     Query(cli::QueryFlags),
     /// Counts, sums, averages and computed measures, per group.
     Summarize(cli::SummarizeFlags),
+    /// Convert a CSV/TSV (UTF-8, Shift_JIS/cp932, EUC-JP), XLSX, Parquet or JSON Lines file
+    /// into the dataset folder `<datasets>/<id>`: its data.parquet, and a skeleton
+    /// dataset.yaml (guesses marked TODO) when the folder has none. With a dataset.yaml, the
+    /// file's columns are taken as it declares them and any drift is an error. Prints a JSON
+    /// summary; a running server reloads the dataset once.
+    Add(ingest::AddFlags),
+    /// Download a dataset's current file from its publisher's page (source.url, the link
+    /// matching source.asset_pattern), convert it as `add` does, and record where and when it
+    /// came from in .fetch.json. https only; unchanged files are not downloaded again.
+    Fetch(ingest::FetchFlags),
     /// Validate every dataset definition in a directory; prints each problem with file, line,
     /// key and fix, and exits non-zero when any dataset cannot be served.
     Check {
@@ -324,6 +335,8 @@ fn main() -> ExitCode {
         } => cli::list(q, publisher, &common),
         Command::Inspect { dataset_id, common } => cli::inspect(dataset_id, &common),
         Command::Query(flags) => cli::query(flags),
+        Command::Add(flags) => ingest::add(flags),
+        Command::Fetch(flags) => ingest::fetch(flags),
         Command::Summarize(flags) => cli::summarize(flags),
     }
 }

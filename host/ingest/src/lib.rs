@@ -1,0 +1,1025 @@
+//! Getting data into Tally.
+//!
+//! [`add`] converts a file a publisher ships — CSV or TSV in UTF-8, Shift_JIS (cp932) or
+//! EUC-JP, an XLSX workbook, Parquet, JSON Lines — into a dataset folder's Parquet file. When
+//! the folder has a `dataset.yaml`, the file's columns are taken as it declares them (by
+//! `csv_col_index` and name, after `source.csv_header_rows` header rows) and any drift is an
+//! error listing each difference; when it has none, a skeleton is written with every guess a
+//! person must confirm marked `# TODO`. [`fetch`](fetch::fetch) downloads the publisher's
+//! current file from the page `source.url` names and converts it the same way.
+//!
+//! Architecture invariant: this crate knows files, encodings and HTTP, never MCP or the query
+//! engine. Everything it writes appears atomically (written under a hidden name in the
+//! datasets directory, synced, then renamed), so a running server reloads once and never
+//! reads half a file; on any error what was served stays as it was.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use sha2::Digest;
+use tally_semantic::DatasetDef;
+
+mod columnar;
+pub mod error;
+pub mod fetch;
+mod infer;
+pub mod read;
+mod sheet;
+pub mod skeleton;
+pub mod values;
+mod write;
+
+pub use error::{IngestError, Place};
+pub use read::{Format, ReadOptions};
+pub use sheet::DEFAULT_MAX_UNPACKED;
+
+use crate::infer::ColumnStats;
+use crate::read::{Cell, Flow, Input, Row};
+use crate::values::{Kind, Value};
+use crate::write::{OutColumn, Sink};
+
+/// The definition file of a dataset folder.
+pub const DEFINITION_FILE: &str = "dataset.yaml";
+
+/// Told how far reading has got. The command line draws a bar on a terminal and writes
+/// plain lines otherwise.
+pub trait Progress {
+    /// A new phase (`reading`, `converting`, `downloading`) over `total` bytes.
+    fn begin(&self, phase: &str, total: u64);
+    /// Rows and bytes done in this phase so far.
+    fn update(&self, rows: u64, bytes: u64);
+    /// The phase is over.
+    fn end(&self);
+}
+
+/// No progress reports (tests, libraries).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Silent;
+
+impl Progress for Silent {
+    fn begin(&self, _: &str, _: u64) {}
+    fn update(&self, _: u64, _: u64) {}
+    fn end(&self) {}
+}
+
+/// What `tally add` was asked to do.
+#[derive(Debug, Clone)]
+pub struct AddOptions {
+    pub dataset_id: String,
+    pub file: PathBuf,
+    pub datasets: PathBuf,
+    pub read: ReadOptions,
+    /// Rows above the data (the last is the header); default `source.csv_header_rows`, else
+    /// 1 (with a one-cell title row above the header detected when there is no definition).
+    pub header_rows: Option<u32>,
+    /// Convert even when the file no longer matches `dataset.yaml`.
+    pub accept_drift: bool,
+    /// Values to store as empty, beside `source.null_markers`.
+    pub null_markers: Vec<String>,
+}
+
+/// What `tally add` did: printed as JSON on stdout.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub dataset_id: String,
+    /// The Parquet file written.
+    pub data_file: PathBuf,
+    /// `kept` (the folder's definition was used) or `written` (a skeleton).
+    pub definition: &'static str,
+    pub definition_file: PathBuf,
+    pub input: InputSummary,
+    pub rows: u64,
+    pub columns: Vec<ColumnSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id_field: Option<String>,
+    pub warnings: Vec<String>,
+    /// Things only a person can answer (candidate null markers), also in the skeleton.
+    pub questions: Vec<String>,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InputSummary {
+    pub file: String,
+    pub format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoding_detection: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sheet: Option<String>,
+    pub header_rows: u32,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ColumnSummary {
+    pub name: String,
+    pub data_type: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// The input column it was read from (0-based), none when the file lacks it.
+    pub from_column: Option<usize>,
+    pub nulls: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codes: Option<usize>,
+}
+
+/// The header of an input file and where its data starts.
+#[derive(Debug, Clone)]
+struct Header {
+    /// Column names, cleaned (trimmed, line breaks and runs of spaces made one space); empty
+    /// for a column without a name.
+    names: Vec<String>,
+    /// Non-blank rows before the data (the header row included).
+    skip: u64,
+    /// The header's row number in the file.
+    row: u64,
+    header_rows: u32,
+    /// A one-cell title row above the header.
+    title: Option<String>,
+    /// Names that were cleaned (for warnings).
+    cleaned: Vec<(String, String)>,
+}
+
+fn clean_name(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn non_empty(cells: &[Cell]) -> usize {
+    cells.iter().filter(|c| !c.is_empty()).count()
+}
+
+/// Reads the header rows: `given` of them, else one — or two, when the first row holds a
+/// single cell (a title) over a row of names and `detect_title` is on.
+fn read_header(
+    input: &Input,
+    given: Option<u32>,
+    detect_title: bool,
+) -> Result<Header, IngestError> {
+    let want = given.unwrap_or(1).max(1) as usize;
+    let look = if given.is_none() && detect_title {
+        2
+    } else {
+        want
+    };
+    let mut rows: Vec<(u64, Vec<Cell>)> = Vec::new();
+    input.scan(&mut |row: Row<'_>| {
+        if non_empty(row.cells) == 0 {
+            return Ok(Flow::Continue);
+        }
+        rows.push((row.number, row.cells.to_vec()));
+        Ok(if rows.len() >= look {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        })
+    })?;
+    if rows.len() < want {
+        return Err(IngestError::input(
+            input.place(),
+            if rows.is_empty() {
+                "the file holds no rows".to_string()
+            } else {
+                format!(
+                    "the file has {} non-blank rows, fewer than the {want} header rows expected",
+                    rows.len()
+                )
+            },
+            "give a file with a header row and data, or the right --header-rows",
+        ));
+    }
+    let mut header_rows = want as u32;
+    let mut title = None;
+    if given.is_none() && detect_title && rows.len() == 2 {
+        let (first, second) = (&rows[0].1, &rows[1].1);
+        if non_empty(first) == 1
+            && non_empty(second) >= 2
+            && first.first().is_some_and(|c| !c.is_empty())
+        {
+            header_rows = 2;
+            title = first[0].as_text().map(|t| clean_name(&t));
+        }
+    }
+    let (row, cells) = rows[header_rows as usize - 1].clone();
+    let mut names = Vec::with_capacity(cells.len());
+    let mut cleaned = Vec::new();
+    for c in &cells {
+        let raw = c.as_text().map(|t| t.into_owned()).unwrap_or_default();
+        let name = clean_name(&raw);
+        if name != raw && !name.is_empty() {
+            cleaned.push((raw, name.clone()));
+        }
+        names.push(name);
+    }
+    while names.last().is_some_and(String::is_empty) {
+        names.pop();
+    }
+    if names.is_empty() {
+        return Err(IngestError::input(
+            input.place().row(row),
+            "the header row is empty",
+            "give the number of rows above the data with --header-rows",
+        ));
+    }
+    Ok(Header {
+        names,
+        skip: u64::from(header_rows),
+        row,
+        header_rows,
+        title,
+        cleaned,
+    })
+}
+
+/// Checks a data row against the header: ragged text rows, and data in columns that have no
+/// name.
+fn check_row(input: &Input, header: &Header, row: &Row<'_>) -> Result<(), IngestError> {
+    let n = header.names.len();
+    let text = matches!(input.format, Format::Csv { .. });
+    if text && row.cells.len() < n {
+        return Err(IngestError::input(
+            input.place().row(row.number),
+            format!(
+                "the row has {} fields but the header (row {}) has {n}",
+                row.cells.len(),
+                header.row
+            ),
+            "every row must have as many fields as the header: check for a missing delimiter or an unclosed quote on this or the previous row",
+        ));
+    }
+    for (i, c) in row.cells.iter().enumerate() {
+        if c.is_empty() || header.names.get(i).is_some_and(|name| !name.is_empty()) {
+            continue;
+        }
+        let value = c
+            .as_text()
+            .unwrap_or_default()
+            .chars()
+            .take(40)
+            .collect::<String>();
+        return Err(IngestError::input(
+            input.place().row(row.number).column(i, None),
+            if i >= n {
+                if text {
+                    format!(
+                        "the row has {} fields but the header (row {}) has {n}; field {} holds {value:?}",
+                        row.cells.len(),
+                        header.row,
+                        i + 1
+                    )
+                } else {
+                    format!(
+                        "holds {value:?} but its column has no header (the header has {n} columns)"
+                    )
+                }
+            } else {
+                format!(
+                    "holds {value:?} but its column has no name in the header (row {})",
+                    header.row
+                )
+            },
+            "name every column that holds data in the header row, or check for a stray delimiter",
+        ));
+    }
+    Ok(())
+}
+
+/// Visits the data rows (after the header, blank rows skipped and counted), checked against
+/// the header.
+fn scan_data(
+    input: &Input,
+    header: &Header,
+    progress: &dyn Progress,
+    blank: &mut u64,
+    visit: &mut dyn FnMut(&Row<'_>) -> Result<(), IngestError>,
+) -> Result<u64, IngestError> {
+    let mut seen: u64 = 0;
+    let mut rows: u64 = 0;
+    input.scan(&mut |row: Row<'_>| {
+        if non_empty(row.cells) == 0 {
+            if seen >= header.skip {
+                *blank += 1;
+            }
+            return Ok(Flow::Continue);
+        }
+        seen += 1;
+        if seen <= header.skip {
+            return Ok(Flow::Continue);
+        }
+        check_row(input, header, &row)?;
+        visit(&row)?;
+        rows += 1;
+        if rows.is_multiple_of(4096) {
+            progress.update(rows, row.bytes_read);
+        }
+        Ok(Flow::Continue)
+    })?;
+    progress.update(rows, input.size);
+    Ok(rows)
+}
+
+/// A value stored as empty because the definition or the command line names it.
+fn is_null_marker(cell: &Cell, markers: &[String]) -> bool {
+    !markers.is_empty()
+        && match cell {
+            Cell::Text(s) => {
+                let t = s.trim();
+                markers.iter().any(|m| m.trim() == t)
+            }
+            _ => false,
+        }
+}
+
+fn check_id(id: &str) -> Result<(), IngestError> {
+    let bad = id.is_empty()
+        || id.starts_with('.')
+        || id.len() > 128
+        || id
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control() || c == ':');
+    if bad {
+        return Err(IngestError::dataset(
+            format!("`{id}` cannot be a dataset id (it is the folder's name)"),
+            "use letters, digits, `-` and `_` (e.g. procedures-2025); no `/`, no leading `.`",
+        ));
+    }
+    Ok(())
+}
+
+/// The folder's definition, if it has one (an invalid one is an error: fix it first).
+fn read_definition(folder: &Path, id: &str) -> Result<Option<DatasetDef>, IngestError> {
+    let path = folder.join(DEFINITION_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(IngestError::io(
+                format!("cannot read {}", path.display()),
+                e,
+            ));
+        }
+    };
+    let label = format!("{id}/{DEFINITION_FILE}");
+    match tally_semantic::load_definition(&label, id, &text) {
+        Ok(loaded) => Ok(Some(loaded.dataset)),
+        Err(e) => Err(IngestError::dataset(
+            format!(
+                "{} does not validate, so the file's columns cannot be read by it:\n{}",
+                path.display(),
+                e.diagnostics
+                    .iter()
+                    .filter(|d| d.severity == tally_semantic::definition::Severity::Error)
+                    .map(|d| format!("  - line {}: {}: {} ({})", d.line, d.path, d.message, d.fix))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+            "fix dataset.yaml (`tally check` shows the same), or move it away to have a skeleton written",
+        )),
+    }
+}
+
+/// The file the Parquet backend reads for `def`: one plain file inside the folder.
+fn data_file_of(def: Option<&DatasetDef>) -> Result<String, IngestError> {
+    let Some(def) = def else {
+        return Ok("data.parquet".to_string());
+    };
+    if def.backend.kind != tally_semantic::definition::BackendKind::Parquet {
+        return Err(IngestError::dataset(
+            format!(
+                "dataset `{}` is served by a {} plugin, not from a Parquet file",
+                def.id,
+                def.backend.kind.as_str()
+            ),
+            "tally add writes Parquet datasets; add the file to a new dataset id",
+        ));
+    }
+    let f = &def.data_file;
+    if f.contains(['*', '?', '['])
+        || f.ends_with('/')
+        || f.contains("..")
+        || f.contains('/')
+        || Path::new(f).is_absolute()
+    {
+        return Err(IngestError::dataset(
+            format!(
+                "data_file `{f}` names a set of files or a path in a subfolder; tally add writes one file"
+            ),
+            "set data_file to a file name such as data.parquet, or convert each part yourself",
+        ));
+    }
+    Ok(f.clone())
+}
+
+fn sha256_file(path: &Path) -> Result<String, IngestError> {
+    let mut file = std::fs::File::open(path)
+        .map_err(|e| IngestError::io(format!("cannot read {}", path.display()), e))?;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut file, &mut hasher)
+        .map_err(|e| IngestError::io(format!("cannot read {}", path.display()), e))?;
+    Ok(format!("sha256:{:x}", hasher.finalize()))
+}
+
+/// A hidden folder in the datasets directory where files are written before they are
+/// renamed into place; removed when dropped.
+struct Staging {
+    dir: PathBuf,
+    keep: bool,
+}
+
+impl Staging {
+    fn new(datasets: &Path, id: &str) -> Result<Staging, IngestError> {
+        let dir = datasets.join(format!(".tally-add-{}-{}", id, std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir)
+            .map_err(|e| IngestError::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(Staging { dir, keep: false })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), IngestError> {
+    std::fs::rename(from, to).map_err(|e| {
+        IngestError::io(
+            format!(
+                "cannot move {} into place at {}",
+                from.display(),
+                to.display()
+            ),
+            e,
+        )
+    })
+}
+
+/// Failures to read a column's cells as its type.
+#[derive(Debug, Default, Clone)]
+struct Failures {
+    count: u64,
+    first: Option<(Place, String)>,
+}
+
+/// Converts `options.file` into the dataset folder `options.datasets/<id>`.
+pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, IngestError> {
+    let started = Instant::now();
+    check_id(&options.dataset_id)?;
+    if !options.datasets.is_dir() {
+        return Err(IngestError::dataset(
+            format!(
+                "the datasets directory {} does not exist",
+                options.datasets.display()
+            ),
+            "create it, run from the folder that holds datasets/, or pass --datasets DIR",
+        ));
+    }
+    let folder = options.datasets.join(&options.dataset_id);
+    let def = if folder.is_dir() {
+        read_definition(&folder, &options.dataset_id)?
+    } else {
+        None
+    };
+    let data_file = data_file_of(def.as_ref())?;
+    let mut read_options = options.read.clone();
+    if read_options.max_unpacked_bytes == 0 {
+        read_options.max_unpacked_bytes = DEFAULT_MAX_UNPACKED;
+    }
+    let input = Input::open(&options.file, &read_options).map_err(|e| match e {
+        IngestError::Input {
+            mut place,
+            message,
+            hint,
+        } if place.file.as_os_str().is_empty() => {
+            place.file = options.file.clone();
+            IngestError::Input {
+                place,
+                message,
+                hint,
+            }
+        }
+        other => other,
+    })?;
+    let given_rows = options
+        .header_rows
+        .or_else(|| def.as_ref().and_then(|d| d.source.csv_header_rows));
+    if !input.format.has_header_rows() && options.header_rows.is_some() {
+        return Err(IngestError::input(
+            input.place(),
+            format!(
+                "--header-rows applies to CSV and workbooks; a {} file names its columns itself",
+                input.format.name()
+            ),
+            "leave out --header-rows",
+        ));
+    }
+    let header = read_header(
+        &input,
+        if input.format.has_header_rows() {
+            given_rows
+        } else {
+            Some(1)
+        },
+        def.is_none() && input.format.has_header_rows(),
+    )?;
+    let mut null_markers: Vec<String> = options.null_markers.clone();
+    if let Some(d) = &def {
+        null_markers.extend(d.source.null_markers.iter().cloned());
+    }
+    null_markers.sort();
+    null_markers.dedup();
+
+    let mut warnings: Vec<String> = Vec::new();
+    for (raw, name) in &header.cleaned {
+        warnings.push(format!(
+            "the header {raw:?} was read as {name:?} (spaces and line breaks made one space)"
+        ));
+    }
+    if header.title.is_some() && given_rows.is_none() {
+        warnings.push(format!(
+            "row 1 holds only a title, so the header was taken from row {} (give --header-rows to say otherwise)",
+            header.row
+        ));
+    }
+    let sha256 = sha256_file(&input.path)?;
+
+    // The columns to write and, without a definition, the skeleton's guesses.
+    let mut questions = Vec::new();
+    let (columns, skeleton) = match &def {
+        Some(d) => (
+            map_definition(&input, &header, d, options.accept_drift, &mut warnings)?,
+            None,
+        ),
+        None => {
+            let (columns, sk) = infer_columns(&input, &header, &null_markers, progress)?;
+            for g in &sk.guesses {
+                questions.extend(g.questions.iter().cloned());
+            }
+            (columns, Some(sk))
+        }
+    };
+
+    // Convert and write.
+    let staging = Staging::new(&options.datasets, &options.dataset_id)?;
+    let staged_data = staging.dir.join(&data_file);
+    let file_name = input
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let converted_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let record = serde_json::json!({
+        "tool": "tally add",
+        "version": env!("CARGO_PKG_VERSION"),
+        "converted_at": converted_at,
+        "file": file_name,
+        "sha256": sha256,
+        "bytes": input.size,
+        "format": input.format.name(),
+        "encoding": input.encoding.map(|e| e.name()),
+        "sheet": input.sheet,
+        "header_rows": header.header_rows,
+    });
+    let mut sink = Sink::create(
+        &staged_data,
+        &columns,
+        vec![("tally.ingest".to_string(), record.to_string())],
+    )?;
+    let mut failures: Vec<Failures> = vec![Failures::default(); columns.len()];
+    let mut nulls: Vec<u64> = vec![0; columns.len()];
+    let mut marked: Vec<u64> = vec![0; columns.len()];
+    let mut errors_kept: u64 = 0;
+    let mut blank = 0;
+    progress.begin("converting", input.size);
+    let mut values: Vec<Value> = Vec::with_capacity(columns.len());
+    let rows = scan_data(&input, &header, progress, &mut blank, &mut |row| {
+        values.clear();
+        for (i, c) in columns.iter().enumerate() {
+            let cell = c
+                .source
+                .and_then(|s| row.cells.get(s))
+                .unwrap_or(&Cell::Empty);
+            let v = if is_null_marker(cell, &null_markers) {
+                marked[i] += 1;
+                Value::Null
+            } else {
+                if matches!(cell, Cell::Error(_)) {
+                    errors_kept += 1;
+                }
+                match values::convert(cell, c.kind) {
+                    Ok(v) => v,
+                    Err(values::NotOfType) => {
+                        let f = &mut failures[i];
+                        f.count += 1;
+                        if f.first.is_none() {
+                            let place = input
+                                .place()
+                                .row(row.number)
+                                .column(c.source.unwrap_or(0), Some(&c.name));
+                            f.first =
+                                Some((place, cell.as_text().unwrap_or_default().into_owned()));
+                        }
+                        Value::Null
+                    }
+                }
+            };
+            if v == Value::Null {
+                nulls[i] += 1;
+            }
+            values.push(v);
+        }
+        sink.push(values.drain(..))
+    })?;
+    progress.end();
+    if rows == 0 {
+        return Err(IngestError::input(
+            input.place(),
+            format!(
+                "the file has a header (row {}) but no rows of data",
+                header.row
+            ),
+            "give a file with data, or check --header-rows",
+        ));
+    }
+    let mut differences = Vec::new();
+    for (c, f) in columns.iter().zip(&failures) {
+        if let Some((place, value)) = &f.first {
+            differences.push(format!(
+                "{}: {} value{} cannot be read as {} (declared data_type); the first, at {place}, is {value:?}",
+                c.name,
+                f.count,
+                if f.count == 1 { "" } else { "s" },
+                c.kind.data_type()
+            ));
+        }
+    }
+    if !differences.is_empty() {
+        if options.accept_drift || def.is_none() {
+            if def.is_none() {
+                return Err(IngestError::Internal(format!(
+                    "values changed between the two reads of {}: {}",
+                    input.path.display(),
+                    differences.join("; ")
+                )));
+            }
+            for d in differences {
+                warnings.push(format!("{d}: stored as empty (--accept-drift)"));
+            }
+        } else {
+            return Err(IngestError::Drift {
+                file: input.path.clone(),
+                definition: folder.join(DEFINITION_FILE),
+                differences,
+            });
+        }
+    }
+    let written = sink.finish()?;
+    if blank > 0 {
+        warnings.push(format!("{blank} blank rows were skipped"));
+    }
+    if errors_kept > 0 {
+        warnings.push(format!("{errors_kept} cells hold a spreadsheet error value (such as #N/A) and were kept as that text"));
+    }
+    for (c, n) in columns.iter().zip(&marked) {
+        if *n > 0 {
+            warnings.push(format!(
+                "{}: {n} cells holding a null marker ({}) were stored as empty",
+                c.name,
+                null_markers.join(", ")
+            ));
+        }
+    }
+
+    // The skeleton, checked by the same reader `tally check` uses.
+    let mut id_field = def.as_ref().and_then(|d| d.id_field.clone());
+    let yaml = match &skeleton {
+        Some(sk) => {
+            let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
+            let indices: Vec<usize> = columns.iter().map(|c| c.source.unwrap_or(0)).collect();
+            let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+            let text = skeleton::write(&skeleton::SkeletonInput {
+                dataset_id: &options.dataset_id,
+                file_name: &file_name,
+                format: input.format.name(),
+                encoding: input.encoding.map(|e| e.name()),
+                sheet: input.sheet.as_deref(),
+                header_rows: header.header_rows,
+                title_row: header.title.as_deref(),
+                null_markers: &null_markers,
+                names: &names,
+                indices: &indices,
+                guesses: &sk.guesses,
+                id: sk.id,
+                rows: written,
+                data_file: &data_file,
+                date: &today,
+            });
+            if let Err(e) =
+                tally_semantic::load_definition(DEFINITION_FILE, &options.dataset_id, &text)
+            {
+                return Err(IngestError::Internal(format!(
+                    "the skeleton written for {} does not validate: {}",
+                    options.dataset_id,
+                    e.diagnostics
+                        .iter()
+                        .map(|d| format!("line {}: {} ({})", d.line, d.message, d.path))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )));
+            }
+            id_field = sk.id.map(|i| names[i].clone());
+            Some(text)
+        }
+        None => None,
+    };
+
+    // Into place: a new folder appears whole; an existing one gets its data first and then
+    // the definition (a folder without one is not served, so it is never seen half-made).
+    let target_data = folder.join(&data_file);
+    let mut staging = staging;
+    if !folder.exists() {
+        if let Some(text) = &yaml {
+            write_synced(&staging.dir.join(DEFINITION_FILE), text)?;
+        }
+        rename(&staging.dir, &folder)?;
+        staging.keep = true;
+    } else {
+        rename(&staged_data, &target_data)?;
+        if let Some(text) = &yaml {
+            let staged_yaml = staging.dir.join(DEFINITION_FILE);
+            write_synced(&staged_yaml, text)?;
+            rename(&staged_yaml, &folder.join(DEFINITION_FILE))?;
+        }
+    }
+    drop(staging);
+
+    let summary_columns = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let guess = skeleton.as_ref().map(|sk| &sk.guesses[i]);
+            let declared = def.as_ref().and_then(|d| d.field(&c.name));
+            ColumnSummary {
+                name: c.name.clone(),
+                data_type: c.kind.data_type(),
+                role: guess
+                    .map(|g| g.role)
+                    .or_else(|| declared.map(|f| f.role.as_str())),
+                from_column: c.source,
+                nulls: nulls[i],
+                multi_value: guess
+                    .and_then(|g| g.multi_value.clone())
+                    .or_else(|| declared.and_then(|f| f.multi_value.clone())),
+                codes: guess.and_then(|g| match &g.codelist {
+                    Some(infer::Codelist::Static(c)) => Some(c.len()),
+                    _ => None,
+                }),
+            }
+        })
+        .collect();
+    Ok(Summary {
+        dataset_id: options.dataset_id.clone(),
+        data_file: target_data,
+        definition: if yaml.is_some() { "written" } else { "kept" },
+        definition_file: folder.join(DEFINITION_FILE),
+        input: InputSummary {
+            file: file_name,
+            format: input.format.name(),
+            encoding: input.encoding.map(|e| e.name()),
+            encoding_detection: input.encoding_source,
+            sheet: input.sheet.clone(),
+            header_rows: header.header_rows,
+            bytes: input.size,
+            sha256,
+        },
+        rows: written,
+        columns: summary_columns,
+        id_field,
+        warnings,
+        questions,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn write_synced(path: &Path, text: &str) -> Result<(), IngestError> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)
+        .map_err(|e| IngestError::io(format!("cannot write {}", path.display()), e))?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| IngestError::io(format!("cannot write {}", path.display()), e))
+}
+
+/// The skeleton's guesses.
+struct Skeleton {
+    guesses: Vec<infer::Guess>,
+    id: Option<usize>,
+}
+
+/// Without a definition: one read to gather statistics, then a guess per column.
+fn infer_columns(
+    input: &Input,
+    header: &Header,
+    null_markers: &[String],
+    progress: &dyn Progress,
+) -> Result<(Vec<OutColumn>, Skeleton), IngestError> {
+    // Names must be unique and present.
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut duplicates = Vec::new();
+    for (i, n) in header.names.iter().enumerate() {
+        if n.is_empty() {
+            continue;
+        }
+        if let Some(first) = seen.insert(n.as_str(), i) {
+            duplicates.push(format!("{n:?} heads columns {} and {}", first + 1, i + 1));
+        }
+    }
+    if !duplicates.is_empty() {
+        return Err(IngestError::input(
+            input.place().row(header.row),
+            format!("the header names a column twice: {}", duplicates.join("; ")),
+            "give every column its own name in the header row",
+        ));
+    }
+    let indices: Vec<usize> = (0..header.names.len())
+        .filter(|i| !header.names[*i].is_empty())
+        .collect();
+    let mut stats: Vec<ColumnStats> = indices.iter().map(|_| ColumnStats::default()).collect();
+    let mut blank = 0;
+    progress.begin("reading", input.size);
+    let rows = scan_data(input, header, progress, &mut blank, &mut |row| {
+        for (s, &i) in stats.iter_mut().zip(&indices) {
+            let cell = row.cells.get(i).unwrap_or(&Cell::Empty);
+            if is_null_marker(cell, null_markers) {
+                s.add(row.number, &Cell::Empty);
+            } else {
+                s.add(row.number, cell);
+            }
+        }
+        Ok(())
+    })?;
+    progress.end();
+    let names: Vec<String> = indices.iter().map(|i| header.names[*i].clone()).collect();
+    let (guesses, id) = infer::guess(&names, &stats, rows);
+    let columns = indices
+        .iter()
+        .zip(&guesses)
+        .enumerate()
+        .map(|(k, (&i, g))| OutColumn {
+            name: names[k].clone(),
+            kind: g.kind,
+            source: Some(i),
+            dictionary: Some(k) != id,
+            bloom: Some(k) == id,
+        })
+        .collect();
+    Ok((columns, Skeleton { guesses, id }))
+}
+
+/// With a definition: each declared field's column, found by `csv_col_index` or by name, and
+/// every difference between the file and the definition.
+fn map_definition(
+    input: &Input,
+    header: &Header,
+    def: &DatasetDef,
+    accept_drift: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<OutColumn>, IngestError> {
+    let names = &header.names;
+    let norm = |s: &str| tally_semantic::names::normalize(s);
+    let find = |name: &str| -> Vec<usize> {
+        let exact: Vec<usize> = (0..names.len()).filter(|i| names[*i] == name).collect();
+        if !exact.is_empty() {
+            return exact;
+        }
+        let n = norm(name);
+        (0..names.len())
+            .filter(|i| !names[*i].is_empty() && norm(&names[*i]) == n)
+            .collect()
+    };
+    let place = |i: usize| {
+        if input.format.is_sheet() {
+            format!("column {}", error::column_letters(i))
+        } else {
+            format!("column {}", i + 1)
+        }
+    };
+    let mut differences = Vec::new();
+    let mut used = vec![false; names.len()];
+    let mut columns = Vec::new();
+    for f in &def.fields {
+        let by_name = find(&f.name);
+        let source = match f.csv_col_index.map(|i| i as usize) {
+            Some(i)
+                if i < names.len() && (names[i] == f.name || norm(&names[i]) == norm(&f.name)) =>
+            {
+                Some(i)
+            }
+            Some(i) => {
+                let at = if i < names.len() {
+                    format!("{} is headed {:?}", place(i), names[i])
+                } else {
+                    format!("the file has only {} columns", names.len())
+                };
+                match by_name.as_slice() {
+                    [k] => {
+                        differences.push(format!(
+                            "{}: declared at csv_col_index {i}, but {at}; {:?} is {} now",
+                            f.name,
+                            f.name,
+                            place(*k)
+                        ));
+                        Some(*k)
+                    }
+                    _ => {
+                        differences.push(format!(
+                            "{}: declared at csv_col_index {i}, but {at}, and no column is named {:?}",
+                            f.name, f.name
+                        ));
+                        None
+                    }
+                }
+            }
+            None => match by_name.as_slice() {
+                [k] => Some(*k),
+                [] => {
+                    differences.push(format!(
+                        "{}: a declared field, but no column of the file is named so",
+                        f.name
+                    ));
+                    None
+                }
+                many => {
+                    differences.push(format!(
+                        "{}: {} columns are named so ({}); give the field a csv_col_index",
+                        f.name,
+                        many.len(),
+                        many.iter()
+                            .map(|k| place(*k))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                    None
+                }
+            },
+        };
+        if let Some(s) = source {
+            used[s] = true;
+            if names[s] != f.name {
+                warnings.push(format!(
+                    "{}: the file heads it {:?} (read as the same name)",
+                    f.name, names[s]
+                ));
+            }
+        } else if accept_drift {
+            warnings.push(format!(
+                "{}: not in the file; written as an empty column (--accept-drift)",
+                f.name
+            ));
+        }
+        columns.push(OutColumn {
+            name: f.name.clone(),
+            kind: Kind::from_definition(f.data_type),
+            source,
+            dictionary: f.role != tally_semantic::definition::Role::Id,
+            bloom: def.id_field.as_deref() == Some(f.name.as_str()),
+        });
+    }
+    for (i, n) in names.iter().enumerate() {
+        if used[i] || n.is_empty() {
+            continue;
+        }
+        differences.push(format!(
+            "{} {n:?} is in the file but not declared in dataset.yaml",
+            place(i)
+        ));
+        if accept_drift {
+            warnings.push(format!(
+                "{n}: not declared; kept in the data as text (not served until it is declared)"
+            ));
+            columns.push(OutColumn {
+                name: n.clone(),
+                kind: Kind::Text,
+                source: Some(i),
+                dictionary: true,
+                bloom: false,
+            });
+        }
+    }
+    if !differences.is_empty() && !accept_drift {
+        return Err(IngestError::Drift {
+            file: input.path.clone(),
+            definition: PathBuf::from(format!("{}/{DEFINITION_FILE}", def.id)),
+            differences,
+        });
+    }
+    Ok(columns)
+}

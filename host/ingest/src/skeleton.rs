@@ -1,0 +1,197 @@
+//! The `dataset.yaml` written when a folder has none: the guesses, each one a person must
+//! confirm marked `# TODO` with its reason. The text is checked by the semantic layer's own
+//! reader before it is written, so `tally check` accepts it as it is.
+
+use std::fmt::Write;
+
+use crate::infer::{Codelist, Guess};
+
+/// What the skeleton is written from.
+#[derive(Debug)]
+pub struct SkeletonInput<'a> {
+    pub dataset_id: &'a str,
+    pub file_name: &'a str,
+    pub format: &'a str,
+    pub encoding: Option<&'a str>,
+    pub sheet: Option<&'a str>,
+    pub header_rows: u32,
+    /// The text of a title row above the header, if one was found.
+    pub title_row: Option<&'a str>,
+    pub null_markers: &'a [String],
+    pub names: &'a [String],
+    /// The column index of each name in the file.
+    pub indices: &'a [usize],
+    pub guesses: &'a [Guess],
+    pub id: Option<usize>,
+    pub rows: u64,
+    pub data_file: &'a str,
+    pub date: &'a str,
+}
+
+/// A YAML scalar: plain where that reads back as the same string, double-quoted otherwise.
+pub fn scalar(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.trim() == s
+        && !s.starts_with([
+            '-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%',
+            '@', '`', '.', '+', '~',
+        ])
+        && !s.chars().next().is_some_and(|c| c.is_ascii_digit())
+        && !s.contains(": ")
+        && !s.contains(" #")
+        && !s.ends_with(':')
+        && !s.chars().any(|c| c.is_control() || c == '\u{feff}')
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "y" | "n"
+        );
+    if plain {
+        s.to_string()
+    } else {
+        // A JSON string is a YAML double-quoted scalar.
+        serde_json::to_string(s).unwrap_or_else(|_| format!("\"{}\"", s.escape_default()))
+    }
+}
+
+/// One comment line (no line breaks inside).
+fn comment(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+pub fn write(input: &SkeletonInput<'_>) -> String {
+    let mut y = String::new();
+    let _ = writeln!(
+        y,
+        "# Written by `tally add {}` (Tally {}) on {} from {} ({}{}{}, {} header row{}, {} data rows).",
+        input.dataset_id,
+        env!("CARGO_PKG_VERSION"),
+        input.date,
+        comment(input.file_name),
+        input.format,
+        input.encoding.map(|e| format!(", {e}")).unwrap_or_default(),
+        input
+            .sheet
+            .map(|s| format!(", sheet {}", comment(s)))
+            .unwrap_or_default(),
+        input.header_rows,
+        if input.header_rows == 1 { "" } else { "s" },
+        input.rows
+    );
+    y.push_str(
+        "# Lines marked TODO are guesses for a person to confirm or complete: a field's role\n",
+    );
+    y.push_str(
+        "# decides how it can be filtered and grouped, and notes travel with every answer.\n",
+    );
+    y.push_str(
+        "# `tally check` accepts this file as it is; run `tally add` again after editing it.\n",
+    );
+    y.push_str("schema_version: \"1\"\n");
+    let stem = std::path::Path::new(input.file_name)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| input.dataset_id.to_string());
+    match input.title_row {
+        Some(t) => {
+            let _ = writeln!(
+                y,
+                "title: {}  # TODO: taken from the title row above the header; confirm",
+                scalar(t)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                y,
+                "title: {}  # TODO: the dataset's title as its publisher gives it",
+                scalar(&stem)
+            );
+        }
+    }
+    y.push_str("# publisher: TODO who publishes the data\n");
+    y.push_str("# license: TODO the licence it is published under\n");
+    y.push_str("# as_of_date: TODO the date the data describes (YYYY-MM-DD)\n");
+    y.push_str("source:\n");
+    y.push_str(
+        "  # url: TODO the publisher's page; with asset_pattern (a regular expression for the\n",
+    );
+    y.push_str("  # file's name), `tally fetch` downloads new versions from it\n");
+    let _ = writeln!(y, "  csv_filename: {}", scalar(input.file_name));
+    if input.header_rows != 1 {
+        let _ = writeln!(y, "  csv_header_rows: {}", input.header_rows);
+    }
+    if !input.null_markers.is_empty() {
+        let _ = writeln!(
+            y,
+            "  null_markers: [{}]",
+            input
+                .null_markers
+                .iter()
+                .map(|m| scalar(m))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if let Some(i) = input.id {
+        let _ = writeln!(y, "id_field: {}", scalar(&input.names[i]));
+    }
+    let _ = writeln!(y, "data_file: {}", scalar(input.data_file));
+    y.push_str("fields:\n");
+    for (i, (name, g)) in input.names.iter().zip(input.guesses).enumerate() {
+        let _ = writeln!(y, "- name: {}", scalar(name));
+        let _ = writeln!(y, "  role: {}", g.role);
+        let _ = writeln!(y, "  data_type: {}", g.kind.data_type());
+        if let Some(sep) = &g.multi_value {
+            if sep == ";" {
+                y.push_str("  multi_value: true\n");
+            } else {
+                let _ = writeln!(y, "  multi_value: {{separator: {}}}", scalar(sep));
+            }
+        }
+        match &g.codelist {
+            Some(Codelist::Auto) => y.push_str("  codelist: auto\n"),
+            Some(Codelist::AutoSplit) => y.push_str("  codelist: auto_split\n"),
+            Some(Codelist::Static(codes)) => {
+                y.push_str("  codelist:\n");
+                for c in codes {
+                    let _ = writeln!(y, "  - {}", scalar(c));
+                }
+            }
+            None => {}
+        }
+        let _ = writeln!(y, "  csv_col_index: {}", input.indices[i]);
+        for t in &g.todos {
+            let _ = writeln!(y, "  # TODO: {}", comment(t));
+        }
+        for q in &g.questions {
+            let _ = writeln!(y, "  # TODO (question): {}", comment(q));
+        }
+    }
+    y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_read_back_as_written() {
+        for s in [
+            "手続ID",
+            "処理期間(オンライン)",
+            "1 実施済",
+            "-",
+            "yes",
+            "a: b",
+            "x #y",
+            " padded",
+            "line\nbreak",
+            "添付書類等提出の撤廃/省略状況",
+            "007",
+            "\"quoted\"",
+        ] {
+            let yaml = format!("k: {}\n", scalar(s));
+            let node = tally_semantic::yaml::parse(&yaml).expect("parses");
+            assert_eq!(node.to_json()["k"].as_str(), Some(s), "{yaml}");
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! Integration tests of `tally add` and `tally fetch`'s library: one binary, modules by
+//! subject.
+
+mod common;
+mod inputs;
+mod reference;

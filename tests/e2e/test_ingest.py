@@ -1,0 +1,335 @@
+"""`tally add` and `tally fetch` as a user runs them, against a running `tally serve`.
+
+The publisher is a local HTTPS server on 127.0.0.1 with a certificate from a certificate
+authority made in the test (trustme); `tally fetch --ca-cert` trusts it. Its page links
+several files; the survey's workbook (the reference XLSX) is found by the published
+definition's `asset_pattern`. Nothing leaves the loopback interface.
+"""
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from conftest import HttpServer, tally_bin
+
+pytestmark = pytest.mark.anyio
+
+REFERENCE = Path(os.environ.get("TALLY_REFERENCE", Path(__file__).resolve().parents[3] / "shared" / "reference"))
+XLSX = REFERENCE / "source" / "20250729_procedures-survey-results_outline_02.xlsx"
+CSV = REFERENCE / "source" / "procedures-survey-r6.cp932.csv"
+DEFINITION = REFERENCE / "procedures-survey-r6.dataset.yaml"
+BOUND = 60.0
+
+
+def need_reference():
+    for p in (XLSX, CSV, DEFINITION):
+        if not p.is_file():
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI=true but the reference file {p} is missing")
+            pytest.skip(f"the reference file {p} is not beside the repository")
+
+
+class Publisher:
+    """A publisher's site: `pages` maps a path to (status, headers, body) or a callable that
+    handles the request itself."""
+
+    def __init__(self, tmp: Path):
+        import trustme
+
+        self.ca = trustme.CA()
+        cert = self.ca.issue_cert("127.0.0.1", "localhost")
+        self.ca_pem = tmp / "ca.pem"
+        self.ca.cert_pem.write_to_path(str(self.ca_pem))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        cert.configure_cert(context)
+        self.pages = {}
+        self.requests = []
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                site.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                page = site.pages.get(self.path)
+                if page is None:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if callable(page):
+                    page(self)
+                    return
+                status, headers, body = page
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"https://{host}:{self.port}{path}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+PAGE = "/resources/procedures-survey-results"
+ASSET = "/assets/contents/node/basic_page/field_ref_resources/5a3e/20250729_procedures-survey-results_outline_02.xlsx"
+
+
+def page_html(links) -> bytes:
+    items = "\n".join(f'<li><a href="{href}">{name}</a></li>' for href, name in links)
+    return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>行政手続等の棚卸調査結果</title></head><body><ul>{items}</ul></body></html>".encode()
+
+
+def workbook_with_etag(etag: str):
+    data = XLSX.read_bytes()
+
+    def handle(h):
+        if h.headers.get("If-None-Match") == etag:
+            h.send_response(304)
+            h.send_header("ETag", etag)
+            h.end_headers()
+            return
+        h.send_response(200)
+        h.send_header("Content-Type", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+        h.send_header("ETag", etag)
+        h.send_header("Last-Modified", "Tue, 29 Jul 2025 01:00:00 GMT")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    return handle
+
+
+def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run([tally_bin(), *args], capture_output=True, text=True, timeout=600)
+    if check and p.returncode != 0:
+        pytest.fail(f"tally {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
+    return p
+
+
+def small_csv(tmp: Path) -> Path:
+    """The survey's two header rows and its first three records, in cp932 as published."""
+    lines = CSV.read_bytes().split(b"\r\n")
+    path = tmp / "first-rows.cp932.csv"
+    path.write_bytes(b"\r\n".join(lines[:5]) + b"\r\n")
+    return path
+
+
+def body(result) -> dict:
+    return json.loads(result.content[0].text)
+
+
+async def summary_of(c) -> dict:
+    r = await c.call_tool("summarize_records", {"dataset_id": "procedures", "metrics": ["count"]})
+    assert not r.is_error, body(r)
+    return body(r)
+
+
+async def wait_for(what, probe):
+    started = time.monotonic()
+    while True:
+        value = await probe()
+        if value:
+            print(f"{what}: {time.monotonic() - started:.2f} s")
+            return value
+        if time.monotonic() - started > BOUND:
+            pytest.fail(f"{what}: not seen within {BOUND} s")
+        await anyio.sleep(0.2)
+
+
+async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
+    need_reference()
+    site = Publisher(tmp_path)
+    datasets = tmp_path / "datasets"
+    folder = datasets / "procedures"
+    folder.mkdir(parents=True)
+    definition = DEFINITION.read_text(encoding="utf-8").replace(
+        "https://www.digital.go.jp/resources/procedures-survey-results", site.url(PAGE)
+    )
+    (folder / "dataset.yaml").write_text(definition, encoding="utf-8")
+    site.pages[PAGE] = (
+        200,
+        {"Content-Type": "text/html; charset=utf-8"},
+        page_html(
+            [
+                ("/assets/old/20240701_procedures-survey-results_outline_02.xlsx", "令和5年度"),
+                (ASSET, "令和6年度（Excel）"),
+                ("/assets/20250729_procedures-survey-results_outline_01.pdf", "概要"),
+                ("https://example.org/unrelated.csv", "other"),
+            ]
+        ),
+    )
+    site.pages[ASSET] = workbook_with_etag('"r6-v1"')
+    server = None
+    try:
+        # First data: three records from the CSV, converted by `tally add` with the
+        # published definition in place.
+        added = json.loads(run("add", "procedures", str(small_csv(tmp_path)), "--datasets", str(datasets)).stdout)
+        assert added["rows"] == 3 and added["definition"] == "kept"
+        server = HttpServer("--rate-limit", "100000", "--rate-burst", "100000", datasets=str(datasets))
+        async with Client(server.url, mode="legacy", cache=None) as c:
+            before = await summary_of(c)
+            assert before["data"]["rows"] == [[3]]
+            assert any("no retrieval date" in w for w in before["provenance"]["warnings"]), before["provenance"]
+
+            fetched = run("fetch", "procedures", "--datasets", str(datasets), "--ca-cert", str(site.ca_pem))
+            out = json.loads(fetched.stdout)
+            assert out["status"] == "updated", out
+            assert out["asset_url"] == site.url(ASSET)
+            assert len(out["candidates"]) == 2, "both workbooks match; the newest was chosen"
+            assert out["added"]["rows"] == 75071
+            assert "downloading" in fetched.stderr, "progress is reported on stderr"
+            record = json.loads((folder / ".fetch.json").read_text(encoding="utf-8"))
+            assert record["pageUrl"] == site.url(PAGE)
+            assert record["assetUrl"] == site.url(ASSET)
+            assert record["size"] == XLSX.stat().st_size
+            import hashlib
+
+            assert record["sha256"] == "sha256:" + hashlib.sha256(XLSX.read_bytes()).hexdigest()
+            assert record["etag"] == '"r6-v1"'
+            assert record["lastModified"] == "Tue, 29 Jul 2025 01:00:00 GMT"
+            assert record["retrievedAt"] == record["fetched_at"]
+
+            async def reloaded():
+                s = await summary_of(c)
+                return s if s["data"]["rows"] == [[75071]] else None
+
+            after = await wait_for("the server answers from the fetched data", reloaded)
+            source = after["provenance"]["sources"][0]
+            assert source["retrievedAt"] == record["retrievedAt"], source
+            assert not any("no retrieval date" in w for w in after["provenance"]["warnings"]), after["provenance"]
+            served = (folder / "data.parquet").read_bytes()
+
+            # Unchanged: a conditional request answered 304, nothing touched.
+            again = run("fetch", "procedures", "--datasets", str(datasets), "--ca-cert", str(site.ca_pem))
+            assert json.loads(again.stdout)["status"] == "unchanged"
+            assert "HTTP 304" in again.stderr
+            assert site.requests[-1][1].get("if-none-match") == '"r6-v1"'
+            assert (folder / "data.parquet").read_bytes() == served
+
+            def refused(links, *extra, expect: str):
+                site.pages[PAGE] = (200, {"Content-Type": "text/html"}, page_html(links))
+                p = run("fetch", "procedures", "--datasets", str(datasets), "--ca-cert", str(site.ca_pem), *extra, check=False)
+                assert p.returncode != 0, p.stdout
+                assert expect in p.stderr, p.stderr
+                assert json.loads((folder / ".fetch.json").read_text(encoding="utf-8")) == record
+                assert (folder / "data.parquet").read_bytes() == served
+                return p
+
+            newer = "/assets/20260401_procedures-survey-results_outline_02.xlsx"
+            # A redirect to plain http.
+            site.pages[newer] = (302, {"Location": f"http://127.0.0.1:{site.port}{ASSET}"}, b"")
+            refused([(newer, "new")], expect="only https is fetched")
+            # A host that is not the page's.
+            refused([(site.url(newer, host="localhost"), "new")], expect="the host localhost is not the page's host")
+            # A download that breaks off before its Content-Length.
+            data = XLSX.read_bytes()
+
+            def truncated(h):
+                h.send_response(200)
+                h.send_header("Content-Length", str(len(data)))
+                h.end_headers()
+                h.wfile.write(data[: len(data) // 3])
+                h.wfile.flush()
+                h.close_connection = True
+
+            site.pages[newer] = truncated
+            refused([(newer, "new")], expect="nothing was changed")
+            # An HTML page served under the workbook's name.
+            site.pages[newer] = (200, {"Content-Type": "text/html"}, b"<!DOCTYPE html><html><body>Please log in</body></html>")
+            refused([(newer, "new")], expect="the server sent an HTML page")
+            # A page with no matching link lists what it has.
+            refused([("/assets/notes.pdf", "notes")], expect="no link on")
+
+            # Through all of it the server kept answering from the fetched data.
+            still = await summary_of(c)
+            assert still["data"]["rows"] == [[75071]]
+            assert still["provenance"]["sources"][0]["retrievedAt"] == record["retrievedAt"]
+    finally:
+        if server:
+            server.stop()
+        site.stop()
+
+
+async def test_add_into_a_running_server_reloads_it_once_with_a_skeleton(tmp_path):
+    need_reference()
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    server = HttpServer("--rate-limit", "100000", "--rate-burst", "100000", datasets=str(datasets))
+    try:
+        async with Client(server.url, mode="legacy", cache=None) as c:
+            p = run("add", "survey", str(CSV), "--datasets", str(datasets))
+            summary = json.loads(p.stdout)
+            assert summary["definition"] == "written"
+            assert "reading" in p.stderr and "converting" in p.stderr, "plain progress lines off a terminal"
+            assert not p.stdout.lstrip().startswith("tally"), "stdout holds only the summary"
+            checked = run("check", str(datasets))
+            assert "1 dataset(s) valid" in checked.stdout, checked.stdout
+
+            async def served():
+                r = await c.call_tool("summarize_records", {"dataset_id": "survey", "group_by": ["オンライン化の実施状況"]})
+                return None if r.is_error else body(r)
+
+            s = await wait_for("the new dataset is served", served)
+            assert s["data"]["total_group_count"] >= 5
+            inspected = body(await c.call_tool("inspect_dataset", {"dataset_id": "survey"}))
+            roles = {f["name"]: f["role"] for f in inspected["data"]["fields"]}
+            assert roles["手続ID"] == "id" and roles["総手続件数"] == "measure"
+    finally:
+        server.stop()
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    bad = tmp_path / "ragged.csv"
+    bad.write_text("a,b,c\n1,2,3\n4,5\n", encoding="utf-8")
+    p = run("add", "x", str(bad), "--datasets", str(datasets), check=False)
+    assert p.returncode == 1
+    assert p.stdout == "", "nothing on stdout but a summary"
+    error = json.loads(p.stderr.strip().splitlines()[-1])["error"]
+    assert error["kind"] == "bad_input"
+    assert "ragged.csv, row 3: the row has 2 fields but the header (row 1) has 3" in error["message"]
+    assert "hint" in error
+    assert list(datasets.iterdir()) == [], "nothing written, nothing left behind"
+
+
+def test_a_csv_dropped_into_datasets_says_how_to_convert_it(tmp_path):
+    datasets = tmp_path / "datasets"
+    (datasets / "named").mkdir(parents=True)
+    (datasets / "named" / "dataset.yaml").write_text(
+        'schema_version: "1"\ntitle: t\ndata_file: data.csv\nfields:\n- {name: a, role: id}\n', encoding="utf-8"
+    )
+    (datasets / "named" / "data.csv").write_text("a\n1\n", encoding="utf-8")
+    (datasets / "beside").mkdir()
+    (datasets / "beside" / "dataset.yaml").write_text('schema_version: "1"\ntitle: t\nfields:\n- {name: a, role: id}\n', encoding="utf-8")
+    (datasets / "beside" / "survey.xlsx").write_bytes(b"PK\x03\x04")
+    p = run("check", str(datasets), check=False)
+    assert p.returncode != 0
+    text = p.stdout + p.stderr
+    assert "`data.csv` is a CSV file, not Parquet" in text, text
+    assert "tally add named" in text, text
+    assert "still being written" not in text, text
+    assert "which holds `survey.xlsx`" in text and "tally add beside" in text, text
