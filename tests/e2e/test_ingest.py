@@ -220,6 +220,13 @@ async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
             source = after["provenance"]["sources"][0]
             assert source["retrievedAt"] == record["retrievedAt"], source
             assert not any("no retrieval date" in w for w in after["provenance"]["warnings"]), after["provenance"]
+            steps = [t["description"] for t in after["provenance"]["transformations"]]
+            assert any(
+                "converted from 20250729_procedures-survey-results_outline_02.xlsx (xlsx, sheet 手続一覧, 2 header rows, "
+                + record["sha256"]
+                in d
+                for d in steps
+            ), steps
             served = (folder / "data.parquet").read_bytes()
 
             # Unchanged: a conditional request answered 304, nothing touched.
@@ -260,6 +267,19 @@ async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
             # An HTML page served under the workbook's name.
             site.pages[newer] = (200, {"Content-Type": "text/html"}, b"<!DOCTYPE html><html><body>Please log in</body></html>")
             refused([(newer, "new")], expect="the server sent an HTML page")
+            # More than --max-bytes (said by Content-Length before anything is read).
+            site.pages[newer] = workbook_with_etag('"r7"')
+            refused([(newer, "new")], "--max-bytes", "100000", expect="more than --max-bytes 100000")
+
+            # A publisher that stops answering.
+            def silent(h):
+                time.sleep(6)
+                h.send_response(200)
+                h.send_header("Content-Length", "0")
+                h.end_headers()
+
+            site.pages[newer] = silent
+            refused([(newer, "new")], "--timeout", "2", expect="did not answer in time")
             # A page with no matching link lists what it has.
             refused([("/assets/notes.pdf", "notes")], expect="no link on")
 

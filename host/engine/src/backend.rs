@@ -234,6 +234,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
             .filter(|h| !h.is_empty())
             .map(|h| (h, None))
     }
+    /// How the served files were made from the publisher's, when a tool says so (`tally add`
+    /// records the input's name, hash, format and sheet in a Parquet footer): said in the
+    /// answer's transformations before the extract step.
+    fn origin(&self) -> Option<String> {
+        None
+    }
     /// What `inspect_dataset` says about the backend.
     fn describe(&self) -> crate::results::BackendDescription {
         crate::results::BackendDescription::of(self.kind())

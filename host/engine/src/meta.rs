@@ -245,6 +245,9 @@ pub fn read_and_normalized(
         Some((_, Some(how))) => format!("; {how}"),
         _ => String::new(),
     };
+    if let Some(origin) = ds.backend.origin() {
+        provenance.step(TransformationType::Extract, origin);
+    }
     provenance.step(
         TransformationType::Extract,
         format!(

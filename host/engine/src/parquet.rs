@@ -394,6 +394,48 @@ fn files_of(folder: &Path, data_file: &str) -> Result<FileSet, Refusal> {
     })
 }
 
+/// `converted by tally add 0.1.0 on … from 20250729_….xlsx (xlsx, sheet 手続一覧, 2 header
+/// rows, sha256:…) into data.parquet`, from the record `tally add` leaves in the footer.
+/// Anything that does not read as such a record says nothing (the file's writer is not
+/// trusted to be Tally: the words are built only from the fields, each shown as text).
+fn ingest_origin(record: &str, relative: &str) -> Option<String> {
+    if record.len() > 4096 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(record).ok()?;
+    let text = |k: &str| {
+        v.get(k).and_then(|x| x.as_str()).map(|s| {
+            s.chars()
+                .filter(|c| !c.is_control())
+                .take(200)
+                .collect::<String>()
+        })
+    };
+    let file = text("file")?;
+    let mut how = vec![text("format").unwrap_or_default()];
+    if let Some(e) = text("encoding") {
+        how.push(e);
+    }
+    if let Some(sheet) = text("sheet") {
+        how.push(format!("sheet {sheet}"));
+    }
+    if let Some(n) = v.get("header_rows").and_then(|x| x.as_u64()) {
+        how.push(format!("{n} header row{}", if n == 1 { "" } else { "s" }));
+    }
+    if let Some(h) = text("sha256") {
+        how.push(h);
+    }
+    how.retain(|s| !s.is_empty());
+    Some(format!(
+        "`{relative}` was converted from {file} ({}) by tally add {}{}",
+        how.join(", "),
+        text("version").unwrap_or_default(),
+        text("converted_at")
+            .map(|t| format!(" at {t}"))
+            .unwrap_or_default()
+    ))
+}
+
 /// The kind of a file `tally add` converts, by its extension.
 fn convertible_kind(path: &Path) -> Option<&'static str> {
     let ext = path.extension()?.to_str()?.to_ascii_lowercase();
@@ -554,6 +596,20 @@ impl Backend for ParquetBackend {
 
     fn streams(&self) -> bool {
         true
+    }
+
+    /// The `tally.ingest` record `tally add` writes into the footer, in words.
+    fn origin(&self) -> Option<String> {
+        let [part] = self.parts.as_slice() else {
+            return None;
+        };
+        let kv = part.footer.metadata.file_metadata().key_value_metadata()?;
+        let record = kv
+            .iter()
+            .find(|k| k.key == "tally.ingest")?
+            .value
+            .as_deref()?;
+        ingest_origin(record, &part.relative)
     }
 
     async fn stream(
