@@ -353,3 +353,45 @@ def test_a_csv_dropped_into_datasets_says_how_to_convert_it(tmp_path):
     assert "tally add named" in text, text
     assert "still being written" not in text, text
     assert "which holds `survey.xlsx`" in text and "tally add beside" in text, text
+
+
+def test_workbooks_as_a_spreadsheet_program_writes_them(tmp_path):
+    """A workbook written by openpyxl (numbers, dates, a formula's cached value absent), and
+    the same workbook encrypted with a password as Excel does (msoffcrypto-tool)."""
+    import datetime
+
+    import openpyxl
+    from msoffcrypto.format.ooxml import OOXMLFile
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "一覧"
+    sheet.append(["令和6年度 集計"])
+    sheet.append(["コード", "名称", "件数", "比率", "基準日"])
+    sheet.append(["001", "申請", 12, 0.5, datetime.date(2024, 4, 1)])
+    sheet.append(["002", "届出", 3, 0.25, datetime.date(2024, 10, 1)])
+    other = book.create_sheet("メモ")
+    other.append(["項目"])
+    other.append(["二枚目"])
+    plain = tmp_path / "plain.xlsx"
+    book.save(plain)
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    out = json.loads(run("add", "book", str(plain), "--datasets", str(datasets)).stdout)
+    types = {c["name"]: (c["data_type"], c.get("role")) for c in out["columns"]}
+    assert out["input"]["sheet"] == "一覧" and out["input"]["header_rows"] == 2
+    assert types["コード"][0] == "string", "codes with leading zeros stay text"
+    assert types["件数"] == ("integer", "measure")
+    assert types["比率"] == ("number", "measure")
+    assert types["基準日"][0] == "date"
+    named = json.loads(run("add", "memo", str(plain), "--sheet", "メモ", "--datasets", str(datasets)).stdout)
+    assert named["input"]["sheet"] == "メモ" and named["rows"] == 1
+
+    locked = tmp_path / "locked.xlsx"
+    with plain.open("rb") as f, locked.open("wb") as out_file:
+        OOXMLFile(f).encrypt("Passw0rd", out_file)
+    p = run("add", "locked", str(locked), "--datasets", str(datasets), check=False)
+    assert p.returncode == 1
+    assert "locked.xlsx: the workbook is password-protected (encrypted)" in p.stderr, p.stderr
+    assert "remove the password" in p.stderr
+    assert not (datasets / "locked").exists()
