@@ -530,9 +530,12 @@ impl LineIndex {
         self.produced += out.len() as u64;
     }
 
-    /// The 1-based line of the decoded byte at `offset` (offsets must not go back).
+    /// The 1-based line of a record the CSV reader says starts at `offset` (offsets must
+    /// not go back). A break *at* the offset counts as passed: after `\r` ends a record the
+    /// reader places the next one at the `\n` that follows, and no record starts with a
+    /// line break (empty lines are skipped).
     fn line_of(&mut self, offset: u64) -> u64 {
-        while self.breaks.front().is_some_and(|b| *b < offset) {
+        while self.breaks.front().is_some_and(|b| *b <= offset) {
             self.breaks.pop_front();
             self.passed += 1;
         }

@@ -547,3 +547,19 @@ fn a_definition_for_a_plugin_or_a_file_set_is_not_overwritten() {
     let (_, text) = error_of(add(&options(dir.path(), "../escape", &f), &Silent));
     assert!(text.contains("cannot be a dataset id"), "{text}");
 }
+
+#[test]
+fn rows_are_numbered_as_lines_of_the_file_whatever_the_line_ends() {
+    for (name, end) in [("lf.csv", "\n"), ("crlf.csv", "\r\n")] {
+        let dir = datasets();
+        let text = ["title,,", "a,b,c", "1,\"two\nlines\",3", "4,5"].join(end) + end;
+        let f = write(dir.path(), name, text.as_bytes());
+        let (_, message) = error_of(add(&options(dir.path(), "x", &f), &Silent));
+        assert!(
+            message.contains(&format!(
+                "{name}, row 5: the row has 2 fields but the header (row 2) has 3"
+            )),
+            "{name}: {message}"
+        );
+    }
+}
