@@ -395,3 +395,54 @@ def test_workbooks_as_a_spreadsheet_program_writes_them(tmp_path):
     assert "locked.xlsx: the workbook is password-protected (encrypted)" in p.stderr, p.stderr
     assert "remove the password" in p.stderr
     assert not (datasets / "locked").exists()
+
+
+async def test_a_running_server_reloads_once_per_add(tmp_path):
+    """The server's own log counts the reloads: `tally add` of a new folder (data and a
+    skeleton) is one `dataset added`, never a broken state; a second version of the data is
+    one `dataset changed`."""
+    import re
+
+    need_reference()
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    log = tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [tally_bin(), "serve", "--http", "127.0.0.1:0", "--datasets", str(datasets)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, "TALLY_LOG": "info"},
+        )
+    try:
+        port = None
+        deadline = time.monotonic() + BOUND
+        while port is None and time.monotonic() < deadline:
+            m = re.search(r"serving MCP at http://127\.0\.0\.1:(\d+)/mcp", log.read_text())
+            port = int(m.group(1)) if m else None
+            time.sleep(0.1)
+        assert port, log.read_text()
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy", cache=None) as c:
+            run("add", "survey", str(CSV), "--datasets", str(datasets))
+
+            async def rows(want):
+                r = await c.call_tool("summarize_records", {"dataset_id": "survey"})
+                return not r.is_error and body(r)["data"]["rows"][0][0] == want
+
+            await wait_for("added", lambda: rows(75071))
+            # A second version, converted by the skeleton the first one wrote.
+            run("add", "survey", str(small_csv(tmp_path)), "--datasets", str(datasets))
+            await wait_for("changed", lambda: rows(3))
+            await anyio.sleep(3)
+        text = log.read_text()
+        events = []
+        for line in text.splitlines():
+            if "survey" not in line:
+                continue
+            for kind in ("dataset added", "dataset changed", "dataset removed", "cannot be served"):
+                if kind in line:
+                    events.append(kind)
+        assert events == ["dataset added", "dataset changed"], text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

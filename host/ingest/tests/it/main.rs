@@ -1,6 +1,7 @@
 //! Integration tests of `tally add` and `tally fetch`'s library: one binary, modules by
 //! subject.
 
+mod architecture;
 mod common;
 mod inputs;
 mod reference;
