@@ -287,6 +287,16 @@ async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
             still = await summary_of(c)
             assert still["data"]["rows"] == [[75071]]
             assert still["provenance"]["sources"][0]["retrievedAt"] == record["retrievedAt"]
+
+            # Data added by hand no longer comes from the fetched file: the record goes, and
+            # the next fetch downloads and converts again instead of answering "unchanged".
+            local = run("add", "procedures", str(small_csv(tmp_path)), "--datasets", str(datasets))
+            assert ".fetch.json was removed" in local.stderr, local.stderr
+            assert not (folder / ".fetch.json").exists()
+            site.pages[PAGE] = (200, {"Content-Type": "text/html"}, page_html([(ASSET, "令和6年度")]))
+            refetched = json.loads(run("fetch", "procedures", "--datasets", str(datasets), "--ca-cert", str(site.ca_pem)).stdout)
+            assert refetched["status"] == "updated" and refetched["added"]["rows"] == 75071
+            assert "if-none-match" not in site.requests[-1][1], "no conditional request for data not served"
     finally:
         if server:
             server.stop()

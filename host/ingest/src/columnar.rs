@@ -21,7 +21,7 @@ pub fn scan_parquet(
         IngestError::input(
             input.place(),
             format!("cannot read the Parquet file: {e}"),
-            "check that the file is a complete Parquet file (a file still being written, or truncated, cannot be read)",
+            "check that the file is a complete Parquet file (not truncated or still being written) with flat columns (nested lists and structs cannot be converted: flatten them first)",
         )
     };
     let file = File::open(&input.path)

@@ -43,6 +43,8 @@ pub struct FetchOptions {
     pub timeout: Duration,
     /// How the downloaded file is converted.
     pub add: AddOptions,
+    /// Download and convert even when the file is the one already served.
+    pub force: bool,
 }
 
 /// `.fetch.json`: where the served data came from. `fetched_at` and `fetched_from` are the
@@ -67,6 +69,14 @@ pub struct FetchRecord {
     pub content_type: Option<String>,
     #[serde(rename = "tallyVersion")]
     pub tally_version: String,
+    /// SHA-256 of the `dataset.yaml` the file was converted with: an edited definition means
+    /// converting again, even when the publisher's file is unchanged.
+    #[serde(
+        rename = "definitionSha256",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub definition_sha256: Option<String>,
 }
 
 /// What `tally fetch` did: printed as JSON on stdout.
@@ -416,7 +426,11 @@ fn verify_kind(path: &Path, name: &str, content_type: Option<&str>) -> Result<()
         )
     };
     let ok = match ext.as_str() {
-        "xlsx" | "xlsm" => head.starts_with(b"PK\x03\x04"),
+        // A compound file is an encrypted (or old) workbook: `add` says which.
+        "xlsx" | "xlsm" => {
+            head.starts_with(b"PK\x03\x04")
+                || head.starts_with(&[0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1])
+        }
         "parquet" => head.starts_with(b"PAR1"),
         _ => {
             !html && !content_type.is_some_and(|t| t.to_ascii_lowercase().starts_with("text/html"))
@@ -434,6 +448,25 @@ fn verify_kind(path: &Path, name: &str, content_type: Option<&str>) -> Result<()
     Ok(())
 }
 
+/// The SHA-256 of the file `tally add` converted the served data from (its footer record).
+fn served_source_hash(data: &Path) -> Option<String> {
+    let file = std::fs::File::open(data).ok()?;
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).ok()?;
+    let kv = builder.metadata().file_metadata().key_value_metadata()?;
+    let record = kv
+        .iter()
+        .find(|k| k.key == "tally.ingest")?
+        .value
+        .as_deref()?;
+    let v: serde_json::Value = serde_json::from_str(record).ok()?;
+    v.get("sha256")?.as_str().map(str::to_string)
+}
+
+fn sha256_text(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", sha2::Sha256::digest(bytes))
+}
+
 fn read_record(folder: &Path) -> Option<FetchRecord> {
     let text = std::fs::read_to_string(folder.join(FETCH_RECORD)).ok()?;
     serde_json::from_str(&text).ok()
@@ -442,6 +475,7 @@ fn read_record(folder: &Path) -> Option<FetchRecord> {
 /// Fetches the dataset's current file from its publisher and converts it.
 pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSummary, IngestError> {
     let id = &options.dataset_id;
+    crate::check_id(id)?;
     let folder = options.datasets.join(id);
     let def = crate::read_definition(&folder, id)?.ok_or_else(|| {
         IngestError::dataset(
@@ -548,8 +582,18 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
         None => (None, page.clone(), vec![page.to_string()]),
     };
 
-    // Download, conditionally when the same file was fetched before.
-    let previous = read_record(&folder).filter(|r| r.asset_url == asset.as_str());
+    // Download, conditionally when the data served was converted, with this definition, from
+    // the same file fetched from the same link.
+    let definition_sha256 = std::fs::read(folder.join(DEFINITION_FILE))
+        .ok()
+        .map(|b| sha256_text(&b));
+    let served = served_source_hash(&folder.join(&def.data_file));
+    let current = read_record(&folder).filter(|r| {
+        !options.force
+            && served.as_deref() == Some(r.sha256.as_str())
+            && r.definition_sha256 == definition_sha256
+    });
+    let previous = current.clone().filter(|r| r.asset_url == asset.as_str());
     let mut conditional: Vec<(&str, String)> = Vec::new();
     if let Some(p) = &previous {
         if let Some(e) = &p.etag {
@@ -694,9 +738,9 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
         last_modified,
         content_type,
         tally_version: env!("CARGO_PKG_VERSION").to_string(),
+        definition_sha256,
     };
-    let unchanged_bytes = read_record(&folder).is_some_and(|r| r.sha256 == sha256)
-        && folder.join(&def.data_file).is_file();
+    let unchanged_bytes = current.as_ref().is_some_and(|r| r.sha256 == sha256);
     if unchanged_bytes {
         return Ok(FetchSummary {
             dataset_id: id.clone(),
@@ -707,7 +751,7 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
             page_url,
             asset_url: asset.to_string(),
             candidates,
-            record: read_record(&folder),
+            record: current,
             added: None,
         });
     }
@@ -717,6 +761,7 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
     add.dataset_id = id.clone();
     add.datasets = options.datasets.clone();
     add.file = download.clone();
+    add.keep_fetch_record = true;
     let added = crate::add(&add, progress)?;
     let text =
         serde_json::to_string_pretty(&record).map_err(|e| IngestError::Internal(e.to_string()))?;

@@ -14,8 +14,10 @@ use crate::values::{Kind, NULL_MARKER_CANDIDATES, Shape, shape};
 const MAX_DISTINCT: usize = 5_000;
 /// Bytes of distinct values kept per column.
 const MAX_DISTINCT_BYTES: usize = 2 << 20;
-/// Values whose uniqueness is checked (8 bytes each); past it a column is not called unique.
-const MAX_UNIQUE_CHECKED: usize = 4_000_000;
+/// Values whose uniqueness is checked (a 64-bit hash each, about 18 bytes in the set); past
+/// it a column is not called unique. Only columns that could be the id keep a set: one with
+/// an empty cell, a fraction, a date or a boolean drops it.
+const MAX_UNIQUE_CHECKED: usize = 1_000_000;
 /// Separators of multi-value cells, in order of preference.
 const SEPARATORS: &[&str] = &[";", "；", "、", "\n"];
 /// A dim's codelist at most this long; more distinct values make an attr.
@@ -75,6 +77,7 @@ impl ColumnStats {
     pub fn add(&mut self, row: u64, cell: &Cell) {
         let Some(text) = cell.as_text() else {
             self.nulls += 1;
+            self.unique = None;
             return;
         };
         self.non_null += 1;
@@ -105,11 +108,14 @@ impl ColumnStats {
                 });
             }
         }
-        let hash = self.hasher.hash_one(text.as_ref());
-        if let Some(set) = &mut self.unique
-            && (!set.insert(hash) || set.len() > MAX_UNIQUE_CHECKED)
-        {
+        if matches!(s, Shape::Float | Shape::Bool | Shape::Date) {
             self.unique = None;
+        }
+        if let Some(set) = &mut self.unique {
+            let hash = self.hasher.hash_one(text.as_ref());
+            if !set.insert(hash) || set.len() > MAX_UNIQUE_CHECKED {
+                self.unique = None;
+            }
         }
         if let Some(map) = &mut self.distinct {
             if let Some(n) = map.get_mut(text.as_ref()) {
@@ -335,18 +341,7 @@ fn text_role(g: &mut Guess, s: &ColumnStats, values: u64) {
     if values_list.is_empty() {
         return;
     }
-    // Numbered codes (`1 実施済`, `2-1 …`): a static codelist.
-    if values_list.len() <= MAX_DIM_VALUES && values_list.iter().all(|v| numbered(v)) {
-        g.role = "dim";
-        g.codelist = Some(Codelist::Static(sorted_codes(
-            values_list.iter().map(|v| v.as_str()),
-        )));
-        g.todos.push(format!(
-            "{} numbered codes: a static codelist; add each code's description",
-            values_list.len()
-        ));
-        return;
-    }
+    // Several values to a cell first: `1 実施済;2 未実施` is two codes, not one.
     if let Some((sep, parts)) = multi_value(distinct) {
         g.multi_value = Some(sep.to_string());
         let shown = if sep == "\n" { "a line break" } else { sep };
@@ -362,6 +357,18 @@ fn text_role(g: &mut Guess, s: &ColumnStats, values: u64) {
                 g.codelist = Some(Codelist::AutoSplit);
             }
         }
+        return;
+    }
+    // Numbered codes (`1 実施済`, `2-1 …`): a static codelist.
+    if values_list.len() <= MAX_DIM_VALUES && values_list.iter().all(|v| numbered(v)) {
+        g.role = "dim";
+        g.codelist = Some(Codelist::Static(sorted_codes(
+            values_list.iter().map(|v| v.as_str()),
+        )));
+        g.todos.push(format!(
+            "{} numbered codes: a static codelist; add each code's description",
+            values_list.len()
+        ));
         return;
     }
     if values_list.len() <= MAX_DIM_VALUES
@@ -498,6 +505,24 @@ mod tests {
                 "5 国民等".into(),
                 "6 民間事業者等".into(),
                 "7 国民等、民間事業者等".into()
+            ]))
+        );
+    }
+
+    #[test]
+    fn several_numbered_codes_in_a_cell_are_multi_value_with_static_codes() {
+        let mut cells = Vec::new();
+        for _ in 0..5 {
+            cells.extend(["1 電子", "2 紙", "1 電子;2 紙", "3 その他", "2 紙;3 その他"]);
+        }
+        let g = guess_column("提出方法", &stats(&cells), cells.len() as u64);
+        assert_eq!(g.multi_value.as_deref(), Some(";"));
+        assert_eq!(
+            g.codelist,
+            Some(Codelist::Static(vec![
+                "1 電子".into(),
+                "2 紙".into(),
+                "3 その他".into()
             ]))
         );
     }

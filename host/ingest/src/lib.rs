@@ -77,6 +77,9 @@ pub struct AddOptions {
     pub accept_drift: bool,
     /// Values to store as empty, beside `source.null_markers`.
     pub null_markers: Vec<String>,
+    /// Keep `.fetch.json` (set by `fetch`, which writes a new one). Otherwise replacing the
+    /// data removes it: the data no longer comes from the fetched file.
+    pub keep_fetch_record: bool,
 }
 
 /// What `tally add` did: printed as JSON on stdout.
@@ -161,6 +164,23 @@ fn read_header(
     given: Option<u32>,
     detect_title: bool,
 ) -> Result<Header, IngestError> {
+    match given {
+        Some(0) => {
+            return Err(IngestError::input(
+                input.place(),
+                "0 header rows: a file without a header row cannot be read by name",
+                "add a header row naming the columns, or give --header-rows 1 or more (source.csv_header_rows in dataset.yaml)",
+            ));
+        }
+        Some(n) if n > 100 => {
+            return Err(IngestError::input(
+                input.place(),
+                format!("{n} header rows is more than the 100 read before the data"),
+                "give the number of rows above the data, the last of them the header",
+            ));
+        }
+        _ => {}
+    }
     let want = given.unwrap_or(1).max(1) as usize;
     let look = if given.is_none() && detect_title {
         2
@@ -300,8 +320,11 @@ fn scan_data(
 ) -> Result<u64, IngestError> {
     let mut seen: u64 = 0;
     let mut rows: u64 = 0;
+    // Blank lines and rows are layout in text files and sheets; in Parquet and JSON Lines a
+    // record of nulls is a record.
+    let skips_blank = input.format.has_header_rows();
     input.scan(&mut |row: Row<'_>| {
-        if non_empty(row.cells) == 0 {
+        if skips_blank && non_empty(row.cells) == 0 {
             if seen >= header.skip {
                 *blank += 1;
             }
@@ -325,30 +348,86 @@ fn scan_data(
 
 /// A value stored as empty because the definition or the command line names it.
 fn is_null_marker(cell: &Cell, markers: &[String]) -> bool {
-    !markers.is_empty()
-        && match cell {
-            Cell::Text(s) => {
-                let t = s.trim();
-                markers.iter().any(|m| m.trim() == t)
-            }
-            _ => false,
-        }
+    if markers.is_empty() {
+        return false;
+    }
+    // Any cell as it reads: a sheet's `#N/A` error, a `999` stored as a number.
+    cell.as_text().is_some_and(|t| {
+        let t = t.trim();
+        markers.iter().any(|m| m.trim() == t)
+    })
 }
 
-fn check_id(id: &str) -> Result<(), IngestError> {
-    let bad = id.is_empty()
-        || id.starts_with('.')
-        || id.len() > 128
-        || id
-            .chars()
-            .any(|c| c == '/' || c == '\\' || c.is_control() || c == ':');
-    if bad {
+/// A dataset id is the folder's name and appears in tool calls and URIs: the rule the
+/// definition reader applies.
+pub(crate) fn check_id(id: &str) -> Result<(), IngestError> {
+    if !tally_semantic::definition::valid_id(id) {
         return Err(IngestError::dataset(
-            format!("`{id}` cannot be a dataset id (it is the folder's name)"),
-            "use letters, digits, `-` and `_` (e.g. procedures-2025); no `/`, no leading `.`",
+            format!(
+                "{} cannot be a dataset id (it is the folder's name)",
+                tally_semantic::definition::quote_name(id)
+            ),
+            "use 1 to 64 ASCII letters, digits, `-`, `_` and `.` (e.g. procedures-2025), not starting with `.`",
         ));
     }
     Ok(())
+}
+
+/// Longest column name a definition accepts.
+const MAX_NAME_CHARS: usize = 200;
+
+/// Header names a definition could not declare: too long, with control or invisible
+/// characters, or two that read as one name (width and case folded).
+fn check_names(input: &Input, header: &Header) -> Result<(), IngestError> {
+    let mut problems = Vec::new();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, n) in header.names.iter().enumerate() {
+        if n.is_empty() {
+            continue;
+        }
+        if n.chars().count() > MAX_NAME_CHARS {
+            problems.push(format!(
+                "column {} is headed by {} characters (at most {MAX_NAME_CHARS}): {:?}…",
+                i + 1,
+                n.chars().count(),
+                n.chars().take(30).collect::<String>()
+            ));
+        }
+        let invisible = |c: char| {
+            c.is_control()
+                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+        };
+        if n.chars().any(invisible) {
+            problems.push(format!(
+                "column {} is headed {n:?}, with control or invisible characters",
+                i + 1
+            ));
+        }
+        let key = tally_semantic::names::normalize(n);
+        if let Some(first) = seen.insert(key, i) {
+            if header.names[first] == *n {
+                problems.push(format!("{n:?} heads columns {} and {}", first + 1, i + 1));
+            } else {
+                problems.push(format!(
+                    "{:?} (column {}) and {n:?} (column {}) read as the same name (width and case are not told apart)",
+                    header.names[first],
+                    first + 1,
+                    i + 1
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(IngestError::input(
+        input.place().row(header.row),
+        format!(
+            "the header names columns a dataset cannot declare: {}",
+            problems.join("; ")
+        ),
+        "give every column its own short name in the header row (or --header-rows if the header is another row)",
+    ))
 }
 
 /// The folder's definition, if it has one (an invalid one is an error: fix it first).
@@ -753,6 +832,19 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         staging.keep = true;
     } else {
         rename(&staged_data, &target_data)?;
+        let record = folder.join(fetch::FETCH_RECORD);
+        if !options.keep_fetch_record && record.exists() {
+            match std::fs::remove_file(&record) {
+                Ok(()) => warnings.push(format!(
+                    "{} was removed: the data served is now converted from {file_name}, not from the file fetched",
+                    fetch::FETCH_RECORD
+                )),
+                Err(e) => warnings.push(format!(
+                    "{} could not be removed ({e}): answers will cite the file fetched before, not {file_name}",
+                    fetch::FETCH_RECORD
+                )),
+            }
+        }
         if let Some(text) = &yaml {
             let staged_yaml = staging.dir.join(DEFINITION_FILE);
             write_synced(&staged_yaml, text)?;
@@ -831,24 +923,7 @@ fn infer_columns(
     null_markers: &[String],
     progress: &dyn Progress,
 ) -> Result<(Vec<OutColumn>, Skeleton), IngestError> {
-    // Names must be unique and present.
-    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    let mut duplicates = Vec::new();
-    for (i, n) in header.names.iter().enumerate() {
-        if n.is_empty() {
-            continue;
-        }
-        if let Some(first) = seen.insert(n.as_str(), i) {
-            duplicates.push(format!("{n:?} heads columns {} and {}", first + 1, i + 1));
-        }
-    }
-    if !duplicates.is_empty() {
-        return Err(IngestError::input(
-            input.place().row(header.row),
-            format!("the header names a column twice: {}", duplicates.join("; ")),
-            "give every column its own name in the header row",
-        ));
-    }
+    check_names(input, header)?;
     let indices: Vec<usize> = (0..header.names.len())
         .filter(|i| !header.names[*i].is_empty())
         .collect();
@@ -1001,7 +1076,13 @@ fn map_definition(
             "{} {n:?} is in the file but not declared in dataset.yaml",
             place(i)
         ));
-        if accept_drift {
+        let taken = columns.iter().any(|c: &OutColumn| norm(&c.name) == norm(n));
+        if accept_drift && taken {
+            warnings.push(format!(
+                "{} {n:?}: not declared, and its name is taken by a column written; left out",
+                place(i)
+            ));
+        } else if accept_drift {
             warnings.push(format!(
                 "{n}: not declared; kept in the data as text (not served until it is declared)"
             ));

@@ -131,6 +131,9 @@ pub struct Input {
 
 /// Bytes sniffed for detecting the encoding.
 const SNIFF_BYTES: usize = 1 << 20;
+/// The longest record a text file may hold. A quote that is never closed makes the rest of
+/// the file one value; this stops reading it (and holding it) long before the end.
+pub const MAX_RECORD_BYTES: u64 = 16 << 20;
 
 impl Input {
     /// Opens `path`, choosing the format by its name and first bytes, the encoding of text by
@@ -174,6 +177,12 @@ impl Input {
                 };
                 input.encoding = Some(encoding);
                 input.encoding_source = Some(source);
+                if let Format::Csv { delimiter: 0 } = format {
+                    let (text, _, _) = encoding.decode(&head);
+                    input.format = Format::Csv {
+                        delimiter: sniff_delimiter(&text),
+                    };
+                }
                 if format == Format::JsonLines && encoding != encoding_rs::UTF_8 {
                     return Err(IngestError::input(
                         Place::file(path),
@@ -240,6 +249,9 @@ impl Input {
         let bytes = counted.count.clone();
         let decoded = Decoding::new(counted, encoding);
         let lines = std::rc::Rc::clone(&decoded.index);
+        let record_start = std::rc::Rc::clone(&decoded.record_start);
+        let quotes = std::rc::Rc::clone(&decoded.quotes);
+        let mut last: Option<(u64, bool)> = None;
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(false)
             .flexible(true)
@@ -250,10 +262,27 @@ impl Input {
         let mut cells: Vec<Cell> = Vec::new();
         loop {
             match reader.read_record(&mut record) {
-                Ok(false) => return Ok(()),
+                Ok(false) => {
+                    // A quote opened in the last record and never closed: csv reads the rest
+                    // of the file as that one value, without an error of its own.
+                    if let Some((line, true)) = last
+                        && quotes.get() % 2 == 1
+                    {
+                        return Err(IngestError::input(
+                            self.place().row(line),
+                            "a quoted value opened in this record is never closed: the rest of the file was read as one value",
+                            "close the quote (a `\"` inside a quoted value is written `\"\"`)",
+                        ));
+                    }
+                    return Ok(());
+                }
                 Ok(true) => {}
-                Err(e) => return Err(self.text_error(e, encoding)),
+                Err(e) => {
+                    let line = last.map_or(1, |(l, _)| l + 1);
+                    return Err(self.text_error(e, encoding, line));
+                }
             }
+            record_start.set(reader.position().byte());
             let line = record
                 .position()
                 .map(|p| lines.borrow_mut().line_of(p.byte()))
@@ -266,6 +295,7 @@ impl Input {
                     Cell::Text(s.to_string())
                 }
             }));
+            last = Some((line, record.iter().any(|f| f.contains('\n'))));
             let flow = visit(Row {
                 number: line,
                 cells: &cells,
@@ -277,8 +307,20 @@ impl Input {
         }
     }
 
-    fn text_error(&self, e: csv::Error, encoding: &'static Encoding) -> IngestError {
+    fn text_error(&self, e: csv::Error, encoding: &'static Encoding, next: u64) -> IngestError {
         let line = e.position().map(|p| p.line());
+        if let csv::ErrorKind::Io(io) = e.kind()
+            && io.get_ref().is_some_and(|i| i.is::<RecordTooLong>())
+        {
+            return IngestError::input(
+                self.place().row(next),
+                format!(
+                    "the record starting here runs past {} MiB: a quoted value is probably never closed",
+                    MAX_RECORD_BYTES >> 20
+                ),
+                "close the quote (a `\"` inside a quoted value is written `\"\"`), or check that the file is delimited text",
+            );
+        }
         if let csv::ErrorKind::Io(io) = e.kind()
             && let Some(bad) = io.get_ref().and_then(|i| i.downcast_ref::<Undecodable>())
         {
@@ -357,9 +399,9 @@ fn detect_format(path: &Path, head: &[u8]) -> Result<Format, IngestError> {
         "tsv" | "tab" => Ok(Format::Csv { delimiter: b'\t' }),
         _ if zip => Ok(Format::Xlsx),
         _ if parquet => Ok(Format::Parquet),
-        "csv" | "txt" | "" => Ok(Format::Csv {
-            delimiter: sniff_delimiter(head),
-        }),
+        // The delimiter is chosen once the text is decoded (UTF-16 bytes hold commas and line
+        // feeds that are not characters).
+        "csv" | "txt" | "" => Ok(Format::Csv { delimiter: 0 }),
         _ => Err(IngestError::input(
             Place::file(path),
             format!("cannot tell the format of a .{ext} file"),
@@ -390,12 +432,20 @@ fn sniff(head: &[u8]) -> String {
     }
 }
 
-/// Tab when the first line has tabs and no commas, else comma.
-fn sniff_delimiter(head: &[u8]) -> u8 {
-    let line = head.split(|b| *b == b'\n').next().unwrap_or(head);
-    let tabs = line.iter().filter(|b| **b == b'\t').count();
-    let commas = line.iter().filter(|b| **b == b',').count();
-    if tabs > 0 && commas == 0 { b'\t' } else { b',' }
+/// Tab when more of the first lines hold tabs than commas (a title line of one cell holds
+/// neither), else comma.
+fn sniff_delimiter(text: &str) -> u8 {
+    let (mut tab_lines, mut comma_lines) = (0, 0);
+    for line in text.lines().take(20) {
+        let tabs = line.matches('\t').count();
+        let commas = line.matches(',').count();
+        if tabs > commas {
+            tab_lines += 1;
+        } else if commas > tabs {
+            comma_lines += 1;
+        }
+    }
+    if tab_lines > comma_lines { b'\t' } else { b',' }
 }
 
 /// The encoding for a label, with the names Windows and Python use for Shift_JIS's Microsoft
@@ -543,6 +593,18 @@ impl LineIndex {
     }
 }
 
+/// A record longer than [`MAX_RECORD_BYTES`]: an unclosed quote, or not delimited text.
+#[derive(Debug)]
+pub struct RecordTooLong;
+
+impl std::fmt::Display for RecordTooLong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a record longer than {} MiB", MAX_RECORD_BYTES >> 20)
+    }
+}
+
+impl std::error::Error for RecordTooLong {}
+
 /// Bytes that do not decode, where they are.
 #[derive(Debug)]
 pub struct Undecodable {
@@ -579,6 +641,10 @@ struct Decoding<R> {
     recent: Vec<u8>,
     done: bool,
     index: std::rc::Rc<std::cell::RefCell<LineIndex>>,
+    /// Where the record being read starts in the decoded text (set by the CSV loop).
+    record_start: std::rc::Rc<std::cell::Cell<u64>>,
+    /// `"` characters decoded so far: odd at the end means a quote was never closed.
+    quotes: std::rc::Rc<std::cell::Cell<u64>>,
 }
 
 impl<R: Read> Decoding<R> {
@@ -594,6 +660,8 @@ impl<R: Read> Decoding<R> {
             recent: Vec::new(),
             done: false,
             index: Default::default(),
+            record_start: Default::default(),
+            quotes: Default::default(),
         }
     }
 
@@ -615,6 +683,15 @@ impl<R: Read> Decoding<R> {
             self.out.truncate(written);
             self.lines += memchr_count(b'\n', &self.out) as u64;
             self.index.borrow_mut().record(&self.out);
+            self.quotes
+                .set(self.quotes.get() + memchr_count(b'"', &self.out) as u64);
+            let produced = self.index.borrow().produced;
+            if produced.saturating_sub(self.record_start.get()) > MAX_RECORD_BYTES + (1 << 17) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    RecordTooLong,
+                ));
+            }
             match result {
                 encoding_rs::DecoderResult::InputEmpty => {
                     self.consumed += read as u64;

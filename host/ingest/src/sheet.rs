@@ -122,8 +122,8 @@ fn open(path: &Path) -> Result<Xlsx<BufReader<File>>, IngestError> {
     })
 }
 
-/// The workbook's sheets, and the one to read: the one named, else the only one, else the
-/// first visible one that holds data (said in the summary).
+/// The workbook's sheets, and the one to read: the one named, else the first (the summary
+/// says which was read and lists the others).
 pub fn choose_sheet(
     path: &Path,
     wanted: Option<&str>,
@@ -199,6 +199,18 @@ pub fn scan(
             .map_err(|e| corrupt(path, format!("sheet `{sheet}`: {e}")))?;
         let Some(cell) = cell else { break };
         let (r, c) = cell.get_position();
+        // Excel's last cell is XFD1048576; a cell claimed past it would make the blank rows
+        // before it (or the row's cells) without end.
+        if c >= 16_384 || r >= 1_048_576 {
+            return Err(corrupt(
+                path,
+                format!(
+                    "a cell at row {}, column {} lies past a sheet's last cell (XFD1048576)",
+                    u64::from(r) + 1,
+                    u64::from(c) + 1
+                ),
+            ));
+        }
         if current != Some(r) {
             if let Some(prev) = current {
                 if emit(prev, &mut row, visit)? == Flow::Stop {
@@ -215,12 +227,6 @@ pub fn scan(
             current = Some(r);
         }
         let c = c as usize;
-        if c > 16_384 {
-            return Err(corrupt(
-                path,
-                format!("a cell past column XFD in row {}", r + 1),
-            ));
-        }
         if row.len() <= c {
             row.resize(c + 1, Cell::Empty);
         }

@@ -246,6 +246,8 @@ pub fn convert(cell: &Cell, kind: Kind) -> Result<Value, NotOfType> {
             Cell::Bool(b) => Ok(Value::Bool(*b)),
             Cell::Int(0) => Ok(Value::Bool(false)),
             Cell::Int(1) => Ok(Value::Bool(true)),
+            Cell::Float(f) if *f == 0.0 => Ok(Value::Bool(false)),
+            Cell::Float(f) if *f == 1.0 => Ok(Value::Bool(true)),
             Cell::Text(s) => match s.trim().to_ascii_lowercase().as_str() {
                 "true" | "1" => Ok(Value::Bool(true)),
                 "false" | "0" => Ok(Value::Bool(false)),

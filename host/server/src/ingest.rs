@@ -53,11 +53,12 @@ impl ReadFlags {
             read: ReadOptions {
                 encoding: self.encoding.clone(),
                 sheet: self.sheet.clone(),
-                max_unpacked_bytes: self.max_unpacked_mb.max(1) * 1024 * 1024,
+                max_unpacked_bytes: self.max_unpacked_mb.clamp(1, 1 << 30) * 1024 * 1024,
             },
             header_rows: self.header_rows,
             accept_drift: self.accept_drift,
             null_markers: self.null_markers.clone(),
+            keep_fetch_record: false,
         }
     }
 }
@@ -88,8 +89,12 @@ pub struct FetchFlags {
     #[arg(long = "ca-cert", value_name = "FILE")]
     ca_certs: Vec<PathBuf>,
     /// Time the page or the download may take, in seconds.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     timeout: u64,
+    /// Download and convert even when the file is the one already served (no conditional
+    /// request, no same-bytes shortcut).
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     read: ReadFlags,
 }
@@ -165,8 +170,9 @@ pub fn fetch(flags: FetchFlags) -> ExitCode {
         allow_hosts: flags.allow_hosts,
         max_bytes: flags.max_bytes,
         ca_certs: flags.ca_certs,
-        timeout: Duration::from_secs(flags.timeout.max(1)),
+        timeout: Duration::from_secs(flags.timeout.clamp(1, 86_400)),
         add: flags.read.options(&flags.dataset_id, PathBuf::new()),
+        force: flags.force,
     };
     let progress = Reporter::new("fetch");
     match tally_ingest::fetch::fetch(&options, &progress) {

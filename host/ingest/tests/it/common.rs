@@ -34,6 +34,7 @@ pub fn options(datasets: &Path, id: &str, file: &Path) -> AddOptions {
         header_rows: None,
         accept_drift: false,
         null_markers: Vec::new(),
+        keep_fetch_record: false,
     }
 }
 

@@ -252,7 +252,7 @@ fn headers_must_name_each_column_once() {
     let (_, text) = error_of(add(&options(dir.path(), "d", &f), &Silent));
     assert!(
         text.contains(
-            "d.csv, row 1: the header names a column twice: \"名称\" heads columns 1 and 3"
+            "d.csv, row 1: the header names columns a dataset cannot declare: \"名称\" heads columns 1 and 3"
         ),
         "{text}"
     );
@@ -562,4 +562,76 @@ fn rows_are_numbered_as_lines_of_the_file_whatever_the_line_ends() {
             "{name}: {message}"
         );
     }
+}
+
+#[test]
+fn an_unclosed_quote_is_refused_not_read_as_the_rest_of_the_file() {
+    let dir = datasets();
+    let f = write(dir.path(), "q.csv", b"a,b\n1,\"x\n2,y\n3,z\n");
+    let (_, text) = error_of(add(&options(dir.path(), "q", &f), &Silent));
+    assert!(
+        text.contains("q.csv, row 2: a quoted value opened in this record is never closed"),
+        "{text}"
+    );
+    // Long before the end of a large file: the record is stopped at 16 MiB.
+    let mut big = b"a,b\n1,\"x\n".to_vec();
+    let line = b"2,plain text that goes on and on\n";
+    while big.len() < (17 << 20) {
+        big.extend_from_slice(line);
+    }
+    let f = write(dir.path(), "long.csv", &big);
+    let (_, text) = error_of(add(&options(dir.path(), "q", &f), &Silent));
+    assert!(
+        text.contains("long.csv, row 2: the record starting here runs past 16 MiB"),
+        "{text}"
+    );
+}
+
+#[test]
+fn utf16_text_with_tabs_is_split_on_its_characters_not_its_bytes() {
+    // Excel's "Unicode text": UTF-16LE with a BOM, tab-separated, saved as .txt. 本 is the
+    // bytes 2C 67 and 上 holds 0A: read as bytes they would be a comma and a line feed.
+    let text = "上位区分\t件数\r\n本省\t5\r\n上部\t7\r\n";
+    let mut bytes = vec![0xFF, 0xFE];
+    bytes.extend(text.encode_utf16().flat_map(|u| u.to_le_bytes()));
+    let dir = datasets();
+    let f = write(dir.path(), "unicode.txt", &bytes);
+    let s = add(&options(dir.path(), "u", &f), &Silent).expect("add");
+    assert_eq!(s.input.format, "tsv");
+    assert_eq!(s.input.encoding, Some("UTF-16LE"));
+    assert_eq!(
+        read_columns(&dir.path().join("u/data.parquet"), &["上位区分", "件数"]),
+        vec![
+            Column::Text(vec![Some("本省".into()), Some("上部".into())]),
+            Column::Int(vec![Some(5), Some(7)])
+        ]
+    );
+}
+
+#[test]
+fn names_a_definition_could_not_declare_are_refused_before_converting() {
+    let dir = datasets();
+    let f = write(dir.path(), "n.csv", "ID,名称,id\n1,a,2\n".as_bytes());
+    let (_, text) = error_of(add(&options(dir.path(), "n", &f), &Silent));
+    assert!(
+        text.contains("\"ID\" (column 1) and \"id\" (column 3) read as the same name"),
+        "{text}"
+    );
+    let long = "設問".repeat(120);
+    let f = write(dir.path(), "l.csv", format!("id,{long}\n1,2\n").as_bytes());
+    let (_, text) = error_of(add(&options(dir.path(), "n", &f), &Silent));
+    assert!(
+        text.contains("column 2 is headed by 240 characters (at most 200)"),
+        "{text}"
+    );
+    let (e, text) = error_of(add(&options(dir.path(), "my data", &f), &Silent));
+    assert!(matches!(e, IngestError::Dataset { .. }), "{text}");
+    assert!(
+        text.contains("\"my data\" cannot be a dataset id"),
+        "{text}"
+    );
+    let mut o = options(dir.path(), "n", &f);
+    o.header_rows = Some(0);
+    let (_, text) = error_of(add(&o, &Silent));
+    assert!(text.contains("0 header rows"), "{text}");
 }
