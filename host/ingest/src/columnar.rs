@@ -2,7 +2,7 @@
 //! as one header row followed by the data rows, like a sheet.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatchReader};
@@ -196,13 +196,26 @@ fn each_object(input: &Input, f: &mut ObjectVisitor<'_>) -> Result<(), IngestErr
     let mut bytes: u64 = 0;
     loop {
         line.clear();
-        let n = reader
+        // One line is one record: held whole, so bounded like a CSV record.
+        let limit = crate::read::MAX_RECORD_BYTES + 1;
+        let n = (&mut reader)
+            .take(limit)
             .read_until(b'\n', &mut line)
             .map_err(|e| IngestError::io(format!("cannot read {}", input.path.display()), e))?;
         if n == 0 {
             return Ok(());
         }
         number += 1;
+        if n as u64 >= limit && !line.ends_with(b"\n") {
+            return Err(IngestError::input(
+                input.place().row(number),
+                format!(
+                    "the line is longer than {} MiB",
+                    crate::read::MAX_RECORD_BYTES >> 20
+                ),
+                "write one JSON object per line, each of at most a few megabytes",
+            ));
+        }
         bytes += n as u64;
         let text = match std::str::from_utf8(&line) {
             Ok(t) => t.trim_start_matches('\u{feff}').trim(),
