@@ -512,11 +512,36 @@ struct Staging {
 
 impl Staging {
     fn new(datasets: &Path, id: &str) -> Result<Staging, IngestError> {
+        sweep_abandoned(datasets);
         let dir = datasets.join(format!(".tally-add-{}-{}", id, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir)
             .map_err(|e| IngestError::io(format!("cannot create {}", dir.display()), e))?;
         Ok(Staging { dir, keep: false })
+    }
+}
+
+/// Removes staging folders of runs that were killed before they could clean up (their
+/// process is gone). Only where processes can be looked up (`/proc`).
+fn sweep_abandoned(datasets: &Path) {
+    let proc = Path::new("/proc/self");
+    if !proc.exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(datasets) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(".tally-add-") else {
+            continue;
+        };
+        let Some(pid) = rest.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 

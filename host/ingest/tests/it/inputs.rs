@@ -635,3 +635,17 @@ fn names_a_definition_could_not_declare_are_refused_before_converting() {
     let (_, text) = error_of(add(&o, &Silent));
     assert!(text.contains("0 header rows"), "{text}");
 }
+
+#[test]
+fn staging_folders_of_killed_runs_are_swept() {
+    let dir = datasets();
+    let abandoned = dir.path().join(".tally-add-x-999999999");
+    std::fs::create_dir(&abandoned).expect("abandoned staging");
+    std::fs::write(abandoned.join("data.parquet"), b"half").expect("half a file");
+    let f = write(dir.path(), "s.csv", b"a,b\n1,2\n");
+    add(&options(dir.path(), "s", &f), &Silent).expect("add");
+    assert!(
+        !abandoned.exists(),
+        "a staging folder whose process is gone is removed"
+    );
+}
