@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,3 +94,17 @@ def stdio_params(*extra_args: str):
             **{k: os.environ[k] for k in ("HOME", "XDG_CACHE_HOME") if k in os.environ},
         },
     )
+
+
+async def wait_for(what: str, probe, bound: float = 30.0):
+    """Polls `probe` (async, returns truthy when done) every 100 ms until `bound` seconds;
+    prints the time taken. Nothing asserts on time: the bound only ends a hung test."""
+    started = time.monotonic()
+    while True:
+        value = await probe()
+        if value:
+            print(f"{what}: {time.monotonic() - started:.2f} s")
+            return value
+        if time.monotonic() - started > bound:
+            pytest.fail(f"{what}: not seen within {bound} s")
+        await anyio.sleep(0.1)

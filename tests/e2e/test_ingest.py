@@ -20,7 +20,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import HttpServer, tally_bin
+from conftest import HttpServer, tally_bin, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -147,18 +147,6 @@ async def summary_of(c) -> dict:
     return body(r)
 
 
-async def wait_for(what, probe):
-    started = time.monotonic()
-    while True:
-        value = await probe()
-        if value:
-            print(f"{what}: {time.monotonic() - started:.2f} s")
-            return value
-        if time.monotonic() - started > BOUND:
-            pytest.fail(f"{what}: not seen within {BOUND} s")
-        await anyio.sleep(0.2)
-
-
 async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
     need_reference()
     site = Publisher(tmp_path)
@@ -216,7 +204,7 @@ async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
                 s = await summary_of(c)
                 return s if s["data"]["rows"] == [[75071]] else None
 
-            after = await wait_for("the server answers from the fetched data", reloaded)
+            after = await wait_for("the server answers from the fetched data", reloaded, BOUND)
             source = after["provenance"]["sources"][0]
             assert source["retrievedAt"] == record["retrievedAt"], source
             assert not any("no retrieval date" in w for w in after["provenance"]["warnings"]), after["provenance"]
@@ -271,6 +259,19 @@ async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
             site.pages[newer] = workbook_with_etag('"r7"')
             refused([(newer, "new")], "--max-bytes", "100000", expect="more than --max-bytes 100000")
 
+            # More than --max-bytes with no Content-Length to say so: stopped while reading.
+            def endless(h):
+                h.send_response(200)
+                h.send_header("Content-Type", "application/octet-stream")
+                h.end_headers()
+                h.wfile.write(b"PK\x03\x04" + b"\0" * 300_000)
+                h.close_connection = True
+
+            site.pages[newer] = endless
+            refused([(newer, "new")], "--max-bytes", "100000", expect="sends more than --max-bytes 100000")
+            # A redirect that never ends.
+            site.pages[newer] = (302, {"Location": newer}, b"")
+            refused([(newer, "new")], expect="redirects more than 10 times")
             # A publisher that stops answering.
             def silent(h):
                 time.sleep(6)
@@ -322,7 +323,7 @@ async def test_add_into_a_running_server_reloads_it_once_with_a_skeleton(tmp_pat
                 r = await c.call_tool("summarize_records", {"dataset_id": "survey", "group_by": ["オンライン化の実施状況"]})
                 return None if r.is_error else body(r)
 
-            s = await wait_for("the new dataset is served", served)
+            s = await wait_for("the new dataset is served", served, BOUND)
             assert s["data"]["total_group_count"] >= 5
             inspected = body(await c.call_tool("inspect_dataset", {"dataset_id": "survey"}))
             roles = {f["name"]: f["role"] for f in inspected["data"]["fields"]}
@@ -439,10 +440,10 @@ async def test_a_running_server_reloads_once_per_add(tmp_path):
                 r = await c.call_tool("summarize_records", {"dataset_id": "survey"})
                 return not r.is_error and body(r)["data"]["rows"][0][0] == want
 
-            await wait_for("added", lambda: rows(75071))
+            await wait_for("added", lambda: rows(75071), BOUND)
             # A second version, converted by the skeleton the first one wrote.
             run("add", "survey", str(small_csv(tmp_path)), "--datasets", str(datasets))
-            await wait_for("changed", lambda: rows(3))
+            await wait_for("changed", lambda: rows(3), BOUND)
             await anyio.sleep(3)
         text = log.read_text()
         events = []
@@ -456,3 +457,35 @@ async def test_a_running_server_reloads_once_per_add(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_progress_is_a_bar_on_a_terminal_and_stdout_only_the_summary(tmp_path):
+    """stderr on a pseudo-terminal gets indicatif's bar; stdout, a pipe, gets the JSON."""
+    import pty
+
+    need_reference()
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    main, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [tally_bin(), "add", "survey", str(CSV), "--datasets", str(datasets), "--compact"],
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    out, _ = proc.communicate(timeout=600)
+    os.close(main)
+    assert proc.returncode == 0, drawn.decode(errors="replace")
+    assert json.loads(out)["rows"] == 75071, "stdout is the summary alone"
+    text = drawn.decode(errors="replace")
+    assert "converting [" in text and "MiB" in text and "rows" in text, text[-2000:]
+    assert "tally add: converting" not in text, "no plain progress lines on a terminal"

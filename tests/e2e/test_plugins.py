@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import HttpServer, stdio_params
+from conftest import HttpServer, stdio_params, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -59,18 +59,6 @@ def s_title(source: dict) -> str:
 
 def sources_by_id(env: dict) -> dict:
     return {s["id"]: s for s in env["provenance"]["sources"]}
-
-
-async def wait_for(what: str, probe, bound: float = BOUND):
-    started = time.monotonic()
-    while True:
-        value = await probe()
-        if value:
-            print(f"{what}: {time.monotonic() - started:.2f} s")
-            return value
-        if time.monotonic() - started > bound:
-            pytest.fail(f"{what}: not seen within {bound} s")
-        await anyio.sleep(0.1)
 
 
 DOCUMENTS_YAML = """\

@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import HttpServer, stdio_params
+from conftest import HttpServer, stdio_params, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -47,19 +47,6 @@ def write_dataset(folder: Path, k: int, grp_desc: str = "グループ"):
 
 def body(result) -> dict:
     return json.loads(result.content[0].text)
-
-
-async def wait_for(what: str, probe):
-    """Polls `probe` (async, returns truthy when done) every 100 ms; prints the time taken."""
-    started = time.monotonic()
-    while True:
-        value = await probe()
-        if value:
-            print(f"{what}: {time.monotonic() - started:.2f} s")
-            return value
-        if time.monotonic() - started > BOUND:
-            pytest.fail(f"{what}: not seen within {BOUND} s")
-        await anyio.sleep(0.1)
 
 
 async def listed(c) -> dict:

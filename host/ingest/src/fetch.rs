@@ -275,30 +275,9 @@ pub fn file_name(url: &Url) -> String {
         .path_segments()
         .and_then(|mut s| s.next_back())
         .unwrap_or("");
-    percent_decode(last)
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            out.push(h * 16 + l);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).map(|d| d as u8)
+    percent_encoding::percent_decode_str(last)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// A date written in a file name (`20250729`, `2025-07-29`, `2025_07_29`), for choosing the
@@ -402,29 +381,12 @@ fn verify_kind(path: &Path, name: &str, content_type: Option<&str>) -> Result<()
         .and_then(|mut f| f.read(&mut head))
         .map_err(|e| IngestError::io("cannot read the downloaded file", e))?;
     let head = &head[..n];
-    let text = String::from_utf8_lossy(head)
-        .trim_start()
-        .to_ascii_lowercase();
-    let html = text.starts_with("<!doctype html")
-        || text.starts_with("<html")
-        || text.starts_with("<head")
-        || text.starts_with("<body");
+    let html = crate::read::looks_like_html(head);
     let ext = Path::new(name)
         .extension()
         .map(|e| e.to_string_lossy().to_ascii_lowercase())
         .unwrap_or_default();
-    let what = if html {
-        "an HTML page".to_string()
-    } else {
-        format!(
-            "bytes starting {}",
-            head.iter()
-                .take(8)
-                .map(|b| format!("{b:02X}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        )
-    };
+    let what = crate::read::describe_head(head);
     let ok = match ext.as_str() {
         // A compound file is an encrypted (or old) workbook: `add` says which.
         "xlsx" | "xlsm" => {

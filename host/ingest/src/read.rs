@@ -371,7 +371,10 @@ fn detect_format(path: &Path, head: &[u8]) -> Result<Format, IngestError> {
             } else {
                 Err(IngestError::input(
                     Place::file(path),
-                    format!("is named .{ext} but is not a workbook ({})", sniff(head)),
+                    format!(
+                        "is named .{ext} but is not a workbook (it is {})",
+                        describe_head(head)
+                    ),
                     "give the workbook itself (an .xlsx file is a zip archive starting with PK)",
                 ))
             }
@@ -388,8 +391,8 @@ fn detect_format(path: &Path, head: &[u8]) -> Result<Format, IngestError> {
                 Err(IngestError::input(
                     Place::file(path),
                     format!(
-                        "is named .{ext} but is not a Parquet file ({})",
-                        sniff(head)
+                        "is named .{ext} but is not a Parquet file (it is {})",
+                        describe_head(head)
                     ),
                     "give a Parquet file (it starts with PAR1)",
                 ))
@@ -410,19 +413,30 @@ fn detect_format(path: &Path, head: &[u8]) -> Result<Format, IngestError> {
     }
 }
 
-/// What the first bytes look like, for an error message.
-fn sniff(head: &[u8]) -> String {
+/// Whether the first bytes are an HTML page (what a server sends in place of a file it
+/// cannot or will not serve).
+pub(crate) fn looks_like_html(head: &[u8]) -> bool {
     let start = String::from_utf8_lossy(&head[..head.len().min(64)]).to_ascii_lowercase();
-    let trimmed = start.trim_start();
-    if trimmed.starts_with("<!doctype html") || trimmed.starts_with("<html") {
-        "it is an HTML page".to_string()
-    } else if trimmed.starts_with('<') {
-        "it is XML or HTML text".to_string()
+    let t = start.trim_start();
+    ["<!doctype html", "<html", "<head", "<body"]
+        .iter()
+        .any(|p| t.starts_with(p))
+}
+
+/// What the first bytes look like, for an error message.
+pub(crate) fn describe_head(head: &[u8]) -> String {
+    if looks_like_html(head) {
+        "an HTML page".to_string()
+    } else if String::from_utf8_lossy(&head[..head.len().min(64)])
+        .trim_start()
+        .starts_with('<')
+    {
+        "XML or HTML text".to_string()
     } else if head.is_empty() {
-        "it is empty".to_string()
+        "an empty file".to_string()
     } else {
         format!(
-            "it starts with the bytes {}",
+            "bytes starting {}",
             head.iter()
                 .take(8)
                 .map(|b| format!("{b:02X}"))

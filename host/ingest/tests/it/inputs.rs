@@ -56,6 +56,11 @@ fn workbook(path: &Path, rows: &[Vec<&str>], padding_bytes: usize) {
         sheet.push_str("-->");
     }
     sheet.push_str("</worksheet>");
+    write_workbook(path, sheet);
+}
+
+/// A workbook whose one sheet `data` is the given worksheet XML.
+fn write_workbook(path: &Path, sheet: String) {
     let parts: Vec<(&str, String)> = vec![
         ("[Content_Types].xml", r#"<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/></Types>"#.to_string()),
         ("_rels/.rels", r#"<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/></Relationships>"#.to_string()),
@@ -647,5 +652,37 @@ fn staging_folders_of_killed_runs_are_swept() {
     assert!(
         !abandoned.exists(),
         "a staging folder whose process is gone is removed"
+    );
+}
+
+#[test]
+fn a_sheet_cell_past_the_last_cell_is_refused_before_blank_rows_are_made() {
+    let dir = datasets();
+    let f = dir.path().join("far.xlsx");
+    write_workbook(
+        &f,
+        r#"<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData><row r="1"><c r="A1" t="inlineStr"><is><t>a</t></is></c></row><row r="2000000000"><c r="A2000000000" t="inlineStr"><is><t>x</t></is></c></row></sheetData></worksheet>"#
+            .to_string(),
+    );
+    let (_, text) = error_of(add(&options(dir.path(), "f", &f), &Silent));
+    assert!(
+        text.contains(
+            "a cell at row 2000000000, column 1 lies past a sheet's last cell (XFD1048576)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_json_line_past_the_record_cap_is_refused_with_its_line() {
+    let dir = datasets();
+    let mut bytes = b"{\"a\": \"short\"}\n{\"a\": \"".to_vec();
+    bytes.extend(std::iter::repeat_n(b'x', 17 << 20));
+    bytes.extend_from_slice(b"\"}\n");
+    let f = write(dir.path(), "long.jsonl", &bytes);
+    let (_, text) = error_of(add(&options(dir.path(), "j", &f), &Silent));
+    assert!(
+        text.contains("long.jsonl, row 2: the line is longer than 16 MiB"),
+        "{text}"
     );
 }
