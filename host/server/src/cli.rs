@@ -65,6 +65,14 @@ pub struct SummarizeFlags {
     /// Groups to return (1–10000, default 200).
     #[arg(long, allow_hyphen_values = true)]
     pub limit: Option<String>,
+    /// Also draw the result into FILE: `.svg` or `.png` (drawn here, the chart the views
+    /// choose for the result's shape), `.html` (the interactive view, opens in any browser).
+    #[arg(long, value_name = "FILE")]
+    pub chart: Option<std::path::PathBuf>,
+    /// A font file to draw PNG text with, before the installed ones (repeatable), e.g. a CJK
+    /// font where none is installed.
+    #[arg(long = "font", value_name = "FILE")]
+    pub fonts: Vec<std::path::PathBuf>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -125,8 +133,25 @@ fn print_error(body: &Value) {
 }
 
 fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
+    match call(tool, arguments, common) {
+        Ok(envelope) => print_envelope(&envelope, common),
+        Err(code) => code,
+    }
+}
+
+fn print_envelope(envelope: &Value, common: &Common) -> ExitCode {
+    let text = if common.compact {
+        serde_json::to_string(envelope)
+    } else {
+        serde_json::to_string_pretty(envelope)
+    };
+    write_stdout(&text.unwrap_or_default())
+}
+
+/// Runs one call; a refusal is printed (stderr) and becomes the exit code.
+fn call(tool: Tool, arguments: Value, common: &Common) -> Result<Value, ExitCode> {
     let Some(runtime) = crate::runtime() else {
-        return ExitCode::from(EXIT_FAILED);
+        return Err(ExitCode::from(EXIT_FAILED));
     };
     if !common.datasets.is_dir() {
         print_error(&json!({ "error": {
@@ -134,7 +159,7 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
             "message": format!("the datasets directory {} does not exist", common.datasets.display()),
             "hint": "run from the repository root, or pass --datasets DIR",
         }}));
-        return ExitCode::from(EXIT_BAD_INPUT);
+        return Err(ExitCode::from(EXIT_BAD_INPUT));
     }
     // Cursors printed by one invocation must be accepted by the next.
     let seed = common
@@ -156,24 +181,16 @@ fn run(tool: Tool, arguments: Value, common: &Common) -> ExitCode {
     if let Some(id) = arguments.get("dataset_id").and_then(Value::as_str) {
         runtime.block_on(engine.prepare(id));
     }
-    match runtime.block_on(engine.call_guarded(tool, arguments)) {
-        Ok(envelope) => {
-            let text = if common.compact {
-                serde_json::to_string(&envelope)
-            } else {
-                serde_json::to_string_pretty(&envelope)
-            };
-            write_stdout(&text.unwrap_or_default())
-        }
-        Err(e) => {
+    runtime
+        .block_on(engine.call_guarded(tool, arguments))
+        .map_err(|e| {
             print_error(&e.to_json());
             ExitCode::from(match &e {
                 e if e.is_unknown_dataset() => EXIT_UNKNOWN_DATASET,
                 EngineError::Request(_) => EXIT_BAD_INPUT,
                 _ => EXIT_FAILED,
             })
-        }
-    }
+        })
 }
 
 /// Prints the envelope. A reader that went away (`tally query … | head`) ends the command
@@ -241,5 +258,37 @@ pub fn summarize(f: SummarizeFlags) -> ExitCode {
     }
     put(&mut args, "explode", list_arg(&f.explode));
     put(&mut args, "limit", limit_arg(&f.limit));
-    run(Tool::SummarizeRecords, Value::Object(args), &f.common)
+    let Some(path) = &f.chart else {
+        return run(Tool::SummarizeRecords, Value::Object(args), &f.common);
+    };
+    // The file's kind is checked before anything is computed.
+    let format = match crate::chart::Format::of_path(path) {
+        Ok(format) => format,
+        Err(message) => {
+            print_error(&json!({ "error": {
+                "code": "invalid_argument",
+                "message": message,
+                "hint": "name the chart file FILE.svg, FILE.png or FILE.html",
+            }}));
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let arguments = Value::Object(args);
+    let envelope = match call(Tool::SummarizeRecords, arguments.clone(), &f.common) {
+        Ok(envelope) => envelope,
+        Err(code) => return code,
+    };
+    // The answer is printed whether or not it could be drawn.
+    let drawn = crate::chart::write(path, format, &arguments, &envelope, &f.fonts);
+    let printed = print_envelope(&envelope, &f.common);
+    match drawn {
+        Ok(said) => {
+            said.iter().for_each(|line| eprintln!("tally: {line}"));
+            printed
+        }
+        Err(message) => {
+            print_error(&json!({ "error": { "code": "chart_failed", "message": message } }));
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod audit;
+mod chart;
 mod check;
 mod cli;
 mod guard;
@@ -19,6 +20,7 @@ mod mcp;
 mod serve;
 mod stdio;
 mod tools;
+mod ui;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -14,6 +14,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tally_engine::Engine;
+use tally_semantic::Tool;
 
 use crate::tools;
 
@@ -93,6 +94,11 @@ impl TallyServer {
     }
 }
 
+/// The tools that have a view: all of them.
+fn tools_with_views() -> impl Iterator<Item = Tool> {
+    Tool::ALL.into_iter()
+}
+
 /// The resource URI of a dataset.
 pub fn dataset_uri(id: &str) -> String {
     format!("tally://datasets/{id}")
@@ -127,15 +133,20 @@ fn text(v: &Value) -> String {
 
 impl ServerHandler for TallyServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_resources()
-                .enable_resources_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new("tally", env!("CARGO_PKG_VERSION")))
-        .with_instructions(tools::INSTRUCTIONS)
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .build();
+        // Every tool has an MCP Apps view (SEP-1865); clients that announce the extension
+        // get them.
+        capabilities
+            .extensions
+            .get_or_insert_default()
+            .insert(crate::ui::EXTENSION.to_string(), Default::default());
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("tally", env!("CARGO_PKG_VERSION")))
+            .with_instructions(tools::INSTRUCTIONS)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -151,7 +162,7 @@ impl ServerHandler for TallyServer {
     ) -> Result<ListResourcesResult, ErrorData> {
         let scope = caller(&context).scope;
         let catalog = self.engine().catalog();
-        let items = catalog
+        let mut items: Vec<Resource> = catalog
             .datasets
             .values()
             .filter(|ds| scope.allows(ds.id()))
@@ -166,6 +177,16 @@ impl ServerHandler for TallyServer {
                     .with_mime_type("application/json")
             })
             .collect();
+        // Views are listed to clients that render them (the spec lets servers leave them
+        // out of the list); any client may read one.
+        if crate::ui::supported_by(context.client_capabilities().as_ref()) {
+            items.extend(tools_with_views().map(|tool| {
+                Resource::new(crate::ui::uri(tool), format!("{} view", tool.name()))
+                    .with_title(crate::ui::title(tool))
+                    .with_mime_type(crate::ui::MIME)
+                    .with_meta(crate::ui::resource_meta())
+            }));
+        }
         Ok(ListResourcesResult::with_all_items(items))
     }
 
@@ -174,6 +195,12 @@ impl ServerHandler for TallyServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        if let Some(tool) = crate::ui::tool_of(&request.uri) {
+            let contents = ResourceContents::text(crate::ui::view_html(tool), &request.uri)
+                .with_mime_type(crate::ui::MIME)
+                .with_meta(crate::ui::resource_meta());
+            return Ok(ReadResourceResult::new(vec![contents]).into());
+        }
         let scope = caller(&context).scope;
         let catalog = self.engine().catalog();
         let found = request
@@ -184,7 +211,7 @@ impl ServerHandler for TallyServer {
         let Some(ds) = found else {
             return Err(ErrorData::resource_not_found(
                 format!(
-                    "no dataset resource `{}`; list_resources names every one",
+                    "no resource `{}`; list_resources names every dataset (tally://datasets/<id>), and the views are ui://tally/<tool>",
                     request.uri
                 ),
                 Some(json!({ "uri": request.uri })),
@@ -224,10 +251,22 @@ impl ServerHandler for TallyServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let examples = tools::Examples::from_catalog(&self.engine().catalog());
-        Ok(ListToolsResult::with_all_items(tools::all(&examples)))
+        let views = crate::ui::supported_by(context.client_capabilities().as_ref());
+        let listed = Tool::ALL
+            .into_iter()
+            .map(|tool| {
+                let t = tools::mcp_tool(tool, &examples);
+                if views {
+                    t.with_meta(crate::ui::tool_meta(tool))
+                } else {
+                    t
+                }
+            })
+            .collect();
+        Ok(ListToolsResult::with_all_items(listed))
     }
 
     fn get_tool(&self, name: &str) -> Option<McpTool> {
@@ -254,7 +293,17 @@ impl ServerHandler for TallyServer {
                 Some(serde_json::json!({ "tools": names })),
             ));
         };
-        let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        let mut arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        // `chart` is the server's: a picture of the answer for clients without views.
+        let chart = match crate::chart::take_argument(tool, &mut arguments) {
+            Ok(chart) => chart,
+            Err(refusal) => {
+                let mut r = CallToolResult::default();
+                r.content = vec![ContentBlock::text(text(&refusal))];
+                r.is_error = Some(true);
+                return Ok(r.into());
+            }
+        };
         let started = std::time::Instant::now();
         let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
         let result = self
@@ -271,12 +320,27 @@ impl ServerHandler for TallyServer {
         if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
             audit.record(&caller.id, tool, &arguments, &result, elapsed);
         }
+        let views = crate::ui::supported_by(context.client_capabilities().as_ref());
         Ok(match result {
             Ok(envelope) => {
                 let mut r = CallToolResult::default();
                 r.content = vec![ContentBlock::text(text(&envelope))];
                 r.structured_content = Some(envelope);
                 r.is_error = Some(false);
+                if views {
+                    r.meta = Some(crate::ui::result_meta(tool));
+                }
+                if let (Some(format), Some(envelope)) = (chart, r.structured_content.clone()) {
+                    // Drawing is CPU work of tens of milliseconds: off the async threads.
+                    let block = tokio::task::spawn_blocking(move || {
+                        crate::chart::image_block(format, &envelope)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the chart could not be drawn: {e}")));
+                    r.content.push(block.unwrap_or_else(|reason| {
+                        ContentBlock::text(format!("No chart: {reason}"))
+                    }));
+                }
                 r
             }
             Err(e) => {

@@ -209,12 +209,17 @@ pub async fn http(
             }),
         )
         .route_service("/mcp", service)
+        .route("/", get(front))
+        .route("/index.html", get(front))
+        .route("/app/{file}", get(front))
         .layer(axum::middleware::from_fn_with_state(
             guard,
             crate::guard::check,
         ));
     // The address the server actually listens on, for scripts that asked for port 0.
-    eprintln!("tally: serving MCP at http://{bound}/mcp (health: http://{bound}/health)");
+    eprintln!(
+        "tally: serving MCP at http://{bound}/mcp (browser front: http://{bound}/, health: http://{bound}/health)"
+    );
     tracing::info!(%bound, ?origins, ?hosts, authenticated, tokens = token_count, "serving streamable HTTP");
     let served = crate::listen::serve(
         listener,
@@ -241,6 +246,34 @@ pub async fn http(
             ExitCode::FAILURE
         }
     }
+}
+
+/// The browser front: a page and its scripts, the same for everyone (no data is in them; the
+/// page asks `/mcp` with the caller's token). Behind the same Host and Origin checks as `/mcp`.
+async fn front(uri: axum::http::Uri) -> axum::response::Response {
+    use axum::http::{HeaderValue, StatusCode, header};
+    use axum::response::IntoResponse;
+    let Some((content_type, body)) = crate::ui::front_file(uri.path()) else {
+        return (StatusCode::NOT_FOUND, "no such file\n").into_response();
+    };
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(crate::ui::FRONT_CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
 }
 
 async fn shutdown_signal() {

@@ -183,6 +183,17 @@ fn input_schema(tool: Tool, ex: &Examples) -> Value {
         };
         properties.insert(p.name.to_string(), schema);
     }
+    if tool == Tool::SummarizeRecords {
+        properties.insert(
+            CHART.to_string(),
+            json!({
+                "type": "string",
+                "enum": CHART_FORMATS,
+                "description": "Only for clients that show images but no MCP Apps view: adds the chart of the result \
+(the one the view would draw) as an image block after the JSON. Omit it otherwise; the result is the same either way.",
+            }),
+        );
+    }
     let mut schema = json!({ "type": "object", "properties": properties });
     let required: Vec<&str> = tool
         .spec()
@@ -238,6 +249,11 @@ Example: {{\"dataset_id\": \"{}\", \"group_by\": [\"{}\"], \"metrics\": [\"count
     }
 }
 
+/// The one argument the server reads itself rather than the engine: how to draw a summary
+/// for clients without views. It changes no number in the result.
+pub const CHART: &str = "chart";
+pub const CHART_FORMATS: [&str; 2] = ["png", "svg"];
+
 fn object(v: Value) -> JsonObject {
     match v {
         Value::Object(m) => m,
@@ -260,10 +276,6 @@ pub fn mcp_tool(tool: Tool, ex: &Examples) -> McpTool {
             .idempotent(true)
             .open_world(false),
     )
-}
-
-pub fn all(ex: &Examples) -> Vec<McpTool> {
-    Tool::ALL.into_iter().map(|t| mcp_tool(t, ex)).collect()
 }
 
 pub fn by_name(name: &str) -> Option<Tool> {
@@ -315,7 +327,11 @@ mod tests {
         for tool in Tool::ALL {
             let schema = input_schema(tool, &ex);
             let properties = schema["properties"].as_object().expect("properties");
-            let names: Vec<&str> = properties.keys().map(String::as_str).collect();
+            let names: Vec<&str> = properties
+                .keys()
+                .map(String::as_str)
+                .filter(|n| !(tool == Tool::SummarizeRecords && *n == CHART))
+                .collect();
             assert_eq!(
                 names,
                 tool.parameters().collect::<Vec<_>>(),
@@ -349,6 +365,9 @@ mod tests {
                 }
                 if name == "cursor" {
                     continue; // a cursor must be one the server issued; its shape is a string
+                }
+                if tool == Tool::SummarizeRecords && name == CHART {
+                    continue; // the server takes it out before the parser sees the call
                 }
                 arguments.insert(name.clone(), sample(property));
                 if let Err(e) = parse(tool, &Value::Object(arguments.clone())) {

@@ -1,0 +1,228 @@
+//! A grid coloured by value: the first grouping field's values as rows, the second's as
+//! columns, with a colour scale under it.
+
+use plotters::style::RGBColor;
+use plotters::style::text_anchor::{HPos, VPos};
+
+use super::stacked::Grid;
+use super::{
+    Canvas, Font, Layer, MUTED, PAD, PANEL, caption, header, label_column, notes, rate_note,
+    source, text_on, warnings, what,
+};
+use crate::error::ChartError;
+use crate::summary::{Metric, Summary};
+use crate::text::{text_width, truncate};
+use crate::{Chart, Kind};
+
+const ROW: f64 = 26.0;
+const LABEL_PX: f64 = 12.0;
+const HEADER_PX: f64 = 11.0;
+// The view's scale (visualMap): from a pale to the accent blue.
+const LOW: RGBColor = RGBColor(0xee, 0xf3, 0xfd);
+const HIGH: RGBColor = RGBColor(0x2f, 0x6f, 0xdf);
+/// Values are written in the cells up to this many cells, as in the view.
+const MAX_LABELLED_CELLS: usize = 150;
+
+fn mix(t: f64) -> RGBColor {
+    let t = t.clamp(0.0, 1.0);
+    let c = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * t).round() as u8;
+    RGBColor(c(LOW.0, HIGH.0), c(LOW.1, HIGH.1), c(LOW.2, HIGH.2))
+}
+
+pub(crate) fn draw(
+    summary: &Summary<'_>,
+    metric: &Metric,
+    width: u32,
+) -> Result<Chart, ChartError> {
+    let grid = Grid::new(summary, metric);
+    let (rows, cols) = (grid.first.len(), grid.second.len());
+    let w = f64::from(width);
+    let title_w = text_width(&summary.groups[0].name, 12.0).max(40.0);
+    let label_w = label_column(&grid.first, LABEL_PX, title_w, (w * 0.3).min(220.0));
+    let plot_x0 = PAD + label_w + 10.0;
+    // Cells share the width, between 28 and 96 pixels; with many columns the chart grows
+    // wider rather than the cells becoming unreadable.
+    let cell_w = ((w - PAD - plot_x0) / cols as f64).clamp(28.0, 96.0);
+    let width = width.max((plot_x0 + cell_w * cols as f64 + PAD).ceil() as u32);
+
+    let mut canvas = Canvas::new(width);
+    header(
+        &mut canvas,
+        summary,
+        &what(metric, summary),
+        &caption(summary),
+    )?;
+    warnings(&mut canvas, summary)?;
+
+    // The columns' field centred over the columns; the rows' field over the row labels, on
+    // the line of the column headers.
+    let mut frame = Layer::new(width);
+    let bold = Font::new(12.0).bold();
+    let columns_w = cell_w * cols as f64;
+    frame.text(
+        &truncate(&summary.groups[1].name, columns_w.max(120.0), 12.0),
+        plot_x0 + columns_w / 2.0,
+        canvas.y,
+        bold.anchor(HPos::Center, VPos::Top),
+    )?;
+    canvas.y += 20.0;
+
+    // Column headers: level when every one fits its cell, else turned to read upwards.
+    let level = grid
+        .second
+        .iter()
+        .all(|s| text_width(s, HEADER_PX) <= cell_w - 4.0);
+    let header_h = if level {
+        18.0
+    } else {
+        grid.second
+            .iter()
+            .map(|s| text_width(s, HEADER_PX))
+            .fold(0.0, f64::max)
+            .min(160.0)
+            + 8.0
+    };
+    for (b, name) in grid.second.iter().enumerate() {
+        let cx = plot_x0 + cell_w * (b as f64 + 0.5);
+        if level {
+            frame.text(
+                name,
+                cx,
+                canvas.y,
+                Font::new(HEADER_PX).anchor(HPos::Center, VPos::Top),
+            )?;
+        } else {
+            let font = Font::new(HEADER_PX)
+                .rotated()
+                .anchor(HPos::Left, VPos::Center);
+            frame.text(
+                &truncate(name, header_h - 8.0, HEADER_PX),
+                cx,
+                canvas.y + header_h - 4.0,
+                font,
+            )?;
+        }
+    }
+    frame.text(
+        &truncate(&summary.groups[0].name, label_w, 12.0),
+        plot_x0 - 8.0,
+        canvas.y + header_h - 4.0,
+        bold.anchor(HPos::Right, VPos::Bottom),
+    )?;
+    canvas.y += header_h;
+    let top = canvas.y;
+
+    let label_font = Font::new(LABEL_PX).anchor(HPos::Right, VPos::Center);
+    for (a, name) in grid.first.iter().enumerate() {
+        let y = top + ROW * a as f64;
+        frame.text(
+            &truncate(name, label_w, LABEL_PX),
+            plot_x0 - 8.0,
+            y + ROW / 2.0,
+            label_font,
+        )?;
+        // Every position gets a pale cell, so that a missing combination reads as empty.
+        for b in 0..cols {
+            let x = plot_x0 + cell_w * b as f64;
+            frame.rect(x + 1.0, y + 1.0, x + cell_w - 1.0, y + ROW - 1.0, PANEL)?;
+        }
+    }
+
+    let values: Vec<f64> = grid.cells.iter().filter_map(|c| c.2.as_f64()).collect();
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let t = |v: f64| {
+        if max > min {
+            (v - min) / (max - min)
+        } else {
+            1.0
+        }
+    };
+    let show_values = rows * cols <= MAX_LABELLED_CELLS;
+    let mut marks = Layer::new(width);
+    let mut labels = Layer::new(width);
+    let mut count = 0;
+    for &(a, b, v) in &grid.cells {
+        let x = plot_x0 + cell_w * b as f64;
+        let y = top + ROW * a as f64;
+        let value = metric.format(v);
+        let Some(number) = v.as_f64() else {
+            labels.text(
+                "–",
+                x + cell_w / 2.0,
+                y + ROW / 2.0,
+                Font::new(11.0)
+                    .color(MUTED)
+                    .anchor(HPos::Center, VPos::Center),
+            )?;
+            continue;
+        };
+        let fill = mix(t(number));
+        let mut cell = Layer::new(width);
+        cell.rect(x + 1.0, y + 1.0, x + cell_w - 1.0, y + ROW - 1.0, fill)?;
+        marks.mark(
+            &format!("{} × {}", grid.first[a], grid.second[b]),
+            &value,
+            &cell.into_string(),
+        );
+        count += 1;
+        if show_values && text_width(&value, 10.0) <= cell_w - 4.0 {
+            let font = Font::new(10.0)
+                .color(text_on(fill))
+                .anchor(HPos::Center, VPos::Center);
+            labels.text(&value, x + cell_w / 2.0, y + ROW / 2.0, font)?;
+        }
+    }
+    canvas.plot(Kind::Heatmap.as_str(), frame, marks, count, labels);
+    canvas.y = top + ROW * rows as f64 + 12.0;
+
+    if !values.is_empty() {
+        colour_scale(&mut canvas, metric, min, max, plot_x0)?;
+    }
+    notes(
+        &mut canvas,
+        &rate_note(metric, summary).into_iter().collect::<Vec<_>>(),
+    )?;
+    source(&mut canvas, summary)?;
+    let title = format!("{}: {}", summary.title(), what(metric, summary));
+    Ok(canvas.finish(Kind::Heatmap, &title, &caption(summary)))
+}
+
+/// The colours from the smallest value to the largest, in steps (plotters draws no gradient).
+fn colour_scale(
+    canvas: &mut Canvas,
+    metric: &Metric,
+    min: f64,
+    max: f64,
+    x0: f64,
+) -> Result<(), ChartError> {
+    const STEPS: usize = 24;
+    const WIDTH: f64 = 240.0;
+    let mut layer = canvas.layer();
+    let y = canvas.y;
+    let font = Font::new(11.0).muted().anchor(HPos::Right, VPos::Center);
+    let min_label = metric.format_f64(min);
+    let x0 = x0.max(PAD + text_width(&min_label, 11.0) + 8.0);
+    layer.text(&min_label, x0 - 6.0, y + 6.0, font)?;
+    let step = WIDTH / STEPS as f64;
+    for i in 0..STEPS {
+        let x = x0 + step * i as f64;
+        layer.rect(
+            x,
+            y,
+            x + step + 0.5,
+            y + 12.0,
+            mix(i as f64 / (STEPS - 1) as f64),
+        )?;
+    }
+    layer.text(
+        &metric.format_f64(max),
+        x0 + WIDTH + 6.0,
+        y + 6.0,
+        font.anchor(HPos::Left, VPos::Center),
+    )?;
+    layer.text(&metric.column, x0, y + 16.0, Font::new(11.0).muted())?;
+    canvas.group("legend", layer);
+    canvas.y += 36.0;
+    Ok(())
+}

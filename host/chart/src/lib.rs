@@ -1,0 +1,171 @@
+//! Server-side charts of a `summarize_records` result.
+//!
+//! The chart is chosen from the result's shape by the same rules as the HTML view
+//! (`chooseChart` in `host/server/ui/view.js`): no grouping → figures ([`Kind::Card`]); one
+//! grouping field → the parts of a whole as a [`Kind::Pie`] (up to 7) or [`Kind::Treemap`],
+//! anything else as [`Kind::Bar`]s; two → [`Kind::Stacked`] bars or a [`Kind::Heatmap`]; more →
+//! a table, which this crate does not draw.
+//!
+//! A chart is an SVG drawn with plotters ([`svg`]) and, when an image is wanted, rasterised
+//! with resvg ([`png`]). Every chart carries what the result says about its numbers: the
+//! warnings above the plot, the source and the steps Tally computed under it.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), tally_chart::ChartError> {
+//! # let envelope = serde_json::json!({});
+//! // `envelope` is summarize_records' result: {"data": {...}, "provenance": {...}}.
+//! let chart = tally_chart::svg(&envelope, &tally_chart::Options::default())?;
+//! std::fs::write("chart.svg", &chart.svg).ok();
+//! let fonts = tally_chart::Fonts::system();
+//! let image = tally_chart::png(&chart, &fonts)?;
+//! if let Some(warning) = image.warning() {
+//!     eprintln!("{warning}");
+//! }
+//! std::fs::write("chart.png", &image.png).ok();
+//! # Ok(()) }
+//! ```
+//!
+//! **Architecture Invariant:** this crate reads a result envelope (JSON) and nothing else of
+//! Tally: no MCP, no DataFusion, no datasets. Its only IO is reading font files, in [`Fonts`].
+//!
+//! [`Fonts::system`] scans the machine's fonts; a server loads them once and shares them
+//! (`Fonts` is cheap to clone, and `Send + Sync`).
+//!
+//! # What a test (or a reader) can rely on in the SVG
+//!
+//! - The root `<svg>` has `data-kind` (`bar`, `pie`, …) and `data-marks` (how many data were
+//!   drawn), a `<title>` and a `<desc>`.
+//! - Its parts are groups, in this order: `<g class="header">`, `<g class="warnings">` (only
+//!   when the result has warnings), `<g class="legend">` (stacked), `<g class="plot"
+//!   data-kind="…">`, `<g class="notes">`, `<g class="source">`.
+//! - Every datum drawn is one `<g class="mark" data-label="…" data-value="…">` inside the
+//!   plot's `<g class="marks">`: one per bar, per stacked segment, per heatmap cell, per pie
+//!   slice, per treemap tile and per card figure. A row whose value is null has no mark (bars
+//!   say "(no value)" in its place); pies and treemaps draw only values above zero, and say
+//!   which were left out.
+
+mod choice;
+mod draw;
+mod error;
+mod raster;
+mod summary;
+mod text;
+
+use serde_json::Value;
+
+pub use choice::{Choice, Kind, MetricKind};
+pub use error::ChartError;
+pub use raster::{Fonts, Raster, png};
+
+use summary::Summary;
+
+/// How to draw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Which of the result's metrics to chart (its position in `metrics`). A card shows them
+    /// all.
+    pub metric: usize,
+    /// The kind to draw instead of the one chosen; it must be one of [`Choice::alternatives`].
+    pub kind: Option<Kind>,
+    /// The width in pixels (at least 360). The height follows from the content; a heatmap
+    /// with many columns may be wider.
+    pub width: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            metric: 0,
+            kind: None,
+            width: 800,
+        }
+    }
+}
+
+/// A chart drawn as SVG.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chart {
+    /// What was drawn.
+    pub kind: Kind,
+    /// Size in CSS pixels (the PNG is twice this).
+    pub width: u32,
+    pub height: u32,
+    /// How many data were drawn (the `<g class="mark">` elements).
+    pub marks: usize,
+    /// A standalone SVG document.
+    pub svg: String,
+}
+
+/// The chart the HTML view would draw for `envelope`, charting `metrics[metric]`.
+///
+/// Returns [`Kind::Table`] where the view shows a table (three or more grouping fields, or no
+/// rows); [`svg`] refuses those with an error that says what would work.
+pub fn choose(envelope: &Value, metric: usize) -> Result<Choice, ChartError> {
+    choice::choose(&Summary::read(envelope)?, metric)
+}
+
+/// Draws `envelope` (a `summarize_records` result) as an SVG chart.
+pub fn svg(envelope: &Value, options: &Options) -> Result<Chart, ChartError> {
+    let summary = Summary::read(envelope)?;
+    let choice = choice::choose(&summary, options.metric)?;
+    let kind = match options.kind {
+        None => choice.kind,
+        Some(asked) if choice.alternatives.contains(&asked) => asked,
+        Some(asked) => {
+            return Err(ChartError::KindNotAvailable {
+                asked,
+                reason: unavailable(asked, &choice),
+                available: choice.alternatives.clone(),
+            });
+        }
+    };
+    let metric = summary.metric(options.metric)?;
+    let width = options.width.clamp(360, 8000);
+    match kind {
+        Kind::Card => draw::card::draw(&summary, width),
+        Kind::Bar => draw::bar::draw(&summary, metric, width),
+        Kind::Pie => draw::pie::draw(&summary, metric, width),
+        Kind::Treemap => draw::treemap::draw(&summary, metric, width),
+        Kind::Stacked => draw::stacked::draw(&summary, metric, width),
+        Kind::Heatmap => draw::heatmap::draw(&summary, metric, width),
+        Kind::Table if summary.groups.len() > 2 => Err(ChartError::TooManyGroups {
+            groups: summary.groups.iter().map(|g| g.name.clone()).collect(),
+        }),
+        Kind::Table if summary.rows.is_empty() => Err(ChartError::NoRows),
+        Kind::Table => Err(ChartError::KindNotAvailable {
+            asked: Kind::Table,
+            reason: "tables are not drawn as images; ask for the HTML view".to_owned(),
+            available: choice.alternatives.clone(),
+        }),
+    }
+}
+
+/// Why `asked` does not fit, for the error that refuses it.
+fn unavailable(asked: Kind, choice: &Choice) -> String {
+    let groups = choice.groups.len();
+    match asked {
+        Kind::Card => format!(
+            "figures are for a summary without grouping, and this one has {groups} grouping fields"
+        ),
+        Kind::Bar if groups != 1 => {
+            format!("bars are for one grouping field, and this summary has {groups}")
+        }
+        Kind::Pie | Kind::Treemap if groups == 1 => format!(
+            "a {asked} shows the parts of a whole: a count or sum, every group present (not truncated, no `having`), \
+             records in one part each (no `explode`), no negative value, at least 2 groups, and {} for a pie",
+            if asked == Kind::Pie {
+                "at most 7"
+            } else {
+                "more than 7"
+            }
+        ),
+        Kind::Pie | Kind::Treemap => {
+            format!("a {asked} is for one grouping field, and this summary has {groups}")
+        }
+        Kind::Stacked if groups == 2 => "stacked bars add up a count or sum".to_owned(),
+        Kind::Stacked | Kind::Heatmap => {
+            format!("a {asked} is for two grouping fields, and this summary has {groups}")
+        }
+        _ => "no chart fits this summary".to_owned(),
+    }
+}

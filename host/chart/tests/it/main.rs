@@ -1,0 +1,6 @@
+//! tally-chart's tests: one binary, a module per concern.
+
+mod choose;
+mod common;
+mod png;
+mod svg;

@@ -1,0 +1,149 @@
+//! Charts of a summary for clients that show no MCP Apps view: files from the CLI
+//! (`tally summarize … --chart FILE.svg|png|html`) and an image block in a tool result
+//! (`chart: "png"`). Drawn by `tally-chart` with the same choice of chart as the views.
+
+use std::path::Path;
+
+use serde_json::Value;
+use tally_semantic::Tool;
+
+/// What a chart file is, by its extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Svg,
+    Png,
+    Html,
+}
+
+impl Format {
+    pub fn of_path(path: &Path) -> Result<Format, String> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("svg") => Ok(Format::Svg),
+            Some("png") => Ok(Format::Png),
+            Some("html" | "htm") => Ok(Format::Html),
+            _ => Err(format!(
+                "cannot tell what kind of chart to write to {}: its name does not end in .svg, .png or .html",
+                path.display()
+            )),
+        }
+    }
+}
+
+/// Draws `envelope` into `path`; says what was written, and which characters no font had.
+pub fn write(
+    path: &Path,
+    format: Format,
+    arguments: &Value,
+    envelope: &Value,
+    font_files: &[std::path::PathBuf],
+) -> Result<Vec<String>, String> {
+    let mut said = Vec::new();
+    let bytes = match format {
+        Format::Html => {
+            said.push(format!(
+                "wrote the interactive view to {} (open it in a browser; it loads nothing from the network)",
+                path.display()
+            ));
+            crate::ui::standalone_html(Tool::SummarizeRecords, arguments, envelope).into_bytes()
+        }
+        Format::Svg | Format::Png => {
+            let chart = tally_chart::svg(envelope, &tally_chart::Options::default())
+                .map_err(|e| e.to_string())?;
+            if format == Format::Svg {
+                said.push(format!(
+                    "wrote a {} chart ({} marks, {}×{}) to {}",
+                    chart.kind,
+                    chart.marks,
+                    chart.width,
+                    chart.height,
+                    path.display()
+                ));
+                chart.svg.into_bytes()
+            } else {
+                let mut fonts = tally_chart::Fonts::system();
+                for file in font_files {
+                    fonts.add_file(file).map_err(|e| e.to_string())?;
+                }
+                let raster = tally_chart::png(&chart, &fonts).map_err(|e| e.to_string())?;
+                said.push(format!(
+                    "wrote a {} chart ({} marks, {}×{} pixels) to {}",
+                    chart.kind,
+                    chart.marks,
+                    raster.width,
+                    raster.height,
+                    path.display()
+                ));
+                if let Some(warning) = raster.warning() {
+                    said.push(warning);
+                }
+                raster.png
+            }
+        }
+    };
+    std::fs::write(path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(said)
+}
+
+/// The picture formats a tool result can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Image {
+    Png,
+    Svg,
+}
+
+/// Takes the server's `chart` argument out of a call's arguments (the engine never sees it).
+/// Only `summarize_records` has one; anything but `"png"` or `"svg"` is refused with what
+/// would work.
+pub fn take_argument(tool: Tool, arguments: &mut Value) -> Result<Option<Image>, Value> {
+    if tool != Tool::SummarizeRecords {
+        return Ok(None);
+    }
+    let Some(given) = arguments
+        .as_object_mut()
+        .and_then(|a| a.remove(crate::tools::CHART))
+    else {
+        return Ok(None);
+    };
+    match given.as_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("png") => Ok(Some(Image::Png)),
+        Some("svg") => Ok(Some(Image::Svg)),
+        _ => Err(serde_json::json!({ "error": {
+            "code": "invalid_argument",
+            "message": format!("chart must be \"png\" or \"svg\", not {given}"),
+            "parameter": crate::tools::CHART,
+            "hint": "leave chart out unless the client shows images but no MCP Apps view",
+            "example": { "dataset_id": arguments.get("dataset_id").cloned().unwrap_or(Value::Null), "chart": "png" },
+        }})),
+    }
+}
+
+/// The fonts PNG charts are drawn with: the installed ones, loaded once per process.
+fn system_fonts() -> &'static tally_chart::Fonts {
+    static FONTS: std::sync::OnceLock<tally_chart::Fonts> = std::sync::OnceLock::new();
+    FONTS.get_or_init(tally_chart::Fonts::system)
+}
+
+/// The chart of a summary as an MCP image block.
+pub fn image_block(format: Image, envelope: &Value) -> Result<rmcp::model::ContentBlock, String> {
+    use base64::Engine as _;
+    let chart =
+        tally_chart::svg(envelope, &tally_chart::Options::default()).map_err(|e| e.to_string())?;
+    let (bytes, mime) = match format {
+        Image::Svg => (chart.svg.into_bytes(), "image/svg+xml"),
+        Image::Png => {
+            let raster = tally_chart::png(&chart, system_fonts()).map_err(|e| e.to_string())?;
+            if let Some(warning) = raster.warning() {
+                tracing::warn!("{warning}");
+            }
+            (raster.png, "image/png")
+        }
+    };
+    Ok(rmcp::model::ContentBlock::image(
+        base64::engine::general_purpose::STANDARD.encode(bytes),
+        mime,
+    ))
+}

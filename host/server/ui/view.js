@@ -1,0 +1,611 @@
+// Tally's views of a tool result: the MCP Apps views (app.js) and the browser front (front.js)
+// both draw with this file. Everything shown comes from the result envelope as the server
+// validated it; nothing is recomputed here but layout (sorting for display, percentages of
+// numbers the server gave). Text from data is only ever set as text, never as HTML.
+(function () {
+  'use strict';
+
+  var NO_VALUE = '(no value)';
+
+  // ---- DOM helpers -------------------------------------------------------------------------
+
+  function h(tag, props, children) {
+    var el = document.createElement(tag);
+    props = props || {};
+    Object.keys(props).forEach(function (k) {
+      var v = props[k];
+      if (v === undefined || v === null || v === false) return;
+      if (k === 'text') el.textContent = String(v);
+      else if (k === 'class') el.className = v;
+      else if (k === 'on') Object.keys(v).forEach(function (ev) { el.addEventListener(ev, v[ev]); });
+      else if (k === 'dataset') Object.keys(v).forEach(function (d) { el.dataset[d] = v[d]; });
+      else if (k === 'width') el.style.width = v;
+      else el.setAttribute(k, v === true ? '' : String(v));
+    });
+    [].concat(children || []).forEach(function (c) {
+      if (c === null || c === undefined || c === false) return;
+      el.appendChild(typeof c === 'string' || typeof c === 'number' ? document.createTextNode(String(c)) : c);
+    });
+    return el;
+  }
+
+  function escapeHtml(s) {
+    return String(s).replace(/[&<>"']/g, function (c) {
+      return { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c];
+    });
+  }
+
+  function isSafeLink(uri) {
+    return typeof uri === 'string' && /^https?:\/\//i.test(uri);
+  }
+
+  // ---- numbers -----------------------------------------------------------------------------
+
+  function fmtNumber(v, decimals) {
+    if (v === null || v === undefined) return NO_VALUE;
+    if (typeof v !== 'number') return String(v);
+    var d = decimals === undefined || decimals === null ? 4 : decimals;
+    return new Intl.NumberFormat(undefined, { maximumFractionDigits: d }).format(v);
+  }
+
+  function fmtPercent(v) {
+    if (v === null || v === undefined) return NO_VALUE;
+    return new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 }).format(v * 100) + ' %';
+  }
+
+  function label(v) {
+    if (v === null || v === undefined || v === '') return NO_VALUE;
+    return String(v);
+  }
+
+  // ---- the shape of a summary --------------------------------------------------------------
+
+  // What a metric column is: its kind (count, sum, avg, min, max, rate) and how to show it.
+  function metricInfo(m) {
+    var column = m.column;
+    var kind = column === 'count' ? 'count' : column.split(':')[0];
+    // An average of a computed measure (a share or a ratio) is the one `avg:` whose nulls are
+    // not counted apart: the server rounds it to 4 decimals and it is shown as a percentage.
+    if (kind === 'avg' && !m.null_excluded_column) kind = 'rate';
+    return {
+      column: column,
+      kind: kind,
+      description: m.description,
+      decimals: m.rounded_to_decimals,
+      additive: kind === 'count' || kind === 'sum',
+      format: function (v) { return kind === 'rate' ? fmtPercent(v) : fmtNumber(v, m.rounded_to_decimals); },
+    };
+  }
+
+  function parameterList(v) {
+    if (v === undefined || v === null) return [];
+    return Array.isArray(v) ? v : [v];
+  }
+
+  // Group columns are the result's columns that are neither metrics nor their helpers.
+  function summaryShape(data) {
+    var metrics = (data.metrics || []).map(metricInfo);
+    var metricColumns = {};
+    metrics.forEach(function (m) { metricColumns[m.column] = true; });
+    var fieldNames = {};
+    (data.field_metadata || []).forEach(function (f) { fieldNames[f.name] = true; });
+    var groups = [];
+    data.columns.forEach(function (c, i) {
+      if (!metricColumns[c] && fieldNames[c]) groups.push({ name: c, index: i });
+    });
+    var params = data.parameters || {};
+    var explode = parameterList(params.explode);
+    return {
+      metrics: metrics,
+      groups: groups,
+      exploded: explode.length > 0,
+      // The engine writes every parameter back, `having: []` when none was given.
+      having: parameterList(params.having).length > 0,
+      column: function (name) { return data.columns.indexOf(name); },
+    };
+  }
+
+  // The chart a summary is drawn as, and the others it may be switched to. The same rules as
+  // `tally summarize --chart` (host/chart/src/lib.rs, `choose`).
+  function chooseChart(data, metricIndex) {
+    var shape = summaryShape(data);
+    var m = shape.metrics[metricIndex || 0];
+    if (!m) return { kind: 'table', kinds: ['table'], shape: shape };
+    var rows = data.rows || [];
+    if (shape.groups.length === 0) return { kind: 'card', kinds: ['card', 'table'], shape: shape, metric: m };
+    if (rows.length === 0) return { kind: 'table', kinds: ['table'], shape: shape, metric: m };
+    var col = shape.column(m.column);
+    if (shape.groups.length === 1) {
+      var nonNegative = rows.every(function (r) { return r[col] === null || r[col] >= 0; });
+      // A share of a whole: parts that add up to the records matched. Not when records can be
+      // in several parts (explode), some groups were cut (limit, having) or a value is negative.
+      var share = m.additive && !shape.exploded && !data.truncated && !shape.having && nonNegative && rows.length >= 2;
+      if (share) {
+        var k = rows.length <= 7 ? 'pie' : 'treemap';
+        return { kind: k, kinds: [k, 'bar', 'table'], shape: shape, metric: m, share: true };
+      }
+      return { kind: 'bar', kinds: ['bar', 'table'], shape: shape, metric: m };
+    }
+    if (shape.groups.length === 2) {
+      var second = shape.groups[1].index;
+      var distinct = {};
+      rows.forEach(function (r) { distinct[label(r[second])] = true; });
+      if (m.additive && Object.keys(distinct).length <= 12) {
+        return { kind: 'stacked', kinds: ['stacked', 'heatmap', 'table'], shape: shape, metric: m };
+      }
+      return { kind: 'heatmap', kinds: m.additive ? ['heatmap', 'stacked', 'table'] : ['heatmap', 'table'], shape: shape, metric: m };
+    }
+    return { kind: 'table', kinds: ['table'], shape: shape, metric: m };
+  }
+
+  // ---- provenance, warnings, notes ---------------------------------------------------------
+
+  function warningsBlock(env) {
+    var warnings = (env.provenance && env.provenance.warnings) || [];
+    if (!warnings.length) return null;
+    return h('ul', { class: 'warnings', role: 'alert', 'aria-label': 'warnings' },
+      warnings.map(function (w) { return h('li', { text: w }); }));
+  }
+
+  function notesBlock(data) {
+    var items = [];
+    (data.notes || []).forEach(function (n) {
+      (n.notes || []).forEach(function (t) { items.push(n.field + ': ' + t); });
+    });
+    (data.dataset_notes || []).forEach(function (t) { items.push(t); });
+    (data.resolved_fields || []).forEach(function (r) {
+      if (r.input !== r.canonical) items.push('“' + r.input + '” was read as “' + r.canonical + '” (' + r.parameter + ')');
+    });
+    (data.hints || []).forEach(function (t) { items.push(t); });
+    if (!items.length) return null;
+    return h('ul', { class: 'notes', 'aria-label': 'notes' }, items.map(function (t) { return h('li', { text: t }); }));
+  }
+
+  function dateOnly(s) {
+    return typeof s === 'string' ? s.slice(0, 10) : s;
+  }
+
+  function provenanceBlock(env, refs) {
+    var p = env.provenance || {};
+    var sources = p.sources || [];
+    var wanted = refs && refs.length ? refs : sources.map(function (s) { return s.id; });
+    var box = h('footer', { class: 'provenance', 'aria-label': 'provenance' });
+    sources.filter(function (s) { return wanted.indexOf(s.id) >= 0; }).slice(0, 5).forEach(function (s) {
+      var title = s.title || s.id;
+      var parts = [isSafeLink(s.uri) ? h('a', { href: s.uri, target: '_blank', rel: 'noopener noreferrer', text: title }) : h('span', { text: title })];
+      var bits = [];
+      if (s.publisher) bits.push(s.publisher);
+      if (s.locator) bits.push(s.locator);
+      if (s.retrievedAt) bits.push('retrieved ' + dateOnly(s.retrievedAt));
+      if (s.publishedAt) bits.push('published ' + dateOnly(s.publishedAt));
+      if (s.effectiveAt) bits.push('in force ' + dateOnly(s.effectiveAt));
+      if (s.license) bits.push(s.license);
+      if (s.contentHash) bits.push(s.contentHash.slice(0, 19) + '…');
+      if (bits.length) parts.push(' · ' + bits.join(' · '));
+      box.appendChild(h('p', { class: 'source' }, [h('span', { text: 'Source: ' })].concat(parts)));
+    });
+    var steps = p.transformations || [];
+    if (steps.length) {
+      box.appendChild(h('p', { class: 'transformations', title: steps.map(function (t) { return t.type + ': ' + t.description; }).join('\n') },
+        'Computed by Tally: ' + steps.map(function (t) { return t.type; }).join(' → ') +
+        (p.generatedAt ? ' · ' + p.generatedAt.replace('T', ' ').slice(0, 19) : '')));
+    }
+    return box;
+  }
+
+  // ---- tables ------------------------------------------------------------------------------
+
+  function columnDescriptions(data) {
+    var d = {};
+    (data.field_metadata || []).forEach(function (f) {
+      d[f.name] = [f.description, f.role && '(' + f.role + ', ' + f.data_type + ')'].filter(Boolean).join(' ');
+    });
+    (data.metrics || []).forEach(function (m) { d[m.column] = m.description; });
+    return d;
+  }
+
+  function table(data, formats) {
+    var desc = columnDescriptions(data);
+    formats = formats || {};
+    var head = h('tr', null, data.columns.map(function (c) {
+      return h('th', { scope: 'col', title: desc[c] || c, text: c });
+    }));
+    var body = h('tbody', null, (data.rows || []).map(function (r) {
+      return h('tr', null, r.map(function (v, i) {
+        var f = formats[data.columns[i]];
+        if (v === null || v === undefined) return h('td', { class: 'null', text: '—', title: 'null' });
+        if (typeof v === 'number') return h('td', { class: 'num', text: f ? f(v) : fmtNumber(v, 4), title: String(v) });
+        if (Array.isArray(v) || typeof v === 'object') return h('td', { text: JSON.stringify(v) });
+        return h('td', { text: String(v) });
+      }));
+    }));
+    return h('div', { class: 'table-wrap' }, h('table', { class: 'data' }, [h('thead', null, head), body]));
+  }
+
+  // ---- charts ------------------------------------------------------------------------------
+
+  function cssVar(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
+
+  function baseOption() {
+    return {
+      animation: false,
+      backgroundColor: 'transparent',
+      textStyle: { color: cssVar('--fg'), fontFamily: getComputedStyle(document.body).fontFamily },
+      aria: { enabled: true },
+    };
+  }
+
+  function tooltipFormatter(format) {
+    return function (p) {
+      var name = escapeHtml(p.name);
+      var series = p.seriesName && p.seriesType !== 'pie' && p.seriesType !== 'treemap' ? escapeHtml(p.seriesName) + '<br>' : '';
+      var value = Array.isArray(p.value) ? p.value[2] : p.value;
+      var pct = p.percent !== undefined ? ' (' + p.percent + ' %)' : '';
+      return series + name + ': <b>' + escapeHtml(format(value)) + '</b>' + pct;
+    };
+  }
+
+  function mount(container, height) {
+    var box = h('div', { class: 'chart', role: 'img' });
+    box.style.height = height + 'px';
+    container.appendChild(box);
+    var chart = window.echarts.init(box, null, { renderer: 'svg' });
+    if (window.ResizeObserver) new ResizeObserver(function () { chart.resize(); }).observe(box);
+    return { box: box, chart: chart };
+  }
+
+  function drawSummary(container, data, choice, kind) {
+    var shape = choice.shape;
+    var m = choice.metric;
+    var col = shape.column(m.column);
+    var rows = (data.rows || []).slice();
+    var countCol = shape.column('count');
+    var denominator = function (r) {
+      return m.kind === 'rate' && countCol >= 0 && r[countCol] !== null ? ' (n = ' + fmtNumber(r[countCol], 0) + ')' : '';
+    };
+    var opt = baseOption();
+    var tip = tooltipFormatter(m.format);
+    var target;
+    if (kind === 'bar' || kind === 'pie' || kind === 'treemap') {
+      var g = shape.groups[0].index;
+      // Largest first (nulls last); the server's order already is unless another metric
+      // than the first is drawn.
+      rows.sort(function (a, b) {
+        if (a[col] === null) return b[col] === null ? 0 : 1;
+        if (b[col] === null) return -1;
+        return b[col] - a[col];
+      });
+      var items = rows.map(function (r) { return { name: label(r[g]), value: r[col], row: r }; });
+      if (kind === 'bar') {
+        target = mount(container, Math.max(220, items.length * 26 + 70));
+        opt.grid = { left: 8, right: 80, top: 10, bottom: 30, containLabel: true };
+        opt.tooltip = { trigger: 'item', formatter: tip };
+        opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: function (v) { return m.kind === 'rate' ? fmtPercent(v) : fmtNumber(v, 2); } } };
+        opt.yAxis = { type: 'category', inverse: true, data: items.map(function (i) { return i.name; }), name: shape.groups[0].name, axisLabel: { width: 220, overflow: 'truncate' } };
+        opt.series = [{
+          type: 'bar', name: m.column, data: items.map(function (i) { return i.value; }),
+          itemStyle: { color: cssVar('--bar') },
+          label: { show: true, position: 'right', formatter: function (p) { return m.format(p.value) + denominator(items[p.dataIndex].row); } },
+        }];
+      } else if (kind === 'pie') {
+        target = mount(container, 320);
+        opt.tooltip = { trigger: 'item', formatter: tip };
+        opt.series = [{
+          type: 'pie', name: m.column, radius: ['30%', '65%'],
+          data: items.map(function (i) { return { name: i.name, value: i.value }; }),
+          label: { formatter: '{b}: {d}%' },
+        }];
+      } else {
+        target = mount(container, 380);
+        opt.tooltip = { formatter: tip };
+        opt.series = [{
+          type: 'treemap', name: m.column, roam: false, nodeClick: false, breadcrumb: { show: false },
+          data: items.map(function (i) { return { name: i.name, value: i.value }; }),
+          label: { formatter: function (p) { return p.name + '\n' + m.format(p.value); } },
+        }];
+      }
+    } else if (kind === 'stacked' || kind === 'heatmap') {
+      var g1 = shape.groups[0].index;
+      var g2 = shape.groups[1].index;
+      var firstKeys = [];
+      var secondKeys = [];
+      var totals = {};
+      rows.forEach(function (r) {
+        var a = label(r[g1]);
+        var b = label(r[g2]);
+        if (firstKeys.indexOf(a) < 0) firstKeys.push(a);
+        if (secondKeys.indexOf(b) < 0) secondKeys.push(b);
+        totals[a] = (totals[a] || 0) + (typeof r[col] === 'number' ? r[col] : 0);
+      });
+      if (m.additive) firstKeys.sort(function (a, b) { return totals[b] - totals[a]; });
+      if (kind === 'stacked') {
+        target = mount(container, Math.max(240, firstKeys.length * 28 + 110));
+        opt.legend = { type: 'scroll', top: 0 };
+        opt.grid = { left: 8, right: 30, top: 40, bottom: 30, containLabel: true };
+        opt.tooltip = { trigger: 'item', formatter: tip };
+        opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22 };
+        opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, axisLabel: { width: 220, overflow: 'truncate' } };
+        opt.series = secondKeys.map(function (b) {
+          var values = firstKeys.map(function () { return null; });
+          rows.forEach(function (r) {
+            if (label(r[g2]) === b) values[firstKeys.indexOf(label(r[g1]))] = r[col];
+          });
+          return { type: 'bar', stack: 'total', name: b, data: values };
+        });
+      } else {
+        target = mount(container, Math.max(260, firstKeys.length * 26 + 120));
+        var cells = rows.map(function (r) {
+          return [secondKeys.indexOf(label(r[g2])), firstKeys.indexOf(label(r[g1])), r[col]];
+        });
+        var values = cells.map(function (c) { return c[2]; }).filter(function (v) { return typeof v === 'number'; });
+        opt.tooltip = {
+          formatter: function (p) {
+            return escapeHtml(firstKeys[p.value[1]]) + ' × ' + escapeHtml(secondKeys[p.value[0]]) + ': <b>' + escapeHtml(m.format(p.value[2])) + '</b>';
+          },
+        };
+        opt.grid = { left: 8, right: 20, top: 10, bottom: 70, containLabel: true };
+        opt.xAxis = { type: 'category', data: secondKeys, name: shape.groups[1].name, axisLabel: { rotate: secondKeys.length > 6 ? 30 : 0, width: 120, overflow: 'truncate' } };
+        opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, axisLabel: { width: 200, overflow: 'truncate' } };
+        opt.visualMap = {
+          min: values.length ? Math.min.apply(null, values) : 0,
+          max: values.length ? Math.max.apply(null, values) : 1,
+          calculable: false, orient: 'horizontal', left: 'center', bottom: 0,
+          inRange: { color: ['#eef3fd', '#2f6fdf'] },
+          formatter: function (v) { return m.format(v); },
+        };
+        opt.series = [{
+          type: 'heatmap', name: m.column, data: cells,
+          label: { show: firstKeys.length * secondKeys.length <= 150, formatter: function (p) { return m.format(p.value[2]); } },
+        }];
+      }
+    }
+    target.box.setAttribute('aria-label', kind + ' chart of ' + m.column + ' by ' + shape.groups.map(function (g) { return g.name; }).join(' and '));
+    target.box.dataset.kind = kind;
+    target.chart.setOption(opt);
+    return target;
+  }
+
+  function cards(data, shape) {
+    var row = (data.rows || [])[0] || [];
+    var countCol = shape.column('count');
+    return h('div', { class: 'cards' }, shape.metrics.map(function (m) {
+      var v = row[shape.column(m.column)];
+      var n = m.kind === 'rate' && countCol >= 0 ? 'of ' + fmtNumber(row[countCol], 0) + ' records' : null;
+      return h('div', { class: 'card', dataset: { metric: m.column } }, [
+        h('div', { class: 'label', text: m.column }),
+        h('div', { class: 'figure', text: m.format(v) }),
+        h('div', { class: 'label', text: m.description }),
+        n && h('div', { class: 'label', text: n }),
+      ]);
+    }));
+  }
+
+  // ---- the four views ----------------------------------------------------------------------
+
+  // What a result is about: its first source's title (the dataset's), else its id.
+  function titleOf(env, fallback) {
+    var sources = (env.provenance && env.provenance.sources) || [];
+    return (sources[0] && sources[0].title) || fallback;
+  }
+
+  function header(title, subtitle) {
+    return [h('h2', { text: title }), subtitle ? h('p', { class: 'subtitle', text: subtitle }) : null];
+  }
+
+  function renderSummary(root, env) {
+    var data = env.data;
+    var state = { metric: 0, kind: null };
+    var shape0 = summaryShape(data);
+    var by = shape0.groups.map(function (g) { return g.name; });
+    var subtitle = fmtNumber(data.total_records, 0) + ' records' +
+      (by.length ? ' · ' + fmtNumber(data.total_group_count, 0) + ' groups by ' + by.join(' × ') : '') +
+      (data.truncated ? ' · the first ' + fmtNumber(data.returned, 0) + ' shown' : '') +
+      (shape0.exploded ? ' · a record can be in several parts: the parts do not add up to the records' : '');
+    header(titleOf(env, data.dataset_id), subtitle).forEach(function (e) { if (e) root.appendChild(e); });
+    var warn = warningsBlock(env);
+    if (warn) root.appendChild(warn);
+    var toolbar = h('div', { class: 'toolbar', role: 'toolbar' });
+    var body = h('div', { class: 'body' });
+    root.appendChild(toolbar);
+    root.appendChild(body);
+    var formats = {};
+    shape0.metrics.forEach(function (m) { formats[m.column] = m.format; });
+    var current = null;
+
+    function draw() {
+      var choice = chooseChart(data, state.metric);
+      if (state.kind === null || choice.kinds.indexOf(state.kind) < 0) state.kind = choice.kind;
+      toolbar.textContent = '';
+      if (shape0.metrics.length > 1 && shape0.groups.length > 0) {
+        var select = h('select', { 'aria-label': 'metric', on: { change: function (e) { state.metric = Number(e.target.value); draw(); } } },
+          shape0.metrics.map(function (m, i) { return h('option', { value: String(i), selected: i === state.metric, text: m.column }); }));
+        toolbar.appendChild(select);
+      }
+      toolbar.appendChild(h('span', { class: 'spacer' }));
+      choice.kinds.forEach(function (k) {
+        toolbar.appendChild(h('button', {
+          type: 'button', 'aria-pressed': k === state.kind ? 'true' : 'false', dataset: { kind: k },
+          text: { card: 'Figures', bar: 'Bar', pie: 'Pie', treemap: 'Treemap', stacked: 'Stacked bar', heatmap: 'Heatmap', table: 'Table' }[k],
+          on: { click: function () { state.kind = k; draw(); } },
+        }));
+      });
+      if (current && current.chart) current.chart.dispose();
+      current = null;
+      body.textContent = '';
+      if (state.kind === 'table') body.appendChild(table(data, formats));
+      else if (state.kind === 'card') body.appendChild(cards(data, choice.shape));
+      else current = drawSummary(body, data, choice, state.kind);
+      if (choice.metric && choice.metric.kind === 'rate') {
+        body.appendChild(h('p', { class: 'muted', text: choice.metric.column + ' = ' + choice.metric.description + ', shown as a percentage' + (choice.shape.column('count') >= 0 ? '; n = records in the group' : '') }));
+      }
+      root.dataset.kind = state.kind;
+    }
+    draw();
+    var notes = notesBlock(data);
+    if (notes) root.appendChild(notes);
+    root.appendChild(provenanceBlock(env, data.sourceRefs));
+  }
+
+  function renderQuery(root, env, args, opts) {
+    var data = env.data;
+    var first = data.offset + 1;
+    var last = data.offset + data.returned;
+    header(titleOf(env, data.dataset_id), data.total === 0 ? 'no records match' :
+      'records ' + fmtNumber(first, 0) + '–' + fmtNumber(last, 0) + ' of ' + fmtNumber(data.total, 0)).forEach(function (e) { if (e) root.appendChild(e); });
+    var warn = warningsBlock(env);
+    if (warn) root.appendChild(warn);
+    root.appendChild(table(data));
+    (data.omitted_columns || []).forEach(function (o) {
+      root.appendChild(h('p', { class: 'muted', text: 'Column ' + o.field + ' left out: ' + o.reason }));
+    });
+    var pager = h('div', { class: 'pager' });
+    var history = opts.history || [];
+    var call = opts.callTool;
+    function go(cursor, nextHistory) {
+      var next = Object.assign({}, args);
+      if (cursor) next.cursor = cursor; else delete next.cursor;
+      pager.querySelectorAll('button').forEach(function (b) { b.disabled = true; });
+      call('query_records', next).then(function (result) {
+        render(root, 'query_records', next, result, Object.assign({}, opts, { history: nextHistory }));
+      }, function (e) {
+        pager.appendChild(h('span', { class: 'error', text: String(e && e.message || e) }));
+      });
+    }
+    if (call) {
+      pager.appendChild(h('button', {
+        type: 'button', class: 'small', 'data-page': 'previous', disabled: history.length === 0,
+        text: '‹ Previous', on: { click: function () { var hist = history.slice(0, -1); go(history[history.length - 1], hist); } },
+      }));
+      pager.appendChild(h('button', {
+        type: 'button', class: 'small', 'data-page': 'next', disabled: !data.next_cursor,
+        text: 'Next ›', on: { click: function () { go(data.next_cursor, history.concat([args.cursor || null])); } },
+      }));
+      root.appendChild(pager);
+    }
+    var notes = notesBlock(data);
+    if (notes) root.appendChild(notes);
+    root.appendChild(provenanceBlock(env, data.sourceRefs));
+  }
+
+  function codesOf(f) {
+    var c = f.codelist;
+    if (c && c.codes) {
+      return c.codes.map(function (x) { return typeof x === 'string' ? { value: x } : x; });
+    }
+    var top = (c && c.top_values) || (f.values && f.values.top_values);
+    if (top) return top.map(function (t) { return { value: label(t.value), count: t.count }; });
+    return null;
+  }
+
+  function renderInspect(root, env) {
+    var data = env.data;
+    header(data.title || data.dataset_id, data.dataset_id + ' · ' + fmtNumber(data.record_count, 0) + ' records' +
+      (data.publisher ? ' · ' + data.publisher : '') + (data.as_of_date ? ' · as of ' + data.as_of_date : '')).forEach(function (e) { if (e) root.appendChild(e); });
+    var warn = warningsBlock(env);
+    if (warn) root.appendChild(warn);
+    if (data.description) root.appendChild(h('p', { text: data.description }));
+    ['id', 'dim', 'measure', 'attr'].forEach(function (role) {
+      var fields = data.fields.filter(function (f) { return f.role === role; });
+      if (!fields.length) return;
+      root.appendChild(h('h3', { text: { id: 'Identifier', dim: 'Dimensions', measure: 'Measures', attr: 'Attributes' }[role] + ' (' + fields.length + ')' }));
+      root.appendChild(h('div', { class: 'fields', dataset: { role: role } }, fields.map(function (f) {
+        var pct = Math.round(f.fill_rate * 1000) / 10;
+        var bar = h('span');
+        bar.style.width = pct + '%';
+        var codes = codesOf(f);
+        var parts = [
+          h('div', null, [h('span', { class: 'name', text: f.name }), ' ', h('span', { class: 'role', text: f.data_type })]),
+          h('div', { class: 'fill', role: 'meter', 'aria-valuemin': '0', 'aria-valuemax': '100', 'aria-valuenow': String(pct), title: 'filled in ' + pct + ' % of records' }, bar),
+          h('div', { class: 'fill-label', text: pct + ' % filled' + (f.quality ? ' (' + f.quality + ')' : '') }),
+        ];
+        if (f.description) parts.push(h('div', { class: 'desc', text: f.description }));
+        if (f.stats) {
+          parts.push(h('div', { class: 'desc', text: 'min ' + fmtNumber(Number(f.stats.min), 2) + ' · max ' + fmtNumber(Number(f.stats.max), 2) + ' · mean ' + fmtNumber(f.stats.mean, 2) + (f.stats.zero_count !== null ? ' · zeros ' + fmtNumber(f.stats.zero_count, 0) : '') }));
+        }
+        (f.notes || []).forEach(function (n) { parts.push(h('div', { class: 'desc', text: '⚠ ' + n })); });
+        if (codes && codes.length) {
+          parts.push(h('details', { class: 'codes' }, [
+            h('summary', { text: codes.length + (f.codelist && f.codelist.codes ? ' codes' : ' most frequent values') }),
+            h('ul', null, codes.map(function (c) {
+              return h('li', { text: c.value + (c.description ? ' — ' + c.description : '') + (c.count !== undefined ? ' (' + fmtNumber(c.count, 0) + ')' : '') });
+            })),
+          ]));
+        }
+        return h('div', { class: 'field', dataset: { field: f.name } }, parts);
+      })));
+    });
+    if ((data.computed_measures || []).length) {
+      root.appendChild(h('h3', { text: 'Computed measures' }));
+      root.appendChild(h('ul', null, data.computed_measures.map(function (m) {
+        return h('li', { text: m.metric + ' = ' + m.formula + (m.description ? ' — ' + m.description : '') });
+      })));
+    }
+    if ((data.undeclared_columns || []).length) {
+      root.appendChild(h('p', { class: 'muted', text: 'Not served (not in dataset.yaml): ' + data.undeclared_columns.join(', ') }));
+    }
+    var notes = notesBlock(data);
+    if (notes) root.appendChild(notes);
+    root.appendChild(provenanceBlock(env, data.sourceRefs));
+  }
+
+  function renderList(root, env, args, opts) {
+    var data = env.data;
+    header('Datasets', fmtNumber(data.total, 0) + ' served').forEach(function (e) { if (e) root.appendChild(e); });
+    var warn = warningsBlock(env);
+    if (warn) root.appendChild(warn);
+    root.appendChild(h('div', { class: 'cards' }, data.datasets.map(function (d) {
+      var open = opts.openDataset;
+      return h('div', {
+        class: 'card' + (open ? ' clickable' : ''), dataset: { dataset: d.dataset_id }, tabindex: open ? '0' : null, role: open ? 'button' : null,
+        on: open ? { click: function () { open(d.dataset_id); }, keydown: function (e) { if (e.key === 'Enter') open(d.dataset_id); } } : {},
+      }, [
+        h('h3', { text: d.title }),
+        h('div', { class: 'meta', text: d.dataset_id + (d.publisher ? ' · ' + d.publisher : '') }),
+        h('div', { class: 'figure', text: fmtNumber(d.record_count, 0) }),
+        h('div', { class: 'label', text: 'records · ' + d.field_count + ' fields' + (d.as_of_date ? ' · as of ' + d.as_of_date : '') }),
+        d.description ? h('div', { class: 'label', text: d.description }) : null,
+        d.license ? h('div', { class: 'label', text: d.license }) : null,
+      ]);
+    })));
+    (data.broken_datasets || []).forEach(function (b) {
+      root.appendChild(h('div', { class: 'error', text: (b.dataset_id || b.id || '') + ': ' + (b.error || JSON.stringify(b)) }));
+    });
+    root.appendChild(provenanceBlock(env));
+  }
+
+  // Draws a tool result (a CallToolResult) into `root`. opts.callTool(name, args) → Promise of
+  // a CallToolResult, for paging and opening datasets from the view.
+  function render(root, tool, args, result, opts) {
+    opts = opts || {};
+    root.textContent = '';
+    root.classList.add('tally-view');
+    root.dataset.tool = tool;
+    delete root.dataset.kind;
+    var env = result && result.structuredContent;
+    if (!result || result.isError || !env || !env.data) {
+      var text = ((result && result.content) || []).filter(function (c) { return c.type === 'text'; }).map(function (c) { return c.text; }).join('\n');
+      var message = text;
+      try {
+        var parsed = JSON.parse(text);
+        var e = parsed.error || parsed;
+        message = [e.message, e.hint, e.example && 'Example: ' + JSON.stringify(e.example)].filter(Boolean).join('\n') || text;
+      } catch (err) { /* plain text */ }
+      root.appendChild(h('div', { class: 'error', role: 'alert', text: message || 'the tool returned no result' }));
+      return;
+    }
+    if (tool === 'summarize_records') renderSummary(root, env);
+    else if (tool === 'query_records') renderQuery(root, env, args || {}, opts);
+    else if (tool === 'inspect_dataset') renderInspect(root, env);
+    else if (tool === 'list_datasets') renderList(root, env, args || {}, opts);
+    else root.appendChild(h('pre', { class: 'call', text: JSON.stringify(env, null, 2) }));
+  }
+
+  window.TallyView = {
+    render: render,
+    chooseChart: chooseChart,
+    h: h,
+    fmtNumber: fmtNumber,
+  };
+})();

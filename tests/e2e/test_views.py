@@ -1,0 +1,476 @@
+"""MCP Apps views (io.modelcontextprotocol/ui): declared to clients that announce the
+extension, and to no other; each view drawn in headless Chromium by a small test host that
+implements the host side of the spec's postMessage protocol, with real envelopes from the real
+survey; the browser front of `tally serve --http` used as a person would."""
+
+import http.server
+import json
+import os
+import shutil
+import socketserver
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.extension import advertise
+
+from conftest import ROOT, HttpServer, stdio_params
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 120
+EXTENSION = "io.modelcontextprotocol/ui"
+MIME = "text/html;profile=mcp-app"
+TOOLS = ["list_datasets", "inspect_dataset", "query_records", "summarize_records"]
+REFERENCE = Path(os.environ.get("TALLY_REFERENCE", ROOT.parent / "shared" / "reference"))
+ARTIFACTS = Path(os.environ.get("TALLY_ARTIFACTS", ROOT / "target" / "e2e-artifacts"))
+HOST_DIR = Path(__file__).resolve().parent / "apps_host"
+
+
+def apps_client(target, mode="legacy"):
+    return Client(
+        target,
+        mode=mode,
+        cache=None,
+        read_timeout_seconds=TIMEOUT,
+        extensions=[advertise(EXTENSION, {"mimeTypes": [MIME]})],
+    )
+
+
+def plain_client(target, mode="legacy"):
+    return Client(target, mode=mode, cache=None, read_timeout_seconds=TIMEOUT)
+
+
+def dump(model) -> dict:
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# ---- declarations, over both transports and both protocol eras ------------------------------
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_views_are_declared_to_apps_clients_only(transport, mode, http_server):
+    target = stdio_params() if transport == "stdio" else http_server.url
+    with anyio.fail_after(TIMEOUT):
+        async with apps_client(target, mode) as c:
+            tools = {t.name: dump(t) for t in (await c.list_tools()).tools}
+            assert set(tools) == set(TOOLS)
+            for name, t in tools.items():
+                ui = t["_meta"]["ui"]
+                assert ui["resourceUri"] == f"ui://tally/{name}"
+                assert ui["visibility"] == ["model", "app"]
+                assert t["_meta"]["ui/resourceUri"] == ui["resourceUri"]
+            listed = {str(r.uri): dump(r) for r in (await c.list_resources()).resources}
+            for name in TOOLS:
+                r = listed[f"ui://tally/{name}"]
+                assert r["mimeType"] == MIME
+                assert r["_meta"]["ui"]["csp"]["connectDomains"] == []
+            read = dump(await c.read_resource("ui://tally/summarize_records"))
+            (content,) = read["contents"]
+            assert content["mimeType"] == MIME
+            assert content["text"].startswith("<!doctype html>")
+            assert 'data-tool="summarize_records"' in content["text"]
+            # Self-contained: nothing is loaded from anywhere.
+            assert "src=" not in content["text"].split("<script>")[0]
+            assert content["_meta"]["ui"]["csp"]["resourceDomains"] == []
+            result = await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["所管府省庁"]})
+            assert not result.is_error
+            assert dump(result)["_meta"]["ui"]["resourceUri"] == "ui://tally/summarize_records"
+
+        # A client without the extension gets exactly what it got before: no _meta on the
+        # tools or the result, no views in the list (it may still read one by its URI).
+        async with plain_client(target, mode) as c:
+            for t in (await c.list_tools()).tools:
+                assert t.meta is None or "ui" not in t.meta, t.meta
+            uris = [str(r.uri) for r in (await c.list_resources()).resources]
+            assert not [u for u in uris if u.startswith("ui://")], uris
+            result = await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["所管府省庁"]})
+            assert result.meta is None or "ui" not in result.meta
+            assert len(result.content) == 1
+            read = dump(await c.read_resource("ui://tally/query_records"))
+            assert read["contents"][0]["mimeType"] == MIME
+
+
+async def test_an_unknown_view_is_refused_with_the_names_that_exist():
+    with anyio.fail_after(TIMEOUT):
+        async with apps_client(stdio_params()) as c:
+            with pytest.raises(Exception) as e:
+                await c.read_resource("ui://tally/chart")
+            assert "ui://tally/<tool>" in str(e.value)
+
+
+# ---- the views in a real browser ----------------------------------------------------------
+
+
+def chromium():
+    """Headless Chromium through chromedriver, logging the console and the network."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        browser = None
+    if not browser or not driver_path:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but Chromium, chromedriver or selenium is missing (.ci/run installs them)")
+        pytest.skip("Chromium and chromedriver are not installed")
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-default-apps", "--disable-extensions", "--window-size=1200,900", "--lang=ja",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+def requests_made(driver) -> list[str]:
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+def console_errors(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def wait_until(driver, script: str, what: str, seconds: float = 30):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, seconds, poll_frequency=0.1).until(lambda d: d.execute_script(script))
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / ("failed-" + "".join(c if c.isalnum() else "-" for c in what) + ".png")
+        driver.save_screenshot(str(shot))
+        text = driver.execute_script("return document.body ? document.body.innerText.slice(0, 2000) : ''")
+        pytest.fail(f"{what}: not seen in {seconds} s (screenshot {shot.name}); console: {console_errors(driver)}; page: {text}")
+
+
+@pytest.fixture(scope="module")
+def survey(tmp_path_factory):
+    parquet = REFERENCE / "procedures" / "procedures-survey-r6.parquet"
+    if not parquet.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but the reference survey is missing")
+        pytest.skip("the reference survey is absent")
+    datasets = tmp_path_factory.mktemp("views") / "datasets"
+    (datasets / "survey").mkdir(parents=True)
+    shutil.copyfile(parquet, datasets / "survey" / "data.parquet")
+    shutil.copyfile(REFERENCE / "procedures-survey-r6.dataset.yaml", datasets / "survey" / "dataset.yaml")
+    return datasets
+
+
+class HostSite:
+    """The test host's page and the cases it draws, with `/mcp` passed through to a real
+    server (same origin for the page, as a host's own back end would be)."""
+
+    def __init__(self, cases: dict, upstream: str):
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def send(self, status, body: bytes, content_type: str, headers=()):
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                if path in ("/host.html", "/host.js"):
+                    kind = "text/html" if path.endswith(".html") else "text/javascript"
+                    self.send(200, (HOST_DIR / path[1:]).read_bytes(), kind + "; charset=utf-8")
+                elif path.startswith("/case/") and path.endswith(".json"):
+                    name = urllib.request.unquote(path[len("/case/") : -len(".json")])
+                    self.send(200, json.dumps(site.cases[name]).encode(), "application/json")
+                else:
+                    self.send(404, b"not found", "text/plain")
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept", "mcp-session-id", "mcp-protocol-version")}
+                request = urllib.request.Request(upstream, data=body, headers=headers, method="POST")
+                try:
+                    with urllib.request.urlopen(request, timeout=120) as r:
+                        extra = [("mcp-session-id", r.headers["mcp-session-id"])] if r.headers.get("mcp-session-id") else []
+                        self.send(r.status, r.read(), r.headers.get("Content-Type", "application/json"), extra)
+                except urllib.error.HTTPError as e:
+                    self.send(e.code, e.read(), e.headers.get("Content-Type", "text/plain"))
+
+        self.cases = cases
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, case: str) -> str:
+        return f"http://127.0.0.1:{self.port}/host.html?case={urllib.request.quote(case)}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# The calls drawn: each with the chart its shape gives (the rules of view.js `chooseChart`).
+CASES = {
+    "bar of a rate": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁"], "metrics": ["avg:オンライン率", "count"]}, "bar"),
+    "treemap of a count": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁"]}, "treemap"),
+    "pie of a count": ("summarize_records", {"dataset_id": "survey", "group_by": ["手続類型"]}, "pie"),
+    "stacked bars": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "手続類型"]}, "stacked"),
+    "heatmap of a rate": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "手続類型"], "metrics": ["avg:オンライン率"]}, "heatmap"),
+    "bar of parts": ("summarize_records", {"dataset_id": "survey", "explode": "申請等における本人確認手法", "group_by": ["申請等における本人確認手法"], "limit": 8}, "bar"),
+    "figures": ("summarize_records", {"dataset_id": "survey", "metrics": ["count", "avg:オンライン率"], "where": {"所管府省庁": ["総務省"]}}, "card"),
+    "records": ("query_records", {"dataset_id": "survey", "select": ["手続名", "所管府省庁"], "limit": 25}, None),
+    "fields": ("inspect_dataset", {"dataset_id": "survey"}, None),
+    "datasets": ("list_datasets", {}, None),
+}
+
+
+@pytest.fixture(scope="module")
+def views(survey, tmp_path_factory):
+    """Real envelopes from the real survey, with the views as the server sends them."""
+    server = HttpServer("--call-timeout-ms", "60000", "--no-cache", datasets=str(survey))
+
+    async def collect():
+        cases = {}
+        async with apps_client(server.url) as c:
+            tools_meta = {t.name: dump(t)["_meta"]["ui"] for t in (await c.list_tools()).tools}
+            resources = {}
+            for name in TOOLS:
+                (resources[name],) = dump(await c.read_resource(f"ui://tally/{name}"))["contents"]
+            for case, (tool, args, kind) in CASES.items():
+                for _ in range(600):
+                    result = dump(await c.call_tool(tool, args))
+                    # A dataset just copied in may still be settling or being prepared.
+                    if not result.get("isError") or not any(
+                        w in result["content"][0]["text"] for w in ("dataset_changing", "dataset_preparing", "limit_exceeded")
+                    ):
+                        break
+                    await anyio.sleep(0.1)
+                assert not result.get("isError"), (case, result)
+                cases[case] = {"tool": tool, "arguments": args, "result": result, "kind": kind,
+                               "resource": resources[tool], "toolsMeta": tools_meta}
+        return cases
+
+    cases = anyio.run(collect)
+    site = HostSite(cases, server.url)
+    yield site
+    site.stop()
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+def fresh_logs(browser):
+    """Forgets what earlier tests left in the browser's console and network logs."""
+    browser.get_log("browser")
+    browser.get_log("performance")
+
+
+def open_case(browser, site, case):
+    fresh_logs(browser)
+    browser.get(site.url(case))
+    wait_until(browser, "return window.hostLog && window.hostLog.initialized", f"{case}: the view initialized")
+    frame = wait_until(browser, "return document.querySelector('iframe')", f"{case}: the frame")
+    browser.switch_to.frame(frame)
+    wait_until(browser, "return document.querySelector('#view[data-tool]') && !document.getElementById('waiting')", f"{case}: the view drew")
+
+
+CHART_FACTS = """
+var el = document.querySelector('.chart');
+if (!el) return null;
+var chart = echarts.getInstanceByDom(el);
+var option = chart.getOption();
+var marks = 0;
+var names = [];
+option.series.forEach(function (s) {
+  s.data.forEach(function (item) {
+    var v = item !== null && typeof item === 'object' && !Array.isArray(item) ? item.value : item;
+    if (item !== null && item.name !== undefined) names.push(item.name);
+    if (v !== null && v !== undefined && !(Array.isArray(v) && v[2] === null)) marks++;
+  });
+});
+var axis = (option.yAxis && option.yAxis[0] && option.yAxis[0].data) || null;
+return { kind: el.dataset.kind, marks: marks, names: names, axis: axis, svg: el.querySelectorAll('svg path').length };
+"""
+
+
+@pytest.mark.parametrize("case", [c for c, v in CASES.items() if v[0] == "summarize_records"])
+def test_summary_views_draw_one_mark_per_group(case, views, browser):
+    data = views.cases[case]["result"]["structuredContent"]["data"]
+    expected_kind = views.cases[case]["kind"]
+    open_case(browser, views, case)
+    try:
+        drawn = browser.execute_script("return document.getElementById('view').dataset.kind")
+        assert drawn == expected_kind, (case, drawn)
+        groups = [c for c in data["columns"] if c in {f["name"] for f in data["field_metadata"]} and c not in {m["column"] for m in data["metrics"]}]
+        labels = lambda v: "(no value)" if v in (None, "") else str(v)  # noqa: E731
+        if expected_kind == "card":
+            cards = browser.execute_script("return [].map.call(document.querySelectorAll('.card .figure'), function (e) { return e.textContent; })")
+            assert len(cards) == len(data["metrics"])
+            assert any("%" in c for c in cards), cards  # the rate as a percentage
+        else:
+            facts = browser.execute_script(CHART_FACTS)
+            assert facts and facts["kind"] == expected_kind, facts
+            present = [r for r in data["rows"] if r[data["columns"].index(data["metrics"][0]["column"])] is not None]
+            assert facts["marks"] == len(present), (case, facts["marks"], len(data["rows"]))
+            assert facts["svg"] > 0, "nothing was drawn"
+            first = data["columns"].index(groups[0])
+            want = {labels(r[first]) for r in data["rows"]}
+            got = set(facts["axis"] or facts["names"])
+            assert got == want, (case, got ^ want)
+        # Warnings are shown, above the chart.
+        warnings = data and views.cases[case]["result"]["structuredContent"]["provenance"]["warnings"]
+        if warnings:
+            shown = browser.execute_script(
+                "var w = document.querySelector('.warnings'); var b = document.querySelector('.body');"
+                "return w && w.offsetHeight > 0 && w.getBoundingClientRect().bottom <= b.getBoundingClientRect().top ? w.textContent : null")
+            assert shown and warnings[0][:20] in shown, shown
+        source = browser.execute_script("return document.querySelector('.provenance .source').textContent")
+        assert "retrieved" in source
+        # The table is one click away, with every group.
+        browser.execute_script("document.querySelector('button[data-kind=\"table\"]').click()")
+        rows = browser.execute_script("return document.querySelectorAll('table.data tbody tr').length")
+        assert rows == len(data["rows"])
+        if case in ("bar of a rate", "stacked bars"):
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            browser.execute_script(f"document.querySelector('button[data-kind={expected_kind}]').click()")
+            wait_until(browser, "return document.querySelector('.chart svg')", "the chart again")
+            browser.switch_to.default_content()
+            browser.save_screenshot(str(ARTIFACTS / f"view-{case.replace(' ', '-')}.png"))
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
+    outside = [u for u in requests_made(browser) if not u.startswith(f"http://127.0.0.1:{views.port}/") and not u.startswith(("data:", "about:"))]
+    assert outside == [], outside
+
+
+def test_query_view_pages_through_the_host(views, browser):
+    data = views.cases["records"]["result"]["structuredContent"]["data"]
+    open_case(browser, views, "records")
+    try:
+        assert browser.execute_script("return document.querySelectorAll('table.data tbody tr').length") == data["returned"]
+        titles = browser.execute_script("return [].map.call(document.querySelectorAll('table.data th'), function (t) { return t.title; })")
+        assert all(titles) and any("（" in t or len(t) > 5 for t in titles), titles
+        first = browser.execute_script("return document.querySelector('table.data tbody td').textContent")
+        browser.execute_script("document.querySelector('button[data-page=next]').click()")
+        wait_until(browser, "return /^records 26/.test(document.querySelector('.subtitle').textContent)", "the second page")
+        assert browser.execute_script("return document.querySelector('table.data tbody td').textContent") != first
+        browser.execute_script("document.querySelector('button[data-page=previous]').click()")
+        wait_until(browser, "return /^records 1–/.test(document.querySelector('.subtitle').textContent)", "back to the first page")
+    finally:
+        browser.switch_to.default_content()
+    calls = browser.execute_script("return window.hostLog.toolCalls")
+    assert [c["name"] for c in calls] == ["query_records", "query_records"]
+    assert calls[0]["arguments"]["cursor"] == data["next_cursor"]
+    assert console_errors(browser) == []
+
+
+def test_inspect_and_list_views(views, browser):
+    data = views.cases["fields"]["result"]["structuredContent"]["data"]
+    open_case(browser, views, "fields")
+    try:
+        fields = browser.execute_script("return document.querySelectorAll('.field').length")
+        assert fields == len(data["fields"])
+        meters = browser.execute_script("return [].map.call(document.querySelectorAll('.fill'), function (m) { return Number(m.getAttribute('aria-valuenow')); })")
+        assert len(meters) == len(data["fields"]) and all(0 <= m <= 100 for m in meters)
+        assert browser.execute_script("return document.querySelectorAll('details.codes').length") > 0
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
+    listed = views.cases["datasets"]["result"]["structuredContent"]["data"]
+    open_case(browser, views, "datasets")
+    try:
+        assert browser.execute_script("return document.querySelectorAll('.card').length") == len(listed["datasets"])
+        # A card opens the dataset through the host (tools/call from the view).
+        browser.execute_script("document.querySelector('.card[data-dataset=survey]').click()")
+        wait_until(browser, "return document.getElementById('view').dataset.tool === 'inspect_dataset'", "the dataset opened")
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
+
+
+# ---- the browser front ----------------------------------------------------------------------
+
+
+def test_browser_front_lists_inspects_charts_and_links(survey, tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("analyst front-test-token-0123456789\n")
+    server = HttpServer("--token-file", str(tokens), "--call-timeout-ms", "60000", "--no-cache", datasets=str(survey))
+    try:
+        # The page itself needs no token; it is strict about where scripts come from.
+        with urllib.request.urlopen(server.base + "/") as r:
+            csp = r.headers["Content-Security-Policy"]
+            assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "connect-src 'self'" in csp
+        fresh_logs(browser)
+        browser.get(server.base + "/")
+        wait_until(browser, "return !document.getElementById('login').classList.contains('hidden')", "the token is asked for")
+        browser.find_element(By.ID, "token").send_keys("not-the-token-0123456789")
+        browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        wait_until(browser, "return !document.getElementById('login-error').classList.contains('hidden')", "a wrong token is refused")
+        assert "not valid" in browser.find_element(By.ID, "login-error").text
+        browser.get_log("browser")  # the refused requests' 401s, expected
+        browser.find_element(By.ID, "token").send_keys("front-test-token-0123456789")
+        browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        wait_until(browser, "return document.querySelector('.card[data-dataset=survey]')", "the datasets")
+        browser.find_element(By.CSS_SELECTOR, ".card[data-dataset=survey]").click()
+        wait_until(browser, "return document.querySelectorAll('#inspect .field').length > 30", "the fields")
+        Select(browser.find_element(By.ID, "group1")).select_by_value("所管府省庁")
+        browser.find_element(By.ID, "limit").clear()
+        browser.find_element(By.ID, "limit").send_keys("50")
+        metrics = Select(browser.find_element(By.ID, "metrics"))
+        metrics.deselect_all()
+        metrics.select_by_value("avg:オンライン率")
+        metrics.select_by_value("count")
+        browser.find_element(By.ID, "run").click()
+        wait_until(browser, "return document.querySelector('#result .chart svg')", "the chart")
+        facts = browser.execute_script(CHART_FACTS.replace("document.querySelector('.chart')", "document.querySelector('#result .chart')"))
+        assert facts["kind"] == "bar" and facts["marks"] > 10, facts
+        call = json.loads(browser.find_element(By.ID, "call-json").get_attribute("textContent"))
+        assert call["params"] == {"name": "summarize_records", "arguments": {"dataset_id": "survey", "metrics": ["avg:オンライン率", "count"], "group_by": ["所管府省庁"], "limit": 50}}
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.set_window_size(1200, 1500)
+        browser.save_screenshot(str(ARTIFACTS / "front-summary.png"))
+        browser.set_window_size(1200, 900)
+        link = browser.find_element(By.ID, "permalink").get_attribute("href")
+        # The permalink, opened afresh: the token is asked again (memory only), then the
+        # same chart is drawn.
+        browser.get("about:blank")
+        browser.get(link)
+        wait_until(browser, "return !document.getElementById('login').classList.contains('hidden')", "the token is asked again")
+        browser.find_element(By.ID, "token").send_keys("front-test-token-0123456789")
+        browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        wait_until(browser, "return document.querySelector('#result .chart svg')", "the chart again")
+        browser.get_log("browser")  # the first request of the reloaded page had no token yet: 401
+        again = browser.execute_script(CHART_FACTS.replace("document.querySelector('.chart')", "document.querySelector('#result .chart')"))
+        assert again["axis"] == facts["axis"] and again["marks"] == facts["marks"]
+        assert console_errors(browser) == []
+        outside = [u for u in requests_made(browser) if not u.startswith(server.base + "/") and not u.startswith(("data:", "about:"))]
+        assert outside == [], outside
+    finally:
+        server.stop()
