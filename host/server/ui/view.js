@@ -278,12 +278,14 @@
         return b[col] - a[col];
       });
       var items = rows.map(function (r) { return { name: label(r[g]), value: r[col], row: r }; });
+      var whole = items.reduce(function (sum, i) { return sum + (typeof i.value === 'number' ? i.value : 0); }, 0);
+      var share = function (v) { return whole > 0 ? fmtNumber(100 * v / whole, 1) + ' %' : ''; };
       if (kind === 'bar') {
         target = mount(container, Math.max(220, items.length * 26 + 70));
-        opt.grid = { left: 8, right: 80, top: 10, bottom: 30, containLabel: true };
+        opt.grid = { left: 8, right: 80, top: 30, bottom: 30, containLabel: true };
         opt.tooltip = { trigger: 'item', formatter: tip };
         opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: function (v) { return m.kind === 'rate' ? fmtPercent(v) : fmtNumber(v, 2); } } };
-        opt.yAxis = { type: 'category', inverse: true, data: items.map(function (i) { return i.name; }), name: shape.groups[0].name, axisLabel: { width: 220, overflow: 'truncate' } };
+        opt.yAxis = { type: 'category', inverse: true, data: items.map(function (i) { return i.name; }), name: shape.groups[0].name, nameLocation: 'start', nameTextStyle: { fontWeight: 'bold', align: 'right' }, axisLabel: { width: 220, overflow: 'truncate' } };
         opt.series = [{
           type: 'bar', name: m.column, data: items.map(function (i) { return i.value; }),
           itemStyle: { color: cssVar('--bar') },
@@ -303,7 +305,7 @@
         opt.series = [{
           type: 'treemap', name: m.column, roam: false, nodeClick: false, breadcrumb: { show: false },
           data: items.map(function (i) { return { name: i.name, value: i.value }; }),
-          label: { formatter: function (p) { return p.name + '\n' + m.format(p.value); } },
+          label: { formatter: function (p) { return p.name + '\n' + m.format(p.value) + ' · ' + share(p.value); } },
         }];
       }
     } else if (kind === 'stacked' || kind === 'heatmap') {
@@ -320,13 +322,19 @@
         totals[a] = (totals[a] || 0) + (typeof r[col] === 'number' ? r[col] : 0);
       });
       if (m.additive) firstKeys.sort(function (a, b) { return totals[b] - totals[a]; });
+      // The second grouping's values in their own order (codes `1 …`, `2-1 …` sort as
+      // numbers), no value last.
+      secondKeys.sort(function (a, b) {
+        if (a === NO_VALUE || b === NO_VALUE) return a === NO_VALUE ? (b === NO_VALUE ? 0 : 1) : -1;
+        return a.localeCompare(b, undefined, { numeric: true });
+      });
       if (kind === 'stacked') {
         target = mount(container, Math.max(240, firstKeys.length * 28 + 110));
         opt.legend = { type: 'scroll', top: 0 };
-        opt.grid = { left: 8, right: 30, top: 40, bottom: 30, containLabel: true };
+        opt.grid = { left: 8, right: 30, top: 60, bottom: 30, containLabel: true };
         opt.tooltip = { trigger: 'item', formatter: tip };
         opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22 };
-        opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, axisLabel: { width: 220, overflow: 'truncate' } };
+        opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, nameLocation: 'start', nameTextStyle: { fontWeight: 'bold', align: 'right' }, axisLabel: { width: 220, overflow: 'truncate' } };
         opt.series = secondKeys.map(function (b) {
           var values = firstKeys.map(function () { return null; });
           rows.forEach(function (r) {
@@ -345,19 +353,20 @@
             return escapeHtml(firstKeys[p.value[1]]) + ' × ' + escapeHtml(secondKeys[p.value[0]]) + ': <b>' + escapeHtml(m.format(p.value[2])) + '</b>';
           },
         };
-        opt.grid = { left: 8, right: 20, top: 10, bottom: 70, containLabel: true };
-        opt.xAxis = { type: 'category', data: secondKeys, name: shape.groups[1].name, axisLabel: { rotate: secondKeys.length > 6 ? 30 : 0, width: 120, overflow: 'truncate' } };
+        // A combination with no record has no cell: the grid's grey shows through, unlike a 0.
+        opt.grid = { left: 8, right: 20, top: 60, bottom: 50, containLabel: true, show: true, backgroundColor: '#e4e7ec', borderWidth: 0 };
+        opt.xAxis = { type: 'category', position: 'top', data: secondKeys, name: shape.groups[1].name, axisLabel: { rotate: secondKeys.length > 6 ? 30 : 0, width: 120, overflow: 'truncate' } };
         opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, axisLabel: { width: 200, overflow: 'truncate' } };
         opt.visualMap = {
           min: values.length ? Math.min.apply(null, values) : 0,
           max: values.length ? Math.max.apply(null, values) : 1,
           calculable: false, orient: 'horizontal', left: 'center', bottom: 0,
-          inRange: { color: ['#eef3fd', '#2f6fdf'] },
+          inRange: { color: ['#f4f8ff', '#2f6fdf'] },
           formatter: function (v) { return m.format(v); },
         };
         opt.series = [{
           type: 'heatmap', name: m.column, data: cells,
-          label: { show: firstKeys.length * secondKeys.length <= 150, formatter: function (p) { return m.format(p.value[2]); } },
+          label: { show: firstKeys.length * secondKeys.length <= 300, fontSize: 10, formatter: function (p) { return m.format(p.value[2]); } },
         }];
       }
     }
