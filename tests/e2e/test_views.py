@@ -303,17 +303,24 @@ var el = document.querySelector('.chart');
 if (!el) return null;
 var chart = echarts.getInstanceByDom(el);
 var option = chart.getOption();
-var marks = 0;
+var marks = 0, drawn = 0;
 var names = [];
-option.series.forEach(function (s) {
-  s.data.forEach(function (item) {
+option.series.forEach(function (s, i) {
+  var data = chart.getModel().getSeriesByIndex(i).getData();
+  s.data.forEach(function (item, k) {
     var v = item !== null && typeof item === 'object' && !Array.isArray(item) ? item.value : item;
     if (item !== null && item.name !== undefined) names.push(item.name);
-    if (v !== null && v !== undefined && !(Array.isArray(v) && v[2] === null)) marks++;
+    if (v === null || v === undefined || (Array.isArray(v) && v[2] === null)) return;
+    marks++;
   });
+  // What was rendered: a graphic element per datum (a treemap's data also holds its root).
+  for (var k = 0; k < data.count(); k++) {
+    var el2 = data.getItemGraphicEl(k);
+    if (el2 && !(s.type === 'treemap' && k === 0 && data.count() === s.data.length + 1)) drawn++;
+  }
 });
 var axis = (option.yAxis && option.yAxis[0] && option.yAxis[0].data) || null;
-return { kind: el.dataset.kind, marks: marks, names: names, axis: axis, svg: el.querySelectorAll('svg path').length };
+return { kind: el.dataset.kind, marks: marks, drawn: drawn, names: names, axis: axis, svg: el.querySelectorAll('svg path').length };
 """
 
 
@@ -336,18 +343,21 @@ def test_summary_views_draw_one_mark_per_group(case, views, browser):
             assert facts and facts["kind"] == expected_kind, facts
             present = [r for r in data["rows"] if r[data["columns"].index(data["metrics"][0]["column"])] is not None]
             assert facts["marks"] == len(present), (case, facts["marks"], len(data["rows"]))
+            # Each datum has its own element in the drawing (bars, cells, slices, tiles).
+            assert facts["drawn"] >= len(present), (case, facts)
             assert facts["svg"] > 0, "nothing was drawn"
             first = data["columns"].index(groups[0])
             want = {labels(r[first]) for r in data["rows"]}
             got = set(facts["axis"] or facts["names"])
             assert got == want, (case, got ^ want)
         # Warnings are shown, above the chart.
-        warnings = data and views.cases[case]["result"]["structuredContent"]["provenance"]["warnings"]
-        if warnings:
-            shown = browser.execute_script(
-                "var w = document.querySelector('.warnings'); var b = document.querySelector('.body');"
-                "return w && w.offsetHeight > 0 && w.getBoundingClientRect().bottom <= b.getBoundingClientRect().top ? w.textContent : null")
-            assert shown and warnings[0][:20] in shown, shown
+        # The survey states no retrieval date: every answer warns about that.
+        warnings = views.cases[case]["result"]["structuredContent"]["provenance"]["warnings"]
+        assert warnings
+        shown = browser.execute_script(
+            "var w = document.querySelector('.warnings'); var b = document.querySelector('.body');"
+            "return w && w.offsetHeight > 0 && w.getBoundingClientRect().bottom <= b.getBoundingClientRect().top ? w.textContent : null")
+        assert shown and warnings[0][:20] in shown, shown
         source = browser.execute_script("return document.querySelector('.provenance .source').textContent")
         assert "retrieved" in source
         # The table is one click away, with every group.
@@ -365,6 +375,33 @@ def test_summary_views_draw_one_mark_per_group(case, views, browser):
     assert console_errors(browser) == []
     outside = [u for u in requests_made(browser) if not u.startswith(f"http://127.0.0.1:{views.port}/") and not u.startswith(("data:", "about:"))]
     assert outside == [], outside
+
+
+def test_the_view_follows_the_host_theme_and_lifecycle(views, browser):
+    open_case(browser, views, "bar of a rate")
+    browser.switch_to.default_content()
+    assert browser.execute_script("return window.hostLog.sizes.length") > 0, "the view reported no size"
+    browser.execute_script("hostSend({jsonrpc: '2.0', method: 'ui/notifications/host-context-changed', params: {theme: 'dark'}})")
+    frame = browser.find_element("css selector", "iframe")
+    browser.switch_to.frame(frame)
+    try:
+        wait_until(browser, "return document.documentElement.dataset.theme === 'dark' && document.querySelector('.chart svg')", "the dark theme, chart redrawn")
+        # The chart's text took the dark theme's colour (it is read when drawing).
+        fill = browser.execute_script("var t = echarts.getInstanceByDom(document.querySelector('.chart')).getOption().textStyle; return (Array.isArray(t) ? t[0] : t).color")
+        assert fill == browser.execute_script("return getComputedStyle(document.documentElement).getPropertyValue('--fg').trim()")
+    finally:
+        browser.switch_to.default_content()
+    browser.execute_script("hostSend({jsonrpc: '2.0', id: 99, method: 'ui/resource-teardown', params: {}})")
+    wait_until(browser, "return window.hostLog.received.some(function (m) { return m && m.id === 99 && m.result; })", "the teardown answered")
+    browser.execute_script("hostSend({jsonrpc: '2.0', id: 100, method: 'ui/no-such-thing', params: {}})")
+    wait_until(browser, "return window.hostLog.received.some(function (m) { return m && m.id === 100 && m.error && m.error.code === -32601; })", "an unknown request refused")
+    browser.execute_script("hostSend({jsonrpc: '2.0', method: 'ui/notifications/tool-cancelled', params: {reason: 'the user stopped it'}})")
+    browser.switch_to.frame(browser.find_element("css selector", "iframe"))
+    try:
+        wait_until(browser, "return /cancelled: the user stopped it/.test(document.getElementById('view').textContent)", "the cancellation shown")
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
 
 
 def test_query_view_pages_through_the_host(views, browser):

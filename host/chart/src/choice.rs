@@ -2,7 +2,8 @@
 //!
 //! These are the rules of the HTML view, `chooseChart` in `host/server/ui/view.js`; the two must
 //! stay the same, so that `tally summarize --chart` and the view show the same chart for the
-//! same result. Change both together.
+//! same result. Change both together. The rules are [`choose`] here; the crate's public
+//! [`crate::choose`] (in `lib.rs`) reads the envelope and calls it.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -11,6 +12,7 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use crate::error::ChartError;
+use crate::limits::LIMITS;
 use crate::summary::Summary;
 use crate::text::cell_label;
 
@@ -80,7 +82,8 @@ impl FromStr for Kind {
     }
 }
 
-/// What a metric column computes, read from its name as the view reads it.
+/// What a metric column computes, read from its name and metadata as the view reads it
+/// (`metricInfo` in view.js).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetricKind {
     /// `count`.
@@ -93,23 +96,29 @@ pub enum MetricKind {
     Min,
     /// `max:x`.
     Max,
-    /// `avg:x` of a computed measure (a share or a ratio, 0..1): shown as a percentage.
+    /// `avg:x` of a computed measure that is a share of records (0..1; the engine marks it
+    /// `"share": true`, a `count_where` measure): shown as a percentage.
     Rate,
+    /// `avg:x` of any other computed measure (a ratio of sums, say): shown as the number it
+    /// is, with up to 4 decimals. A ratio is not a share; 23.455 is not "2,345.5 %".
+    Ratio,
     /// A prefix this crate does not know; drawn as a plain number.
     Other(String),
 }
 
 /// The kind of a metric column: `count`, else its prefix before `:`. An `avg:` without a
-/// `null_excluded_column` averages a computed measure (a share), which the view shows as a
-/// percentage.
-pub(crate) fn metric_kind(column: &str, has_null_excluded_column: bool) -> MetricKind {
+/// `null_excluded_column` averages a computed measure: a rate (a percentage) when its metadata
+/// says `"share": true`, else a plain ratio. `share` on anything else changes nothing, as in
+/// the view.
+pub(crate) fn metric_kind(column: &str, has_null_excluded_column: bool, share: bool) -> MetricKind {
     if column == "count" {
         return MetricKind::Count;
     }
     match column.split(':').next().unwrap_or(column) {
         "sum" => MetricKind::Sum,
         "avg" if has_null_excluded_column => MetricKind::Avg,
-        "avg" => MetricKind::Rate,
+        "avg" if share => MetricKind::Rate,
+        "avg" => MetricKind::Ratio,
         "min" => MetricKind::Min,
         "max" => MetricKind::Max,
         other => MetricKind::Other(other.to_owned()),
@@ -135,7 +144,7 @@ pub struct Choice {
     pub share: bool,
 }
 
-/// The rules of `chooseChart` in `host/server/ui/view.js`.
+/// The rules of `chooseChart` in `host/server/ui/view.js`, on a summary already read.
 pub(crate) fn choose(summary: &Summary<'_>, metric_index: usize) -> Result<Choice, ChartError> {
     let m = summary.metric(metric_index)?;
     let choice = |kind: Kind, alternatives: &[Kind], share: bool| Choice {
@@ -170,7 +179,7 @@ pub(crate) fn choose(summary: &Summary<'_>, metric_index: usize) -> Result<Choic
                 && non_negative
                 && rows.len() >= 2;
             if share {
-                let k = if rows.len() <= 7 {
+                let k = if rows.len() <= LIMITS.pie_slices {
                     Kind::Pie
                 } else {
                     Kind::Treemap
@@ -183,7 +192,7 @@ pub(crate) fn choose(summary: &Summary<'_>, metric_index: usize) -> Result<Choic
         2 => {
             let second = summary.groups[1].index;
             let distinct: HashSet<String> = rows.iter().map(|r| cell_label(&r[second])).collect();
-            if m.additive() && distinct.len() <= 12 {
+            if m.additive() && distinct.len() <= LIMITS.stacked_series {
                 Ok(choice(
                     Kind::Stacked,
                     &[Kind::Stacked, Kind::Heatmap, Kind::Table],

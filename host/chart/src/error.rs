@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use crate::choice::Kind;
 
 /// What went wrong, named by who must act: the caller's input (`NotASummary`, `NoSuchMetric`,
-/// `UnknownKind`, `KindNotAvailable`), the shape of the result (`TooManyGroups`, `NoRows`), the
-/// machine (`FontFile`), or this crate (`Render`, a bug).
+/// `UnknownKind`, `KindNotAvailable`), the shape of the result (`TooManyGroups`, `NoRows`), a
+/// resource limit (`TooLarge`), the machine (`FontFile`), or this crate (`Render`, a bug).
 #[derive(Debug, thiserror::Error)]
 pub enum ChartError {
     /// The value given is not the envelope of a `summarize_records` result.
@@ -60,6 +60,23 @@ pub enum ChartError {
          group); loosen the filters, or ask for the HTML view, which says so in a table"
     )]
     NoRows,
+
+    /// The chart's PNG would take more pixel memory than [`crate::MAX_PNG_PIXEL_BYTES`] even at
+    /// 1×. Within [`crate::LIMITS`] only a very wide chart is.
+    #[error(
+        "the chart is too large for a PNG: {width}×{height} px would take {} MiB of pixels even \
+         at 1×, and the limit is {} MiB; ask for a narrower chart (a smaller width), or fewer \
+         groups (a smaller `limit`, or a filter), or the SVG, which has no such limit",
+        bytes.div_ceil(1 << 20),
+        max_bytes >> 20
+    )]
+    TooLarge {
+        width: u32,
+        height: u32,
+        /// Pixel memory at 1× (width × height × 4).
+        bytes: u64,
+        max_bytes: u64,
+    },
 
     /// A font file given with `--font` could not be used.
     #[error("cannot use the font file {}: {reason}", path.display())]

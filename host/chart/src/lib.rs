@@ -1,7 +1,8 @@
 //! Server-side charts of a `summarize_records` result.
 //!
 //! The chart is chosen from the result's shape by the same rules as the HTML view
-//! (`chooseChart` in `host/server/ui/view.js`): no grouping → figures ([`Kind::Card`]); one
+//! (`chooseChart` in `host/server/ui/view.js`, ported in `src/choice.rs`; [`choose`] here
+//! reads the envelope and applies them): no grouping → figures ([`Kind::Card`]); one
 //! grouping field → the parts of a whole as a [`Kind::Pie`] (up to 7) or [`Kind::Treemap`],
 //! anything else as [`Kind::Bar`]s; two → [`Kind::Stacked`] bars or a [`Kind::Heatmap`]; more →
 //! a table, which this crate does not draw.
@@ -9,6 +10,10 @@
 //! A chart is an SVG drawn with plotters ([`svg`]) and, when an image is wanted, rasterised
 //! with resvg ([`png`]). Every chart carries what the result says about its numbers: the
 //! warnings above the plot, the source and the steps Tally computed under it.
+//!
+//! A chart's size does not grow with the result: at most [`LIMITS`] are drawn (the same as
+//! the view's), the rest said in the notes, and a PNG's pixels are at most
+//! [`MAX_PNG_PIXEL_BYTES`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), tally_chart::ChartError> {
@@ -41,12 +46,14 @@
 //! - Every datum drawn is one `<g class="mark" data-label="…" data-value="…">` inside the
 //!   plot's `<g class="marks">`: one per bar, per stacked segment, per heatmap cell, per pie
 //!   slice, per treemap tile and per card figure. A row whose value is null has no mark (bars
-//!   say "(no value)" in its place); pies and treemaps draw only values above zero, and say
-//!   which were left out.
+//!   say "(no value)" in its place, a heatmap leaves its cell grey); pies and treemaps draw
+//!   only values above zero, and say which were left out. Past [`LIMITS`] the notes say
+//!   what was drawn of how many ("The 100 largest of 10,000 groups are drawn; …").
 
 mod choice;
 mod draw;
 mod error;
+mod limits;
 mod raster;
 mod summary;
 mod text;
@@ -55,6 +62,7 @@ use serde_json::Value;
 
 pub use choice::{Choice, Kind, MetricKind};
 pub use error::ChartError;
+pub use limits::{LIMITS, Limits, MAX_PNG_PIXEL_BYTES};
 pub use raster::{Fonts, Raster, png};
 
 use summary::Summary;
@@ -67,8 +75,8 @@ pub struct Options {
     pub metric: usize,
     /// The kind to draw instead of the one chosen; it must be one of [`Choice::alternatives`].
     pub kind: Option<Kind>,
-    /// The width in pixels (at least 360). The height follows from the content; a heatmap
-    /// with many columns may be wider.
+    /// The width in pixels (360 to 8000). The height follows from the content; a heatmap
+    /// with many columns may be wider (its columns are at most [`Limits::heatmap_columns`]).
     pub width: u32,
 }
 
@@ -87,7 +95,8 @@ impl Default for Options {
 pub struct Chart {
     /// What was drawn.
     pub kind: Kind,
-    /// Size in CSS pixels (the PNG is twice this).
+    /// Size in CSS pixels (the PNG is twice this, or less for a very large chart: see
+    /// [`MAX_PNG_PIXEL_BYTES`]).
     pub width: u32,
     pub height: u32,
     /// How many data were drawn (the `<g class="mark">` elements).
@@ -96,7 +105,8 @@ pub struct Chart {
     pub svg: String,
 }
 
-/// The chart the HTML view would draw for `envelope`, charting `metrics[metric]`.
+/// The chart the HTML view would draw for `envelope`, charting `metrics[metric]`: the
+/// envelope read, then the rules of `chooseChart` (in `src/choice.rs`).
 ///
 /// Returns [`Kind::Table`] where the view shows a table (three or more grouping fields, or no
 /// rows); [`svg`] refuses those with an error that says what would work.

@@ -1,5 +1,9 @@
 //! Rasterising a chart: resvg draws the SVG at twice its size, with the fonts it is given.
 //!
+//! The pixels are bounded: at most [`MAX_PNG_PIXEL_BYTES`]. A chart too large for that at 2×
+//! is drawn at the largest scale that fits, down to 1×; below that it is refused, before any
+//! memory is taken.
+//!
 //! The SVG names Japanese fonts first and a generic family last; resvg takes the first it
 //! finds and, per character, falls back to any loaded font that has it. A machine without a
 //! Japanese font draws the labels as nothing, so the fonts' coverage of the chart's text is
@@ -15,9 +19,12 @@ use skrifa::MetadataProvider;
 
 use crate::Chart;
 use crate::error::{ChartError, render};
+use crate::limits::MAX_PNG_PIXEL_BYTES;
 
 /// Pixels per SVG pixel in the PNG: sharp on high-density screens and in print.
 const SCALE: f32 = 2.0;
+/// The smallest scale a chart too large for [`SCALE`] is drawn at: below it text is blurred.
+const MIN_SCALE: f32 = 1.0;
 
 /// Families tried, in order, for the generic `sans-serif` the SVG ends its font list with.
 const PREFERRED: [&str; 7] = [
@@ -156,9 +163,12 @@ impl Fonts {
 pub struct Raster {
     /// The PNG file's bytes.
     pub png: Vec<u8>,
-    /// Size in pixels (twice the chart's).
+    /// Size in pixels: the chart's times `scale`.
     pub width: u32,
     pub height: u32,
+    /// Pixels per chart pixel: 2, or less (down to 1) for a chart whose pixels at 2 would pass
+    /// [`MAX_PNG_PIXEL_BYTES`].
+    pub scale: f32,
     /// Characters of the chart's text that no loaded font has a glyph for: they are missing
     /// from the image.
     pub missing_glyphs: Vec<char>,
@@ -183,9 +193,15 @@ impl Raster {
     }
 }
 
-/// Draws `chart` as a PNG at twice its size with `fonts`, and says which of its characters no
-/// font could draw.
+/// Draws `chart` as a PNG at twice its size (less for a very large chart, see
+/// [`MAX_PNG_PIXEL_BYTES`]) with `fonts`, and says which of its characters no font could draw.
+///
+/// A chart whose pixels pass [`MAX_PNG_PIXEL_BYTES`] even at 1× is refused with
+/// [`ChartError::TooLarge`].
 pub fn png(chart: &Chart, fonts: &Fonts) -> Result<Raster, ChartError> {
+    // Checked on the chart's own size first, so that a chart too large is refused before its
+    // SVG is parsed.
+    let scale = fitting_scale(chart.width, chart.height)?;
     let options = usvg::Options {
         fontdb: fonts.db.clone(),
         font_family: "sans-serif".to_owned(),
@@ -194,13 +210,16 @@ pub fn png(chart: &Chart, fonts: &Fonts) -> Result<Raster, ChartError> {
     };
     let tree = usvg::Tree::from_str(&chart.svg, &options).map_err(render)?;
     let size = tree.size();
-    let width = (size.width() * SCALE).ceil() as u32;
-    let height = (size.height() * SCALE).ceil() as u32;
+    let (width, height) = scaled(size.width(), size.height(), scale);
+    if pixel_bytes(width, height) > MAX_PNG_PIXEL_BYTES {
+        // The SVG's size is the chart's; only a chart built by hand can differ.
+        return Err(too_large(chart.width, chart.height));
+    }
     let mut pixmap = Pixmap::new(width, height)
         .ok_or_else(|| render(format!("cannot allocate a {width}×{height} image")))?;
     resvg::render(
         &tree,
-        Transform::from_scale(SCALE, SCALE),
+        Transform::from_scale(scale, scale),
         &mut pixmap.as_mut(),
     );
     let png = pixmap.encode_png().map_err(render)?;
@@ -208,8 +227,52 @@ pub fn png(chart: &Chart, fonts: &Fonts) -> Result<Raster, ChartError> {
         png,
         width,
         height,
+        scale,
         missing_glyphs: fonts.missing_glyphs(&svg_text(&chart.svg)?),
     })
+}
+
+fn scaled(width: f32, height: f32, scale: f32) -> (u32, u32) {
+    (
+        (width * scale).ceil() as u32,
+        (height * scale).ceil() as u32,
+    )
+}
+
+fn pixel_bytes(width: u32, height: u32) -> u64 {
+    u64::from(width) * u64::from(height) * 4
+}
+
+/// The largest scale from [`SCALE`] down to [`MIN_SCALE`], in hundredths, at which a chart of
+/// `width` × `height` has at most [`MAX_PNG_PIXEL_BYTES`] of pixels.
+fn fitting_scale(width: u32, height: u32) -> Result<f32, ChartError> {
+    let fits = |scale: f32| {
+        let (w, h) = scaled(width as f32, height as f32, scale);
+        pixel_bytes(w, h) <= MAX_PNG_PIXEL_BYTES
+    };
+    if fits(SCALE) {
+        return Ok(SCALE);
+    }
+    // Near the exact root, then down by hundredths past any rounding up of the sides.
+    let exact = (MAX_PNG_PIXEL_BYTES as f64 / pixel_bytes(width, height) as f64).sqrt();
+    let mut hundredths = ((exact * 100.0).floor() as i32).min((SCALE * 100.0) as i32);
+    while hundredths >= (MIN_SCALE * 100.0) as i32 {
+        let scale = hundredths as f32 / 100.0;
+        if fits(scale) {
+            return Ok(scale);
+        }
+        hundredths -= 1;
+    }
+    Err(too_large(width, height))
+}
+
+fn too_large(width: u32, height: u32) -> ChartError {
+    ChartError::TooLarge {
+        width,
+        height,
+        bytes: pixel_bytes(width, height),
+        max_bytes: MAX_PNG_PIXEL_BYTES,
+    }
 }
 
 /// The text the SVG shows (its `<text>` elements), read from the document itself so that it

@@ -23,13 +23,15 @@ pub(crate) struct Metric {
 }
 
 impl Metric {
-    /// Counts and sums add up to a whole; other metrics (averages, extremes, rates) do not.
+    /// Counts and sums add up to a whole; other metrics (averages, extremes, rates, ratios) do
+    /// not.
     pub fn additive(&self) -> bool {
         matches!(self.kind, MetricKind::Count | MetricKind::Sum)
     }
 
-    /// The value as the HTML view shows it: rates as percentages, others with thousands
-    /// separators and at most their rounding's decimals.
+    /// The value as the HTML view shows it: rates (shares, `"share": true`) as percentages,
+    /// others, ratios included, with thousands separators and at most their rounding's
+    /// decimals (4 when the metric says none).
     pub fn format(&self, v: &Value) -> String {
         match v {
             Value::Null => NO_VALUE.to_owned(),
@@ -154,10 +156,11 @@ impl<'a> Summary<'a> {
                 not_a_summary(format!("metric `{column}` is not one of the columns"))
             })?;
             let null_excluded = m.get("null_excluded_column").is_some_and(|v| !v.is_null());
+            let share = m.get("share").and_then(Value::as_bool).unwrap_or(false);
             metrics.push(Metric {
                 column: column.to_owned(),
                 index,
-                kind: metric_kind(column, null_excluded),
+                kind: metric_kind(column, null_excluded, share),
                 description: str_field(m, "description").unwrap_or_default(),
                 decimals: m.get("rounded_to_decimals").and_then(Value::as_i64),
             });

@@ -5,6 +5,8 @@
 //! are about 1 em in every Japanese font, Latin letters and digits about 0.6 em on average;
 //! the estimate errs wide so that labels are cut rather than overlap.
 
+use std::cmp::Ordering;
+
 use serde_json::Value;
 
 /// How a missing group value or metric reads, as in the HTML view.
@@ -27,6 +29,93 @@ pub(crate) fn cell_label(v: &Value) -> String {
         },
         other => other.to_string(),
     }
+}
+
+/// The order of a grouping's values as codes read: the view's `byCode`,
+/// `a.localeCompare(b, undefined, { numeric: true })` with [`NO_VALUE`] last. Runs of digits
+/// compare as numbers (`2` before `10`, `2 …` before `2-1 …` before `10 …`), a digit before
+/// anything else, other runs as strings. Equal numbers written differently (`01`, `1`) fall
+/// back to the whole strings, so that the order is total and does not depend on the input's.
+///
+/// Not a port of ICU's collation: letters compare by code point (`B` before `a`), which for
+/// the codes and Japanese names grouped on gives the same order.
+pub(crate) fn code_order(a: &str, b: &str) -> Ordering {
+    match (a == NO_VALUE, b == NO_VALUE) {
+        (true, true) => return Ordering::Equal,
+        (true, false) => return Ordering::Greater,
+        (false, true) => return Ordering::Less,
+        (false, false) => {}
+    }
+    let (ra, rb) = (runs(a), runs(b));
+    for (x, y) in ra.iter().zip(&rb) {
+        let o = match (x, y) {
+            (Run::Number(x), Run::Number(y)) => compare_digits(x, y),
+            (Run::Number(_), Run::Text(_)) => Ordering::Less,
+            (Run::Text(_), Run::Number(_)) => Ordering::Greater,
+            (Run::Text(x), Run::Text(y)) => x.cmp(y),
+        };
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    ra.len().cmp(&rb.len()).then_with(|| a.cmp(b))
+}
+
+/// A run of a value: digits (their values, 0..=9) or anything else.
+#[derive(Debug)]
+enum Run<'a> {
+    Number(Vec<u8>),
+    Text(&'a str),
+}
+
+/// The value of a decimal digit: ASCII and full-width (`０`..`９`, common in Japanese data),
+/// which the view's collation also reads as numbers.
+fn digit(c: char) -> Option<u8> {
+    match c {
+        '0'..='9' => Some(c as u8 - b'0'),
+        '\u{FF10}'..='\u{FF19}' => Some((c as u32 - 0xFF10) as u8),
+        _ => None,
+    }
+}
+
+fn runs(s: &str) -> Vec<Run<'_>> {
+    let mut out = Vec::new();
+    let mut text_start = None;
+    let mut number: Option<Vec<u8>> = None;
+    for (i, c) in s.char_indices() {
+        match digit(c) {
+            Some(d) => {
+                if let Some(start) = text_start.take() {
+                    out.push(Run::Text(&s[start..i]));
+                }
+                number.get_or_insert_with(Vec::new).push(d);
+            }
+            None => {
+                if let Some(n) = number.take() {
+                    out.push(Run::Number(n));
+                }
+                text_start.get_or_insert(i);
+            }
+        }
+    }
+    if let Some(start) = text_start {
+        out.push(Run::Text(&s[start..]));
+    }
+    if let Some(n) = number {
+        out.push(Run::Number(n));
+    }
+    out
+}
+
+/// Digit runs compared as the numbers they write, of any length (no overflow): leading zeros
+/// dropped, then the longer is larger, then digit by digit.
+fn compare_digits(a: &[u8], b: &[u8]) -> Ordering {
+    let strip = |d: &[u8]| {
+        let first = d.iter().position(|&x| x != 0).unwrap_or(d.len());
+        d[first..].to_vec()
+    };
+    let (a, b) = (strip(a), strip(b));
+    a.len().cmp(&b.len()).then_with(|| a.cmp(&b))
 }
 
 /// A number with thousands separators and at most `max_decimals` decimals, trailing zeros
@@ -219,6 +308,50 @@ mod tests {
         assert_eq!(format_percent(0.5234), "52.34 %");
         assert_eq!(format_percent(1.0), "100 %");
         assert_eq!(format_percent(0.66667), "66.67 %");
+    }
+
+    #[test]
+    fn codes_sort_as_numbers_with_no_value_last() {
+        let mut codes = vec![
+            NO_VALUE,
+            "10 その他",
+            "2-1 届出",
+            "1 申請",
+            "2 報告",
+            "02",
+            "2",
+            "１１ 全角",
+            "3 審査",
+            "b",
+            "a10",
+            "a9",
+            "",
+        ];
+        codes.sort_by(|a, b| code_order(a, b));
+        assert_eq!(
+            codes,
+            vec![
+                "",
+                "1 申請",
+                "02",
+                "2",
+                "2 報告",
+                "2-1 届出",
+                "3 審査",
+                "10 その他",
+                "１１ 全角",
+                "a9",
+                "a10",
+                "b",
+                NO_VALUE,
+            ]
+        );
+        // Longer than any integer type.
+        assert_eq!(
+            code_order("123456789012345678901234567890", "99"),
+            Ordering::Greater
+        );
+        assert_eq!(code_order(NO_VALUE, NO_VALUE), Ordering::Equal);
     }
 
     #[test]

@@ -185,6 +185,10 @@ pub struct MetricMeta {
     pub rounded_to_decimals: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub null_excluded_column: Option<String>,
+    /// The value is a share of records, between 0 and 1 (a `count_where` computed measure):
+    /// views show it as a percentage. Absent for every other metric.
+    #[serde(skip_serializing_if = "is_false")]
+    pub share: bool,
 }
 
 /// Counts by name, sent as a JSON object in the order given.

@@ -65,6 +65,24 @@ fn default_origins(addr: SocketAddr) -> Vec<String> {
     ]
 }
 
+/// `http://host:port` for a name the Host header may carry (`name`, `name:port`, an IPv6
+/// address with or without brackets).
+fn own_origin(host: &str, port: u16) -> String {
+    if host.starts_with('[') {
+        if host.contains("]:") {
+            format!("http://{host}")
+        } else {
+            format!("http://{host}:{port}")
+        }
+    } else if host.contains("::") || host.matches(':').count() > 1 {
+        format!("http://[{host}]:{port}")
+    } else if host.contains(':') {
+        format!("http://{host}")
+    } else {
+        format!("http://{host}:{port}")
+    }
+}
+
 /// What guards the HTTP endpoint (see docs/security.md).
 #[derive(Debug, clap::Args)]
 pub struct HttpOptions {
@@ -155,12 +173,21 @@ pub async fn http(
     };
     let bound = listener.local_addr().unwrap_or(addr);
     let mut origins = default_origins(bound);
-    origins.extend(extra_origins);
     let mut hosts: Vec<String> = vec!["127.0.0.1".into(), "localhost".into(), "::1".into()];
     if !bound.ip().is_loopback() {
         hosts.push(bound.ip().to_string());
     }
     hosts.extend(options.allow_host.iter().cloned());
+    // The server's own origin under every name it answers to, so that its browser front
+    // (served from that origin) can call `/mcp`. Behind a proxy that adds TLS, the https
+    // origin is given with --allow-origin.
+    for host in &hosts[3..] {
+        let origin = own_origin(host, bound.port());
+        if !origins.contains(&origin) {
+            origins.push(origin);
+        }
+    }
+    origins.extend(extra_origins);
     // rmcp switches Origin validation off when the allow-list is empty; ours never is, and
     // validation is enforced explicitly. Host and body checks run in rmcp too.
     let config = StreamableHttpServerConfig::default()
@@ -296,4 +323,25 @@ async fn shutdown_signal() {
         _ = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_front_may_call_from_every_name_the_server_answers_to() {
+        assert_eq!(
+            own_origin("tally.example", 8765),
+            "http://tally.example:8765"
+        );
+        assert_eq!(
+            own_origin("tally.example:80", 8765),
+            "http://tally.example:80"
+        );
+        assert_eq!(own_origin("10.0.0.5", 8765), "http://10.0.0.5:8765");
+        assert_eq!(own_origin("fd00::5", 8765), "http://[fd00::5]:8765");
+        assert_eq!(own_origin("[fd00::5]", 8765), "http://[fd00::5]:8765");
+        assert_eq!(own_origin("[fd00::5]:9000", 8765), "http://[fd00::5]:9000");
+    }
 }

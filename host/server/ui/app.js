@@ -35,12 +35,19 @@
     return request('tools/call', { name: name, arguments: args });
   }
 
+  var shown = null; // the last result drawn, to draw again when the theme changes
+
   function applyContext(context) {
     if (!context) return;
-    if (context.theme === 'dark' || context.theme === 'light') document.documentElement.dataset.theme = context.theme;
+    if ((context.theme === 'dark' || context.theme === 'light') && document.documentElement.dataset.theme !== context.theme) {
+      document.documentElement.dataset.theme = context.theme;
+      // Chart colours are read when a chart is drawn.
+      if (shown) show(shown.name, shown.args, shown.result);
+    }
   }
 
   function show(name, args, result) {
+    shown = { name: name, args: args, result: result };
     window.TallyView.render(root, name, args, result, {
       callTool: callTool,
       openDataset: function (id) {
@@ -57,8 +64,11 @@
 
   var lastSize = '';
   function reportSize() {
-    var width = Math.ceil(document.documentElement.scrollWidth);
-    var height = Math.ceil(document.documentElement.scrollHeight);
+    // The content's own size (scrollHeight never falls below the frame's, so a host that
+    // sizes the frame to it could only ever grow it).
+    var box = document.getElementById('view').getBoundingClientRect();
+    var width = Math.ceil(box.width);
+    var height = Math.ceil(box.height);
     var key = width + 'x' + height;
     if (key === lastSize) return;
     lastSize = key;

@@ -6,6 +6,7 @@
 (function () {
   'use strict';
   var PROTOCOL = '2025-11-25';
+  var negotiated = PROTOCOL; // what the server answered to initialize
   var h = window.TallyView.h;
   var token = null; // in memory only
   var session = null;
@@ -29,7 +30,7 @@
     if (token) hd.Authorization = 'Bearer ' + token;
     if (session) {
       hd['Mcp-Session-Id'] = session;
-      hd['MCP-Protocol-Version'] = PROTOCOL;
+      hd['MCP-Protocol-Version'] = negotiated;
     }
     return hd;
   }
@@ -81,6 +82,7 @@
       clientInfo: { name: 'tally-browser-front', version: document.documentElement.dataset.version || '1' },
     }).then(function (r) {
       session = r.response.headers.get('mcp-session-id');
+      negotiated = (r.result && r.result.protocolVersion) || PROTOCOL;
       return post({ jsonrpc: '2.0', method: 'notifications/initialized' });
     });
   }
@@ -137,6 +139,7 @@
     e.preventDefault();
     token = $('token').value.trim();
     $('token').value = '';
+    $('login-error').classList.add('hidden');
     session = null;
     show('login', false);
     show('main', true);
@@ -362,16 +365,23 @@
     var m = /^#\/d\/([^?]+)(?:\?call=(.*))?$/.exec(hash);
     if (m) {
       var call = null;
-      if (m[2]) {
-        try {
-          call = JSON.parse(decodeURIComponent(m[2]));
-        } catch (e) {
-          $('result').textContent = '';
-          $('result').appendChild(h('div', { class: 'error', text: 'the link holds no readable call: ' + e.message }));
-        }
+      var id = null;
+      try {
+        id = decodeURIComponent(m[1]);
+        if (m[2]) call = JSON.parse(decodeURIComponent(m[2]));
+      } catch (e) {
+        show('datasets', false);
+        show('dataset', true);
+        $('result').textContent = '';
+        $('result').appendChild(h('div', { class: 'error', role: 'alert', text: 'this link holds no readable call (' + e.message + '); start from the datasets' }));
+        return;
       }
-      if (call && (call.name !== 'summarize_records' && call.name !== 'query_records')) call = null;
-      datasetPage(decodeURIComponent(m[1]), call);
+      var valid = call && typeof call === 'object' && (call.name === 'summarize_records' || call.name === 'query_records') &&
+        call.arguments && typeof call.arguments === 'object' && typeof call.arguments.dataset_id === 'string';
+      if (call && !valid) call = null;
+      // The call names its dataset: that is the one shown (a link edited by hand cannot show
+      // one dataset's fields beside another's answer).
+      datasetPage(call ? call.arguments.dataset_id : id, call);
     } else {
       current.dataset = null;
       current.inspect = null;

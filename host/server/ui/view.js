@@ -64,9 +64,10 @@
   function metricInfo(m) {
     var column = m.column;
     var kind = column === 'count' ? 'count' : column.split(':')[0];
-    // An average of a computed measure (a share or a ratio) is the one `avg:` whose nulls are
-    // not counted apart: the server rounds it to 4 decimals and it is shown as a percentage.
-    if (kind === 'avg' && !m.null_excluded_column) kind = 'rate';
+    // A computed measure is the one `avg:` whose nulls are not counted apart (the server
+    // rounds it to 4 decimals): a share of records (`share: true`) is shown as a percentage,
+    // any other ratio as the number it is.
+    if (kind === 'avg' && !m.null_excluded_column) kind = m.share ? 'rate' : 'ratio';
     return {
       column: column,
       kind: kind,
@@ -106,7 +107,7 @@
   }
 
   // The chart a summary is drawn as, and the others it may be switched to. The same rules as
-  // `tally summarize --chart` (host/chart/src/lib.rs, `choose`).
+  // `tally summarize --chart` (host/chart/src/choice.rs).
   function chooseChart(data, metricIndex) {
     var shape = summaryShape(data);
     var m = shape.metrics[metricIndex || 0];
@@ -256,6 +257,15 @@
     return { box: box, chart: chart };
   }
 
+  // At most this much is drawn (the same numbers as host/chart's `limits`): past them a chart
+  // says what it left out, and the table has every group.
+  var LIMITS = { bars: 100, stackedCategories: 60, heatmapRows: 60, heatmapColumns: 40, treemapTiles: 200 };
+
+  function byCode(a, b) {
+    if (a === NO_VALUE || b === NO_VALUE) return a === NO_VALUE ? (b === NO_VALUE ? 0 : 1) : -1;
+    return a.localeCompare(b, undefined, { numeric: true });
+  }
+
   function drawSummary(container, data, choice, kind) {
     var shape = choice.shape;
     var m = choice.metric;
@@ -265,9 +275,11 @@
     var denominator = function (r) {
       return m.kind === 'rate' && countCol >= 0 && r[countCol] !== null ? ' (n = ' + fmtNumber(r[countCol], 0) + ')' : '';
     };
+    var axisFormat = function (v) { return m.kind === 'rate' ? fmtPercent(v) : fmtNumber(v, 2); };
     var opt = baseOption();
     var tip = tooltipFormatter(m.format);
     var target;
+    var leftOut = null;
     if (kind === 'bar' || kind === 'pie' || kind === 'treemap') {
       var g = shape.groups[0].index;
       // Largest first (nulls last); the server's order already is unless another metric
@@ -280,11 +292,16 @@
       var items = rows.map(function (r) { return { name: label(r[g]), value: r[col], row: r }; });
       var whole = items.reduce(function (sum, i) { return sum + (typeof i.value === 'number' ? i.value : 0); }, 0);
       var share = function (v) { return whole > 0 ? fmtNumber(100 * v / whole, 1) + ' %' : ''; };
+      var most = kind === 'bar' ? LIMITS.bars : kind === 'treemap' ? LIMITS.treemapTiles : items.length;
+      if (items.length > most) {
+        leftOut = 'The ' + most + ' largest of ' + fmtNumber(items.length, 0) + ' groups are drawn; the table has them all.';
+        items = items.slice(0, most);
+      }
       if (kind === 'bar') {
         target = mount(container, Math.max(220, items.length * 26 + 70));
         opt.grid = { left: 8, right: 80, top: 30, bottom: 30, containLabel: true };
         opt.tooltip = { trigger: 'item', formatter: tip };
-        opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: function (v) { return m.kind === 'rate' ? fmtPercent(v) : fmtNumber(v, 2); } } };
+        opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: axisFormat } };
         opt.yAxis = { type: 'category', inverse: true, data: items.map(function (i) { return i.name; }), name: shape.groups[0].name, nameLocation: 'start', nameTextStyle: { fontWeight: 'bold', align: 'right' }, axisLabel: { width: 220, overflow: 'truncate' } };
         opt.series = [{
           type: 'bar', name: m.column, data: items.map(function (i) { return i.value; }),
@@ -297,13 +314,15 @@
         opt.series = [{
           type: 'pie', name: m.column, radius: ['30%', '65%'],
           data: items.map(function (i) { return { name: i.name, value: i.value }; }),
-          label: { formatter: '{b}: {d}%' },
+          // A function, not a template: a template would read `{…}` or `$&` in a group's name.
+          label: { formatter: function (p) { return p.name + ': ' + share(p.value); } },
         }];
       } else {
         target = mount(container, 380);
         opt.tooltip = { formatter: tip };
         opt.series = [{
-          type: 'treemap', name: m.column, roam: false, nodeClick: false, breadcrumb: { show: false },
+          // Every group gets its tile, however small (ECharts hides tiles under 10 px² by default).
+          type: 'treemap', name: m.column, roam: false, nodeClick: false, breadcrumb: { show: false }, visibleMin: 0,
           data: items.map(function (i) { return { name: i.name, value: i.value }; }),
           label: { formatter: function (p) { return p.name + '\n' + m.format(p.value) + ' · ' + share(p.value); } },
         }];
@@ -313,55 +332,67 @@
       var g2 = shape.groups[1].index;
       var firstKeys = [];
       var secondKeys = [];
-      var totals = {};
+      var seenFirst = new Map();
+      var seenSecond = new Map();
+      var totals = new Map();
       rows.forEach(function (r) {
         var a = label(r[g1]);
         var b = label(r[g2]);
-        if (firstKeys.indexOf(a) < 0) firstKeys.push(a);
-        if (secondKeys.indexOf(b) < 0) secondKeys.push(b);
-        totals[a] = (totals[a] || 0) + (typeof r[col] === 'number' ? r[col] : 0);
+        if (!seenFirst.has(a)) { seenFirst.set(a, true); firstKeys.push(a); }
+        if (!seenSecond.has(b)) { seenSecond.set(b, true); secondKeys.push(b); }
+        totals.set(a, (totals.get(a) || 0) + (typeof r[col] === 'number' ? r[col] : 0));
       });
-      if (m.additive) firstKeys.sort(function (a, b) { return totals[b] - totals[a]; });
+      if (m.additive) firstKeys.sort(function (a, b) { return totals.get(b) - totals.get(a); });
       // The second grouping's values in their own order (codes `1 …`, `2-1 …` sort as
       // numbers), no value last.
-      secondKeys.sort(function (a, b) {
-        if (a === NO_VALUE || b === NO_VALUE) return a === NO_VALUE ? (b === NO_VALUE ? 0 : 1) : -1;
-        return a.localeCompare(b, undefined, { numeric: true });
-      });
+      secondKeys.sort(byCode);
+      var rowsMost = kind === 'stacked' ? LIMITS.stackedCategories : LIMITS.heatmapRows;
+      var colsMost = kind === 'stacked' ? secondKeys.length : LIMITS.heatmapColumns;
+      if (firstKeys.length > rowsMost || secondKeys.length > colsMost) {
+        leftOut = 'The first ' + Math.min(rowsMost, firstKeys.length) + ' of ' + fmtNumber(firstKeys.length, 0) + ' ' + shape.groups[0].name +
+          (secondKeys.length > colsMost ? ' and ' + colsMost + ' of ' + fmtNumber(secondKeys.length, 0) + ' ' + shape.groups[1].name : '') +
+          ' are drawn; the table has them all.';
+        firstKeys = firstKeys.slice(0, rowsMost);
+        secondKeys = secondKeys.slice(0, colsMost);
+      }
+      var firstIndex = new Map(firstKeys.map(function (k, i) { return [k, i]; }));
+      var secondIndex = new Map(secondKeys.map(function (k, i) { return [k, i]; }));
+      var drawn = rows.filter(function (r) { return firstIndex.has(label(r[g1])) && secondIndex.has(label(r[g2])); });
       if (kind === 'stacked') {
         target = mount(container, Math.max(240, firstKeys.length * 28 + 110));
         opt.legend = { type: 'scroll', top: 0 };
         opt.grid = { left: 8, right: 30, top: 60, bottom: 30, containLabel: true };
         opt.tooltip = { trigger: 'item', formatter: tip };
-        opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22 };
+        opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: axisFormat } };
         opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, nameLocation: 'start', nameTextStyle: { fontWeight: 'bold', align: 'right' }, axisLabel: { width: 220, overflow: 'truncate' } };
-        opt.series = secondKeys.map(function (b) {
-          var values = firstKeys.map(function () { return null; });
-          rows.forEach(function (r) {
-            if (label(r[g2]) === b) values[firstKeys.indexOf(label(r[g1]))] = r[col];
-          });
-          return { type: 'bar', stack: 'total', name: b, data: values };
+        var series = secondKeys.map(function (b) {
+          return { type: 'bar', stack: 'total', name: b, data: firstKeys.map(function () { return null; }) };
         });
+        drawn.forEach(function (r) {
+          series[secondIndex.get(label(r[g2]))].data[firstIndex.get(label(r[g1]))] = r[col];
+        });
+        opt.series = series;
       } else {
         target = mount(container, Math.max(260, firstKeys.length * 26 + 120));
-        var cells = rows.map(function (r) {
-          return [secondKeys.indexOf(label(r[g2])), firstKeys.indexOf(label(r[g1])), r[col]];
+        // A cell only where the result has a value: an absent combination, or a null, shows
+        // the grid's grey, unlike a 0.
+        var cells = drawn.filter(function (r) { return typeof r[col] === 'number'; }).map(function (r) {
+          return [secondIndex.get(label(r[g2])), firstIndex.get(label(r[g1])), r[col]];
         });
-        var values = cells.map(function (c) { return c[2]; }).filter(function (v) { return typeof v === 'number'; });
+        var values = cells.map(function (c) { return c[2]; });
         opt.tooltip = {
           formatter: function (p) {
             return escapeHtml(firstKeys[p.value[1]]) + ' × ' + escapeHtml(secondKeys[p.value[0]]) + ': <b>' + escapeHtml(m.format(p.value[2])) + '</b>';
           },
         };
-        // A combination with no record has no cell: the grid's grey shows through, unlike a 0.
-        opt.grid = { left: 8, right: 20, top: 60, bottom: 50, containLabel: true, show: true, backgroundColor: '#e4e7ec', borderWidth: 0 };
+        opt.grid = { left: 8, right: 20, top: 60, bottom: 50, containLabel: true, show: true, backgroundColor: cssVar('--absent'), borderWidth: 0 };
         opt.xAxis = { type: 'category', position: 'top', data: secondKeys, name: shape.groups[1].name, axisLabel: { rotate: secondKeys.length > 6 ? 30 : 0, width: 120, overflow: 'truncate' } };
         opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, axisLabel: { width: 200, overflow: 'truncate' } };
         opt.visualMap = {
-          min: values.length ? Math.min.apply(null, values) : 0,
-          max: values.length ? Math.max.apply(null, values) : 1,
+          min: values.length ? values.reduce(function (a, b) { return Math.min(a, b); }) : 0,
+          max: values.length ? values.reduce(function (a, b) { return Math.max(a, b); }) : 1,
           calculable: false, orient: 'horizontal', left: 'center', bottom: 0,
-          inRange: { color: ['#f4f8ff', '#2f6fdf'] },
+          inRange: { color: [cssVar('--heat-low'), cssVar('--heat-high')] },
           formatter: function (v) { return m.format(v); },
         };
         opt.series = [{
@@ -373,6 +404,7 @@
     target.box.setAttribute('aria-label', kind + ' chart of ' + m.column + ' by ' + shape.groups.map(function (g) { return g.name; }).join(' and '));
     target.box.dataset.kind = kind;
     target.chart.setOption(opt);
+    if (leftOut) container.appendChild(h('p', { class: 'muted left-out', text: leftOut }));
     return target;
   }
 
@@ -446,8 +478,10 @@
       if (state.kind === 'table') body.appendChild(table(data, formats));
       else if (state.kind === 'card') body.appendChild(cards(data, choice.shape));
       else current = drawSummary(body, data, choice, state.kind);
-      if (choice.metric && choice.metric.kind === 'rate') {
-        body.appendChild(h('p', { class: 'muted', text: choice.metric.column + ' = ' + choice.metric.description + ', shown as a percentage' + (choice.shape.column('count') >= 0 ? '; n = records in the group' : '') }));
+      if (choice.metric && (choice.metric.kind === 'rate' || choice.metric.kind === 'ratio')) {
+        var rate = choice.metric.kind === 'rate';
+        body.appendChild(h('p', { class: 'muted', text: choice.metric.column + ' = ' + choice.metric.description +
+          (rate ? ', shown as a percentage' + (choice.shape.column('count') >= 0 ? '; n = records in the group' : '') : '') }));
       }
       root.dataset.kind = state.kind;
     }

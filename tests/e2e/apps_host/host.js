@@ -59,6 +59,8 @@
     log.sent.push(message);
     frame.contentWindow.postMessage(message, '*');
   }
+  // For the tests: send the view anything a host may send (context changes, teardown, …).
+  window.hostSend = toView;
 
   fetch('/case/' + encodeURIComponent(caseName) + '.json').then(function (r) { return r.json(); }).then(function (c) {
     var html = c.resource.text;

@@ -1,4 +1,5 @@
-//! Horizontal bars, one per group, largest first (nulls last).
+//! Horizontal bars, one per group, largest first (nulls last); at most [`LIMITS`]`.bars` of
+//! them.
 
 use plotters::style::text_anchor::{HPos, VPos};
 use serde_json::Value;
@@ -8,6 +9,7 @@ use super::{
     source, warnings, what,
 };
 use crate::error::ChartError;
+use crate::limits::{LIMITS, largest_note};
 use crate::summary::{Metric, Summary};
 use crate::text::{NO_VALUE, cell_label, format_number, text_width, truncate};
 use crate::{Chart, Kind};
@@ -35,7 +37,10 @@ pub(crate) fn draw(
     width: u32,
 ) -> Result<Chart, ChartError> {
     let group = &summary.groups[0];
-    let rows = by_value_desc(&summary.rows, metric.index);
+    let mut rows = by_value_desc(&summary.rows, metric.index);
+    let left_out =
+        (rows.len() > LIMITS.bars).then(|| largest_note(LIMITS.bars, rows.len(), "groups"));
+    rows.truncate(LIMITS.bars);
     let count_col = summary.column("count");
     let labels: Vec<String> = rows.iter().map(|r| cell_label(&r[group.index])).collect();
     // A rate says how many records it is a share of, as in the view.
@@ -145,7 +150,10 @@ pub(crate) fn draw(
 
     notes(
         &mut canvas,
-        &rate_note(metric, summary).into_iter().collect::<Vec<_>>(),
+        &left_out
+            .into_iter()
+            .chain(rate_note(metric, summary))
+            .collect::<Vec<_>>(),
     )?;
     source(&mut canvas, summary)?;
     let title = format!("{}: {}", summary.title(), what(metric, summary));

@@ -1,15 +1,17 @@
-//! A grid coloured by value: the first grouping field's values as rows, the second's as
-//! columns, with a colour scale under it.
+//! A grid coloured by value: the first grouping field's values as rows (by total when the
+//! metric adds up, else as they come), the second's as columns in code order, with a colour
+//! scale under it; at most [`LIMITS`]`.heatmap_rows` rows and `.heatmap_columns` columns.
 
 use plotters::style::RGBColor;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::stacked::Grid;
 use super::{
-    Canvas, Font, Layer, MUTED, PAD, PANEL, caption, header, label_column, notes, rate_note,
-    source, text_on, warnings, what,
+    Canvas, Font, Layer, PAD, caption, header, label_column, notes, rate_note, source, text_on,
+    warnings, what,
 };
 use crate::error::ChartError;
+use crate::limits::LIMITS;
 use crate::summary::{Metric, Summary};
 use crate::text::{text_width, truncate};
 use crate::{Chart, Kind};
@@ -17,11 +19,16 @@ use crate::{Chart, Kind};
 const ROW: f64 = 26.0;
 const LABEL_PX: f64 = 12.0;
 const HEADER_PX: f64 = 11.0;
-// The view's scale (visualMap): from a pale to the accent blue.
-const LOW: RGBColor = RGBColor(0xee, 0xf3, 0xfd);
+// The view's scale (visualMap, `--heat-low` to `--heat-high` in view.css): from a pale to the
+// accent blue.
+const LOW: RGBColor = RGBColor(0xf4, 0xf8, 0xff);
 const HIGH: RGBColor = RGBColor(0x2f, 0x6f, 0xdf);
-/// Values are written in the cells up to this many cells, as in the view.
-const MAX_LABELLED_CELLS: usize = 150;
+/// The grid under the cells (the view's `--absent`): a combination without a row, or whose
+/// value is null, has no cell and shows this grey, which no value's colour is.
+const ABSENT: RGBColor = RGBColor(0xe4, 0xe7, 0xec);
+/// Values are written in the cells when the grid drawn has at most this many cells (rows ×
+/// columns), as the view's `label.show`; more would be too small to read.
+const MAX_LABELLED_CELLS: usize = 300;
 
 fn mix(t: f64) -> RGBColor {
     let t = t.clamp(0.0, 1.0);
@@ -34,7 +41,7 @@ pub(crate) fn draw(
     metric: &Metric,
     width: u32,
 ) -> Result<Chart, ChartError> {
-    let grid = Grid::new(summary, metric);
+    let grid = Grid::new(summary, metric, LIMITS.heatmap_rows, LIMITS.heatmap_columns);
     let (rows, cols) = (grid.first.len(), grid.second.len());
     let w = f64::from(width);
     let title_w = text_width(&summary.groups[0].name, 12.0).max(40.0);
@@ -121,12 +128,15 @@ pub(crate) fn draw(
             y + ROW / 2.0,
             label_font,
         )?;
-        // Every position gets a pale cell, so that a missing combination reads as empty.
-        for b in 0..cols {
-            let x = plot_x0 + cell_w * b as f64;
-            frame.rect(x + 1.0, y + 1.0, x + cell_w - 1.0, y + ROW - 1.0, PANEL)?;
-        }
     }
+    // The grey grid: what has no cell shows it.
+    frame.rect(
+        plot_x0,
+        top,
+        plot_x0 + cell_w * cols as f64,
+        top + ROW * rows as f64,
+        ABSENT,
+    )?;
 
     let values: Vec<f64> = grid.cells.iter().filter_map(|c| c.2.as_f64()).collect();
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
@@ -147,14 +157,6 @@ pub(crate) fn draw(
         let y = top + ROW * a as f64;
         let value = metric.format(v);
         let Some(number) = v.as_f64() else {
-            labels.text(
-                "–",
-                x + cell_w / 2.0,
-                y + ROW / 2.0,
-                Font::new(11.0)
-                    .color(MUTED)
-                    .anchor(HPos::Center, VPos::Center),
-            )?;
             continue;
         };
         let fill = mix(t(number));
@@ -179,9 +181,13 @@ pub(crate) fn draw(
     if !values.is_empty() {
         colour_scale(&mut canvas, metric, min, max, plot_x0)?;
     }
+    let left_out = grid.left_out_note("rows", "columns", false);
     notes(
         &mut canvas,
-        &rate_note(metric, summary).into_iter().collect::<Vec<_>>(),
+        &left_out
+            .into_iter()
+            .chain(rate_note(metric, summary))
+            .collect::<Vec<_>>(),
     )?;
     source(&mut canvas, summary)?;
     let title = format!("{}: {}", summary.title(), what(metric, summary));

@@ -469,7 +469,8 @@ pub(crate) fn warnings(canvas: &mut Canvas, summary: &Summary<'_>) -> Result<(),
     Ok(())
 }
 
-/// Notes under the plot (what a rate is, what was left out).
+/// Notes under the plot (what a rate is, what was left out). Each is wrapped to at most three
+/// lines.
 pub(crate) fn notes(canvas: &mut Canvas, notes: &[String]) -> Result<(), ChartError> {
     if notes.is_empty() {
         return Ok(());
@@ -540,10 +541,12 @@ pub(crate) fn what(metric: &Metric, summary: &Summary<'_>) -> String {
     format!("{} by {}", metric.column, by.join(" × "))
 }
 
-/// The note that says what a rate is, as the view writes it.
+/// The note that says what a computed measure is, as the view writes it: its formula, and for
+/// a rate that it is shown as a percentage of the group's records.
 pub(crate) fn rate_note(metric: &Metric, summary: &Summary<'_>) -> Option<String> {
-    (metric.kind == crate::MetricKind::Rate).then(|| {
-        format!(
+    use crate::MetricKind::{Rate, Ratio};
+    match metric.kind {
+        Rate => Some(format!(
             "{} = {}, shown as a percentage{}",
             metric.column,
             metric.description,
@@ -552,8 +555,10 @@ pub(crate) fn rate_note(metric: &Metric, summary: &Summary<'_>) -> Option<String
             } else {
                 ""
             }
-        )
-    })
+        )),
+        Ratio => Some(format!("{} = {}", metric.column, metric.description)),
+        _ => None,
+    }
 }
 
 /// A linear value scale onto `[x0, x1]` pixels, its domain widened to round ticks.

@@ -1,5 +1,8 @@
 //! Horizontal stacked bars: the first grouping field's values as bars (largest total first),
-//! the second's as the stacked series, one colour each.
+//! the second's as the stacked series in code order, one colour each; at most
+//! [`LIMITS`]`.stacked_categories` bars and `.stacked_series` series.
+
+use std::collections::{HashMap, HashSet};
 
 use plotters::style::text_anchor::{HPos, VPos};
 use serde_json::Value;
@@ -9,63 +12,127 @@ use super::{
     source, text_on, warnings, what,
 };
 use crate::error::ChartError;
+use crate::limits::{ALL_IN_TABLE, LIMITS};
 use crate::summary::{Metric, Summary};
-use crate::text::{cell_label, text_width, truncate};
+use crate::text::{cell_label, code_order, format_number, text_width, truncate};
 use crate::{Chart, Kind};
 
 const ROW: f64 = 28.0;
 const BAR_HEIGHT: f64 = 20.0;
 const LABEL_PX: f64 = 12.0;
 
-/// The two grouping fields' values: the first ordered by total when the metric adds up (else
-/// as they come), the second as they come; and the cells by (first, second).
+/// The two grouping fields' values, as the view orders them: the first by total when the
+/// metric adds up (else as the rows come), the second in code order ([`code_order`]); at most
+/// `max_first` and `max_second` of them; and the cells within those, ordered by (first,
+/// second).
 pub(crate) struct Grid<'a> {
     pub first: Vec<String>,
     pub second: Vec<String>,
     pub cells: Vec<(usize, usize, &'a Value)>,
+    /// How many values each grouping has, drawn or not.
+    pub first_total: usize,
+    pub second_total: usize,
 }
 
 impl<'a> Grid<'a> {
-    pub fn new(summary: &Summary<'a>, metric: &Metric) -> Self {
+    pub fn new(
+        summary: &Summary<'a>,
+        metric: &Metric,
+        max_first: usize,
+        max_second: usize,
+    ) -> Self {
         let (g1, g2) = (summary.groups[0].index, summary.groups[1].index);
-        let mut first: Vec<String> = Vec::new();
-        let mut second: Vec<String> = Vec::new();
+        // Labels once per row; positions by hash, as a result can have 100,000 rows.
+        let labels: Vec<(String, String)> = summary
+            .rows
+            .iter()
+            .map(|r| (cell_label(&r[g1]), cell_label(&r[g2])))
+            .collect();
+        let mut first: Vec<&str> = Vec::new();
+        let mut first_at: HashMap<&str, usize> = HashMap::new();
+        let mut second: Vec<&str> = Vec::new();
+        let mut seen_second: HashSet<&str> = HashSet::new();
         let mut totals: Vec<f64> = Vec::new();
-        for r in &summary.rows {
-            let a = cell_label(&r[g1]);
-            let b = cell_label(&r[g2]);
-            let i = match first.iter().position(|x| *x == a) {
-                Some(i) => i,
-                None => {
-                    first.push(a);
-                    totals.push(0.0);
-                    first.len() - 1
-                }
-            };
+        for (r, (a, b)) in summary.rows.iter().zip(&labels) {
+            let i = *first_at.entry(a).or_insert_with(|| {
+                first.push(a);
+                totals.push(0.0);
+                first.len() - 1
+            });
             totals[i] += r[metric.index].as_f64().unwrap_or(0.0);
-            if !second.contains(&b) {
+            if seen_second.insert(b) {
                 second.push(b);
             }
         }
         if metric.additive() {
+            // Stable: equal totals keep the rows' order, as the view's sort.
             let mut order: Vec<usize> = (0..first.len()).collect();
             order.sort_by(|&a, &b| totals[b].total_cmp(&totals[a]));
-            first = order.iter().map(|&i| first[i].clone()).collect();
+            first = order.iter().map(|&i| first[i]).collect();
         }
-        let cells = summary
+        second.sort_by(|a, b| code_order(a, b));
+        let (first_total, second_total) = (first.len(), second.len());
+        first.truncate(max_first);
+        second.truncate(max_second);
+        let first_at: HashMap<&str, usize> =
+            first.iter().enumerate().map(|(i, a)| (*a, i)).collect();
+        let second_at: HashMap<&str, usize> =
+            second.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+        let mut cells: Vec<(usize, usize, &Value)> = summary
             .rows
             .iter()
-            .filter_map(|r| {
-                let a = first.iter().position(|x| *x == cell_label(&r[g1]))?;
-                let b = second.iter().position(|x| *x == cell_label(&r[g2]))?;
-                Some((a, b, &r[metric.index]))
+            .zip(&labels)
+            .filter_map(|(r, (a, b))| {
+                Some((
+                    *first_at.get(a.as_str())?,
+                    *second_at.get(b.as_str())?,
+                    &r[metric.index],
+                ))
             })
             .collect();
+        // Row by row as drawn, so that the marks read in the chart's order.
+        cells.sort_by_key(|&(a, b, _)| (a, b));
         Grid {
-            first,
-            second,
+            first: first.into_iter().map(str::to_owned).collect(),
+            second: second.into_iter().map(str::to_owned).collect(),
             cells,
+            first_total,
+            second_total,
         }
+    }
+
+    /// The note that says what was left out, if anything: "The first 60 of 500 rows and 40 of
+    /// 500 columns are drawn; the result's table has them all." `largest` when the first
+    /// grouping's values are ordered by total ("The 60 largest of 100 bars …").
+    pub fn left_out_note(
+        &self,
+        first_what: &str,
+        second_what: &str,
+        largest: bool,
+    ) -> Option<String> {
+        let count = |n: usize| format_number(n as f64, 0);
+        let (n, total) = (self.first.len(), count(self.first_total));
+        let first = if largest {
+            format!("{n} largest of {total} {first_what}")
+        } else {
+            format!("first {n} of {total} {first_what}")
+        };
+        let second = format!(
+            "{} of {} {second_what}",
+            self.second.len(),
+            count(self.second_total)
+        );
+        let drawn = match (
+            self.first.len() < self.first_total,
+            self.second.len() < self.second_total,
+        ) {
+            (false, false) => return None,
+            (true, false) => format!("The {first}"),
+            (false, true) => format!("The first {second}"),
+            (true, true) if largest => format!("The {first} and the first {second}"),
+            (true, true) => format!("The {first} and {second}"),
+        };
+        Some(format!("{drawn} are drawn; {ALL_IN_TABLE}"))
     }
 }
 
@@ -74,7 +141,12 @@ pub(crate) fn draw(
     metric: &Metric,
     width: u32,
 ) -> Result<Chart, ChartError> {
-    let grid = Grid::new(summary, metric);
+    let grid = Grid::new(
+        summary,
+        metric,
+        LIMITS.stacked_categories,
+        LIMITS.stacked_series,
+    );
     let mut canvas = Canvas::new(width);
     header(
         &mut canvas,
@@ -175,9 +247,14 @@ pub(crate) fn draw(
     canvas.plot(Kind::Stacked.as_str(), frame, marks, count, labels);
     canvas.y = bottom + below + 8.0;
 
+    // Bars by total, largest first, as they are drawn; series in code order.
+    let left_out = grid.left_out_note("bars", "series", metric.additive());
     notes(
         &mut canvas,
-        &rate_note(metric, summary).into_iter().collect::<Vec<_>>(),
+        &left_out
+            .into_iter()
+            .chain(rate_note(metric, summary))
+            .collect::<Vec<_>>(),
     )?;
     source(&mut canvas, summary)?;
     let title = format!("{}: {}", summary.title(), what(metric, summary));

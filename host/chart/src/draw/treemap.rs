@@ -1,4 +1,5 @@
-//! Parts of a whole (more than 7): rectangles with areas in proportion to the values, laid out
+//! Parts of a whole (more than 7, at most [`LIMITS`]`.treemap_tiles` drawn, largest first):
+//! rectangles with areas in proportion to the values, laid out
 //! by the squarified algorithm (Bruls, Huizing, van Wijk, 2000) so that tiles stay close to
 //! square and their labels readable. plotters has no treemap; the layout is here and the tiles
 //! are plotters rectangles.
@@ -10,6 +11,7 @@ use super::{
     Canvas, Font, Layer, PAD, caption, header, notes, palette, source, text_on, warnings, what,
 };
 use crate::error::ChartError;
+use crate::limits::{LIMITS, largest_note};
 use crate::summary::{Metric, Summary};
 use crate::text::{format_percent, text_width, truncate};
 use crate::{Chart, Kind};
@@ -105,8 +107,13 @@ pub(crate) fn draw(
     metric: &Metric,
     width: u32,
 ) -> Result<Chart, ChartError> {
-    let (parts, left_out) = parts(summary, metric);
+    let (mut parts, left_out) = parts(summary, metric);
+    // The total and the shares are of every part, drawn or not: a tile's share is of the whole.
     let total: f64 = parts.iter().map(|p| p.1).sum();
+    let cut = (parts.len() > LIMITS.treemap_tiles)
+        .then(|| largest_note(LIMITS.treemap_tiles, summary.rows.len(), "groups"));
+    parts.truncate(LIMITS.treemap_tiles);
+    let drawn: f64 = parts.iter().map(|p| p.1).sum();
     let mut canvas = Canvas::new(width);
     header(
         &mut canvas,
@@ -132,6 +139,7 @@ pub(crate) fn draw(
         h: height,
     };
     let values: Vec<f64> = parts.iter().map(|p| p.1).collect();
+    // The tiles fill the area whatever was left out; their shares below stay of the total.
     let tiles = squarify(&values, area);
 
     let mut marks = Layer::new(width);
@@ -172,11 +180,20 @@ pub(crate) fn draw(
     canvas.plot(Kind::Treemap.as_str(), frame, marks, tiles.len(), labels);
     canvas.y += height + 12.0;
 
-    let mut extra: Vec<String> = left_out_note(&left_out).into_iter().collect();
-    extra.push(format!(
-        "total {}; a tile's area is its share",
-        metric.format_f64(total)
-    ));
+    let was_cut = cut.is_some();
+    let mut extra: Vec<String> = cut.into_iter().chain(left_out_note(&left_out)).collect();
+    if was_cut {
+        extra.push(format!(
+            "total {}; a tile's area is its share of the {} drawn",
+            metric.format_f64(total),
+            metric.format_f64(drawn)
+        ));
+    } else {
+        extra.push(format!(
+            "total {}; a tile's area is its share",
+            metric.format_f64(total)
+        ));
+    }
     notes(&mut canvas, &extra)?;
     source(&mut canvas, summary)?;
     let title = format!("{}: {}", summary.title(), what(metric, summary));

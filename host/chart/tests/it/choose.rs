@@ -144,6 +144,29 @@ fn the_metric_charted_decides() {
     assert_eq!(choose(&env, 1).unwrap().metric_kind, MetricKind::Rate);
 }
 
+/// A percentage only when the metadata says `"share": true` (a count_where measure); any
+/// other computed measure is a ratio. `share` on an average of a field changes nothing, as in
+/// the view.
+#[test]
+fn only_a_share_is_a_rate() {
+    let kind = |m: Value| {
+        let env = envelope(
+            &[MINISTRY],
+            &[m],
+            json!([["総務省", 0.5], ["法務省", 0.25]]),
+        );
+        choose(&env, 0).unwrap().metric_kind
+    };
+    assert_eq!(kind(rate()), MetricKind::Rate);
+    assert_eq!(kind(ratio()), MetricKind::Ratio);
+    let mut not_a_share = rate();
+    not_a_share["share"] = json!(false);
+    assert_eq!(kind(not_a_share), MetricKind::Ratio);
+    let mut field = avg("総手続件数");
+    field["share"] = json!(true);
+    assert_eq!(kind(field), MetricKind::Avg);
+}
+
 #[test]
 fn two_groups_stack_when_additive_with_few_series() {
     check(

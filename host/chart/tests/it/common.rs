@@ -43,13 +43,51 @@ pub fn avg(field: &str) -> Value {
     })
 }
 
-/// An average of a computed measure: a rate, shown as a percentage.
+/// An average of a computed measure that is a share of records (a `count_where` measure, which
+/// the engine marks `"share": true`): a rate, shown as a percentage.
 pub fn rate() -> Value {
     json!({
         "column": RATE,
         "description": "count(rows where オンライン化の実施状況 in [1 実施済]) / count(rows); rounded to 4 decimals",
         "rounded_to_decimals": 4,
+        "share": true,
     })
+}
+
+pub const RATIO: &str = "avg:一件あたり手数料";
+
+/// An average of a computed measure that is not a share (a `sum_ratio` measure: no `share`, no
+/// `null_excluded_column`): a plain ratio.
+pub fn ratio() -> Value {
+    json!({
+        "column": RATIO,
+        "description": "sum(手数料) / sum(件数); rounded to 4 decimals",
+        "rounded_to_decimals": 4,
+    })
+}
+
+/// One grouping field with `n` groups `グループ1`.. and a count each, `n` down to 1; with
+/// `truncated` so that the chart chosen is bars.
+pub fn many_groups(n: usize) -> Value {
+    let rows: Vec<Value> = (0..n)
+        .map(|i| json!([format!("グループ{}", i + 1), n - i]))
+        .collect();
+    envelope(&[MINISTRY], &[count()], json!(rows))
+}
+
+/// Two grouping fields, `first` × `second` values (`行1`.., `列1`..), a count each.
+pub fn grid(first: usize, second: usize) -> Value {
+    let mut rows = Vec::with_capacity(first * second);
+    for i in 0..first {
+        for j in 0..second {
+            rows.push(json!([
+                format!("行{}", i + 1),
+                format!("列{}", j + 1),
+                i * second + j + 1
+            ]));
+        }
+    }
+    envelope(&[MINISTRY, PROCEDURE_KIND], &[count()], json!(rows))
 }
 
 /// A summary grouped by `groups`, with `metrics`, its rows given (group cells first, then one

@@ -2,5 +2,6 @@
 
 mod choose;
 mod common;
+mod limits;
 mod png;
 mod svg;

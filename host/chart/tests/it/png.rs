@@ -2,7 +2,7 @@
 
 use resvg::tiny_skia::Pixmap;
 use serde_json::json;
-use tally_chart::{ChartError, Fonts, Options, png, svg};
+use tally_chart::{ChartError, Fonts, Kind, MAX_PNG_PIXEL_BYTES, Options, png, svg};
 
 use crate::common::*;
 
@@ -108,4 +108,107 @@ fn a_font_file_that_is_not_a_font_is_refused() {
 fn fonts_can_be_shared_between_threads() {
     fn shared<T: Send + Sync + Clone>() {}
     shared::<Fonts>();
+}
+
+fn pixel_bytes(width: u32, height: u32) -> u64 {
+    u64::from(width) * u64::from(height) * 4
+}
+
+/// The largest charts `LIMITS` allows, at the default width, with five long warnings: drawn
+/// at 2× and within the pixel cap. (A bar chart of 10,000 groups made a 3 GB PNG.)
+#[test]
+fn regression_the_largest_charts_allowed_stay_under_the_pixel_cap() {
+    let long = "集計対象のうち 3 件は所管府省庁が空欄です。".repeat(20);
+    let warned = |env: serde_json::Value| {
+        with(
+            env,
+            "/provenance/warnings",
+            json!([long, long, long, long, long, long]),
+        )
+    };
+    let fonts = Fonts::system();
+    for (env, kind) in [
+        (warned(many_groups(10_000)), Some(Kind::Bar)),
+        (warned(many_groups(10_000)), None),
+        (warned(grid(500, 500)), None),
+        (warned(grid(100, 12)), None),
+    ] {
+        let chart = svg(
+            &env,
+            &Options {
+                kind,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let image = png(&chart, &fonts).unwrap_or_else(|e| panic!("{}: {e}", chart.kind));
+        assert_eq!(image.scale, 2.0, "{}", chart.kind);
+        assert_eq!(
+            size_in_header(&image.png),
+            (chart.width * 2, chart.height * 2)
+        );
+        let bytes = pixel_bytes(image.width, image.height);
+        assert!(
+            bytes <= MAX_PNG_PIXEL_BYTES,
+            "{}: {}×{} is {bytes} bytes",
+            chart.kind,
+            image.width,
+            image.height
+        );
+    }
+}
+
+/// Too large for the cap at 2×: drawn at the largest scale that fits, not below 1×.
+#[test]
+fn a_wide_chart_is_drawn_at_a_smaller_scale() {
+    let chart = svg(
+        &many_groups(10_000),
+        &Options {
+            kind: Some(Kind::Bar),
+            width: 3000,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(pixel_bytes(chart.width * 2, chart.height * 2) > MAX_PNG_PIXEL_BYTES);
+    let image = png(&chart, &Fonts::empty()).unwrap();
+    assert!((1.0..2.0).contains(&image.scale), "scale {}", image.scale);
+    assert_eq!(size_in_header(&image.png), (image.width, image.height));
+    assert_eq!(
+        (image.width, image.height),
+        (
+            (chart.width as f32 * image.scale).ceil() as u32,
+            (chart.height as f32 * image.scale).ceil() as u32
+        )
+    );
+    assert!(pixel_bytes(image.width, image.height) <= MAX_PNG_PIXEL_BYTES);
+    // The largest that fits: a hundredth more would not.
+    let next = image.scale + 0.01;
+    assert!(
+        pixel_bytes(
+            (chart.width as f32 * next).ceil() as u32,
+            (chart.height as f32 * next).ceil() as u32
+        ) > MAX_PNG_PIXEL_BYTES
+    );
+}
+
+/// Too large even at 1×: refused before any memory is taken, saying what would work.
+#[test]
+fn a_chart_too_large_even_at_1x_is_refused_saying_what_would_work() {
+    let chart = svg(
+        &many_groups(10_000),
+        &Options {
+            kind: Some(Kind::Bar),
+            width: 8000,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(pixel_bytes(chart.width, chart.height) > MAX_PNG_PIXEL_BYTES);
+    let err = png(&chart, &Fonts::empty()).unwrap_err();
+    assert!(matches!(err, ChartError::TooLarge { .. }), "{err:?}");
+    let msg = err.to_string();
+    for expected in ["too large", "64 MiB", "smaller width", "`limit`", "the SVG"] {
+        assert!(msg.contains(expected), "{expected}: {msg}");
+    }
 }

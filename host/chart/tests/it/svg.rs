@@ -551,3 +551,142 @@ fn mark_shapes(svg: &str) -> Vec<Vec<String>> {
         })
         .collect()
 }
+
+/// The second grouping's values in code order (numbers as numbers, no value last), as the
+/// view's `byCode`: in the stacked legend and stacks, and the heatmap's columns.
+#[test]
+fn the_second_grouping_is_in_code_order() {
+    let kinds = ["10 その他", "2-1 届出", "", "1 申請", "2 報告"];
+    let mut rows = Vec::new();
+    for m in ["総務省", "法務省"] {
+        for k in kinds {
+            rows.push(json!([m, k, 3]));
+        }
+    }
+    let env = envelope(&[MINISTRY, PROCEDURE_KIND], &[count()], json!(rows));
+    let expected = ["1 申請", "2 報告", "2-1 届出", "10 その他", "(no value)"];
+
+    let stacked = draw(&env);
+    assert_eq!(stacked.kind, Kind::Stacked);
+    let legend = stacked.svg.find("<g class=\"legend\"").unwrap();
+    let plot = stacked.svg.find("<g class=\"plot\"").unwrap();
+    let legend_texts = texts(&stacked.svg[legend..plot]);
+    assert_eq!(legend_texts[1..], expected, "{legend_texts:?}");
+    let series: Vec<String> = mark_labels(&stacked.svg)
+        .iter()
+        .filter(|l| l.starts_with("総務省 × "))
+        .map(|l| l.trim_start_matches("総務省 × ").to_owned())
+        .collect();
+    assert_eq!(series, expected, "stacked in legend order");
+
+    let heatmap = draw_with(
+        &env,
+        &Options {
+            kind: Some(Kind::Heatmap),
+            ..Options::default()
+        },
+    );
+    let columns: Vec<String> = mark_labels(&heatmap.svg)
+        .iter()
+        .filter(|l| l.starts_with("総務省 × "))
+        .map(|l| l.trim_start_matches("総務省 × ").to_owned())
+        .collect();
+    assert_eq!(columns, expected);
+    let plot = &heatmap.svg[heatmap.svg.find("<g class=\"plot\"").unwrap()..];
+    let headers: Vec<String> = texts(plot)
+        .into_iter()
+        .filter(|t| expected.contains(&t.as_str()))
+        .collect();
+    assert_eq!(headers, expected, "column headers in code order");
+}
+
+/// The numbers written in a heatmap's cells (the plot's texts that are numbers).
+fn cell_labels(chart: &Chart) -> usize {
+    let plot = chart.svg.find("<g class=\"plot\"").unwrap();
+    let end = chart.svg[plot..].find("<g class=\"legend\"").unwrap() + plot;
+    texts(&chart.svg[plot..end])
+        .iter()
+        .filter(|t| t.replace(',', "").parse::<f64>().is_ok())
+        .count()
+}
+
+/// As the view: values in the cells up to 300 cells (rows × columns drawn), none past.
+#[test]
+fn heatmap_cells_are_labelled_up_to_300_cells() {
+    let heatmap = Options {
+        kind: Some(Kind::Heatmap),
+        ..Options::default()
+    };
+    let at_limit = draw_with(&grid(15, 20), &heatmap);
+    assert_eq!(at_limit.marks, 300);
+    assert_eq!(cell_labels(&at_limit), 300);
+    let over = draw_with(&grid(16, 20), &heatmap);
+    assert_eq!(over.marks, 320);
+    assert_eq!(cell_labels(&over), 0);
+}
+
+/// A null value is drawn as no cell at all, like a combination without a row: the grey grid
+/// shows through (not a dash, not the palest colour, which is a value's).
+#[test]
+fn a_null_heatmap_cell_is_left_grey() {
+    let mut env = by_ministry_and_kind(3, &["申請", "届出"]);
+    env["data"]["rows"][1][3] = Value::Null;
+    env["data"]["rows"].as_array_mut().unwrap().remove(2);
+    let chart = draw_with(
+        &env,
+        &Options {
+            metric: 1,
+            ..Options::default()
+        },
+    );
+    assert_eq!(
+        chart.marks, 4,
+        "neither the null nor the absent combination is a cell"
+    );
+    assert!(!texts(&chart.svg).iter().any(|t| t == "–"));
+    let plot = chart.svg.find("<g class=\"plot\"").unwrap();
+    let marks = chart.svg[plot..].find("<g class=\"marks\"").unwrap() + plot;
+    assert!(
+        chart.svg[plot..marks].contains("fill=\"#E4E7EC\""),
+        "the grey grid under the cells"
+    );
+    assert!(!chart.svg[marks..].contains("fill=\"#E4E7EC\""));
+}
+
+/// A computed measure that is not a share (a sum_ratio: no `share`, no `null_excluded_column`)
+/// was shown as a percentage: 2,345.5 read "234,550 %".
+#[test]
+fn regression_a_ratio_is_a_number_not_a_percentage() {
+    let env = envelope(
+        &[MINISTRY],
+        &[ratio(), count()],
+        json!([["総務省", 2345.5, 12], ["法務省", 0.12345, 3]]),
+    );
+    let chart = draw(&env);
+    assert_eq!(chart.kind, Kind::Bar);
+    assert!(
+        chart.svg.contains("data-value=\"2,345.5\""),
+        "{}",
+        chart.svg
+    );
+    assert!(
+        chart.svg.contains("data-value=\"0.1235\""),
+        "up to 4 decimals"
+    );
+    assert!(!chart.svg.contains("234,550"));
+    assert!(!chart.svg.contains(" %"), "no percentage anywhere");
+    assert!(
+        !chart.svg.contains("(n = "),
+        "a ratio is not a share of the records"
+    );
+    let notes = texts(&chart.svg[chart.svg.find("<g class=\"notes\"").unwrap()..]);
+    assert!(
+        notes.contains(&format!(
+            "{RATIO} = sum(手数料) / sum(件数); rounded to 4 decimals"
+        )),
+        "{notes:?}"
+    );
+    let card = draw(&envelope(&[], &[ratio(), count()], json!([[2345.5, 12]])));
+    assert!(card.svg.contains("data-value=\"2,345.5\""));
+    assert!(!card.svg.contains("of 12 records"));
+}
