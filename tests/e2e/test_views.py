@@ -511,3 +511,26 @@ def test_browser_front_lists_inspects_charts_and_links(survey, tmp_path, browser
         assert outside == [], outside
     finally:
         server.stop()
+
+
+def test_a_chart_file_opens_in_a_browser_with_nothing_from_outside(survey, tmp_path, browser):
+    import subprocess
+
+    from conftest import tally_bin
+
+    page = tmp_path / "chart.html"
+    r = subprocess.run(
+        [tally_bin(), "summarize", "survey", "--datasets", str(survey), "--compact", "--chart", str(page),
+         "--group-by", "所管府省庁", "--group-by", "手続類型"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)["data"]
+    fresh_logs(browser)
+    browser.get(page.as_uri())
+    wait_until(browser, "return document.querySelector('.chart svg')", "the chart in the file")
+    facts = browser.execute_script(CHART_FACTS)
+    assert facts["kind"] == "stacked" and facts["marks"] == len(data["rows"]), facts
+    assert console_errors(browser) == []
+    outside = [u for u in requests_made(browser) if not u.startswith(("file:", "data:", "about:"))]
+    assert outside == [], outside

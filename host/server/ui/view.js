@@ -259,7 +259,7 @@
 
   // At most this much is drawn (the same numbers as host/chart's `limits`): past them a chart
   // says what it left out, and the table has every group.
-  var LIMITS = { bars: 100, stackedCategories: 60, heatmapRows: 60, heatmapColumns: 40, treemapTiles: 200 };
+  var LIMITS = { bars: 100, stackedCategories: 60, stackedSeries: 12, heatmapRows: 60, heatmapColumns: 40, treemapTiles: 200 };
 
   function byCode(a, b) {
     if (a === NO_VALUE || b === NO_VALUE) return a === NO_VALUE ? (b === NO_VALUE ? 0 : 1) : -1;
@@ -347,7 +347,7 @@
       // numbers), no value last.
       secondKeys.sort(byCode);
       var rowsMost = kind === 'stacked' ? LIMITS.stackedCategories : LIMITS.heatmapRows;
-      var colsMost = kind === 'stacked' ? secondKeys.length : LIMITS.heatmapColumns;
+      var colsMost = kind === 'stacked' ? LIMITS.stackedSeries : LIMITS.heatmapColumns;
       if (firstKeys.length > rowsMost || secondKeys.length > colsMost) {
         leftOut = 'The first ' + Math.min(rowsMost, firstKeys.length) + ' of ' + fmtNumber(firstKeys.length, 0) + ' ' + shape.groups[0].name +
           (secondKeys.length > colsMost ? ' and ' + colsMost + ' of ' + fmtNumber(secondKeys.length, 0) + ' ' + shape.groups[1].name : '') +
