@@ -45,6 +45,35 @@ const PLUGINS: &[(&str, &str, &str, Option<&str>)] = &[
 const TARGET: &str = "wasm32-wasip2";
 const PROFILE: &str = "wasm-guest";
 
+/// Stops the build with one line saying what to do when the compiler has no standard library
+/// for the wasm target: otherwise the nested build fails deep inside a dependency with
+/// "can't find crate for `core`".
+fn check_target_installed() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let Ok(out) = Command::new(&rustc).args(["--print", "sysroot"]).output() else {
+        return; // the nested build will say what is wrong
+    };
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !out.status.success() || sysroot.as_os_str().is_empty() {
+        return;
+    }
+    let std_dir = sysroot.join("lib").join("rustlib").join(TARGET).join("lib");
+    let has_std = std::fs::read_dir(&std_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("libcore-"))
+        })
+        .unwrap_or(false);
+    if !has_std {
+        eprintln!(
+            "error: the Rust target {TARGET} is not installed, and Tally's built-in wasm plugins need it. \
+             Install it with `rustup target add {TARGET}` and build again."
+        );
+        std::process::exit(1);
+    }
+}
+
 fn main() {
     let manifest_dir =
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -70,6 +99,8 @@ fn main() {
     for dir in dirs {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
+
+    check_target_installed();
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     // One `cargo rustc` per plugin: the crates are plain libraries on the host (no linking)

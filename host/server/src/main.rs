@@ -190,10 +190,10 @@ enum WatchArg {
 enum Command {
     /// Serve the datasets over MCP: stdio by default, streamable HTTP with --http.
     Serve {
-        /// Listen for streamable HTTP at this address (path /mcp, health at /health), e.g.
-        /// 127.0.0.1:8765. Any other than a loopback address needs bearer tokens
-        /// (--token-file or --token-env).
-        #[arg(long, value_name = "ADDR")]
+        /// Listen for streamable HTTP at this address (path /mcp, the browser front at /,
+        /// health at /health), e.g. 127.0.0.1:8765 or localhost:8765. Any other than a
+        /// loopback address needs bearer tokens (--token-file or --token-env).
+        #[arg(long, value_name = "ADDR", value_parser = listen_address)]
         http: Option<std::net::SocketAddr>,
         #[command(flatten)]
         guard: serve::HttpOptions,
@@ -263,6 +263,13 @@ enum Command {
         /// memory).
         #[arg(long, value_name = "MIB")]
         memory_budget: Option<usize>,
+    },
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell, e.g.
+    /// `tally completions bash > ~/.local/share/bash-completion/completions/tally` or
+    /// `tally completions fish > ~/.config/fish/completions/tally.fish`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
     },
 }
 
@@ -340,7 +347,40 @@ fn main() -> ExitCode {
         Command::Add(flags) => ingest::add(flags),
         Command::Fetch(flags) => ingest::fetch(flags),
         Command::Summarize(flags) => cli::summarize(flags),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "tally", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
     }
+}
+
+/// `--http`: an address, or a host name with a port. A name that resolves to a loopback
+/// address listens there (IPv4 first); any other name listens on its first address, which
+/// then needs tokens like any non-loopback address.
+fn listen_address(given: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = given.parse::<std::net::SocketAddr>() {
+        return Ok(addr);
+    }
+    if !given.contains(':') {
+        return Err(format!(
+            "`{given}` has no port; give HOST:PORT, e.g. 127.0.0.1:8765 or localhost:8765"
+        ));
+    }
+    let resolved: Vec<std::net::SocketAddr> = given
+        .to_socket_addrs()
+        .map_err(|e| {
+            format!("cannot resolve `{given}` ({e}); give an address such as 127.0.0.1:8765")
+        })?
+        .collect();
+    resolved
+        .iter()
+        .find(|a| a.ip().is_loopback() && a.is_ipv4())
+        .or_else(|| resolved.iter().find(|a| a.ip().is_loopback()))
+        .or_else(|| resolved.first())
+        .copied()
+        .ok_or_else(|| format!("`{given}` resolves to no address; give one such as 127.0.0.1:8765"))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -416,5 +456,25 @@ pub fn runtime() -> Option<tokio::runtime::Runtime> {
             eprintln!("tally: cannot start the runtime: {e}");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_takes_addresses_and_loopback_names() {
+        assert_eq!(
+            listen_address("127.0.0.1:8765").unwrap(),
+            "127.0.0.1:8765".parse().unwrap()
+        );
+        assert_eq!(
+            listen_address("[::1]:8765").unwrap(),
+            "[::1]:8765".parse().unwrap()
+        );
+        let local = listen_address("localhost:8765").unwrap();
+        assert!(local.ip().is_loopback() && local.port() == 8765, "{local}");
+        assert!(listen_address("localhost").unwrap_err().contains("no port"));
     }
 }

@@ -261,6 +261,16 @@ fn object(v: Value) -> JsonObject {
     }
 }
 
+/// What a client shows a person for a tool.
+pub fn title(tool: Tool) -> &'static str {
+    match tool {
+        Tool::ListDatasets => "List datasets",
+        Tool::InspectDataset => "Inspect a dataset",
+        Tool::QueryRecords => "Query records",
+        Tool::SummarizeRecords => "Summarize records",
+    }
+}
+
 /// The MCP description of a tool, with examples from what is served.
 pub fn mcp_tool(tool: Tool, ex: &Examples) -> McpTool {
     McpTool::new(
@@ -268,6 +278,7 @@ pub fn mcp_tool(tool: Tool, ex: &Examples) -> McpTool {
         description(tool, ex),
         Arc::new(object(input_schema(tool, ex))),
     )
+    .with_title(title(tool))
     .with_raw_output_schema(Arc::new(object(output_schema(tool).clone())))
     .with_annotations(
         ToolAnnotations::new()
@@ -314,6 +325,19 @@ mod tests {
                 Some("integer") => json!(3),
                 other => panic!("no sample for {other:?} in {schema}"),
             },
+        }
+    }
+
+    #[test]
+    fn every_tool_has_a_title_for_people() {
+        let ex = examples();
+        for tool in Tool::ALL {
+            let t = mcp_tool(tool, &ex);
+            assert_eq!(t.title.as_deref(), Some(title(tool)));
+            assert!(
+                !title(tool).contains('_'),
+                "a title is words, not the tool's name"
+            );
         }
     }
 

@@ -383,3 +383,63 @@ fn compiled_plugins_are_kept_with_the_cache() {
     let (_, log) = run();
     assert!(log.contains("loaded the compiled code"), "{log}");
 }
+
+#[test]
+fn completions_for_each_shell_and_a_clear_refusal_otherwise() {
+    for (shell, marker) in [
+        ("bash", "_tally()"),
+        ("zsh", "#compdef tally"),
+        ("fish", "complete -c tally"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args(["completions", shell])
+            .output()
+            .expect("tally runs");
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script:.200}");
+        for sub in ["summarize", "inspect", "serve", "add"] {
+            assert!(script.contains(sub), "{shell} completes {sub}");
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(["completions", "nosh"])
+        .output()
+        .expect("tally runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bash, elvish, fish, powershell, zsh"));
+}
+
+#[test]
+fn http_listens_on_a_loopback_name() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args([
+            "serve",
+            "--http",
+            "localhost:0",
+            "--watch",
+            "off",
+            "--datasets",
+        ])
+        .arg(datasets())
+        .env("TALLY_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("tally runs");
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().expect("stderr"))
+        .read_line(&mut line)
+        .expect("a line");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains("serving MCP at http://127.0.0.1:"), "{line}");
+    // Without a port it is refused with what would work.
+    let out = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(["serve", "--http", "localhost"])
+        .output()
+        .expect("tally runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("localhost:8765"));
+}
