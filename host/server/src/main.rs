@@ -17,6 +17,7 @@ mod guard;
 mod ingest;
 mod listen;
 mod mcp;
+mod prompts;
 mod serve;
 mod stdio;
 mod tools;

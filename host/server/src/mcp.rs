@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ServerCapabilities,
-    ServerConfig, SubscriptionFilter, Tool as McpTool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool as McpTool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -134,6 +135,8 @@ fn text(v: &Value) -> String {
 impl ServerHandler for TallyServer {
     fn get_info(&self) -> ServerConfig {
         let mut capabilities = ServerCapabilities::builder()
+            .enable_prompts()
+            .enable_completions()
             .enable_tools()
             .enable_resources()
             .enable_resources_list_changed()
@@ -203,6 +206,26 @@ impl ServerHandler for TallyServer {
         }
         let scope = caller(&context).scope;
         let catalog = self.engine().catalog();
+        if let Some((id, name)) = crate::prompts::field_uri(&request.uri) {
+            let described = catalog
+                .datasets
+                .get(&id)
+                .filter(|_| scope.allows(&id))
+                .and_then(|ds| crate::prompts::describe_field(ds, &name));
+            return match described {
+                Some(field) => Ok(ReadResourceResult::new(vec![
+                    ResourceContents::text(text(&field), &request.uri)
+                        .with_mime_type("application/json"),
+                ])
+                .into()),
+                None => Err(ErrorData::resource_not_found(
+                    format!(
+                        "no field `{name}` in a dataset `{id}`; tally://datasets/{id} lists the fields (completion/complete offers them)"
+                    ),
+                    Some(json!({ "uri": request.uri })),
+                )),
+            };
+        }
         let found = request
             .uri
             .strip_prefix("tally://datasets/")
@@ -218,7 +241,65 @@ impl ServerHandler for TallyServer {
             ));
         };
         let text = serde_json::to_string(&describe(ds)).unwrap_or_default();
-        Ok(ReadResourceResult::new(vec![ResourceContents::text(text, &request.uri)]).into())
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(text, &request.uri).with_mime_type("application/json"),
+        ])
+        .into())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            crate::prompts::templates(),
+        ))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(crate::prompts::prompts()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let scope = caller(&context).scope;
+        let catalog = self.engine().catalog();
+        let arguments = request.arguments.clone().unwrap_or_default();
+        crate::prompts::get(&request.name, &arguments, &catalog, &scope)
+            .map(Into::into)
+            .map_err(|message| {
+                ErrorData::invalid_params(message, Some(json!({ "prompt": request.name })))
+            })
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let scope = caller(&context).scope;
+        let catalog = self.engine().catalog();
+        let chosen = request
+            .context
+            .as_ref()
+            .and_then(|c| c.arguments.clone())
+            .unwrap_or_default();
+        let completion = crate::prompts::complete(
+            &request.argument.name,
+            &request.argument.value,
+            &chosen,
+            &catalog,
+            &scope,
+        );
+        Ok(CompleteResult::new(completion))
     }
 
     fn accepted_subscription_filter(

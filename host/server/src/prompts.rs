@@ -1,0 +1,337 @@
+//! What a client can offer a person before any tool is called: resource templates for a
+//! dataset and one of its fields, prompts that teach the flow with the served data, and
+//! completions of their arguments (dataset ids, field names, metric forms, codes), ranked as
+//! names are resolved: prefix, then substring, then close spellings, all after NFKC and case
+//! folding. Everything is limited to what the caller's token may see.
+
+use rmcp::model::{
+    CompletionInfo, GetPromptResult, Prompt, PromptArgument, PromptMessage, ResourceTemplate, Role,
+};
+use serde_json::{Value, json};
+use tally_engine::{Catalog, Dataset, Scope};
+use tally_semantic::definition::{Codelist, Role as FieldRole};
+use tally_semantic::names::fold;
+
+/// The resource of one field of a dataset.
+pub const FIELD_TEMPLATE: &str = "tally://datasets/{id}/fields/{name}";
+pub const DATASET_TEMPLATE: &str = "tally://datasets/{id}";
+
+pub fn templates() -> Vec<ResourceTemplate> {
+    vec![
+        ResourceTemplate::new(DATASET_TEMPLATE, "dataset")
+            .with_title("A dataset: what it is, its fields, the version served")
+            .with_mime_type("application/json"),
+        ResourceTemplate::new(FIELD_TEMPLATE, "field")
+            .with_title("One field of a dataset: role, meaning, notes, codes")
+            .with_mime_type("application/json"),
+    ]
+}
+
+/// `tally://datasets/<id>/fields/<name>` → (id, name), names percent-decoded.
+pub fn field_uri(uri: &str) -> Option<(String, String)> {
+    let rest = uri.strip_prefix("tally://datasets/")?;
+    let (id, name) = rest.split_once("/fields/")?;
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .ok()
+            .map(|c| c.into_owned())
+    };
+    Some((decode(id)?, decode(name)?))
+}
+
+/// A field described as a resource.
+pub fn describe_field(ds: &Dataset, name: &str) -> Option<Value> {
+    let f = ds.def.fields.iter().find(|f| f.name == name)?;
+    let codes = match &f.codelist {
+        Some(Codelist::Static(codes)) => json!(codes),
+        Some(Codelist::Auto) => {
+            json!("the values present in the data (inspect_dataset lists the most frequent)")
+        }
+        Some(Codelist::AutoSplit) => {
+            json!("the parts of the multi-value cells present in the data")
+        }
+        None => Value::Null,
+    };
+    Some(json!({
+        "dataset_id": ds.id(),
+        "name": f.name,
+        "role": f.role.as_str(),
+        "data_type": f.data_type.as_str(),
+        "description": f.desc,
+        "groupable": f.groupable,
+        "multi_value_separator": f.multi_value,
+        "notes": f.notes,
+        "codes": codes,
+        "version": ds.version,
+    }))
+}
+
+/// The prompts: the flow, with the served data's own names.
+pub fn prompts() -> Vec<Prompt> {
+    vec![
+        Prompt::new(
+            "explore_dataset",
+            Some("Look at a dataset before asking about it: its fields, codes, caveats, and a first breakdown."),
+            Some(vec![argument("dataset_id", "The dataset (list_datasets names them)", true)]),
+        )
+        .with_title("Explore a dataset"),
+        Prompt::new(
+            "compare_groups",
+            Some("Compare groups of records on a measure, with the numbers computed by Tally and their caveats."),
+            Some(vec![
+                argument("dataset_id", "The dataset", true),
+                argument("group_by", "The field whose values are the groups", true),
+                argument("metric", "count, sum:F, avg:F, min:F, max:F or avg:<computed measure> (default count)", false),
+            ]),
+        )
+        .with_title("Compare groups on a measure"),
+    ]
+}
+
+fn argument(name: &str, description: &str, required: bool) -> PromptArgument {
+    PromptArgument::new(name)
+        .with_description(description)
+        .with_required(required)
+}
+
+/// A prompt with its arguments filled in, or what was wrong with them.
+pub fn get(
+    name: &str,
+    arguments: &serde_json::Map<String, Value>,
+    catalog: &Catalog,
+    scope: &Scope,
+) -> Result<GetPromptResult, String> {
+    let text = |k: &str| {
+        arguments
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
+    let dataset = |id: Option<&str>| -> Result<&Dataset, String> {
+        let id = id.ok_or("dataset_id is required (list_datasets names the datasets)")?;
+        catalog
+            .datasets
+            .get(id)
+            .filter(|_| scope.allows(id))
+            .map(|ds| ds.as_ref())
+            .ok_or_else(|| {
+                let known = dataset_ids(catalog, scope);
+                format!("no dataset `{id}`; the datasets are {}", known.join(", "))
+            })
+    };
+    match name {
+        "explore_dataset" => {
+            let ds = dataset(text("dataset_id"))?;
+            let group = first_groupable(ds).unwrap_or_default();
+            let body = format!(
+                "I want to understand the dataset `{id}` ({title}) before asking questions about it.\n\
+                 1. Call inspect_dataset with {{\"dataset_id\": \"{id}\"}}: read every field's role, meaning, codes and notes (what null means), and the computed measures.\n\
+                 2. Call summarize_records with {{\"dataset_id\": \"{id}\", \"group_by\": [\"{group}\"]}} for a first breakdown.\n\
+                 3. Tell me in a few lines what the dataset covers, which fields matter for questions, and the caveats I must keep in mind, \
+                 quoting the numbers exactly as Tally computed them and naming the source and its retrieval date from the provenance.",
+                id = ds.id(),
+                title = ds.def.title,
+            );
+            Ok(
+                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
+                    .with_description(format!("Explore {}", ds.def.title)),
+            )
+        }
+        "compare_groups" => {
+            let ds = dataset(text("dataset_id"))?;
+            let group =
+                text("group_by").ok_or("group_by is required: a groupable field of the dataset")?;
+            if !ds.def.fields.iter().any(|f| f.name == group && f.groupable) {
+                return Err(format!(
+                    "`{group}` is not a groupable field of `{}`; they are {}",
+                    ds.id(),
+                    field_names(ds, true).join(", ")
+                ));
+            }
+            let metric = text("metric").unwrap_or("count");
+            let mut metrics = vec![metric.to_string()];
+            if metric != "count" {
+                metrics.push("count".into());
+            }
+            let call = json!({ "dataset_id": ds.id(), "group_by": [group], "metrics": metrics });
+            let body = format!(
+                "Compare the groups of `{group}` in `{id}` ({title}) on {metric}.\n\
+                 Call summarize_records with {call} (Tally computes every number; do not compute any yourself). \
+                 Then name the highest and lowest groups with their values as given, say how many records each rests on (count), \
+                 and pass on every note in data.notes and every warning in provenance.warnings, with the source and retrieval date.",
+                id = ds.id(),
+                title = ds.def.title,
+            );
+            Ok(
+                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
+                    .with_description(format!("{} by {group}", ds.def.title)),
+            )
+        }
+        other => Err(format!(
+            "no prompt `{other}`; the prompts are explore_dataset, compare_groups"
+        )),
+    }
+}
+
+fn first_groupable(ds: &Dataset) -> Option<String> {
+    ds.def
+        .fields
+        .iter()
+        .find(|f| f.groupable && f.role == FieldRole::Dim)
+        .or_else(|| ds.def.fields.iter().find(|f| f.groupable))
+        .map(|f| f.name.clone())
+}
+
+// ---- completions ----------------------------------------------------------------------------
+
+/// Candidates ranked against what was typed: prefix, substring, then close spellings (all
+/// folded: NFKC and case), each group in the candidates' own order. At most 100 (MCP's cap),
+/// with the total said.
+pub fn rank(typed: &str, candidates: impl IntoIterator<Item = String>) -> CompletionInfo {
+    let typed = fold(typed.trim()).into_owned();
+    let mut prefix = Vec::new();
+    let mut inside = Vec::new();
+    let mut close = Vec::new();
+    for c in candidates {
+        let folded = fold(&c).into_owned();
+        if folded.starts_with(&typed) {
+            prefix.push(c);
+        } else if folded.contains(&typed) {
+            inside.push(c);
+        } else if typed.chars().count() >= 2 {
+            let similarity = strsim::normalized_levenshtein(&typed, &folded);
+            if similarity >= 0.5 {
+                close.push((similarity, c));
+            }
+        }
+    }
+    close.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut values: Vec<String> = prefix
+        .into_iter()
+        .chain(inside)
+        .chain(close.into_iter().map(|(_, c)| c))
+        .collect();
+    let total = values.len();
+    values.truncate(CompletionInfo::MAX_VALUES);
+    let has_more = total > values.len();
+    CompletionInfo::with_pagination(values, Some(total as u32), has_more).unwrap_or_default()
+}
+
+fn dataset_ids(catalog: &Catalog, scope: &Scope) -> Vec<String> {
+    catalog
+        .datasets
+        .keys()
+        .filter(|id| scope.allows(id))
+        .cloned()
+        .collect()
+}
+
+fn field_names(ds: &Dataset, groupable_only: bool) -> Vec<String> {
+    ds.def
+        .fields
+        .iter()
+        .filter(|f| !groupable_only || f.groupable)
+        .map(|f| f.name.clone())
+        .collect()
+}
+
+fn metric_forms(ds: &Dataset) -> Vec<String> {
+    let mut forms = vec!["count".to_string()];
+    for f in ds
+        .def
+        .fields
+        .iter()
+        .filter(|f| f.role == FieldRole::Measure)
+    {
+        for kind in ["sum", "avg", "min", "max"] {
+            forms.push(format!("{kind}:{}", f.name));
+        }
+    }
+    forms.extend(
+        ds.def
+            .computed_measures
+            .iter()
+            .map(|m| format!("avg:{}", m.name)),
+    );
+    forms
+}
+
+/// Completes an argument of a prompt or a resource template. `context` holds the arguments
+/// already chosen (the dataset, for its fields).
+pub fn complete(
+    argument: &str,
+    typed: &str,
+    context: &std::collections::HashMap<String, String>,
+    catalog: &Catalog,
+    scope: &Scope,
+) -> CompletionInfo {
+    let chosen = context
+        .get("dataset_id")
+        .or_else(|| context.get("id"))
+        .and_then(|id| catalog.datasets.get(id).filter(|_| scope.allows(id)));
+    let candidates: Vec<String> = match argument {
+        "dataset_id" | "id" => dataset_ids(catalog, scope),
+        "group_by" => chosen.map(|ds| field_names(ds, true)).unwrap_or_default(),
+        "name" => chosen.map(|ds| field_names(ds, false)).unwrap_or_default(),
+        "metric" => chosen.map(|ds| metric_forms(ds)).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    rank(typed, candidates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn prefix_before_substring_before_close_spellings_after_folding() {
+        let got = rank(
+            "ｏｎ",
+            names(&["avg:オンライン率", "online_rate", "region", "phone", "one"]),
+        );
+        assert_eq!(got.values, names(&["online_rate", "one", "region", "phone"]));
+        let got = rank(
+            "オンライン",
+            names(&["count", "avg:オンライン率", "オンライン化の実施状況"]),
+        );
+        assert_eq!(
+            got.values,
+            names(&["オンライン化の実施状況", "avg:オンライン率"])
+        );
+        let got = rank("regoin", names(&["region", "year"]));
+        assert_eq!(got.values, names(&["region"]));
+        let got = rank("", names(&["b", "a"]));
+        assert_eq!(got.values, names(&["b", "a"]));
+        assert_eq!(got.total, Some(2));
+        assert_eq!(got.has_more, Some(false));
+    }
+
+    #[test]
+    fn at_most_a_hundred_with_the_total_said() {
+        let got = rank("f", (0..250).map(|i| format!("f{i}")));
+        assert_eq!(got.values.len(), 100);
+        assert_eq!(got.total, Some(250));
+        assert_eq!(got.has_more, Some(true));
+    }
+
+    #[test]
+    fn field_uris_are_read_back_decoded() {
+        assert_eq!(
+            field_uri(
+                "tally://datasets/procedures/fields/%E6%89%80%E7%AE%A1%E5%BA%9C%E7%9C%81%E5%BA%81"
+            ),
+            Some(("procedures".into(), "所管府省庁".into()))
+        );
+        assert_eq!(
+            field_uri("tally://datasets/procedures/fields/所管府省庁"),
+            Some(("procedures".into(), "所管府省庁".into()))
+        );
+        assert_eq!(field_uri("tally://datasets/procedures"), None);
+    }
+}

@@ -1,0 +1,86 @@
+"""Resource templates, prompts and completions, as the Python SDK sees them over stdio and
+HTTP in both protocol eras, limited to what the caller's token may see."""
+
+import anyio
+import pytest
+from mcp import Client, MCPError
+from mcp_types import PromptReference, ResourceTemplateReference
+
+from conftest import HttpServer, stdio_params
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 60
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_templates_prompts_and_completions(transport, mode, http_server):
+    target = stdio_params() if transport == "stdio" else http_server.url
+    with anyio.fail_after(TIMEOUT):
+        async with Client(target, mode=mode, cache=None, read_timeout_seconds=TIMEOUT) as c:
+            templates = {t.uri_template: t for t in (await c.list_resource_templates()).resource_templates}
+            assert set(templates) == {"tally://datasets/{id}", "tally://datasets/{id}/fields/{name}"}
+            field = await c.read_resource("tally://datasets/procedures/fields/所管府省庁")
+            (content,) = field.contents
+            assert content.mime_type == "application/json"
+            assert '"role":"dim"' in content.text and "所管府省庁" in content.text
+            # The same MIME type in the list and when read.
+            listed = {str(r.uri): r.mime_type for r in (await c.list_resources()).resources}
+            read = (await c.read_resource("tally://datasets/procedures")).contents[0]
+            assert listed["tally://datasets/procedures"] == read.mime_type == "application/json"
+            with pytest.raises(MCPError) as e:
+                await c.read_resource("tally://datasets/procedures/fields/no such field")
+            assert "tally://datasets/procedures lists the fields" in str(e.value)
+
+            prompts = {p.name: p for p in (await c.list_prompts()).prompts}
+            assert set(prompts) == {"explore_dataset", "compare_groups"}
+            assert prompts["compare_groups"].title
+            explored = await c.get_prompt("explore_dataset", {"dataset_id": "procedures"})
+            text = explored.messages[0].content.text
+            assert "inspect_dataset" in text and '"dataset_id": "procedures"' in text
+            compared = await c.get_prompt("compare_groups", {"dataset_id": "procedures", "group_by": "所管府省庁", "metric": "avg:オンライン率"})
+            assert '"metrics":["avg:オンライン率","count"]' in compared.messages[0].content.text
+            with pytest.raises(MCPError) as e:
+                await c.get_prompt("compare_groups", {"dataset_id": "procedures", "group_by": "手続名X"})
+            assert "not a groupable field" in str(e.value) and "所管府省庁" in str(e.value)
+
+            ids = await c.complete(PromptReference(name="explore_dataset"), {"name": "dataset_id", "value": "pro"})
+            assert ids.completion.values[0] == "procedures"
+            groups = await c.complete(
+                PromptReference(name="compare_groups"), {"name": "group_by", "value": "所管"}, {"dataset_id": "procedures"}
+            )
+            assert groups.completion.values[0] == "所管府省庁"
+            metrics = await c.complete(
+                PromptReference(name="compare_groups"), {"name": "metric", "value": "avg:オン"}, {"dataset_id": "procedures"}
+            )
+            assert "avg:オンライン率" in metrics.completion.values
+            # Full-width input folds like names do.
+            folded = await c.complete(PromptReference(name="explore_dataset"), {"name": "dataset_id", "value": "ＰＲＯ"})
+            assert folded.completion.values[0] == "procedures"
+            names = await c.complete(
+                ResourceTemplateReference(uri="tally://datasets/{id}/fields/{name}"), {"name": "name", "value": "手続"}, {"id": "procedures"}
+            )
+            assert names.completion.values and all("手続" in v for v in names.completion.values[:3])
+
+
+async def test_completions_see_only_the_tokens_datasets(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("guide-only guide-only-token-0123456789 guide\n")
+    server = HttpServer("--token-file", str(tokens))
+    try:
+        import httpx2
+
+        http = httpx2.AsyncClient(headers={"Authorization": "Bearer guide-only-token-0123456789"})
+        from mcp.client.streamable_http import streamable_http_client
+
+        async with Client(streamable_http_client(server.url, http_client=http), mode="legacy", cache=None) as c:
+            ids = await c.complete(PromptReference(name="explore_dataset"), {"name": "dataset_id", "value": ""})
+            assert ids.completion.values == ["guide"]
+            with pytest.raises(MCPError) as e:
+                await c.get_prompt("explore_dataset", {"dataset_id": "procedures"})
+            assert "no dataset `procedures`" in str(e.value) and "guide" in str(e.value)
+            none = await c.complete(PromptReference(name="compare_groups"), {"name": "group_by", "value": ""}, {"dataset_id": "procedures"})
+            assert none.completion.values == []
+    finally:
+        server.stop()
