@@ -177,6 +177,26 @@ def test_health_and_http_guards(http_server):
         assert rebinding.status_code == 403
 
 
+def test_ending_a_session_is_answered_no_content(http_server):
+    with httpx2.Client(timeout=10) as h:
+        init = {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+        }
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        started = h.post(http_server.url, json=init, headers=headers)
+        session = started.headers["mcp-session-id"]
+        ended = h.delete(http_server.url, headers={"mcp-session-id": session, "MCP-Protocol-Version": "2025-11-25"})
+        # 200 or 204 is what clients take for "ended" (the Python SDK warns on anything else).
+        assert ended.status_code == 204, ended.status_code
+        gone = h.post(
+            http_server.url,
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={**headers, "mcp-session-id": session, "MCP-Protocol-Version": "2025-11-25"},
+        )
+        assert gone.status_code == 404
+
+
 def test_non_loopback_bind_is_refused():
     r = subprocess.run(
         [tally_bin(), "serve", "--http", "0.0.0.0:0", "--datasets", datasets_dir()],

@@ -465,8 +465,15 @@ pub async fn check(
     // A GET is a long-lived stream of server notifications, not a call: only requests
     // (POST) take a slot.
     if request.method() != axum::http::Method::POST {
+        let deleting = request.method() == axum::http::Method::DELETE;
         request.extensions_mut().insert(caller);
-        return next.run(request).await;
+        let mut response = next.run(request).await;
+        // A session ended is answered 204 No Content: clients (the Python SDK among them)
+        // take the 202 the transport library sends for a failure to end it.
+        if deleting && response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::NO_CONTENT;
+        }
+        return response;
     }
     let owner = caller.id.clone();
     let Ok(permit) = guard.slots(&caller.id).try_acquire_owned() else {
