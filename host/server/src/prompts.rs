@@ -295,7 +295,10 @@ mod tests {
             "ｏｎ",
             names(&["avg:オンライン率", "online_rate", "region", "phone", "one"]),
         );
-        assert_eq!(got.values, names(&["online_rate", "one", "region", "phone"]));
+        assert_eq!(
+            got.values,
+            names(&["online_rate", "one", "region", "phone"])
+        );
         let got = rank(
             "オンライン",
             names(&["count", "avg:オンライン率", "オンライン化の実施状況"]),
