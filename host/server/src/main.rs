@@ -16,6 +16,7 @@ mod cli;
 mod guard;
 mod ingest;
 mod listen;
+mod logging;
 mod mcp;
 mod prompts;
 mod serve;

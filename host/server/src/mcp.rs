@@ -83,11 +83,16 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub struct TallyServer {
     shared: Arc<Shared>,
+    /// What this session asked to be told (`logging/setLevel`).
+    log: Arc<crate::logging::SessionLog>,
 }
 
 impl TallyServer {
     pub fn new(shared: Arc<Shared>) -> TallyServer {
-        TallyServer { shared }
+        TallyServer {
+            shared,
+            log: Arc::default(),
+        }
     }
 
     fn engine(&self) -> &Arc<Engine> {
@@ -133,10 +138,13 @@ fn text(v: &Value) -> String {
 }
 
 impl ServerHandler for TallyServer {
+    // Logging is deprecated by SEP-2577 for later protocol versions; 2025-era clients use it.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         let mut capabilities = ServerCapabilities::builder()
             .enable_prompts()
             .enable_completions()
+            .enable_logging()
             .enable_tools()
             .enable_resources()
             .enable_resources_list_changed()
@@ -245,6 +253,17 @@ impl ServerHandler for TallyServer {
             ResourceContents::text(text, &request.uri).with_mime_type("application/json"),
         ])
         .into())
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log.set(request.level);
+        self.log.listen(context.peer.clone(), self.engine());
+        Ok(())
     }
 
     async fn list_resource_templates(
@@ -402,6 +421,11 @@ impl ServerHandler for TallyServer {
             audit.record(&caller.id, tool, &arguments, &result, elapsed);
         }
         let views = crate::ui::supported_by(context.client_capabilities().as_ref());
+        if let Ok(envelope) = &result {
+            self.log
+                .corrections(&context.peer, tool.name(), envelope)
+                .await;
+        }
         Ok(match result {
             Ok(envelope) => {
                 let mut r = CallToolResult::default();

@@ -61,6 +61,10 @@ fn limits() -> Limits {
 /// One structural mutation of a YAML text.
 fn mutate_yaml(text: &str, rng: &mut Rng) -> String {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // A text cut to nothing by an earlier mutation has no line to remove or repeat.
+    if lines.is_empty() {
+        lines.push(String::new());
+    }
     let n = lines.len().max(1);
     match rng.below(14) {
         0 => {
