@@ -21,6 +21,7 @@ mod mcp;
 mod prompts;
 mod serve;
 mod stdio;
+mod subscriptions;
 mod tools;
 mod ui;
 

@@ -85,6 +85,8 @@ pub struct TallyServer {
     shared: Arc<Shared>,
     /// What this session asked to be told (`logging/setLevel`).
     log: Arc<crate::logging::SessionLog>,
+    /// What this session subscribed to (`resources/subscribe`).
+    subscriptions: Arc<crate::subscriptions::SessionSubscriptions>,
 }
 
 impl TallyServer {
@@ -92,6 +94,7 @@ impl TallyServer {
         TallyServer {
             shared,
             log: Arc::default(),
+            subscriptions: Arc::default(),
         }
     }
 
@@ -148,6 +151,7 @@ impl ServerHandler for TallyServer {
             .enable_tools()
             .enable_resources()
             .enable_resources_list_changed()
+            .enable_resources_subscribe()
             .build();
         // Every tool has an MCP Apps view (SEP-1865); clients that announce the extension
         // get them.
@@ -256,6 +260,37 @@ impl ServerHandler for TallyServer {
     }
 
     #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if !crate::subscriptions::subscribable(&request.uri) {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "`{}` cannot be subscribed to; subscribe to a dataset (tally://datasets/<id>) or one of its fields (tally://datasets/<id>/fields/<name>)",
+                    request.uri
+                ),
+                Some(json!({ "uri": request.uri })),
+            ));
+        }
+        self.subscriptions.add(request.uri);
+        self.subscriptions
+            .listen(context.peer.clone(), self.engine());
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.remove(&request.uri);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
     async fn set_level(
         &self,
         request: rmcp::model::SetLevelRequestParams,
@@ -335,7 +370,20 @@ impl ServerHandler for TallyServer {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
                 change = changes.recv() => match change {
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    Ok(change) => {
+                        if context.accepted().resources_list_changed == Some(true)
+                            && context.sink().notify_resource_list_changed().await.is_err()
+                        {
+                            return Ok(());
+                        }
+                        let subscribed = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+                        for uri in crate::subscriptions::touched(&change, subscribed.iter()) {
+                            if context.sink().notify_resource_updated(uri).await.is_err() {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         if context.accepted().resources_list_changed == Some(true)
                             && context.sink().notify_resource_list_changed().await.is_err()
                         {
