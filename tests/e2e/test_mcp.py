@@ -241,3 +241,28 @@ async def test_a_second_http_client_is_independent():
                 assert body(ra)["data"]["rows"] == body(rb)["data"]["rows"] == [[75071]]
     finally:
         server.stop()
+
+
+async def test_the_project_mcp_json_starts_the_installed_binary():
+    """`.mcp.json` as a project-local client reads it: its command found on PATH (where
+    `cargo install` puts `tally`; here the binary under test), run from the repository root."""
+    import json as _json
+    import os
+    from pathlib import Path
+
+    from mcp import StdioServerParameters
+
+    root = Path(__file__).resolve().parents[2]
+    config = _json.loads((root / ".mcp.json").read_text())["mcpServers"]["tally"]
+    assert config["command"] == "tally", "a client must not compile the server on its first start"
+    params = StdioServerParameters(
+        command=config["command"],
+        args=config["args"],
+        cwd=str(root),
+        env={"PATH": f"{Path(tally_bin()).parent}{os.pathsep}{os.environ.get('PATH', '')}", "TALLY_LOG": "warn",
+             **{k: os.environ[k] for k in ("HOME", "XDG_CACHE_HOME") if k in os.environ}},
+    )
+    with anyio.fail_after(TIMEOUT):
+        async with Client(params, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+            listed = body(await c.call_tool("list_datasets", {}))["data"]
+            assert "procedures" in [d["dataset_id"] for d in listed["datasets"]]
