@@ -20,6 +20,26 @@ def tally_bin() -> str:
     return path
 
 
+REFERENCE = Path(os.environ.get("TALLY_REFERENCE") or ROOT.parent / "shared" / "reference")
+
+
+def reference_survey(tmp_path_factory, name: str) -> Path:
+    """A datasets directory holding the real procedures survey as `survey` (skipped when the
+    reference data is absent, failed under CI=true)."""
+    import shutil
+
+    parquet = REFERENCE / "procedures" / "procedures-survey-r6.parquet"
+    if not parquet.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but the reference survey is missing")
+        pytest.skip("the reference survey is absent")
+    datasets = tmp_path_factory.mktemp(name) / "datasets"
+    (datasets / "survey").mkdir(parents=True)
+    shutil.copyfile(parquet, datasets / "survey" / "data.parquet")
+    shutil.copyfile(REFERENCE / "procedures-survey-r6.dataset.yaml", datasets / "survey" / "dataset.yaml")
+    return datasets
+
+
 def datasets_dir() -> str:
     return os.environ.get("TALLY_DATASETS") or str(ROOT / "datasets")
 

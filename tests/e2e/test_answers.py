@@ -4,20 +4,16 @@ a name of an undeclared column is refused naming it, and a default page fits the
 budget. Skips without the reference data, except under CI=true."""
 
 import json
-import os
-import shutil
-from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client
 
-from conftest import stdio_params
+from conftest import reference_survey, stdio_params
 
 pytestmark = pytest.mark.anyio
 
 TIMEOUT = 120
-REFERENCE = Path(os.environ.get("TALLY_REFERENCE", ""))
 
 
 def body(result) -> dict:
@@ -32,16 +28,7 @@ def estimated_tokens(text: str) -> int:
 
 @pytest.fixture(scope="module")
 def survey(tmp_path_factory):
-    parquet = REFERENCE / "procedures" / "procedures-survey-r6.parquet"
-    if not parquet.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but the reference survey is missing")
-        pytest.skip("the reference survey is absent")
-    datasets = tmp_path_factory.mktemp("answers") / "datasets"
-    (datasets / "survey").mkdir(parents=True)
-    shutil.copyfile(parquet, datasets / "survey" / "data.parquet")
-    shutil.copyfile(REFERENCE / "procedures-survey-r6.dataset.yaml", datasets / "survey" / "dataset.yaml")
-    return str(datasets)
+    return str(reference_survey(tmp_path_factory, "answers"))
 
 
 def params(datasets: str):

@@ -3,8 +3,6 @@ and the `chart` argument that adds the chart as an image block for clients witho
 
 import base64
 import json
-import os
-import shutil
 import struct
 import subprocess
 import xml.etree.ElementTree as ET
@@ -15,27 +13,17 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import ROOT, stdio_params, tally_bin
+from conftest import reference_survey, stdio_params, tally_bin
 
 pytestmark = pytest.mark.anyio
 
 TIMEOUT = 120
-REFERENCE = Path(os.environ.get("TALLY_REFERENCE", ROOT.parent / "shared" / "reference"))
 SVG = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture(scope="module")
 def survey(tmp_path_factory):
-    parquet = REFERENCE / "procedures" / "procedures-survey-r6.parquet"
-    if not parquet.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but the reference survey is missing")
-        pytest.skip("the reference survey is absent")
-    datasets = tmp_path_factory.mktemp("charts") / "datasets"
-    (datasets / "survey").mkdir(parents=True)
-    shutil.copyfile(parquet, datasets / "survey" / "data.parquet")
-    shutil.copyfile(REFERENCE / "procedures-survey-r6.dataset.yaml", datasets / "survey" / "dataset.yaml")
-    return datasets
+    return reference_survey(tmp_path_factory, "charts")
 
 
 def summarize(datasets: Path, chart: Path, *flags: str) -> tuple[dict, str]:

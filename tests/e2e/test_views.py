@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.client.extension import advertise
 
-from conftest import ROOT, HttpServer, stdio_params
+from conftest import ROOT, HttpServer, reference_survey, stdio_params
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +26,6 @@ TIMEOUT = 120
 EXTENSION = "io.modelcontextprotocol/ui"
 MIME = "text/html;profile=mcp-app"
 TOOLS = ["list_datasets", "inspect_dataset", "query_records", "summarize_records"]
-REFERENCE = Path(os.environ.get("TALLY_REFERENCE", ROOT.parent / "shared" / "reference"))
 ARTIFACTS = Path(os.environ.get("TALLY_ARTIFACTS", ROOT / "target" / "e2e-artifacts"))
 HOST_DIR = Path(__file__).resolve().parent / "apps_host"
 
@@ -160,16 +159,7 @@ def wait_until(driver, script: str, what: str, seconds: float = 30):
 
 @pytest.fixture(scope="module")
 def survey(tmp_path_factory):
-    parquet = REFERENCE / "procedures" / "procedures-survey-r6.parquet"
-    if not parquet.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but the reference survey is missing")
-        pytest.skip("the reference survey is absent")
-    datasets = tmp_path_factory.mktemp("views") / "datasets"
-    (datasets / "survey").mkdir(parents=True)
-    shutil.copyfile(parquet, datasets / "survey" / "data.parquet")
-    shutil.copyfile(REFERENCE / "procedures-survey-r6.dataset.yaml", datasets / "survey" / "dataset.yaml")
-    return datasets
+    return reference_survey(tmp_path_factory, "views")
 
 
 class HostSite:

@@ -274,7 +274,11 @@ impl ServerHandler for TallyServer {
                 Some(json!({ "uri": request.uri })),
             ));
         }
-        self.subscriptions.add(request.uri);
+        self.subscriptions
+            .add(request.uri.clone())
+            .map_err(|message| {
+                ErrorData::invalid_params(message, Some(json!({ "uri": request.uri })))
+            })?;
         self.subscriptions
             .listen(context.peer.clone(), self.engine());
         Ok(())

@@ -11,6 +11,9 @@ use rmcp::{Peer, RoleServer};
 use tally_engine::Engine;
 use tally_engine::catalog::Changes;
 
+/// The most URIs one session may subscribe to.
+pub const MAX_PER_SESSION: usize = 1_000;
+
 /// Whether `uri` names something a client can subscribe to: a dataset or one of its fields.
 pub fn subscribable(uri: &str) -> bool {
     uri.strip_prefix("tally://datasets/")
@@ -57,11 +60,17 @@ pub struct SessionSubscriptions {
 }
 
 impl SessionSubscriptions {
-    pub fn add(&self, uri: String) {
-        self.uris
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(uri);
+    /// Adds a subscription; a session holds at most [`MAX_PER_SESSION`] (a client cannot
+    /// make the server keep an unbounded set).
+    pub fn add(&self, uri: String) -> Result<(), String> {
+        let mut uris = self.uris.lock().unwrap_or_else(|p| p.into_inner());
+        if uris.len() >= MAX_PER_SESSION && !uris.contains(&uri) {
+            return Err(format!(
+                "this session already holds {MAX_PER_SESSION} subscriptions, the most it may; unsubscribe from some first (or subscribe to the dataset rather than to each field)"
+            ));
+        }
+        uris.insert(uri);
+        Ok(())
     }
 
     pub fn remove(&self, uri: &str) {
@@ -114,6 +123,23 @@ impl SessionSubscriptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_holds_a_bounded_number_of_subscriptions() {
+        let subs = SessionSubscriptions::default();
+        for i in 0..MAX_PER_SESSION {
+            subs.add(format!("tally://datasets/d{i}"))
+                .expect("within the bound");
+        }
+        // The same URI again is not a new subscription.
+        subs.add("tally://datasets/d0".into())
+            .expect("already held");
+        let refused = subs.add("tally://datasets/one-more".into()).unwrap_err();
+        assert!(refused.contains("1000 subscriptions") && refused.contains("unsubscribe"));
+        subs.remove("tally://datasets/d1");
+        subs.add("tally://datasets/one-more".into())
+            .expect("room again");
+    }
 
     #[test]
     fn a_change_touches_the_dataset_and_its_fields() {

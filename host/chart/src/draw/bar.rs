@@ -4,10 +4,7 @@
 use plotters::style::text_anchor::{HPos, VPos};
 use serde_json::Value;
 
-use super::{
-    BAR, Canvas, Font, Layer, MUTED, PAD, Scale, caption, header, label_column, notes, rate_note,
-    source, warnings, what,
-};
+use super::{BAR, Font, Layer, MUTED, PAD, Scale, close, label_column, open, rate_note, what};
 use crate::error::ChartError;
 use crate::limits::{LIMITS, largest_note};
 use crate::summary::{Metric, Summary};
@@ -60,14 +57,7 @@ pub(crate) fn draw(
         })
         .collect();
 
-    let mut canvas = Canvas::new(width);
-    header(
-        &mut canvas,
-        summary,
-        &what(metric, summary),
-        &caption(summary),
-    )?;
-    warnings(&mut canvas, summary)?;
+    let mut canvas = open(width, summary, &what(metric, summary))?;
 
     let w = f64::from(width);
     // The column is wide enough for the field's name above it too, within the same bound.
@@ -148,14 +138,15 @@ pub(crate) fn draw(
     canvas.plot(Kind::Bar.as_str(), frame, marks, count, value_layer);
     canvas.y = plot_bottom + 8.0;
 
-    notes(
-        &mut canvas,
-        &left_out
-            .into_iter()
-            .chain(rate_note(metric, summary))
-            .collect::<Vec<_>>(),
-    )?;
-    source(&mut canvas, summary)?;
-    let title = format!("{}: {}", summary.title(), what(metric, summary));
-    Ok(canvas.finish(Kind::Bar, &title, &caption(summary)))
+    let chart_notes: Vec<String> = left_out
+        .into_iter()
+        .chain(rate_note(metric, summary))
+        .collect();
+    close(
+        canvas,
+        Kind::Bar,
+        summary,
+        &what(metric, summary),
+        &chart_notes,
+    )
 }

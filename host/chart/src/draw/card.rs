@@ -3,7 +3,7 @@
 use plotters::style::text_anchor::{HPos, VPos};
 use serde_json::Value;
 
-use super::{Canvas, Font, LINE, Layer, PAD, PANEL, caption, header, notes, source, warnings};
+use super::{Font, LINE, Layer, PAD, PANEL, close, open};
 use crate::error::ChartError;
 use crate::summary::Summary;
 use crate::text::{format_number, truncate, wrap};
@@ -13,15 +13,13 @@ const CARD_HEIGHT: f64 = 124.0;
 const GAP: f64 = 12.0;
 
 pub(crate) fn draw(summary: &Summary<'_>, width: u32) -> Result<Chart, ChartError> {
-    let mut canvas = Canvas::new(width);
     let what = summary
         .metrics
         .iter()
         .map(|m| m.column.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    header(&mut canvas, summary, &what, &caption(summary))?;
-    warnings(&mut canvas, summary)?;
+    let mut canvas = open(width, summary, &what)?;
 
     let null = Value::Null;
     let row = summary.rows.first().copied();
@@ -86,8 +84,5 @@ pub(crate) fn draw(summary: &Summary<'_>, width: u32) -> Result<Chart, ChartErro
         .iter()
         .filter_map(|m| super::rate_note(m, summary))
         .collect();
-    notes(&mut canvas, &rates)?;
-    source(&mut canvas, summary)?;
-    let title = format!("{}: {what}", summary.title());
-    Ok(canvas.finish(Kind::Card, &title, &caption(summary)))
+    close(canvas, Kind::Card, summary, &what, &rates)
 }

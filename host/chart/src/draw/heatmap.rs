@@ -6,10 +6,7 @@ use plotters::style::RGBColor;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::stacked::Grid;
-use super::{
-    Canvas, Font, Layer, PAD, caption, header, label_column, notes, rate_note, source, text_on,
-    warnings, what,
-};
+use super::{Canvas, Font, Layer, PAD, close, label_column, open, rate_note, text_on, what};
 use crate::error::ChartError;
 use crate::limits::LIMITS;
 use crate::summary::{Metric, Summary};
@@ -52,14 +49,7 @@ pub(crate) fn draw(
     let cell_w = ((w - PAD - plot_x0) / cols as f64).clamp(28.0, 96.0);
     let width = width.max((plot_x0 + cell_w * cols as f64 + PAD).ceil() as u32);
 
-    let mut canvas = Canvas::new(width);
-    header(
-        &mut canvas,
-        summary,
-        &what(metric, summary),
-        &caption(summary),
-    )?;
-    warnings(&mut canvas, summary)?;
+    let mut canvas = open(width, summary, &what(metric, summary))?;
 
     // The columns' field centred over the columns; the rows' field over the row labels, on
     // the line of the column headers.
@@ -182,16 +172,17 @@ pub(crate) fn draw(
         colour_scale(&mut canvas, metric, min, max, plot_x0)?;
     }
     let left_out = grid.left_out_note("rows", "columns", false);
-    notes(
-        &mut canvas,
-        &left_out
-            .into_iter()
-            .chain(rate_note(metric, summary))
-            .collect::<Vec<_>>(),
-    )?;
-    source(&mut canvas, summary)?;
-    let title = format!("{}: {}", summary.title(), what(metric, summary));
-    Ok(canvas.finish(Kind::Heatmap, &title, &caption(summary)))
+    let chart_notes: Vec<String> = left_out
+        .into_iter()
+        .chain(rate_note(metric, summary))
+        .collect();
+    close(
+        canvas,
+        Kind::Heatmap,
+        summary,
+        &what(metric, summary),
+        &chart_notes,
+    )
 }
 
 /// The colours from the smallest value to the largest, in steps (plotters draws no gradient).

@@ -376,6 +376,29 @@ impl Canvas {
     }
 }
 
+/// A chart's top: title, what is drawn, the caption and the warnings (a caveat is never
+/// under the picture). `what` is the chart's subject, e.g. "avg:F by G".
+pub(crate) fn open(width: u32, summary: &Summary<'_>, what: &str) -> Result<Canvas, ChartError> {
+    let mut canvas = Canvas::new(width);
+    header(&mut canvas, summary, what, &caption(summary))?;
+    warnings(&mut canvas, summary)?;
+    Ok(canvas)
+}
+
+/// A chart's bottom: its notes, the source line, and the finished document.
+pub(crate) fn close(
+    mut canvas: Canvas,
+    kind: crate::Kind,
+    summary: &Summary<'_>,
+    what: &str,
+    chart_notes: &[String],
+) -> Result<crate::Chart, ChartError> {
+    notes(&mut canvas, chart_notes)?;
+    source(&mut canvas, summary)?;
+    let title = format!("{}: {what}", summary.title());
+    Ok(canvas.finish(kind, &title, &caption(summary)))
+}
+
 /// The title block: the dataset's title, what is charted, and the counts behind it.
 pub(crate) fn header(
     canvas: &mut Canvas,

@@ -12,9 +12,7 @@ use plotters::style::RGBColor;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::bar::by_value_desc;
-use super::{
-    Canvas, Font, Layer, PAD, caption, header, notes, palette, source, text_on, warnings, what,
-};
+use super::{Font, Layer, PAD, close, open, palette, text_on, what};
 use crate::error::ChartError;
 use crate::summary::{Metric, Summary};
 use crate::text::{cell_label, format_percent, text_width, truncate};
@@ -65,14 +63,7 @@ pub(crate) fn draw(
 ) -> Result<Chart, ChartError> {
     let (parts, left_out) = parts(summary, metric);
     let total: f64 = parts.iter().map(|p| p.1).sum();
-    let mut canvas = Canvas::new(width);
-    header(
-        &mut canvas,
-        summary,
-        &what(metric, summary),
-        &caption(summary),
-    )?;
-    warnings(&mut canvas, summary)?;
+    let mut canvas = open(width, summary, &what(metric, summary))?;
 
     let top = canvas.y;
     let center = (PAD + RADIUS + 8.0, top + RADIUS + 8.0);
@@ -142,8 +133,5 @@ pub(crate) fn draw(
 
     let mut extra: Vec<String> = left_out_note(&left_out).into_iter().collect();
     extra.push(format!("total {}", metric.format_f64(total)));
-    notes(&mut canvas, &extra)?;
-    source(&mut canvas, summary)?;
-    let title = format!("{}: {}", summary.title(), what(metric, summary));
-    Ok(canvas.finish(Kind::Pie, &title, &caption(summary)))
+    close(canvas, Kind::Pie, summary, &what(metric, summary), &extra)
 }

@@ -8,8 +8,7 @@ use plotters::style::text_anchor::{HPos, VPos};
 use serde_json::Value;
 
 use super::{
-    Canvas, Font, Layer, PAD, Scale, caption, header, label_column, notes, palette, rate_note,
-    source, text_on, warnings, what,
+    Canvas, Font, Layer, PAD, Scale, close, label_column, open, palette, rate_note, text_on, what,
 };
 use crate::error::ChartError;
 use crate::limits::{ALL_IN_TABLE, LIMITS};
@@ -147,14 +146,7 @@ pub(crate) fn draw(
         LIMITS.stacked_categories,
         LIMITS.stacked_series,
     );
-    let mut canvas = Canvas::new(width);
-    header(
-        &mut canvas,
-        summary,
-        &what(metric, summary),
-        &caption(summary),
-    )?;
-    warnings(&mut canvas, summary)?;
+    let mut canvas = open(width, summary, &what(metric, summary))?;
     legend(&mut canvas, &summary.groups[1].name, &grid.second)?;
 
     let w = f64::from(width);
@@ -249,16 +241,17 @@ pub(crate) fn draw(
 
     // Bars by total, largest first, as they are drawn; series in code order.
     let left_out = grid.left_out_note("bars", "series", metric.additive());
-    notes(
-        &mut canvas,
-        &left_out
-            .into_iter()
-            .chain(rate_note(metric, summary))
-            .collect::<Vec<_>>(),
-    )?;
-    source(&mut canvas, summary)?;
-    let title = format!("{}: {}", summary.title(), what(metric, summary));
-    Ok(canvas.finish(Kind::Stacked, &title, &caption(summary)))
+    let chart_notes: Vec<String> = left_out
+        .into_iter()
+        .chain(rate_note(metric, summary))
+        .collect();
+    close(
+        canvas,
+        Kind::Stacked,
+        summary,
+        &what(metric, summary),
+        &chart_notes,
+    )
 }
 
 /// The series' colours with their names, in rows that wrap at the width.

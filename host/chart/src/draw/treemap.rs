@@ -7,9 +7,7 @@
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::pie::{left_out_note, parts};
-use super::{
-    Canvas, Font, Layer, PAD, caption, header, notes, palette, source, text_on, warnings, what,
-};
+use super::{Font, Layer, PAD, close, open, palette, text_on, what};
 use crate::error::ChartError;
 use crate::limits::{LIMITS, largest_note};
 use crate::summary::{Metric, Summary};
@@ -114,14 +112,7 @@ pub(crate) fn draw(
         .then(|| largest_note(LIMITS.treemap_tiles, summary.rows.len(), "groups"));
     parts.truncate(LIMITS.treemap_tiles);
     let drawn: f64 = parts.iter().map(|p| p.1).sum();
-    let mut canvas = Canvas::new(width);
-    header(
-        &mut canvas,
-        summary,
-        &what(metric, summary),
-        &caption(summary),
-    )?;
-    warnings(&mut canvas, summary)?;
+    let mut canvas = open(width, summary, &what(metric, summary))?;
 
     let mut frame = Layer::new(width);
     frame.text(
@@ -194,10 +185,13 @@ pub(crate) fn draw(
             metric.format_f64(total)
         ));
     }
-    notes(&mut canvas, &extra)?;
-    source(&mut canvas, summary)?;
-    let title = format!("{}: {}", summary.title(), what(metric, summary));
-    Ok(canvas.finish(Kind::Treemap, &title, &caption(summary)))
+    close(
+        canvas,
+        Kind::Treemap,
+        summary,
+        &what(metric, summary),
+        &extra,
+    )
 }
 
 #[cfg(test)]
