@@ -213,3 +213,38 @@ async def test_a_procedures_legal_basis_is_looked_up(law_server):
             [[locator, text]] = env["data"]["rows"]
             assert locator == "第七条第一項" and "個人番号" in text
             assert found >= len(procedures) // 2
+
+
+async def test_the_legal_basis_prompt_and_the_law_datasets_count(law_server):
+    """With a law dataset served: the find_legal_basis prompt, its arguments completed, and
+    the law dataset's number of records known without a call on it (counted in the
+    background when the server starts)."""
+    from mcp import MCPError
+    from mcp_types import PromptReference
+
+    from conftest import wait_for
+
+    with anyio.fail_after(TIMEOUT):
+        async with connect(law_server) as c:
+            prompts = {p.name: p for p in (await c.list_prompts()).prompts}
+            assert "find_legal_basis" in prompts
+            laws = await c.complete(PromptReference(name="find_legal_basis"), {"name": "laws", "value": ""})
+            assert laws.completion.values == ["laws"]
+            if (REFERENCE / "procedures-survey-r6.dataset.yaml").is_file():
+                title = "行政手続における特定の個人を識別するための番号の利用等に関する法律"
+                got = await c.get_prompt("find_legal_basis", {"dataset_id": "survey", "where_field": "法令名", "where_value": title})
+                text = got.messages[0].content.text
+                assert f'"where":{{"法令名":["{title}"]}}' in text and "`laws`" in text and "`locator`" in text
+                with pytest.raises(MCPError) as e:
+                    await c.get_prompt("find_legal_basis", {"dataset_id": "survey", "where_field": "法令名"})
+                assert "where_field and where_value go together" in str(e.value)
+
+            async def counted():
+                cards = ok(await c.call_tool("list_datasets", {}))["data"]["datasets"]
+                return next(d for d in cards if d["dataset_id"] == "laws")["record_count"]
+
+            n = await wait_for("the law dataset's record count", counted, bound=90)
+            print("law dataset records:", n)
+            listed = {str(r.uri): r.description for r in (await c.list_resources()).resources}
+            assert listed["tally://datasets/laws"].startswith(f"{n} records")
+

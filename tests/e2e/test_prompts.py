@@ -63,6 +63,35 @@ async def test_templates_prompts_and_completions(transport, mode, http_server):
             )
             assert names.completion.values and all("手続" in v for v in names.completion.values[:3])
 
+            # A condition: the field, then its codes (a static codelist's, folded like names).
+            keys = await c.complete(
+                PromptReference(name="compare_groups"), {"name": "where_field", "value": "手続類"}, {"dataset_id": "procedures"}
+            )
+            assert keys.completion.values[0] == "手続類型"
+            codes = await c.complete(
+                PromptReference(name="compare_groups"), {"name": "where_value", "value": "２－"},
+                {"dataset_id": "procedures", "where_field": "手続類型"},
+            )
+            assert codes.completion.values == ["2-1 申請等に基づく処分通知等", "2-2 申請等に基づかない処分通知等", "2-3 交付等（民間手続）"]
+            # A field whose codes are the values in the data: offered once the data is prepared.
+            await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["所管府省庁"]})
+            ministries = await c.complete(
+                PromptReference(name="compare_groups"), {"name": "where_value", "value": "デジタ"},
+                {"dataset_id": "procedures", "where_field": "所管府省庁"},
+            )
+            assert ministries.completion.values[0] == "デジタル庁", ministries.completion.values
+            narrowed = await c.get_prompt("compare_groups", {
+                "dataset_id": "procedures", "group_by": "所管府省庁", "where_field": "手続類型", "where_value": "1 申請等",
+            })
+            assert '"where":{"手続類型":["1 申請等"]}' in narrowed.messages[0].content.text
+            with pytest.raises(MCPError) as e:
+                await c.get_prompt("compare_groups", {
+                    "dataset_id": "procedures", "group_by": "所管府省庁", "where_field": "手続類型", "where_value": "9 なし",
+                })
+            assert "not a code of `手続類型`" in str(e.value) and "1 申請等" in str(e.value)
+            # Without a law dataset there is no legal-basis prompt.
+            assert "find_legal_basis" not in prompts
+
 
 async def test_completions_see_only_the_tokens_datasets(tmp_path):
     tokens = tmp_path / "tokens"

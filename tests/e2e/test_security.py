@@ -196,12 +196,13 @@ async def test_concurrent_calls_per_token_are_capped(tmp_path):
 
 def test_a_token_from_the_environment_and_a_non_loopback_bind(tmp_path):
     r = subprocess.run([tally_bin(), "serve", "--http", "0.0.0.0:0", "--datasets", datasets_dir()], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and "--token-file" in r.stderr
+    # Exit code 5: the setup is refused (see README, exit codes).
+    assert r.returncode == 5 and "--token-file" in r.stderr
     r = subprocess.run(
         [tally_bin(), "serve", "--http", "127.0.0.1:0", "--token-env", "TALLY_TEST_TOKEN_UNSET", "--datasets", datasets_dir()],
         capture_output=True, text=True, timeout=30,
     )
-    assert r.returncode == 2 and "TALLY_TEST_TOKEN_UNSET is not set" in r.stderr
+    assert r.returncode == 5 and "TALLY_TEST_TOKEN_UNSET is not set" in r.stderr
     os.environ["TALLY_TEST_TOKEN"] = ENV_TOKEN
     try:
         server = HttpServer("--token-env", "TALLY_TEST_TOKEN")

@@ -6,7 +6,7 @@ import shutil
 
 import anyio
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 
 from conftest import ROOT, stdio_params, wait_for
 
@@ -41,9 +41,9 @@ async def test_a_2025_session_is_told_of_an_update(tmp_path):
     with anyio.fail_after(TIMEOUT):
         async with Client(server_params(datasets), mode="legacy", cache=None, message_handler=on_message) as c:
             await c.subscribe_resource("tally://datasets/guide")
-            with pytest.raises(MCPError) as e:
-                await c.subscribe_resource("ui://tally/query_records")
-            assert "tally://datasets/<id>" in str(e.value)
+            # Any URI is taken (MCP lets a client subscribe to any resource); one no reload
+            # changes, such as a view, is never notified.
+            await c.subscribe_resource("ui://tally/query_records")
             retitle(datasets, "A new title")
 
             async def told():

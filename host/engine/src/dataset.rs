@@ -680,7 +680,7 @@ impl Dataset {
     }
 
     /// The whole table, when it is prepared and sound.
-    fn ready(&self) -> Option<Arc<Prepared>> {
+    pub(crate) fn ready(&self) -> Option<Arc<Prepared>> {
         match &*self.prepared.state.lock().ok()? {
             PrepState::Ready(p) if !p.is_damaged() => Some(Arc::clone(p)),
             _ => None,

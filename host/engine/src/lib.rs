@@ -435,6 +435,29 @@ impl Engine {
         }
     }
 
+    /// The values a text field of a dataset holds, most frequent first, for completing a
+    /// condition on it: the codes of a static codelist, else the distinct values of the
+    /// prepared data when it is ready. Never starts or waits for a preparation: `None` when
+    /// the values are not at hand (unknown dataset or field, numbers, data not yet prepared).
+    pub async fn known_values(&self, dataset_id: &str, field: &str) -> Option<Vec<String>> {
+        let catalog = self.catalog.load_full();
+        let ds = catalog.datasets.get(dataset_id)?;
+        let id = ds.def.field_index(field)?;
+        let f = &ds.def.fields[id];
+        if let Some(tally_semantic::definition::Codelist::Static(codes)) = &f.codelist {
+            return Some(codes.iter().map(|c| c.value.clone()).collect());
+        }
+        if f.data_type.is_numeric() {
+            return None;
+        }
+        let prepared = ds.ready()?;
+        let counts = prepared
+            .distinct_values(&self.ctx, &ds.def, id)
+            .await
+            .ok()?;
+        Some(counts.iter().map(|(value, _)| value.clone()).collect())
+    }
+
     /// Waits (at most `grace`) for the preparations of whole tables still running into the
     /// cache, so an entry begun is finished before the process ends.
     pub async fn finish_preparations(&self, grace: Duration) {

@@ -7,7 +7,8 @@
 //! - `tool`; `dataset`: the `dataset_id` argument as sent (null for `list_datasets`);
 //! - `arguments_sha256`: SHA-256 of the arguments as canonical JSON (keys sorted), so equal
 //!   calls can be matched without the log holding what was asked;
-//! - `outcome`: `ok` or the error code (`unknown_dataset`, `invalid_argument`, …);
+//! - `outcome`: `ok`, the error code (`unknown_dataset`, `invalid_argument`, …), or
+//!   `cancelled` when the client cancelled the call (`notifications/cancelled`);
 //! - `duration_ms`; `rows`: rows (or datasets) returned, null on error.
 
 use std::io::Write;
@@ -76,8 +77,6 @@ impl Audit {
         result: &Result<Value, EngineError>,
         elapsed: Duration,
     ) {
-        let digest = Sha256::digest(canonical(arguments).to_string().as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         let (outcome, rows) = match result {
             Ok(envelope) => {
                 let data = &envelope["data"];
@@ -95,6 +94,25 @@ impl Audit {
                 None,
             ),
         };
+        self.write(caller, tool, arguments, &outcome, rows, elapsed);
+    }
+
+    /// Writes the line of a call the client cancelled (outcome `cancelled`).
+    pub fn record_cancelled(&self, caller: &str, tool: Tool, arguments: &Value, elapsed: Duration) {
+        self.write(caller, tool, arguments, "cancelled", None, elapsed);
+    }
+
+    fn write(
+        &self,
+        caller: &str,
+        tool: Tool,
+        arguments: &Value,
+        outcome: &str,
+        rows: Option<usize>,
+        elapsed: Duration,
+    ) {
+        let digest = Sha256::digest(canonical(arguments).to_string().as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         let line = json!({
             "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "caller": caller,

@@ -16,9 +16,9 @@ macro_rules! say {
 }
 
 /// Exit code when a dataset cannot be served.
-const EXIT_INVALID: u8 = 1;
+const EXIT_INVALID: u8 = crate::exit::BAD_INPUT;
 /// Exit code when the directory itself cannot be read.
-const EXIT_UNREADABLE: u8 = 2;
+const EXIT_UNREADABLE: u8 = crate::exit::CONFIG;
 
 /// What `check` was asked to do.
 #[derive(Debug)]
@@ -126,7 +126,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
         // Prepare each dataset as the server's first call would: through its backend (a
         // plugin's scan included), within the memory budget.
         let Some(runtime) = crate::runtime() else {
-            return ExitCode::FAILURE;
+            return ExitCode::from(crate::exit::FAILED);
         };
         let mut limits = options.limits;
         // A deep check may take as long as the data needs.

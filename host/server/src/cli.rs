@@ -10,11 +10,11 @@ use tally_semantic::Tool;
 use crate::Common;
 
 /// Exit code for a refused call (bad arguments).
-const EXIT_BAD_INPUT: u8 = 1;
+const EXIT_BAD_INPUT: u8 = crate::exit::BAD_INPUT;
 /// Exit code for a dataset that is not served.
-const EXIT_UNKNOWN_DATASET: u8 = 2;
+const EXIT_UNKNOWN_DATASET: u8 = crate::exit::UNKNOWN_DATASET;
 /// Exit code when the server failed (backend or internal error).
-const EXIT_FAILED: u8 = 3;
+const EXIT_FAILED: u8 = crate::exit::FAILED;
 
 #[derive(Debug, Args)]
 pub struct QueryFlags {
@@ -159,7 +159,7 @@ fn call(tool: Tool, arguments: Value, common: &Common) -> Result<Value, ExitCode
             "message": format!("the datasets directory {} does not exist", common.datasets.display()),
             "hint": "run from the repository root, or pass --datasets DIR",
         }}));
-        return Err(ExitCode::from(EXIT_BAD_INPUT));
+        return Err(ExitCode::from(crate::exit::CONFIG));
     }
     // Cursors printed by one invocation must be accepted by the next.
     let seed = common

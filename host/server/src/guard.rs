@@ -306,6 +306,68 @@ fn refuse(status: StatusCode, message: &str, fix: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// A JSON body that is not a JSON-RPC message the server takes: 400 with a JSON-RPC error
+/// and no id (the transport spec's answer), -32700 when the body is not JSON at all, -32600
+/// when it is JSON but not a request, notification or response.
+pub fn malformed(body: &[u8]) -> Response {
+    let (code, message) = match serde_json::from_slice::<serde_json::Value>(body) {
+        Err(e) => (
+            -32700,
+            format!(
+                "Parse error: the request body is not JSON ({e}); send one JSON-RPC message as a JSON object"
+            ),
+        ),
+        Ok(value) => match value.get("method").and_then(|m| m.as_str()) {
+            Some(method) if value.get("jsonrpc").and_then(|v| v.as_str()) == Some("2.0") => (
+                -32602,
+                format!(
+                    "Invalid params: the params (or id) of `{method}` do not have the form the method takes; the MCP schema of `{method}` gives it"
+                ),
+            ),
+            _ => (
+                -32600,
+                format!(
+                    "Invalid Request: the body is JSON but not a JSON-RPC message ({}); send one object with \"jsonrpc\": \"2.0\", a \"method\", an \"id\" for a request, and \"params\" as an object",
+                    what_is_wrong(&value)
+                ),
+            ),
+        },
+    };
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": code, "message": message },
+    })
+    .to_string();
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+fn what_is_wrong(value: &serde_json::Value) -> String {
+    let Some(object) = value.as_object() else {
+        return match value {
+            serde_json::Value::Array(_) => {
+                "a batch (JSON array): send one message per request".to_string()
+            }
+            _ => "not an object".to_string(),
+        };
+    };
+    if object.get("jsonrpc").and_then(|v| v.as_str()) != Some("2.0") {
+        return "`jsonrpc` is not \"2.0\"".to_string();
+    }
+    match object.get("method") {
+        Some(_) => "`method` is not a string".to_string(),
+        None if object.contains_key("result") || object.contains_key("error") => {
+            "a response that answers no request of this server".to_string()
+        }
+        None => "it has no `method`".to_string(),
+    }
+}
+
 /// The middleware in front of `/mcp` (and the Host check in front of everything).
 pub async fn check(
     State(guard): State<Arc<Guard>>,
@@ -490,7 +552,39 @@ pub async fn check(
         return r;
     };
     request.extensions_mut().insert(caller);
+    // The body is kept (it is small and bounded) so that a body the transport cannot read
+    // as a JSON-RPC message is answered as the transport spec says: 400 with a JSON-RPC
+    // error without id, not the transport library's 415 with plain text.
+    let (parts, body) = request.into_parts();
+    let json_body = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        });
+    let bytes = match axum::body::to_bytes(body, guard.max_body).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!(
+                    "the request body is larger than {} bytes, or could not be read",
+                    guard.max_body
+                ),
+                "send a smaller request (tool arguments are small; --max-body-bytes sets the limit)",
+            );
+        }
+    };
+    let request = Request::from_parts(parts, Body::from(bytes.clone()));
     let response = next.run(request).await;
+    if json_body && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return malformed(&bytes);
+    }
     if session.is_none()
         && let Some(created) = response
             .headers()

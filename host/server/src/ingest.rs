@@ -99,13 +99,13 @@ pub struct FetchFlags {
     read: ReadFlags,
 }
 
-/// Exit codes: 0 done (or unchanged), 1 the input or its drift, 2 the dataset folder or its
-/// definition, 3 a failure (network, files, limits, a bug).
+/// Exit codes (crate::exit): 0 done (or unchanged), 1 the input or its drift, 5 the dataset
+/// folder or its definition, 3 a failure (network, files, limits, a bug).
 fn exit_code(e: &IngestError) -> ExitCode {
     ExitCode::from(match e {
-        IngestError::Input { .. } | IngestError::Drift { .. } => 1,
-        IngestError::Dataset { .. } => 2,
-        _ => 3,
+        IngestError::Input { .. } | IngestError::Drift { .. } => crate::exit::BAD_INPUT,
+        IngestError::Dataset { .. } => crate::exit::CONFIG,
+        _ => crate::exit::FAILED,
     })
 }
 

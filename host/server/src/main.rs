@@ -13,11 +13,14 @@ mod audit;
 mod chart;
 mod check;
 mod cli;
+mod events;
+mod exit;
 mod guard;
 mod ingest;
 mod listen;
 mod logging;
 mod mcp;
+mod progress;
 mod prompts;
 mod serve;
 mod stdio;
@@ -77,7 +80,7 @@ pub struct Budgets {
     plugin_output_mb: usize,
     /// Load native plugins (shared libraries named by `backend: {kind: native}`). They run
     /// with the server's full rights: allow them only for libraries you trust.
-    #[arg(long, global = true, env = "TALLY_ALLOW_NATIVE")]
+    #[arg(long, global = true, env = "TALLY_ALLOW_NATIVE", value_parser = clap::builder::FalseyValueParser::new())]
     allow_native: bool,
     /// Memory the whole server may hold for data and calls, in MiB: prepared datasets, files
     /// being read and the operators of every call in flight. A Parquet dataset whose prepared
@@ -110,6 +113,8 @@ pub struct Budgets {
         long,
         global = true,
         env = "TALLY_NO_CACHE",
+        // 1/0, true/false, yes/no, on/off (an empty value is off).
+        value_parser = clap::builder::FalseyValueParser::new(),
         conflicts_with = "cache_dir"
     )]
     no_cache: bool,
@@ -255,7 +260,7 @@ enum Command {
         #[arg(default_value = "datasets")]
         dir: PathBuf,
         /// Also load native plugins to check them (they run with this process's rights).
-        #[arg(long, env = "TALLY_ALLOW_NATIVE")]
+        #[arg(long, env = "TALLY_ALLOW_NATIVE", value_parser = clap::builder::FalseyValueParser::new())]
         allow_native: bool,
         /// Also read every page of every data file and prepare every dataset as the server's
         /// first call would (plugins scanned), within the memory budget: finds corrupt pages
@@ -277,7 +282,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse_from(global_flags_after_subcommand(std::env::args_os())) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version are not errors; every usage error is exit code 2.
+            return if e.use_stderr() {
+                ExitCode::from(exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     // Logs go to stderr (stdout is the protocol in stdio mode); TALLY_LOG overrides the level.
     let default_level = if matches!(cli.command, Command::Serve { .. }) {
         "info"
@@ -358,6 +374,77 @@ fn main() -> ExitCode {
     }
 }
 
+/// Flags written before the subcommand (`tally --compact --datasets d summarize …`) moved
+/// after it, where clap reads them: the options every data command takes may be given on
+/// either side. Only flags the subcommand knows are moved (with their value); anything else
+/// is left for clap to report.
+fn global_flags_after_subcommand(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let command = Cli::command();
+    let takes_value = |sub: Option<&clap::Command>, long: &str| -> Option<bool> {
+        let mut all = command
+            .get_subcommands()
+            .filter(|c| sub.is_none_or(|s| s.get_name() == c.get_name()));
+        all.find_map(|c| {
+            c.get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .map(|a| a.get_action().takes_values())
+        })
+    };
+    // Find the subcommand: the first word that is not a flag or a flag's value.
+    let mut i = 1;
+    let mut sub = None;
+    while i < args.len() {
+        let word = args[i].to_string_lossy();
+        if let Some(flag) = word.strip_prefix("--") {
+            if !flag.contains('=') && takes_value(None, flag) == Some(true) {
+                i += 1;
+            }
+            i += 1;
+            continue;
+        }
+        sub = command
+            .find_subcommand(word.as_ref())
+            .map(|c| (i, c.clone()));
+        break;
+    }
+    let Some((at, sub)) = sub else { return args };
+    if at == 1 {
+        return args;
+    }
+    // Every word before the subcommand must be one of its flags, else clap reports it.
+    let mut moved = Vec::new();
+    let mut j = 1;
+    while j < at {
+        let word = args[j].to_string_lossy();
+        let Some(flag) = word.strip_prefix("--") else {
+            return args;
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((name, _)) => (name, true),
+            None => (flag, false),
+        };
+        match takes_value(Some(&sub), name) {
+            Some(true) if !inline => {
+                moved.extend_from_slice(&args[j..(j + 2).min(at)]);
+                j += 2;
+            }
+            Some(_) => {
+                moved.push(args[j].clone());
+                j += 1;
+            }
+            None => return args,
+        }
+    }
+    let mut out = vec![args[0].clone(), args[at].clone()];
+    out.extend(moved);
+    out.extend_from_slice(&args[at + 1..]);
+    out
+}
+
 /// `--http`: an address, or a host name with a port. A name that resolves to a loopback
 /// address listens there (IPv4 first); any other name listens on its first address, which
 /// then needs tokens like any non-loopback address.
@@ -401,17 +488,17 @@ fn serve(
             "tally serve: the datasets directory {} does not exist; run from the repository root or pass --datasets DIR",
             common.datasets.display()
         );
-        return ExitCode::from(2);
+        return ExitCode::from(exit::CONFIG);
     }
     let audit = match audit_log.as_deref().map(audit::Audit::open).transpose() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("tally serve: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(exit::CONFIG);
         }
     };
     let Some(runtime) = crate::runtime() else {
-        return ExitCode::FAILURE;
+        return ExitCode::from(crate::exit::FAILED);
     };
     let cache = common.budgets.cache(&common.datasets);
     let engine = std::sync::Arc::new(
@@ -465,6 +552,52 @@ pub fn runtime() -> Option<tokio::runtime::Runtime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn global_flags_may_come_before_the_subcommand() {
+        let words = |v: &[&str]| -> Vec<std::ffi::OsString> { v.iter().map(Into::into).collect() };
+        assert_eq!(
+            global_flags_after_subcommand(words(&[
+                "tally",
+                "--compact",
+                "--datasets",
+                "d",
+                "list",
+                "--q",
+                "x"
+            ])),
+            words(&["tally", "list", "--compact", "--datasets", "d", "--q", "x"])
+        );
+        assert_eq!(
+            global_flags_after_subcommand(words(&["tally", "--datasets=d", "inspect", "p"])),
+            words(&["tally", "inspect", "--datasets=d", "p"])
+        );
+        // Already in place, unknown flags, and no subcommand are left to clap.
+        for v in [
+            &["tally", "list", "--compact"][..],
+            &["tally", "--bogus", "list"],
+            &["tally", "--version"],
+            &["tally", "--compact", "completions", "bash"],
+        ] {
+            assert_eq!(global_flags_after_subcommand(words(v)), words(v), "{v:?}");
+        }
+        let cli = Cli::try_parse_from(global_flags_after_subcommand(words(&[
+            "tally",
+            "--compact",
+            "--datasets",
+            "d",
+            "summarize",
+            "p",
+            "--metrics",
+            "count",
+        ])))
+        .unwrap();
+        let Command::Summarize(flags) = cli.command else {
+            panic!("not summarize")
+        };
+        assert!(flags.common.compact);
+        assert_eq!(flags.common.datasets, PathBuf::from("d"));
+    }
 
     #[test]
     fn http_takes_addresses_and_loopback_names() {

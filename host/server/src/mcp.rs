@@ -54,10 +54,22 @@ impl Shared {
         });
         let mut changes = shared.engine.subscribe();
         let weak = Arc::downgrade(&shared);
+        count_records(&shared.engine);
         tokio::spawn(async move {
+            let mut prompts_changed;
             loop {
                 match changes.recv().await {
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Ok(change) => {
+                        if let Some(shared) = weak.upgrade()
+                            && !(change.added.is_empty() && change.updated.is_empty())
+                        {
+                            count_records(&shared.engine);
+                        }
+                        prompts_changed = prompts_may_change(&change);
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        prompts_changed = true;
+                    }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }
                 let Some(shared) = weak.upgrade() else { return };
@@ -72,11 +84,44 @@ impl Shared {
                     if let Err(e) = peer.notify_resource_list_changed().await {
                         tracing::debug!("could not notify a session of the change: {e}");
                     }
+                    if prompts_changed && let Err(e) = peer.notify_prompt_list_changed().await {
+                        tracing::debug!("could not notify a session of the change: {e}");
+                    }
                 }
             }
         });
         shared
     }
+}
+
+/// Whether a change of the catalog may change the prompts (a law dataset coming or going
+/// offers or withdraws `find_legal_basis`).
+fn prompts_may_change(change: &tally_engine::catalog::Changes) -> bool {
+    !(change.added.is_empty() && change.removed.is_empty() && change.updated.is_empty())
+}
+
+/// Reads, in the background and one at a time, the datasets whose number of records is not
+/// known before their data is read (plugin datasets: a Parquet footer says it, a plugin does
+/// not), so that lists and resources give it; their first call is then answered from the
+/// prepared data. Bounded like any preparation by the memory budget.
+fn count_records(engine: &Arc<Engine>) {
+    let catalog = engine.catalog();
+    let unknown: Vec<String> = catalog
+        .datasets
+        .values()
+        .filter(|ds| ds.record_count().is_none() && ds.preparing().is_none())
+        .map(|ds| ds.id().to_string())
+        .collect();
+    if unknown.is_empty() {
+        return;
+    }
+    let engine = Arc::clone(engine);
+    tokio::spawn(async move {
+        for id in unknown {
+            engine.prepare(&id).await;
+            tracing::debug!(dataset = %id, records = ?engine.catalog().datasets.get(&id).and_then(|ds| ds.record_count()), "counted the records of a dataset");
+        }
+    });
 }
 
 /// One handler per session (HTTP) or per process (stdio); the engine is shared.
@@ -146,6 +191,7 @@ impl ServerHandler for TallyServer {
     fn get_info(&self) -> ServerConfig {
         let mut capabilities = ServerCapabilities::builder()
             .enable_prompts()
+            .enable_prompts_list_changed()
             .enable_completions()
             .enable_logging()
             .enable_tools()
@@ -182,7 +228,10 @@ impl ServerHandler for TallyServer {
             .values()
             .filter(|ds| scope.allows(ds.id()))
             .map(|ds| {
-                let mut description = format!("{} records", ds.record_count().unwrap_or(0));
+                let mut description = match ds.record_count() {
+                    Some(n) => format!("{n} records"),
+                    None => "records being counted (read on first use)".to_string(),
+                };
                 if let Some(p) = &ds.def.publisher {
                     description.push_str(&format!("; {p}"));
                 }
@@ -265,14 +314,10 @@ impl ServerHandler for TallyServer {
         request: rmcp::model::SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        if !crate::subscriptions::subscribable(&request.uri) {
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "`{}` cannot be subscribed to; subscribe to a dataset (tally://datasets/<id>) or one of its fields (tally://datasets/<id>/fields/<name>)",
-                    request.uri
-                ),
-                Some(json!({ "uri": request.uri })),
-            ));
+        // Any URI is taken, as MCP lets a client subscribe to any resource: one that never
+        // changes while the server runs (a view, or a URI no dataset has) is never notified.
+        if !crate::subscriptions::changes_with_datasets(&request.uri) {
+            tracing::debug!(uri = %request.uri, "subscribed to a URI no reload changes");
         }
         self.subscriptions
             .add(request.uri.clone())
@@ -318,9 +363,13 @@ impl ServerHandler for TallyServer {
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        Ok(ListPromptsResult::with_all_items(crate::prompts::prompts()))
+        let scope = caller(&context).scope;
+        Ok(ListPromptsResult::with_all_items(crate::prompts::prompts(
+            &self.engine().catalog(),
+            &scope,
+        )))
     }
 
     async fn get_prompt(
@@ -350,13 +399,29 @@ impl ServerHandler for TallyServer {
             .as_ref()
             .and_then(|c| c.arguments.clone())
             .unwrap_or_default();
-        let completion = crate::prompts::complete(
-            &request.argument.name,
-            &request.argument.value,
-            &chosen,
-            &catalog,
-            &scope,
-        );
+        let completion = if request.argument.name == "where_value" {
+            // The codes of the chosen field: its codelist, or the values of its prepared data.
+            let dataset = chosen
+                .get("dataset_id")
+                .filter(|id| scope.allows(id) && catalog.datasets.contains_key(id.as_str()));
+            let values = match (dataset, chosen.get("where_field")) {
+                (Some(id), Some(field)) => self
+                    .engine()
+                    .known_values(id, field)
+                    .await
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            crate::prompts::rank(&request.argument.value, values)
+        } else {
+            crate::prompts::complete(
+                &request.argument.name,
+                &request.argument.value,
+                &chosen,
+                &catalog,
+                &scope,
+            )
+        };
         Ok(CompleteResult::new(completion))
     }
 
@@ -377,6 +442,12 @@ impl ServerHandler for TallyServer {
                     Ok(change) => {
                         if context.accepted().resources_list_changed == Some(true)
                             && context.sink().notify_resource_list_changed().await.is_err()
+                        {
+                            return Ok(());
+                        }
+                        if context.accepted().prompts_list_changed == Some(true)
+                            && prompts_may_change(&change)
+                            && context.sink().notify_prompt_list_changed().await.is_err()
                         {
                             return Ok(());
                         }
@@ -458,10 +529,43 @@ impl ServerHandler for TallyServer {
         };
         let started = std::time::Instant::now();
         let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
-        let result = self
-            .engine()
-            .call_guarded_for(tool, arguments, caller.scope.clone(), &caller.id)
-            .await;
+        // Progress when the caller asked for it (a `progressToken`), until the call ends.
+        let reporter = context.meta.get_progress_token().map(|token| {
+            crate::progress::start(
+                context.peer.clone(),
+                token,
+                Arc::clone(self.engine()),
+                tool,
+                &arguments,
+            )
+        });
+        let call =
+            self.engine()
+                .call_guarded_for(tool, arguments, caller.scope.clone(), &caller.id);
+        // `notifications/cancelled` stops the call: dropping it aborts its task and the
+        // query work under it (a dataset's shared first preparation goes on for the next
+        // call). rmcp sends no answer to a cancelled request.
+        let result = tokio::select! {
+            result = call => result,
+            () = context.ct.cancelled() => {
+                drop(reporter);
+                let elapsed = started.elapsed();
+                tracing::info!(
+                    tool = tool.name(),
+                    ms = elapsed.as_millis() as u64,
+                    "tool call cancelled by the client; its work was stopped"
+                );
+                if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
+                    audit.record_cancelled(&caller.id, tool, &arguments, elapsed);
+                }
+                return Err(ErrorData::new(
+                    rmcp::model::ErrorCode(-32800),
+                    "the request was cancelled by the client",
+                    None,
+                ));
+            }
+        };
+        drop(reporter);
         let elapsed = started.elapsed();
         tracing::info!(
             tool = tool.name(),

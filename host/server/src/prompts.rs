@@ -9,7 +9,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 use tally_engine::{Catalog, Dataset, Scope};
-use tally_semantic::definition::{Codelist, Role as FieldRole};
+use tally_semantic::definition::{Codelist, LocatorKind, Role as FieldRole};
 use tally_semantic::names::fold;
 
 /// The resource of one field of a dataset.
@@ -67,9 +67,10 @@ pub fn describe_field(ds: &Dataset, name: &str) -> Option<Value> {
     }))
 }
 
-/// The prompts: the flow, with the served data's own names.
-pub fn prompts() -> Vec<Prompt> {
-    vec![
+/// The prompts: the flow, with the served data's own names. `find_legal_basis` is offered
+/// when the caller may see a law dataset.
+pub fn prompts(catalog: &Catalog, scope: &Scope) -> Vec<Prompt> {
+    let mut prompts = vec![
         Prompt::new(
             "explore_dataset",
             Some("Look at a dataset before asking about it: its fields, codes, caveats, and a first breakdown."),
@@ -83,10 +84,46 @@ pub fn prompts() -> Vec<Prompt> {
                 argument("dataset_id", "The dataset", true),
                 argument("group_by", "The field whose values are the groups", true),
                 argument("metric", "count, sum:F, avg:F, min:F, max:F or avg:<computed measure> (default count)", false),
+                argument("where_field", "Optionally, a field to narrow the records by", false),
+                argument("where_value", "The value of where_field the records must have (its codes are completed)", false),
             ]),
         )
         .with_title("Compare groups on a measure"),
-    ]
+    ];
+    if !law_datasets(catalog, scope).is_empty() {
+        prompts.push(
+            Prompt::new(
+                "find_legal_basis",
+                Some("Find the provisions of law that records (e.g. procedures) rest on, and quote them from a law dataset with their source."),
+                Some(vec![
+                    argument("dataset_id", "The dataset whose records name a law and a provision", true),
+                    argument("where_field", "A field to pick the records by", true),
+                    argument("where_value", "The value of where_field the records must have (its codes are completed)", true),
+                    argument("laws", "The law dataset to quote from (default: the only one served)", false),
+                ]),
+            )
+            .with_title("Find the legal basis of records"),
+        );
+    }
+    prompts
+}
+
+/// The datasets holding law texts: those with a field of provisions (`locator: law`) read
+/// by a plugin (a table that only cites provisions is not one).
+fn law_datasets<'a>(catalog: &'a Catalog, scope: &Scope) -> Vec<&'a Dataset> {
+    catalog
+        .datasets
+        .values()
+        .filter(|ds| scope.allows(ds.id()))
+        .filter(|ds| ds.def.backend.plugin.is_some())
+        .filter(|ds| {
+            ds.def
+                .fields
+                .iter()
+                .any(|f| f.locator == Some(LocatorKind::Law))
+        })
+        .map(|ds| ds.as_ref())
+        .collect()
 }
 
 fn argument(name: &str, description: &str, required: bool) -> PromptArgument {
@@ -155,9 +192,17 @@ pub fn get(
             if metric != "count" {
                 metrics.push("count".into());
             }
-            let call = json!({ "dataset_id": ds.id(), "group_by": [group], "metrics": metrics });
+            let mut call =
+                json!({ "dataset_id": ds.id(), "group_by": [group], "metrics": metrics });
+            let narrowed = match condition(ds, text("where_field"), text("where_value"), false)? {
+                Some((field, value)) => {
+                    call["where"] = json!({ field.clone(): [value.clone()] });
+                    format!(", among the records whose `{field}` is `{value}`")
+                }
+                None => String::new(),
+            };
             let body = format!(
-                "Compare the groups of `{group}` in `{id}` ({title}) on {metric}.\n\
+                "Compare the groups of `{group}` in `{id}` ({title}) on {metric}{narrowed}.\n\
                  Call summarize_records with {call} (Tally computes every number; do not compute any yourself). \
                  Then name the highest and lowest groups with their values as given, say how many records each rests on (count), \
                  and pass on every note in data.notes and every warning in provenance.warnings, with the source and retrieval date.",
@@ -169,10 +214,112 @@ pub fn get(
                     .with_description(format!("{} by {group}", ds.def.title)),
             )
         }
+        "find_legal_basis" => {
+            let ds = dataset(text("dataset_id"))?;
+            let (field, value) = condition(ds, text("where_field"), text("where_value"), true)?
+                .ok_or("where_field and where_value are required: they pick the records whose legal basis is sought")?;
+            let laws = law_datasets(catalog, scope);
+            let law = match text("laws") {
+                Some(id) => laws.iter().find(|l| l.id() == id).copied().ok_or_else(|| {
+                    format!(
+                        "`{id}` is not a law dataset served here; the law datasets are {}",
+                        laws.iter().map(|l| l.id()).collect::<Vec<_>>().join(", ")
+                    )
+                })?,
+                None => match laws.as_slice() {
+                    [only] => *only,
+                    [] => return Err("no law dataset is served (a dataset with a `locator: law` field read by a plugin, e.g. the built-in law plugin)".into()),
+                    many => {
+                        return Err(format!(
+                            "several law datasets are served; name one in `laws`: {}",
+                            many.iter().map(|l| l.id()).collect::<Vec<_>>().join(", ")
+                        ));
+                    }
+                },
+            };
+            let locator = law
+                .def
+                .fields
+                .iter()
+                .find(|f| f.locator == Some(LocatorKind::Law))
+                .map(|f| f.name.clone())
+                .unwrap_or_default();
+            let dims: Vec<String> = law
+                .def
+                .fields
+                .iter()
+                .filter(|f| f.role == FieldRole::Dim)
+                .map(|f| match f.desc.as_deref().map(str::trim) {
+                    Some(desc) if !desc.is_empty() => format!("`{}` ({desc})", f.name),
+                    _ => format!("`{}`", f.name),
+                })
+                .collect();
+            let call = json!({ "dataset_id": ds.id(), "where": { field.clone(): [value.clone()] }, "limit": 20 });
+            let body = format!(
+                "Find the legal basis of the records of `{id}` ({title}) whose `{field}` is `{value}`, and quote it.\n\
+                 1. Call inspect_dataset with {{\"dataset_id\": \"{id}\"}} and find the fields that name the law and the provision (article, paragraph, item) of each record.\n\
+                 2. Call query_records with {call}, selecting those fields (page with the cursor if there are more).\n\
+                 3. For each law and provision, call query_records on `{laws}` ({law_title}) with a condition on the law's name and on `{locator}` (it reads any common form of a provision, e.g. 第5条第1項 or 第五条第一項),                  selecting the text. Its other conditions: {dims}.\n\
+                 4. Answer with each provision's text exactly as returned, its citation (the source link of the provenance), and say which records rest on it.                  Say plainly when a provision was not found, and pass on every warning.",
+                id = ds.id(),
+                title = ds.def.title,
+                laws = law.id(),
+                law_title = law.def.title,
+                dims = dims.join(", "),
+            );
+            Ok(
+                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
+                    .with_description(format!(
+                        "The legal basis of {} where {field} = {value}",
+                        ds.def.title
+                    )),
+            )
+        }
         other => Err(format!(
-            "no prompt `{other}`; the prompts are explore_dataset, compare_groups"
+            "no prompt `{other}`; the prompts are explore_dataset, compare_groups and, when a law dataset is served, find_legal_basis"
         )),
     }
+}
+
+/// The condition `where_field` = `where_value` of a prompt, checked against the dataset:
+/// both or neither (unless `required`), the field one of the dataset's, the value one of its
+/// codes when the field has a static codelist.
+fn condition(
+    ds: &Dataset,
+    field: Option<&str>,
+    value: Option<&str>,
+    required: bool,
+) -> Result<Option<(String, String)>, String> {
+    let (field, value) = match (field, value) {
+        (None, None) if !required => return Ok(None),
+        (Some(f), Some(v)) => (f, v),
+        _ => {
+            return Err(
+                "where_field and where_value go together: a field of the dataset and the value its records must have"
+                    .into(),
+            );
+        }
+    };
+    let Some(f) = ds.def.fields.iter().find(|f| f.name == field) else {
+        return Err(format!(
+            "`{field}` is not a field of `{}`; they are {}",
+            ds.id(),
+            field_names(ds, false).join(", ")
+        ));
+    };
+    if let Some(Codelist::Static(codes)) = &f.codelist
+        && !codes.iter().any(|c| c.value == value)
+    {
+        return Err(format!(
+            "`{value}` is not a code of `{field}`; its codes are {}",
+            codes
+                .iter()
+                .map(|c| c.value.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(Some((field.to_string(), value.to_string())))
 }
 
 fn first_groupable(ds: &Dataset) -> Option<String> {
@@ -273,8 +420,12 @@ pub fn complete(
         .and_then(|id| catalog.datasets.get(id).filter(|_| scope.allows(id)));
     let candidates: Vec<String> = match argument {
         "dataset_id" | "id" => dataset_ids(catalog, scope),
+        "laws" => law_datasets(catalog, scope)
+            .iter()
+            .map(|ds| ds.id().to_string())
+            .collect(),
         "group_by" => chosen.map(|ds| field_names(ds, true)).unwrap_or_default(),
-        "name" => chosen.map(|ds| field_names(ds, false)).unwrap_or_default(),
+        "name" | "where_field" => chosen.map(|ds| field_names(ds, false)).unwrap_or_default(),
         "metric" => chosen.map(|ds| metric_forms(ds)).unwrap_or_default(),
         _ => Vec::new(),
     };

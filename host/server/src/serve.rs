@@ -16,7 +16,7 @@ use tally_engine::Engine;
 use crate::mcp::{Shared, TallyServer};
 
 /// Exit code when the server cannot start as configured.
-const EXIT_CONFIG: u8 = 2;
+const EXIT_CONFIG: u8 = crate::exit::CONFIG;
 
 /// How long a stdio server whose client has gone waits for preparations into the cache.
 const EXIT_GRACE: Duration = Duration::from_secs(60);
@@ -30,7 +30,7 @@ pub async fn stdio(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> E
         Ok(r) => r,
         Err(e) => {
             tracing::error!("the MCP session could not start: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(crate::exit::FAILED);
         }
     };
     let code = match running.waiting().await {
@@ -40,7 +40,7 @@ pub async fn stdio(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> E
         }
         Err(e) => {
             tracing::error!("the MCP session failed: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(crate::exit::FAILED)
         }
     };
     // The last answers are written before the process ends.
@@ -202,7 +202,10 @@ pub async fn http(
     let service: StreamableHttpService<TallyServer, LocalSessionManager> =
         StreamableHttpService::new(
             move || Ok(TallyServer::new(Arc::clone(&shared))),
-            Arc::new(LocalSessionManager::default()),
+            // Events kept for clients that reconnect with Last-Event-ID (bounded).
+            Arc::new(LocalSessionManager::default().with_event_store(Arc::new(
+                crate::events::Store(crate::events::Events::new(Default::default())),
+            ))),
             config,
         );
     let authenticated = !tokens.is_empty();
@@ -270,7 +273,7 @@ pub async fn http(
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("the HTTP server failed: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(crate::exit::FAILED)
         }
     }
 }

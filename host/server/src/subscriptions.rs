@@ -14,8 +14,8 @@ use tally_engine::catalog::Changes;
 /// The most URIs one session may subscribe to.
 pub const MAX_PER_SESSION: usize = 1_000;
 
-/// Whether `uri` names something a client can subscribe to: a dataset or one of its fields.
-pub fn subscribable(uri: &str) -> bool {
+/// Whether `uri` names something a reload changes: a dataset or one of its fields.
+pub fn changes_with_datasets(uri: &str) -> bool {
     uri.strip_prefix("tally://datasets/")
         .is_some_and(|rest| !rest.is_empty())
 }
@@ -159,8 +159,8 @@ mod tests {
                 "tally://datasets/procedures/fields/所管府省庁".to_string(),
             ]
         );
-        assert!(subscribable("tally://datasets/x"));
-        assert!(!subscribable("tally://datasets/"));
-        assert!(!subscribable("ui://tally/query_records"));
+        assert!(changes_with_datasets("tally://datasets/x"));
+        assert!(!changes_with_datasets("tally://datasets/"));
+        assert!(!changes_with_datasets("ui://tally/query_records"));
     }
 }

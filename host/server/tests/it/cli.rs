@@ -139,7 +139,7 @@ fn query_with_where_order_and_paging() {
 }
 
 #[test]
-fn bad_input_exits_1_and_unknown_dataset_exits_2() {
+fn bad_input_exits_1_and_unknown_dataset_exits_4() {
     let o = tally(&["summarize", "procedures", "--group-by", "総手続件数"]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr_json(&o)["error"]["code"], "role_mismatch");
@@ -153,7 +153,7 @@ fn bad_input_exits_1_and_unknown_dataset_exits_2() {
     );
 
     let o = tally(&["inspect", "budget2024"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(4));
     let candidates = stderr_json(&o)["error"]["candidates"].clone();
     assert!(
         candidates
@@ -408,6 +408,102 @@ fn completions_for_each_shell_and_a_clear_refusal_otherwise() {
         .expect("tally runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bash, elvish, fish, powershell, zsh"));
+}
+
+#[test]
+fn exit_codes_tell_usage_setup_and_input_apart() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args(args)
+            .env("TALLY_NO_CACHE", "1")
+            .output()
+            .expect("tally runs")
+    };
+    // 2: the command line itself.
+    let o = run(&["summarize", "--no-such-flag"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--no-such-flag"));
+    assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
+    // 5: the setup (a datasets directory that is not there), for every command.
+    let missing = "/nonexistent/tally-datasets";
+    for args in [
+        &["list", "--datasets", missing][..],
+        &["serve", "--datasets", missing],
+        &["check", missing],
+    ] {
+        let o = run(args);
+        assert_eq!(
+            o.status.code(),
+            Some(5),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // 0 for help and version.
+    assert_eq!(run(&["--version"]).status.code(), Some(0));
+    assert_eq!(run(&["summarize", "--help"]).status.code(), Some(0));
+}
+
+#[test]
+fn boolean_environment_variables_take_1_and_0() {
+    for (var, value) in [
+        ("TALLY_NO_CACHE", "1"),
+        ("TALLY_ALLOW_NATIVE", "1"),
+        ("TALLY_NO_CACHE", "0"),
+        ("TALLY_ALLOW_NATIVE", "false"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args(["list", "--compact", "--datasets"])
+            .arg(datasets())
+            .env(var, value)
+            .output()
+            .expect("tally runs");
+        assert!(
+            o.status.success(),
+            "{var}={value}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn global_flags_come_before_or_after_the_subcommand() {
+    let before = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .arg("--compact")
+        .arg("--datasets")
+        .arg(datasets())
+        .args(["summarize", "procedures", "--metrics", "count"])
+        .env("TALLY_NO_CACHE", "1")
+        .output()
+        .expect("tally runs");
+    assert!(
+        before.status.success(),
+        "{}",
+        String::from_utf8_lossy(&before.stderr)
+    );
+    let after = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args([
+            "summarize",
+            "procedures",
+            "--metrics",
+            "count",
+            "--compact",
+            "--datasets",
+        ])
+        .arg(datasets())
+        .env("TALLY_NO_CACHE", "1")
+        .output()
+        .expect("tally runs");
+    assert!(after.status.success());
+    let lines =
+        |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).trim().lines().count();
+    // --compact took effect both ways: one line.
+    assert_eq!((lines(&before), lines(&after)), (1, 1));
+    let value = |o: &std::process::Output| {
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("JSON")["data"]["rows"]
+            .clone()
+    };
+    assert_eq!(value(&before), value(&after));
 }
 
 #[test]

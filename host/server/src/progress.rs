@@ -1,0 +1,108 @@
+//! `notifications/progress` for a tool call that carries a `progressToken`: one at the start,
+//! then one every [`EVERY`] while the call runs, saying what it is doing (reading and
+//! preparing a dataset for its first use, with how many records so far; computing; a plugin
+//! reading its source).
+//!
+//! The progress value is the time the call has used, in seconds, and the total is its time
+//! budget: a quantity that only grows and a bar that is full when the call would be stopped.
+//! The message carries the detail a person can read.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::{Peer, RoleServer};
+use serde_json::Value;
+use tally_engine::Engine;
+use tally_semantic::Tool;
+use tally_semantic::definition::{BackendKind, PluginRef};
+
+/// How often a running call reports.
+pub const EVERY: Duration = Duration::from_millis(500);
+
+/// Sends progress for one call until dropped.
+pub struct Reporter {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts reporting the call of `tool` with `arguments` to `peer` under `token`.
+pub fn start(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    engine: Arc<Engine>,
+    tool: Tool,
+    arguments: &Value,
+) -> Reporter {
+    let dataset = arguments
+        .get("dataset_id")
+        .and_then(Value::as_str)
+        .map(|s| s.trim().to_string());
+    let budget = engine.limits().call_timeout.as_secs_f64();
+    let started = Instant::now();
+    let task = tokio::spawn(async move {
+        let mut last = -1.0_f64;
+        loop {
+            let used = (started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+            // Strictly increasing, as the spec asks: a tick that rounds to the last value
+            // is skipped.
+            if used > last {
+                last = used;
+                let message = doing(&engine, tool, dataset.as_deref(), started.elapsed());
+                let param = ProgressNotificationParam::new(token.clone(), used)
+                    .with_total(budget)
+                    .with_message(message);
+                if peer.notify_progress(param).await.is_err() {
+                    return;
+                }
+            }
+            tokio::time::sleep(EVERY).await;
+        }
+    });
+    Reporter { task }
+}
+
+/// What the call is doing now, in one line.
+fn doing(engine: &Engine, tool: Tool, dataset: Option<&str>, elapsed: Duration) -> String {
+    let seconds = elapsed.as_secs_f64();
+    let catalog = engine.catalog();
+    let Some(ds) = dataset.and_then(|id| catalog.datasets.get(id)) else {
+        return format!("{}: working ({seconds:.1} s)", tool.name());
+    };
+    if let Some((rows, preparing)) = ds.preparing() {
+        let of = ds
+            .record_count()
+            .map(|n| format!(" of {n}"))
+            .unwrap_or_default();
+        let what = if preparing { "prepared" } else { "read" };
+        return format!(
+            "{}: `{}` is being read and prepared for its first use ({rows}{of} records {what} so far, {seconds:.1} s)",
+            tool.name(),
+            ds.id()
+        );
+    }
+    match (&ds.def.backend.kind, &ds.def.backend.plugin) {
+        (BackendKind::Parquet, _) | (_, None) => {
+            format!(
+                "{}: computing over `{}` ({seconds:.1} s)",
+                tool.name(),
+                ds.id()
+            )
+        }
+        (kind, Some(plugin)) => format!(
+            "{}: working on `{}`, whose records the {} plugin {} reads ({seconds:.1} s)",
+            tool.name(),
+            ds.id(),
+            kind.as_str(),
+            match plugin {
+                PluginRef::Builtin(name) => name.as_str(),
+                PluginRef::File(path) => path.as_str(),
+            }
+        ),
+    }
+}

@@ -1,0 +1,166 @@
+"""Progress and cancellation of tool calls, as the Python SDK asks for them over stdio and
+HTTP: a call with a progress token is told how it goes (`notifications/progress`), and a call
+the client gives up on (`notifications/cancelled`) is stopped, recorded as cancelled, and the
+session goes on. Also: a body the HTTP transport cannot read is answered 400 with a JSON-RPC
+error, as the transport spec says."""
+
+import json
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+
+from conftest import HttpServer, stdio_params, wait_for
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 120
+# The first call on a server without the cache prepares 75k records, then groups them by a
+# field with a value per record: long enough to be reported on and cancelled in the middle.
+SLOW = {"dataset_id": "procedures", "group_by": ["手続名"], "limit": 5}
+
+
+def target(transport: str, server: HttpServer | None, *extra: str):
+    return stdio_params("--no-cache", *extra) if transport == "stdio" else server.url
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_call_with_a_progress_token_is_told_how_it_goes(transport, mode):
+    server = HttpServer("--no-cache") if transport == "http" else None
+    try:
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None):
+            seen.append((progress, total, message))
+
+        with anyio.fail_after(TIMEOUT):
+            async with Client(target(transport, server), mode=mode, cache=None, read_timeout_seconds=TIMEOUT) as c:
+                r = await c.call_tool("summarize_records", SLOW, progress_callback=on_progress)
+                assert not r.is_error, r.content[0].text
+        print(f"{transport}/{mode}: {len(seen)} progress notifications: {seen[:4]}")
+        # One at the start at least, then one every half second while the call runs.
+        assert seen, "no progress notification"
+        values = [p for p, _, _ in seen]
+        assert values == sorted(set(values)), f"progress must increase: {values}"
+        # The total is the call's time budget in seconds (10 s by default).
+        assert all(total == 10.0 for _, total, _ in seen)
+        assert all(m and m.startswith("summarize_records") for _, _, m in seen)
+    finally:
+        if server:
+            server.stop()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_cancelled_call_is_stopped_and_the_session_goes_on(transport, mode, tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    server = HttpServer("--no-cache", "--audit-log", str(audit)) if transport == "http" else None
+    extra = ("--audit-log", str(audit))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with Client(target(transport, server, *extra), mode=mode, cache=None, read_timeout_seconds=TIMEOUT) as c:
+                # Giving up on the call makes the SDK send notifications/cancelled.
+                with anyio.move_on_after(0.3) as scope:
+                    await c.call_tool("summarize_records", SLOW)
+                assert scope.cancelled_caught, "the call finished before it could be cancelled"
+
+                async def cancelled():
+                    lines = [json.loads(line) for line in audit.read_text().splitlines()] if audit.exists() else []
+                    return [line for line in lines if line["outcome"] == "cancelled"]
+
+                (line,) = await wait_for("the cancelled call in the audit log", cancelled)
+                assert line["tool"] == "summarize_records" and line["dataset"] == "procedures" and line["rows"] is None
+                # The session goes on, and the next call is answered.
+                r = await c.call_tool("summarize_records", {"dataset_id": "procedures"})
+                assert not r.is_error and json.loads(r.content[0].text)["data"]["rows"] == [[75071]]
+    finally:
+        if server:
+            server.stop()
+
+
+def test_a_body_that_is_not_a_message_is_answered_400_with_a_json_rpc_error(http_server):
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    cases = [
+        (b"{not json", -32700, "not JSON"),
+        (b"[]", -32600, "batch"),
+        (b'"hello"', -32600, "not an object"),
+        (b'{"jsonrpc": "1.0", "id": 1, "method": "ping"}', -32600, '"2.0"'),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": "summarize"}', -32602, "tools/call"),
+    ]
+    with httpx2.Client(timeout=10) as h:
+        for body, code, said in cases:
+            r = h.post(http_server.url, content=body, headers=headers)
+            assert r.status_code == 400, (body, r.status_code, r.text)
+            assert r.headers["content-type"].startswith("application/json")
+            answer = r.json()
+            assert answer["jsonrpc"] == "2.0" and answer["id"] is None, answer
+            assert answer["error"]["code"] == code and said in answer["error"]["message"], (body, answer)
+        # A body that is not declared JSON keeps its 415.
+        r = h.post(http_server.url, content=b"{}", headers={**headers, "Content-Type": "text/plain"})
+        assert r.status_code == 415
+
+
+def test_a_dropped_stream_resumes_with_last_event_id():
+    """A client whose connection drops in the middle of a call reconnects with the id of the
+    last event it saw (GET + Last-Event-ID, as the transport spec says) and receives what it
+    missed and the answer, from the server's bounded event store."""
+    server = HttpServer("--no-cache")
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    try:
+        with httpx2.Client(timeout=60) as h:
+            init = {
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+            }
+            started = h.post(server.url, json=init, headers=headers)
+            session = {**headers, "mcp-session-id": started.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+            h.post(server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            call = {
+                "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "summarize_records", "arguments": SLOW, "_meta": {"progressToken": "resume"}},
+            }
+            seen = []
+            # Read up to the first complete event with data, then drop the connection.
+            with h.stream("POST", server.url, json=call, headers=session) as s:
+                event = {}
+                for line in s.iter_lines():
+                    if line.startswith("id:"):
+                        event["id"] = line[3:].strip()
+                    elif line.startswith("data:") and line[5:].strip():
+                        event["data"] = json.loads(line[5:])
+                    elif not line and "data" in event:
+                        seen.append(event)
+                        break
+                    elif not line:
+                        event = {}
+            assert seen and seen[0]["data"]["method"] == "notifications/progress", seen
+            last = seen[0]["id"]
+            replayed = []
+            with h.stream("GET", server.url, headers={**session, "Last-Event-ID": last}) as s:
+                assert s.status_code == 200
+                event = {}
+                for line in s.iter_lines():
+                    if line.startswith("id:"):
+                        event["id"] = line[3:].strip()
+                    elif line.startswith("data:") and line[5:].strip():
+                        event["data"] = json.loads(line[5:])
+                    elif not line and "data" in event:
+                        replayed.append(event)
+                        if "id" in event["data"]:
+                            break
+                        event = {}
+            stream, n = last.rsplit("/", 1)
+            ids = [e["id"] for e in replayed]
+            # Nothing seen twice, nothing missed: the ids go on from the last one seen.
+            assert ids == [f"{stream}/{int(n) + i}" for i in range(1, len(ids) + 1)], ids
+            answer = replayed[-1]["data"]
+            assert answer["id"] == 2 and not answer["result"]["isError"], answer
+            rows = json.loads(answer["result"]["content"][0]["text"])["data"]["rows"]
+            assert len(rows) == 5
+            # An id this server never sent resumes nothing (an empty stream, not an error loop).
+            with h.stream("GET", server.url, headers={**session, "Last-Event-ID": "not-an-event/7"}) as s:
+                assert s.status_code == 200 and not [line for line in s.iter_lines() if line.startswith("data:") and line[5:].strip()]
+    finally:
+        server.stop()
