@@ -55,6 +55,10 @@ async def test_tools_are_listed_with_schemas(transport, mode, http_server):
                 assert set(t.output_schema["required"]) == {"data", "provenance"}
                 assert t.annotations.read_only_hint is True
                 assert "Example" in t.description
+                # An icon each (2025-11-25): an SVG data URI with no script.
+                (icon,) = t.icons
+                assert icon.src.startswith("data:image/svg+xml,") and "script" not in icon.src.lower()
+                assert icon.mime_type == "image/svg+xml" and icon.sizes == ["any"]
 
 
 async def test_every_tool_answers_with_a_valid_envelope(transport, mode, http_server):

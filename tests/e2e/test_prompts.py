@@ -34,7 +34,7 @@ async def test_templates_prompts_and_completions(transport, mode, http_server):
             assert "tally://datasets/procedures lists the fields" in str(e.value)
 
             prompts = {p.name: p for p in (await c.list_prompts()).prompts}
-            assert set(prompts) == {"explore_dataset", "compare_groups"}
+            assert set(prompts) == {"explore_dataset", "compare_groups", "find_records"}
             assert prompts["compare_groups"].title
             explored = await c.get_prompt("explore_dataset", {"dataset_id": "procedures"})
             text = explored.messages[0].content.text
@@ -89,6 +89,24 @@ async def test_templates_prompts_and_completions(transport, mode, http_server):
                     "dataset_id": "procedures", "group_by": "所管府省庁", "where_field": "手続類型", "where_value": "9 なし",
                 })
             assert "not a code of `手続類型`" in str(e.value) and "1 申請等" in str(e.value)
+            # The other argument names of the tools complete too: fields to show, to search, to
+            # order by (the sign kept), multi-value fields to explode.
+            async def complete(name, value, prompt="find_records"):
+                got = await c.complete(PromptReference(name=prompt), {"name": name, "value": value}, {"dataset_id": "procedures"})
+                return got.completion.values
+
+            assert (await complete("select", "手続名"))[0] == "手続名"
+            assert (await complete("order_by", "-所管"))[0] == "-所管府省庁"
+            assert "総手続件数" not in await complete("search_fields", "")
+            assert "手続名" in await complete("search_fields", "")
+            exploded = await complete("explode", "", prompt="compare_groups")
+            assert "実施府省庁" in exploded and "所管府省庁" not in exploded
+            found = await c.get_prompt("find_records", {"dataset_id": "procedures", "q": "旅券", "select": "手続名", "order_by": "-総手続件数"})
+            text = found.messages[0].content.text
+            assert '"q":"旅券"' in text and '"order_by":["-総手続件数"]' in text and '"select":["手続名"]' in text
+            with pytest.raises(MCPError) as e:
+                await c.get_prompt("compare_groups", {"dataset_id": "procedures", "group_by": "実施府省庁", "explode": "所管府省庁"})
+            assert "not a multi-value field" in str(e.value) and "実施府省庁" in str(e.value)
             # Without a law dataset there is no legal-basis prompt.
             assert "find_legal_basis" not in prompts
 

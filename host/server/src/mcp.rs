@@ -206,7 +206,11 @@ impl ServerHandler for TallyServer {
             .get_or_insert_default()
             .insert(crate::ui::EXTENSION.to_string(), Default::default());
         ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new("tally", env!("CARGO_PKG_VERSION")))
+            .with_server_info(
+                Implementation::new("tally", env!("CARGO_PKG_VERSION"))
+                    .with_title("Tally")
+                    .with_icons(vec![tools::server_icon()]),
+            )
             .with_instructions(tools::INSTRUCTIONS)
     }
 

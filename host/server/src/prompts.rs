@@ -86,9 +86,22 @@ pub fn prompts(catalog: &Catalog, scope: &Scope) -> Vec<Prompt> {
                 argument("metric", "count, sum:F, avg:F, min:F, max:F or avg:<computed measure> (default count)", false),
                 argument("where_field", "Optionally, a field to narrow the records by", false),
                 argument("where_value", "The value of where_field the records must have (its codes are completed)", false),
+                argument("explode", "Optionally, a multi-value field (such as group_by) whose parts are counted one by one", false),
             ]),
         )
         .with_title("Compare groups on a measure"),
+        Prompt::new(
+            "find_records",
+            Some("Find the records that mention some words, showing the fields that matter, in an order."),
+            Some(vec![
+                argument("dataset_id", "The dataset", true),
+                argument("q", "The words to look for", true),
+                argument("search_fields", "Optionally, the text field to look in (default: every text field)", false),
+                argument("select", "Optionally, a field to show besides the identifying ones", false),
+                argument("order_by", "Optionally, a field to order by (-field for descending)", false),
+            ]),
+        )
+        .with_title("Find records"),
     ];
     if !law_datasets(catalog, scope).is_empty() {
         prompts.push(
@@ -194,6 +207,21 @@ pub fn get(
             }
             let mut call =
                 json!({ "dataset_id": ds.id(), "group_by": [group], "metrics": metrics });
+            if let Some(parts) = text("explode") {
+                if !ds
+                    .def
+                    .fields
+                    .iter()
+                    .any(|f| f.name == parts && f.is_multi_value())
+                {
+                    return Err(format!(
+                        "`{parts}` is not a multi-value field of `{}`; they are {}",
+                        ds.id(),
+                        or_none(multi_value_names(ds))
+                    ));
+                }
+                call["explode"] = json!([parts]);
+            }
             let narrowed = match condition(ds, text("where_field"), text("where_value"), false)? {
                 Some((field, value)) => {
                     call["where"] = json!({ field.clone(): [value.clone()] });
@@ -212,6 +240,49 @@ pub fn get(
             Ok(
                 GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
                     .with_description(format!("{} by {group}", ds.def.title)),
+            )
+        }
+        "find_records" => {
+            let ds = dataset(text("dataset_id"))?;
+            let q = text("q").ok_or("q is required: the words to look for")?;
+            let mut call = json!({ "dataset_id": ds.id(), "q": q, "limit": 20 });
+            for (key, allowed) in [
+                ("search_fields", text_field_names(ds)),
+                ("select", field_names(ds, false)),
+            ] {
+                if let Some(name) = text(key) {
+                    if !allowed.iter().any(|a| a == name) {
+                        return Err(format!(
+                            "`{name}` cannot be given as {key} of `{}`; it takes {}",
+                            ds.id(),
+                            or_none(allowed)
+                        ));
+                    }
+                    call[key] = json!([name]);
+                }
+            }
+            if let Some(order) = text("order_by") {
+                let name = order.strip_prefix('-').unwrap_or(order);
+                if !ds.def.fields.iter().any(|f| f.name == name) {
+                    return Err(format!(
+                        "`{name}` is not a field of `{}`; they are {}",
+                        ds.id(),
+                        field_names(ds, false).join(", ")
+                    ));
+                }
+                call["order_by"] = json!([order]);
+            }
+            let body = format!(
+                "Find the records of `{id}` ({title}) that mention “{q}”.\n\
+                 Call query_records with {call} (page on with the cursor it returns if I ask for more). \
+                 List the records as returned, say how many matched in all (data.total), and pass on every note and warning, with the source and its retrieval date. \
+                 Do not count or compute anything yourself: for counts per group, call summarize_records with the same q.",
+                id = ds.id(),
+                title = ds.def.title,
+            );
+            Ok(
+                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
+                    .with_description(format!("Records of {} mentioning {q}", ds.def.title)),
             )
         }
         "find_legal_basis" => {
@@ -276,7 +347,7 @@ pub fn get(
             )
         }
         other => Err(format!(
-            "no prompt `{other}`; the prompts are explore_dataset, compare_groups and, when a law dataset is served, find_legal_basis"
+            "no prompt `{other}`; the prompts are explore_dataset, compare_groups, find_records and, when a law dataset is served, find_legal_basis"
         )),
     }
 }
@@ -384,6 +455,32 @@ fn field_names(ds: &Dataset, groupable_only: bool) -> Vec<String> {
         .collect()
 }
 
+fn text_field_names(ds: &Dataset) -> Vec<String> {
+    ds.def
+        .fields
+        .iter()
+        .filter(|f| !f.data_type.is_numeric())
+        .map(|f| f.name.clone())
+        .collect()
+}
+
+fn multi_value_names(ds: &Dataset) -> Vec<String> {
+    ds.def
+        .fields
+        .iter()
+        .filter(|f| f.is_multi_value())
+        .map(|f| f.name.clone())
+        .collect()
+}
+
+fn or_none(names: Vec<String>) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
 fn metric_forms(ds: &Dataset) -> Vec<String> {
     let mut forms = vec!["count".to_string()];
     for f in ds
@@ -425,7 +522,27 @@ pub fn complete(
             .map(|ds| ds.id().to_string())
             .collect(),
         "group_by" => chosen.map(|ds| field_names(ds, true)).unwrap_or_default(),
-        "name" | "where_field" => chosen.map(|ds| field_names(ds, false)).unwrap_or_default(),
+        "name" | "where_field" | "select" => {
+            chosen.map(|ds| field_names(ds, false)).unwrap_or_default()
+        }
+        "search_fields" => chosen.map(|ds| text_field_names(ds)).unwrap_or_default(),
+        "explode" => chosen.map(|ds| multi_value_names(ds)).unwrap_or_default(),
+        // `-field` orders descending: the sign is kept on every candidate.
+        "order_by" => {
+            let sign = if typed.trim_start().starts_with('-') {
+                "-"
+            } else {
+                ""
+            };
+            chosen
+                .map(|ds| {
+                    field_names(ds, false)
+                        .into_iter()
+                        .map(|n| format!("{sign}{n}"))
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
         "metric" => chosen.map(|ds| metric_forms(ds)).unwrap_or_default(),
         _ => Vec::new(),
     };

@@ -271,6 +271,37 @@ pub fn title(tool: Tool) -> &'static str {
     }
 }
 
+/// A small SVG icon as a `data:` URI (MCP icons, 2025-11-25): drawn in one mid-tone that
+/// reads on light and dark backgrounds, no script, no external reference.
+fn svg_icon(body: &str) -> rmcp::model::Icon {
+    let svg = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 24 24' fill='none' stroke='#64748b' stroke-width='2' stroke-linecap='round'>{body}</svg>"
+    );
+    let encoded: String =
+        percent_encoding::utf8_percent_encode(&svg, percent_encoding::NON_ALPHANUMERIC).collect();
+    let mut icon = rmcp::model::Icon::new(format!("data:image/svg+xml,{encoded}"));
+    icon.mime_type = Some("image/svg+xml".into());
+    icon.sizes = Some(vec!["any".into()]);
+    icon
+}
+
+/// The server's icon: a tally mark (four strokes crossed by a fifth).
+pub fn server_icon() -> rmcp::model::Icon {
+    svg_icon("<path d='M5 4v16M10 4v16M15 4v16M20 4v16M2 17L23 7'/>")
+}
+
+/// A tool's icon: a stack of datasets, a magnifier, rows of records, bars.
+pub fn icon(tool: Tool) -> rmcp::model::Icon {
+    svg_icon(match tool {
+        Tool::ListDatasets => {
+            "<ellipse cx='12' cy='5' rx='8' ry='3'/><path d='M4 5v14c0 1.7 3.6 3 8 3s8-1.3 8-3V5M4 12c0 1.7 3.6 3 8 3s8-1.3 8-3'/>"
+        }
+        Tool::InspectDataset => "<circle cx='10' cy='10' r='6'/><path d='M15 15l6 6'/>",
+        Tool::QueryRecords => "<path d='M3 5h18M3 10h18M3 15h18M3 20h18'/>",
+        Tool::SummarizeRecords => "<path d='M5 21V11M12 21V4M19 21v-7M2 21h20'/>",
+    })
+}
+
 /// The MCP description of a tool, with examples from what is served.
 pub fn mcp_tool(tool: Tool, ex: &Examples) -> McpTool {
     McpTool::new(
@@ -279,6 +310,7 @@ pub fn mcp_tool(tool: Tool, ex: &Examples) -> McpTool {
         Arc::new(object(input_schema(tool, ex))),
     )
     .with_title(title(tool))
+    .with_icons(vec![icon(tool)])
     .with_raw_output_schema(Arc::new(object(output_schema(tool).clone())))
     .with_annotations(
         ToolAnnotations::new()
