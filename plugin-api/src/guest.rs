@@ -5,7 +5,7 @@
 //! with a per-row index, projects and limits as the host asked, and answers the WIT calls.
 //!
 //! ```ignore
-//! use tally_plugin_api::guest::{Cell, Column, ColumnType, Description, Request, Rows, SourcePlugin};
+//! use tally_plugin_api::guest::{Cell, Column, Config, Description, Request, Rows, SourcePlugin};
 //!
 //! struct Hello;
 //!
@@ -270,7 +270,8 @@ impl Rows {
                 .map(|n| {
                     columns.iter().position(|c| &c.name == n).ok_or_else(|| {
                         format!(
-                            "the host asked for column `{n}`, which this plugin does not produce (it produces: {})",
+                            "{}the host asked for column `{n}`, which this plugin does not produce (it produces: {})",
+                            crate::PLUGIN_FAULT,
                             columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
                         )
                     })
@@ -326,27 +327,40 @@ impl Rows {
         }
         if cells.len() != self.columns.len() {
             return Err(format!(
-                "a row has {} cells but the plugin describes {} columns",
+                "{}row {} has {} cells but the plugin describes {} columns",
+                crate::PLUGIN_FAULT,
+                self.rows + 1,
                 cells.len(),
                 self.columns.len()
             ));
         }
         match (&source, self.rows > 0 && self.row_sources.is_empty()) {
             (Some(_), true) => {
-                return Err("a row has a source but earlier rows have none".to_string());
+                return Err(format!(
+                    "{}row {} has a source but earlier rows have none (either every row has a source or none has)",
+                    crate::PLUGIN_FAULT,
+                    self.rows + 1
+                ));
             }
             (None, false) if !self.row_sources.is_empty() => {
-                return Err("a row has no source but earlier rows have one".to_string());
+                return Err(format!(
+                    "{}row {} has no source but earlier rows have one (either every row has a source or none has)",
+                    crate::PLUGIN_FAULT,
+                    self.rows + 1
+                ));
             }
             _ => {}
         }
         for (i, cell) in cells.into_iter().enumerate() {
             let Some(out) = self.keep[i] else { continue };
             let name = &self.columns[i].name;
+            let row = self.rows + 1;
             let mismatch = |cell: &Cell| {
                 format!(
-                    "column `{name}` is {:?} but a row has {cell:?}",
-                    self.columns[i].data_type
+                    "{}column `{name}` is described as {} but row {row} gives it {}",
+                    crate::PLUGIN_FAULT,
+                    type_name(self.columns[i].data_type),
+                    cell_words(cell)
                 )
             };
             match (&mut self.builders[out], cell) {
@@ -445,6 +459,29 @@ impl Rows {
             notes: self.notes,
         })
     }
+}
+
+fn type_name(t: ColumnType) -> &'static str {
+    match t {
+        ColumnType::Text => "text",
+        ColumnType::Integer => "an integer",
+        ColumnType::Number => "a number",
+        ColumnType::Boolean => "a boolean",
+    }
+}
+
+fn cell_words(cell: &Cell) -> String {
+    let mut text = match cell {
+        Cell::Text(s) => format!("the text `{s}`"),
+        Cell::Integer(v) => format!("the integer {v}"),
+        Cell::Number(v) => format!("the number {v}"),
+        Cell::Boolean(v) => format!("the boolean {v}"),
+        Cell::Null => "no value".to_string(),
+    };
+    if text.chars().count() > 80 {
+        text = text.chars().take(80).collect::<String>() + "…";
+    }
+    text
 }
 
 fn source_key(s: &Source) -> String {

@@ -24,6 +24,10 @@ pub mod guest;
 #[cfg(feature = "native")]
 pub mod native;
 
+/// How the guest helper begins an error that is the plugin's own fault (rows that do not
+/// match what it described), so the host tells the user it is not their files.
+pub const PLUGIN_FAULT: &str = "the plugin broke its own description: ";
+
 /// The name of the interface a source plugin of this API version exports.
 pub const SOURCE_INTERFACE: &str = "tally:plugin/source";
 

@@ -1,20 +1,23 @@
 //! A Tally wasm source plugin to copy from: every `.txt` file of the dataset folder, one row
 //! per non-empty line, each row citing its file and line.
 //!
-//! Build it with `cargo build --target wasm32-wasip2 --profile wasm-guest -p
-//! tally-plugin-template`, copy `tally_plugin_template.wasm` into a dataset folder and point
-//! its dataset.yaml at it:
+//! `tally plugin new NAME` writes a project from this file; then `tally plugin build` makes
+//! the component (`NAME.wasm`, release, wasm32-wasip2) and `tally plugin test . --dataset
+//! example` runs it through the sandbox on the example folder, checked. Copy the `.wasm`
+//! into a dataset folder and point its dataset.yaml at it:
 //!
 //! ```yaml
 //! backend:
 //!   kind: wasm
-//!   component: tally_plugin_template.wasm
+//!   component: NAME.wasm
 //!   config: { publisher: "Example Org" }
 //! fields:
 //!   - { name: path, role: dim, desc: "The file" }
 //!   - { name: line, role: attr, data_type: integer, desc: "The line number, from 1" }
 //!   - { name: text, role: attr, desc: "The line" }
 //! ```
+//!
+//! docs/plugins.md is the guide: the contract, the sandbox and its limits, provenance.
 //!
 //! The plugin sees only its dataset folder (read-only, at `/`); it has no network and no
 //! environment. What it writes to stderr is shown when it fails.

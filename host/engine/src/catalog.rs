@@ -480,7 +480,7 @@ pub fn register(
     check_names(folder, &def)?;
     let backend: Arc<dyn Backend> = options.backends.create(&def, folder)?;
     let schema = backend.schema();
-    check_columns(&def, &schema)?;
+    check_columns(&def, &schema, &columns_source(&def, backend.as_ref()))?;
     if !backend.streams() || options.serving == crate::dataset::Serving::Prepared {
         check_budget(&def, backend.as_ref(), options.memory_budget)?;
     }
@@ -570,8 +570,34 @@ fn check_names(folder: &Path, def: &DatasetDef) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Where a dataset's columns come from, in words: its data file, or the plugin that
+/// describes them (so that a field missing from a plugin's output names the plugin).
+fn columns_source(def: &DatasetDef, backend: &dyn Backend) -> String {
+    let described = backend.describe();
+    match described.plugin {
+        Some(name) => format!(
+            "the columns plugin `{name}` {} describes",
+            described.plugin_version.unwrap_or_default()
+        ),
+        None => def.data_file.clone(),
+    }
+}
+
+/// An Arrow type as a plugin describes it.
+fn type_words(t: &datafusion::arrow::datatypes::DataType) -> String {
+    use datafusion::arrow::datatypes::DataType;
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
+        DataType::Int64 => "an integer".into(),
+        DataType::Float64 => "a number".into(),
+        DataType::Boolean => "a boolean".into(),
+        other => format!("Arrow {other}"),
+    }
+}
+
 /// The definition fits the data: every field is a column of a type it can be read as.
-fn check_columns(def: &DatasetDef, schema: &Schema) -> Result<(), Refusal> {
+fn check_columns(def: &DatasetDef, schema: &Schema, source: &str) -> Result<(), Refusal> {
+    let plugin = def.backend.kind != tally_semantic::definition::BackendKind::Parquet;
     let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let mut problems = Vec::new();
     for (i, f) in def.fields.iter().enumerate() {
@@ -581,8 +607,21 @@ fn check_columns(def: &DatasetDef, schema: &Schema) -> Result<(), Refusal> {
                     problems.push(Problem {
                         line: Some(f.pos.line),
                         key: format!("fields[{i}].data_type"),
-                        reason: format!("field `{}` {m}", f.name),
-                        fix: "declare the type the column has (data_type: string, integer or number), or fix the data".into(),
+                        reason: if plugin {
+                            format!(
+                                "field `{}` is declared {} but {source} has it as {}",
+                                f.name,
+                                f.data_type.as_str(),
+                                type_words(col.data_type())
+                            )
+                        } else {
+                            format!("field `{}` {m}", f.name)
+                        },
+                        fix: if plugin {
+                            "declare the type the plugin describes (data_type: string, integer or number), or change the plugin's description".into()
+                        } else {
+                            "declare the type the column has (data_type: string, integer or number), or fix the data".into()
+                        },
                     });
                 }
             }
@@ -592,11 +631,23 @@ fn check_columns(def: &DatasetDef, schema: &Schema) -> Result<(), Refusal> {
                 problems.push(Problem {
                     line: Some(f.pos.line),
                     key: format!("fields[{i}].name"),
-                    reason: format!("field `{}` is not a column of {}", f.name, def.data_file),
-                    fix: format!(
-                        "use the column's exact name; closest columns: {}",
-                        near.join(", ")
-                    ),
+                    reason: if plugin {
+                        format!("field `{}` is not one of {source}", f.name)
+                    } else {
+                        format!("field `{}` is not a column of {source}", f.name)
+                    },
+                    fix: if plugin {
+                        format!(
+                            "use the name of a column the plugin produces ({}), or make the plugin describe and produce `{}`",
+                            columns.join(", "),
+                            f.name
+                        )
+                    } else {
+                        format!(
+                            "use the column's exact name; closest columns: {}",
+                            near.join(", ")
+                        )
+                    },
                 });
             }
         }

@@ -23,6 +23,7 @@ use tally_semantic::definition::{BackendKind, DatasetDef, PluginRef};
 pub mod code_cache;
 pub mod error;
 pub mod native;
+pub mod probe;
 pub mod wasm;
 pub mod wasm_backend;
 

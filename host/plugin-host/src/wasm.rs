@@ -175,6 +175,25 @@ struct Limiter {
     memory_bytes: usize,
     /// The size a memory asked to grow to, past the limit.
     refused: Option<usize>,
+    /// The largest size a memory grew to.
+    peak: usize,
+}
+
+/// What one plugin call used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CallStats {
+    pub elapsed: Duration,
+    /// The largest linear memory the instance grew to, in bytes.
+    pub peak_memory: usize,
+}
+
+thread_local! {
+    static LAST_CALL: std::cell::Cell<Option<CallStats>> = const { std::cell::Cell::new(None) };
+}
+
+/// What the last plugin call made on this thread used (calls run on the calling thread).
+pub fn last_call_stats() -> Option<CallStats> {
+    LAST_CALL.with(std::cell::Cell::get)
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
@@ -184,6 +203,7 @@ impl wasmtime::ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        self.peak = self.peak.max(desired);
         if desired > self.memory_bytes {
             self.refused = Some(desired);
             // Trap at once: a refused grow would make the guest's allocator abort with a
@@ -387,6 +407,7 @@ impl Runtime {
                     .build(),
                 memory_bytes: limits.memory_bytes,
                 refused: None,
+                peak: 0,
             },
         };
         let mut store = Store::new(&self.engine, state);
@@ -399,9 +420,22 @@ impl Runtime {
             .pre
             .instantiate(&mut store)
             .and_then(|plugin| f(&mut store, &plugin));
+        LAST_CALL.with(|last| {
+            last.set(Some(CallStats {
+                elapsed: started.elapsed(),
+                peak_memory: store.data().limits.peak,
+            }))
+        });
         let stderr_text = || {
             let bytes = stderr.contents();
-            let text = String::from_utf8_lossy(&bytes).trim().to_string();
+            // Rust's advice to set RUST_BACKTRACE cannot be followed inside the sandbox.
+            let text: String = String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter(|l| !l.contains("RUST_BACKTRACE"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .trim()
+                .to_string();
             if text.is_empty() {
                 String::new()
             } else {
@@ -412,7 +446,11 @@ impl Runtime {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(message)) => Err(PluginError::new(
                 format!("{label} could not {what}: {message}"),
-                "fix the dataset's files or backend.config as the message says",
+                if message.starts_with(tally_plugin_api::PLUGIN_FAULT) {
+                    "this is a fault in the plugin: its author can reproduce it on this dataset folder with `tally plugin test`"
+                } else {
+                    "fix the dataset's files or backend.config as the message says; if they are right, the plugin's author can reproduce it with `tally plugin test`"
+                },
             )),
             Err(e) => {
                 if let Some(asked) = store.data().limits.refused {
@@ -436,11 +474,16 @@ impl Runtime {
                         "the plugin must work faster on this data, or the server needs a longer --plugin-deadline-ms",
                     )),
                     Some(trap) => Err(PluginError::new(
-                        format!(
-                            "{label} failed while trying to {what}: it trapped ({trap}){}",
-                            stderr_text()
-                        ),
-                        "this is a fault in the plugin; its author can reproduce it with the same dataset folder",
+                        match panic_message(&stderr.contents()) {
+                            Some(panic) => {
+                                format!("{label} panicked while trying to {what}: {panic}")
+                            }
+                            None => format!(
+                                "{label} failed while trying to {what}: it trapped ({trap}){}",
+                                stderr_text()
+                            ),
+                        },
+                        "this is a fault in the plugin (a panic or a trap): its author can reproduce it on this dataset folder with `tally plugin test`, which shows what the plugin wrote to stderr",
                     )),
                     None => Err(PluginError::new(
                         format!(
@@ -508,6 +551,24 @@ impl Runtime {
         }
         Ok(result)
     }
+}
+
+/// The message of a Rust panic in what a guest wrote to stderr (`thread '…' panicked at
+/// FILE:LINE:COL:` then the message), with where it happened.
+fn panic_message(stderr: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let (_, after) = text.split_once(" panicked at ")?;
+    let (location, message) = after.split_once('\n').unwrap_or((after, ""));
+    let message: Vec<&str> = message
+        .lines()
+        .filter(|l| !l.contains("RUST_BACKTRACE") && !l.trim().is_empty())
+        .collect();
+    let joined = message.join(" ");
+    let message = last_chars(joined.trim(), 600);
+    Some(format!(
+        "`{message}` (at {})",
+        location.trim().trim_end_matches(':')
+    ))
 }
 
 fn output_size(r: &ScanResult) -> usize {

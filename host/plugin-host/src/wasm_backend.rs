@@ -75,10 +75,24 @@ impl WasmBackend {
                 } else {
                     return None;
                 };
+                let column_type = self
+                    .description
+                    .columns
+                    .iter()
+                    .find(|c| c.name == p.column)?
+                    .data_type;
+                // Values go as the column's own type; one that does not read as it (an
+                // integer column asked for `abc`) is not pushed: the host's own filter
+                // answers it (no row).
+                let values = p
+                    .values
+                    .iter()
+                    .map(|v| typed_value(column_type, v))
+                    .collect::<Option<Vec<_>>>()?;
                 Some(wasm::Filter {
                     column: p.column.clone(),
                     op,
-                    values: p.values.iter().cloned().map(wasm::Value::Text).collect(),
+                    values,
                 })
             })
             .collect();
@@ -224,6 +238,20 @@ fn schema_of(label: &str, d: &Description) -> Result<SchemaRef, PluginError> {
         }
     }
     Ok(Arc::new(Schema::new(fields)))
+}
+
+/// A pushed-down value as the plugin's column type has it.
+pub fn typed_value(column: ColumnType, text: &str) -> Option<wasm::Value> {
+    Some(match column {
+        ColumnType::Text => wasm::Value::Text(text.to_string()),
+        ColumnType::Integer => wasm::Value::Integer(text.trim().parse().ok()?),
+        ColumnType::Number => wasm::Value::Number(text.trim().parse().ok()?),
+        ColumnType::Boolean => match text.trim().to_ascii_lowercase().as_str() {
+            "true" => wasm::Value::Boolean(true),
+            "false" => wasm::Value::Boolean(false),
+            _ => return None,
+        },
+    })
 }
 
 fn arrow_type(t: ColumnType) -> DataType {

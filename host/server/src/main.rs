@@ -20,6 +20,7 @@ mod ingest;
 mod listen;
 mod logging;
 mod mcp;
+mod plugin;
 mod progress;
 mod prompts;
 mod serve;
@@ -267,10 +268,22 @@ enum Command {
         /// and data that expands beyond the budget.
         #[arg(long)]
         deep: bool,
+        /// Also scan every plugin dataset once through its plugin (within the default plugin
+        /// limits of `serve`): finds a plugin that describes itself but fails to read, such as a
+        /// wrong folder in its backend.config.
+        #[arg(long)]
+        scan: bool,
         /// The memory budget in MiB, as `serve --memory-budget` (default: half the machine's
         /// memory).
         #[arg(long, value_name = "MIB")]
         memory_budget: Option<usize>,
+    },
+    /// Tooling for plugin authors: a new project from the template, a release build of its
+    /// component, and a test of it on a dataset folder through the real sandbox (see
+    /// docs/plugins.md).
+    Plugin {
+        #[command(subcommand)]
+        command: plugin::PluginCommand,
     },
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell, e.g.
     /// `tally completions bash > ~/.local/share/bash-completion/completions/tally` or
@@ -338,6 +351,7 @@ fn main() -> ExitCode {
             dir,
             allow_native,
             deep,
+            scan,
             memory_budget,
         } => {
             let mut limits = tally_engine::Limits::default();
@@ -352,6 +366,7 @@ fn main() -> ExitCode {
                         ..Default::default()
                     }),
                     deep,
+                    scan,
                     limits,
                 },
             )
@@ -366,6 +381,7 @@ fn main() -> ExitCode {
         Command::Add(flags) => ingest::add(flags),
         Command::Fetch(flags) => ingest::fetch(flags),
         Command::Summarize(flags) => cli::summarize(flags),
+        Command::Plugin { command } => plugin::run(command),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "tally", &mut std::io::stdout());

@@ -6,7 +6,10 @@
 //! - `trap`: panics after pushing a row (the component traps);
 //! - `oversize`: returns `config.megabytes` (default 80) MiB of text;
 //! - `escape`: tries to read files outside its dataset folder and returns what it got;
-//! - `describe-loop`: never returns from `describe`.
+//! - `describe-loop`: never returns from `describe`;
+//! - `bad-row-source`: the `ok` rows, but the last names a source that does not exist (the
+//!   guest helper never does this: the mode bypasses it, as a plugin without it could);
+//! - `wrong-type`: the `ok` rows, but `n` comes back as text though described as an integer.
 
 use tally_plugin_api::guest::{
     Cell, Column, Config, Description, Request, Rows, Source, SourcePlugin,
@@ -137,4 +140,62 @@ fn spin() -> ! {
     }
 }
 
-tally_plugin_api::export_source_plugin!(Hostile);
+// The helper's export, with two faults a plugin written without the helper could make.
+#[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)]
+mod export {
+    use super::Hostile;
+    use tally_plugin_api::guest::{self, Description, Guest, ScanRequest, ScanResult};
+
+    struct Export;
+
+    impl Guest for Export {
+        fn describe(config: String) -> Result<Description, String> {
+            guest::describe::<Hostile>(config)
+        }
+
+        fn scan(request: ScanRequest) -> Result<ScanResult, String> {
+            let config = tally_plugin_api::guest::Config::parse(&request.config)?;
+            let mode = super::mode(&config);
+            let faulty = matches!(mode.as_str(), "bad-row-source" | "wrong-type");
+            let mut request = request;
+            if faulty {
+                request.config = r#"{"mode": "ok"}"#.to_string();
+            }
+            let mut result = guest::scan::<Hostile>(request)?;
+            match mode.as_str() {
+                "bad-row-source" => {
+                    if let Some(last) = result.row_sources.last_mut() {
+                        *last = 99;
+                    }
+                }
+                "wrong-type" => {
+                    // The rows again, with `n` as text.
+                    let text = vec![guest::Column {
+                        name: "n".into(),
+                        data_type: guest::ColumnType::Text,
+                        description: None,
+                    }];
+                    let mut rows = guest::Rows::new(&text, None, None)?;
+                    for n in ["1", "2", "3"] {
+                        rows.push(vec![guest::Cell::text(n)], None)?;
+                    }
+                    let mut wrong = rows.finish()?;
+                    wrong.sources = result.sources;
+                    wrong.row_sources = result.row_sources;
+                    result = wrong;
+                }
+                _ => {}
+            }
+            Ok(result)
+        }
+    }
+
+    tally_plugin_api::guest::bindings::export_source!(Export with_types_in tally_plugin_api::guest::bindings);
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+const _: () = {
+    let _ = tally_plugin_api::guest::describe::<Hostile>;
+    let _ = tally_plugin_api::guest::scan::<Hostile>;
+};

@@ -1,0 +1,683 @@
+//! `tally plugin`: tooling for people who write wasm source plugins.
+//!
+//! - `new NAME`: a project from the template (literal package keys, a component and a host
+//!   library, a size-tuned release profile, the plugin API by path) with an example dataset;
+//! - `build [DIR]`: the component in release for wasm32-wasip2, checked (a component, the
+//!   API version this server speaks) and measured;
+//! - `test DIR|FILE.wasm --dataset FOLDER`: the plugin on a dataset folder through the real
+//!   sandbox, as the server would call it, every answer checked (see
+//!   `tally_plugin_host::probe`) and the folder's dataset.yaml checked against it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use clap::{Args, Subcommand};
+
+use crate::exit;
+
+const TARGET: &str = "wasm32-wasip2";
+const TEMPLATE_LIB: &str = include_str!("../../../examples/plugin-template/src/lib.rs");
+/// The plugin API crate of the source tree this binary was built from (a default for `new`).
+const BUILT_FROM_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugin-api");
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Write a new plugin project NAME/ from the template: a component that reads the
+    /// `.txt` files of its dataset folder, one row per line, citing file and line; with an
+    /// example dataset folder (example/).
+    New {
+        /// The plugin's (and its crate's) name: lowercase letters, digits, `-` and `_`.
+        name: String,
+        /// Where to write the project (default: ./NAME). It must not exist or be empty.
+        #[arg(long, value_name = "DIR")]
+        path: Option<PathBuf>,
+        /// The `plugin-api` folder of a Tally checkout, for the dependency on
+        /// tally-plugin-api (default: the one this tally was built from, when it is there).
+        #[arg(long, value_name = "DIR")]
+        api: Option<PathBuf>,
+    },
+    /// Build a plugin project's component in release for wasm32-wasip2, check that it is a
+    /// component of a plugin API version this server speaks, and print its file, size and
+    /// SHA-256.
+    Build {
+        /// The project folder (with its Cargo.toml).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Run a plugin on a dataset folder through the real sandbox: `describe` with the
+    /// folder's backend.config, a full `scan`, one scan per filterable column; check the
+    /// answers and the folder's dataset.yaml against them; print rows with their sources,
+    /// the time and the memory used. Exit 0 when all is well, 1 when the plugin (or the
+    /// definition) is at fault, 5 when the folder cannot be used.
+    Test(TestFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct TestFlags {
+    /// A plugin project folder (built first) or a `.wasm` component.
+    plugin: PathBuf,
+    /// The dataset folder: its dataset.yaml (backend.config, fields) and the files the
+    /// plugin reads.
+    #[arg(long, value_name = "FOLDER")]
+    dataset: PathBuf,
+    /// How many rows to print.
+    #[arg(long, default_value_t = 5)]
+    rows: usize,
+    /// Wall-clock time one plugin call may run, in milliseconds (as `serve`).
+    #[arg(long, default_value_t = 5_000)]
+    plugin_deadline_ms: u64,
+    /// Memory one plugin instance may grow to, in MiB (as `serve`).
+    #[arg(long, default_value_t = 256)]
+    plugin_memory_mb: usize,
+    /// Size of what one scan may return, in MiB (as `serve`).
+    #[arg(long, default_value_t = 64)]
+    plugin_output_mb: usize,
+}
+
+/// A failure of a `tally plugin` command: what, what would work, and the exit code.
+struct Failure {
+    code: u8,
+    message: String,
+    fix: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>, fix: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+            fix: fix.into(),
+        }
+    }
+
+    fn report(self, command: &str) -> ExitCode {
+        eprintln!("tally plugin {command}: {}", self.message);
+        if !self.fix.is_empty() {
+            eprintln!("  fix: {}", self.fix);
+        }
+        ExitCode::from(self.code)
+    }
+}
+
+pub fn run(command: PluginCommand) -> ExitCode {
+    match command {
+        PluginCommand::New { name, path, api } => match new(&name, path, api) {
+            Ok(dir) => {
+                println!("wrote the plugin project {}", dir.display());
+                println!("next:");
+                println!("  tally plugin build {}", dir.display());
+                println!(
+                    "  tally plugin test {} --dataset {}",
+                    dir.display(),
+                    dir.join("example").display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(f) => f.report("new"),
+        },
+        PluginCommand::Build { dir } => match build(&dir) {
+            Ok(built) => {
+                print_built(&built);
+                ExitCode::SUCCESS
+            }
+            Err(f) => f.report("build"),
+        },
+        PluginCommand::Test(flags) => test(flags),
+    }
+}
+
+// ---- new ------------------------------------------------------------------------------------
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && name.len() <= 64
+}
+
+fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBuf, Failure> {
+    if !valid_name(name) {
+        return Err(Failure::new(
+            exit::BAD_INPUT,
+            format!("`{name}` cannot name a plugin crate"),
+            "use lowercase letters, digits, `-` and `_`, starting with a letter (e.g. `my-source`)",
+        ));
+    }
+    let dir = path.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists()
+        && std::fs::read_dir(&dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!("{} already exists and is not empty", dir.display()),
+            "name a new folder with --path, or remove this one",
+        ));
+    }
+    let api = match api {
+        Some(a) => a,
+        None => PathBuf::from(BUILT_FROM_API),
+    };
+    let api = api.canonicalize().ok().filter(|a| a.join("Cargo.toml").is_file() && a.join("wit").is_dir()).ok_or_else(|| {
+        Failure::new(
+            exit::CONFIG,
+            format!(
+                "{} is not the plugin-api folder of a Tally checkout (with Cargo.toml and wit/)",
+                api.display()
+            ),
+            "pass --api PATH to the plugin-api folder of a Tally checkout (or edit the dependency in Cargo.toml to a git dependency afterwards)",
+        )
+    })?;
+    let crate_name = name.replace('-', "_");
+    let files: Vec<(PathBuf, String)> = vec![
+        (PathBuf::from("Cargo.toml"), cargo_toml(name, &api)),
+        (PathBuf::from("src/lib.rs"), lib_rs(name)),
+        (PathBuf::from(".gitignore"), "/target\n*.wasm\n".to_string()),
+        (PathBuf::from("README.md"), readme(name, &crate_name)),
+        (
+            PathBuf::from("example/dataset.yaml"),
+            example_yaml(name, &crate_name),
+        ),
+        (
+            PathBuf::from("example/hello.txt"),
+            "Hello from the example dataset.\nEvery non-empty line is a row.\n\nThis one cites line 4.\n".to_string(),
+        ),
+    ];
+    for (relative, text) in files {
+        let path = dir.join(&relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Failure::new(
+                    exit::CONFIG,
+                    format!("cannot create {}: {e}", parent.display()),
+                    "choose a folder you can write to (--path)",
+                )
+            })?;
+        }
+        std::fs::write(&path, text).map_err(|e| {
+            Failure::new(
+                exit::CONFIG,
+                format!("cannot write {}: {e}", path.display()),
+                "choose a folder you can write to (--path)",
+            )
+        })?;
+    }
+    Ok(dir)
+}
+
+fn cargo_toml(name: &str, api: &Path) -> String {
+    format!(
+        r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2024"
+rust-version = "{rust}"
+publish = false
+
+[lib]
+# cdylib: the wasm component (`tally plugin build`); rlib: the same code as a library on
+# this machine, for `cargo test`.
+crate-type = ["cdylib", "rlib"]
+
+[dependencies]
+# Tally's plugin API with its guest helper, from a Tally checkout. From Tally's repository
+# instead: tally-plugin-api = {{ git = "<Tally's repository URL>", features = ["guest"] }}
+tally-plugin-api = {{ path = {api:?}, features = ["guest"] }}
+
+# A plugin is built once and runs sandboxed: small code, and a panic aborts (the server shows
+# its message). A release build is under a megabyte; a debug build tens of megabytes.
+[profile.release]
+opt-level = "s"
+lto = true
+codegen-units = 1
+strip = true
+panic = "abort"
+"#,
+        rust = env!("CARGO_PKG_RUST_VERSION"),
+        api = api.display().to_string(),
+    )
+}
+
+/// The template's code, named for this plugin.
+fn lib_rs(name: &str) -> String {
+    TEMPLATE_LIB.replacen("\"template\"", &format!("{name:?}"), 1)
+}
+
+fn example_yaml(name: &str, crate_name: &str) -> String {
+    format!(
+        r#"# An example dataset served by the plugin `{name}`: `tally plugin build` makes
+# {crate_name}.wasm; copy it here (or let `tally plugin test` use the build).
+title: Example lines
+description: The lines of the .txt files of this folder.
+source: {{url: "https://example.org/"}}
+backend:
+  kind: wasm
+  component: {crate_name}.wasm
+  config: {{publisher: "Example Org"}}
+fields:
+- {{name: path, role: dim, desc: The file}}
+- {{name: line, role: attr, data_type: integer, desc: The line number, from 1}}
+- {{name: text, role: attr, desc: The line}}
+"#
+    )
+}
+
+fn readme(name: &str, crate_name: &str) -> String {
+    format!(
+        r#"# {name}: a Tally source plugin
+
+A WebAssembly component Tally runs sandboxed to read a dataset folder (here: the `.txt`
+files, one row per line, each row citing its file and line). The guide to the contract, the
+sandbox and the limits is Tally's `docs/plugins.md`.
+
+Needs rustup with the wasm target: `rustup target add {TARGET}`.
+
+```sh
+tally plugin build .                          # the component, in release: {crate_name}.wasm
+tally plugin test . --dataset example         # describe and scan through the sandbox, checked
+cargo test                                    # unit tests of the code on this machine
+```
+
+Serve it: copy the `.wasm` into a dataset folder whose `dataset.yaml` names it
+(`backend: {{kind: wasm, component: {crate_name}.wasm}}`, as `example/` does), put the
+folder into Tally's `datasets/`, and `tally serve`.
+"#
+    )
+}
+
+// ---- build ----------------------------------------------------------------------------------
+
+struct Built {
+    wasm: PathBuf,
+    size: u64,
+    sha256: String,
+    api_version: &'static str,
+}
+
+fn print_built(b: &Built) {
+    println!("built {}", b.wasm.display());
+    println!(
+        "  {} KiB, release, {TARGET}; {}",
+        b.size.div_ceil(1024),
+        b.sha256
+    );
+    println!(
+        "  plugin API {} (this tally speaks {})",
+        b.api_version,
+        tally_plugin_api::PLUGIN_API_VERSION
+    );
+}
+
+/// Whether the Rust of `dir` has the standard library of the wasm target.
+fn target_installed(dir: &Path) -> Option<bool> {
+    let out = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .current_dir(dir)
+        .output()
+        .ok()?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !out.status.success() || sysroot.as_os_str().is_empty() {
+        return None;
+    }
+    let lib = sysroot.join("lib").join("rustlib").join(TARGET).join("lib");
+    Some(std::fs::read_dir(lib).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("libcore-"))
+    }))
+}
+
+fn build(dir: &Path) -> Result<Built, Failure> {
+    let manifest = dir.join("Cargo.toml");
+    if !manifest.is_file() {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!("{} has no Cargo.toml", dir.display()),
+            "name the folder of a plugin project (`tally plugin new NAME` makes one)",
+        ));
+    }
+    if target_installed(dir) == Some(false) {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!("the Rust target {TARGET} is not installed"),
+            format!("rustup target add {TARGET}"),
+        ));
+    }
+    eprintln!("building {} for {TARGET} (release)…", dir.display());
+    let mut child = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .arg("build")
+        .arg("--release")
+        .arg("--lib")
+        .arg("--target")
+        .arg(TARGET)
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--message-format=json-render-diagnostics")
+        // A tally run by cargo (tests) must not hand its own build settings on.
+        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_PRIMARY_PACKAGE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| {
+            Failure::new(
+                exit::CONFIG,
+                format!("cargo could not be run: {e}"),
+                "install Rust with rustup (cargo on PATH)",
+            )
+        })?;
+    let mut wasm = None;
+    if let Some(out) = child.stdout.take() {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if message["reason"] != "compiler-artifact" {
+                continue;
+            }
+            if let Some(file) = message["filenames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str())
+                .find(|f| f.ends_with(".wasm"))
+            {
+                wasm = Some(PathBuf::from(file));
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| Failure::new(exit::FAILED, format!("cargo failed: {e}"), ""))?;
+    if !status.success() {
+        return Err(Failure::new(
+            exit::BAD_INPUT,
+            "the plugin did not build (cargo's messages are above)",
+            "fix what the compiler says",
+        ));
+    }
+    let wasm = wasm.ok_or_else(|| {
+        Failure::new(
+            exit::BAD_INPUT,
+            "the build made no .wasm component",
+            "the [lib] section of Cargo.toml needs crate-type = [\"cdylib\", \"rlib\"]",
+        )
+    })?;
+    check_component(&wasm)
+}
+
+fn check_component(wasm: &Path) -> Result<Built, Failure> {
+    let bytes = std::fs::read(wasm).map_err(|e| {
+        Failure::new(
+            exit::CONFIG,
+            format!("cannot read {}: {e}", wasm.display()),
+            "name a .wasm component",
+        )
+    })?;
+    let runtime = tally_plugin_host::wasm::runtime()
+        .map_err(|e| Failure::new(exit::FAILED, e.message, e.fix))?;
+    let label = format!("`{}`", wasm.display());
+    let compiled = runtime
+        .compile(&label, &bytes, None)
+        .map_err(|e| Failure::new(exit::BAD_INPUT, e.message, e.fix))?;
+    Ok(Built {
+        wasm: wasm.to_path_buf(),
+        size: compiled.size,
+        sha256: compiled.sha256.clone(),
+        api_version: compiled.api_version,
+    })
+}
+
+// ---- test -----------------------------------------------------------------------------------
+
+fn test(flags: TestFlags) -> ExitCode {
+    match run_test(&flags) {
+        Ok(code) => code,
+        Err(f) => f.report("test"),
+    }
+}
+
+fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
+    let folder = &flags.dataset;
+    let yaml = folder.join("dataset.yaml");
+    if !yaml.is_file() {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!("{} has no dataset.yaml", folder.display()),
+            "name a dataset folder whose dataset.yaml names the plugin (backend: {kind: wasm, component: NAME.wasm})",
+        ));
+    }
+    let wasm = if flags.plugin.is_dir() {
+        let built = build(&flags.plugin)?;
+        print_built(&built);
+        built.wasm
+    } else {
+        flags.plugin.clone()
+    };
+    let bytes = std::fs::read(&wasm).map_err(|e| {
+        Failure::new(
+            exit::CONFIG,
+            format!("cannot read {}: {e}", wasm.display()),
+            "name a plugin project folder or a .wasm component",
+        )
+    })?;
+    let text = std::fs::read_to_string(&yaml).map_err(|e| {
+        Failure::new(
+            exit::CONFIG,
+            format!("cannot read {}: {e}", yaml.display()),
+            "",
+        )
+    })?;
+    let id = folder
+        .canonicalize()
+        .ok()
+        .and_then(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "dataset".into());
+    let loaded =
+        tally_semantic::definition::load_definition("dataset.yaml", &id, &text).map_err(|e| {
+            Failure::new(
+                exit::CONFIG,
+                format!(
+                    "{}'s dataset.yaml cannot be read: {}",
+                    folder.display(),
+                    e.errors()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                "`tally check` on the folder's parent says what to fix",
+            )
+        })?;
+    let def = loaded.dataset;
+    let component = match &def.backend.plugin {
+        Some(tally_semantic::definition::PluginRef::File(f)) => f.clone(),
+        _ => {
+            return Err(Failure::new(
+                exit::CONFIG,
+                "the dataset.yaml does not name a component file",
+                "write backend: {kind: wasm, component: NAME.wasm} (the plugin under test stands in for that file)",
+            ));
+        }
+    };
+    let limits = tally_plugin_host::PluginLimits {
+        deadline: std::time::Duration::from_millis(flags.plugin_deadline_ms.max(10)),
+        memory_bytes: flags.plugin_memory_mb.max(1) * 1024 * 1024,
+        output_bytes: flags.plugin_output_mb.max(1) * 1024 * 1024,
+        ..Default::default()
+    };
+
+    // The plugin on its own, every answer checked.
+    let label = format!(
+        "the component `{}`",
+        wasm.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    );
+    let probe = match tally_plugin_host::probe::probe(
+        &label,
+        &bytes,
+        folder,
+        &def.backend.config,
+        &limits,
+        &def.id,
+        flags.rows,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("FAIL {}", e.message);
+            println!("  fix: {}", e.fix);
+            return Ok(ExitCode::from(exit::BAD_INPUT));
+        }
+    };
+    let mut problems = probe.problems.clone();
+    print_probe(&probe);
+
+    // The definition against the plugin, as the server loads it: a copy of the folder with
+    // the plugin under test as its component.
+    let scratch = std::env::temp_dir().join(format!(
+        "tally-plugin-test-{}-{}",
+        std::process::id(),
+        probe
+            .sha256
+            .trim_start_matches("sha256:")
+            .get(..12)
+            .unwrap_or("x")
+    ));
+    let served = scratch.join(&def.id);
+    let copied = copy_folder(folder, &served).and_then(|()| {
+        // A hard link to the folder's own component must not be written through.
+        let _ = std::fs::remove_file(served.join(&component));
+        std::fs::write(served.join(&component), &bytes)
+            .map_err(|e| format!("cannot write the component into the copy: {e}"))
+    });
+    if let Err(e) = copied {
+        let _ = std::fs::remove_dir_all(&scratch);
+        return Err(Failure::new(exit::FAILED, e, ""));
+    }
+    let engine = tally_engine::Engine::open_with_backends(
+        &scratch,
+        tally_engine::Limits::default(),
+        tally_plugin_host::backends(tally_plugin_host::PluginOptions {
+            limits,
+            ..Default::default()
+        }),
+    );
+    let catalog = engine.catalog();
+    for broken in catalog.broken.iter().filter(|b| b.folder == def.id) {
+        for p in &broken.problems {
+            let at = if p.key.is_empty() {
+                String::new()
+            } else {
+                format!(" at `{}`", p.key)
+            };
+            problems.push(format!(
+                "dataset.yaml{}{at}: {} (fix: {})",
+                p.line.map(|l| format!(":{l}")).unwrap_or_default(),
+                p.reason,
+                p.fix
+            ));
+        }
+    }
+    if let Some(ds) = catalog.datasets.get(&def.id) {
+        for column in &ds.def.undeclared {
+            println!(
+                "note: the plugin produces `{column}`, which dataset.yaml does not declare: it is not served (declare it as a field to serve it)"
+            );
+        }
+    }
+    drop(catalog);
+    drop(engine);
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    if problems.is_empty() {
+        println!(
+            "ok: plugin `{}` {} passed every check",
+            probe.name, probe.version
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{} problem(s):", problems.len());
+        for p in &problems {
+            println!("FAIL {p}");
+        }
+        Ok(ExitCode::from(exit::BAD_INPUT))
+    }
+}
+
+fn print_probe(p: &tally_plugin_host::probe::Probe) {
+    use tally_plugin_host::probe::{column_type_name, millis};
+    println!(
+        "plugin `{}` {} (API {}): {}",
+        p.name, p.version, p.api_version, p.summary
+    );
+    println!(
+        "  columns: {}",
+        p.columns
+            .iter()
+            .map(|(n, t)| format!("{n} ({})", column_type_name(*t)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if !p.filterable.is_empty() {
+        println!("  filters it applies itself: {}", p.filterable.join(", "));
+    }
+    println!(
+        "  describe: {}, {} MiB of memory",
+        millis(p.describe.elapsed),
+        p.describe.peak_memory.div_ceil(1 << 20)
+    );
+    println!(
+        "  scan: {} rows, {} sources, {} KiB of output in {}, {} MiB of memory",
+        p.rows,
+        p.sources,
+        p.output_bytes.div_ceil(1024),
+        millis(p.scan.elapsed),
+        p.scan.peak_memory.div_ceil(1 << 20)
+    );
+    if !p.files.is_empty() {
+        println!("  files read: {}", p.files.join(", "));
+    }
+    for note in &p.notes {
+        println!("  note: {note}");
+    }
+    for (i, row) in p.sample.iter().enumerate() {
+        let source = p
+            .sample_sources
+            .get(i)
+            .map(|s| format!("  ← {s}"))
+            .unwrap_or_default();
+        println!("  row {}: {}{source}", i + 1, row.join(" | "));
+    }
+    for f in &p.filters {
+        println!(
+            "  filter {} = `{}`: {} of {} rows returned have it (a scan without the filter has {})",
+            f.column, f.value, f.got, f.returned, f.expected
+        );
+    }
+}
+
+/// Copies a dataset folder (hard links where the file system allows).
+fn copy_folder(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("cannot create {}: {e}", to.display()))?;
+    let entries =
+        std::fs::read_dir(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type().map_err(|e| e.to_string())?;
+        if kind.is_dir() {
+            copy_folder(&path, &target)?;
+        } else if kind.is_file()
+            && std::fs::hard_link(&path, &target).is_err()
+            && let Err(e) = std::fs::copy(&path, &target)
+        {
+            return Err(format!("cannot copy {}: {e}", path.display()));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,133 @@
+"""Plugin authoring as a third party does it, outside this workspace: `tally plugin new`
+writes a project from the template into a temporary directory, `tally plugin build` builds
+its component with cargo (release, wasm32-wasip2), `tally plugin test` runs it through the
+sandbox on the example folder, and `tally serve` serves it to the Python MCP client. Then
+`tally plugin test` on plugins that misbehave: every fault named with the plugin.
+
+The build compiles the plugin's dependencies once into target/plugin-tooling (about a minute
+on two cores, then cached); it runs offline, from the crates the workspace build fetched.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from conftest import ROOT, HttpServer, tally_bin
+
+pytestmark = pytest.mark.anyio
+
+WASM = Path(os.environ.get("TALLY_WASM_DIR", ""))
+TIMEOUT = 120
+
+
+def cargo_env() -> dict:
+    env = {**os.environ, "CARGO_TARGET_DIR": str(ROOT / "target" / "plugin-tooling"), "CARGO_NET_OFFLINE": "true"}
+    # A tally run by cargo test must not hand the outer build's settings to the plugin build.
+    for var in ("CARGO_BUILD_TARGET", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "CARGO_ENCODED_RUSTFLAGS"):
+        env.pop(var, None)
+    return env
+
+
+def tally(*args: str, cwd: Path | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([tally_bin(), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=cargo_env())
+
+
+async def test_a_new_plugin_builds_passes_its_test_and_is_served(tmp_path):
+    made = tally("plugin", "new", "my-lines", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    project = tmp_path / "my-lines"
+    manifest = (project / "Cargo.toml").read_text()
+    # Literal keys (no workspace), a component and a host library, a size-tuned release.
+    assert "workspace" not in manifest and 'crate-type = ["cdylib", "rlib"]' in manifest and 'opt-level = "s"' in manifest
+
+    built = tally("plugin", "build", str(project))
+    assert built.returncode == 0, built.stderr[-4000:]
+    print(built.stdout)
+    wasm = Path(built.stdout.split("built ", 1)[1].split("\n", 1)[0].strip())
+    assert wasm.name == "my_lines.wasm" and wasm.is_file()
+    assert "plugin API 0.1.0" in built.stdout
+    # A release build with the template's profile is small.
+    assert wasm.stat().st_size < 2 * 1024 * 1024, wasm.stat().st_size
+
+    tested = tally("plugin", "test", str(project), "--dataset", str(project / "example"))
+    print(tested.stdout)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "passed every check" in tested.stdout
+    assert "hello.txt:1" in tested.stdout and "filter path = `hello.txt`" in tested.stdout
+
+    # Served as any dataset: the component copied into the folder its dataset.yaml names.
+    datasets = tmp_path / "datasets"
+    shutil.copytree(project / "example", datasets / "lines")
+    shutil.copyfile(wasm, datasets / "lines" / "my_lines.wasm")
+    server = HttpServer(datasets=str(datasets))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                r = await c.call_tool("query_records", {"dataset_id": "lines", "where": {"line": {"$gte": 2}}, "select": ["path", "line", "text"]})
+                assert not r.is_error, r.content[0].text
+                env = json.loads(r.content[0].text)
+                assert env["data"]["rows"] == [["hello.txt", 2, "Every non-empty line is a row."], ["hello.txt", 4, "This one cites line 4."]]
+                locators = {s.get("locator") for s in env["provenance"]["sources"]}
+                assert {"hello.txt:2", "hello.txt:4"} <= locators, env["provenance"]["sources"]
+    finally:
+        server.stop()
+
+
+def hostile(stem: str) -> Path:
+    path = WASM / f"{stem}.wasm"
+    if not path.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"TALLY_WASM_DIR has no {stem}.wasm")
+        pytest.skip(f"TALLY_WASM_DIR has no {stem}.wasm (the cargo test wrapper sets it)")
+    return path
+
+
+FIELDS = "- {name: name, role: dim}\n- {name: n, role: attr, data_type: integer}\n"
+
+
+@pytest.mark.parametrize(
+    "case, component, mode, fields, said",
+    [
+        ("a panic", "tally_test_plugin_hostile", "trap", FIELDS,
+         "plugin `hostile` 0.0.0 panicked while trying to scan: `hostile plugin: trap in the middle of a scan`"),
+        ("a row source out of range", "tally_test_plugin_hostile", "bad-row-source", FIELDS,
+         "plugin `hostile` 0.0.0, scan: row 3 names source 99, but there are 3 sources"),
+        ("a column of another type", "tally_test_plugin_hostile", "wrong-type", FIELDS,
+         "plugin `hostile` 0.0.0, scan: column `n` comes back as Arrow Utf8, but describe says integer"),
+        ("a column missing from the output", "tally_test_plugin_hostile", "wrong-type", FIELDS,
+         "plugin `hostile` 0.0.0, scan: column `name`, which describe lists, is missing from the rows"),
+        ("a field the plugin does not produce", "tally_test_plugin_hostile", "ok", FIELDS + "- {name: extra, role: attr}\n",
+         "field `extra` is not one of the columns plugin `hostile` 0.0.0 describes"),
+        ("a field declared with another type", "tally_test_plugin_hostile", "ok", "- {name: name, role: dim, data_type: integer}\n",
+         "field `name` is declared integer but the columns plugin `hostile` 0.0.0 describes has it as text"),
+        ("another API version", "tally_test_plugin_wrong_version", "ok", FIELDS,
+         "was built for plugin API 9.0.0, but this Tally speaks plugin API 0.1.0"),
+    ],
+)
+def test_plugin_test_names_the_fault_and_the_plugin(tmp_path, case, component, mode, fields, said):
+    folder = tmp_path / "h"
+    folder.mkdir()
+    (folder / "dataset.yaml").write_text(
+        'title: H\nsource: {url: "https://example.org/"}\n'
+        f"backend: {{kind: wasm, component: h.wasm, config: {{mode: {mode}}}}}\nfields:\n{fields}"
+    )
+    r = tally("plugin", "test", str(hostile(component)), "--dataset", str(folder), timeout=120)
+    out = r.stdout + r.stderr
+    print(case, "→", out)
+    assert r.returncode == 1, out
+    assert said in out
+    # No advice a sandboxed plugin cannot follow, no Rust debug text.
+    assert "RUST_BACKTRACE" not in out and "Some(" not in out
+
+
+def test_a_missing_dataset_folder_is_a_setup_error(tmp_path):
+    r = tally("plugin", "test", str(tmp_path), "--dataset", str(tmp_path / "nothing"), timeout=60)
+    assert r.returncode == 5 and "has no dataset.yaml" in r.stderr
+    r = tally("plugin", "new", "Bad Name", cwd=tmp_path, timeout=60)
+    assert r.returncode == 1 and "lowercase" in r.stderr
