@@ -126,6 +126,22 @@ def test_plugin_test_names_the_fault_and_the_plugin(tmp_path, case, component, m
     assert "RUST_BACKTRACE" not in out and "Some(" not in out
 
 
+def test_the_built_in_plugins_pass_their_own_test(tmp_path):
+    r = tally("plugin", "test", str(hostile("tally_plugin_documents")), "--dataset", str(ROOT / "datasets/guide"), timeout=120)
+    print(r.stdout)
+    assert r.returncode == 0 and "passed every check" in r.stdout, r.stdout + r.stderr
+    # The law plugin over the reference e-Gov XML, with the definition of test_laws.py.
+    from test_laws import LAWS_YAML, laws_dir
+
+    laws = tmp_path / "laws"
+    shutil.copytree(laws_dir(), laws / "xml")
+    (laws / "dataset.yaml").write_text(LAWS_YAML, encoding="utf-8")
+    r = tally("plugin", "test", str(hostile("tally_plugin_law")), "--dataset", str(laws), timeout=300)
+    print(r.stdout)
+    assert r.returncode == 0 and "passed every check" in r.stdout, r.stdout + r.stderr
+    assert "第一条" in r.stdout
+
+
 def test_a_missing_dataset_folder_is_a_setup_error(tmp_path):
     r = tally("plugin", "test", str(tmp_path), "--dataset", str(tmp_path / "nothing"), timeout=60)
     assert r.returncode == 5 and "has no dataset.yaml" in r.stderr

@@ -155,6 +155,32 @@ pub fn probe(
     check_sources(&label, &full, rows, folder, &mut problems);
     let (sample, sample_sources) = sample_of(&batches, &full, &columns, sample_rows);
 
+    // A scan with a limit: the server does not send one (every answer says how many records
+    // matched in all, and a scan is kept for the dataset version), but the contract has it.
+    let mut notes = full.notes.clone();
+    if rows > 1 {
+        let limited = ScanRequest {
+            limit: Some(1),
+            ..request(Vec::new())
+        };
+        match runtime.scan(&label, &compiled, folder, limits, &limited) {
+            Ok(result) => {
+                let mut found = Vec::new();
+                let got: usize = check_output(&label, &result, &columns, &mut found)
+                    .iter()
+                    .map(RecordBatch::num_rows)
+                    .sum();
+                problems.extend(found);
+                if got > 1 {
+                    notes.push(format!(
+                        "with a limit of 1 row it returned {got} rows (allowed, but `Rows::is_full` lets it stop early)"
+                    ));
+                }
+            }
+            Err(e) => problems.push(format!("{} (with a limit of 1 row)", e.message)),
+        }
+    }
+
     // One scan per filterable column, with the first value the full scan holds.
     let mut filters = Vec::new();
     for column in &filterable {
@@ -216,7 +242,7 @@ pub fn probe(
         sample_sources,
         sources: full.sources.len(),
         files: full.files.clone(),
-        notes: full.notes.clone(),
+        notes,
         filters,
         problems,
     })

@@ -494,12 +494,15 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
             )
         })?;
     let def = loaded.dataset;
+    // The plugin under test stands in for the component the definition names (a file, or a
+    // built-in plugin when testing one of those).
     let component = match &def.backend.plugin {
-        Some(tally_semantic::definition::PluginRef::File(f)) => f.clone(),
-        _ => {
+        Some(tally_semantic::definition::PluginRef::File(f)) => Some(f.clone()),
+        Some(tally_semantic::definition::PluginRef::Builtin(_)) => None,
+        None => {
             return Err(Failure::new(
                 exit::CONFIG,
-                "the dataset.yaml does not name a component file",
+                "the dataset.yaml names no wasm component",
                 "write backend: {kind: wasm, component: NAME.wasm} (the plugin under test stands in for that file)",
             ));
         }
@@ -536,6 +539,37 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
     };
     let mut problems = probe.problems.clone();
     print_probe(&probe);
+
+    let Some(component) = component else {
+        // A built-in plugin's definition: its fields against what the plugin describes.
+        for f in &def.fields {
+            match probe.columns.iter().find(|(n, _)| n == &f.name) {
+                None => problems.push(format!(
+                    "dataset.yaml: field `{}` is not one of the columns plugin `{}` {} describes",
+                    f.name, probe.name, probe.version
+                )),
+                Some((_, t))
+                    if f.data_type.is_numeric()
+                        && !matches!(
+                            t,
+                            tally_plugin_host::wasm::ColumnType::Integer
+                                | tally_plugin_host::wasm::ColumnType::Number
+                        ) =>
+                {
+                    problems.push(format!(
+                        "dataset.yaml: field `{}` is declared {} but plugin `{}` {} describes it as {}",
+                        f.name,
+                        f.data_type.as_str(),
+                        probe.name,
+                        probe.version,
+                        tally_plugin_host::probe::column_type_name(*t)
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        return Ok(verdict(&probe, &problems));
+    };
 
     // The definition against the plugin, as the server loads it: a copy of the folder with
     // the plugin under test as its component.
@@ -594,18 +628,22 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
     drop(engine);
     let _ = std::fs::remove_dir_all(&scratch);
 
+    Ok(verdict(&probe, &problems))
+}
+
+fn verdict(probe: &tally_plugin_host::probe::Probe, problems: &[String]) -> ExitCode {
     if problems.is_empty() {
         println!(
             "ok: plugin `{}` {} passed every check",
             probe.name, probe.version
         );
-        Ok(ExitCode::SUCCESS)
+        ExitCode::SUCCESS
     } else {
         println!("{} problem(s):", problems.len());
-        for p in &problems {
+        for p in problems {
             println!("FAIL {p}");
         }
-        Ok(ExitCode::from(exit::BAD_INPUT))
+        ExitCode::from(exit::BAD_INPUT)
     }
 }
 
@@ -651,13 +689,24 @@ fn print_probe(p: &tally_plugin_host::probe::Probe) {
             .get(i)
             .map(|s| format!("  ← {s}"))
             .unwrap_or_default();
-        println!("  row {}: {}{source}", i + 1, row.join(" | "));
+        let cells: Vec<String> = row.iter().map(|c| short(c, 60)).collect();
+        println!("  row {}: {}{source}", i + 1, cells.join(" | "));
     }
     for f in &p.filters {
         println!(
             "  filter {} = `{}`: {} of {} rows returned have it (a scan without the filter has {})",
             f.column, f.value, f.got, f.returned, f.expected
         );
+    }
+}
+
+/// A cell on one line, cut to `n` characters.
+fn short(text: &str, n: usize) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > n {
+        one_line.chars().take(n).collect::<String>() + "…"
+    } else {
+        one_line
     }
 }
 
