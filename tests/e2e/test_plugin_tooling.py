@@ -147,3 +147,30 @@ def test_a_missing_dataset_folder_is_a_setup_error(tmp_path):
     assert r.returncode == 5 and "has no dataset.yaml" in r.stderr
     r = tally("plugin", "new", "Bad Name", cwd=tmp_path, timeout=60)
     assert r.returncode == 1 and "lowercase" in r.stderr
+
+
+def test_check_scan_finds_a_plugin_that_cannot_read(tmp_path):
+    """`tally check` validates definitions; `--scan` also scans each plugin dataset once, so a
+    wrong folder in a plugin's backend.config is found before a client finds it."""
+    datasets = tmp_path / "datasets"
+    shutil.copytree(ROOT / "datasets" / "guide", datasets / "guide")
+    yaml = datasets / "guide" / "dataset.yaml"
+    yaml.write_text(yaml.read_text(encoding="utf-8").replace("folder: docs", "folder: no-such-folder"), encoding="utf-8")
+    plain = tally("check", str(datasets), timeout=120)
+    assert plain.returncode == 0, plain.stdout
+    scanned = tally("check", "--scan", str(datasets), timeout=120)
+    print(scanned.stdout)
+    assert scanned.returncode == 1, scanned.stdout
+    assert "plugin `documents`" in scanned.stdout and "no-such-folder" in scanned.stdout
+    # Columns a plugin produces that the definition leaves out are said (they are not served).
+    hostile_folder = datasets / "h"
+    hostile_folder.mkdir()
+    shutil.copyfile(hostile("tally_test_plugin_hostile"), hostile_folder / "h.wasm")
+    (hostile_folder / "dataset.yaml").write_text(
+        'title: H\nsource: {url: "https://example.org/"}\n'
+        "backend: {kind: wasm, component: h.wasm, config: {mode: ok}}\nfields:\n" + FIELDS
+    )
+    yaml.write_text(yaml.read_text(encoding="utf-8").replace("folder: no-such-folder", "folder: docs"), encoding="utf-8")
+    noted = tally("check", "--scan", str(datasets), timeout=120)
+    assert noted.returncode == 0, noted.stdout
+    assert "the plugin produces columns dataset.yaml does not declare, so they are not served: payload" in noted.stdout

@@ -110,6 +110,19 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
                     broken += 1;
                     continue;
                 }
+                if !ds.def.undeclared.is_empty() {
+                    let from = if ds.def.backend.kind
+                        == tally_semantic::definition::BackendKind::Parquet
+                    {
+                        "the data has"
+                    } else {
+                        "the plugin produces"
+                    };
+                    say!(
+                        "{label}: note: {from} columns dataset.yaml does not declare, so they are not served: {}",
+                        ds.def.undeclared.join(", ")
+                    );
+                }
                 served.push((folder_id.clone(), label));
             }
             Ok(None) => {
