@@ -39,12 +39,17 @@ def tally(*args: str, cwd: Path | None = None, timeout: int = 900) -> subprocess
 
 
 async def test_a_new_plugin_builds_passes_its_test_and_is_served(tmp_path):
-    made = tally("plugin", "new", "my-lines", cwd=tmp_path)
+    # Made inside some other cargo workspace: the project is a workspace of its own.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "Cargo.toml").write_text('[workspace]\nmembers = []\nresolver = "3"\n')
+    made = tally("plugin", "new", "my-lines", cwd=elsewhere)
     assert made.returncode == 0, made.stderr
-    project = tmp_path / "my-lines"
+    project = elsewhere / "my-lines"
     manifest = (project / "Cargo.toml").read_text()
-    # Literal keys (no workspace), a component and a host library, a size-tuned release.
-    assert "workspace" not in manifest and 'crate-type = ["cdylib", "rlib"]' in manifest and 'opt-level = "s"' in manifest
+    # Literal keys (nothing inherited), a component and a host library, a size-tuned release.
+    assert ".workspace = true" not in manifest and manifest.lstrip().splitlines()[1] == "[workspace]"
+    assert 'crate-type = ["cdylib", "rlib"]' in manifest and 'opt-level = "s"' in manifest
 
     built = tally("plugin", "build", str(project))
     assert built.returncode == 0, built.stderr[-4000:]

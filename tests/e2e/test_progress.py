@@ -164,3 +164,31 @@ def test_a_dropped_stream_resumes_with_last_event_id():
                 assert s.status_code == 200 and not [line for line in s.iter_lines() if line.startswith("data:") and line[5:].strip()]
     finally:
         server.stop()
+
+
+def test_only_a_sessions_owner_resumes_its_notification_stream(tmp_path):
+    """The event store keeps a session's notification stream as `<session id>:common`; a
+    caller with another token cannot resume it by naming that id."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice alice-token-0123456789abcdef\nbob bob-token-0123456789abcdef0\n")
+    server = HttpServer("--token-file", str(tokens))
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    try:
+        with httpx2.Client(timeout=30) as h:
+            alice = {**headers, "Authorization": "Bearer alice-token-0123456789abcdef"}
+            bob = {**headers, "Authorization": "Bearer bob-token-0123456789abcdef0"}
+            init = {
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+            }
+            session = h.post(server.url, json=init, headers=alice).headers["mcp-session-id"]
+            common = f"{session}:common/0"
+            stolen = h.get(server.url, headers={**bob, "MCP-Protocol-Version": "2025-11-25", "Last-Event-ID": common})
+            assert stolen.status_code == 404, stolen.status_code
+            assert "your own session" in stolen.json()["error"]["fix"]
+            with h.stream("GET", server.url, headers={
+                **alice, "mcp-session-id": session, "MCP-Protocol-Version": "2025-11-25", "Last-Event-ID": common,
+            }) as own:
+                assert own.status_code == 200
+    finally:
+        server.stop()

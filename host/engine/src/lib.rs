@@ -171,6 +171,8 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// The most values [`Engine::known_values`] gives (completions rank at most these).
+pub const KNOWN_VALUES: usize = 10_000;
 impl Engine {
     /// Opens the datasets directory `dir` (registration reads metadata only).
     pub fn open(dir: &Path) -> Engine {
@@ -435,8 +437,8 @@ impl Engine {
         }
     }
 
-    /// The values a text field of a dataset holds, most frequent first, for completing a
-    /// condition on it: the codes of a static codelist, else the distinct values of the
+    /// The values a text field of a dataset holds (at most [`KNOWN_VALUES`]), most frequent
+    /// first, for completing a condition on it: the codes of a static codelist, else the distinct values of the
     /// prepared data when it is ready. Never starts or waits for a preparation: `None` when
     /// the values are not at hand (unknown dataset or field, numbers, data not yet prepared).
     pub async fn known_values(&self, dataset_id: &str, field: &str) -> Option<Vec<String>> {
@@ -455,7 +457,14 @@ impl Engine {
             .distinct_values(&self.ctx, &ds.def, id)
             .await
             .ok()?;
-        Some(counts.iter().map(|(value, _)| value.clone()).collect())
+        // The most frequent ones: a free-text field may hold a value per record.
+        Some(
+            counts
+                .iter()
+                .take(KNOWN_VALUES)
+                .map(|(value, _)| value.clone())
+                .collect(),
+        )
     }
 
     /// Waits (at most `grace`) for the preparations of whole tables still running into the

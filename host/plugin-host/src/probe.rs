@@ -340,7 +340,7 @@ fn check_sources(
             ));
         }
         if let Some(file) = &s.file
-            && !folder.join(file).is_file()
+            && !in_folder(folder, file)
         {
             problems.push(format!(
                 "{label}, scan: source {i} names the file `{file}`, which is not in the dataset folder"
@@ -348,12 +348,24 @@ fn check_sources(
         }
     }
     for file in &result.files {
-        if !folder.join(file).is_file() {
+        if !in_folder(folder, file) {
             problems.push(format!(
                 "{label}, scan: it reports reading `{file}`, which is not in the dataset folder"
             ));
         }
     }
+}
+
+/// A path as the plugin sees it (relative, or from the folder's root `/`) names a file
+/// inside the dataset folder.
+fn in_folder(folder: &Path, file: &str) -> bool {
+    let relative = Path::new(file.trim_start_matches('/'));
+    relative.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    }) && folder.join(relative).is_file()
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a ArrayRef> {

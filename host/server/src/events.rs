@@ -5,9 +5,9 @@
 //!
 //! Bounded: at most [`Limits::per_stream`] events a stream (the oldest go first; the last, the
 //! answer, stays), [`Limits::bytes`] in all (the oldest events of all streams go first), and
-//! none older than [`Limits::age`]. An event id is `<stream>/<n>`: the stream is a random
-//! UUID (or a session's own id for its notification stream), so an id cannot be guessed
-//! from another session's.
+//! none older than [`Limits::age`]. An event id is `<stream>/<n>`: the stream of a request
+//! is a random UUID sent only to its caller; a session's notification stream is
+//! `<session id>:common`, and the HTTP guard lets only the session's owner resume it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -45,12 +45,27 @@ struct Kept {
     event: ServerSseMessage,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Stream {
     events: VecDeque<Kept>,
+    /// The number of the next event: kept after the events themselves are evicted, so that
+    /// numbers never restart (a client's cursor must not match a later event).
     next: u64,
     /// The stream carried the answer of its request: nothing follows.
     finished: bool,
+    /// When its last event was kept.
+    last_at: Instant,
+}
+
+impl Stream {
+    fn new(now: Instant) -> Stream {
+        Stream {
+            events: VecDeque::new(),
+            next: 0,
+            finished: false,
+            last_at: now,
+        }
+    }
 }
 
 /// One kept event in the order of arrival, for evicting by age and size.
@@ -81,14 +96,18 @@ impl State {
                 break;
             };
             self.bytes = self.bytes.saturating_sub(gone.bytes);
-            if let Some(stream) = self.streams.get_mut(&gone.stream) {
-                if let Some(i) = stream.events.iter().position(|k| k.n == gone.n) {
-                    stream.events.remove(i);
-                }
-                if stream.events.is_empty() {
-                    self.streams.remove(&gone.stream);
-                }
+            if let Some(stream) = self.streams.get_mut(&gone.stream)
+                && let Some(i) = stream.events.iter().position(|k| k.n == gone.n)
+            {
+                stream.events.remove(i);
             }
+        }
+        // A stream with no event left is kept (its numbering) until it has been quiet for
+        // twice the age, then forgotten: a cursor into it is then unknown, never reused.
+        if self.streams.len() > self.arrivals.len() + 1024 {
+            self.streams.retain(|_, s| {
+                !s.events.is_empty() || now.duration_since(s.last_at) <= limits.age * 2
+            });
         }
     }
 }
@@ -132,9 +151,13 @@ impl Events {
             Some((k, _)) => Arc::clone(k),
             None => Arc::from(stream_id),
         };
-        let stream = state.streams.entry(Arc::clone(&key)).or_default();
+        let stream = state
+            .streams
+            .entry(Arc::clone(&key))
+            .or_insert_with(|| Stream::new(now));
         let n = stream.next;
         stream.next += 1;
+        stream.last_at = now;
         stream.finished |= finishes;
         let mut kept = event.clone();
         let id = format!("{stream_id}/{n}");
@@ -176,9 +199,17 @@ impl Events {
     fn after(&self, stream: &str, n: Option<u64>) -> Option<(Vec<ServerSseMessage>, bool, u64)> {
         let state = self.lock();
         let s = state.streams.get(stream)?;
-        let first_wanted = n.map_or(0, |n| n + 1);
+        let first_wanted = match n {
+            None => 0,
+            Some(n) => n.checked_add(1)?,
+        };
+        // A cursor past what was sent is not one this server gave.
+        if first_wanted > s.next {
+            return None;
+        }
         // A gap: what the client missed is no longer all here.
-        if s.events.front().is_some_and(|k| k.n > first_wanted) {
+        let oldest = s.events.front().map_or(s.next, |k| k.n);
+        if oldest > first_wanted {
             return None;
         }
         let events: Vec<ServerSseMessage> = s
@@ -308,6 +339,38 @@ mod tests {
         assert_eq!(waiting.await.unwrap(), vec!["s/2", "s/3"]);
         assert!(events.replay_events_after("nope/0").await.is_err());
         assert!(events.replay_events_after("garbage").await.is_err());
+        // Past what was sent, or a number that cannot follow: unknown, never a panic.
+        assert!(events.replay_events_after("s/9").await.is_err());
+        assert!(
+            events
+                .replay_events_after(&format!("s/{}", u64::MAX))
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn numbers_go_on_after_a_streams_events_were_evicted() {
+        let events = Store(Events::new(Limits {
+            per_stream: 2,
+            bytes: 1_000_000,
+            age: Duration::from_secs(60),
+        }));
+        for _ in 0..5 {
+            events.store_event("quiet", &note()).await.unwrap();
+        }
+        // Every event of the stream evicted by bytes: the next one is still numbered 5.
+        events.0.lock().evict(
+            &Limits {
+                bytes: 0,
+                ..events.0.limits
+            },
+            Instant::now(),
+        );
+        assert_eq!(
+            events.store_event("quiet", &note()).await.unwrap(),
+            "quiet/5"
+        );
     }
 
     #[tokio::test]
@@ -332,7 +395,7 @@ mod tests {
         }
         let state = events.0.lock();
         assert!(state.bytes <= 10_000, "{}", state.bytes);
-        assert!(!state.streams.contains_key("t0") && state.streams.contains_key("t999"));
+        assert!(state.streams["t0"].events.is_empty() && !state.streams["t999"].events.is_empty());
         assert_eq!(
             state.arrivals.len(),
             state

@@ -524,6 +524,25 @@ pub async fn check(
             .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         return r;
     }
+    // A session's notification stream (`<session id>:common`) is resumed only by the
+    // session's owner; a request's stream has a random id sent only to its caller.
+    if let Some(stream) = request
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|id| id.rsplit_once('/'))
+        .map(|(stream, _)| stream)
+        && let Some(owner_session) = stream.strip_suffix(":common")
+    {
+        let sessions = guard.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions.owner.get(owner_session) != Some(&caller.id) {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                "no such stream for this caller",
+                "resume only the streams of your own session (Last-Event-ID as this server sent it to you)",
+            );
+        }
+    }
     // A GET is a long-lived stream of server notifications, not a call: only requests
     // (POST) take a slot.
     if request.method() != axum::http::Method::POST {

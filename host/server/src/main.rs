@@ -114,9 +114,9 @@ pub struct Budgets {
         long,
         global = true,
         env = "TALLY_NO_CACHE",
-        // 1/0, true/false, yes/no, on/off (an empty value is off).
-        value_parser = clap::builder::FalseyValueParser::new(),
-        conflicts_with = "cache_dir"
+        // 1/0, true/false, yes/no, on/off (an empty value is off). It wins over a cache
+        // directory (no conflict: TALLY_NO_CACHE=0 beside TALLY_CACHE_DIR is fine).
+        value_parser = clap::builder::FalseyValueParser::new()
     )]
     no_cache: bool,
 }

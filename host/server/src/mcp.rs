@@ -569,7 +569,9 @@ impl ServerHandler for TallyServer {
                 ));
             }
         };
-        drop(reporter);
+        if let Some(reporter) = reporter {
+            reporter.finish().await;
+        }
         let elapsed = started.elapsed();
         tracing::info!(
             tool = tool.name(),

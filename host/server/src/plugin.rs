@@ -208,7 +208,10 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
 
 fn cargo_toml(name: &str, api: &Path) -> String {
     format!(
-        r#"[package]
+        r#"# A workspace of its own: the project builds wherever it is put, inside another one too.
+[workspace]
+
+[package]
 name = "{name}"
 version = "0.1.0"
 edition = "2024"
@@ -573,34 +576,40 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
 
     // The definition against the plugin, as the server loads it: a copy of the folder with
     // the plugin under test as its component.
-    let scratch = std::env::temp_dir().join(format!(
-        "tally-plugin-test-{}-{}",
-        std::process::id(),
-        probe
-            .sha256
-            .trim_start_matches("sha256:")
-            .get(..12)
-            .unwrap_or("x")
-    ));
-    let served = scratch.join(&def.id);
+    // A fresh private directory (random name, removed when dropped, even on an error).
+    let scratch = tempfile::Builder::new()
+        .prefix("tally-plugin-test-")
+        .tempdir()
+        .map_err(|e| {
+            Failure::new(
+                exit::FAILED,
+                format!("cannot make a scratch directory: {e}"),
+                "",
+            )
+        })?;
+    let served = scratch.path().join(&def.id);
     let copied = copy_folder(folder, &served).and_then(|()| {
+        let target = served.join(&component);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+        }
         // A hard link to the folder's own component must not be written through.
-        let _ = std::fs::remove_file(served.join(&component));
-        std::fs::write(served.join(&component), &bytes)
+        let _ = std::fs::remove_file(&target);
+        std::fs::write(&target, &bytes)
             .map_err(|e| format!("cannot write the component into the copy: {e}"))
     });
     if let Err(e) = copied {
-        let _ = std::fs::remove_dir_all(&scratch);
         return Err(Failure::new(exit::FAILED, e, ""));
     }
-    let engine = tally_engine::Engine::open_with_backends(
-        &scratch,
+    let engine = std::sync::Arc::new(tally_engine::Engine::open_with_backends(
+        scratch.path(),
         tally_engine::Limits::default(),
         tally_plugin_host::backends(tally_plugin_host::PluginOptions {
             limits,
             ..Default::default()
         }),
-    );
+    ));
     let catalog = engine.catalog();
     for broken in catalog.broken.iter().filter(|b| b.folder == def.id) {
         for p in &broken.problems {
@@ -623,10 +632,24 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
                 "note: the plugin produces `{column}`, which dataset.yaml does not declare: it is not served (declare it as a field to serve it)"
             );
         }
+        // One query as a client would send it: what the server checks of the rows and their
+        // sources (source types, dates, files inside the folder) fails here if it fails there.
+        if let Some(runtime) = crate::runtime() {
+            let asked = serde_json::json!({ "dataset_id": def.id, "limit": 1 });
+            if let Err(e) = runtime
+                .block_on(engine.call_guarded(tally_semantic::request::Tool::QueryRecords, asked))
+            {
+                let error = e.to_json();
+                problems.push(format!(
+                    "served, a query fails: {}",
+                    error["error"]["message"].as_str().unwrap_or("(no message)")
+                ));
+            }
+        }
     }
     drop(catalog);
     drop(engine);
-    let _ = std::fs::remove_dir_all(&scratch);
+    drop(scratch);
 
     Ok(verdict(&probe, &problems))
 }
@@ -721,11 +744,18 @@ fn copy_folder(from: &Path, to: &Path) -> Result<(), String> {
         let kind = entry.file_type().map_err(|e| e.to_string())?;
         if kind.is_dir() {
             copy_folder(&path, &target)?;
-        } else if kind.is_file()
-            && std::fs::hard_link(&path, &target).is_err()
-            && let Err(e) = std::fs::copy(&path, &target)
-        {
-            return Err(format!("cannot copy {}: {e}", path.display()));
+        } else if kind.is_file() && std::fs::hard_link(&path, &target).is_err() {
+            // Never through an existing file: a new one or nothing.
+            let copied = std::fs::File::open(&path).and_then(|mut from| {
+                let mut to = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&target)?;
+                std::io::copy(&mut from, &mut to)
+            });
+            if let Err(e) = copied {
+                return Err(format!("cannot copy {}: {e}", path.display()));
+            }
         }
     }
     Ok(())

@@ -20,14 +20,30 @@ use tally_semantic::definition::{BackendKind, PluginRef};
 /// How often a running call reports.
 pub const EVERY: Duration = Duration::from_millis(500);
 
-/// Sends progress for one call until dropped.
+/// Sends progress for one call until finished (or dropped).
 pub struct Reporter {
-    task: tokio::task::JoinHandle<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Reporter {
+    /// Stops reporting and waits for a notification being sent, so that none follows the
+    /// call's answer (the spec: no progress after completion).
+    pub async fn finish(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
 }
 
 impl Drop for Reporter {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
@@ -45,6 +61,7 @@ pub fn start(
         .map(|s| s.trim().to_string());
     let budget = engine.limits().call_timeout.as_secs_f64();
     let started = Instant::now();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let mut last = -1.0_f64;
         loop {
@@ -61,10 +78,16 @@ pub fn start(
                     return;
                 }
             }
-            tokio::time::sleep(EVERY).await;
+            tokio::select! {
+                _ = &mut stopped => return,
+                () = tokio::time::sleep(EVERY) => {}
+            }
         }
     });
-    Reporter { task }
+    Reporter {
+        task: Some(task),
+        stop: Some(stop),
+    }
 }
 
 /// What the call is doing now, in one line.

@@ -330,8 +330,10 @@ pub fn get(
                 "Find the legal basis of the records of `{id}` ({title}) whose `{field}` is `{value}`, and quote it.\n\
                  1. Call inspect_dataset with {{\"dataset_id\": \"{id}\"}} and find the fields that name the law and the provision (article, paragraph, item) of each record.\n\
                  2. Call query_records with {call}, selecting those fields (page with the cursor if there are more).\n\
-                 3. For each law and provision, call query_records on `{laws}` ({law_title}) with a condition on the law's name and on `{locator}` (it reads any common form of a provision, e.g. 第5条第1項 or 第五条第一項),                  selecting the text. Its other conditions: {dims}.\n\
-                 4. Answer with each provision's text exactly as returned, its citation (the source link of the provenance), and say which records rest on it.                  Say plainly when a provision was not found, and pass on every warning.",
+                 3. For each law and provision, call query_records on `{laws}` ({law_title}) with a condition on the law's name and on `{locator}` (it reads any common form of a provision, e.g. 第5条第1項 or 第五条第一項), \
+                 selecting the text. Its other conditions: {dims}.\n\
+                 4. Answer with each provision's text exactly as returned, its citation (the source link of the provenance), and say which records rest on it. \
+                 Say plainly when a provision was not found, and pass on every warning.",
                 id = ds.id(),
                 title = ds.def.title,
                 laws = law.id(),

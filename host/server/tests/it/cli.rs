@@ -464,6 +464,37 @@ fn boolean_environment_variables_take_1_and_0() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
+    // The effect: TALLY_NO_CACHE=1 keeps nothing in the cache directory, =0 keeps the
+    // prepared data there (and is no conflict with a cache directory).
+    for (value, kept) in [("1", false), ("0", true)] {
+        let cache = tempfile::tempdir().expect("a temporary directory");
+        let o = Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args([
+                "summarize",
+                "procedures",
+                "--metrics",
+                "count",
+                "--datasets",
+            ])
+            .arg(datasets())
+            .env("TALLY_NO_CACHE", value)
+            .env("TALLY_CACHE_DIR", cache.path())
+            .output()
+            .expect("tally runs");
+        assert!(
+            o.status.success(),
+            "TALLY_NO_CACHE={value}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let entries = std::fs::read_dir(cache.path())
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(
+            entries > 0,
+            kept,
+            "TALLY_NO_CACHE={value}: {entries} entries"
+        );
+    }
 }
 
 #[test]
