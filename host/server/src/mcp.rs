@@ -54,7 +54,7 @@ impl Shared {
         });
         let mut changes = shared.engine.subscribe();
         let weak = Arc::downgrade(&shared);
-        count_records(&shared.engine);
+        count_records(&shared.engine, None);
         tokio::spawn(async move {
             let mut prompts_changed;
             loop {
@@ -63,7 +63,15 @@ impl Shared {
                         if let Some(shared) = weak.upgrade()
                             && !(change.added.is_empty() && change.updated.is_empty())
                         {
-                            count_records(&shared.engine);
+                            // Only what changed: a dataset whose reading failed is not read
+                            // again at every other dataset's reload.
+                            let changed: Vec<String> = change
+                                .added
+                                .iter()
+                                .chain(&change.updated)
+                                .cloned()
+                                .collect();
+                            count_records(&shared.engine, Some(&changed));
                         }
                         prompts_changed = prompts_may_change(&change);
                     }
@@ -104,11 +112,12 @@ fn prompts_may_change(change: &tally_engine::catalog::Changes) -> bool {
 /// known before their data is read (plugin datasets: a Parquet footer says it, a plugin does
 /// not), so that lists and resources give it; their first call is then answered from the
 /// prepared data. Bounded like any preparation by the memory budget.
-fn count_records(engine: &Arc<Engine>) {
+fn count_records(engine: &Arc<Engine>, only: Option<&[String]>) {
     let catalog = engine.catalog();
     let unknown: Vec<String> = catalog
         .datasets
         .values()
+        .filter(|ds| only.is_none_or(|ids| ids.iter().any(|id| id == ds.id())))
         .filter(|ds| ds.record_count().is_none() && ds.preparing().is_none())
         .map(|ds| ds.id().to_string())
         .collect();
