@@ -102,6 +102,24 @@ def test_a_body_that_is_not_a_message_is_answered_400_with_a_json_rpc_error(http
         assert r.status_code == 415
 
 
+def sse_events(response, until) -> list[dict]:
+    """The server-sent events of `response` with data (`{"id": …, "data": …}`), read up to
+    and including the first one `until` accepts."""
+    events, event = [], {}
+    for line in response.iter_lines():
+        if line.startswith("id:"):
+            event["id"] = line[3:].strip()
+        elif line.startswith("data:") and line[5:].strip():
+            event["data"] = json.loads(line[5:])
+        elif not line:
+            if "data" in event:
+                events.append(event)
+                if until(event):
+                    break
+            event = {}
+    return events
+
+
 def test_a_dropped_stream_resumes_with_last_event_id():
     """A client whose connection drops in the middle of a call reconnects with the id of the
     last event it saw (GET + Last-Event-ID, as the transport spec says) and receives what it
@@ -121,36 +139,15 @@ def test_a_dropped_stream_resumes_with_last_event_id():
                 "jsonrpc": "2.0", "id": 2, "method": "tools/call",
                 "params": {"name": "summarize_records", "arguments": SLOW, "_meta": {"progressToken": "resume"}},
             }
-            seen = []
             # Read up to the first complete event with data, then drop the connection.
             with h.stream("POST", server.url, json=call, headers=session) as s:
-                event = {}
-                for line in s.iter_lines():
-                    if line.startswith("id:"):
-                        event["id"] = line[3:].strip()
-                    elif line.startswith("data:") and line[5:].strip():
-                        event["data"] = json.loads(line[5:])
-                    elif not line and "data" in event:
-                        seen.append(event)
-                        break
-                    elif not line:
-                        event = {}
+                seen = sse_events(s, until=lambda event: True)
             assert seen and seen[0]["data"]["method"] == "notifications/progress", seen
             last = seen[0]["id"]
-            replayed = []
             with h.stream("GET", server.url, headers={**session, "Last-Event-ID": last}) as s:
                 assert s.status_code == 200
-                event = {}
-                for line in s.iter_lines():
-                    if line.startswith("id:"):
-                        event["id"] = line[3:].strip()
-                    elif line.startswith("data:") and line[5:].strip():
-                        event["data"] = json.loads(line[5:])
-                    elif not line and "data" in event:
-                        replayed.append(event)
-                        if "id" in event["data"]:
-                            break
-                        event = {}
+                # Up to the answer (the message with an id).
+                replayed = sse_events(s, until=lambda event: "id" in event["data"])
             stream, n = last.rsplit("/", 1)
             ids = [e["id"] for e in replayed]
             # Nothing seen twice, nothing missed: the ids go on from the last one seen.

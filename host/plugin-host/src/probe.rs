@@ -122,34 +122,38 @@ pub fn probe(
         filters,
         limit: None,
     };
-    let full = match runtime.scan(&label, &compiled, folder, limits, &request(Vec::new())) {
+    let scanned = runtime.scan(&label, &compiled, folder, limits, &request(Vec::new()));
+    // What is known so far; the scans below fill in the rest.
+    let mut probe = Probe {
+        name: described.name,
+        version: described.version,
+        summary: described.summary,
+        api_version: compiled.api_version,
+        sha256: compiled.sha256.clone(),
+        size: compiled.size,
+        columns,
+        filterable,
+        describe: describe_stats,
+        scan: wasm::last_call_stats().unwrap_or_default(),
+        rows: 0,
+        output_bytes: 0,
+        sample: Vec::new(),
+        sample_sources: Vec::new(),
+        sources: 0,
+        files: Vec::new(),
+        notes: Vec::new(),
+        filters: Vec::new(),
+        problems: Vec::new(),
+    };
+    let full = match scanned {
         Ok(r) => r,
         Err(e) => {
             problems.push(e.message);
-            return Ok(Probe {
-                name: described.name,
-                version: described.version,
-                summary: described.summary,
-                api_version: compiled.api_version,
-                sha256: compiled.sha256.clone(),
-                size: compiled.size,
-                columns,
-                filterable,
-                describe: describe_stats,
-                scan: wasm::last_call_stats().unwrap_or_default(),
-                rows: 0,
-                output_bytes: 0,
-                sample: Vec::new(),
-                sample_sources: Vec::new(),
-                sources: 0,
-                files: Vec::new(),
-                notes: Vec::new(),
-                filters: Vec::new(),
-                problems,
-            });
+            probe.problems = problems;
+            return Ok(probe);
         }
     };
-    let scan_stats = wasm::last_call_stats().unwrap_or_default();
+    let (columns, filterable) = (probe.columns.clone(), probe.filterable.clone());
     let batches = check_output(&label, &full, &columns, &mut problems);
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     check_sources(&label, &full, rows, folder, &mut problems);
@@ -225,27 +229,16 @@ pub fn probe(
             )),
         }
     }
-    Ok(Probe {
-        name: described.name,
-        version: described.version,
-        summary: described.summary,
-        api_version: compiled.api_version,
-        sha256: compiled.sha256.clone(),
-        size: compiled.size,
-        columns,
-        filterable,
-        describe: describe_stats,
-        scan: scan_stats,
-        rows,
-        output_bytes: full.ipc.len(),
-        sample,
-        sample_sources,
-        sources: full.sources.len(),
-        files: full.files.clone(),
-        notes,
-        filters,
-        problems,
-    })
+    probe.rows = rows;
+    probe.output_bytes = full.ipc.len();
+    probe.sample = sample;
+    probe.sample_sources = sample_sources;
+    probe.sources = full.sources.len();
+    probe.files = full.files;
+    probe.notes = notes;
+    probe.filters = filters;
+    probe.problems = problems;
+    Ok(probe)
 }
 
 /// The rows of a scan, checked against what the plugin described: an Arrow IPC stream with
