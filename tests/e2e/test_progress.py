@@ -100,6 +100,17 @@ def test_a_body_that_is_not_a_message_is_answered_400_with_a_json_rpc_error(http
         # A body that is not declared JSON keeps its 415.
         r = h.post(http_server.url, content=b"{}", headers={**headers, "Content-Type": "text/plain"})
         assert r.status_code == 415
+        # A body sent in chunks, without Content-Length, past the body limit (1 MiB by
+        # default): refused while it is read, never held whole.
+        def chunks():
+            yield b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "'
+            for _ in range(2048):
+                yield b"x" * 1024
+            yield b'"}}'
+
+        r = h.post(http_server.url, content=chunks(), headers=headers)
+        assert r.status_code == 413, (r.status_code, r.text[:200])
+        assert "--max-body-bytes" in r.json()["error"]["fix"]
 
 
 def sse_events(response, until) -> list[dict]:

@@ -80,6 +80,14 @@ async def test_templates_prompts_and_completions(transport, mode, http_server):
                 {"dataset_id": "procedures", "where_field": "所管府省庁"},
             )
             assert ministries.completion.values[0] == "デジタル庁", ministries.completion.values
+            # A field with a value per record (69,621 names): candidates come from the 10,000
+            # most frequent, and at most 100 are sent, with the total said.
+            await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["手続名"], "limit": 1})
+            names = await c.complete(
+                PromptReference(name="compare_groups"), {"name": "where_value", "value": ""},
+                {"dataset_id": "procedures", "where_field": "手続名"},
+            )
+            assert len(names.completion.values) == 100 and names.completion.total == 10_000 and names.completion.has_more
             narrowed = await c.get_prompt("compare_groups", {
                 "dataset_id": "procedures", "group_by": "所管府省庁", "where_field": "手続類型", "where_value": "1 申請等",
             })
