@@ -50,13 +50,13 @@ def anyio_backend():
 
 
 class HttpServer:
-    def __init__(self, *extra_args: str, datasets: str | None = None):
+    def __init__(self, *extra_args: str, datasets: str | None = None, env: dict | None = None):
         self.proc = subprocess.Popen(
             [tally_bin(), "serve", "--http", "127.0.0.1:0", "--datasets", datasets or datasets_dir(), *extra_args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "TALLY_LOG": "warn"},
+            env={**os.environ, "TALLY_LOG": "warn", **(env or {})},
         )
         self.port = None
         deadline = time.monotonic() + 60

@@ -32,6 +32,19 @@ pub struct ServedFile {
     /// `sha256:<64 hex>` of the bytes read.
     pub sha256: String,
     pub modified: Option<SystemTime>,
+    /// Where the file is an object in object storage: the version read.
+    pub object: Option<ObjectVersion>,
+}
+
+/// The version of an object a result was computed from, as the envelope cites it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectVersion {
+    /// `s3://bucket/key`.
+    pub url: String,
+    /// The store's ETag (without quotes).
+    pub etag: Option<String>,
+    /// The store's version id, where the bucket keeps versions.
+    pub version: Option<String>,
 }
 
 /// A backend's data, ready to query.
@@ -240,6 +253,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn origin(&self) -> Option<String> {
         None
     }
+    /// For data in object storage, the listing it was registered from (keys, sizes, ETags,
+    /// versions): compared with a new listing at every `--object-poll`.
+    fn remote_listing(&self) -> Option<String> {
+        None
+    }
     /// What `inspect_dataset` says about the backend.
     fn describe(&self) -> crate::results::BackendDescription {
         crate::results::BackendDescription::of(self.kind())
@@ -369,7 +387,7 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     Ok(hex_digest(hasher.finalize().as_slice()))
 }
 
-fn hex_digest(digest: &[u8]) -> String {
+pub(crate) fn hex_digest(digest: &[u8]) -> String {
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
     for b in digest {

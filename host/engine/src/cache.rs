@@ -919,6 +919,7 @@ fn check_files(
             size: current.size,
             sha256: cached.sha256.clone(),
             modified: current.modified,
+            object: current.object.clone(),
         });
     }
     Ok(files)

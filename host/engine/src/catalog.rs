@@ -36,6 +36,9 @@ pub struct Options {
     /// be read at every call instead (`serving` not `Prepared`).
     pub memory_budget: usize,
     pub serving: crate::dataset::Serving,
+    /// List the objects of object-store datasets again (a folder's files say nothing of
+    /// them), and retry those that could not be registered.
+    pub check_objects: bool,
 }
 
 /// A dataset folder that cannot be served, and why.
@@ -230,7 +233,9 @@ impl Catalog {
             }
             let (current, newest) = stamp(&folder);
             let before = previous.folders.get(&name).cloned().unwrap_or_default();
-            let state = if before.stamp.as_deref() == Some(current.as_str()) {
+            let unchanged = before.stamp.as_deref() == Some(current.as_str())
+                && !(options.check_objects && objects_changed(&folder, &name, &before));
+            let state = if unchanged {
                 before
             } else {
                 let fresh = newest
@@ -284,6 +289,35 @@ impl Catalog {
     pub fn ids(&self) -> Vec<&str> {
         self.datasets.keys().map(String::as_str).collect()
     }
+}
+
+/// Whether an object-store dataset's objects are no longer those registered (listed again),
+/// or it could not be registered and is worth trying again. A store that does not answer is
+/// no change: the version registered keeps serving.
+fn objects_changed(folder: &Path, name: &str, before: &FolderState) -> bool {
+    if let Some(ds) = &before.served {
+        let Some(url) = &ds.def.data_url else {
+            return false;
+        };
+        let changed = match crate::object::stamp(url) {
+            Ok(now) => ds.backend.remote_listing().as_deref() != Some(now.as_str()),
+            Err(crate::object::ObjectError::Unreachable(m)) => {
+                tracing::warn!(dataset = %ds.def.id, "{m}; the version registered keeps serving");
+                false
+            }
+            // Gone, denied, or no longer Parquet: read again, so it is reported (the version
+            // registered keeps serving until a valid one replaces it).
+            Err(_) => true,
+        };
+        // Already reported broken for this same reason: nothing new to read.
+        return changed;
+    }
+    if before.broken.is_some() {
+        let label = format!("{name}/{DEFINITION_FILE}");
+        return read_definition(folder, name, &label)
+            .is_ok_and(|(_, loaded)| loaded.dataset.data_url.is_some());
+    }
+    false
 }
 
 /// A folder's state after reading it anew: served, disabled, or broken (an earlier valid

@@ -44,6 +44,44 @@ pub struct Source {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
     pub content_hash: Option<String>,
+    /// The objects read, where the data lies in object storage: each with the version read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<SourceObject>,
+}
+
+/// One object of object storage a result was computed from, and the version read.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceObject {
+    /// `s3://bucket/key`, percent-encoded where the key needs it.
+    #[schemars(url)]
+    pub uri: String,
+    /// The store's entity tag of the version read; every read named it (`If-Match`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// The store's version id, where the bucket keeps versions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    pub size: u64,
+    /// SHA-256 of the object's bytes, when this answer's data was read whole and hashed;
+    /// absent when it was read by byte ranges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
+    pub content_hash: Option<String>,
+}
+
+/// A URL with the bytes a URI may not hold raw percent-encoded (non-ASCII keys, spaces).
+pub fn uri_of(url: &str) -> String {
+    let mut out = String::with_capacity(url.len());
+    for b in url.bytes() {
+        let keep = b.is_ascii_alphanumeric() || b"-._~/:=!$&'()*+,;@%".contains(&b);
+        if keep {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn source_types(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -190,6 +228,19 @@ pub fn dataset_source(ds: &Dataset, files: &[ServedFile]) -> (Source, Option<Str
         effective_at: None,
         license: def.license.clone(),
         content_hash,
+        objects: files
+            .iter()
+            .filter_map(|f| {
+                let o = f.object.as_ref()?;
+                Some(SourceObject {
+                    uri: uri_of(&o.url),
+                    etag: o.etag.clone(),
+                    version_id: o.version.clone(),
+                    size: f.size,
+                    content_hash: Some(f.sha256.clone()).filter(|h| !h.is_empty()),
+                })
+            })
+            .collect(),
     };
     (source, warning)
 }

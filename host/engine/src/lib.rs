@@ -23,6 +23,7 @@ pub mod inspect;
 pub mod json;
 pub mod memory;
 pub mod meta;
+pub mod object;
 pub mod parquet;
 pub mod plan;
 pub mod query;
@@ -152,6 +153,8 @@ pub struct Engine {
     backends: Backends,
     /// Where prepared tables are kept across restarts, if anywhere.
     cache: Option<Arc<cache::Cache>>,
+    /// Held while the datasets directory is scanned.
+    rescanning: std::sync::Mutex<()>,
 }
 
 tokio::task_local! {
@@ -207,6 +210,7 @@ impl Engine {
                     backends: backends.clone(),
                     memory_budget: limits.memory_budget_bytes,
                     serving: limits.serving,
+                    check_objects: false,
                 },
             )),
             changes: tokio::sync::broadcast::channel(64).0,
@@ -220,6 +224,7 @@ impl Engine {
             limits,
             backends,
             cache: None,
+            rescanning: std::sync::Mutex::new(()),
         }
     }
 
@@ -307,11 +312,25 @@ impl Engine {
     /// Rescans the datasets directory and swaps in the new catalog if anything changed.
     /// Returns what changed and whether some folder is still being written (retry later).
     pub fn reload(&self, settle: Duration) -> (catalog::Changes, bool) {
+        self.rescan(settle, false)
+    }
+
+    /// [`Engine::reload`] that also lists the objects of every object-store dataset (and
+    /// retries those that could not be registered): what `--object-poll` runs.
+    pub fn reload_objects(&self, settle: Duration) -> (catalog::Changes, bool) {
+        self.rescan(settle, true)
+    }
+
+    fn rescan(&self, settle: Duration, check_objects: bool) -> (catalog::Changes, bool) {
+        // One scan at a time: two would each build on the same previous catalog, and the
+        // second to finish would undo the first's changes.
+        let _one = self.rescanning.lock().unwrap_or_else(|p| p.into_inner());
         let previous = self.catalog.load_full();
         let options = catalog::Options {
             backends: self.backends.clone(),
             memory_budget: self.limits.memory_budget_bytes,
             serving: self.limits.serving,
+            check_objects,
         };
         let (next, changes) = Catalog::scan(&self.dir, &previous, settle, &options);
         let pending = !next.pending.is_empty();
@@ -375,7 +394,8 @@ impl Engine {
             match self.run(tool, arguments, scope).await {
                 // Files replaced under a live version: take the new catalog and try once more.
                 Err(EngineError::Stale { .. }) => {
-                    self.reload(STALE_SETTLE);
+                    // An object removed or rewritten is seen only by listing it again.
+                    self.reload_objects(STALE_SETTLE);
                     self.run(tool, arguments, scope).await
                 }
                 other => other,
@@ -629,16 +649,26 @@ impl Engine {
                 .iter()
                 .find(|b| b.folder == input && scope.allows(&b.folder))
             {
-                e.message = format!("dataset `{input}` is not served: its definition is broken");
-                e.hint = Some(format!(
-                    "{}: {}",
-                    b.file,
-                    b.problems
-                        .iter()
-                        .map(|p| p.reason.clone())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ));
+                // Why, in the message itself: a store refusing credentials is not a typo.
+                let reasons = b
+                    .problems
+                    .iter()
+                    .map(|p| p.reason.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let fixes = b
+                    .problems
+                    .iter()
+                    .map(|p| p.fix.clone())
+                    .filter(|f| !f.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                e.message = format!("dataset `{input}` is not served: {reasons}");
+                e.hint = Some(if fixes.is_empty() {
+                    format!("{}: {reasons}", b.file)
+                } else {
+                    format!("{}: {fixes}", b.file)
+                });
             }
             e
         })?;

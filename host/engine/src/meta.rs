@@ -245,6 +245,7 @@ pub fn read_and_normalized(
         Some((_, Some(how))) => format!("; {how}"),
         _ => String::new(),
     };
+    let hashed = hashed + &objects_read(&prepared.files);
     if let Some(origin) = ds.backend.origin() {
         provenance.step(TransformationType::Extract, origin);
     }
@@ -262,6 +263,43 @@ pub fn read_and_normalized(
             .collect();
         provenance.step(TransformationType::Normalize, read_as.join("; "));
     }
+}
+
+/// What the extract step says of objects read from object storage: the version of each
+/// (its ETag, named in every read), and whether the bytes were hashed.
+fn objects_read(files: &[crate::backend::ServedFile]) -> String {
+    let objects: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let o = f.object.as_ref()?;
+            let mut version = Vec::new();
+            if let Some(e) = &o.etag {
+                version.push(format!("ETag {e}"));
+            }
+            if let Some(v) = &o.version {
+                version.push(format!("version {v}"));
+            }
+            Some(if version.is_empty() {
+                o.url.clone()
+            } else {
+                format!("{} ({})", o.url, version.join(", "))
+            })
+        })
+        .collect();
+    if objects.is_empty() {
+        return String::new();
+    }
+    let hashed = files.iter().all(|f| !f.sha256.is_empty());
+    format!(
+        "; the object{} read: {}; {}",
+        if objects.len() == 1 { "" } else { "s" },
+        objects.join(", "),
+        if hashed {
+            "every byte was read and hashed (contentHash)"
+        } else {
+            "read by byte ranges, each request pinned to the ETag with If-Match, and not hashed: the answer cites the ETags and no contentHash"
+        }
+    )
 }
 
 /// A dataset result's provenance to start from: the dataset's source cited (with its date
@@ -330,6 +368,7 @@ pub fn row_source_refs(
             effective_at: s.effective_at.clone(),
             license: dataset_source.license.clone(),
             content_hash: s.content_hash.clone(),
+            objects: Vec::new(),
         });
         per_row.push(vec![id]);
     }

@@ -39,6 +39,9 @@ impl BackendFactory for ParquetFactory {
     }
 
     fn create(&self, def: &DatasetDef, folder: &Path) -> Result<Arc<dyn Backend>, Refusal> {
+        if let Some(url) = &def.data_url {
+            return Ok(Arc::new(ParquetBackend::register_objects(&def.id, url)?));
+        }
         Ok(Arc::new(ParquetBackend::register(
             &def.id,
             folder,
@@ -57,8 +60,11 @@ struct Key {
 /// One file the backend reads: its footer and its partition values.
 #[derive(Debug)]
 struct Part {
+    /// Relative to the dataset folder; for an object, its URL (`s3://bucket/key`).
     relative: String,
     footer: Footer,
+    /// Where the file is an object in object storage: the object and its version.
+    object: Option<Arc<crate::object::ObjectFile>>,
     values: Vec<Option<String>>,
     /// `sha256:<hex>` of the file, once hashed for a streamed read.
     hash: std::sync::OnceLock<String>,
@@ -68,12 +74,42 @@ struct Part {
 #[derive(Debug)]
 pub struct ParquetBackend {
     dataset: String,
-    /// What `data_file` says.
+    /// What `data_file` (or `data`) says.
     data_file: String,
     parts: Vec<Part>,
+    /// The listing the objects were registered from (`None` for local files).
+    listing: Option<String>,
     keys: Vec<Key>,
     /// The files' columns, then the partition columns.
     schema: SchemaRef,
+}
+
+/// A refusal at `data:` (an object-store dataset).
+fn data_refusal(reason: String, fix: &str) -> Refusal {
+    Refusal {
+        problems: vec![Problem {
+            line: None,
+            key: "data".into(),
+            reason,
+            fix: fix.into(),
+        }],
+        maybe_incomplete: false,
+    }
+}
+
+/// Why an object's footer could not be read, at `data:`.
+fn object_footer_refusal(e: tally_plugin_parquet::Error, url: &str) -> Refusal {
+    if let tally_plugin_parquet::Error::Io { source, .. } = &e
+        && let Some(object) = source
+            .get_ref()
+            .and_then(|s| s.downcast_ref::<crate::object::ObjectError>())
+    {
+        return data_refusal(object.to_string(), object.fix());
+    }
+    data_refusal(
+        format!("{url}: {e}"),
+        "write complete Parquet objects under the prefix (an object being uploaded is read again at the next --object-poll)",
+    )
 }
 
 fn refusal(reason: String, fix: &str, maybe_incomplete: bool) -> Refusal {
@@ -113,10 +149,97 @@ impl ParquetBackend {
             parts.push(Part {
                 relative: part.relative,
                 footer,
+                object: None,
                 values: part.values,
                 hash: std::sync::OnceLock::new(),
             });
         }
+        ParquetBackend::of_parts(dataset, data_file, parts, &files.keys, None)
+    }
+
+    /// Registers the objects `url` names from their footers only (one ranged read each).
+    pub fn register_objects(
+        dataset: &str,
+        url: &tally_semantic::definition::ObjectUrl,
+    ) -> Result<ParquetBackend, Refusal> {
+        let shown = url.to_string();
+        let object_refusal = |e: crate::object::ObjectError| data_refusal(e.to_string(), e.fix());
+        let listed = crate::object::list(url).map_err(object_refusal)?;
+        let listing = crate::object::stamp_of(&listed);
+        let files = set::from_paths(&shown, listed.iter().map(|(r, _)| r.clone()).collect())
+            .map_err(|e| {
+                data_refusal(
+                    e.to_string(),
+                    "name the objects of one table: a narrower prefix, or one partition layout for all",
+                )
+            })?;
+        let by_relative: std::collections::BTreeMap<String, crate::object::ObjectFile> =
+            listed.into_iter().collect();
+        // Footers are read a few at a time: each is a round trip to the store.
+        let wanted: Vec<(set::Part, crate::object::ObjectFile)> = files
+            .parts
+            .into_iter()
+            .filter_map(|p| by_relative.get(&p.relative).cloned().map(|o| (p, o)))
+            .collect();
+        let mut parts: Vec<Result<Part, Refusal>> = Vec::with_capacity(wanted.len());
+        for batch in wanted.chunks(8) {
+            let read: Vec<Result<Part, Refusal>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = batch
+                    .iter()
+                    .map(|(part, object)| {
+                        scope.spawn(move || {
+                            let footer = tally_plugin_parquet::read_footer_of(
+                                &object.message_path(),
+                                object,
+                                object.modified,
+                            )
+                            .map_err(|e| object_footer_refusal(e, &object.url))?;
+                            Ok(Part {
+                                relative: object.url.clone(),
+                                footer,
+                                object: Some(Arc::new(object.clone())),
+                                values: part.values.clone(),
+                                hash: std::sync::OnceLock::new(),
+                            })
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(refusal(
+                                "reading an object's footer failed unexpectedly".into(),
+                                "see the server log",
+                                false,
+                            ))
+                        })
+                    })
+                    .collect()
+            });
+            parts.extend(read);
+        }
+        let parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?;
+        ParquetBackend::of_parts(dataset, &shown, parts, &files.keys, Some(listing)).map_err(
+            |mut r| {
+                for p in &mut r.problems {
+                    if p.key == "data_file" {
+                        p.key = "data".into();
+                    }
+                }
+                r
+            },
+        )
+    }
+
+    /// The backend of registered parts: their columns checked alike, the partition keys typed.
+    fn of_parts(
+        dataset: &str,
+        data_file: &str,
+        parts: Vec<Part>,
+        keys: &[String],
+        listing: Option<String>,
+    ) -> Result<ParquetBackend, Refusal> {
         let first = &parts[0];
         for other in &parts[1..] {
             if let Some(difference) = difference(
@@ -132,8 +255,7 @@ impl ParquetBackend {
                 ));
             }
         }
-        let keys: Vec<Key> = files
-            .keys
+        let keys: Vec<Key> = keys
             .iter()
             .enumerate()
             .map(|(i, name)| Key {
@@ -174,7 +296,13 @@ impl ParquetBackend {
             )),
             parts,
             keys,
+            listing,
         })
+    }
+
+    /// What the objects were registered from, for change detection (`None`: local files).
+    pub fn listing(&self) -> Option<&str> {
+        self.listing.as_deref()
     }
 
     /// Whether a file's partition values can satisfy every condition on a partition column.
@@ -226,7 +354,8 @@ impl ParquetBackend {
         // Hashed in blocks, off the async workers, each file once per version.
         let unhashed: Vec<(usize, std::path::PathBuf, u64)> = selected
             .iter()
-            .filter(|i| self.parts[**i].hash.get().is_none())
+            // Objects are read by ranges, never whole: they are cited by their ETags.
+            .filter(|i| self.parts[**i].hash.get().is_none() && self.parts[**i].object.is_none())
             .map(|i| {
                 (
                     *i,
@@ -288,12 +417,14 @@ impl ParquetBackend {
                 size: p.footer.size,
                 sha256: p.hash.get().cloned().unwrap_or_default(),
                 modified: p.footer.modified,
+                object: p.object.as_deref().map(object_version),
             });
             files.push(stream::StreamFile::new(
                 p.relative.clone(),
                 p.footer.clone(),
                 offsets[i],
                 values,
+                p.object.clone(),
             ));
         }
         let extract = self.pruned(&served, pushed);
@@ -545,6 +676,7 @@ impl Backend for ParquetBackend {
                 size: p.footer.size,
                 sha256: String::new(),
                 modified: p.footer.modified,
+                object: p.object.as_deref().map(object_version),
             })
             .collect()
     }
@@ -557,6 +689,13 @@ impl Backend for ParquetBackend {
                 out.push(0);
             }
             out.extend_from_slice(&p.footer.footer_bytes);
+            // An object rewritten with the same footer is still another version.
+            if let Some(o) = &p.object {
+                out.extend_from_slice(o.etag.as_deref().unwrap_or("").as_bytes());
+                out.push(0);
+                out.extend_from_slice(o.version.as_deref().unwrap_or("").as_bytes());
+                out.push(0);
+            }
         }
         out
     }
@@ -580,7 +719,9 @@ impl Backend for ParquetBackend {
     fn content_hash(&self, files: &[ServedFile]) -> Option<(String, Option<String>)> {
         match files {
             [] => None,
-            [one] => Some((one.sha256.clone(), None)).filter(|(h, _)| !h.is_empty()),
+            // Objects read by ranges are not hashed: no hash is cited for what was not read.
+            _ if files.iter().any(|f| f.sha256.is_empty()) => None,
+            [one] => Some((one.sha256.clone(), None)),
             many => {
                 let listing = set_listing(many);
                 Some((
@@ -596,6 +737,23 @@ impl Backend for ParquetBackend {
 
     fn streams(&self) -> bool {
         true
+    }
+
+    fn remote_listing(&self) -> Option<String> {
+        self.listing.clone()
+    }
+
+    fn describe(&self) -> crate::results::BackendDescription {
+        let mut d = crate::results::BackendDescription::of(BackendKind::Parquet);
+        if self.listing.is_some() {
+            d.summary = Some(format!(
+                "{} Parquet object{} at {}, read through the S3 API by byte ranges (footers at registration; listed again at every --object-poll)",
+                self.parts.len(),
+                if self.parts.len() == 1 { "" } else { "s" },
+                self.data_file
+            ));
+        }
+        d
     }
 
     /// The `tally.ingest` record `tally add` writes into the footer, in words.
@@ -642,6 +800,7 @@ impl Backend for ParquetBackend {
             .map(|p| Read {
                 relative: p.relative.clone(),
                 footer: p.footer.clone(),
+                object: p.object.clone(),
                 constants: keys
                     .iter()
                     .map(|k| (self.keys[*k].clone(), p.values[*k].clone()))
@@ -655,6 +814,26 @@ impl Backend for ParquetBackend {
         // The bytes cited are hashed first, in blocks; reading then checks that each file is
         // still the one registered (its size, and its footer once read).
         let dataset = self.dataset.clone();
+        // Objects are hashed as they stream from the store (each read pinned to the ETag
+        // registered), a few at a time; nothing of them is held.
+        let objects: Vec<Arc<crate::object::ObjectFile>> =
+            reads.iter().filter_map(|r| r.object.clone()).collect();
+        let mut object_files: Vec<ServedFile> = Vec::with_capacity(objects.len());
+        for batch in objects.chunks(8) {
+            let hashes =
+                futures::future::join_all(batch.iter().map(|o| async move { o.sha256().await }))
+                    .await;
+            for (o, hash) in batch.iter().zip(hashes) {
+                let sha256 = hash.map_err(|e| object_error(&self.dataset, e))?;
+                object_files.push(ServedFile {
+                    path: o.url.clone(),
+                    size: o.size,
+                    sha256,
+                    modified: o.modified,
+                    object: Some(object_version(o)),
+                });
+            }
+        }
         let hashed: Vec<(
             String,
             std::path::PathBuf,
@@ -662,6 +841,7 @@ impl Backend for ParquetBackend {
             Option<std::time::SystemTime>,
         )> = reads
             .iter()
+            .filter(|r| r.object.is_none())
             .map(|r| {
                 (
                     r.relative.clone(),
@@ -698,12 +878,19 @@ impl Backend for ParquetBackend {
                         size,
                         sha256,
                         modified,
+                        object: None,
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()
         })
         .await
         .map_err(EngineError::internal)??;
+        // A dataset is all local files or all objects.
+        let files = if object_files.is_empty() {
+            files
+        } else {
+            object_files
+        };
         let decoded = match reads.first() {
             Some(r) => tally_plugin_parquet::groups::decoded_schema(&r.footer, Text::Dictionary)
                 .map_err(|e| EngineError::backend(&self.dataset, e))?,
@@ -754,6 +941,7 @@ pub fn set_listing(files: &[ServedFile]) -> String {
 struct Read {
     relative: String,
     footer: Footer,
+    object: Option<Arc<crate::object::ObjectFile>>,
     constants: Vec<(Key, Option<String>)>,
 }
 
@@ -916,15 +1104,38 @@ impl Read {
             dataset: dataset.to_string(),
             message: format!("{message} (`{}`)", self.relative),
         };
-        let read = tally_plugin_parquet::groups::read_groups(
-            &self.footer,
-            indices,
-            Text::Dictionary,
-            &mut |bytes| meter.resize(bytes).map_err(|e| e.to_string()),
-            each,
-        );
+        let mut held = |bytes| meter.resize(bytes).map_err(|e| e.to_string());
+        let read = match &self.object {
+            Some(object) => tally_plugin_parquet::groups::read_groups_of(
+                &self.footer,
+                object.as_ref(),
+                indices,
+                Text::Dictionary,
+                &mut held,
+                each,
+            ),
+            None => tally_plugin_parquet::groups::read_groups(
+                &self.footer,
+                indices,
+                Text::Dictionary,
+                &mut held,
+                each,
+            ),
+        };
         match read {
             Ok(_) => Ok(()),
+            Err(tally_plugin_parquet::Error::Io { source, .. })
+                if source
+                    .get_ref()
+                    .is_some_and(|s| s.is::<crate::object::ObjectError>()) =>
+            {
+                let e = source
+                    .into_inner()
+                    .and_then(|s| s.downcast::<crate::object::ObjectError>().ok())
+                    .map(|b| *b)
+                    .unwrap_or_else(|| crate::object::ObjectError::Other("a read failed".into()));
+                Err(object_error(dataset, e))
+            }
             Err(tally_plugin_parquet::Error::Changed { .. }) => Err(stale(
                 "its data file changed after this version was registered",
             )),
@@ -975,6 +1186,29 @@ fn partition_value(value: Option<&str>, data_type: &DataType) -> datafusion::com
         (Some(v), DataType::Float64) => ScalarValue::Float64(v.parse().ok()),
         (Some(v), _) => ScalarValue::Utf8(Some(v.to_string())),
         (None, t) => ScalarValue::try_from(t).unwrap_or(ScalarValue::Null),
+    }
+}
+
+/// What the envelope cites of an object.
+fn object_version(o: &crate::object::ObjectFile) -> crate::backend::ObjectVersion {
+    crate::backend::ObjectVersion {
+        url: o.url.clone(),
+        etag: o.etag_text(),
+        version: o.version.clone(),
+    }
+}
+
+/// An object-store failure as the engine reports it: an object removed or rewritten since
+/// it was registered is a dataset being replaced (the call reloads and retries once); the
+/// rest is the backend failing, said with what to do.
+pub(crate) fn object_error(dataset: &str, e: crate::object::ObjectError) -> EngineError {
+    use crate::object::ObjectError;
+    match e {
+        ObjectError::Missing(m) | ObjectError::Changed(m) => EngineError::Stale {
+            dataset: dataset.to_string(),
+            message: m,
+        },
+        other => EngineError::backend(dataset, format!("{other} ({})", other.fix())),
     }
 }
 

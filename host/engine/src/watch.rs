@@ -155,3 +155,36 @@ pub fn spawn(engine: Arc<Engine>, config: WatchConfig) -> WatchHandle {
         task,
     }
 }
+
+/// Lists the objects of every object-store dataset every `interval` (and retries those that
+/// could not be registered): a bucket sends no file events. A change is validated before it
+/// replaces the version served, as for a folder. Dropping the handle stops it.
+pub fn poll_objects(engine: Arc<Engine>, interval: Duration, settle: Duration) -> PollHandle {
+    tracing::info!(
+        "listing object-store datasets every {} ms",
+        interval.as_millis()
+    );
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            let engine = Arc::clone(&engine);
+            if let Err(e) = tokio::task::spawn_blocking(move || engine.reload_objects(settle)).await
+            {
+                tracing::error!("listing object-store datasets failed: {e}");
+            }
+        }
+    });
+    PollHandle { task }
+}
+
+/// Keeps the object poll alive; dropping it stops it.
+#[derive(Debug)]
+pub struct PollHandle {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PollHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

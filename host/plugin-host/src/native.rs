@@ -450,6 +450,7 @@ impl Backend for NativeBackend {
                 size: ipc.len() as u64,
                 sha256: sha256_hex(&ipc),
                 modified: None,
+                object: None,
             }],
             extract: Some(format!(
                 "{}, library sha256 {}{}; {rows} rows{}",

@@ -157,6 +157,7 @@ impl WasmBackend {
                         size: bytes.len() as u64,
                         sha256: String::new(),
                         modified: meta.and_then(|m| m.modified().ok()),
+                        object: None,
                     };
                     (
                         format!("component `{relative}`"),
@@ -288,6 +289,7 @@ pub fn folder_files(folder: &Path) -> Vec<ServedFile> {
                     size: meta.len(),
                     sha256: String::new(),
                     modified: meta.modified().ok(),
+                    object: None,
                 });
             }
         }
@@ -428,6 +430,7 @@ impl Backend for WasmBackend {
                 size: result.ipc.len() as u64,
                 sha256: sha256_hex(&result.ipc),
                 modified: None,
+                object: None,
             }];
             let files_read = read.files.len();
             files.extend(read.files);
@@ -603,6 +606,7 @@ fn hash_reported_files(
                     size: bytes.len() as u64,
                     sha256: sha,
                     modified: std::fs::metadata(&path).and_then(|m| m.modified()).ok(),
+                    object: None,
                 });
             }
             Err(e) => read.notes.push(format!(

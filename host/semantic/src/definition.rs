@@ -42,6 +42,10 @@ pub struct DatasetDef {
     pub notes: Vec<String>,
     /// Data file of the built-in Parquet backend, relative to the dataset folder.
     pub data_file: String,
+    /// The data in object storage instead (`data: s3://bucket/prefix/`): one Parquet object,
+    /// or every Parquet object under a prefix (a Hive-partitioned tree too). Credentials are
+    /// never part of it: they come from the server's environment.
+    pub data_url: Option<ObjectUrl>,
     pub backend: BackendDef,
     pub fields: Vec<Field>,
     pub computed_measures: Vec<ComputedMeasure>,
@@ -160,6 +164,100 @@ fn valid_time_with_offset(s: &str) -> bool {
                 && digits(&rest[4..6]).is_some_and(|m| m <= 59)
         }
     }
+}
+
+/// Where in object storage a dataset's data lies: `s3://bucket/prefix`. A prefix that ends
+/// in `/` (or is empty) names every Parquet object under it; any other names one object, or,
+/// when no object has that exact key, the objects under `prefix/`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectUrl {
+    /// The scheme, lower case: `s3` (the only one served).
+    pub scheme: String,
+    pub bucket: String,
+    /// The key or key prefix, without a leading `/`.
+    pub prefix: String,
+}
+
+impl ObjectUrl {
+    /// Reads `s3://bucket/prefix`, refusing anything that could carry a secret (user
+    /// information, a query string) or that is not a bucket name.
+    pub fn parse(text: &str) -> Result<ObjectUrl, String> {
+        let text = text.trim();
+        let Some((scheme, rest)) = text.split_once("://") else {
+            return Err("it has no scheme (`s3://`)".into());
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme != "s3" {
+            return Err(format!(
+                "the scheme `{scheme}://` is not served (S3 and S3-compatible stores are, as `s3://`)"
+            ));
+        }
+        if rest.contains(['?', '#']) {
+            return Err("it has a query or fragment; a signed URL carries credentials, which never belong in dataset.yaml".into());
+        }
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.contains('@') {
+            return Err(
+                "it names credentials before the bucket; they never belong in dataset.yaml".into(),
+            );
+        }
+        let valid_bucket = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && !bucket.starts_with(['-', '.'])
+            && !bucket.ends_with(['-', '.']);
+        if !valid_bucket {
+            return Err(format!(
+                "`{bucket}` is not a bucket name (3 to 63 lower-case letters, digits, `-` and `.`)"
+            ));
+        }
+        if prefix.split('/').any(|p| p == "." || p == "..") || prefix.contains('\\') {
+            return Err("its key has `.` or `..` parts".into());
+        }
+        Ok(ObjectUrl {
+            scheme,
+            bucket: bucket.to_string(),
+            prefix: prefix.trim_start_matches('/').to_string(),
+        })
+    }
+
+    /// Whether the URL names a folder (every object under it) rather than one object.
+    pub fn is_folder(&self) -> bool {
+        self.prefix.is_empty() || self.prefix.ends_with('/')
+    }
+}
+
+impl std::fmt::Display for ObjectUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}/{}", self.scheme, self.bucket, self.prefix)
+    }
+}
+
+/// A URL as it may be shown back: what could be a secret (user information, a query such as
+/// a signature) replaced by `…`.
+fn redacted(url: &str) -> String {
+    let (head, query) = match url.split_once(['?', '#']) {
+        Some((h, _)) => (h, "?…"),
+        None => (url, ""),
+    };
+    let head = match head.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('/') {
+            Some((authority, path)) if authority.contains('@') => format!(
+                "{scheme}://…@{}/{path}",
+                authority.rsplit('@').next().unwrap_or_default()
+            ),
+            None if rest.contains('@') => {
+                format!(
+                    "{scheme}://…@{}",
+                    rest.rsplit('@').next().unwrap_or_default()
+                )
+            }
+            _ => head.to_string(),
+        },
+        None => head.to_string(),
+    };
+    head + query
 }
 
 /// Where the dataset comes from.
@@ -660,6 +758,7 @@ const DATASET_KEYS: &[&str] = &[
     "generic_values",
     "notes",
     "data_file",
+    "data",
     "backend",
     "fields",
     "computed_measures",
@@ -1118,6 +1217,7 @@ impl Reader {
             Some(node) if node.value != Value::Null => self.backend(node),
             _ => BackendDef::default(),
         };
+        let data_url = self.data_url(&map, &backend);
 
         let fields = match map.get("fields") {
             Some(node) => self.fields(node),
@@ -1180,11 +1280,67 @@ impl Reader {
             generic_values,
             notes,
             data_file,
+            data_url,
             backend,
             fields,
             computed_measures,
             undeclared: Vec::new(),
         })
+    }
+
+    /// `data: s3://bucket/prefix/`: checked here for its form only (the bucket is asked when
+    /// the dataset is registered). `data_file` and `data` name the data twice; a URL in
+    /// `data_file` belongs in `data`.
+    fn data_url(&mut self, map: &MapView<'_>, backend: &BackendDef) -> Option<ObjectUrl> {
+        if let Some(node) = map.get("data_file")
+            && let Value::Str(v) = &node.value
+            && v.contains("://")
+        {
+            self.error(
+                node.pos,
+                "data_file",
+                format!("`data_file` names a file in the dataset folder, not a URL (`{v}`)"),
+                format!("write the object-store URL under `data:` instead: `data: {v}`"),
+            );
+        }
+        let node = map.get("data")?;
+        let value = self.string(map, "data", "", "write `data: s3://bucket/prefix/`")?;
+        if map.get("data_file").is_some() {
+            self.error(
+                node.pos,
+                "data",
+                "both `data` and `data_file` name the dataset's data",
+                "keep one: `data:` for an object-store URL, `data_file:` for a file in the dataset folder",
+            );
+            return None;
+        }
+        if backend.kind != BackendKind::Parquet {
+            self.error(
+                node.pos,
+                "data",
+                format!(
+                    "`data` is read by the built-in Parquet backend, but this dataset's backend is `{}`",
+                    backend.kind.as_str()
+                ),
+                "remove `data:`, or remove `backend:` to read Parquet objects from the URL",
+            );
+            return None;
+        }
+        match ObjectUrl::parse(&value) {
+            Ok(url) => Some(url),
+            Err(why) => {
+                self.error(
+                    node.pos,
+                    "data",
+                    format!(
+                        "`{}` is not an object-store URL Tally reads: {why}",
+                        redacted(&value)
+                    ),
+                    "write `data: s3://bucket/prefix/` (one Parquet object, or every Parquet object under the prefix); credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_PROFILE …), never from dataset.yaml",
+                );
+                None
+            }
+        }
     }
 
     fn source(&mut self, node: &Node) -> SourceDef {
@@ -2008,5 +2164,33 @@ mod tests {
         assert!(!valid_http_url("ftp://x"));
         assert!(!valid_http_url("https://"));
         assert!(!valid_http_url("/etc/passwd"));
+    }
+}
+
+#[cfg(test)]
+mod object_url_tests {
+    use super::ObjectUrl;
+
+    #[test]
+    fn object_urls_are_read_and_secrets_refused() {
+        let u = ObjectUrl::parse("S3://tally-data/survey/year=2024/").unwrap();
+        assert_eq!((u.scheme.as_str(), u.bucket.as_str()), ("s3", "tally-data"));
+        assert_eq!(u.prefix, "survey/year=2024/");
+        assert!(u.is_folder());
+        assert_eq!(u.to_string(), "s3://tally-data/survey/year=2024/");
+        let one = ObjectUrl::parse("s3://tally-data/a/b.parquet").unwrap();
+        assert!(!one.is_folder());
+        assert!(ObjectUrl::parse("s3://tally-data").unwrap().is_folder());
+        for bad in [
+            "tally-data/x",
+            "https://tally-data/x",
+            "s3://key:secret@tally-data/x",
+            "s3://tally-data/x?X-Amz-Credential=a",
+            "s3://Tally_Data/x",
+            "s3://ab/x",
+            "s3://tally-data/../x",
+        ] {
+            assert!(ObjectUrl::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -58,6 +58,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
         backends: options.backends.clone(),
         memory_budget: options.limits.memory_budget_bytes,
         serving: options.limits.serving,
+        check_objects: false,
     };
     let (mut ok, mut broken) = (0usize, 0usize);
     let mut served: Vec<(String, String)> = Vec::new();

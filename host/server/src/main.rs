@@ -220,6 +220,10 @@ enum Command {
         /// Polling interval in milliseconds (with --watch poll, and for the fallback).
         #[arg(long, default_value_t = 2000)]
         poll_interval_ms: u64,
+        /// How often the objects of object-store datasets (`data: s3://…`) are listed again
+        /// to see changes (a bucket sends no events): `60s`, `500ms`, `5m`, or `off`.
+        #[arg(long, value_name = "INTERVAL", default_value = "60s", value_parser = poll_duration)]
+        object_poll: PollEvery,
         #[command(flatten)]
         common: Common,
     },
@@ -329,6 +333,7 @@ fn main() -> ExitCode {
             allow_origin,
             watch,
             poll_interval_ms,
+            object_poll,
             common,
         } => {
             let interval = std::time::Duration::from_millis(poll_interval_ms.max(50));
@@ -344,6 +349,7 @@ fn main() -> ExitCode {
                 allow_origin,
                 watch,
                 interval,
+                object_poll.0,
                 &common,
             )
         }
@@ -497,6 +503,7 @@ fn serve(
     allow_origin: Vec<String>,
     watch: Option<tally_engine::watch::WatchMode>,
     poll_interval: std::time::Duration,
+    object_poll: Option<std::time::Duration>,
     common: &Common,
 ) -> ExitCode {
     if !common.datasets.is_dir() {
@@ -544,11 +551,52 @@ fn serve(
                 },
             )
         });
+        let _polling = object_poll.map(|every| {
+            tally_engine::watch::poll_objects(
+                std::sync::Arc::clone(&engine),
+                every,
+                tally_engine::watch::WatchConfig::default().settle,
+            )
+        });
         match http {
             Some(addr) => serve::http(engine, addr, allow_origin, guard, audit).await,
             None => serve::stdio(engine, audit).await,
         }
     })
+}
+
+/// An interval of `--object-poll`, or none (`off`).
+#[derive(Debug, Clone, Copy)]
+struct PollEvery(Option<std::time::Duration>);
+
+/// `60s`, `500ms`, `5m`, `1h`, a number of seconds, or `off` / `0`.
+fn poll_duration(text: &str) -> Result<PollEvery, String> {
+    let t = text.trim().to_ascii_lowercase();
+    if t == "off" || t == "0" || t == "never" {
+        return Ok(PollEvery(None));
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: u64 = number.parse().map_err(|_| {
+        format!("`{text}` is not an interval: write e.g. `60s`, `500ms`, `5m` or `off`")
+    })?;
+    let ms = match unit.trim() {
+        "ms" => n,
+        "" | "s" => n.saturating_mul(1000),
+        "m" | "min" => n.saturating_mul(60_000),
+        "h" => n.saturating_mul(3_600_000),
+        other => {
+            return Err(format!(
+                "`{other}` is not a unit of --object-poll: write ms, s, m or h (e.g. `60s`), or `off`"
+            ));
+        }
+    };
+    if ms < 100 {
+        return Err(format!(
+            "`{text}` is shorter than 100 ms: every poll lists every object-store dataset; write e.g. `1s`"
+        ));
+    }
+    Ok(PollEvery(Some(std::time::Duration::from_millis(ms))))
 }
 
 /// The async runtime of a command; `None` (said on stderr) when it cannot start.

@@ -129,13 +129,28 @@ pub fn read_groups(
     held: &mut dyn FnMut(usize) -> Result<(), String>,
     each: &mut dyn FnMut(RecordBatch) -> Result<(), String>,
 ) -> Result<SchemaRef, Error> {
+    let file = File::open(&footer.path).map_err(|source| Error::Io {
+        path: footer.path.clone(),
+        source,
+    })?;
+    read_groups_of(footer, &file, columns, text, held, each)
+}
+
+/// [`read_groups`] over the bytes `blob` holds (an object in object storage).
+pub fn read_groups_of(
+    footer: &Footer,
+    file: &dyn crate::Blob,
+    columns: &[usize],
+    text: Text,
+    held: &mut dyn FnMut(usize) -> Result<(), String>,
+    each: &mut dyn FnMut(RecordBatch) -> Result<(), String>,
+) -> Result<SchemaRef, Error> {
     let path = footer.path.as_path();
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
     };
-    let file = File::open(path).map_err(io)?;
-    let size = file.metadata().map_err(io)?.len();
+    let size = file.size().map_err(io)?;
     if size != footer.size {
         return Err(Error::Changed {
             path: path.to_path_buf(),
@@ -154,8 +169,10 @@ pub fn read_groups(
     let mut decoded: i64 = 0;
     let mut projected: Option<SchemaRef> = None;
     for (g, group) in metadata.row_groups().iter().enumerate() {
-        let mut chunks = Vec::new();
-        let mut bytes_held = 0usize;
+        // The chunks of the row group's columns read: asked for together (an object store
+        // reads adjacent chunks with one request), held before they are read.
+        let mut ranges = Vec::new();
+        let mut wanted = Vec::new();
         for (c, column) in group.columns().iter().enumerate() {
             let root = descr.get_column_root_idx(c);
             if !columns.contains(&root) {
@@ -175,15 +192,19 @@ pub fn read_groups(
                     ),
                 });
             }
-            held(bytes_held + len).map_err(Error::Stopped)?;
-            let mut buf = vec![0u8; len];
-            read_at(&file, &mut buf, start as u64).map_err(io)?;
+            ranges.push(start as u64..(start + len) as u64);
+            wanted.push(column);
+        }
+        let bytes_held: usize = ranges.iter().map(|r| (r.end - r.start) as usize).sum();
+        held(bytes_held).map_err(Error::Stopped)?;
+        let read = file.read_ranges(&ranges).map_err(io)?;
+        let mut chunks = Vec::with_capacity(read.len());
+        for ((range, column), buf) in ranges.iter().zip(&wanted).zip(read) {
             pages::check_pages(&buf, column, g).map_err(|message| Error::Implausible {
                 path: path.to_path_buf(),
                 message,
             })?;
-            bytes_held += len;
-            chunks.push((start as u64, Bytes::from(buf)));
+            chunks.push((range.start, buf));
         }
         let prefetched = Prefetched { len: size, chunks };
         let reader_meta = reader_meta.clone();
@@ -219,7 +240,7 @@ pub fn read_groups(
         });
     }
     // Rewritten while it was read: not the version registered.
-    match crate::raw_footer(&file, size).map_err(io)? {
+    match crate::raw_footer(file, size).map_err(io)? {
         crate::Tail::Footer(bytes) if bytes == footer.footer_bytes => {}
         _ => {
             return Err(Error::Changed {

@@ -96,6 +96,36 @@ pub struct Footer {
     pub metadata: std::sync::Arc<datafusion::parquet::file::metadata::ParquetMetaData>,
 }
 
+/// Bytes read by position: a local file, or an object in object storage (whose reads are
+/// ranged requests). Every reader of this crate reads through it, so both are checked alike.
+pub trait Blob: Send + Sync {
+    /// Its size in bytes, as it is now.
+    fn size(&self) -> std::io::Result<u64>;
+    /// Fills `buf` with the bytes from `offset`; fewer bytes than asked is an error.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+    /// The bytes of several ranges (an object store reads them with few requests, at once).
+    fn read_ranges(&self, ranges: &[std::ops::Range<u64>]) -> std::io::Result<Vec<Bytes>> {
+        ranges
+            .iter()
+            .map(|r| {
+                let mut buf = vec![0u8; r.end.saturating_sub(r.start) as usize];
+                self.read_exact_at(&mut buf, r.start)
+                    .map(|()| Bytes::from(buf))
+            })
+            .collect()
+    }
+}
+
+impl Blob for File {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        groups::read_at(self, buf, offset)
+    }
+}
+
 /// Reads the footer of `path`: schema, row count, size. No data pages are read. The footer's
 /// numbers are checked against each other and against the file before anything trusts them.
 pub fn read_footer(path: &Path) -> Result<Footer, Error> {
@@ -104,8 +134,23 @@ pub fn read_footer(path: &Path) -> Result<Footer, Error> {
         source,
     };
     let file = File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    let footer_bytes = match raw_footer(&file, meta.len()).map_err(io)? {
+    let modified = file.metadata().map_err(io)?.modified().ok();
+    read_footer_of(path, &file, modified)
+}
+
+/// Reads the footer of the bytes `blob` holds, named `path` in messages (an object's key):
+/// what [`read_footer`] does for a local file.
+pub fn read_footer_of(
+    path: &Path,
+    blob: &dyn Blob,
+    modified: Option<SystemTime>,
+) -> Result<Footer, Error> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = blob.size().map_err(io)?;
+    let footer_bytes = match raw_footer(blob, size).map_err(io)? {
         Tail::Footer(bytes) => bytes,
         // No magic number at the end: not Parquet, or a file still being written (its footer
         // comes last), which the caller retries.
@@ -123,17 +168,21 @@ pub fn read_footer(path: &Path) -> Result<Footer, Error> {
         }
     };
     let reader_meta = guarded(path, || {
-        ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+        let thrift = &footer_bytes[..footer_bytes.len().saturating_sub(8)];
+        let metadata =
+            datafusion::parquet::file::metadata::ParquetMetaDataReader::decode_metadata(thrift)
+                .map_err(|e| format_error(path, e))?;
+        ArrowReaderMetadata::try_new(std::sync::Arc::new(metadata), ArrowReaderOptions::new())
             .map_err(|e| format_error(path, e))
     })?;
-    check_footer(path, reader_meta.metadata(), meta.len())?;
+    check_footer(path, reader_meta.metadata(), size)?;
     let num_rows = reader_meta.metadata().file_metadata().num_rows();
     Ok(Footer {
         path: path.to_path_buf(),
         schema: reader_meta.schema().clone(),
         num_rows: u64::try_from(num_rows).unwrap_or(0),
-        size: meta.len(),
-        modified: meta.modified().ok(),
+        size,
+        modified,
         footer_bytes,
         metadata: std::sync::Arc::clone(reader_meta.metadata()),
     })
@@ -231,27 +280,31 @@ enum Tail {
     TooLong,
 }
 
+/// The tail read first: most footers fit, so an object's footer is one ranged request.
+const TAIL_GUESS: u64 = 64 * 1024;
+
 /// The last bytes of a Parquet file: metadata, its length and the magic number.
-fn raw_footer(file: &File, size: u64) -> std::io::Result<Tail> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = file.try_clone()?;
+pub(crate) fn raw_footer(blob: &dyn Blob, size: u64) -> std::io::Result<Tail> {
     if size < 12 {
         return Ok(Tail::NoMagic);
     }
-    let mut tail = [0u8; 8];
-    f.seek(SeekFrom::Start(size - 8))?;
-    f.read_exact(&mut tail)?;
-    if &tail[4..] != b"PAR1" {
+    let guess = size.min(TAIL_GUESS);
+    let mut tail = vec![0u8; guess as usize];
+    blob.read_exact_at(&mut tail, size - guess)?;
+    let end = &tail[tail.len() - 8..];
+    if &end[4..] != b"PAR1" {
         return Ok(Tail::NoMagic);
     }
-    let len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    let len = u64::from(u32::from_le_bytes([end[0], end[1], end[2], end[3]]));
     if len > MAX_FOOTER_BYTES {
         return Ok(Tail::TooLong);
     }
-    let start = size.saturating_sub(8 + len);
-    let mut out = Vec::with_capacity((size - start) as usize);
-    f.seek(SeekFrom::Start(start))?;
-    f.take(size - start).read_to_end(&mut out)?;
+    let wanted = (8 + len).min(size);
+    if wanted <= guess {
+        return Ok(Tail::Footer(tail.split_off((guess - wanted) as usize)));
+    }
+    let mut out = vec![0u8; wanted as usize];
+    blob.read_exact_at(&mut out, size - wanted)?;
     Ok(Tail::Footer(out))
 }
 

@@ -96,6 +96,18 @@ pub fn expand(folder: &Path, pattern: &str) -> Result<FileSet, SetError> {
             pattern: pattern.to_string(),
         });
     }
+    from_paths(pattern, found)
+}
+
+/// The set of the files at `found` (relative, `/`-separated; any order), named `pattern` in
+/// messages: their partition values from their folders, every file partitioned alike. What an
+/// object store lists under a prefix is read the same way as a folder walked.
+pub fn from_paths(pattern: &str, mut found: Vec<String>) -> Result<FileSet, SetError> {
+    if found.len() > MAX_FILES {
+        return Err(SetError::TooMany {
+            pattern: pattern.to_string(),
+        });
+    }
     if found.is_empty() {
         return Err(SetError::Empty(pattern.to_string()));
     }

@@ -65,6 +65,8 @@ pub(super) struct StreamFile {
     pub values: Vec<ScalarValue>,
     /// Its column chunks by where they lie: (start, end, row group, column).
     chunks: Vec<(u64, u64, usize, usize)>,
+    /// Where it is an object in object storage (read by ranged requests).
+    object: Option<Arc<crate::object::ObjectFile>>,
 }
 
 impl StreamFile {
@@ -73,6 +75,7 @@ impl StreamFile {
         footer: Footer,
         offset: u64,
         values: Vec<ScalarValue>,
+        object: Option<Arc<crate::object::ObjectFile>>,
     ) -> StreamFile {
         let mut chunks = Vec::new();
         for (g, group) in footer.metadata.row_groups().iter().enumerate() {
@@ -89,6 +92,7 @@ impl StreamFile {
             offset,
             values,
             chunks,
+            object,
         }
     }
 
@@ -520,6 +524,19 @@ impl ParquetFileReaderFactory for CheckedFactory {
             dataset: shared.dataset.clone(),
             message: format!("{message} (`{}`)", file.relative),
         };
+        if file.object.is_some() {
+            // Every ranged read names the ETag registered (`If-Match`): bytes of another
+            // version are refused by the store itself.
+            return Ok(Box::new(CheckedReader {
+                shared: Arc::clone(shared),
+                counts: Arc::clone(&self.counts),
+                index,
+                file: None,
+                held: shared
+                    .budget
+                    .reservation(format!("reading dataset `{}`", shared.dataset)),
+            }));
+        }
         let opened = match File::open(&file.footer.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -546,7 +563,7 @@ impl ParquetFileReaderFactory for CheckedFactory {
             shared: Arc::clone(shared),
             counts: Arc::clone(&self.counts),
             index,
-            file: opened,
+            file: Some(opened),
             held: shared
                 .budget
                 .reservation(format!("reading dataset `{}`", shared.dataset)),
@@ -559,13 +576,15 @@ struct CheckedReader {
     shared: Arc<Shared>,
     counts: Arc<ReadCounts>,
     index: usize,
-    file: File,
+    /// The local file (`None`: the stream file's object).
+    file: Option<File>,
     /// What the bytes of the last read hold (the scan reads a row group's chunks at a time).
     held: Reservation,
 }
 
 impl CheckedReader {
-    fn read(&mut self, ranges: &[Range<u64>]) -> Result<Vec<Bytes>, ParquetError> {
+    /// Checks the ranges asked for and holds their size from the memory budget.
+    fn admit(&mut self, ranges: &[Range<u64>]) -> Result<(), ParquetError> {
         let file = &self.shared.files[self.index];
         let refuse = |e: EngineError| ParquetError::External(Box::new(e));
         let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
@@ -580,35 +599,81 @@ impl CheckedReader {
         }
         self.held
             .resize(usize::try_from(total).unwrap_or(usize::MAX))
-            .map_err(refuse)?;
+            .map_err(refuse)
+    }
+
+    /// Checks the page headers of the column chunks read and counts their row groups.
+    fn accept(&self, range: &Range<u64>, buf: &[u8]) -> Result<(), ParquetError> {
+        let file = &self.shared.files[self.index];
+        if let Some((g, c, _)) = file.chunk_of(range) {
+            let column = file.footer.metadata.row_group(g).column(c);
+            tally_plugin_parquet::pages::check_pages(buf, column, g).map_err(|m| {
+                ParquetError::External(Box::new(EngineError::backend(
+                    &self.shared.dataset,
+                    format!(
+                        "`{}` has a footer that cannot be trusted: {m}",
+                        file.relative
+                    ),
+                )))
+            })?;
+            if let Ok(mut read) = self.counts.read.lock() {
+                read.insert((self.index, g));
+            }
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, ranges: &[Range<u64>]) -> Result<Vec<Bytes>, ParquetError> {
+        self.admit(ranges)?;
+        let Some(opened) = &self.file else {
+            return Err(ParquetError::General(
+                "an object is read by ranged requests".into(),
+            ));
+        };
         let mut out = Vec::with_capacity(ranges.len());
         for range in ranges {
             let mut buf = vec![0u8; (range.end - range.start) as usize];
-            read_at(&self.file, &mut buf, range.start)
-                .map_err(|e| refuse(EngineError::backend(&self.shared.dataset, e)))?;
-            if let Some((g, c, _)) = file.chunk_of(range) {
-                let column = file.footer.metadata.row_group(g).column(c);
-                tally_plugin_parquet::pages::check_pages(&buf, column, g).map_err(|m| {
-                    refuse(EngineError::backend(
-                        &self.shared.dataset,
-                        format!(
-                            "`{}` has a footer that cannot be trusted: {m}",
-                            file.relative
-                        ),
-                    ))
-                })?;
-                if let Ok(mut read) = self.counts.read.lock() {
-                    read.insert((self.index, g));
-                }
-            }
+            read_at(opened, &mut buf, range.start).map_err(|e| {
+                ParquetError::External(Box::new(EngineError::backend(&self.shared.dataset, e)))
+            })?;
+            self.accept(range, &buf)?;
             out.push(Bytes::from(buf));
         }
         Ok(out)
+    }
+
+    /// The ranges of the stream file's object, read from the store.
+    async fn read_object(&mut self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>, ParquetError> {
+        self.admit(&ranges)?;
+        let Some(object) = self.shared.files[self.index].object.clone() else {
+            return Err(ParquetError::General("not an object".into()));
+        };
+        let got = object.ranges(ranges.clone()).await.map_err(|e| {
+            ParquetError::External(Box::new(super::object_error(&self.shared.dataset, e)))
+        })?;
+        for (range, bytes) in ranges.iter().zip(&got) {
+            if bytes.len() as u64 != range.end - range.start {
+                return Err(ParquetError::External(Box::new(EngineError::backend(
+                    &self.shared.dataset,
+                    format!("{} answered fewer bytes than asked for", object.url),
+                ))));
+            }
+            self.accept(range, bytes)?;
+        }
+        Ok(got)
     }
 }
 
 impl AsyncFileReader for CheckedReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ParquetError>> {
+        if self.file.is_none() {
+            return async move {
+                self.read_object(vec![range])
+                    .await
+                    .map(|mut v| v.pop().unwrap_or_default())
+            }
+            .boxed();
+        }
         let read = self
             .read(std::slice::from_ref(&range))
             .map(|mut v| v.pop().unwrap_or_default());
@@ -619,6 +684,9 @@ impl AsyncFileReader for CheckedReader {
         &mut self,
         ranges: Vec<Range<u64>>,
     ) -> BoxFuture<'_, Result<Vec<Bytes>, ParquetError>> {
+        if self.file.is_none() {
+            return async move { self.read_object(ranges).await }.boxed();
+        }
         let read = self.read(&ranges);
         async move { read }.boxed()
     }

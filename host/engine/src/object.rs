@@ -1,0 +1,791 @@
+//! Datasets whose Parquet data lies in object storage (`data: s3://bucket/prefix/`).
+//!
+//! A store is built per bucket from the server's environment — the usual `AWS_*` variables
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, …) or a named profile (`AWS_PROFILE`, read from
+//! `~/.aws/credentials` and `~/.aws/config`) — never from `dataset.yaml`. Without any
+//! credentials nothing is asked of the network: the instance-metadata service is used only
+//! when `AWS_EC2_METADATA_DISABLED=false` says so, and a public bucket is read unsigned only
+//! with `AWS_SKIP_SIGNATURE=true`.
+//!
+//! Every request runs on a runtime of its own (DataFusion's advice for object-store IO: a
+//! query's CPU work must not starve the network, nor the other way round), with a connect
+//! timeout, a request timeout and a bounded retry, so that a store that stops answering fails
+//! a call well within its deadline. Every read of an object names the ETag it was registered
+//! with (`If-Match`), so bytes of another version are never served under this one's name.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    ClientConfigKey, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt, RetryConfig,
+};
+use sha2::{Digest, Sha256};
+use tally_semantic::definition::ObjectUrl;
+
+/// Connecting to the store: a store that is not there fails fast.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// One request, from sending it to the last byte of its answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Retries of a request that failed in a way worth retrying (5xx, a dropped connection), and
+/// the time after which none is tried: with the timeouts above, an operation gives up within
+/// about 6 s, inside the default 10 s call deadline.
+const MAX_RETRIES: usize = 2;
+const RETRY_TIMEOUT: Duration = Duration::from_secs(4);
+/// Objects under one prefix: more is refused (each is a footer to read).
+pub const MAX_OBJECTS: usize = tally_plugin_parquet::set::MAX_FILES;
+
+/// The runtime every object-store request runs on.
+fn io() -> &'static tokio::runtime::Runtime {
+    static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    IO.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tally-object-io")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("the object-store runtime cannot start: {e}"))
+    })
+}
+
+/// Runs `future` on the IO runtime and waits for it from async code.
+pub async fn run<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, ObjectError> {
+    io().spawn(future)
+        .await
+        .map_err(|e| ObjectError::Other(format!("an object-store request stopped: {e}")))
+}
+
+/// Runs `future` on the IO runtime and blocks this thread until it is done: for registration
+/// and for the readers that run on blocking threads. Never called on an async worker while
+/// a call waits (those use [`run`]).
+pub fn wait<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, ObjectError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    io().spawn(async move {
+        let _ = tx.send(future.await);
+    });
+    rx.recv()
+        .map_err(|_| ObjectError::Other("an object-store request stopped".into()))
+}
+
+/// What went wrong with an object store, in the terms of who must act.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    /// No credentials could be found in the environment.
+    #[error("{0}")]
+    NoCredentials(String),
+    /// The store refused the credentials, or they do not grant access.
+    #[error("{0}")]
+    Denied(String),
+    /// The bucket does not exist.
+    #[error("{0}")]
+    NoBucket(String),
+    /// The object (or prefix) is not there.
+    #[error("{0}")]
+    Missing(String),
+    /// The object is no longer the version registered (its ETag changed).
+    #[error("{0}")]
+    Changed(String),
+    /// The store did not answer (refused, timed out, dropped the connection).
+    #[error("{0}")]
+    Unreachable(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ObjectError {
+    /// The fix to say with the error.
+    pub fn fix(&self) -> &'static str {
+        match self {
+            ObjectError::NoCredentials(_) => {
+                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary credentials), or AWS_PROFILE naming a profile of ~/.aws/credentials, in the server's environment; AWS_SKIP_SIGNATURE=true reads a public bucket"
+            }
+            ObjectError::Denied(_) => {
+                "check the credentials in the server's environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and that they may list the prefix and read its objects"
+            }
+            ObjectError::NoBucket(_) => {
+                "check the bucket name in `data:`, and AWS_ENDPOINT_URL / AWS_REGION for the store that holds it"
+            }
+            ObjectError::Missing(_) => {
+                "check the key in `data:` (a prefix ending in `/` names every Parquet object under it)"
+            }
+            ObjectError::Changed(_) => "the dataset is read again at the next reload",
+            ObjectError::Unreachable(_) => {
+                "check that the store is up and AWS_ENDPOINT_URL points at it; the dataset is tried again at the next --object-poll"
+            }
+            ObjectError::Other(_) => {
+                "see the message; the dataset is tried again at the next reload"
+            }
+        }
+    }
+
+    /// As an IO error, for the Parquet readers (which turn `NotFound` into "removed").
+    pub fn into_io(self) -> std::io::Error {
+        use std::io::ErrorKind;
+        let kind = match &self {
+            ObjectError::Missing(_) => ErrorKind::NotFound,
+            ObjectError::Changed(_) => ErrorKind::StaleNetworkFileHandle,
+            ObjectError::Denied(_) | ObjectError::NoCredentials(_) => ErrorKind::PermissionDenied,
+            ObjectError::Unreachable(_) => ErrorKind::TimedOut,
+            _ => ErrorKind::Other,
+        };
+        std::io::Error::new(kind, self)
+    }
+
+    /// Reads an object-store error, `what` naming the object or prefix asked for.
+    fn from_store(e: object_store::Error, what: &str) -> ObjectError {
+        let text = error_chain(&e);
+        match e {
+            object_store::Error::NotFound { .. } if text.contains("NoSuchBucket") => {
+                ObjectError::NoBucket(format!("the bucket of {what} does not exist"))
+            }
+            object_store::Error::NotFound { .. } => {
+                ObjectError::Missing(format!("{what} is not in the store"))
+            }
+            object_store::Error::Precondition { .. } => ObjectError::Changed(format!(
+                "{what} changed after this version was registered (its ETag is another)"
+            )),
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => ObjectError::Denied(format!(
+                "the object store refused access to {what}: {}",
+                reason(&text)
+            )),
+            _ if text.contains("NoSuchBucket") => {
+                ObjectError::NoBucket(format!("the bucket of {what} does not exist"))
+            }
+            _ if [
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+                "AccessDenied",
+                "403 Forbidden",
+            ]
+            .iter()
+            .any(|m| text.contains(m)) =>
+            {
+                ObjectError::Denied(format!(
+                    "the object store refused access to {what}: {}",
+                    reason(&text)
+                ))
+            }
+            _ if [
+                "error sending request",
+                "timed out",
+                "Timeout",
+                "connection",
+                "Connection",
+                "dns error",
+            ]
+            .iter()
+            .any(|m| text.contains(m)) =>
+            {
+                // The transport's last words say what happened (timed out, refused).
+                let last = text
+                    .rsplit(" - ")
+                    .next()
+                    .unwrap_or(&text)
+                    .trim_start_matches("HTTP error: ");
+                ObjectError::Unreachable(format!(
+                    "the object store did not answer for {what} within {} s ({MAX_RETRIES} retries): {}",
+                    RETRY_TIMEOUT.as_secs() + REQUEST_TIMEOUT.as_secs(),
+                    reason(last)
+                ))
+            }
+            _ => ObjectError::Other(format!(
+                "the object store failed for {what}: {}",
+                reason(&text)
+            )),
+        }
+    }
+}
+
+/// An error and its sources, as one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// The store's own words, shortened, without anything that could be a secret: S3 echoes the
+/// access key id it was sent, never the secret; signatures and request ids are cut.
+fn reason(text: &str) -> String {
+    // What the store answered, without the request line before it: the status, and the
+    // code and message of an S3 error body.
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let from = text.find(&open)? + open.len();
+        let to = text[from..].find('<')? + from;
+        Some(text[from..to].to_string())
+    };
+    if let Some(at) = text.find("status code: ") {
+        let status: String = text[at + 13..]
+            .chars()
+            .take_while(|c| *c != ':' && *c != '<')
+            .collect();
+        let mut out = format!("HTTP {}", status.trim());
+        if let Some(code) = tag("Code") {
+            out.push_str(&format!(", {code}"));
+        }
+        if let Some(message) = tag("Message") {
+            out.push_str(&format!(
+                ": {}",
+                message.chars().take(200).collect::<String>()
+            ));
+        }
+        return out;
+    }
+    let mut out: String = text.chars().filter(|c| !c.is_control()).take(400).collect();
+    for marker in ["<StringToSign", "<SignatureProvided", "<CanonicalRequest"] {
+        if let Some(at) = out.find(marker) {
+            out.truncate(at);
+        }
+    }
+    out
+}
+
+/// One object of a dataset: where it is and the version registered.
+#[derive(Debug, Clone)]
+pub struct ObjectFile {
+    pub store: Arc<dyn ObjectStore>,
+    pub location: ObjectPath,
+    /// `s3://bucket/key`: what the envelope cites.
+    pub url: String,
+    /// As the store gives it (S3 quotes it).
+    pub etag: Option<String>,
+    /// The store's version id, where the bucket keeps versions.
+    pub version: Option<String>,
+    pub size: u64,
+    pub modified: Option<SystemTime>,
+}
+
+impl ObjectFile {
+    fn of(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, meta: ObjectMeta) -> ObjectFile {
+        ObjectFile {
+            store: Arc::clone(store),
+            url: format!("{}://{}/{}", url.scheme, url.bucket, meta.location),
+            location: meta.location,
+            etag: meta.e_tag,
+            version: meta.version,
+            size: meta.size,
+            modified: Some(SystemTime::from(meta.last_modified)),
+        }
+    }
+
+    /// The ETag without the quotes S3 puts around it.
+    pub fn etag_text(&self) -> Option<String> {
+        self.etag.as_ref().map(|e| e.trim_matches('"').to_string())
+    }
+
+    /// A path for messages (the Parquet reader names files by their last part).
+    pub fn message_path(&self) -> PathBuf {
+        PathBuf::from(self.location.as_ref())
+    }
+
+    fn options(&self, range: Option<Range<u64>>) -> GetOptions {
+        GetOptions {
+            if_match: self.etag.clone(),
+            version: self.version.clone(),
+            range: range.map(GetRange::Bounded),
+            ..GetOptions::default()
+        }
+    }
+
+    /// The bytes of `ranges`, read with `If-Match` on the registered ETag: ranges close to
+    /// each other are read by one request (a row group's column chunks are adjacent), and
+    /// the requests run at once.
+    pub async fn ranges(&self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>, ObjectError> {
+        let merged = coalesce(&ranges);
+        let this = self.clone();
+        let requests: Vec<Range<u64>> = merged.clone();
+        let got = run(async move {
+            let reads = requests.into_iter().map(|r| {
+                let this = &this;
+                async move {
+                    let got = this
+                        .store
+                        .get_opts(&this.location, this.options(Some(r)))
+                        .await
+                        .map_err(|e| ObjectError::from_store(e, &this.url))?;
+                    got.bytes()
+                        .await
+                        .map_err(|e| ObjectError::from_store(e, &this.url))
+                }
+            });
+            futures::future::try_join_all(reads).await
+        })
+        .await??;
+        Ok(ranges
+            .iter()
+            .map(|r| {
+                merged
+                    .iter()
+                    .zip(&got)
+                    .find(|(m, _)| m.start <= r.start && r.end <= m.end)
+                    .map(|(m, bytes)| {
+                        let from = (r.start - m.start) as usize;
+                        let to = ((r.end - m.start) as usize).min(bytes.len());
+                        bytes.slice(from.min(to)..to)
+                    })
+                    .unwrap_or_default()
+            })
+            .collect())
+    }
+
+    /// The SHA-256 of the whole object (`sha256:<hex>`), read as a stream (nothing held).
+    pub async fn sha256(&self) -> Result<String, ObjectError> {
+        let this = self.clone();
+        run(async move {
+            let got = this
+                .store
+                .get_opts(&this.location, this.options(None))
+                .await
+                .map_err(|e| ObjectError::from_store(e, &this.url))?;
+            let mut stream = got.into_stream();
+            let mut hasher = Sha256::new();
+            let mut read = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| ObjectError::from_store(e, &this.url))?;
+                read += chunk.len() as u64;
+                hasher.update(&chunk);
+            }
+            if read != this.size {
+                return Err(ObjectError::Changed(format!(
+                    "{} is {read} bytes, not the {} registered",
+                    this.url, this.size
+                )));
+            }
+            Ok(crate::backend::hex_digest(hasher.finalize().as_slice()))
+        })
+        .await?
+    }
+}
+
+/// Ranges less than this apart are read by one request: a round trip costs more than the
+/// bytes between them.
+const COALESCE_GAP: u64 = 1 << 20;
+/// No request reads more than this (a row group of a wide file stays several requests).
+const MAX_REQUEST: u64 = 64 << 20;
+
+/// The requests that read `ranges`: sorted, and merged where they are close.
+fn coalesce(ranges: &[Range<u64>]) -> Vec<Range<u64>> {
+    let mut sorted: Vec<Range<u64>> = ranges.to_vec();
+    sorted.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(sorted.len());
+    for r in sorted {
+        match out.last_mut() {
+            Some(last)
+                if r.start <= last.end.saturating_add(COALESCE_GAP)
+                    && r.end.max(last.end) - last.start <= MAX_REQUEST =>
+            {
+                last.end = last.end.max(r.end);
+            }
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Blocking reads, for the readers that run on blocking threads (registration, preparing).
+impl tally_plugin_parquet::Blob for ObjectFile {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.size)
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let range = offset..offset + buf.len() as u64;
+        let this = self.clone();
+        let got = wait(async move { this.ranges(vec![range]).await })
+            .and_then(|r| r)
+            .map_err(ObjectError::into_io)?;
+        let bytes = got.into_iter().next().unwrap_or_default();
+        if bytes.len() != buf.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{} answered {} bytes where {} were asked for",
+                    self.url,
+                    bytes.len(),
+                    buf.len()
+                ),
+            ));
+        }
+        buf.copy_from_slice(&bytes);
+        Ok(())
+    }
+
+    fn read_ranges(&self, ranges: &[Range<u64>]) -> std::io::Result<Vec<Bytes>> {
+        let this = self.clone();
+        let asked = ranges.to_vec();
+        let got = wait(async move { this.ranges(asked).await })
+            .and_then(|r| r)
+            .map_err(ObjectError::into_io)?;
+        for (r, b) in ranges.iter().zip(&got) {
+            if b.len() as u64 != r.end - r.start {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("{} answered fewer bytes than asked for", self.url),
+                ));
+            }
+        }
+        Ok(got)
+    }
+}
+
+/// The objects a URL names, in key order, with their keys relative to the prefix (what a
+/// set of files is read from): one object when the URL names an object's key, else every
+/// `.parquet` object under the prefix (hidden `.x` and `_x` parts skipped, as Spark and Hive
+/// write `_SUCCESS`).
+pub fn list(url: &ObjectUrl) -> Result<Vec<(String, ObjectFile)>, ObjectError> {
+    let store = store_for(url)?;
+    let url = url.clone();
+    wait(async move { list_async(&store, &url).await })?
+}
+
+async fn list_async(
+    store: &Arc<dyn ObjectStore>,
+    url: &ObjectUrl,
+) -> Result<Vec<(String, ObjectFile)>, ObjectError> {
+    let shown = url.to_string();
+    if !url.is_folder() {
+        let location = ObjectPath::from(url.prefix.as_str());
+        match store.head(&location).await {
+            Ok(meta) => {
+                let name = url
+                    .prefix
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                return Ok(vec![(name, ObjectFile::of(store, url, meta))]);
+            }
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(ObjectError::from_store(e, &shown)),
+        }
+    }
+    let prefix = url.prefix.trim_end_matches('/');
+    let location = (!prefix.is_empty()).then(|| ObjectPath::from(prefix));
+    let mut listed = store.list(location.as_ref());
+    let mut out = Vec::new();
+    while let Some(meta) = listed.next().await {
+        let meta = meta.map_err(|e| ObjectError::from_store(e, &shown))?;
+        let key = meta.location.as_ref().to_string();
+        let relative = key
+            .strip_prefix(prefix)
+            .unwrap_or(&key)
+            .trim_start_matches('/')
+            .to_string();
+        let hidden = relative
+            .split('/')
+            .any(|p| p.starts_with('.') || p.starts_with('_'));
+        if hidden || !relative.ends_with(".parquet") {
+            continue;
+        }
+        if out.len() >= MAX_OBJECTS {
+            return Err(ObjectError::Other(format!(
+                "{shown} holds more than {MAX_OBJECTS} Parquet objects"
+            )));
+        }
+        out.push((relative, ObjectFile::of(store, url, meta)));
+    }
+    if out.is_empty() {
+        return Err(ObjectError::Missing(format!(
+            "no Parquet object (`….parquet`) is under {shown}"
+        )));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// What a listing of `url` is now: every object's key, size, ETag and version. Compared at
+/// each `--object-poll` with what was registered; a difference reads the dataset again.
+pub fn stamp(url: &ObjectUrl) -> Result<String, ObjectError> {
+    Ok(stamp_of(&list(url)?))
+}
+
+pub fn stamp_of(objects: &[(String, ObjectFile)]) -> String {
+    objects
+        .iter()
+        .map(|(relative, o)| {
+            format!(
+                "{relative}:{}:{}:{}",
+                o.size,
+                o.etag.as_deref().unwrap_or(""),
+                o.version.as_deref().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// The store for a URL's bucket, built once per bucket from the environment.
+fn store_for(url: &ObjectUrl) -> Result<Arc<dyn ObjectStore>, ObjectError> {
+    static STORES: OnceLock<Mutex<BTreeMap<String, Arc<dyn ObjectStore>>>> = OnceLock::new();
+    let stores = STORES.get_or_init(Default::default);
+    let key = format!("{}://{}", url.scheme, url.bucket);
+    if let Some(store) = stores.lock().ok().and_then(|s| s.get(&key).cloned()) {
+        return Ok(store);
+    }
+    let env: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("AWS_"))
+        .collect();
+    let store: Arc<dyn ObjectStore> = Arc::new(s3_store(&url.bucket, &env, &home_files(&env))?);
+    if let Ok(mut s) = stores.lock() {
+        s.insert(key, Arc::clone(&store));
+    }
+    Ok(store)
+}
+
+/// The shared credentials and config files of the AWS tools, as the environment names them.
+#[derive(Debug, Default)]
+struct ProfileFiles {
+    credentials: Option<String>,
+    config: Option<String>,
+}
+
+fn home_files(env: &BTreeMap<String, String>) -> ProfileFiles {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let path = |var: &str, default: &str| {
+        env.get(var)
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".aws").join(default)))
+    };
+    let read = |p: Option<PathBuf>| p.and_then(|p| crate::catalog::read_small(&p, 1 << 20).ok());
+    ProfileFiles {
+        credentials: read(path("AWS_SHARED_CREDENTIALS_FILE", "credentials")),
+        config: read(path("AWS_CONFIG_FILE", "config")),
+    }
+}
+
+/// The keys of one section of an INI file (`[name]`), lower-cased, values trimmed.
+fn ini_section(text: &str, section: &str) -> Option<BTreeMap<String, String>> {
+    let mut current: Option<String> = None;
+    let mut found: Option<BTreeMap<String, String>> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = Some(name.trim().to_string());
+            if current.as_deref() == Some(section) {
+                found.get_or_insert_with(BTreeMap::new);
+            }
+            continue;
+        }
+        if current.as_deref() == Some(section)
+            && let Some((k, v)) = line.split_once('=')
+            && let Some(map) = found.as_mut()
+        {
+            map.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    found
+}
+
+/// The settings of the profile `AWS_PROFILE` names (or `default`, when the files have one and
+/// the environment holds no key): credentials from the credentials file, region and endpoint
+/// from the config file. Environment variables win over the profile.
+fn profile_settings(
+    env: &BTreeMap<String, String>,
+    files: &ProfileFiles,
+) -> Result<BTreeMap<String, String>, ObjectError> {
+    let named = env.get("AWS_PROFILE").cloned();
+    let name = named.clone().unwrap_or_else(|| "default".to_string());
+    let credentials = files
+        .credentials
+        .as_deref()
+        .and_then(|t| ini_section(t, &name));
+    let config = files.config.as_deref().and_then(|t| {
+        ini_section(t, &format!("profile {name}")).or_else(|| {
+            (name == "default")
+                .then(|| ini_section(t, "default"))
+                .flatten()
+        })
+    });
+    if named.is_some() && credentials.is_none() && config.is_none() {
+        return Err(ObjectError::NoCredentials(format!(
+            "AWS_PROFILE names the profile `{name}`, which neither ~/.aws/credentials nor ~/.aws/config holds"
+        )));
+    }
+    let mut out = BTreeMap::new();
+    for section in [config, credentials].into_iter().flatten() {
+        for (k, v) in section {
+            let key = match k.as_str() {
+                "aws_access_key_id" => "aws_access_key_id",
+                "aws_secret_access_key" => "aws_secret_access_key",
+                "aws_session_token" => "aws_session_token",
+                "region" => "aws_region",
+                "endpoint_url" => "aws_endpoint_url",
+                _ => continue,
+            };
+            out.insert(key.to_string(), v);
+        }
+    }
+    Ok(out)
+}
+
+/// An S3 store for `bucket`: the environment's settings, then the profile's where the
+/// environment is silent, then our timeouts and retries where neither says.
+fn s3_store(
+    bucket: &str,
+    env: &BTreeMap<String, String>,
+    files: &ProfileFiles,
+) -> Result<object_store::aws::AmazonS3, ObjectError> {
+    let mut settings: BTreeMap<String, String> = profile_settings(env, files)?;
+    for (k, v) in env {
+        settings.insert(k.to_ascii_lowercase(), v.clone());
+    }
+    let has = |k: &str| settings.get(k).is_some_and(|v| !v.is_empty());
+    let truthy = |k: &str| {
+        settings
+            .get(k)
+            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes"))
+    };
+    let signed_somehow = has("aws_access_key_id")
+        || truthy("aws_skip_signature")
+        || has("aws_web_identity_token_file")
+        || has("aws_container_credentials_relative_uri")
+        || has("aws_container_credentials_full_uri")
+        || settings
+            .get("aws_ec2_metadata_disabled")
+            .is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    if !signed_somehow {
+        return Err(ObjectError::NoCredentials(format!(
+            "no credentials for the bucket `{bucket}` in the server's environment"
+        )));
+    }
+    if has("aws_access_key_id") && !has("aws_secret_access_key") {
+        return Err(ObjectError::NoCredentials(format!(
+            "AWS_ACCESS_KEY_ID is set for the bucket `{bucket}` but AWS_SECRET_ACCESS_KEY is not"
+        )));
+    }
+    let mut builder = AmazonS3Builder::new().with_bucket_name(bucket);
+    for (k, v) in &settings {
+        // Keys object_store does not know (AWS_PROFILE, AWS_EC2_METADATA_DISABLED) are ours.
+        if let Ok(key) = k.parse::<AmazonS3ConfigKey>() {
+            if matches!(key, AmazonS3ConfigKey::Bucket) {
+                continue;
+            }
+            builder = builder.with_config(key, v);
+        }
+    }
+    if !has("aws_region") && !has("aws_default_region") {
+        builder = builder.with_config(AmazonS3ConfigKey::Region, "us-east-1");
+    }
+    if !has("aws_connect_timeout") && !has("connect_timeout") {
+        builder = builder.with_config(
+            AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+            format!("{}s", CONNECT_TIMEOUT.as_secs()),
+        );
+    }
+    if !has("aws_timeout") && !has("timeout") {
+        builder = builder.with_config(
+            AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+            format!("{}s", REQUEST_TIMEOUT.as_secs()),
+        );
+    }
+    let retry = RetryConfig {
+        max_retries: MAX_RETRIES,
+        retry_timeout: RETRY_TIMEOUT,
+        ..RetryConfig::default()
+    };
+    builder.with_retry(retry).build().map_err(|e| {
+        ObjectError::Other(format!(
+            "the S3 store for `{bucket}` cannot be built: {}",
+            reason(&error_chain(&e))
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn no_credentials_is_refused_before_any_request() {
+        let e = s3_store("tally-data", &env(&[]), &ProfileFiles::default()).unwrap_err();
+        assert!(matches!(e, ObjectError::NoCredentials(_)), "{e:?}");
+        assert!(e.fix().contains("AWS_PROFILE"));
+        let half = s3_store(
+            "tally-data",
+            &env(&[("AWS_ACCESS_KEY_ID", "AKIA")]),
+            &ProfileFiles::default(),
+        )
+        .unwrap_err();
+        assert!(half.to_string().contains("AWS_SECRET_ACCESS_KEY"), "{half}");
+    }
+
+    #[test]
+    fn a_named_profile_gives_credentials_region_and_endpoint() {
+        let files = ProfileFiles {
+            credentials: Some(
+                "[default]\naws_access_key_id = A\naws_secret_access_key = B\n[tally]\naws_access_key_id=C\naws_secret_access_key = D\n"
+                    .into(),
+            ),
+            config: Some(
+                "[default]\nregion = us-west-2\n[profile tally]\nregion = ap-northeast-1\nendpoint_url = http://127.0.0.1:9000\n"
+                    .into(),
+            ),
+        };
+        let s = profile_settings(&env(&[("AWS_PROFILE", "tally")]), &files).unwrap();
+        assert_eq!(s["aws_access_key_id"], "C");
+        assert_eq!(s["aws_secret_access_key"], "D");
+        assert_eq!(s["aws_region"], "ap-northeast-1");
+        assert_eq!(s["aws_endpoint_url"], "http://127.0.0.1:9000");
+        let d = profile_settings(&env(&[]), &files).unwrap();
+        assert_eq!(d["aws_access_key_id"], "A");
+        assert_eq!(d["aws_region"], "us-west-2");
+        let missing = profile_settings(&env(&[("AWS_PROFILE", "nope")]), &files).unwrap_err();
+        assert!(missing.to_string().contains("`nope`"), "{missing}");
+        // A profile makes a store; the environment wins over it.
+        assert!(s3_store("tally-data", &env(&[("AWS_PROFILE", "tally")]), &files).is_ok());
+    }
+
+    #[test]
+    fn close_ranges_are_read_by_one_request() {
+        assert_eq!(coalesce(&[10..20, 0..5, 30..40]), vec![0..40]);
+        let far = (COALESCE_GAP + 100)..(COALESCE_GAP + 200);
+        assert_eq!(coalesce(&[0..10, far.clone()]), vec![0..10, far]);
+        assert_eq!(
+            coalesce(&[0..MAX_REQUEST, MAX_REQUEST..MAX_REQUEST + 1]).len(),
+            2
+        );
+    }
+
+    #[test]
+    fn signatures_are_cut_from_what_the_store_says() {
+        let said = "403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code><StringToSign>AWS4-HMAC-SHA256 secret-ish</StringToSign></Error>";
+        let r = reason(said);
+        assert!(r.contains("SignatureDoesNotMatch"));
+        assert!(!r.contains("secret-ish"), "{r}");
+        let got = "Error performing GET http://127.0.0.1:9/b/k in 3ms - Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\"?><Error><Code>InvalidAccessKeyId</Code><Message>The AWS Access Key Id you provided does not exist in our records.</Message><StringToSign>x</StringToSign></Error>";
+        assert_eq!(
+            reason(got),
+            "HTTP 403 Forbidden, InvalidAccessKeyId: The AWS Access Key Id you provided does not exist in our records."
+        );
+    }
+}
