@@ -268,7 +268,8 @@ async def test_streamed_from_the_store_by_byte_ranges(tmp_path, store):
             assert "not hashed" in steps and "If-Match" in steps, steps
             pruned = await ok(c, "summarize_records", {"dataset_id": "s3_tree", "where": {"所管府省庁": ["総務省"]}})
             [read] = object_source(pruned)["objects"]
-            assert "%E7%B7%8F%E5%8B%99%E7%9C%81" in read["uri"], "a condition on the partition key leaves the other objects unread"
+            # pyarrow writes the value escaped (`%E7%B7%8F…` in the key); the URI escapes `%`.
+            assert "%25E7%25B7%258F%25E5%258B%2599%25E7%259C%2581" in read["uri"], read["uri"]
             assert f"the other {len(store.tree_files) - 1} were not read" in extract_steps(pruned)
     finally:
         server.stop()

@@ -74,7 +74,8 @@ pub struct SourceObject {
 pub fn uri_of(url: &str) -> String {
     let mut out = String::with_capacity(url.len());
     for b in url.bytes() {
-        let keep = b.is_ascii_alphanumeric() || b"-._~/:=!$&'()*+,;@%".contains(&b);
+        // `%` too: a key may hold `%E7`, which as a URI would name another key.
+        let keep = b.is_ascii_alphanumeric() || b"-._~/:=!$&'()*+,;@".contains(&b);
         if keep {
             out.push(b as char);
         } else {

@@ -393,9 +393,26 @@ impl Engine {
         let attempt = async {
             match self.run(tool, arguments, scope).await {
                 // Files replaced under a live version: take the new catalog and try once more.
-                Err(EngineError::Stale { .. }) => {
-                    // An object removed or rewritten is seen only by listing it again.
-                    self.reload_objects(STALE_SETTLE);
+                Err(EngineError::Stale { dataset, .. }) => {
+                    // An object removed or rewritten is seen only by listing it again. The
+                    // scan blocks (on files, or on the store): off this async worker.
+                    let objects = self
+                        .catalog
+                        .load()
+                        .datasets
+                        .get(&dataset)
+                        .is_some_and(|d| d.def.data_url.is_some());
+                    let rescan = || {
+                        if objects {
+                            self.reload_objects(STALE_SETTLE)
+                        } else {
+                            self.reload(STALE_SETTLE)
+                        }
+                    };
+                    match tokio::runtime::Handle::current().runtime_flavor() {
+                        tokio::runtime::RuntimeFlavor::CurrentThread => rescan(),
+                        _ => tokio::task::block_in_place(rescan),
+                    };
                     self.run(tool, arguments, scope).await
                 }
                 other => other,

@@ -32,13 +32,37 @@ use tally_semantic::definition::ObjectUrl;
 
 /// Connecting to the store: a store that is not there fails fast.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// One request, from sending it to the last byte of its answer.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// From sending a request (its retries included) to the answer's headers, and then between
+/// two pieces of its body: a store that stops answering is given up within this, inside the
+/// default 10 s call deadline, while a large body that keeps arriving is never cut (the
+/// transport's own total timeout is long; a 300 MB object takes seconds to arrive).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(6);
+/// The transport's own limit on one request, body included.
+const TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Retries of a request that failed in a way worth retrying (5xx, a dropped connection), and
-/// the time after which none is tried: with the timeouts above, an operation gives up within
-/// about 6 s, inside the default 10 s call deadline.
+/// the time after which none is tried.
 const MAX_RETRIES: usize = 2;
 const RETRY_TIMEOUT: Duration = Duration::from_secs(4);
+/// Requests of one read at once.
+const CONCURRENT_REQUESTS: usize = 4;
+/// Keys listed under a prefix, Parquet or not: a prefix of millions of other objects is not
+/// paged through at every start and poll.
+const MAX_LISTED: usize = 100_000;
+
+/// `future`, or [`ObjectError::Unreachable`] when it takes longer than `limit`.
+async fn within<T>(
+    limit: Duration,
+    what: &str,
+    future: impl std::future::Future<Output = Result<T, ObjectError>>,
+) -> Result<T, ObjectError> {
+    match tokio::time::timeout(limit, future).await {
+        Ok(result) => result,
+        Err(_) => Err(ObjectError::Unreachable(format!(
+            "the object store did not answer for {what} within {} s",
+            limit.as_secs()
+        ))),
+    }
+}
 /// Objects under one prefix: more is refused (each is a footer to read).
 pub const MAX_OBJECTS: usize = tally_plugin_parquet::set::MAX_FILES;
 
@@ -59,14 +83,22 @@ fn io() -> &'static tokio::runtime::Runtime {
 pub async fn run<T: Send + 'static>(
     future: impl std::future::Future<Output = T> + Send + 'static,
 ) -> Result<T, ObjectError> {
-    io().spawn(future)
-        .await
+    /// Stops the requests when the caller stops waiting (a deadline, a cancelled call).
+    struct AbortOnDrop(tokio::task::AbortHandle);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let task = io().spawn(future);
+    let _abort = AbortOnDrop(task.abort_handle());
+    task.await
         .map_err(|e| ObjectError::Other(format!("an object-store request stopped: {e}")))
 }
 
 /// Runs `future` on the IO runtime and blocks this thread until it is done: for registration
-/// and for the readers that run on blocking threads. Never called on an async worker while
-/// a call waits (those use [`run`]).
+/// and for the readers that run on blocking threads (a call that reloads does so off its
+/// async worker, see `Engine::call_as`); async readers use [`run`].
 pub fn wait<T: Send + 'static>(
     future: impl std::future::Future<Output = T> + Send + 'static,
 ) -> Result<T, ObjectError> {
@@ -144,7 +176,8 @@ impl ObjectError {
 
     /// Reads an object-store error, `what` naming the object or prefix asked for.
     fn from_store(e: object_store::Error, what: &str) -> ObjectError {
-        let text = error_chain(&e);
+        // Matched without the request's URL: a key holding "Timeout" says nothing.
+        let text = without_urls(&error_chain(&e));
         match e {
             object_store::Error::NotFound { .. } if text.contains("NoSuchBucket") => {
                 ObjectError::NoBucket(format!("the bucket of {what} does not exist"))
@@ -184,6 +217,7 @@ impl ObjectError {
                 "connection",
                 "Connection",
                 "dns error",
+                "operation timed out",
             ]
             .iter()
             .any(|m| text.contains(m)) =>
@@ -195,8 +229,8 @@ impl ObjectError {
                     .unwrap_or(&text)
                     .trim_start_matches("HTTP error: ");
                 ObjectError::Unreachable(format!(
-                    "the object store did not answer for {what} within {} s ({MAX_RETRIES} retries): {}",
-                    RETRY_TIMEOUT.as_secs() + REQUEST_TIMEOUT.as_secs(),
+                    "the object store did not answer for {what} ({MAX_RETRIES} retries within {} s): {}",
+                    RETRY_TIMEOUT.as_secs(),
                     reason(last)
                 ))
             }
@@ -206,6 +240,14 @@ impl ObjectError {
             )),
         }
     }
+}
+
+/// Text with its `http://…` and `https://…` words taken out.
+fn without_urls(text: &str) -> String {
+    text.split(' ')
+        .filter(|w| !w.starts_with("http://") && !w.starts_with("https://"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// An error and its sources, as one line.
@@ -301,34 +343,63 @@ impl ObjectFile {
     fn options(&self, range: Option<Range<u64>>) -> GetOptions {
         GetOptions {
             if_match: self.etag.clone(),
+            // A store that gives no ETag is held to the time registered instead.
+            if_unmodified_since: self
+                .etag
+                .is_none()
+                .then(|| self.modified.map(chrono::DateTime::<chrono::Utc>::from))
+                .flatten(),
             version: self.version.clone(),
             range: range.map(GetRange::Bounded),
             ..GetOptions::default()
         }
     }
 
+    /// One request's body, piece by piece, each piece within [`ANSWER_TIMEOUT`].
+    async fn get(&self, range: Option<Range<u64>>) -> Result<Vec<Bytes>, ObjectError> {
+        let got = within(ANSWER_TIMEOUT, &self.url, async {
+            self.store
+                .get_opts(&self.location, self.options(range))
+                .await
+                .map_err(|e| ObjectError::from_store(e, &self.url))
+        })
+        .await?;
+        let mut stream = got.into_stream();
+        let mut pieces = Vec::new();
+        while let Some(piece) =
+            within(ANSWER_TIMEOUT, &self.url, async { Ok(stream.next().await) }).await?
+        {
+            pieces.push(piece.map_err(|e| ObjectError::from_store(e, &self.url))?);
+        }
+        Ok(pieces)
+    }
+
     /// The bytes of `ranges`, read with `If-Match` on the registered ETag: ranges close to
-    /// each other are read by one request (a row group's column chunks are adjacent), and
-    /// the requests run at once.
+    /// each other are read by one request (a row group's column chunks are adjacent), a few
+    /// requests at once. What a merged request read between the ranges is not kept.
     pub async fn ranges(&self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>, ObjectError> {
         let merged = coalesce(&ranges);
         let this = self.clone();
         let requests: Vec<Range<u64>> = merged.clone();
-        let got = run(async move {
+        let got: Vec<Bytes> = run(async move {
             let reads = requests.into_iter().map(|r| {
                 let this = &this;
                 async move {
-                    let got = this
-                        .store
-                        .get_opts(&this.location, this.options(Some(r)))
-                        .await
-                        .map_err(|e| ObjectError::from_store(e, &this.url))?;
-                    got.bytes()
-                        .await
-                        .map_err(|e| ObjectError::from_store(e, &this.url))
+                    let pieces = this.get(Some(r)).await?;
+                    let mut whole =
+                        bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+                    for p in pieces {
+                        whole.extend_from_slice(&p);
+                    }
+                    Ok::<Bytes, ObjectError>(whole.freeze())
                 }
             });
-            futures::future::try_join_all(reads).await
+            futures::stream::iter(reads)
+                .buffered(CONCURRENT_REQUESTS)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
         })
         .await??;
         Ok(ranges
@@ -341,29 +412,44 @@ impl ObjectFile {
                     .map(|(m, bytes)| {
                         let from = (r.start - m.start) as usize;
                         let to = ((r.end - m.start) as usize).min(bytes.len());
-                        bytes.slice(from.min(to)..to)
+                        if m == r {
+                            bytes.slice(from.min(to)..to)
+                        } else {
+                            // A copy: a slice would keep the whole merged request alive.
+                            Bytes::copy_from_slice(&bytes[from.min(to)..to])
+                        }
                     })
                     .unwrap_or_default()
             })
             .collect())
     }
 
-    /// The SHA-256 of the whole object (`sha256:<hex>`), read as a stream (nothing held).
+    /// The SHA-256 of the whole object (`sha256:<hex>`), read as a stream: each piece is
+    /// hashed as it arrives, on a blocking thread, and let go.
     pub async fn sha256(&self) -> Result<String, ObjectError> {
         let this = self.clone();
         run(async move {
-            let got = this
-                .store
-                .get_opts(&this.location, this.options(None))
-                .await
-                .map_err(|e| ObjectError::from_store(e, &this.url))?;
+            let got = within(ANSWER_TIMEOUT, &this.url, async {
+                this.store
+                    .get_opts(&this.location, this.options(None))
+                    .await
+                    .map_err(|e| ObjectError::from_store(e, &this.url))
+            })
+            .await?;
             let mut stream = got.into_stream();
             let mut hasher = Sha256::new();
             let mut read = 0u64;
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| ObjectError::from_store(e, &this.url))?;
-                read += chunk.len() as u64;
-                hasher.update(&chunk);
+            while let Some(piece) =
+                within(ANSWER_TIMEOUT, &this.url, async { Ok(stream.next().await) }).await?
+            {
+                let piece = piece.map_err(|e| ObjectError::from_store(e, &this.url))?;
+                read += piece.len() as u64;
+                hasher = tokio::task::spawn_blocking(move || {
+                    hasher.update(&piece);
+                    hasher
+                })
+                .await
+                .map_err(|e| ObjectError::Other(format!("hashing {} stopped: {e}", this.url)))?;
             }
             if read != this.size {
                 return Err(ObjectError::Changed(format!(
@@ -379,9 +465,9 @@ impl ObjectFile {
 
 /// Ranges less than this apart are read by one request: a round trip costs more than the
 /// bytes between them.
-const COALESCE_GAP: u64 = 1 << 20;
+const COALESCE_GAP: u64 = 256 << 10;
 /// No request reads more than this (a row group of a wide file stays several requests).
-const MAX_REQUEST: u64 = 64 << 20;
+const MAX_REQUEST: u64 = 16 << 20;
 
 /// The requests that read `ranges`: sorted, and merged where they are close.
 fn coalesce(ranges: &[Range<u64>]) -> Vec<Range<u64>> {
@@ -464,8 +550,12 @@ async fn list_async(
 ) -> Result<Vec<(String, ObjectFile)>, ObjectError> {
     let shown = url.to_string();
     if !url.is_folder() {
-        let location = ObjectPath::from(url.prefix.as_str());
-        match store.head(&location).await {
+        let location = key_path(&url.prefix)?;
+        match within(ANSWER_TIMEOUT, &shown, async {
+            Ok(store.head(&location).await)
+        })
+        .await?
+        {
             Ok(meta) => {
                 let name = url
                     .prefix
@@ -480,11 +570,23 @@ async fn list_async(
         }
     }
     let prefix = url.prefix.trim_end_matches('/');
-    let location = (!prefix.is_empty()).then(|| ObjectPath::from(prefix));
+    let location = if prefix.is_empty() {
+        None
+    } else {
+        Some(key_path(prefix)?)
+    };
     let mut listed = store.list(location.as_ref());
     let mut out = Vec::new();
-    while let Some(meta) = listed.next().await {
+    let mut seen = 0usize;
+    while let Some(meta) = within(ANSWER_TIMEOUT, &shown, async { Ok(listed.next().await) }).await?
+    {
         let meta = meta.map_err(|e| ObjectError::from_store(e, &shown))?;
+        seen += 1;
+        if seen > MAX_LISTED {
+            return Err(ObjectError::Other(format!(
+                "{shown} holds more than {MAX_LISTED} objects; name a narrower prefix"
+            )));
+        }
         let key = meta.location.as_ref().to_string();
         let relative = key
             .strip_prefix(prefix)
@@ -513,6 +615,13 @@ async fn list_async(
     Ok(out)
 }
 
+/// A key as the store holds it (`data:` is written as the store's keys are: nothing is
+/// percent-encoded again).
+fn key_path(key: &str) -> Result<ObjectPath, ObjectError> {
+    ObjectPath::parse(key.trim_end_matches('/'))
+        .map_err(|e| ObjectError::Other(format!("`{key}` is not a key the store can hold: {e}")))
+}
+
 /// What a listing of `url` is now: every object's key, size, ETag and version. Compared at
 /// each `--object-poll` with what was registered; a difference reads the dataset again.
 pub fn stamp(url: &ObjectUrl) -> Result<String, ObjectError> {
@@ -524,10 +633,15 @@ pub fn stamp_of(objects: &[(String, ObjectFile)]) -> String {
         .iter()
         .map(|(relative, o)| {
             format!(
-                "{relative}:{}:{}:{}",
+                "{relative}:{}:{}:{}:{}",
                 o.size,
                 o.etag.as_deref().unwrap_or(""),
-                o.version.as_deref().unwrap_or("")
+                o.version.as_deref().unwrap_or(""),
+                // Without an ETag, the time is what tells versions apart.
+                o.modified
+                    .filter(|_| o.etag.is_none())
+                    .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos())
             )
         })
         .collect::<Vec<_>>()
@@ -658,14 +772,18 @@ fn s3_store(
             .get(k)
             .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes"))
     };
+    let metadata_allowed = settings
+        .get("aws_ec2_metadata_disabled")
+        .is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    // The pairs the S3 client needs for each source of credentials; with anything less it
+    // falls through to the instance-metadata service.
     let signed_somehow = has("aws_access_key_id")
         || truthy("aws_skip_signature")
-        || has("aws_web_identity_token_file")
+        || (has("aws_web_identity_token_file") && has("aws_role_arn"))
         || has("aws_container_credentials_relative_uri")
-        || has("aws_container_credentials_full_uri")
-        || settings
-            .get("aws_ec2_metadata_disabled")
-            .is_some_and(|v| v.eq_ignore_ascii_case("false"));
+        || (has("aws_container_credentials_full_uri")
+            && has("aws_container_authorization_token_file"))
+        || metadata_allowed;
     if !signed_somehow {
         return Err(ObjectError::NoCredentials(format!(
             "no credentials for the bucket `{bucket}` in the server's environment"
@@ -686,6 +804,10 @@ fn s3_store(
             builder = builder.with_config(key, v);
         }
     }
+    if !metadata_allowed {
+        // Never the link-local metadata service: a discard port on loopback, refused at once.
+        builder = builder.with_config(AmazonS3ConfigKey::MetadataEndpoint, "http://127.0.0.1:9");
+    }
     if !has("aws_region") && !has("aws_default_region") {
         builder = builder.with_config(AmazonS3ConfigKey::Region, "us-east-1");
     }
@@ -698,7 +820,7 @@ fn s3_store(
     if !has("aws_timeout") && !has("timeout") {
         builder = builder.with_config(
             AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
-            format!("{}s", REQUEST_TIMEOUT.as_secs()),
+            format!("{}s", TOTAL_TIMEOUT.as_secs()),
         );
     }
     let retry = RetryConfig {
@@ -737,6 +859,34 @@ mod tests {
         )
         .unwrap_err();
         assert!(half.to_string().contains("AWS_SECRET_ACCESS_KEY"), "{half}");
+        // Half of a pair would fall through to the instance-metadata service: refused.
+        for lone in [
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        ] {
+            let e =
+                s3_store("tally-data", &env(&[(lone, "x")]), &ProfileFiles::default()).unwrap_err();
+            assert!(matches!(e, ObjectError::NoCredentials(_)), "{lone}: {e:?}");
+        }
+        assert!(
+            s3_store(
+                "tally-data",
+                &env(&[
+                    ("AWS_WEB_IDENTITY_TOKEN_FILE", "/run/token"),
+                    ("AWS_ROLE_ARN", "arn:aws:iam::1:role/r")
+                ]),
+                &ProfileFiles::default()
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn errors_are_read_without_the_request_url() {
+        assert_eq!(
+            without_urls("Error performing GET http://h/b/Timeout-2024/k in 3ms - 400 Bad Request"),
+            "Error performing GET in 3ms - 400 Bad Request"
+        );
     }
 
     #[test]

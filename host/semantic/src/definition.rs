@@ -192,13 +192,20 @@ impl ObjectUrl {
                 "the scheme `{scheme}://` is not served (S3 and S3-compatible stores are, as `s3://`)"
             ));
         }
+        // `key:secret@bucket`, where a secret may hold `/`: user information is whatever
+        // comes before the last `@` when a `:` precedes it.
+        if credentials_in(rest) {
+            return Err(
+                "it names credentials before the bucket; they never belong in dataset.yaml".into(),
+            );
+        }
         if rest.contains(['?', '#']) {
             return Err("it has a query or fragment; a signed URL carries credentials, which never belong in dataset.yaml".into());
         }
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.contains('@') {
+        if bucket.contains(['@', ':']) {
             return Err(
-                "it names credentials before the bucket; they never belong in dataset.yaml".into(),
+                "its bucket part holds `@` or `:`; credentials never belong in dataset.yaml".into(),
             );
         }
         let valid_bucket = (3..=63).contains(&bucket.len())
@@ -234,6 +241,16 @@ impl std::fmt::Display for ObjectUrl {
     }
 }
 
+/// Whether the part of a URL after `scheme://` starts with user information: an `@` with a
+/// `:` before it (a secret may hold `/`, so the authority cannot be cut at the first `/`), or
+/// an `@` before the first `/`.
+fn credentials_in(rest: &str) -> bool {
+    match rest.rfind('@') {
+        Some(at) => rest[..at].contains(':') || !rest[..at].contains('/'),
+        None => false,
+    }
+}
+
 /// A URL as it may be shown back: what could be a secret (user information, a query such as
 /// a signature) replaced by `…`.
 fn redacted(url: &str) -> String {
@@ -242,20 +259,15 @@ fn redacted(url: &str) -> String {
         None => (url, ""),
     };
     let head = match head.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('/') {
-            Some((authority, path)) if authority.contains('@') => format!(
-                "{scheme}://…@{}/{path}",
-                authority.rsplit('@').next().unwrap_or_default()
-            ),
-            None if rest.contains('@') => {
-                format!(
-                    "{scheme}://…@{}",
-                    rest.rsplit('@').next().unwrap_or_default()
-                )
-            }
-            _ => head.to_string(),
-        },
-        None => head.to_string(),
+        Some((scheme, rest)) if credentials_in(rest) => {
+            format!(
+                "{scheme}://…@{}",
+                rest.rsplit('@').next().unwrap_or_default()
+            )
+        }
+        Some(_) => head.to_string(),
+        // Not a URL at all: it may be a secret pasted in whole.
+        None => "…".to_string(),
     };
     head + query
 }
@@ -2189,8 +2201,20 @@ mod object_url_tests {
             "s3://Tally_Data/x",
             "s3://ab/x",
             "s3://tally-data/../x",
+            "s3://AKIAX:ab/cd+ef@tally-data/x",
         ] {
             assert!(ObjectUrl::parse(bad).is_err(), "{bad}");
         }
+        // A key may hold `@`; a secret with `/` is still cut from what is shown back.
+        assert!(ObjectUrl::parse("s3://tally-data/people/a@b.parquet").is_ok());
+        let shown = super::redacted("s3://AKIAX:ab/cd+ef@tally-data/x");
+        assert!(
+            !shown.contains("cd+ef") && !shown.contains("AKIAX"),
+            "{shown}"
+        );
+        assert_eq!(
+            super::redacted("s3://tally-data/x?X-Amz-Signature=s"),
+            "s3://tally-data/x?…"
+        );
     }
 }
