@@ -433,3 +433,81 @@ def test_check_reads_object_datasets_from_the_command_line(tmp_path, store):
     )
     assert n.returncode != 0
     assert "no credentials" in n.stderr and "AWS_PROFILE" in n.stderr, n.stderr
+
+
+class Forwarder:
+    """A TCP port on 127.0.0.1 that, once started, forwards every connection to the store:
+    where the server is told the store is, before and after it comes up."""
+
+    def __init__(self, port: int, target: int):
+        import threading
+
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", port))
+        self.listener.listen(64)
+        self.target = target
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pipe(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self):
+        self.listener.close()
+
+
+async def test_a_store_down_at_start_is_tried_again_at_every_poll(tmp_path, store):
+    """The server starts before its store answers: the dataset is listed broken with the
+    reason while local ones serve, and the first poll after the store comes up serves it."""
+    port = free_port()
+    root = tmp_path / "datasets"
+    (root / "late").mkdir(parents=True)
+    (root / "late" / "dataset.yaml").write_text(
+        definition(f"data: s3://{BUCKET}/one/procedures-survey-r6.parquet"), encoding="utf-8"
+    )
+    shutil.copytree(Path(__file__).resolve().parents[2] / "datasets" / "procedures", root / "procedures")
+    env = {**store.env(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    server = HttpServer("--object-poll", "500ms", datasets=str(root), env=env)
+    forwarder = None
+    try:
+        async with Client(server.url, mode="legacy", cache=None) as c:
+            listed = await ok(c, "list_datasets", {})
+            [broken] = listed["data"]["broken_datasets"]
+            assert broken["folder"] == "late" and "did not answer" in broken["problems"][0]["reason"], broken
+            r = await c.call_tool("summarize_records", {"dataset_id": "late"})
+            assert r.is_error and "did not answer" in r.content[0].text
+            assert (await ok(c, "summarize_records", {"dataset_id": "procedures"}))["data"]["rows"]
+            forwarder = Forwarder(port, store.port)
+
+            async def served():
+                r = await c.call_tool("summarize_records", {"dataset_id": "late"})
+                return not r.is_error and body(r)["data"]["rows"] == [[75071]]
+
+            await wait_for("the dataset is served once its store answers", served, BOUND)
+    finally:
+        server.stop()
+        if forwarder:
+            forwarder.stop()
