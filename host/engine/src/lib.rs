@@ -57,6 +57,8 @@ use results::{DatasetCard, InspectResult, ListResult};
 
 /// How long a half-written file may settle when a call finds its dataset replaced.
 const STALE_SETTLE: Duration = Duration::from_secs(2);
+/// Before the second retry of a call whose files changed under it.
+const STALE_PAUSE: Duration = Duration::from_millis(250);
 
 /// Which datasets a caller may see. Outside its scope a dataset is neither listed nor
 /// queryable, and asking for one gets the same "not found" as a dataset that does not exist.
@@ -391,31 +393,25 @@ impl Engine {
     ) -> Result<Value, EngineError> {
         let timeout = self.limits.call_timeout;
         let attempt = async {
-            match self.run(tool, arguments, scope).await {
-                // Files replaced under a live version: take the new catalog and try once more.
-                Err(EngineError::Stale { dataset, .. }) => {
-                    // An object removed or rewritten is seen only by listing it again. The
-                    // scan blocks (on files, or on the store): off this async worker.
-                    let objects = self
-                        .catalog
-                        .load()
-                        .datasets
-                        .get(&dataset)
-                        .is_some_and(|d| d.def.data_url.is_some());
-                    let rescan = || {
-                        if objects {
-                            self.reload_objects(STALE_SETTLE)
-                        } else {
-                            self.reload(STALE_SETTLE)
+            // Files replaced under a live version: take the new catalog and try again. A
+            // folder caught half-removed (its definition still there, its data gone) keeps
+            // its version for a moment; the second retry comes after a short pause, when
+            // such writes are over.
+            let mut tries = 0;
+            loop {
+                match self.run(tool, arguments, scope).await {
+                    Err(EngineError::Stale { dataset, message }) => {
+                        tries += 1;
+                        if tries > 2 {
+                            return Err(EngineError::Stale { dataset, message });
                         }
-                    };
-                    match tokio::runtime::Handle::current().runtime_flavor() {
-                        tokio::runtime::RuntimeFlavor::CurrentThread => rescan(),
-                        _ => tokio::task::block_in_place(rescan),
-                    };
-                    self.run(tool, arguments, scope).await
+                        if tries == 2 {
+                            tokio::time::sleep(STALE_PAUSE).await;
+                        }
+                        self.rescan_for(&dataset);
+                    }
+                    other => return other,
                 }
-                other => other,
             }
         };
         let envelope = match tokio::time::timeout(timeout, attempt).await {
@@ -448,6 +444,29 @@ impl Engine {
             )));
         }
         Ok(envelope)
+    }
+
+    /// Rescans after a call found `dataset`'s files (or objects) changed under it. An object
+    /// removed or rewritten is seen only by listing it again. The scan blocks (on files, or
+    /// on the store): off the async worker.
+    fn rescan_for(&self, dataset: &str) {
+        let objects = self
+            .catalog
+            .load()
+            .datasets
+            .get(dataset)
+            .is_some_and(|d| d.def.data_url.is_some());
+        let rescan = || {
+            if objects {
+                self.reload_objects(STALE_SETTLE)
+            } else {
+                self.reload(STALE_SETTLE)
+            }
+        };
+        match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::CurrentThread => rescan(),
+            _ => tokio::task::block_in_place(rescan),
+        };
     }
 
     /// The memory counter of a caller's calls.

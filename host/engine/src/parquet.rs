@@ -1199,7 +1199,7 @@ fn object_version(o: &crate::object::ObjectFile) -> crate::backend::ObjectVersio
 }
 
 /// An object-store failure as the engine reports it: an object removed or rewritten since
-/// it was registered is a dataset being replaced (the call reloads and retries once); the
+/// it was registered is a dataset being replaced (the call reloads and retries); the
 /// rest is the backend failing, said with what to do.
 pub(crate) fn object_error(dataset: &str, e: crate::object::ObjectError) -> EngineError {
     use crate::object::ObjectError;
