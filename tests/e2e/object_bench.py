@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scale import WORKLOADS, Server, mib, status  # noqa: E402
+from scale import WORKLOADS, Server, mib, run_workloads  # noqa: E402
 
 BUCKET = "tally-bench"
 KEY, SECRET = "benchkey", "benchsecret-not-a-real-one"
@@ -118,13 +118,7 @@ def first_prepared(binary, datasets, dataset):
 
 def streamed(binary, datasets, dataset, runs):
     server = Server(binary, datasets, None, ["--streaming", "always"])
-    out = []
-    for _label, arguments, _ in WORKLOADS:
-        times = []
-        for _ in range(runs + 1):
-            elapsed, data = server.call(dataset, arguments)
-            times.append(elapsed)
-        out.append((statistics.median(times[1:]), data.get("total", data.get("total_group_count"))))
+    out = run_workloads(server, dataset, runs)
     said = server.extract(dataset, WORKLOADS[0][1])
     return out, said, server.stop()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from conftest import REFERENCE, HttpServer, wait_for
+from conftest import REFERENCE, HttpServer, stop_process, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -108,13 +108,8 @@ class S3:
 
     def stop(self):
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            os.kill(self.proc.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM
+        stop_process(self.proc)
 
 
 def partitioned_tree(out: Path) -> list[Path]:

@@ -355,8 +355,11 @@ impl ObjectFile {
         }
     }
 
-    /// One request's body, piece by piece, each piece within [`ANSWER_TIMEOUT`].
-    async fn get(&self, range: Option<Range<u64>>) -> Result<Vec<Bytes>, ObjectError> {
+    /// A request's answer, once its headers arrived within [`ANSWER_TIMEOUT`].
+    async fn open(
+        &self,
+        range: Option<Range<u64>>,
+    ) -> Result<futures::stream::BoxStream<'static, object_store::Result<Bytes>>, ObjectError> {
         let got = within(ANSWER_TIMEOUT, &self.url, async {
             self.store
                 .get_opts(&self.location, self.options(range))
@@ -364,12 +367,26 @@ impl ObjectFile {
                 .map_err(|e| ObjectError::from_store(e, &self.url))
         })
         .await?;
-        let mut stream = got.into_stream();
+        Ok(got.into_stream())
+    }
+
+    /// The next piece of an answer's body, within [`ANSWER_TIMEOUT`] (`None` at its end).
+    async fn next(
+        &self,
+        body: &mut futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
+    ) -> Result<Option<Bytes>, ObjectError> {
+        within(ANSWER_TIMEOUT, &self.url, async { Ok(body.next().await) })
+            .await?
+            .transpose()
+            .map_err(|e| ObjectError::from_store(e, &self.url))
+    }
+
+    /// One request's body, piece by piece.
+    async fn get(&self, range: Option<Range<u64>>) -> Result<Vec<Bytes>, ObjectError> {
+        let mut body = self.open(range).await?;
         let mut pieces = Vec::new();
-        while let Some(piece) =
-            within(ANSWER_TIMEOUT, &self.url, async { Ok(stream.next().await) }).await?
-        {
-            pieces.push(piece.map_err(|e| ObjectError::from_store(e, &self.url))?);
+        while let Some(piece) = self.next(&mut body).await? {
+            pieces.push(piece);
         }
         Ok(pieces)
     }
@@ -429,20 +446,10 @@ impl ObjectFile {
     pub async fn sha256(&self) -> Result<String, ObjectError> {
         let this = self.clone();
         run(async move {
-            let got = within(ANSWER_TIMEOUT, &this.url, async {
-                this.store
-                    .get_opts(&this.location, this.options(None))
-                    .await
-                    .map_err(|e| ObjectError::from_store(e, &this.url))
-            })
-            .await?;
-            let mut stream = got.into_stream();
+            let mut body = this.open(None).await?;
             let mut hasher = Sha256::new();
             let mut read = 0u64;
-            while let Some(piece) =
-                within(ANSWER_TIMEOUT, &this.url, async { Ok(stream.next().await) }).await?
-            {
-                let piece = piece.map_err(|e| ObjectError::from_store(e, &this.url))?;
+            while let Some(piece) = this.next(&mut body).await? {
                 read += piece.len() as u64;
                 hasher = tokio::task::spawn_blocking(move || {
                     hasher.update(&piece);

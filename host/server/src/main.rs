@@ -618,6 +618,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn object_poll_intervals_are_read_and_bad_ones_refused_with_an_example() {
+        let ms = |t: &str| poll_duration(t).map(|p| p.0.map(|d| d.as_millis()));
+        assert_eq!(ms("60s"), Ok(Some(60_000)));
+        assert_eq!(ms("500ms"), Ok(Some(500)));
+        assert_eq!(ms("5m"), Ok(Some(300_000)));
+        assert_eq!(ms("2"), Ok(Some(2_000)));
+        assert_eq!(ms("off"), Ok(None));
+        assert_eq!(ms("0"), Ok(None));
+        for bad in ["soon", "10 parsecs", "-5s", "50ms", ""] {
+            let e = poll_duration(bad).unwrap_err();
+            assert!(e.contains("60s") || e.contains("1s"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn global_flags_may_come_before_the_subcommand() {
         let words = |v: &[&str]| -> Vec<std::ffi::OsString> { v.iter().map(Into::into).collect() };
         assert_eq!(
