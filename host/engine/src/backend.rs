@@ -193,6 +193,19 @@ pub trait Streaming: Send + Sync + fmt::Debug {
     fn extract(&self) -> Option<String>;
     /// The records it reads.
     fn rows(&self) -> usize;
+    /// Where its files are, for an executor of a cluster to read them itself
+    /// ([`crate::cluster::TableSource`]): the partition keys served, the files, and each
+    /// file's key values. `None`: its reads cannot be sent elsewhere.
+    #[allow(clippy::type_complexity)]
+    fn source_files(
+        &self,
+    ) -> Option<(
+        Vec<String>,
+        Vec<crate::cluster::SourceFile>,
+        Vec<Vec<datafusion::common::ScalarValue>>,
+    )> {
+        None
+    }
 }
 
 /// The engine's view of a source of rows.

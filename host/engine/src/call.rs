@@ -123,7 +123,19 @@ impl<'a> Call<'a> {
             provenance.warn(w.clone());
         }
         context.source_refs = vec![source_id];
-        meta::read_and_normalized(provenance, self.ds, &self.prepared, &self.table, resolved);
+        let cluster = self
+            .ctx
+            .state()
+            .config()
+            .get_extension::<crate::cluster::ClusterCall>();
+        meta::read_and_normalized(
+            provenance,
+            self.ds,
+            &self.prepared,
+            &self.table,
+            resolved,
+            cluster.as_deref(),
+        );
         Ok(())
     }
 

@@ -538,6 +538,7 @@ pub fn register(
         retrieved,
         fetched_from,
         version,
+        Arc::from(text.as_str()),
     )))
 }
 

@@ -61,6 +61,8 @@ pub struct Dataset {
     pub fetched_from: Option<String>,
     /// Identifies this version of definition + data (changes when either changes).
     pub version: String,
+    /// The definition file's text, as registered (sent with plans a cluster runs).
+    pub definition_text: Arc<str>,
     prepared: PreparedCell,
     /// Prepared subsets read with conditions the backend applied itself, by condition (a
     /// few, most recent last).
@@ -202,6 +204,9 @@ pub struct Prepared {
     pub row_sources: Option<Arc<RowSources>>,
     /// The conditions the backend applied itself to give this table (empty: all the data).
     pub pushed: Vec<Pushed>,
+    /// What an executor of a cluster rebuilds the table from (data read at every call from
+    /// files it can reach), if it can.
+    pub cluster_source: Option<Arc<crate::cluster::TableSource>>,
     pub served: Served,
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
@@ -280,6 +285,7 @@ impl Prepared {
             row_sources: loaded.row_sources,
             pushed,
             served,
+            cluster_source: None,
             values: Default::default(),
             variants: Default::default(),
             ranks: Default::default(),
@@ -294,6 +300,7 @@ impl Prepared {
         layout: Arc<Layout>,
         pushed: Vec<Pushed>,
         memory: Meter,
+        cluster_source: Option<Arc<crate::cluster::TableSource>>,
     ) -> Prepared {
         Prepared {
             stored_table: None,
@@ -306,6 +313,7 @@ impl Prepared {
             row_sources: None,
             pushed,
             served: Served::Streamed,
+            cluster_source,
             values: Default::default(),
             variants: Default::default(),
             ranks: Default::default(),
@@ -325,10 +333,10 @@ impl Prepared {
             (Data::Streamed(streaming), _) => {
                 let (inner, counts) = streaming.table();
                 CallTable {
-                    provider: Arc::new(crate::store::StreamedTable::new(
-                        inner,
-                        Arc::clone(&self.layout),
-                    )),
+                    provider: Arc::new(
+                        crate::store::StreamedTable::new(inner, Arc::clone(&self.layout))
+                            .with_source(self.cluster_source.clone()),
+                    ),
                     counts: Some(counts),
                 }
             }
@@ -603,6 +611,7 @@ impl Dataset {
         retrieved: Retrieved,
         fetched_from: Option<String>,
         version: String,
+        definition_text: Arc<str>,
     ) -> Dataset {
         Dataset {
             def,
@@ -614,6 +623,7 @@ impl Dataset {
             retrieved,
             fetched_from,
             version,
+            definition_text,
             prepared: PreparedCell::default(),
             subsets: std::sync::Mutex::new(Vec::new()),
             streams: std::sync::Mutex::new(Vec::new()),
@@ -888,11 +898,22 @@ impl Dataset {
                     Arc::new(AtomicBool::new(false)),
                     Arc::new(Progress::default()),
                 );
+                let cluster_source = streaming.source_files().map(|(keys, files, values)| {
+                    Arc::new(crate::cluster::TableSource {
+                        dataset: self.def.id.clone(),
+                        definition: Arc::clone(&self.definition_text),
+                        source_schema: self.backend.schema(),
+                        keys,
+                        files,
+                        values,
+                    })
+                });
                 Ok::<_, EngineError>(Arc::new(Prepared::streamed(
                     streaming,
                     layout,
                     pushed.to_vec(),
                     memory,
+                    cluster_source,
                 )))
             })
             .await?;

@@ -14,6 +14,7 @@ pub mod backend;
 pub mod cache;
 pub mod call;
 pub mod catalog;
+pub mod cluster;
 pub mod cursor;
 pub mod dataset;
 pub mod envelope;
@@ -157,6 +158,8 @@ pub struct Engine {
     cache: Option<Arc<cache::Cache>>,
     /// Held while the datasets directory is scanned.
     rescanning: std::sync::Mutex<()>,
+    /// Where the physical work of calls over files goes, with the partitions it is split in.
+    cluster: Option<(Arc<dyn cluster::Cluster>, usize)>,
 }
 
 tokio::task_local! {
@@ -227,7 +230,20 @@ impl Engine {
             backends,
             cache: None,
             rescanning: std::sync::Mutex::new(()),
+            cluster: None,
         }
+    }
+
+    /// Sends the physical work of calls over data read from its files to `cluster`, split in
+    /// `partitions` partitions (tasks) per scan.
+    pub fn with_cluster(mut self, cluster: Arc<dyn cluster::Cluster>, partitions: usize) -> Engine {
+        self.cluster = Some((cluster, partitions.max(1)));
+        self
+    }
+
+    /// The cluster calls are sent to, if any.
+    pub fn cluster(&self) -> Option<&Arc<dyn cluster::Cluster>> {
+        self.cluster.as_ref().map(|(c, _)| c)
     }
 
     /// Keeps prepared tables in `cache` (mapped on later starts instead of prepared again).
@@ -293,10 +309,25 @@ impl Engine {
                     .with_mode(datafusion::execution::disk_manager::DiskManagerMode::Disabled),
             )
             .build_arc()?;
-        let mut state = SessionStateBuilder::new_from_existing(self.ctx.state())
-            .with_runtime_env(runtime)
-            .build();
-        if rows >= self.limits.partition_rows && self.limits.partitions > 1 {
+        let mut builder =
+            SessionStateBuilder::new_from_existing(self.ctx.state()).with_runtime_env(runtime);
+        if let Some((cluster, _)) = &self.cluster {
+            let config = self
+                .ctx
+                .state()
+                .config()
+                .clone()
+                .with_extension(Arc::new(cluster::ClusterCall::new(Arc::clone(cluster))));
+            builder = builder
+                .with_config(config)
+                .with_query_planner(Arc::new(cluster::ClusterPlanner));
+        }
+        let mut state = builder.build();
+        if let Some((_, partitions)) = &self.cluster {
+            // On a cluster every scan of files is split, whatever its size: the tasks are what
+            // the executors share.
+            state.config_mut().options_mut().execution.target_partitions = *partitions;
+        } else if rows >= self.limits.partition_rows && self.limits.partitions > 1 {
             state.config_mut().options_mut().execution.target_partitions = self.limits.partitions;
         }
         Ok(SessionContext::new_with_state(state))

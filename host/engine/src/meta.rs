@@ -216,6 +216,7 @@ pub fn read_and_normalized(
     prepared: &crate::dataset::Prepared,
     table: &crate::dataset::CallTable,
     resolved: &[Resolution],
+    cluster: Option<&crate::cluster::ClusterCall>,
 ) {
     let def = &ds.def;
     use crate::envelope::TransformationType;
@@ -235,6 +236,34 @@ pub fn read_and_normalized(
             ),
         },
         (Served::Streamed, None) => "read from the files at this call".to_string(),
+    };
+    let path = match cluster.map(|c| (c.outcome(), c.cluster.address())) {
+        None => path,
+        // The executors read the files: what they read is not counted here.
+        Some(((ran, why), at)) if ran > 0 && why.is_empty() => format!(
+            "read from the files at this call by the cluster at {at}: {}",
+            plans(ran)
+        ),
+        Some(((ran, why), at)) if ran > 0 => format!(
+            "read from the files at this call by the cluster at {at}: {}; others computed on this server: {}",
+            plans(ran),
+            why.join("; ")
+        ),
+        Some(((_, why), at)) => {
+            let why = if why.is_empty() {
+                match prepared.served {
+                    Served::Streamed => {
+                        format!("this backend's reads cannot be sent to the cluster at {at}")
+                    }
+                    _ => format!(
+                        "a prepared table lives in this server's memory and cannot be sent to the cluster at {at}"
+                    ),
+                }
+            } else {
+                why.join("; ")
+            };
+            format!("{path}; computed on this server: {why}")
+        }
     };
     let from = match &prepared.extract {
         Some(how) if prepared.served == Served::Streamed => format!("returned by {how} ({path})"),
@@ -262,6 +291,15 @@ pub fn read_and_normalized(
             .map(|r| format!("`{}` read as `{}` ({})", r.input, r.canonical, r.parameter))
             .collect();
         provenance.step(TransformationType::Normalize, read_as.join("; "));
+    }
+}
+
+/// "1 plan ran on its executors", "3 plans ran …".
+fn plans(n: usize) -> String {
+    if n == 1 {
+        "1 plan ran on its executors".to_string()
+    } else {
+        format!("{n} plans ran on its executors")
     }
 }
 

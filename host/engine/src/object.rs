@@ -541,6 +541,28 @@ impl tally_plugin_parquet::Blob for ObjectFile {
     }
 }
 
+/// An object registered elsewhere (by the server, for an executor of its cluster), opened
+/// here with this process's credentials: every read still names the version registered.
+pub fn reopen(
+    url: &str,
+    etag: Option<String>,
+    version: Option<String>,
+    size: u64,
+    modified: Option<SystemTime>,
+) -> Result<ObjectFile, ObjectError> {
+    let parsed = ObjectUrl::parse(url).map_err(ObjectError::Other)?;
+    let store = store_for(&parsed)?;
+    Ok(ObjectFile {
+        store,
+        location: key_path(&parsed.prefix)?,
+        url: url.to_string(),
+        etag,
+        version,
+        size,
+        modified,
+    })
+}
+
 /// The objects a URL names, in key order, with their keys relative to the prefix (what a
 /// set of files is read from): one object when the URL names an object's key, else every
 /// `.parquet` object under the prefix (hidden `.x` and `_x` parts skipped, as Spark and Hive

@@ -26,7 +26,8 @@ use crate::catalog::{Problem, Refusal};
 use crate::error::EngineError;
 use crate::memory::Meter;
 
-mod stream;
+pub(crate) mod stream;
+pub(crate) use stream::reopen;
 
 /// Builds [`ParquetBackend`]s: `data_file` in the dataset folder (a file, a glob or a
 /// folder), registered from the footers.

@@ -1425,11 +1425,23 @@ impl ExecutionPlan for MapExec {
 pub struct StreamedTable {
     inner: Arc<dyn TableProvider>,
     layout: Arc<Layout>,
+    /// What an executor rebuilds this table from, when a call sends its scans to a cluster.
+    source: Option<Arc<crate::cluster::TableSource>>,
 }
 
 impl StreamedTable {
     pub fn new(inner: Arc<dyn TableProvider>, layout: Arc<Layout>) -> StreamedTable {
-        StreamedTable { inner, layout }
+        StreamedTable {
+            inner,
+            layout,
+            source: None,
+        }
+    }
+
+    /// The table whose scans a call in cluster mode can send to the cluster.
+    pub fn with_source(mut self, source: Option<Arc<crate::cluster::TableSource>>) -> Self {
+        self.source = source;
+        self
     }
 }
 
@@ -1556,12 +1568,25 @@ impl TableProvider for StreamedTable {
             )
             .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
         };
-        Ok(Arc::new(MapExec::new(
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(MapExec::new(
             "StreamedTable: share columns",
             scan,
             schema,
             Arc::new(map),
-        )))
+        ));
+        // In cluster mode the scan goes as its description: an executor rebuilds this table
+        // and makes this same scan.
+        match (&self.source, crate::cluster::of_session(state)) {
+            (Some(source), Some(_)) => Ok(Arc::new(crate::cluster::ScanExec::local(
+                Arc::clone(source),
+                projection.cloned(),
+                filters.to_vec(),
+                limit,
+                state.config().target_partitions(),
+                plan,
+            ))),
+            _ => Ok(plan),
+        }
     }
 }
 

@@ -495,6 +495,29 @@ fn user_defined() -> Signature {
 }
 
 impl Functions {
+    /// Tally's own function of that name, made anew, when it carries nothing but its name
+    /// (what an executor of a cluster rebuilds a plan's calls from). The part codes of a
+    /// prepared table's index are not among them: they live in this server's memory.
+    pub fn by_name(name: &str) -> Option<Arc<ScalarUDF>> {
+        match name {
+            PARTS => Some(Arc::new(ScalarUDF::new_from_impl(Parts {
+                signature: user_defined(),
+                memo: Memo::default(),
+            }))),
+            ICONTAINS => Some(Arc::new(ScalarUDF::new_from_impl(IContains {
+                signature: user_defined(),
+                memo: Memo::default(),
+            }))),
+            _ => None,
+        }
+    }
+
+    /// Whether `name` is one of Tally's functions (those [`Functions::by_name`] does not
+    /// make cannot be sent to a cluster).
+    pub fn is_tally(name: &str) -> bool {
+        name.starts_with("tally_")
+    }
+
     pub fn parts(&self, text: Expr, separator: &str, keep_empty: bool) -> Expr {
         let udf = ScalarUDF::new_from_impl(Parts {
             signature: user_defined(),

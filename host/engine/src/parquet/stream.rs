@@ -56,7 +56,7 @@ const ROW_NUMBER_COL: &str = "__tally_file_row";
 
 /// One file a stream reads.
 #[derive(Debug)]
-pub(super) struct StreamFile {
+pub(crate) struct StreamFile {
     pub relative: String,
     pub footer: Footer,
     /// The position of its first record among all the files of the dataset.
@@ -142,7 +142,7 @@ pub struct ParquetStream {
 impl ParquetStream {
     /// A stream over `files` serving `fields` (name and type; a file column or a key),
     /// `keys` naming the partition keys whose values the files carry (in order).
-    pub(super) fn new(
+    pub(crate) fn new(
         dataset: &str,
         fields: &[(String, DataType)],
         keys: &[String],
@@ -203,6 +203,135 @@ impl ParquetStream {
     }
 }
 
+impl ParquetStream {
+    /// The files as an executor of a cluster opens them ([`crate::cluster::TableSource`]):
+    /// the keys served (in the order of each file's values), then per file where it is, the
+    /// version registered and its partition values.
+    pub(crate) fn source_files(
+        &self,
+    ) -> (
+        Vec<String>,
+        Vec<crate::cluster::SourceFile>,
+        Vec<Vec<ScalarValue>>,
+    ) {
+        let keys = self.shared.partition_fields[1..]
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let mut files = Vec::with_capacity(self.shared.files.len());
+        let mut values = Vec::with_capacity(self.shared.files.len());
+        for f in &self.shared.files {
+            let object = f.object.as_ref().map(|o| crate::cluster::SourceObject {
+                url: o.url.clone(),
+                etag: o.etag.clone(),
+                version: o.version.clone(),
+                modified_ms: o.modified.and_then(|m| {
+                    m.duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| d.as_millis() as i64)
+                }),
+            });
+            let path = object.is_none().then(|| {
+                std::path::absolute(&f.footer.path)
+                    .unwrap_or_else(|_| f.footer.path.clone())
+                    .to_string_lossy()
+                    .into_owned()
+            });
+            files.push(crate::cluster::SourceFile {
+                relative: f.relative.clone(),
+                path,
+                object,
+                size: f.footer.size,
+                offset: f.offset,
+                rows: f.footer.num_rows,
+                footer_sha256: crate::backend::sha256_hex(&f.footer.footer_bytes),
+            });
+            values.push(f.values.clone());
+        }
+        (keys, files, values)
+    }
+}
+
+/// The files of a table sent to an executor, opened here and checked against the versions
+/// registered: the same size and the same footer (an object: the same ETag, named in every
+/// read). Footers are read on blocking threads, a few files at a time.
+pub(crate) async fn reopen(
+    source: &crate::cluster::TableSource,
+) -> Result<Vec<StreamFile>, EngineError> {
+    let dataset = source.dataset.clone();
+    let mut out = Vec::with_capacity(source.files.len());
+    for (file, values) in source.files.iter().zip(&source.values) {
+        let file = file.clone();
+        let dataset = dataset.clone();
+        let stale = {
+            let dataset = dataset.clone();
+            let relative = file.relative.clone();
+            move |message: &str| EngineError::Stale {
+                dataset: dataset.clone(),
+                message: format!("{message} (`{relative}`, on this executor)"),
+            }
+        };
+        let opened = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
+            match (&file.object, &file.path) {
+                (Some(o), _) => {
+                    let object = crate::object::reopen(
+                        &o.url,
+                        o.etag.clone(),
+                        o.version.clone(),
+                        file.size,
+                        o.modified_ms.map(|ms| {
+                            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64)
+                        }),
+                    )
+                    .map_err(|e| super::object_error(&dataset, e))?;
+                    let footer = tally_plugin_parquet::read_footer_of(
+                        &object.message_path(),
+                        &object,
+                        object.modified,
+                    )
+                    .map_err(|e| EngineError::backend(&dataset, e))?;
+                    Ok((footer, Some(Arc::new(object)), file))
+                }
+                (None, Some(path)) => {
+                    let footer = match tally_plugin_parquet::read_footer(std::path::Path::new(path)) {
+                        Ok(f) => f,
+                        Err(e) if !std::path::Path::new(path).exists() => {
+                            return Err(EngineError::Stale {
+                                dataset: dataset.clone(),
+                                message: format!(
+                                    "its data file is not at {path} on this executor ({e}); executors must reach the server's files at the same paths, or read the data from object storage"
+                                ),
+                            });
+                        }
+                        Err(e) => return Err(EngineError::backend(&dataset, e)),
+                    };
+                    Ok((footer, None, file))
+                }
+                (None, None) => Err(EngineError::internal("a file with neither path nor object")),
+            }
+        })
+        .await
+        .map_err(EngineError::internal)??;
+        let (footer, object, file) = opened;
+        let same = footer.size == file.size
+            && footer.num_rows == file.rows
+            && crate::backend::sha256_hex(&footer.footer_bytes) == file.footer_sha256;
+        if !same {
+            return Err(stale(
+                "its data file on this executor is not the version the server registered",
+            ));
+        }
+        out.push(StreamFile::new(
+            file.relative.clone(),
+            footer,
+            file.offset,
+            values.clone(),
+            object,
+        ));
+    }
+    Ok(out)
+}
+
 impl Streaming for ParquetStream {
     fn table(&self) -> (Arc<dyn TableProvider>, Arc<ReadCounts>) {
         let counts = Arc::new(ReadCounts::default());
@@ -233,6 +362,16 @@ impl Streaming for ParquetStream {
 
     fn rows(&self) -> usize {
         self.shared.rows
+    }
+
+    fn source_files(
+        &self,
+    ) -> Option<(
+        Vec<String>,
+        Vec<crate::cluster::SourceFile>,
+        Vec<Vec<ScalarValue>>,
+    )> {
+        Some(ParquetStream::source_files(self))
     }
 }
 

@@ -1,0 +1,305 @@
+//! How Tally's plans travel to a Ballista cluster: its scans of files ([`ScanExec`]) as
+//! their description, and its functions by name. Everything else is Ballista's and
+//! DataFusion's own encoding.
+//!
+//! The scheduler decodes a plan to split it into stages and never executes a scan; an
+//! executor decodes its stage's plan and, when it runs a scan, rebuilds the table from the
+//! description (`tally_engine::cluster`).
+
+use std::sync::Arc;
+
+use ballista_core::serde::BallistaPhysicalExtensionCodec;
+use datafusion::arrow::datatypes::Schema;
+use datafusion::common::{DataFusionError, Result as DfResult, TableReference};
+use datafusion::datasource::TableProvider;
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{Extension, LogicalPlan, ScalarUDF};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::logical_plan::LogicalExtensionCodec;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use prost::Message;
+use tally_engine::cluster::{ScanExec, SourceFile, TableSource};
+use tally_engine::memory::Budget;
+use tally_engine::udf::Functions;
+
+/// The first bytes of a Tally node (Ballista's own nodes are protobuf messages, which never
+/// start with them).
+const SCAN_MAGIC: &[u8] = b"\xfftally-scan-1\n";
+/// What a Tally function's definition holds (its name says which).
+const UDF_MAGIC: &[u8] = b"tally-udf-1";
+
+/// A scan of files as it travels.
+#[derive(Clone, PartialEq, Message)]
+pub struct ScanNode {
+    #[prost(string, tag = "1")]
+    pub dataset: String,
+    #[prost(string, tag = "2")]
+    pub definition: String,
+    #[prost(message, optional, tag = "3")]
+    pub source_schema: Option<datafusion_proto_common::Schema>,
+    #[prost(string, repeated, tag = "4")]
+    pub keys: Vec<String>,
+    /// The files (JSON: where each is, its size, offset, rows and footer hash).
+    #[prost(string, tag = "5")]
+    pub files: String,
+    #[prost(message, repeated, tag = "6")]
+    pub values: Vec<FileValues>,
+    #[prost(bool, tag = "7")]
+    pub projected: bool,
+    #[prost(uint64, repeated, tag = "8")]
+    pub projection: Vec<u64>,
+    #[prost(message, repeated, tag = "9")]
+    pub filters: Vec<datafusion_proto::protobuf::LogicalExprNode>,
+    #[prost(uint64, optional, tag = "10")]
+    pub limit: Option<u64>,
+    #[prost(uint64, tag = "11")]
+    pub target_partitions: u64,
+    #[prost(message, optional, tag = "12")]
+    pub schema: Option<datafusion_proto_common::Schema>,
+    #[prost(uint64, tag = "13")]
+    pub partitions: u64,
+}
+
+/// One file's partition key values.
+#[derive(Clone, PartialEq, Message)]
+pub struct FileValues {
+    #[prost(message, repeated, tag = "1")]
+    pub values: Vec<datafusion_proto_common::ScalarValue>,
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::Internal(format!("{what}: {e}"))
+}
+
+/// Tally's codec on the cluster: its scans and functions, then Ballista's nodes.
+#[derive(Debug)]
+pub struct TallyCodec {
+    ballista: BallistaPhysicalExtensionCodec,
+    /// What the scans an executor runs draw their reads from.
+    budget: Arc<Budget>,
+}
+
+impl TallyCodec {
+    /// The codec of a process whose scans draw from `budget` (the scheduler never runs one).
+    pub fn new(budget: Arc<Budget>) -> TallyCodec {
+        TallyCodec {
+            ballista: BallistaPhysicalExtensionCodec::default(),
+            budget,
+        }
+    }
+
+    fn encode_scan(&self, scan: &ScanExec, buf: &mut Vec<u8>) -> DfResult<()> {
+        let source = &scan.source;
+        let to_schema = |s: &Schema| {
+            datafusion_proto_common::Schema::try_from(s).map_err(|e| internal("a schema", e))
+        };
+        let mut values = Vec::with_capacity(source.values.len());
+        for file in &source.values {
+            let mut out = Vec::with_capacity(file.len());
+            for v in file {
+                out.push(
+                    datafusion_proto_common::ScalarValue::try_from(v)
+                        .map_err(|e| internal("a partition value", e))?,
+                );
+            }
+            values.push(FileValues { values: out });
+        }
+        let filters = scan
+            .filters
+            .iter()
+            .map(|f| {
+                datafusion_proto::logical_plan::to_proto::serialize_expr(f, &FunctionCodec)
+                    .map_err(|e| internal("a condition", e))
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        let node = ScanNode {
+            dataset: source.dataset.clone(),
+            definition: source.definition.to_string(),
+            source_schema: Some(to_schema(&source.source_schema)?),
+            keys: source.keys.clone(),
+            files: serde_json::to_string(&source.files).map_err(|e| internal("the files", e))?,
+            values,
+            projected: scan.projection.is_some(),
+            projection: scan
+                .projection
+                .iter()
+                .flatten()
+                .map(|i| *i as u64)
+                .collect(),
+            filters,
+            limit: scan.limit.map(|l| l as u64),
+            target_partitions: scan.target_partitions as u64,
+            schema: Some(to_schema(&scan.schema())?),
+            partitions: scan.partitions() as u64,
+        };
+        buf.extend_from_slice(SCAN_MAGIC);
+        node.encode(buf).map_err(|e| internal("a scan", e))
+    }
+
+    fn decode_scan(&self, buf: &[u8], ctx: &TaskContext) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let node = ScanNode::decode(buf).map_err(|e| internal("a scan", e))?;
+        let schema = |s: &Option<datafusion_proto_common::Schema>| -> DfResult<Arc<Schema>> {
+            let s = s
+                .as_ref()
+                .ok_or_else(|| DataFusionError::Internal("a scan without its schema".into()))?;
+            Ok(Arc::new(
+                Schema::try_from(s).map_err(|e| internal("a schema", e))?,
+            ))
+        };
+        let files: Vec<SourceFile> =
+            serde_json::from_str(&node.files).map_err(|e| internal("the files", e))?;
+        let values = node
+            .values
+            .iter()
+            .map(|f| {
+                f.values
+                    .iter()
+                    .map(|v| {
+                        datafusion::common::ScalarValue::try_from(v)
+                            .map_err(|e| internal("a partition value", e))
+                    })
+                    .collect::<DfResult<Vec<_>>>()
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        if values.len() != files.len() {
+            return Err(DataFusionError::Internal(
+                "a scan whose files and partition values differ in number".into(),
+            ));
+        }
+        let filters = node
+            .filters
+            .iter()
+            .map(|f| {
+                datafusion_proto::logical_plan::from_proto::parse_expr(f, ctx, &FunctionCodec)
+                    .map_err(|e| internal("a condition", e))
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        let source = Arc::new(TableSource {
+            dataset: node.dataset,
+            definition: Arc::from(node.definition.as_str()),
+            source_schema: schema(&node.source_schema)?,
+            keys: node.keys,
+            files,
+            values,
+        });
+        Ok(Arc::new(ScanExec::remote(
+            source,
+            node.projected
+                .then(|| node.projection.iter().map(|i| *i as usize).collect()),
+            filters,
+            node.limit.map(|l| l as usize),
+            node.target_partitions as usize,
+            schema(&node.schema)?,
+            node.partitions as usize,
+            Arc::clone(&self.budget),
+        )))
+    }
+}
+
+impl PhysicalExtensionCodec for TallyCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        match buf.strip_prefix(SCAN_MAGIC) {
+            Some(scan) => self.decode_scan(scan, ctx),
+            None => self.ballista.try_decode(buf, inputs, ctx, proto_converter),
+        }
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> DfResult<()> {
+        match node.downcast_ref::<ScanExec>() {
+            Some(scan) => self.encode_scan(scan, buf),
+            None => self.ballista.try_encode(node, buf, proto_converter),
+        }
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> DfResult<Arc<ScalarUDF>> {
+        FunctionCodec.try_decode_udf(name, buf)
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> DfResult<()> {
+        FunctionCodec.try_encode_udf(node, buf)
+    }
+}
+
+/// Tally's functions by name, in plans and in the conditions of scans. A function that
+/// carries more than its name (a prepared table's part index) cannot be sent: encoding it
+/// fails, and the plan is computed on the server.
+#[derive(Debug)]
+pub struct FunctionCodec;
+
+impl LogicalExtensionCodec for FunctionCodec {
+    fn try_decode(
+        &self,
+        _buf: &[u8],
+        _inputs: &[LogicalPlan],
+        _ctx: &TaskContext,
+    ) -> DfResult<Extension> {
+        Err(DataFusionError::NotImplemented(
+            "Tally sends no logical plans".into(),
+        ))
+    }
+
+    fn try_encode(&self, _node: &Extension, _buf: &mut Vec<u8>) -> DfResult<()> {
+        Err(DataFusionError::NotImplemented(
+            "Tally sends no logical plans".into(),
+        ))
+    }
+
+    fn try_decode_table_provider(
+        &self,
+        _buf: &[u8],
+        _table_ref: &TableReference,
+        _schema: datafusion::arrow::datatypes::SchemaRef,
+        _ctx: &TaskContext,
+    ) -> DfResult<Arc<dyn TableProvider>> {
+        Err(DataFusionError::NotImplemented(
+            "Tally sends no logical plans".into(),
+        ))
+    }
+
+    fn try_encode_table_provider(
+        &self,
+        _table_ref: &TableReference,
+        _node: Arc<dyn TableProvider>,
+        _buf: &mut Vec<u8>,
+    ) -> DfResult<()> {
+        Err(DataFusionError::NotImplemented(
+            "Tally sends no logical plans".into(),
+        ))
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> DfResult<Arc<ScalarUDF>> {
+        if buf == UDF_MAGIC
+            && let Some(udf) = Functions::by_name(name)
+        {
+            return Ok(udf);
+        }
+        Err(DataFusionError::NotImplemented(format!(
+            "function `{name}` is not one this executor knows (is it the same Tally version as the server?)"
+        )))
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> DfResult<()> {
+        if Functions::by_name(node.name()).is_some() {
+            buf.extend_from_slice(UDF_MAGIC);
+            return Ok(());
+        }
+        if Functions::is_tally(node.name()) {
+            return Err(DataFusionError::NotImplemented(format!(
+                "function `{}` uses a prepared table's index, which lives in the server's memory",
+                node.name()
+            )));
+        }
+        Ok(())
+    }
+}

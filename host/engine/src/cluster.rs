@@ -1,0 +1,444 @@
+//! Calls whose physical work runs on a cluster (Apache Arrow Ballista): what the engine
+//! knows of it. The cluster itself (the codec, the client, the scheduler and executor
+//! binaries) lives in the `tally-cluster` crate, which implements [`Cluster`].
+//!
+//! Only data read from its files at every call can be distributed: a prepared table lives in
+//! this process's memory. In cluster mode the scan of such a table is a [`ScanExec`]: the
+//! scan the single-node path makes, plus a description of its table ([`TableSource`]: the
+//! definition, the files and the versions registered, the call's projection, conditions and
+//! limit). An executor that receives it rebuilds the table from that description and makes
+//! the very same scan (the same code, the same partitions), so the answers are those of the
+//! single-node path. Name resolution, the semantic layer, budgets and the envelope stay on
+//! the server; the executors only scan and compute.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder, TaskContext};
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
+use datafusion::prelude::SessionConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::error::EngineError;
+use crate::memory::Budget;
+
+/// A cluster the server sends the physical work of calls to.
+pub trait Cluster: Send + Sync + fmt::Debug {
+    /// Where it is, as the envelope names it (`df://host:port`).
+    fn address(&self) -> &str;
+    /// A plan that runs `plan` on the cluster and streams its answer back, or why `plan`
+    /// cannot be sent (a node or function the cluster cannot rebuild).
+    fn distribute(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        call: Arc<ClusterCall>,
+    ) -> Result<Arc<dyn ExecutionPlan>, String>;
+}
+
+/// One call's view of the cluster, kept in its session config: where its plans went.
+#[derive(Debug)]
+pub struct ClusterCall {
+    pub cluster: Arc<dyn Cluster>,
+    /// How many of the call's plans ran on the cluster.
+    distributed: Mutex<usize>,
+    /// Why plans were computed here instead (each reason once).
+    local: Mutex<Vec<String>>,
+}
+
+impl ClusterCall {
+    pub fn new(cluster: Arc<dyn Cluster>) -> ClusterCall {
+        ClusterCall {
+            cluster,
+            distributed: Mutex::new(0),
+            local: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A plan of the call ran on the cluster.
+    pub fn ran_remotely(&self) {
+        if let Ok(mut n) = self.distributed.lock() {
+            *n += 1;
+        }
+    }
+
+    /// A plan of the call was computed on this server, for `why`.
+    pub fn ran_here(&self, why: impl Into<String>) {
+        let why = why.into();
+        if let Ok(mut local) = self.local.lock()
+            && !local.contains(&why)
+        {
+            local.push(why);
+        }
+    }
+
+    /// How many plans ran on the cluster, and why others did not.
+    pub fn outcome(&self) -> (usize, Vec<String>) {
+        (
+            self.distributed.lock().map(|n| *n).unwrap_or(0),
+            self.local.lock().map(|l| l.clone()).unwrap_or_default(),
+        )
+    }
+}
+
+/// The cluster a call's context sends its work to, if any.
+pub fn of_session(state: &dyn Session) -> Option<Arc<ClusterCall>> {
+    state.config().get_extension::<ClusterCall>()
+}
+
+/// The planner of a call in cluster mode: DataFusion's, then the plan sent to the cluster
+/// when it scans files (a plan over a prepared table, or another backend's, stays here).
+#[derive(Debug)]
+pub struct ClusterPlanner;
+
+#[async_trait::async_trait]
+impl datafusion::execution::context::QueryPlanner for ClusterPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let plan = DefaultPhysicalPlanner::default()
+            .create_physical_plan(logical_plan, session)
+            .await?;
+        let Some(call) = of_session(session) else {
+            return Ok(plan);
+        };
+        if !scans_files(&plan) {
+            return Ok(plan);
+        }
+        match call
+            .cluster
+            .distribute(Arc::clone(&plan), Arc::clone(&call))
+        {
+            Ok(remote) => Ok(remote),
+            Err(why) => {
+                tracing::info!(%why, "plan computed on this server");
+                call.ran_here(why);
+                Ok(plan)
+            }
+        }
+    }
+}
+
+/// Whether a plan reads files through a [`ScanExec`] (what the cluster can take).
+fn scans_files(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        if node.is::<ScanExec>() {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// Where a file of a streamed dataset is, as an executor opens it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SourceFile {
+    /// As messages name it (relative to the dataset folder, or the object's URL).
+    pub relative: String,
+    /// The local path (absolute), when it is a file.
+    pub path: Option<String>,
+    /// The object, when it is one in object storage.
+    pub object: Option<SourceObject>,
+    pub size: u64,
+    /// The position of its first record among all the files of the dataset.
+    pub offset: u64,
+    pub rows: u64,
+    /// SHA-256 of its footer as registered: an executor refuses another version.
+    pub footer_sha256: String,
+}
+
+/// An object's version, as registered.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SourceObject {
+    pub url: String,
+    pub etag: Option<String>,
+    pub version: Option<String>,
+    /// Milliseconds since the epoch.
+    pub modified_ms: Option<i64>,
+}
+
+/// What an executor rebuilds a streamed table from: the dataset's definition and source
+/// schema (its layout follows), the fields read and their types, and the files.
+#[derive(Debug, Clone)]
+pub struct TableSource {
+    pub dataset: String,
+    /// The definition file's text, as registered.
+    pub definition: Arc<str>,
+    /// The columns of the data, as the backend reads them.
+    pub source_schema: SchemaRef,
+    /// The partition keys the files carry values of, in the order of `values`.
+    pub keys: Vec<String>,
+    pub files: Vec<SourceFile>,
+    /// Per file, its partition key values (in the order of `keys`).
+    pub values: Vec<Vec<ScalarValue>>,
+}
+
+/// One scan of a streamed table in cluster mode: the scan of the single-node path, and the
+/// description an executor makes the same scan from.
+pub struct ScanExec {
+    pub source: Arc<TableSource>,
+    pub projection: Option<Vec<usize>>,
+    pub filters: Vec<Expr>,
+    pub limit: Option<usize>,
+    /// The partitions the scan was planned for (`target_partitions`).
+    pub target_partitions: usize,
+    properties: Arc<PlanProperties>,
+    /// The scan itself: made here, or rebuilt by an executor when first executed.
+    inner: tokio::sync::OnceCell<Arc<dyn ExecutionPlan>>,
+    /// What an executor's reads draw from.
+    budget: Option<Arc<Budget>>,
+}
+
+impl fmt::Debug for ScanExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScanExec")
+            .field("dataset", &self.source.dataset)
+            .field("files", &self.source.files.len())
+            .field("projection", &self.projection)
+            .field("filters", &self.filters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScanExec {
+    /// The scan `inner` made on this server, sendable as `source` with the call's choices.
+    pub fn local(
+        source: Arc<TableSource>,
+        projection: Option<Vec<usize>>,
+        filters: Vec<Expr>,
+        limit: Option<usize>,
+        target_partitions: usize,
+        inner: Arc<dyn ExecutionPlan>,
+    ) -> ScanExec {
+        let properties = Arc::new(inner.properties().as_ref().clone());
+        ScanExec {
+            source,
+            projection,
+            filters,
+            limit,
+            target_partitions,
+            properties,
+            inner: tokio::sync::OnceCell::new_with(Some(inner)),
+            budget: None,
+        }
+    }
+
+    /// The scan as an executor (or the scheduler) receives it: nothing is read until it is
+    /// executed; `schema` and `partitions` are what the server planned with.
+    #[allow(clippy::too_many_arguments)]
+    pub fn remote(
+        source: Arc<TableSource>,
+        projection: Option<Vec<usize>>,
+        filters: Vec<Expr>,
+        limit: Option<usize>,
+        target_partitions: usize,
+        schema: SchemaRef,
+        partitions: usize,
+        budget: Arc<Budget>,
+    ) -> ScanExec {
+        use datafusion::physical_expr::EquivalenceProperties;
+        use datafusion::physical_plan::Partitioning;
+        use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        ScanExec {
+            source,
+            projection,
+            filters,
+            limit,
+            target_partitions,
+            properties,
+            inner: tokio::sync::OnceCell::new(),
+            budget: Some(budget),
+        }
+    }
+
+    /// The partitions it runs in.
+    pub fn partitions(&self) -> usize {
+        self.properties.partitioning.partition_count()
+    }
+
+    /// Rebuilds the table from its description and makes the scan, as the server did.
+    async fn rebuild(&self, context: &TaskContext) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let budget = self.budget.clone().ok_or_else(|| {
+            DataFusionError::Internal("a scan made on this server has its plan".into())
+        })?;
+        let table = rebuild_table(&self.source, &budget)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let config = SessionConfig::new().with_target_partitions(self.target_partitions);
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(context.runtime_env())
+            .build();
+        let plan = table
+            .scan(&state, self.projection.as_ref(), &self.filters, self.limit)
+            .await?;
+        let made = plan.properties().partitioning.partition_count();
+        if made != self.partitions()
+            || plan.schema() != self.properties.eq_properties.schema().clone()
+        {
+            return Err(DataFusionError::Execution(format!(
+                "dataset `{}`: this executor planned the scan in {made} partitions with another schema than the server's {} (are the server and the executors the same Tally version?)",
+                self.source.dataset,
+                self.partitions()
+            )));
+        }
+        Ok(plan)
+    }
+}
+
+impl DisplayAs for ScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "TallyScan: {} files of `{}`",
+            self.source.files.len(),
+            self.source.dataset
+        )
+    }
+}
+
+impl ExecutionPlan for ScanExec {
+    fn name(&self) -> &str {
+        "TallyScan"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal("TallyScan has no inputs".into()))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        if let Some(inner) = self.inner.get() {
+            return inner.execute(partition, context);
+        }
+        let schema = self.properties.eq_properties.schema().clone();
+        let this = ScanExec {
+            source: Arc::clone(&self.source),
+            projection: self.projection.clone(),
+            filters: self.filters.clone(),
+            limit: self.limit,
+            target_partitions: self.target_partitions,
+            properties: Arc::clone(&self.properties),
+            inner: tokio::sync::OnceCell::new(),
+            budget: self.budget.clone(),
+        };
+        let stream = futures::stream::once(async move {
+            let plan = this.rebuild(&context).await?;
+            plan.execute(partition, context)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::TryStreamExt::try_flatten(stream),
+        )))
+    }
+}
+
+/// The table an executor reads: the dataset's layout from its definition, its files checked
+/// against the versions registered.
+async fn rebuild_table(
+    source: &TableSource,
+    budget: &Arc<Budget>,
+) -> Result<Arc<dyn TableProvider>, EngineError> {
+    let loaded = tally_semantic::definition::load_definition(
+        "dataset.yaml",
+        &source.dataset,
+        &source.definition,
+    )
+    .map_err(|e| {
+        EngineError::backend(
+            &source.dataset,
+            format!("the definition sent with the plan does not load here: {e:?}"),
+        )
+    })?;
+    let def = loaded.dataset;
+    let layout = Arc::new(crate::store::Layout::streamed(&def, &source.source_schema)?);
+    let fields: Vec<(String, DataType)> = def
+        .fields
+        .iter()
+        .zip(&layout.targets)
+        .map(|(f, t)| (f.name.clone(), t.clone()))
+        .collect();
+    let files = crate::parquet::reopen(source).await?;
+    let stream = crate::parquet::stream::ParquetStream::new(
+        &source.dataset,
+        &fields,
+        &source.keys,
+        files,
+        Vec::new(),
+        None,
+        budget,
+    )?;
+    let (inner, _counts) = crate::backend::Streaming::table(&stream);
+    Ok(Arc::new(crate::store::StreamedTable::new(inner, layout)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_records_where_its_plans_ran() {
+        #[derive(Debug)]
+        struct Nowhere;
+        impl Cluster for Nowhere {
+            fn address(&self) -> &str {
+                "df://127.0.0.1:1"
+            }
+            fn distribute(
+                &self,
+                _plan: Arc<dyn ExecutionPlan>,
+                _call: Arc<ClusterCall>,
+            ) -> Result<Arc<dyn ExecutionPlan>, String> {
+                Err("nothing".into())
+            }
+        }
+        let call = ClusterCall::new(Arc::new(Nowhere));
+        call.ran_remotely();
+        call.ran_here("a reason");
+        call.ran_here("a reason");
+        call.ran_remotely();
+        assert_eq!(call.outcome(), (2, vec!["a reason".to_string()]));
+    }
+}
