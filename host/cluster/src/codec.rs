@@ -6,19 +6,21 @@
 //! executor decodes its stage's plan and, when it runs a scan, rebuilds the table from the
 //! description (`tally_engine::cluster`).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use ballista_core::serde::BallistaPhysicalExtensionCodec;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::common::{DataFusionError, Result as DfResult, TableReference};
 use datafusion::datasource::TableProvider;
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::{Extension, LogicalPlan, ScalarUDF};
+use datafusion::logical_expr::{AggregateUDF, Extension, LogicalPlan, ScalarUDF};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use prost::Message;
 use tally_engine::cluster::{ScanExec, SourceFile, TableSource};
+use tally_engine::groups::{CAPPED_COUNT, Caps, capped_count, caps_of};
 use tally_engine::memory::Budget;
 use tally_engine::udf::Functions;
 
@@ -27,6 +29,9 @@ use tally_engine::udf::Functions;
 const SCAN_MAGIC: &[u8] = b"\xfftally-scan-1\n";
 /// What a Tally function's definition holds (its name says which).
 const UDF_MAGIC: &[u8] = b"tally-udf-1";
+/// What a capped count's definition starts with; its caps (groups, rows) follow, each as
+/// eight little-endian bytes.
+const CAPPED_MAGIC: &[u8] = b"tally-capped-count-1";
 
 /// A scan of files as it travels.
 #[derive(Clone, PartialEq, Message)]
@@ -69,6 +74,24 @@ pub struct FileValues {
 
 fn internal(what: &str, e: impl std::fmt::Display) -> DataFusionError {
     DataFusionError::Internal(format!("{what}: {e}"))
+}
+
+/// DataFusion's scalar functions, its nested ones included, by name and alias.
+fn builtin_functions() -> &'static HashMap<String, Arc<ScalarUDF>> {
+    static FUNCTIONS: OnceLock<HashMap<String, Arc<ScalarUDF>>> = OnceLock::new();
+    FUNCTIONS.get_or_init(|| {
+        let mut by_name = HashMap::new();
+        for f in datafusion::functions::all_default_functions()
+            .into_iter()
+            .chain(datafusion::functions_nested::all_default_nested_functions())
+        {
+            for alias in f.aliases() {
+                by_name.insert(alias.clone(), Arc::clone(&f));
+            }
+            by_name.insert(f.name().to_string(), f);
+        }
+        by_name
+    })
 }
 
 /// Tally's codec on the cluster: its scans and functions, then Ballista's nodes.
@@ -130,14 +153,24 @@ impl TallyCodec {
             limit: scan.limit.map(|l| l as u64),
             target_partitions: scan.target_partitions as u64,
             schema: Some(to_schema(&scan.schema())?),
-            partitions: scan.partitions() as u64,
+            partitions: scan.scan_partitions as u64,
         };
         buf.extend_from_slice(SCAN_MAGIC);
         node.encode(buf).map_err(|e| internal("a scan", e))
     }
 
-    fn decode_scan(&self, buf: &[u8], ctx: &TaskContext) -> DfResult<Arc<dyn ExecutionPlan>> {
+    fn decode_scan(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let node = ScanNode::decode(buf).map_err(|e| internal("a scan", e))?;
+        let [marker] = inputs else {
+            return Err(DataFusionError::Internal(
+                "a scan without its partition marker".into(),
+            ));
+        };
         let schema = |s: &Option<datafusion_proto_common::Schema>| -> DfResult<Arc<Schema>> {
             let s = s
                 .as_ref()
@@ -191,6 +224,7 @@ impl TallyCodec {
             node.target_partitions as usize,
             schema(&node.schema)?,
             node.partitions as usize,
+            Arc::clone(marker),
             Arc::clone(&self.budget),
         )))
     }
@@ -205,7 +239,7 @@ impl PhysicalExtensionCodec for TallyCodec {
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         match buf.strip_prefix(SCAN_MAGIC) {
-            Some(scan) => self.decode_scan(scan, ctx),
+            Some(scan) => self.decode_scan(scan, inputs, ctx),
             None => self.ballista.try_decode(buf, inputs, ctx, proto_converter),
         }
     }
@@ -228,6 +262,52 @@ impl PhysicalExtensionCodec for TallyCodec {
 
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> DfResult<()> {
         FunctionCodec.try_encode_udf(node, buf)
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> DfResult<Arc<AggregateUDF>> {
+        if name == CAPPED_COUNT
+            && let Some(caps) = buf.strip_prefix(CAPPED_MAGIC)
+            && let Ok(caps) = <[u8; 16]>::try_from(caps)
+        {
+            let number = |at: usize| {
+                let mut bytes = [0u8; 8];
+                bytes.copy_from_slice(&caps[at..at + 8]);
+                u64::from_le_bytes(bytes)
+            };
+            return Ok(Arc::new(capped_count(Caps {
+                groups: usize::try_from(number(0)).unwrap_or(usize::MAX),
+                rows: number(8),
+            })));
+        }
+        if buf.is_empty()
+            && let Some(udaf) = datafusion::functions_aggregate::all_default_aggregate_functions()
+                .into_iter()
+                .find(|f| f.name() == name || f.aliases().iter().any(|a| a == name))
+        {
+            return Ok(udaf);
+        }
+        Err(DataFusionError::NotImplemented(format!(
+            "aggregate function `{name}` is not one this executor knows (is it the same Tally version as the server?)"
+        )))
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> DfResult<()> {
+        // The count that stops at the caps goes with its caps; on each executor its
+        // accumulators count what that task reads and holds (the server checks the groups of
+        // the whole answer again).
+        if let Some(caps) = caps_of(node) {
+            buf.extend_from_slice(CAPPED_MAGIC);
+            buf.extend_from_slice(&(caps.groups as u64).to_le_bytes());
+            buf.extend_from_slice(&caps.rows.to_le_bytes());
+            return Ok(());
+        }
+        if Functions::is_tally(node.name()) {
+            return Err(DataFusionError::NotImplemented(format!(
+                "aggregate function `{}` cannot be sent to a cluster",
+                node.name()
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -283,6 +363,13 @@ impl LogicalExtensionCodec for FunctionCodec {
             && let Some(udf) = Functions::by_name(name)
         {
             return Ok(udf);
+        }
+        // Ballista's executors know DataFusion's scalar functions but not its nested ones
+        // (parts of multi-value fields are lists): every built-in is found by its name.
+        if buf.is_empty()
+            && let Some(udf) = builtin_functions().get(name)
+        {
+            return Ok(Arc::clone(udf));
         }
         Err(DataFusionError::NotImplemented(format!(
             "function `{name}` is not one this executor knows (is it the same Tally version as the server?)"

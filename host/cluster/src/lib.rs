@@ -9,14 +9,13 @@
 //!   must use it: `tally-scheduler` and `tally-executor` are Ballista's with it).
 //! - [`BallistaCluster`]: what `tally serve --cluster df://HOST:PORT` sends plans to.
 
+mod client;
 pub mod codec;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ballista_core::config::BallistaConfig;
-use ballista_core::execution_plans::execute_physical_plan;
 use ballista_core::extension::SessionConfigExt;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result as DfResult};
@@ -37,7 +36,7 @@ use tally_engine::memory::Budget;
 pub use codec::TallyCodec;
 
 /// How long the scheduler has to accept a connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A scheduler's address: `df://host:port` (the form Ballista's clients take).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +70,7 @@ impl Address {
         })
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         if self.host.contains(':') {
             format!("http://[{}]:{}", self.host, self.port)
         } else {
@@ -90,19 +89,9 @@ impl fmt::Display for Address {
     }
 }
 
-/// Whether the scheduler at `address` accepts connections (within 3 s).
+/// Whether the scheduler at `address` answers (within 3 s), or why not.
 pub async fn reachable(address: &Address) -> Result<(), String> {
-    let target = (address.host.as_str(), address.port);
-    match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(target)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!(
-            "the Ballista scheduler at {address} refused the connection ({e})"
-        )),
-        Err(_) => Err(format!(
-            "the Ballista scheduler at {address} did not accept a connection within {} s",
-            CONNECT_TIMEOUT.as_secs()
-        )),
-    }
+    client::connect(address).await.map(|_| ())
 }
 
 /// A Ballista cluster, as the server sends plans to it.
@@ -249,30 +238,27 @@ impl ExecutionPlan for ClusterExec {
         let partitions = context.session_config().target_partitions();
         let schema = plan.schema();
         let stream = futures::stream::once(async move {
-            if let Err(why) = reachable(&address).await {
-                if fallback {
-                    call.ran_here(format!(
-                        "{why}; computed on this server instead (--cluster-fallback)"
-                    ));
+            let scheduler = match client::connect(&address).await {
+                Ok(scheduler) => scheduler,
+                Err(why) if fallback => {
+                    call.ran_here(format!("{why} (--cluster-fallback local)"));
                     return CoalescePartitionsExec::new(plan).execute(0, context);
                 }
-                return Err(DataFusionError::Execution(format!(
-                    "{why}; start it (docs/cluster.md), or serve with --cluster-fallback local to compute on this server while it is down"
-                )));
-            }
-            let config = SessionConfig::new_with_ballista().with_target_partitions(partitions);
-            let stream = execute_physical_plan::<PhysicalPlanNode>(
-                address.url(),
-                &BallistaConfig::default(),
-                plan,
-                codec.as_ref(),
-                session,
-                config,
-            )
-            .await
-            .map_err(|e| {
-                DataFusionError::Execution(format!("the cluster at {address}: {}", short(&e)))
-            })?;
+                Err(why) => {
+                    return Err(DataFusionError::Execution(format!(
+                        "{why}; start it (docs/cluster.md), or serve with --cluster-fallback local to compute on this server while it is down"
+                    )));
+                }
+            };
+            let mut config = SessionConfig::new_with_ballista().with_target_partitions(partitions);
+            // Each task of a scan runs on its own copy of the plan (ScanExec's marker says
+            // which partitions): nothing is shared between the partitions of one task.
+            config
+                .options_mut()
+                .execution
+                .enable_file_stream_work_stealing = false;
+            let stream =
+                client::run(&address, scheduler, plan, codec.as_ref(), &session, &config).await?;
             call.ran_remotely();
             Ok(stream)
         });

@@ -186,6 +186,13 @@ pub struct TableSource {
 
 /// One scan of a streamed table in cluster mode: the scan of the single-node path, and the
 /// description an executor makes the same scan from.
+///
+/// A cluster's scheduler hands each task a slice of a stage's partitions and restricts the
+/// leaves of the task's plan to that slice, renumbered from 0 (Ballista knows how for its own
+/// and DataFusion's leaves, not for this one). So the scan's only child is a marker: a
+/// DataFusion in-memory source with one partition per partition of the scan, each holding its
+/// number. The scheduler restricts the marker like any in-memory source, and partition `i` of
+/// the scan reads partition `i` of the marker to learn which of the scan's partitions it is.
 pub struct ScanExec {
     pub source: Arc<TableSource>,
     pub projection: Option<Vec<usize>>,
@@ -193,6 +200,10 @@ pub struct ScanExec {
     pub limit: Option<usize>,
     /// The partitions the scan was planned for (`target_partitions`).
     pub target_partitions: usize,
+    /// The partitions of the whole scan, as the server planned it (a task may run some).
+    pub scan_partitions: usize,
+    /// Which of the scan's partitions each partition of this plan is (see above).
+    marker: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
     /// The scan itself: made here, or rebuilt by an executor when first executed.
     inner: tokio::sync::OnceCell<Arc<dyn ExecutionPlan>>,
@@ -222,12 +233,15 @@ impl ScanExec {
         inner: Arc<dyn ExecutionPlan>,
     ) -> ScanExec {
         let properties = Arc::new(inner.properties().as_ref().clone());
+        let scan_partitions = properties.partitioning.partition_count();
         ScanExec {
             source,
             projection,
             filters,
             limit,
             target_partitions,
+            scan_partitions,
+            marker: marker(scan_partitions),
             properties,
             inner: tokio::sync::OnceCell::new_with(Some(inner)),
             budget: None,
@@ -235,7 +249,8 @@ impl ScanExec {
     }
 
     /// The scan as an executor (or the scheduler) receives it: nothing is read until it is
-    /// executed; `schema` and `partitions` are what the server planned with.
+    /// executed; `schema` and `scan_partitions` are what the server planned with, `marker`
+    /// the partitions of it this plan runs (all of them, or a task's slice).
     #[allow(clippy::too_many_arguments)]
     pub fn remote(
         source: Arc<TableSource>,
@@ -244,33 +259,32 @@ impl ScanExec {
         limit: Option<usize>,
         target_partitions: usize,
         schema: SchemaRef,
-        partitions: usize,
+        scan_partitions: usize,
+        marker: Arc<dyn ExecutionPlan>,
         budget: Arc<Budget>,
     ) -> ScanExec {
-        use datafusion::physical_expr::EquivalenceProperties;
-        use datafusion::physical_plan::Partitioning;
-        use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema),
-            Partitioning::UnknownPartitioning(partitions),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
         ScanExec {
             source,
             projection,
             filters,
             limit,
             target_partitions,
-            properties,
+            scan_partitions,
+            properties: properties_over(schema, &marker),
+            marker,
             inner: tokio::sync::OnceCell::new(),
             budget: Some(budget),
         }
     }
 
-    /// The partitions it runs in.
+    /// The partitions this plan runs.
     pub fn partitions(&self) -> usize {
         self.properties.partitioning.partition_count()
+    }
+
+    /// The marker of which of the scan's partitions this plan's partitions are.
+    pub fn marker(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.marker
     }
 
     /// Rebuilds the table from its description and makes the scan, as the server did.
@@ -281,7 +295,11 @@ impl ScanExec {
         let table = rebuild_table(&self.source, &budget)
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let config = SessionConfig::new().with_target_partitions(self.target_partitions);
+        let mut config = SessionConfig::new().with_target_partitions(self.target_partitions);
+        config
+            .options_mut()
+            .execution
+            .enable_file_stream_work_stealing = false;
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(context.runtime_env())
@@ -290,13 +308,12 @@ impl ScanExec {
             .scan(&state, self.projection.as_ref(), &self.filters, self.limit)
             .await?;
         let made = plan.properties().partitioning.partition_count();
-        if made != self.partitions()
+        if made != self.scan_partitions
             || plan.schema() != self.properties.eq_properties.schema().clone()
         {
             return Err(DataFusionError::Execution(format!(
-                "dataset `{}`: this executor planned the scan in {made} partitions with another schema than the server's {} (are the server and the executors the same Tally version?)",
-                self.source.dataset,
-                self.partitions()
+                "dataset `{}`: this executor planned the scan in {made} partitions, or with another schema, than the server's {} (are the server and the executors the same Tally version?)",
+                self.source.dataset, self.scan_partitions
             )));
         }
         Ok(plan)
@@ -324,7 +341,12 @@ impl ExecutionPlan for ScanExec {
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        Vec::new()
+        vec![&self.marker]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        // The marker is not data: nothing is to be repartitioned under the scan.
+        vec![false]
     }
 
     fn apply_expressions(
@@ -338,11 +360,21 @@ impl ExecutionPlan for ScanExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if children.is_empty() {
-            Ok(self)
-        } else {
-            Err(DataFusionError::Internal("TallyScan has no inputs".into()))
-        }
+        let [marker] = <[_; 1]>::try_from(children).map_err(|_| {
+            DataFusionError::Internal("TallyScan has one input, its partition marker".into())
+        })?;
+        Ok(Arc::new(ScanExec {
+            source: Arc::clone(&self.source),
+            projection: self.projection.clone(),
+            filters: self.filters.clone(),
+            limit: self.limit,
+            target_partitions: self.target_partitions,
+            scan_partitions: self.scan_partitions,
+            properties: properties_over(self.properties.eq_properties.schema().clone(), &marker),
+            marker,
+            inner: self.inner.clone(),
+            budget: self.budget.clone(),
+        }))
     }
 
     fn execute(
@@ -350,6 +382,13 @@ impl ExecutionPlan for ScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
+        let partition = scan_partition(&self.marker, partition)?;
+        if partition >= self.scan_partitions {
+            return Err(DataFusionError::Internal(format!(
+                "TallyScan has {} partitions, not {partition}",
+                self.scan_partitions
+            )));
+        }
         if let Some(inner) = self.inner.get() {
             return inner.execute(partition, context);
         }
@@ -360,10 +399,13 @@ impl ExecutionPlan for ScanExec {
             filters: self.filters.clone(),
             limit: self.limit,
             target_partitions: self.target_partitions,
+            scan_partitions: self.scan_partitions,
+            marker: Arc::clone(&self.marker),
             properties: Arc::clone(&self.properties),
             inner: tokio::sync::OnceCell::new(),
             budget: self.budget.clone(),
         };
+        let context = alone(&context);
         let stream = futures::stream::once(async move {
             let plan = this.rebuild(&context).await?;
             plan.execute(partition, context)
@@ -373,6 +415,96 @@ impl ExecutionPlan for ScanExec {
             futures::TryStreamExt::try_flatten(stream),
         )))
     }
+}
+
+/// The name of the marker's one column.
+const MARKER_COLUMN: &str = "tally_scan_partition";
+
+/// The marker of a scan of `partitions` partitions: partition `i` holds the number `i`.
+fn marker(partitions: usize) -> Arc<dyn ExecutionPlan> {
+    use datafusion::arrow::array::UInt64Array;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        MARKER_COLUMN,
+        DataType::UInt64,
+        false,
+    )]));
+    let batches: Vec<Vec<RecordBatch>> = (0..partitions as u64)
+        .map(|i| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(UInt64Array::from(vec![i]))],
+            )
+            .map(|b| vec![b])
+        })
+        .collect::<Result<_, _>>()
+        .unwrap_or_default();
+    // An in-memory source over batches of the schema it is given cannot fail; were it to, a
+    // scan without partitions reads nothing, which the partition check of `rebuild` reports.
+    match datafusion::datasource::memory::MemorySourceConfig::try_new_exec(&batches, schema, None) {
+        Ok(exec) => exec,
+        Err(_) => Arc::new(datafusion::physical_plan::empty::EmptyExec::new(Arc::new(
+            Schema::empty(),
+        ))),
+    }
+}
+
+/// Which of the scan's partitions partition `local` of this plan is, read off the marker.
+fn scan_partition(marker: &Arc<dyn ExecutionPlan>, local: usize) -> DfResult<usize> {
+    use datafusion::arrow::array::UInt64Array;
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::datasource::source::DataSourceExec;
+    let number = marker
+        .downcast_ref::<DataSourceExec>()
+        .and_then(|exec| {
+            let source: &dyn std::any::Any = exec.data_source().as_ref();
+            source.downcast_ref::<MemorySourceConfig>()
+        })
+        .and_then(|memory| memory.partitions().get(local))
+        .and_then(|batches| batches.first())
+        .and_then(|batch| batch.column(0).as_any().downcast_ref::<UInt64Array>())
+        .filter(|numbers| numbers.len() == 1)
+        .map(|numbers| numbers.value(0) as usize);
+    number.ok_or_else(|| {
+        DataFusionError::Internal(format!(
+            "TallyScan: its partition marker has no partition {local}"
+        ))
+    })
+}
+
+/// A scan's properties: its schema, in as many partitions as its marker.
+fn properties_over(schema: SchemaRef, marker: &Arc<dyn ExecutionPlan>) -> Arc<PlanProperties> {
+    use datafusion::physical_expr::EquivalenceProperties;
+    use datafusion::physical_plan::Partitioning;
+    use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(schema),
+        Partitioning::UnknownPartitioning(marker.properties().partitioning.partition_count()),
+        EmissionType::Incremental,
+        Boundedness::Bounded,
+    ))
+}
+
+/// `context` for a partition that runs alone: an executor runs each partition of a scan as
+/// its own task, on its own copy of the plan, so sibling partitions must not take files from
+/// a queue they share (DataFusion's work stealing), or each task would read them all.
+fn alone(context: &Arc<TaskContext>) -> Arc<TaskContext> {
+    let mut config = context.session_config().clone();
+    config
+        .options_mut()
+        .execution
+        .enable_file_stream_work_stealing = false;
+    Arc::new(TaskContext::new(
+        context.task_id(),
+        context.session_id(),
+        config,
+        context.scalar_functions().clone(),
+        context.higher_order_functions().clone(),
+        context.aggregate_functions().clone(),
+        context.window_functions().clone(),
+        context.runtime_env(),
+    ))
 }
 
 /// The table an executor reads: the dataset's layout from its definition, its files checked

@@ -72,6 +72,41 @@ pub fn capped_count(caps: Caps) -> AggregateUDF {
     })
 }
 
+/// The caps of a capped count, when `udaf` is one (what a cluster's executors rebuild it from:
+/// there, the accumulators of each task share their counts, and the server checks the
+/// groups of the whole answer again).
+pub fn caps_of(udaf: &AggregateUDF) -> Option<Caps> {
+    udaf.inner()
+        .as_ref()
+        .downcast_ref::<CappedCount>()
+        .map(|c| c.caps)
+}
+
+impl Stopped {
+    /// The stop whose message is `text` (or is inside it), as an error from another process
+    /// (a cluster's executor) carries it: only its words cross.
+    pub fn from_message(text: &str) -> Option<Stopped> {
+        let number_after = |marker: &str| -> Option<u64> {
+            let at = text.find(marker)? + marker.len();
+            let digits: String = text[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        };
+        if text.contains("exploding the multi-value fields would produce more than ") {
+            return Some(Stopped::Rows {
+                cap: number_after("exploding the multi-value fields would produce more than ")?,
+            });
+        }
+        Some(Stopped::Groups {
+            cap: number_after("the summary would produce more than ")? as usize,
+            seen: number_after("(it had ")? as usize,
+            rows: number_after(" after reading ")?,
+        })
+    }
+}
+
 /// What the accumulators of one summary have counted together.
 #[derive(Debug, Default)]
 struct Counts {
@@ -272,5 +307,36 @@ pub fn stopped(e: &DataFusionError) -> Option<Stopped> {
             return Some(s.clone());
         }
         current = current.source()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_is_read_back_from_its_message() {
+        for stop in [
+            Stopped::Groups {
+                cap: 100_000,
+                seen: 100_001,
+                rows: 7_500_000,
+            },
+            Stopped::Rows { cap: 1_000_000 },
+        ] {
+            let carried = format!("Job 3 failed: Execution error: {stop}");
+            assert_eq!(Stopped::from_message(&carried), Some(stop));
+        }
+        assert_eq!(Stopped::from_message("another failure"), None);
+    }
+
+    #[test]
+    fn the_caps_of_a_capped_count_are_read_back() {
+        let caps = Caps {
+            groups: 12,
+            rows: 34,
+        };
+        assert_eq!(caps_of(&capped_count(caps)), Some(caps));
+        assert_eq!(caps_of(&count_udaf()), None);
     }
 }

@@ -237,32 +237,32 @@ pub fn read_and_normalized(
         },
         (Served::Streamed, None) => "read from the files at this call".to_string(),
     };
+    // With a cluster: who read the files. The executors' reads are not counted here.
+    let mut elsewhere = String::new();
     let path = match cluster.map(|c| (c.outcome(), c.cluster.address())) {
         None => path,
-        // The executors read the files: what they read is not counted here.
-        Some(((ran, why), at)) if ran > 0 && why.is_empty() => format!(
-            "read from the files at this call by the cluster at {at}: {}",
-            plans(ran)
-        ),
-        Some(((ran, why), at)) if ran > 0 => format!(
-            "read from the files at this call by the cluster at {at}: {}; others computed on this server: {}",
-            plans(ran),
-            why.join("; ")
-        ),
+        Some(((ran, why), at)) if ran > 0 => {
+            if !why.is_empty() {
+                elsewhere = format!("; other plans computed on this server: {}", why.join("; "));
+            }
+            format!(
+                "read from the files at this call by the cluster at {at}: {}",
+                plans(ran)
+            )
+        }
         Some(((_, why), at)) => {
-            let why = if why.is_empty() {
-                match prepared.served {
-                    Served::Streamed => {
-                        format!("this backend's reads cannot be sent to the cluster at {at}")
-                    }
-                    _ => format!(
-                        "a prepared table lives in this server's memory and cannot be sent to the cluster at {at}"
-                    ),
-                }
-            } else {
+            let why = if !why.is_empty() {
                 why.join("; ")
+            } else if prepared.extract.is_some() {
+                "a plugin's records are read by this server, not from files the cluster can open"
+                    .to_string()
+            } else if prepared.served == Served::Streamed {
+                "this backend's reads cannot be sent".to_string()
+            } else {
+                "the table was prepared in this server's memory".to_string()
             };
-            format!("{path}; computed on this server: {why}")
+            elsewhere = format!("; computed on this server, not on the cluster at {at}: {why}");
+            path
         }
     };
     let from = match &prepared.extract {
@@ -270,6 +270,7 @@ pub fn read_and_normalized(
         Some(how) => format!("returned by {how}"),
         None => format!("from {} ({path})", files.join(", ")),
     };
+    let from = from + &elsewhere;
     let hashed = match ds.backend.content_hash(&prepared.files) {
         Some((_, Some(how))) => format!("; {how}"),
         _ => String::new(),

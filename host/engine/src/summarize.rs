@@ -549,6 +549,21 @@ async fn aggregate(
         .collect()
         .await
         .map_err(|e| EngineError::computing(&def.id, e))?;
+    // On one process the capped count stops the aggregation at the cap; on a cluster it holds
+    // per task, so the whole answer is checked here too.
+    let groups: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if groups > caps.groups {
+        return Err(EngineError::computing(
+            &def.id,
+            datafusion::error::DataFusionError::External(Box::new(
+                crate::groups::Stopped::Groups {
+                    cap: caps.groups,
+                    seen: groups,
+                    rows: records_in(&batches) as u64,
+                },
+            )),
+        ));
+    }
     Ok(Grouped {
         batches,
         schema,

@@ -168,14 +168,23 @@ fn call(tool: Tool, arguments: Value, common: &Common) -> Result<Value, ExitCode
         .unwrap_or_else(|_| common.datasets.clone());
     tally_engine::cursor::derive_key(seed.to_string_lossy().as_bytes());
     let cache = common.budgets.cache(&common.datasets);
-    let engine = std::sync::Arc::new(
-        Engine::open_with_backends(
-            &common.datasets,
-            common.budgets.limits(),
-            common.budgets.backends(cache.as_ref()),
-        )
-        .with_cache(cache),
-    );
+    let engine = Engine::open_with_backends(
+        &common.datasets,
+        common.limits(),
+        common.budgets.backends(cache.as_ref()),
+    )
+    .with_cache(cache);
+    let engine = match runtime.block_on(common.cluster.apply(engine, false)) {
+        Ok(engine) => std::sync::Arc::new(engine),
+        Err(e) => {
+            print_error(&json!({"error": {
+                "code": "invalid_argument",
+                "message": e,
+                "hint": "start the cluster (docs/cluster.md), pass --cluster-fallback local, or leave out --cluster",
+            }}));
+            return Err(ExitCode::from(crate::exit::CONFIG));
+        }
+    };
     // A one-shot process cannot leave the data to be prepared in the background for a later
     // call: it prepares first (as long as that takes), then the call has its whole budget.
     if let Some(id) = arguments.get("dataset_id").and_then(Value::as_str) {

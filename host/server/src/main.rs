@@ -13,6 +13,7 @@ mod audit;
 mod chart;
 mod check;
 mod cli;
+mod cluster;
 mod events;
 mod exit;
 mod guard;
@@ -52,6 +53,20 @@ pub struct Common {
     compact: bool,
     #[command(flatten)]
     budgets: Budgets,
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
+}
+
+impl Common {
+    /// The per-call limits; with a cluster, Parquet datasets are read from their files at
+    /// every call (what a cluster's executors can do) unless `--streaming` says otherwise.
+    pub fn limits(&self) -> tally_engine::Limits {
+        let mut limits = self.budgets.limits();
+        if self.cluster.cluster.is_some() && self.budgets.streaming == StreamingArg::Auto {
+            limits.serving = tally_engine::dataset::Serving::Streaming;
+        }
+        limits
+    }
 }
 
 /// Per-call budgets (they hold for the CLI, stdio and HTTP alike).
@@ -524,14 +539,19 @@ fn serve(
         return ExitCode::from(crate::exit::FAILED);
     };
     let cache = common.budgets.cache(&common.datasets);
-    let engine = std::sync::Arc::new(
-        tally_engine::Engine::open_with_backends(
-            &common.datasets,
-            common.budgets.limits(),
-            common.budgets.backends(cache.as_ref()),
-        )
-        .with_cache(cache),
-    );
+    let engine = tally_engine::Engine::open_with_backends(
+        &common.datasets,
+        common.limits(),
+        common.budgets.backends(cache.as_ref()),
+    )
+    .with_cache(cache);
+    let engine = match runtime.block_on(common.cluster.apply(engine, true)) {
+        Ok(engine) => std::sync::Arc::new(engine),
+        Err(e) => {
+            eprintln!("tally serve: {e}");
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
     let catalog = engine.catalog();
     tracing::info!(
         datasets = catalog.datasets.len(),

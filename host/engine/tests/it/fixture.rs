@@ -12,7 +12,9 @@ use serde_json::Value;
 use tally_semantic::definition::{DataType as FieldType, load_definition};
 
 pub fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+    // Through `../engine` so that the cluster tests (`host/cluster`), which include this file,
+    // find the same data.
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/data")
 }
 
 /// The fixture's definition.

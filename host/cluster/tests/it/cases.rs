@@ -1,0 +1,59 @@
+//! The engine's golden cases through a cluster: the answers must be those of the single-node
+//! path, byte for byte, but for the extract step, which says the cluster read the files.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tally_cluster::{Address, BallistaCluster};
+use tally_engine::{Engine, Limits, dataset::Serving};
+
+use crate::golden::{as_if_prepared, run_golden};
+use crate::local::LocalCluster;
+
+/// An engine over the datasets in `dir` that sends its calls to `cluster`, as `tally serve
+/// --cluster` makes it (data read from the files at every call).
+pub fn engine_over(dir: &Path, cluster: &LocalCluster) -> Engine {
+    let address = Address::parse(&cluster.address()).expect("the cluster's address");
+    Engine::open_with(
+        dir,
+        Limits {
+            serving: Serving::Streaming,
+            ..Default::default()
+        },
+    )
+    .with_cluster(Arc::new(BallistaCluster::new(address, false)), 4)
+}
+
+#[test]
+fn golden_cases_through_a_cluster_of_two_executors() {
+    let cluster = LocalCluster::start(2);
+    let engine = engine_over(crate::fixture::datasets_dir(), &cluster);
+    let remote = AtomicUsize::new(0);
+    let at = format!("by the cluster at {}", cluster.address());
+    let said = |text: String| -> String {
+        as_if_prepared(&text, &|how| {
+            assert!(
+                how.contains(&at) && how.contains("ran on its executors"),
+                "the extract step says the cluster read the files: {how}"
+            );
+            assert!(
+                !how.contains("computed on this server"),
+                "every plan of the golden cases can be sent: {how}"
+            );
+            remote.fetch_add(1, Ordering::Relaxed);
+        })
+    };
+    run_golden(&engine, &said, false);
+    // Every answer that reads the fixture's rows read them on the cluster.
+    assert!(remote.load(Ordering::Relaxed) >= 30);
+}
+
+/// The real survey's checks (host/engine/tests/it/survey.rs) through a cluster.
+#[test]
+fn the_real_survey_through_a_cluster_of_two_executors() {
+    let cluster = LocalCluster::start(2);
+    let open = |dir: &Path| engine_over(dir, &cluster);
+    crate::survey::matches_plain_sql(&open);
+    crate::survey::answers_a_model_gets_right(&open);
+}
