@@ -58,7 +58,9 @@ async def test_views_are_declared_to_apps_clients_only(transport, mode, http_ser
     with anyio.fail_after(TIMEOUT):
         async with apps_client(target, mode) as c:
             tools = {t.name: dump(t) for t in (await c.list_tools()).tools}
-            assert set(tools) == set(TOOLS)
+            assert set(tools) == set(TOOLS) | {"verify_answer"}
+            # A check of an answer is read as text: no view.
+            assert "ui" not in (tools.pop("verify_answer").get("_meta") or {})
             for name, t in tools.items():
                 ui = t["_meta"]["ui"]
                 assert ui["resourceUri"] == f"ui://tally/{name}"
@@ -241,7 +243,7 @@ def views(survey, tmp_path_factory):
     async def collect():
         cases = {}
         async with apps_client(server.url) as c:
-            tools_meta = {t.name: dump(t)["_meta"]["ui"] for t in (await c.list_tools()).tools}
+            tools_meta = {t.name: dump(t)["_meta"]["ui"] for t in (await c.list_tools()).tools if t.name in TOOLS}
             resources = {}
             for name in TOOLS:
                 (resources[name],) = dump(await c.read_resource(f"ui://tally/{name}"))["contents"]

@@ -2,7 +2,7 @@
 //! `provenance` (where it came from and what was done to it), built once per call.
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tally_plugin_api::provenance::SourceType;
 
@@ -15,7 +15,7 @@ pub fn tool_version() -> String {
 }
 
 /// One cited source (`provenance.sources[]`).
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
     #[schemars(length(min = 1))]
@@ -45,12 +45,16 @@ pub struct Source {
     #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
     pub content_hash: Option<String>,
     /// The objects read, where the data lies in object storage: each with the version read.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objects: Vec<SourceObject>,
+    /// The version of the dataset this source was read through (its definition and data
+    /// files): `tally verify` tells a changed dataset by it, also where no bytes were hashed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dataset_version: Option<String>,
 }
 
 /// One object of object storage a result was computed from, and the version read.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceObject {
     /// `s3://bucket/key`, percent-encoded where the key needs it.
@@ -119,12 +123,31 @@ impl Transformation {
     }
 }
 
+/// The call as Tally resolved it, to run it again (`tally verify`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NormalizedCall {
+    /// The tool that answered.
+    pub tool: String,
+    /// Its arguments after resolution: canonical dataset and field names, codes as the
+    /// codelist writes them, every operator spelled out, defaults filled in.
+    pub arguments: serde_json::Map<String, Value>,
+    /// The Tally that resolved and computed it (`tally 0.1.0`).
+    pub tool_version: String,
+}
+
 /// Where the result came from and what was done to it.
 #[derive(Debug, Clone, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Provenance {
     #[schemars(schema_with = "date_time")]
     pub generated_at: String,
+    /// The call as resolved: running it again on the same data gives the same `data`.
+    pub query: Option<NormalizedCall>,
+    /// SHA-256 of `data` in canonical JSON (keys sorted, no spaces): an envelope whose data
+    /// was edited no longer matches it.
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
+    pub result_hash: String,
     /// Every source the result was computed from; ids are unique and every reference in data
     /// resolves to one.
     pub sources: Vec<Source>,
@@ -169,10 +192,13 @@ pub struct Envelope<T> {
 }
 
 impl<T: Serialize> Envelope<T> {
-    /// The envelope with `generatedAt` set now.
+    /// The envelope with `generatedAt` set now and the hash of its data.
     pub fn seal(data: T, mut provenance: Provenance) -> Envelope<T> {
         provenance.generated_at =
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        provenance.result_hash = serde_json::to_value(&data)
+            .map(|v| result_hash(&v))
+            .unwrap_or_default();
         Envelope { data, provenance }
     }
 
@@ -180,6 +206,52 @@ impl<T: Serialize> Envelope<T> {
     pub fn to_value(&self) -> Result<Value, serde_json::Error> {
         serde_json::to_value(self)
     }
+}
+
+/// `value` as canonical JSON: object keys sorted (by their UTF-16 code units, as RFC 8785
+/// sorts them), no whitespace, strings and numbers as serde_json writes them.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// `sha256:<hex>` of `data` in canonical JSON: what `provenance.resultHash` holds.
+pub fn result_hash(data: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(canonical_json(data).as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 /// The source a dataset's results cite: its publisher's URL (or a stable URN, never a local
@@ -229,6 +301,7 @@ pub fn dataset_source(ds: &Dataset, files: &[ServedFile]) -> (Source, Option<Str
         effective_at: None,
         license: def.license.clone(),
         content_hash,
+        dataset_version: Some(ds.version.clone()),
         objects: files
             .iter()
             .filter_map(|f| {

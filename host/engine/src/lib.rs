@@ -34,6 +34,7 @@ pub mod store;
 pub mod summarize;
 pub mod udf;
 pub mod values;
+pub mod verify;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
@@ -665,12 +666,25 @@ impl Engine {
         let request = request::parse(tool, arguments)?;
         match request {
             Request::ListDatasets(args) => {
-                let (data, provenance) = self.list(args, scope);
+                let mut call = serde_json::Map::new();
+                if let Some(q) = &args.q {
+                    call.insert("q".into(), Value::from(q.as_str()));
+                }
+                if let Some(p) = &args.publisher {
+                    call.insert("publisher".into(), Value::from(p.as_str()));
+                }
+                let (data, mut provenance) = self.list(args, scope);
+                provenance.query = Some(normalized(tool, Value::Object(call)));
                 seal(data, provenance)
             }
             Request::InspectDataset(args) => {
                 let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
-                let (data, provenance) = self.inspect(&ds, resolution, args.full).await?;
+                let call = serde_json::json!({
+                    "dataset_id": ds.def.id,
+                    "detail": if args.full { "full" } else { "compact" },
+                });
+                let (data, mut provenance) = self.inspect(&ds, resolution, args.full).await?;
+                provenance.query = Some(normalized(tool, call));
                 seal(data, provenance)
             }
             Request::QueryRecords(args) => {
@@ -678,14 +692,30 @@ impl Engine {
                 let select_given = !args.select.is_empty();
                 let mut plan = resolve_query(&ds.def, args)?;
                 plan.resolved_fields.splice(0..0, resolution);
-                let (data, provenance) = query::run(self, &ds, plan, select_given).await?;
+                let mut call = plan.to_call(&ds.def);
+                if !select_given && let Some(m) = call.as_object_mut() {
+                    // The default columns stay the default: asked again, the call is the same.
+                    m.remove("select");
+                }
+                let (data, mut provenance) = query::run(self, &ds, plan, select_given).await?;
+                provenance.query = Some(normalized(tool, call));
                 seal(data, provenance)
             }
             Request::SummarizeRecords(args) => {
                 let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
                 let mut plan = resolve_summarize(&ds.def, args)?;
                 plan.resolved_fields.splice(0..0, resolution);
-                let (data, provenance) = summarize::run(self, &ds, plan).await?;
+                let call = plan.to_call(&ds.def);
+                let (data, mut provenance) = summarize::run(self, &ds, plan).await?;
+                provenance.query = Some(normalized(tool, call));
+                seal(data, provenance)
+            }
+            Request::VerifyAnswer(args) => {
+                let (data, mut provenance) = Box::pin(self.verify(&args.envelope, scope)).await?;
+                provenance.query = Some(normalized(
+                    tool,
+                    serde_json::json!({ "envelope": "(the answer checked)" }),
+                ));
                 seal(data, provenance)
             }
         }
@@ -873,6 +903,18 @@ impl Engine {
 }
 
 /// A tool's result and provenance as the envelope sent.
+/// The call as resolved, for the envelope (`provenance.query`).
+fn normalized(tool: Tool, arguments: Value) -> envelope::NormalizedCall {
+    envelope::NormalizedCall {
+        tool: tool.name().to_string(),
+        arguments: match arguments {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        },
+        tool_version: envelope::tool_version(),
+    }
+}
+
 fn seal<T: serde::Serialize>(data: T, provenance: Provenance) -> Result<Value, EngineError> {
     Envelope::seal(data, provenance)
         .to_value()

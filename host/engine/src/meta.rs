@@ -408,6 +408,7 @@ pub fn row_source_refs(
             license: dataset_source.license.clone(),
             content_hash: s.content_hash.clone(),
             objects: Vec::new(),
+            dataset_version: dataset_source.dataset_version.clone(),
         });
         per_row.push(vec![id]);
     }

@@ -533,3 +533,81 @@ pub struct InspectResult {
     #[schemars(length(min = 1))]
     pub source_refs: Vec<String>,
 }
+
+/// What checking an answer again concluded (`verify_answer`, `tally verify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyStatus {
+    /// The same data gives the same numbers.
+    Identical,
+    /// A source's data changed since (named in `sources`); `changes` lists the numbers.
+    DataChanged,
+    /// The answer's data does not match its own `resultHash`: it was edited after Tally made
+    /// it. `changes` lists what differs from what Tally computes now.
+    Altered,
+    /// The call cannot be asked again (its dataset, a field or a code is gone), or the
+    /// numbers differ on unchanged data because Tally's semantics changed (`reasons`).
+    NotReproducible,
+}
+
+impl VerifyStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyStatus::Identical => "identical",
+            VerifyStatus::DataChanged => "data_changed",
+            VerifyStatus::Altered => "altered",
+            VerifyStatus::NotReproducible => "not_reproducible",
+        }
+    }
+}
+
+/// One source of the checked answer, then and now.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct SourceCheck {
+    /// The source's id in the checked answer.
+    pub id: String,
+    pub recorded_version: Option<String>,
+    pub current_version: Option<String>,
+    pub recorded_hash: Option<String>,
+    pub current_hash: Option<String>,
+    /// Whether its data differs now (another dataset version, another content hash, or not
+    /// cited by the answer of now).
+    pub changed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One value of the checked answer that differs from the answer of now.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct NumberChange {
+    /// Where, in words: `row 4 (総務省), column count`.
+    pub at: String,
+    /// Where, as a JSON pointer into `data`: `/rows/3/1`.
+    pub path: String,
+    /// The value in the checked answer.
+    pub old: Value,
+    /// The value Tally computes now.
+    pub new: Value,
+}
+
+/// `verify_answer`: an answer checked by running its call again.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct VerifyResult {
+    pub status: VerifyStatus,
+    /// One sentence: the outcome and why.
+    pub summary: String,
+    /// The tool whose answer was checked, and its arguments as resolved then.
+    pub tool: String,
+    pub arguments: Value,
+    /// The Tally that made the answer, and the one that checked it.
+    pub recorded_with: String,
+    pub verified_with: String,
+    /// Whether the answer's data matches its own `resultHash` (false: it was edited).
+    pub result_hash_matches: bool,
+    pub sources: Vec<SourceCheck>,
+    /// The values that differ (at most 200 listed; `changes_total` counts them all).
+    pub changes: Vec<NumberChange>,
+    pub changes_total: usize,
+    /// Why the answer is not reproducible, when it is not.
+    pub reasons: Vec<String>,
+}

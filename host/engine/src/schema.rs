@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tally_semantic::Tool;
 
 use crate::envelope::Envelope;
-use crate::results::{InspectResult, ListResult, QueryResult, SummaryResult};
+use crate::results::{InspectResult, ListResult, QueryResult, SummaryResult, VerifyResult};
 
 /// The schema of the envelope of `T`, derived from the types: `additionalProperties: false`
 /// on every object of ours, `minItems: 1` on the sources of a result that must cite one, in
@@ -158,13 +158,14 @@ pub fn portable(schema: &mut Value) {
 
 /// The output schema of a tool.
 pub fn output_schema(tool: Tool) -> &'static Value {
-    static SCHEMAS: OnceLock<[Value; 4]> = OnceLock::new();
+    static SCHEMAS: OnceLock<[Value; 5]> = OnceLock::new();
     let all = SCHEMAS.get_or_init(|| {
         [
             derived::<ListResult>(true),
             derived::<InspectResult>(false),
             derived::<QueryResult>(false),
             derived::<SummaryResult>(false),
+            derived::<VerifyResult>(true),
         ]
     });
     match tool {
@@ -172,6 +173,7 @@ pub fn output_schema(tool: Tool) -> &'static Value {
         Tool::InspectDataset => &all[1],
         Tool::QueryRecords => &all[2],
         Tool::SummarizeRecords => &all[3],
+        Tool::VerifyAnswer => &all[4],
     }
 }
 
@@ -302,6 +304,8 @@ mod tests {
             },
             "provenance": {
                 "generatedAt": "2026-01-01T00:00:00Z",
+                "query": {"tool": "query_records", "arguments": {"dataset_id": "x"}, "toolVersion": "tally 0.1.0"},
+                "resultHash": format!("sha256:{}", "1".repeat(64)),
                 "sources": [{
                     "id": "dataset:x", "uri": "urn:tally:dataset:x", "title": "x", "publisher": "p",
                     "retrievedAt": "2025-07-24", "sourceType": "dataset",

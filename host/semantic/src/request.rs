@@ -45,14 +45,17 @@ pub enum Tool {
     InspectDataset,
     QueryRecords,
     SummarizeRecords,
+    /// Checks an answer of the others again: runs its recorded call on the data of now.
+    VerifyAnswer,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 4] = [
+    pub const ALL: [Tool; 5] = [
         Tool::ListDatasets,
         Tool::InspectDataset,
         Tool::QueryRecords,
         Tool::SummarizeRecords,
+        Tool::VerifyAnswer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,7 +64,14 @@ impl Tool {
             Tool::InspectDataset => "inspect_dataset",
             Tool::QueryRecords => "query_records",
             Tool::SummarizeRecords => "summarize_records",
+            Tool::VerifyAnswer => "verify_answer",
         }
+    }
+
+    /// Whether its answers are computed from datasets (and so can be checked again by
+    /// [`Tool::VerifyAnswer`]).
+    pub fn answers_from_data(self) -> bool {
+        !matches!(self, Tool::VerifyAnswer)
     }
 
     /// The parameters the tool takes: one table, read by the parser (names, bounds, choices)
@@ -94,11 +104,13 @@ impl Tool {
             Parameter::new("order_by", Names),
             Parameter::new("limit", SUMMARIZE_LIMIT),
         ];
+        const VERIFY: &[Parameter] = &[Parameter::required("envelope", Answer)];
         match self {
             Tool::ListDatasets => LIST,
             Tool::InspectDataset => INSPECT,
             Tool::QueryRecords => QUERY,
             Tool::SummarizeRecords => SUMMARIZE,
+            Tool::VerifyAnswer => VERIFY,
         }
     }
 
@@ -157,6 +169,8 @@ pub enum Shape {
         max: usize,
         default: usize,
     },
+    /// A whole answer of a tool (its `data` and `provenance`), or that object as JSON text.
+    Answer,
 }
 
 /// Something the server changed about a call and says so (a clamped limit, an implied
@@ -333,6 +347,13 @@ pub enum Request {
     InspectDataset(InspectArgs),
     QueryRecords(QueryArgs),
     SummarizeRecords(SummarizeArgs),
+    VerifyAnswer(VerifyArgs),
+}
+
+/// The answer `verify_answer` checks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VerifyArgs {
+    pub envelope: Value,
 }
 
 /// Reads the arguments of `tool`.
@@ -379,6 +400,9 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             order_by: args.names("order_by")?,
             limit: args.limit()?,
             notices: std::mem::take(&mut args.notices),
+        }),
+        Tool::VerifyAnswer => Request::VerifyAnswer(VerifyArgs {
+            envelope: args.answer("envelope")?,
         }),
     };
     Ok(request)
@@ -570,6 +594,35 @@ impl Args {
             out.push(name);
         }
         Ok(out)
+    }
+
+    /// A whole answer: an object with `data` and `provenance`, or its JSON text.
+    fn answer(&self, key: &str) -> Result<Value, RequestError> {
+        let value = match self.get(key) {
+            None => {
+                return Err(RequestError::invalid(
+                    key,
+                    format!(
+                        "{} needs `{key}`: a whole answer of another tool",
+                        self.tool.name()
+                    ),
+                ));
+            }
+            Some(Value::String(s)) => serde_json::from_str::<Value>(s).map_err(|e| {
+                RequestError::invalid(key, format!("`{key}` is text that is not JSON ({e})"))
+            })?,
+            Some(v) => v.clone(),
+        };
+        if !(value.get("data").is_some() && value.get("provenance").is_some()) {
+            return Err(RequestError::invalid(
+                key,
+                format!(
+                    "`{key}` must be a whole answer of another tool, an object with `data` and `provenance`; found {}",
+                    kind(&value)
+                ),
+            ));
+        }
+        Ok(value)
     }
 
     /// One of the words the parameter's [`Shape::Choice`] lists, normalised.

@@ -1361,6 +1361,31 @@ impl HavingFilter {
     }
 }
 
+/// Conditions as a `where` (or `having`) object the tools take: each column with its
+/// operators spelled out (`{"所管府省庁": {"$in": ["総務省"]}, "総手続件数": {"$gte": 1000}}`),
+/// in the order they were resolved.
+fn conditions<'a>(items: impl Iterator<Item = (&'a str, &'a Op)>) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (column, op) in items {
+        let (name, operand) = match serde_json::to_value(op) {
+            Ok(serde_json::Value::Object(mut m)) => (
+                m.remove("op")
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                m.remove("value").unwrap_or(serde_json::Value::Null),
+            ),
+            _ => continue,
+        };
+        let entry = out
+            .entry(column.to_string())
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+        if let serde_json::Value::Object(ops) = entry {
+            ops.insert(name, operand);
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
 fn names_of(def: &DatasetDef, ids: &[FieldId]) -> Vec<String> {
     ids.iter().map(|i| def.fields[*i].name.clone()).collect()
 }
@@ -1383,7 +1408,66 @@ impl QueryPlan {
     }
 }
 
+impl QueryPlan {
+    /// The call as resolved, as arguments `query_records` takes: canonical names, codes as
+    /// the codelist writes them, every operator spelled out, the defaults filled in. Running
+    /// it again asks the same question (what `tally verify` does).
+    pub fn to_call(&self, def: &DatasetDef) -> serde_json::Value {
+        let mut call = serde_json::Map::new();
+        call.insert("dataset_id".into(), json!(self.dataset_id));
+        if let Some(q) = &self.q {
+            call.insert("q".into(), json!(q));
+            call.insert(
+                "search_fields".into(),
+                json!(names_of(def, &self.search_fields)),
+            );
+        }
+        call.insert("select".into(), json!(names_of(def, &self.select)));
+        call.insert(
+            "where".into(),
+            conditions(
+                self.filters
+                    .iter()
+                    .map(|f| (def.fields[f.field].name.as_str(), &f.op)),
+            ),
+        );
+        call.insert(
+            "order_by".into(),
+            json!(
+                self.order_by
+                    .iter()
+                    .map(|s| format!(
+                        "{}{}",
+                        if s.descending { "-" } else { "" },
+                        def.fields[s.field].name
+                    ))
+                    .collect::<Vec<_>>()
+            ),
+        );
+        call.insert("limit".into(), json!(self.limit));
+        if let Some(cursor) = &self.cursor {
+            call.insert("cursor".into(), json!(cursor));
+        }
+        serde_json::Value::Object(call)
+    }
+}
+
 impl SummarizePlan {
+    /// The call as resolved, as arguments `summarize_records` takes (see
+    /// [`QueryPlan::to_call`]).
+    pub fn to_call(&self, def: &DatasetDef) -> serde_json::Value {
+        json!({
+            "dataset_id": self.dataset_id,
+            "metrics": self.metrics.iter().map(|m| m.column(def)).collect::<Vec<_>>(),
+            "group_by": names_of(def, &self.group_by),
+            "where": conditions(self.filters.iter().map(|f| (def.fields[f.field].name.as_str(), &f.op))),
+            "having": conditions(self.having.iter().map(|h| (h.column.as_str(), &h.op))),
+            "explode": names_of(def, &self.explode),
+            "order_by": self.order_by.iter().map(|s| format!("{}{}", if s.descending { "-" } else { "" }, s.column)).collect::<Vec<_>>(),
+            "limit": self.limit,
+        })
+    }
+
     /// The plan with field names instead of indices (echoed parameters, golden tests).
     pub fn to_json(&self, def: &DatasetDef) -> serde_json::Value {
         json!({

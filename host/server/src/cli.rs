@@ -187,7 +187,11 @@ fn call(tool: Tool, arguments: Value, common: &Common) -> Result<Value, ExitCode
     };
     // A one-shot process cannot leave the data to be prepared in the background for a later
     // call: it prepares first (as long as that takes), then the call has its whole budget.
-    if let Some(id) = arguments.get("dataset_id").and_then(Value::as_str) {
+    if let Some(id) = arguments
+        .get("dataset_id")
+        .or_else(|| arguments.pointer("/envelope/provenance/query/arguments/dataset_id"))
+        .and_then(Value::as_str)
+    {
         runtime.block_on(engine.prepare(id));
     }
     runtime
@@ -300,4 +304,84 @@ pub fn summarize(f: SummarizeFlags) -> ExitCode {
             ExitCode::from(EXIT_FAILED)
         }
     }
+}
+
+/// `tally verify ENVELOPE.json`: the answer's call run again on the data of now and compared
+/// (docs/verify.md). A short summary goes to stderr and the whole check, as JSON, to stdout.
+/// The exit code is the outcome: 0 identical, 1 data changed or the answer altered, 2 not
+/// reproducible (3, 4, 5 as for every command).
+pub fn verify(file: &std::path::Path, common: &Common) -> ExitCode {
+    let text = if file == std::path::Path::new("-") {
+        let mut text = String::new();
+        match std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
+            Ok(_) => Ok(text),
+            Err(e) => Err(e),
+        }
+    } else {
+        std::fs::read_to_string(file)
+    };
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => {
+            print_error(&json!({ "error": {
+                "code": "invalid_argument",
+                "message": format!("cannot read {}: {e}", file.display()),
+                "hint": "name a file holding a whole answer of Tally (as `tally query … > answer.json` writes it), or - for stdin",
+            }}));
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let envelope: Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            print_error(&json!({ "error": {
+                "code": "invalid_argument",
+                "message": format!("{} is not JSON: {e}", file.display()),
+                "hint": "pass the answer exactly as Tally printed it (one JSON object with data and provenance)",
+            }}));
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let checked = match call(Tool::VerifyAnswer, json!({ "envelope": envelope }), common) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let data = &checked["data"];
+    let status = data["status"].as_str().unwrap_or("");
+    let mut summary = format!("{}\n", data["summary"].as_str().unwrap_or(status));
+    for s in data["sources"].as_array().into_iter().flatten() {
+        if s["changed"].as_bool() == Some(true) {
+            summary.push_str(&format!(
+                "  source {}: {}\n",
+                s["id"].as_str().unwrap_or("?"),
+                s["note"].as_str().unwrap_or("changed")
+            ));
+        }
+    }
+    let changes = data["changes"].as_array().cloned().unwrap_or_default();
+    for c in changes.iter().take(20) {
+        summary.push_str(&format!(
+            "  {}: {} → {}\n",
+            c["at"].as_str().unwrap_or("?"),
+            c["old"],
+            c["new"]
+        ));
+    }
+    let total = data["changes_total"].as_u64().unwrap_or(0) as usize;
+    if total > 20 {
+        summary.push_str(&format!("  … and {} more (all in the JSON)\n", total - 20));
+    }
+    for r in data["reasons"].as_array().into_iter().flatten() {
+        summary.push_str(&format!("  {}\n", r.as_str().unwrap_or("")));
+    }
+    eprint!("{summary}");
+    let printed = print_envelope(&checked, common);
+    if printed != ExitCode::SUCCESS {
+        return printed;
+    }
+    ExitCode::from(match status {
+        "identical" => 0,
+        "data_changed" | "altered" => 1,
+        _ => 2,
+    })
 }

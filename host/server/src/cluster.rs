@@ -73,7 +73,7 @@ impl ClusterArgs {
         match &self.cluster {
             None => Ok(engine),
             Some(_) => Err(
-                "--cluster: this tally was built without the cluster client; build it with `cargo build --release --features cluster` (docs/cluster.md)"
+                "--cluster: this tally was built without the cluster client; build it with `cargo build --release -p tally --features cluster` (docs/cluster.md)"
                     .to_string(),
             ),
         }

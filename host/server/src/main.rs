@@ -263,6 +263,16 @@ enum Command {
     Query(cli::QueryFlags),
     /// Counts, sums, averages and computed measures, per group.
     Summarize(cli::SummarizeFlags),
+    /// Check a saved answer again: run its recorded call (provenance.query) on the data of
+    /// now and compare number by number. Prints a summary on stderr and the check as JSON;
+    /// exits 0 when identical, 1 when the data changed or the answer was altered, 2 when it
+    /// is not reproducible (its dataset or a field is gone, or the semantics changed).
+    Verify {
+        /// The answer, as a tool or `tally query`/`summarize` wrote it (`-` for stdin).
+        envelope: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Convert a CSV/TSV (UTF-8, Shift_JIS/cp932, EUC-JP), XLSX, Parquet or JSON Lines file
     /// into the dataset folder `<datasets>/<id>`: its data.parquet, and a skeleton
     /// dataset.yaml (guesses marked TODO) when the folder has none. With a dataset.yaml, the
@@ -398,6 +408,7 @@ fn main() -> ExitCode {
             common,
         } => cli::list(q, publisher, &common),
         Command::Inspect { dataset_id, common } => cli::inspect(dataset_id, &common),
+        Command::Verify { envelope, common } => cli::verify(&envelope, &common),
         Command::Query(flags) => cli::query(flags),
         Command::Add(flags) => ingest::add(flags),
         Command::Fetch(flags) => ingest::fetch(flags),

@@ -157,9 +157,10 @@ impl TallyServer {
     }
 }
 
-/// The tools that have a view: all of them.
+/// The tools that have a view: those that answer with records, groups or fields (a check of
+/// an answer is read as text).
 fn tools_with_views() -> impl Iterator<Item = Tool> {
-    Tool::ALL.into_iter()
+    Tool::ALL.into_iter().filter(|t| crate::ui::has_view(*t))
 }
 
 /// The resource URI of a dataset.
@@ -495,7 +496,7 @@ impl ServerHandler for TallyServer {
             .into_iter()
             .map(|tool| {
                 let t = tools::mcp_tool(tool, &examples);
-                if views {
+                if views && crate::ui::has_view(tool) {
                     t.with_meta(crate::ui::tool_meta(tool))
                 } else {
                     t
@@ -603,7 +604,7 @@ impl ServerHandler for TallyServer {
                 r.content = vec![ContentBlock::text(text(&envelope))];
                 r.structured_content = Some(envelope);
                 r.is_error = Some(false);
-                if views {
+                if views && crate::ui::has_view(tool) {
                     r.meta = Some(crate::ui::result_meta(tool));
                 }
                 if let (Some(format), Some(envelope)) = (chart, r.structured_content.clone()) {

@@ -1,4 +1,4 @@
-//! The four tools as MCP clients see them: names, descriptions that teach the flow (with
+//! The tools as MCP clients see them: names, descriptions that teach the flow (with
 //! examples taken from the datasets served), input schemas, and the output schemas the
 //! engine validates every result against.
 
@@ -141,6 +141,7 @@ Codes are checked against the field's codelist (a label without its number is re
 fn parameter_description(tool: Tool, name: &str, ex: &Examples) -> String {
     match (tool, name) {
         (_, "dataset_id") => "A dataset_id from list_datasets.".into(),
+        (Tool::VerifyAnswer, "envelope") => "The whole answer to check: an object with data and provenance, exactly as a tool returned it (or its JSON text).".into(),
         (Tool::ListDatasets, "q") => "Case-insensitive substring of the dataset id or title.".into(),
         (Tool::ListDatasets, "publisher") => "Case-insensitive substring of the publisher.".into(),
         (Tool::InspectDataset, "detail") => "\"compact\" (default): what writing a call needs; \"full\": every code's description, more top values, quality words.".into(),
@@ -180,6 +181,13 @@ fn input_schema(tool: Tool, ex: &Examples) -> Value {
             Shape::Names => names_or_string(&description),
             Shape::Conditions => conditions(&description),
             Shape::Count { .. } => count(&description),
+            Shape::Answer => json!({
+                "description": description,
+                "anyOf": [
+                    { "type": "object", "required": ["data", "provenance"], "additionalProperties": true },
+                    { "type": "string", "description": "the same answer as JSON text" }
+                ]
+            }),
         };
         properties.insert(p.name.to_string(), schema);
     }
@@ -246,6 +254,9 @@ Example: {{\"dataset_id\": \"{}\", \"group_by\": [\"{}\"], \"metrics\": [\"count
             ex.group,
             metric = ex.metric
         ),
+        Tool::VerifyAnswer => "Check an answer of the other tools again, months later or after it passed through other hands: give it the whole answer (data and provenance, as the tool returned it). Tally runs its recorded call (provenance.query) on the data served now and compares number by number, exactly. status: identical (same data, same numbers), data_changed (which source changed, and every value that changed, old and new), altered (the answer's data does not match its resultHash: it was edited), or not_reproducible (its dataset, a field or a code is gone, or the semantics changed between Tally versions). Read-only. \
+Example: {\"envelope\": <a whole answer of summarize_records, as it was returned>}"
+            .to_string(),
     }
 }
 
@@ -268,6 +279,7 @@ pub fn title(tool: Tool) -> &'static str {
         Tool::InspectDataset => "Inspect a dataset",
         Tool::QueryRecords => "Query records",
         Tool::SummarizeRecords => "Summarize records",
+        Tool::VerifyAnswer => "Verify an answer",
     }
 }
 
@@ -299,6 +311,9 @@ pub fn icon(tool: Tool) -> rmcp::model::Icon {
         Tool::InspectDataset => "<circle cx='10' cy='10' r='6'/><path d='M15 15l6 6'/>",
         Tool::QueryRecords => "<path d='M3 5h18M3 10h18M3 15h18M3 20h18'/>",
         Tool::SummarizeRecords => "<path d='M5 21V11M12 21V4M19 21v-7M2 21h20'/>",
+        Tool::VerifyAnswer => {
+            "<path d='M12 2l8 4v6c0 5-3.5 8.5-8 10-4.5-1.5-8-5-8-10V6z'/><path d='M8 12l3 3 5-6'/>"
+        }
     })
 }
 

@@ -49,10 +49,17 @@ pub fn uri(tool: Tool) -> String {
     format!("{SCHEME}{}", tool.name())
 }
 
+/// Whether `tool` has a view.
+pub fn has_view(tool: Tool) -> bool {
+    !matches!(tool, Tool::VerifyAnswer)
+}
+
 /// The tool whose view `uri` names.
 pub fn tool_of(uri: &str) -> Option<Tool> {
     let name = uri.strip_prefix(SCHEME)?;
-    Tool::ALL.into_iter().find(|t| t.name() == name)
+    Tool::ALL
+        .into_iter()
+        .find(|t| t.name() == name && has_view(*t))
 }
 
 /// Whether a client renders MCP Apps views: it announces the extension with the HTML
@@ -105,6 +112,7 @@ pub fn title(tool: Tool) -> String {
         Tool::InspectDataset => "fields by role with fill rates and codes",
         Tool::QueryRecords => "a table of records, paged",
         Tool::SummarizeRecords => "a chart chosen by the result's shape, or its table",
+        Tool::VerifyAnswer => "the outcome of a check",
     };
     format!("Tally view of {}: {what}", tool.name())
 }
@@ -186,7 +194,7 @@ mod tests {
 
     #[test]
     fn every_tool_has_a_view_that_names_it() {
-        for tool in Tool::ALL {
+        for tool in Tool::ALL.into_iter().filter(|t| has_view(*t)) {
             assert_eq!(tool_of(&uri(tool)), Some(tool));
             let html = view_html(tool);
             assert!(html.contains(&format!("data-tool=\"{}\"", tool.name())));

@@ -1,0 +1,445 @@
+//! Checking an answer again (`tally verify`, the `verify_answer` tool): the envelope names the
+//! call as Tally resolved it (`provenance.query`), the versions of the data it read (each
+//! source's `datasetVersion` and `contentHash`) and the hash of its own data
+//! (`provenance.resultHash`). The call is run again on the data served now and the two
+//! answers are compared number by number, exactly.
+//!
+//! The outcome, in the order it is decided:
+//! - `not_reproducible`: the call cannot be asked again (its dataset, a field, a code is gone:
+//!   named), or the numbers differ though every source is unchanged and another Tally version
+//!   made the answer (the semantics changed, both versions named);
+//! - `altered`: the envelope's data does not match its own `resultHash` (it was edited after
+//!   Tally made it); the numbers that differ from the recomputation are listed;
+//! - `data_changed`: a source's data version or content hash differs (which), with the
+//!   numbers that changed, old and new;
+//! - `identical`: the same data, the same numbers.
+
+use serde_json::Value;
+use tally_semantic::error::ErrorCode;
+use tally_semantic::request::Tool;
+
+use crate::envelope::{Provenance, Source, TransformationType, result_hash, tool_version};
+use crate::error::EngineError;
+use crate::results::{NumberChange, SourceCheck, VerifyResult, VerifyStatus};
+use crate::{Engine, Scope};
+
+/// Changes listed at most (all are counted).
+const MAX_CHANGES: usize = 200;
+
+/// A malformed envelope: what was wrong and what would work.
+fn not_an_envelope(what: &str) -> EngineError {
+    EngineError::Request(
+        tally_semantic::error::RequestError::new(
+            ErrorCode::InvalidArgument,
+            format!("this is not an answer Tally can check: {what}"),
+        )
+        .at("envelope")
+        .hint("pass a whole result of list_datasets, inspect_dataset, query_records or summarize_records as Tally returned it (its `data` and `provenance`, with `provenance.query` and `provenance.resultHash`)"),
+    )
+}
+
+impl Engine {
+    /// Runs the call recorded in `envelope` again for a caller who may see `scope`, and
+    /// compares the answers (module docs).
+    pub async fn verify(
+        &self,
+        envelope: &Value,
+        scope: &Scope,
+    ) -> Result<(VerifyResult, Provenance), EngineError> {
+        let envelope = match envelope {
+            // A client may send the envelope as its JSON text.
+            Value::String(text) => serde_json::from_str::<Value>(text)
+                .map_err(|e| not_an_envelope(&format!("its text is not JSON ({e})")))?,
+            other => other.clone(),
+        };
+        let data = envelope
+            .get("data")
+            .ok_or_else(|| not_an_envelope("it has no `data`"))?;
+        let provenance = envelope
+            .get("provenance")
+            .ok_or_else(|| not_an_envelope("it has no `provenance`"))?;
+        let recorded_hash = provenance.get("resultHash").and_then(Value::as_str);
+        let query = provenance.get("query").filter(|q| !q.is_null());
+        let Some(query) = query else {
+            return Err(not_an_envelope(
+                "its provenance has no `query` (it was made by a Tally that did not record its calls)",
+            ));
+        };
+        let tool_name = query
+            .get("tool")
+            .and_then(Value::as_str)
+            .ok_or_else(|| not_an_envelope("`provenance.query.tool` is missing"))?;
+        let tool = Tool::ALL
+            .into_iter()
+            .find(|t| t.name() == tool_name && t.answers_from_data())
+            .ok_or_else(|| {
+                not_an_envelope(&format!(
+                    "`{tool_name}` is not a tool whose answers can be checked"
+                ))
+            })?;
+        let mut arguments = query
+            .get("arguments")
+            .cloned()
+            .filter(Value::is_object)
+            .ok_or_else(|| not_an_envelope("`provenance.query.arguments` is missing"))?;
+        let recorded_with = query
+            .get("toolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("an unknown Tally")
+            .to_string();
+        let verified_with = tool_version();
+        let altered = match recorded_hash {
+            Some(h) => h != result_hash(data),
+            None => {
+                return Err(not_an_envelope("its provenance has no `resultHash`"));
+            }
+        };
+        let mut out = VerifyResult {
+            status: VerifyStatus::Identical,
+            summary: String::new(),
+            tool: tool_name.to_string(),
+            arguments: arguments.clone(),
+            recorded_with: recorded_with.clone(),
+            verified_with: verified_with.clone(),
+            result_hash_matches: !altered,
+            sources: Vec::new(),
+            changes: Vec::new(),
+            changes_total: 0,
+            reasons: Vec::new(),
+        };
+        // A page asked by cursor: the same offset, signed by this process.
+        if let (Some(cursor), Some(dataset)) = (
+            arguments
+                .get("cursor")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            arguments.get("dataset_id").and_then(Value::as_str),
+        ) && let Some(ds) = self.catalog().datasets.get(dataset)
+            && let Some(again) = crate::cursor::reissue(&cursor, &ds.version)
+        {
+            arguments["cursor"] = Value::String(again);
+        }
+        let now = match self.call_as(tool, &arguments, scope).await {
+            Ok(now) => now,
+            Err(EngineError::Request(e)) if gone(e.code) => {
+                out.status = VerifyStatus::NotReproducible;
+                out.reasons.push(format!(
+                    "the call cannot be asked again: {}{}",
+                    e.message,
+                    e.hint
+                        .as_deref()
+                        .map(|h| format!(" ({h})"))
+                        .unwrap_or_default()
+                ));
+                out.summary = format!(
+                    "not reproducible: {} no longer answers this call ({})",
+                    verified_with, e.message
+                );
+                return Ok((out, checked(tool_name, None)));
+            }
+            Err(EngineError::Request(e)) if e.code == ErrorCode::InvalidCursor => {
+                out.status = VerifyStatus::NotReproducible;
+                out.reasons.push(format!(
+                    "the page it answers cannot be asked again: {} (verify the first page of the same call instead)",
+                    e.message
+                ));
+                out.summary = "not reproducible: its page cannot be asked again".to_string();
+                return Ok((out, checked(tool_name, None)));
+            }
+            Err(e) => return Err(e),
+        };
+        out.sources = compare_sources(provenance, &now["provenance"]);
+        let data_changed = out.sources.iter().any(|s| s.changed);
+        let mut changes = Vec::new();
+        diff(data, &now["data"], data, &mut String::new(), &mut changes);
+        out.changes_total = changes.len();
+        changes.truncate(MAX_CHANGES);
+        out.changes = changes;
+        let numbers_differ = out.changes_total > 0;
+        let changed_sources = || {
+            out.sources
+                .iter()
+                .filter(|s| s.changed)
+                .map(|s| s.id.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        (out.status, out.summary) = if altered {
+            (
+                VerifyStatus::Altered,
+                format!(
+                    "altered: the envelope's data does not match its resultHash, so it was edited after Tally made it; {} value{} differ from what Tally computes now",
+                    out.changes_total,
+                    if out.changes_total == 1 { "" } else { "s" }
+                ),
+            )
+        } else if data_changed {
+            let numbers = if numbers_differ {
+                format!(
+                    "{} value{} changed",
+                    out.changes_total,
+                    if out.changes_total == 1 { "" } else { "s" }
+                )
+            } else {
+                "no value of this answer changed".to_string()
+            };
+            (
+                VerifyStatus::DataChanged,
+                format!(
+                    "data changed: {} differ{}; {numbers}",
+                    changed_sources(),
+                    if out.sources.iter().filter(|s| s.changed).count() == 1 {
+                        "s"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        } else if numbers_differ {
+            let reason = if recorded_with != verified_with {
+                format!(
+                    "the numbers differ though every source is unchanged: the semantics changed between {recorded_with} (which made the answer) and {verified_with}"
+                )
+            } else {
+                format!(
+                    "the numbers differ though every source is unchanged and {verified_with} made both answers"
+                )
+            };
+            out.reasons.push(reason.clone());
+            (
+                VerifyStatus::NotReproducible,
+                format!("not reproducible: {reason}"),
+            )
+        } else {
+            (
+                VerifyStatus::Identical,
+                format!(
+                    "identical: the same data ({} source{} unchanged) gives the same numbers",
+                    out.sources.len(),
+                    if out.sources.len() == 1 { "" } else { "s" }
+                ),
+            )
+        };
+        let provenance = checked(tool_name, Some(&now["provenance"]));
+        Ok((out, provenance))
+    }
+}
+
+/// The provenance of a check: the sources the call of now cites, and what was done.
+fn checked(tool: &str, now: Option<&Value>) -> Provenance {
+    let mut provenance = Provenance::default();
+    if let Some(now) = now {
+        for s in now["sources"].as_array().into_iter().flatten() {
+            if let Ok(source) = serde_json::from_value::<Source>(s.clone()) {
+                provenance.cite(source);
+            }
+        }
+        provenance.step(
+            TransformationType::Extract,
+            format!("ran the recorded call of {tool} again on the data served now"),
+        );
+        provenance.step(
+            TransformationType::Aggregate,
+            "compared the recorded answer with the answer of now, value by value and exactly, and each source's dataset version and content hash",
+        );
+    } else {
+        provenance.step(
+            TransformationType::Extract,
+            format!("tried to run the recorded call of {tool} again on the data served now"),
+        );
+    }
+    provenance
+}
+
+/// Errors that say the call names something that is no longer there.
+fn gone(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::UnknownDataset
+            | ErrorCode::UnknownField
+            | ErrorCode::UnknownMetric
+            | ErrorCode::UnknownColumn
+            | ErrorCode::InvalidCode
+            | ErrorCode::RoleMismatch
+    )
+}
+
+/// Each recorded source beside the one the call cites now: its dataset version and content
+/// hash, then and now.
+fn compare_sources(recorded: &Value, now: &Value) -> Vec<SourceCheck> {
+    let text = |s: &Value, key: &str| s.get(key).and_then(Value::as_str).map(str::to_string);
+    let now_sources = now["sources"].as_array().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for s in recorded["sources"].as_array().into_iter().flatten() {
+        let Some(id) = text(s, "id") else { continue };
+        let current = now_sources
+            .iter()
+            .find(|n| text(n, "id").as_deref() == Some(&id));
+        let (recorded_version, recorded_hash) = (text(s, "datasetVersion"), text(s, "contentHash"));
+        let (current_version, current_hash) = match current {
+            Some(n) => (text(n, "datasetVersion"), text(n, "contentHash")),
+            None => (None, None),
+        };
+        // A hash is compared only where both answers have one (data read by byte ranges is
+        // not hashed); the dataset version always.
+        let hash_differs = matches!((&recorded_hash, &current_hash), (Some(a), Some(b)) if a != b);
+        let changed = current.is_none() || recorded_version != current_version || hash_differs;
+        let note = if current.is_none() {
+            Some("the answer of now does not cite this source".to_string())
+        } else if hash_differs {
+            Some("its content hash differs: the bytes served are not those read then".to_string())
+        } else if recorded_version != current_version {
+            Some(
+                "its dataset version differs: the definition or the data files changed".to_string(),
+            )
+        } else {
+            None
+        };
+        out.push(SourceCheck {
+            id,
+            recorded_version,
+            current_version,
+            recorded_hash,
+            current_hash,
+            changed,
+            note,
+        });
+    }
+    out
+}
+
+/// Keys that are not numbers of the answer: cursors are signed per process and carry the
+/// data version; the names a call corrected are those of the words first sent (the recorded
+/// call is already resolved, so running it again corrects nothing); the data version is
+/// compared source by source.
+fn skipped(key: &str) -> bool {
+    matches!(
+        key,
+        "cursor" | "next_cursor" | "resolved_fields" | "dataset_version"
+    )
+}
+
+/// Every value of `old` that differs from `new`, with its JSON pointer and where it is in
+/// words (a row and a column of a result).
+fn diff(old: &Value, new: &Value, data: &Value, path: &mut String, out: &mut Vec<NumberChange>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a
+                .keys()
+                .chain(b.keys().filter(|k| !a.contains_key(*k)))
+                .collect();
+            keys.dedup();
+            for k in keys {
+                if skipped(k) {
+                    continue;
+                }
+                let len = path.len();
+                path.push('/');
+                path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                diff(
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                    data,
+                    path,
+                    out,
+                );
+                path.truncate(len);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            if a.len() != b.len() {
+                out.push(change(
+                    path,
+                    data,
+                    Value::from(a.len()),
+                    Value::from(b.len()),
+                    "number of entries",
+                ));
+            }
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&i.to_string());
+                diff(x, y, data, path, out);
+                path.truncate(len);
+            }
+        }
+        (a, b) if a == b => {}
+        // Numbers are compared exactly, as written: 0.1 and 0.10000000000000001 differ.
+        (a, b) => out.push(change(path, data, a.clone(), b.clone(), "")),
+    }
+}
+
+fn change(path: &str, data: &Value, old: Value, new: Value, what: &str) -> NumberChange {
+    NumberChange {
+        at: describe(path, data, what),
+        path: path.to_string(),
+        old,
+        new,
+    }
+}
+
+/// `/rows/3/2` of a result with `columns` → `row 4 (総務省), column count`.
+fn describe(path: &str, data: &Value, what: &str) -> String {
+    let parts: Vec<&str> = path.split('/').skip(1).collect();
+    let mut words = match parts.as_slice() {
+        ["rows", row, rest @ ..] => {
+            let r: usize = row.parse().unwrap_or(0);
+            let first = data["rows"][r][0].clone();
+            let key = match first {
+                Value::String(s) => format!(" ({s})"),
+                Value::Null => String::new(),
+                other => format!(" ({other})"),
+            };
+            match rest {
+                [col, ..] => {
+                    let c: usize = col.parse().unwrap_or(0);
+                    let name = data["columns"][c].as_str().unwrap_or("?").to_string();
+                    format!("row {}{key}, column {name}", r + 1)
+                }
+                [] => format!("row {}{key}", r + 1),
+            }
+        }
+        ["rows"] => "rows".to_string(),
+        [] => "the data".to_string(),
+        other => other.join("."),
+    };
+    if !what.is_empty() {
+        words.push_str(&format!(" ({what})"));
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn changed_numbers_are_found_and_named_by_row_and_column() {
+        let old = json!({"columns": ["所管府省庁", "count"], "rows": [["総務省", 3], ["財務省", 2]], "total_group_count": 2, "next_cursor": "a.b"});
+        let new = json!({"columns": ["所管府省庁", "count"], "rows": [["総務省", 4], ["財務省", 2]], "total_group_count": 2, "next_cursor": "c.d"});
+        let mut out = Vec::new();
+        diff(&old, &new, &old, &mut String::new(), &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].path, "/rows/0/1");
+        assert_eq!(out[0].at, "row 1 (総務省), column count");
+        assert_eq!(
+            (out[0].old.clone(), out[0].new.clone()),
+            (json!(3), json!(4))
+        );
+    }
+
+    #[test]
+    fn numbers_are_compared_exactly_and_rows_counted() {
+        let old = json!({"rows": [[0.1], [1]]});
+        let new = json!({"rows": [[0.10000000000000002]]});
+        let mut out = Vec::new();
+        diff(&old, &new, &old, &mut String::new(), &mut out);
+        let at: Vec<&str> = out.iter().map(|c| c.at.as_str()).collect();
+        assert_eq!(
+            at,
+            vec!["rows (number of entries)", "row 1 (0.1), column ?"]
+        );
+    }
+}
