@@ -1,10 +1,12 @@
 """From a number to the law behind it, through the real MCP client.
 
 Serves two datasets with `tally serve` over stdio: the administrative-procedures survey
-(its real definition and data) and the e-Gov law texts of ../shared/reference/laws read by the
-built-in law plugin (examples/laws/dataset.yaml). Then it asks what a model would ask:
-how many procedures rest on the My Number Act, which article one of them cites, and what
-that article says, with the article-level source Tally cites.
+(its real definition, with a link from its law number and article to the law texts) and the
+e-Gov law texts of ../shared/reference/laws read by the built-in law plugin
+(examples/laws/dataset.yaml). Then it asks what a model would ask: how many procedures rest on
+the My Number Act, on which of its provisions (cite_provisions: each provision with its text,
+revision, e-Gov URI and the procedures resting on it), what one of them says, and how the
+Administrative Procedure Act's provisions read in 2020, before its 2024 revision.
 
     cargo build --bin tally
     .venv/bin/python examples/law_lookup.py [--reference ../shared/reference]
@@ -24,6 +26,7 @@ from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parents[1]
 LAW = "行政手続における特定の個人を識別するための番号の利用等に関する法律"
+LINK = "links: [{to: laws, on: {法令番号: law_num, 根拠条項号: locator}}]\n"
 
 
 def call(c, tool: str, args: dict) -> dict:
@@ -42,7 +45,9 @@ async def main(reference: Path, tally: str):
     with tempfile.TemporaryDirectory() as tmp:
         datasets = Path(tmp)
         (datasets / "survey").mkdir()
-        shutil.copyfile(reference / "procedures-survey-r6.dataset.yaml", datasets / "survey" / "dataset.yaml")
+        # The published definition, unchanged, with one line more: its link to the laws.
+        published = (reference / "procedures-survey-r6.dataset.yaml").read_text(encoding="utf-8")
+        (datasets / "survey" / "dataset.yaml").write_text(LINK + published, encoding="utf-8")
         shutil.copyfile(reference / "procedures" / "procedures-survey-r6.parquet", datasets / "survey" / "data.parquet")
         (datasets / "laws" / "xml").mkdir(parents=True)
         shutil.copyfile(ROOT / "examples" / "laws" / "dataset.yaml", datasets / "laws" / "dataset.yaml")
@@ -59,6 +64,29 @@ async def main(reference: Path, tally: str):
             })
             for value, count in env["data"]["rows"]:
                 print(f"  {value or '(blank)'}: {count} procedures")
+
+            env = await call(c, "cite_provisions", {
+                "dataset_id": "survey",
+                "where": {"法令名": [LAW]},
+                "limit": 5,
+            })
+            data = env["data"]
+            print(f"  {data['records_matched']} of {data['records_total']} procedures found their provisions; {data['total_provisions']} provisions in all")
+            sources = {s["id"]: s for s in env["provenance"]["sources"]}
+            for (law, provision, text, revision, uri, records), [ref] in zip(data["rows"], data["rowSourceRefs"]):
+                print(f"  {provision}: {records} procedures — {text[:40]}…  ({sources[ref]['uri']}, locator {sources[ref]['locator']})")
+            for u in data["unmatched"]:
+                print(f"  unmatched: {u['reason']}: {u['records']} records")
+
+            env = await call(c, "cite_provisions", {
+                "dataset_id": "survey",
+                "where": {"法令名": ["行政手続法"]},
+                "as_of": "2020-01-01",
+                "limit": 3,
+            })
+            for law, provision, text, revision, uri, records in env["data"]["rows"]:
+                print(f"  {law} {provision} (revision {revision}): {records} procedures")
+            print("  " + next(t["description"] for t in env["provenance"]["transformations"] if "in force" in t["description"]))
 
             env = await call(c, "query_records", {
                 "dataset_id": "survey",

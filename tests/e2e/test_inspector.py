@@ -24,7 +24,7 @@ import pytest
 from conftest import ROOT, HttpServer, datasets_dir, tally_bin
 
 LAUNCHER = ROOT / "tests/e2e/inspector/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
-TOOLS = ["list_datasets", "inspect_dataset", "query_records", "summarize_records", "verify_answer"]
+TOOLS = ["list_datasets", "inspect_dataset", "query_records", "summarize_records", "cite_provisions", "verify_answer"]
 
 # Each call the Inspector makes: its arguments, and what its result must show.
 CALLS = {

@@ -14,7 +14,7 @@ from conftest import HttpServer, datasets_dir, stdio_params, tally_bin
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = {"list_datasets", "inspect_dataset", "query_records", "summarize_records", "verify_answer"}
+TOOLS = {"list_datasets", "inspect_dataset", "query_records", "summarize_records", "cite_provisions", "verify_answer"}
 MODES = ["legacy", "2026-07-28"]
 TIMEOUT = 60
 

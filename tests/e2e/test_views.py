@@ -58,9 +58,10 @@ async def test_views_are_declared_to_apps_clients_only(transport, mode, http_ser
     with anyio.fail_after(TIMEOUT):
         async with apps_client(target, mode) as c:
             tools = {t.name: dump(t) for t in (await c.list_tools()).tools}
-            assert set(tools) == set(TOOLS) | {"verify_answer"}
-            # A check of an answer is read as text: no view.
-            assert "ui" not in (tools.pop("verify_answer").get("_meta") or {})
+            assert set(tools) == set(TOOLS) | {"verify_answer", "cite_provisions"}
+            # A check of an answer and the provisions cited are read as text: no view.
+            for name in ("verify_answer", "cite_provisions"):
+                assert "ui" not in (tools.pop(name).get("_meta") or {})
             for name, t in tools.items():
                 ui = t["_meta"]["ui"]
                 assert ui["resourceUri"] == f"ui://tally/{name}"

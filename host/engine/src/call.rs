@@ -33,6 +33,21 @@ pub struct Call<'a> {
     pub table: crate::dataset::CallTable,
     /// What matching the call's values to the data corrected or found missing.
     value_warnings: Vec<String>,
+    /// Which revisions the call read, where its dataset declares `revisions`.
+    in_force: Option<InForce>,
+}
+
+/// The revisions a call read (`revisions` in the definition): those in force on its `as_of`
+/// date, or the latest of each.
+#[derive(Debug, Default)]
+pub struct InForce {
+    pub as_of: Option<String>,
+    /// (what is revised, as people name it; the revision's id; its effective date).
+    pub read: Vec<(String, Option<String>, Option<String>)>,
+    /// What had no revision in force on `as_of`, with the date its first revision takes effect.
+    pub not_yet: Vec<(String, String)>,
+    /// What states no effective date for its revision: left out of a call with `as_of`.
+    pub undated: Vec<String>,
 }
 
 impl std::fmt::Debug for Call<'_> {
@@ -72,6 +87,7 @@ impl<'a> Call<'a> {
         ds: &'a Dataset,
         filters: &mut [Filter],
         resolved: &mut Vec<Resolution>,
+        as_of: Option<&str>,
     ) -> Result<Call<'a>, EngineError> {
         let def = &ds.def;
         let prepared = ds.prepared_for(engine, &ds.pushdown(filters)).await?;
@@ -79,7 +95,23 @@ impl<'a> Call<'a> {
         let value_warnings =
             crate::values::match_data(&ctx, &prepared, def, filters, resolved).await?;
         let table = prepared.table();
-        let base = ctx.read_table(Arc::clone(&table.provider))?;
+        let mut base = ctx.read_table(Arc::clone(&table.provider))?;
+        // A call that names revisions in `where` reads those; any other reads the ones in
+        // force (on `as_of`, or the latest).
+        let mut in_force = None;
+        if let Some(revisions) = &def.revisions {
+            let named = filters.iter().any(|f| {
+                let name = &def.fields[f.field].name;
+                *name == revisions.effective || revisions.id.as_ref() == Some(name)
+            });
+            if !named {
+                let (reduced, report) = revisions_in_force(base, revisions, as_of)
+                    .await
+                    .map_err(|e| EngineError::computing(&def.id, e))?;
+                base = reduced;
+                in_force = Some(report);
+            }
+        }
         Ok(Call {
             engine,
             ds,
@@ -92,7 +124,16 @@ impl<'a> Call<'a> {
             base,
             table,
             value_warnings,
+            in_force,
         })
+    }
+
+    /// Says which revisions the call read (a step) and what had none in force (warnings),
+    /// where its dataset declares `revisions`.
+    pub fn say_revisions(&self, provenance: &mut Provenance) {
+        if let Some(in_force) = &self.in_force {
+            say_in_force(provenance, in_force);
+        }
     }
 
     pub fn def(&self) -> &'a DatasetDef {
@@ -123,6 +164,7 @@ impl<'a> Call<'a> {
             provenance.warn(w.clone());
         }
         context.source_refs = vec![source_id];
+        self.say_revisions(provenance);
         let cluster = self
             .ctx
             .state()
@@ -158,7 +200,9 @@ impl<'a> Call<'a> {
         if asked.ask_conditions {
             // Conditions the backend applied itself shaped the table searched; which
             // condition excludes everything is asked of all the data.
-            let all = if self.prepared.pushed.is_empty() {
+            // With revisions picked by date, the data searched is theirs: a condition is not
+            // blamed for what the date left out.
+            let all = if self.prepared.pushed.is_empty() || self.in_force.is_some() {
                 self.base.clone()
             } else {
                 self.ctx
@@ -170,6 +214,188 @@ impl<'a> Call<'a> {
             provenance.warn(h.clone());
         }
         Ok(hints)
+    }
+}
+
+/// The records of the revisions in force on `as_of` (or the latest), and which those were.
+async fn revisions_in_force(
+    base: DataFrame,
+    revisions: &tally_semantic::definition::Revisions,
+    as_of: Option<&str>,
+) -> datafusion::error::Result<(DataFrame, InForce)> {
+    use datafusion::common::JoinType;
+    use datafusion::functions::string::expr_fn::btrim;
+    use datafusion::functions_aggregate::expr_fn::{max, min};
+    use datafusion::prelude::{cast, ident, lit};
+    let text = |name: &str| cast(ident(name), datafusion::arrow::datatypes::DataType::Utf8);
+    let effective = text(&revisions.effective);
+    let dated_expr = effective
+        .clone()
+        .is_not_null()
+        .and(btrim(vec![effective.clone()]).not_eq(lit("")));
+    let dated = base.clone().filter(dated_expr.clone())?;
+    let eligible = match as_of {
+        Some(date) => dated.clone().filter(effective.clone().lt_eq(lit(date)))?,
+        None => dated.clone(),
+    };
+    let latest = eligible.clone().aggregate(
+        vec![text(&revisions.key).alias("__tally_key")],
+        vec![max(effective.clone()).alias("__tally_in_force")],
+    )?;
+    let eligible = eligible.with_column("__tally_effective", effective.clone())?;
+    let mut reduced = eligible
+        .join(
+            latest,
+            JoinType::LeftSemi,
+            &[revisions.key.as_str(), "__tally_effective"],
+            &["__tally_key", "__tally_in_force"],
+            None,
+        )?
+        .drop_columns(&["__tally_effective"])?;
+    let undated = base
+        .clone()
+        .filter(std::ops::Not::not(dated_expr.clone()))?;
+    if as_of.is_none() {
+        // Without a date, what states no date for its only revision is that revision (an
+        // unknown date is older than any known one, as the law plugin orders them).
+        let dated_keys = dated
+            .clone()
+            .aggregate(vec![text(&revisions.key).alias("__tally_key")], vec![])?;
+        let alone = undated.clone().join(
+            dated_keys,
+            JoinType::LeftAnti,
+            &[revisions.key.as_str()],
+            &["__tally_key"],
+            None,
+        )?;
+        reduced = reduced.union(alone)?;
+    }
+    let label = |_: &DataFrame| -> datafusion::error::Result<Expr> {
+        Ok(match &revisions.title {
+            Some(t) => text(t),
+            None => text(&revisions.key),
+        })
+    };
+    let mut report = InForce {
+        as_of: as_of.map(str::to_string),
+        ..Default::default()
+    };
+    let cell = |a: &datafusion::arrow::array::ArrayRef, i: usize| -> Option<String> {
+        use datafusion::arrow::array::Array;
+        let a = datafusion::arrow::compute::cast(a, &datafusion::arrow::datatypes::DataType::Utf8)
+            .ok()?;
+        let a = a
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::StringArray>()?;
+        (!a.is_null(i)).then(|| a.value(i).to_string())
+    };
+    let id = match &revisions.id {
+        Some(id) => text(id),
+        None => lit(datafusion::common::ScalarValue::Utf8(None)),
+    };
+    for batch in reduced
+        .clone()
+        .aggregate(
+            vec![
+                label(&reduced)?.alias("l"),
+                id.alias("i"),
+                effective.clone().alias("e"),
+            ],
+            vec![],
+        )?
+        .sort(vec![
+            ident("l").sort(true, true),
+            ident("e").sort(true, true),
+        ])?
+        .limit(0, Some(100))?
+        .collect()
+        .await?
+    {
+        for r in 0..batch.num_rows() {
+            report.read.push((
+                cell(batch.column(0), r).unwrap_or_default(),
+                cell(batch.column(1), r),
+                cell(batch.column(2), r),
+            ));
+        }
+    }
+    if let Some(date) = as_of {
+        for batch in dated
+            .clone()
+            .aggregate(
+                vec![label(&dated)?.alias("l")],
+                vec![min(effective.clone()).alias("first")],
+            )?
+            .filter(ident("first").gt(lit(date)))?
+            .sort(vec![ident("l").sort(true, true)])?
+            .limit(0, Some(100))?
+            .collect()
+            .await?
+        {
+            for r in 0..batch.num_rows() {
+                if let (Some(l), Some(first)) = (cell(batch.column(0), r), cell(batch.column(1), r))
+                {
+                    report.not_yet.push((l, first));
+                }
+            }
+        }
+    }
+    if as_of.is_none() {
+        // Read as they are: nothing is left out for want of a date.
+        return Ok((reduced, report));
+    }
+    for batch in undated
+        .aggregate(vec![label(&dated)?.alias("l")], vec![])?
+        .sort(vec![ident("l").sort(true, true)])?
+        .limit(0, Some(100))?
+        .collect()
+        .await?
+    {
+        for r in 0..batch.num_rows() {
+            if let Some(l) = cell(batch.column(0), r) {
+                report.undated.push(l);
+            }
+        }
+    }
+    Ok((reduced, report))
+}
+
+/// The revisions a call read, as a step of its provenance; what had none in force, and
+/// what has no date, as warnings.
+fn say_in_force(provenance: &mut Provenance, in_force: &InForce) {
+    use crate::envelope::TransformationType;
+    let read: Vec<String> = in_force
+        .read
+        .iter()
+        .map(|(what, id, date)| match (id, date) {
+            (Some(id), Some(date)) => format!("{what}: revision {id}, in force from {date}"),
+            (None, Some(date)) => format!("{what}: the revision in force from {date}"),
+            _ => what.clone(),
+        })
+        .collect();
+    let which = match &in_force.as_of {
+        Some(date) => format!("kept the revisions in force on {date} (as_of)"),
+        None => "kept the latest revision of each (no as_of)".to_string(),
+    };
+    provenance.step(
+        TransformationType::Filter,
+        if read.is_empty() {
+            format!("{which}: none")
+        } else {
+            format!("{which}: {}", read.join("; "))
+        },
+    );
+    if let Some(date) = &in_force.as_of {
+        for (what, first) in &in_force.not_yet {
+            provenance.warn(format!(
+                "no revision of {what} was in force on {date}: its earliest revision served takes effect on {first}"
+            ));
+        }
+    }
+    for what in &in_force.undated {
+        provenance.warn(format!(
+            "{what}: its text does not say from which date it is in force (its revision is unknown), so it is left out of this answer, which reads the revisions in force on a date"
+        ));
     }
 }
 

@@ -27,6 +27,7 @@ pub mod meta;
 pub mod object;
 pub mod parquet;
 pub mod plan;
+pub mod provisions;
 pub mod query;
 pub mod results;
 pub mod schema;
@@ -463,6 +464,14 @@ impl Engine {
                 });
             }
         };
+        let mut envelope = envelope;
+        if arguments
+            .get("provenance_format")
+            .and_then(Value::as_str)
+            .is_some_and(|f| f.trim().eq_ignore_ascii_case("prov"))
+        {
+            envelope["prov"] = envelope::prov_jsonld(&envelope);
+        }
         if let Err(problems) = schema::validate(tool, &envelope) {
             tracing::error!(
                 tool = tool.name(),
@@ -707,6 +716,38 @@ impl Engine {
                 plan.resolved_fields.splice(0..0, resolution);
                 let call = plan.to_call(&ds.def);
                 let (data, mut provenance) = summarize::run(self, &ds, plan).await?;
+                provenance.query = Some(normalized(tool, call));
+                seal(data, provenance)
+            }
+            Request::CiteProvisions(args) => {
+                let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
+                let mut plan = tally_semantic::resolve::resolve_cite(&ds.def, args)?;
+                plan.records.resolved_fields.splice(0..0, resolution);
+                let target = self
+                    .catalog
+                    .load()
+                    .datasets
+                    .get(&plan.link.to)
+                    .filter(|_| scope.allows(&plan.link.to))
+                    .cloned()
+                    .ok_or_else(|| {
+                        EngineError::Request(
+                            tally_semantic::error::RequestError::new(
+                                tally_semantic::error::ErrorCode::UnknownDataset,
+                                format!(
+                                    "dataset `{}` links to `{}`, which is not served",
+                                    ds.def.id, plan.link.to
+                                ),
+                            )
+                            .at("link")
+                            .hint(format!(
+                                "serve the dataset `{}` (a folder of that name in the datasets directory), or check `tally check` for why it is refused",
+                                plan.link.to
+                            )),
+                        )
+                    })?;
+                let call = plan.to_call(&ds.def);
+                let (data, mut provenance) = provisions::run(self, &ds, &target, plan).await?;
                 provenance.query = Some(normalized(tool, call));
                 seal(data, provenance)
             }

@@ -40,7 +40,14 @@ pub async fn run(
     mut plan: QueryPlan,
     select_given: bool,
 ) -> Result<(QueryResult, Provenance), EngineError> {
-    let call = Call::open(engine, ds, &mut plan.filters, &mut plan.resolved_fields).await?;
+    let call = Call::open(
+        engine,
+        ds,
+        &mut plan.filters,
+        &mut plan.resolved_fields,
+        plan.as_of.as_deref(),
+    )
+    .await?;
     let mut conditions = Vec::new();
     for f in &plan.filters {
         conditions.push(call.planner.filter(f)?);

@@ -52,6 +52,21 @@ impl JsonSchema for Cell {
     }
 }
 
+/// Any JSON value of an answer (a value that changed may be a number, a text, a list, or a
+/// part of the answer that is an object).
+#[derive(Debug)]
+pub enum AnyValue {}
+
+impl JsonSchema for AnyValue {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "any_value".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": ["string", "number", "integer", "boolean", "null", "array", "object"] })
+    }
+}
+
 /// A name or code read in another form than typed (input → canonical).
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[schemars(rename = "resolved")]
@@ -585,8 +600,10 @@ pub struct NumberChange {
     /// Where, as a JSON pointer into `data`: `/rows/3/1`.
     pub path: String,
     /// The value in the checked answer.
+    #[schemars(with = "AnyValue")]
     pub old: Value,
     /// The value Tally computes now.
+    #[schemars(with = "AnyValue")]
     pub new: Value,
 }
 
@@ -598,6 +615,7 @@ pub struct VerifyResult {
     pub summary: String,
     /// The tool whose answer was checked, and its arguments as resolved then.
     pub tool: String,
+    #[schemars(with = "serde_json::Map<String, Value>")]
     pub arguments: Value,
     /// The Tally that made the answer, and the one that checked it.
     pub recorded_with: String,
@@ -610,4 +628,54 @@ pub struct VerifyResult {
     pub changes_total: usize,
     /// Why the answer is not reproducible, when it is not.
     pub reasons: Vec<String>,
+}
+
+/// References that found no provision, for one reason.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Unmatched {
+    /// Why: no reference, law not served, provision not found, unparsable reference.
+    pub reason: String,
+    /// The records whose references found nothing for this reason (a record counts once per
+    /// reference).
+    pub records: u64,
+    /// The references, most records first (at most 50).
+    pub references: Vec<UnmatchedReference>,
+}
+
+/// One reference that found no provision.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct UnmatchedReference {
+    /// The values of the link's fields, as the records hold them.
+    #[schemars(with = "Vec<Cell>")]
+    pub values: Vec<Value>,
+    /// The provision it names, as Tally read it (when it was read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provision: Option<String>,
+    pub records: u64,
+}
+
+/// `cite_provisions`: the provisions the matching records rest on.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CiteResult {
+    pub dataset_id: String,
+    /// The dataset the provisions come from.
+    pub linked_dataset: String,
+    /// The date whose revisions were read; absent: the latest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<String>,
+    /// The group fields asked for, then `law`, `provision` (its locator), `text` (trimmed),
+    /// `revision`, `uri` (e-Gov) and `records` (records resting on it).
+    pub columns: Vec<String>,
+    #[schemars(with = "Vec<Vec<Cell>>")]
+    pub rows: Vec<Vec<Value>>,
+    pub returned: usize,
+    pub total_provisions: usize,
+    /// The records matching `where`.
+    pub records_total: u64,
+    /// Of those, the records whose reference found at least one provision.
+    pub records_matched: u64,
+    /// References that found nothing, by reason.
+    pub unmatched: Vec<Unmatched>,
+    #[serde(flatten)]
+    pub context: Context,
 }

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use tally_semantic::Tool;
 
 use crate::envelope::Envelope;
-use crate::results::{InspectResult, ListResult, QueryResult, SummaryResult, VerifyResult};
+use crate::results::{
+    CiteResult, InspectResult, ListResult, QueryResult, SummaryResult, VerifyResult,
+};
 
 /// The schema of the envelope of `T`, derived from the types: `additionalProperties: false`
 /// on every object of ours, `minItems: 1` on the sources of a result that must cite one, in
@@ -158,7 +160,7 @@ pub fn portable(schema: &mut Value) {
 
 /// The output schema of a tool.
 pub fn output_schema(tool: Tool) -> &'static Value {
-    static SCHEMAS: OnceLock<[Value; 5]> = OnceLock::new();
+    static SCHEMAS: OnceLock<[Value; 6]> = OnceLock::new();
     let all = SCHEMAS.get_or_init(|| {
         [
             derived::<ListResult>(true),
@@ -166,6 +168,7 @@ pub fn output_schema(tool: Tool) -> &'static Value {
             derived::<QueryResult>(false),
             derived::<SummaryResult>(false),
             derived::<VerifyResult>(true),
+            derived::<CiteResult>(false),
         ]
     });
     match tool {
@@ -174,6 +177,7 @@ pub fn output_schema(tool: Tool) -> &'static Value {
         Tool::QueryRecords => &all[2],
         Tool::SummarizeRecords => &all[3],
         Tool::VerifyAnswer => &all[4],
+        Tool::CiteProvisions => &all[5],
     }
 }
 
@@ -401,7 +405,7 @@ mod tests {
         assert!(validate(Tool::QueryRecords, &q).is_err());
         let list = json!({
             "data": { "total": 0, "datasets": [], "broken_datasets": [] },
-            "provenance": { "generatedAt": "2026-01-01T00:00:00.000Z", "sources": [], "transformations": [], "warnings": ["no dataset matches"] }
+            "provenance": { "generatedAt": "2026-01-01T00:00:00.000Z", "resultHash": format!("sha256:{}", "2".repeat(64)), "sources": [], "transformations": [], "warnings": ["no dataset matches"] }
         });
         assert_eq!(validate(Tool::ListDatasets, &list), Ok(()));
     }

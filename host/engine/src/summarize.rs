@@ -392,7 +392,14 @@ pub async fn run(
     ds: &Dataset,
     mut plan: SummarizePlan,
 ) -> Result<(SummaryResult, Provenance), EngineError> {
-    let call = Call::open(engine, ds, &mut plan.filters, &mut plan.resolved_fields).await?;
+    let call = Call::open(
+        engine,
+        ds,
+        &mut plan.filters,
+        &mut plan.resolved_fields,
+        plan.as_of.as_deref(),
+    )
+    .await?;
     // The rows cap is on what exploding makes: a summary that explodes nothing reads any
     // number of records.
     let caps = crate::groups::Caps {

@@ -53,6 +53,39 @@ pub struct DatasetDef {
     /// from the file: whoever registers the dataset fills it in, so that a name that is one
     /// of them is refused as such instead of being corrected to a declared name.
     pub undeclared: Vec<String>,
+    /// The records are revisions of things (laws, rules): which one is in force on a date.
+    pub revisions: Option<Revisions>,
+    /// Links from fields of this dataset to fields of another (a procedure's law and article
+    /// to the provisions of a law dataset).
+    pub links: Vec<Link>,
+}
+
+/// `revisions: {key: law_id, title: law_title, effective: revision_date, id: revision_id}`:
+/// each value of
+/// `key` has revisions, each in force from its `effective` date (`YYYY-MM-DD`) until the next
+/// one. Calls read the revision in force on their `as_of` date, or the latest without one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Revisions {
+    /// The field that names what is revised (a law).
+    pub key: String,
+    /// The field that names it for people (a law's title), when there is one.
+    pub title: Option<String>,
+    /// The field holding the date a revision takes effect.
+    pub effective: String,
+    /// The field naming a revision, when there is one.
+    pub id: Option<String>,
+}
+
+/// `links: [{to: laws, on: {法令番号: law_num, 根拠条項号: locator}}]`: a record of this
+/// dataset rests on the records of dataset `to` whose fields equal its own, field by field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Link {
+    /// The dataset linked to.
+    pub to: String,
+    /// (field of this dataset, field of `to`), in the order written.
+    pub on: Vec<(String, String)>,
+    /// The field of `to` holding a provision's text (`text` when not given).
+    pub text: Option<String>,
 }
 
 impl DatasetDef {
@@ -774,7 +807,11 @@ const DATASET_KEYS: &[&str] = &[
     "backend",
     "fields",
     "computed_measures",
+    "revisions",
+    "links",
 ];
+const REVISIONS_KEYS: &[&str] = &["key", "title", "effective", "id"];
+const LINK_KEYS: &[&str] = &["to", "on", "text"];
 const SOURCE_KEYS: &[&str] = &[
     "url",
     "note",
@@ -1274,6 +1311,13 @@ impl Reader {
             Some(node) => self.computed_measures(node, &fields),
             None => Vec::new(),
         };
+        let revisions = map
+            .get("revisions")
+            .and_then(|node| self.revisions(node, &fields));
+        let links = match map.get("links") {
+            Some(node) => self.links(node, &fields),
+            None => Vec::new(),
+        };
 
         Some(DatasetDef {
             id,
@@ -1297,6 +1341,8 @@ impl Reader {
             fields,
             computed_measures,
             undeclared: Vec::new(),
+            revisions,
+            links,
         })
     }
 
@@ -1896,6 +1942,188 @@ impl Reader {
                 None
             }
         }
+    }
+
+    /// A field name at `path` that must be declared, or the error that says which are.
+    fn declared_field(
+        &mut self,
+        map: &MapView<'_>,
+        key: &str,
+        path: &str,
+        fields: &[Field],
+        what: &str,
+    ) -> Option<String> {
+        let name = self.required_string(map, key, path, &format!("write `{key}: <{what}>`"))?;
+        if fields.iter().any(|f| f.name == name) {
+            return Some(name);
+        }
+        let fix = match suggest(&name, fields.iter().map(|f| f.name.as_str())) {
+            Some(near) => format!("did you mean `{near}`? {what} must be a declared field"),
+            None => format!("{what} must be a field declared under `fields`"),
+        };
+        self.error(
+            map.key_pos(key),
+            &join(path, key),
+            format!("`{name}` is not a declared field"),
+            fix,
+        );
+        None
+    }
+
+    fn revisions(&mut self, node: &Node, fields: &[Field]) -> Option<Revisions> {
+        let map = self.map(node, "revisions", REVISIONS_KEYS)?;
+        let key = self.declared_field(
+            &map,
+            "key",
+            "revisions",
+            fields,
+            "the field naming what is revised",
+        );
+        let effective = self.declared_field(
+            &map,
+            "effective",
+            "revisions",
+            fields,
+            "the field holding the date a revision takes effect",
+        );
+        let id = match map.get("id") {
+            Some(_) => Some(self.declared_field(
+                &map,
+                "id",
+                "revisions",
+                fields,
+                "the field naming a revision",
+            )?),
+            None => None,
+        };
+        let title = match map.get("title") {
+            Some(_) => Some(self.declared_field(
+                &map,
+                "title",
+                "revisions",
+                fields,
+                "the field naming it for people",
+            )?),
+            None => None,
+        };
+        if let Some(name) = &effective
+            && let Some(f) = fields.iter().find(|f| &f.name == name)
+            && f.data_type.is_numeric()
+        {
+            self.error(
+                map.key_pos("effective"),
+                "revisions.effective",
+                format!("`{name}` holds numbers, not dates"),
+                "name the field holding each revision's effective date as YYYY-MM-DD text",
+            );
+            return None;
+        }
+        Some(Revisions {
+            key: key?,
+            title,
+            effective: effective?,
+            id,
+        })
+    }
+
+    fn links(&mut self, node: &Node, fields: &[Field]) -> Vec<Link> {
+        let Value::Seq(items) = &node.value else {
+            if node.value != Value::Null {
+                self.error(
+                    node.pos,
+                    "links",
+                    format!("`links` must be a list, found {}", node.kind()),
+                    "write one `- {to: <dataset>, on: {<field here>: <field there>}}` entry per link",
+                );
+            }
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("links[{i}]");
+            let Some(map) = self.map(item, &path, LINK_KEYS) else {
+                continue;
+            };
+            let Some(to) = self.required_string(
+                &map,
+                "to",
+                &path,
+                "write `to: <id of the dataset linked to>`",
+            ) else {
+                continue;
+            };
+            let on_path = join(&path, "on");
+            let Some(on_node) = map.get("on") else {
+                self.error(
+                    map.pos,
+                    &on_path,
+                    "`on` is missing",
+                    "write `on: {<field of this dataset>: <field of the dataset linked to>}`",
+                );
+                continue;
+            };
+            // Its keys are field names, not keys of the format: read as they are.
+            let Value::Map(entries) = &on_node.value else {
+                self.error(
+                    on_node.pos,
+                    &on_path,
+                    format!("`on` must be a mapping, found {}", on_node.kind()),
+                    "write `on: {<field of this dataset>: <field of the dataset linked to>}`",
+                );
+                continue;
+            };
+            let mut pairs = Vec::new();
+            for (k, v) in entries {
+                let Value::Str(there) = &v.value else {
+                    self.error(
+                        v.pos,
+                        &join(&on_path, &k.name),
+                        format!(
+                            "`{}` must name a field of `{to}`, found {}",
+                            k.name,
+                            v.kind()
+                        ),
+                        "write the name of the field of the dataset linked to",
+                    );
+                    continue;
+                };
+                if !fields.iter().any(|f| f.name == k.name) {
+                    let fix = match suggest(&k.name, fields.iter().map(|f| f.name.as_str())) {
+                        Some(near) => format!("did you mean `{near}`?"),
+                        None => "name a field declared under `fields`".to_string(),
+                    };
+                    self.error(
+                        k.pos,
+                        &join(&on_path, &k.name),
+                        format!("`{}` is not a declared field of this dataset", k.name),
+                        fix,
+                    );
+                    continue;
+                }
+                pairs.push((k.name.clone(), there.clone()));
+            }
+            if pairs.is_empty() {
+                self.error(
+                    on_node.pos,
+                    &on_path,
+                    "`on` links no field",
+                    "write at least one `<field of this dataset>: <field of the dataset linked to>`",
+                );
+                continue;
+            }
+            let text = self.string(
+                &map,
+                "text",
+                &path,
+                "write `text: <field of the dataset linked to that holds the text>`",
+            );
+            out.push(Link {
+                to,
+                on: pairs,
+                text,
+            });
+        }
+        out
     }
 
     fn computed_measures(&mut self, node: &Node, fields: &[Field]) -> Vec<ComputedMeasure> {

@@ -45,16 +45,19 @@ pub enum Tool {
     InspectDataset,
     QueryRecords,
     SummarizeRecords,
+    /// The provisions (of a linked law dataset) the matching records rest on.
+    CiteProvisions,
     /// Checks an answer of the others again: runs its recorded call on the data of now.
     VerifyAnswer,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 5] = [
+    pub const ALL: [Tool; 6] = [
         Tool::ListDatasets,
         Tool::InspectDataset,
         Tool::QueryRecords,
         Tool::SummarizeRecords,
+        Tool::CiteProvisions,
         Tool::VerifyAnswer,
     ];
 
@@ -64,6 +67,7 @@ impl Tool {
             Tool::InspectDataset => "inspect_dataset",
             Tool::QueryRecords => "query_records",
             Tool::SummarizeRecords => "summarize_records",
+            Tool::CiteProvisions => "cite_provisions",
             Tool::VerifyAnswer => "verify_answer",
         }
     }
@@ -79,10 +83,16 @@ impl Tool {
     pub fn spec(self) -> &'static [Parameter] {
         use Shape::*;
         const DATASET_ID: Parameter = Parameter::required("dataset_id", Text);
-        const LIST: &[Parameter] = &[Parameter::new("q", Text), Parameter::new("publisher", Text)];
+        const FORMAT: Parameter = Parameter::new("provenance_format", Choice(&["json", "prov"]));
+        const LIST: &[Parameter] = &[
+            Parameter::new("q", Text),
+            Parameter::new("publisher", Text),
+            FORMAT,
+        ];
         const INSPECT: &[Parameter] = &[
             DATASET_ID,
             Parameter::new("detail", Choice(&["compact", "full"])),
+            FORMAT,
         ];
         const QUERY: &[Parameter] = &[
             DATASET_ID,
@@ -93,6 +103,8 @@ impl Tool {
             Parameter::new("order_by", Names),
             Parameter::new("limit", QUERY_LIMIT),
             Parameter::new("cursor", Text),
+            Parameter::new("as_of", Text),
+            FORMAT,
         ];
         const SUMMARIZE: &[Parameter] = &[
             DATASET_ID,
@@ -103,6 +115,17 @@ impl Tool {
             Parameter::new("explode", Names),
             Parameter::new("order_by", Names),
             Parameter::new("limit", SUMMARIZE_LIMIT),
+            Parameter::new("as_of", Text),
+            FORMAT,
+        ];
+        const CITE: &[Parameter] = &[
+            DATASET_ID,
+            Parameter::new("where", Conditions),
+            Parameter::new("group_by", Names),
+            Parameter::new("link", Text),
+            Parameter::new("as_of", Text),
+            Parameter::new("limit", SUMMARIZE_LIMIT),
+            FORMAT,
         ];
         const VERIFY: &[Parameter] = &[Parameter::required("envelope", Answer)];
         match self {
@@ -110,6 +133,7 @@ impl Tool {
             Tool::InspectDataset => INSPECT,
             Tool::QueryRecords => QUERY,
             Tool::SummarizeRecords => SUMMARIZE,
+            Tool::CiteProvisions => CITE,
             Tool::VerifyAnswer => VERIFY,
         }
     }
@@ -321,6 +345,8 @@ pub struct QueryArgs {
     pub order_by: Vec<String>,
     pub limit: usize,
     pub cursor: Option<String>,
+    /// The date whose revisions are read (datasets that declare `revisions`).
+    pub as_of: Option<String>,
     pub notices: Vec<Notice>,
 }
 
@@ -336,6 +362,8 @@ pub struct SummarizeArgs {
     /// Result columns (metrics or group keys) to order by, `-` first for descending.
     pub order_by: Vec<String>,
     pub limit: usize,
+    /// The date whose revisions are read (datasets that declare `revisions`).
+    pub as_of: Option<String>,
     pub notices: Vec<Notice>,
 }
 
@@ -347,7 +375,23 @@ pub enum Request {
     InspectDataset(InspectArgs),
     QueryRecords(QueryArgs),
     SummarizeRecords(SummarizeArgs),
+    CiteProvisions(CiteArgs),
     VerifyAnswer(VerifyArgs),
+}
+
+/// The arguments of `cite_provisions`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CiteArgs {
+    pub dataset_id: String,
+    #[serde(rename = "where")]
+    pub conditions: Vec<Condition>,
+    pub group_by: Vec<String>,
+    /// The dataset linked to (one of the dataset's `links`); the only one when absent.
+    pub link: Option<String>,
+    /// Read the provisions in force on this date (`YYYY-MM-DD`).
+    pub as_of: Option<String>,
+    pub limit: usize,
+    pub notices: Vec<Notice>,
 }
 
 /// The answer `verify_answer` checks.
@@ -388,6 +432,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             order_by: args.names("order_by")?,
             limit: args.limit()?,
             cursor: args.cursor()?,
+            as_of: args.text("as_of")?,
             notices: std::mem::take(&mut args.notices),
         }),
         Tool::SummarizeRecords => Request::SummarizeRecords(SummarizeArgs {
@@ -399,12 +444,27 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             explode: args.names("explode")?,
             order_by: args.names("order_by")?,
             limit: args.limit()?,
+            as_of: args.text("as_of")?,
+            notices: std::mem::take(&mut args.notices),
+        }),
+        Tool::CiteProvisions => Request::CiteProvisions(CiteArgs {
+            dataset_id: args.dataset_id()?,
+            conditions: args.conditions("where")?,
+            group_by: args.names("group_by")?,
+            link: args.text("link")?,
+            as_of: args.text("as_of")?,
+            limit: args.limit()?,
             notices: std::mem::take(&mut args.notices),
         }),
         Tool::VerifyAnswer => Request::VerifyAnswer(VerifyArgs {
             envelope: args.answer("envelope")?,
         }),
     };
+    // The form of the provenance is the engine's to add after the answer; its word is checked
+    // here with the rest.
+    if tool.parameter("provenance_format").is_some() {
+        args.choice("provenance_format")?;
+    }
     Ok(request)
 }
 
@@ -655,7 +715,11 @@ impl Args {
                         .join(" or ")
                 ),
             )
-            .hint("leave detail out for the compact description; send \"full\" for every code's description, all top values and statistics")),
+            .hint(match key {
+                "detail" => "leave detail out for the compact description; send \"full\" for every code's description, all top values and statistics",
+                "provenance_format" => "leave it out for the JSON provenance; send \"prov\" to have it also as W3C PROV-O in JSON-LD (`prov` beside `provenance`)",
+                _ => "send one of the words listed",
+            })),
         }
     }
 

@@ -166,6 +166,9 @@ pub struct QueryPlan {
     pub order_by: Vec<Sort>,
     pub limit: usize,
     pub cursor: Option<String>,
+    /// Read the revisions in force on this date (`YYYY-MM-DD`), where the dataset declares
+    /// `revisions`; `None`: the latest.
+    pub as_of: Option<String>,
     pub resolved_fields: Vec<Resolution>,
     pub notices: Vec<Notice>,
 }
@@ -191,6 +194,8 @@ pub struct SummarizePlan {
     /// The order of the rows (empty: the first metric descending); ties by group key.
     pub order_by: Vec<ColumnSort>,
     pub limit: usize,
+    /// As in [`QueryPlan::as_of`].
+    pub as_of: Option<String>,
     pub resolved_fields: Vec<Resolution>,
     pub notices: Vec<Notice>,
 }
@@ -987,6 +992,7 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
     } else {
         select
     };
+    let as_of = resolve_as_of(def, args.as_of.as_deref(), &filters)?;
     Ok(QueryPlan {
         dataset_id: def.id.clone(),
         q,
@@ -996,8 +1002,176 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
         order_by,
         limit: args.limit,
         cursor: args.cursor,
+        as_of,
         resolved_fields: r.resolved,
         notices: r.notices,
+    })
+}
+
+/// The `as_of` date of a call: `YYYY-MM-DD` (full-width digits read too), on a dataset that
+/// declares `revisions`, whose revision fields the call does not also filter on.
+pub fn resolve_as_of(
+    def: &DatasetDef,
+    given: Option<&str>,
+    filters: &[Filter],
+) -> Result<Option<String>, RequestError> {
+    let Some(given) = given.map(str::trim).filter(|g| !g.is_empty()) else {
+        return Ok(None);
+    };
+    let Some(revisions) = &def.revisions else {
+        return Err(RequestError::invalid(
+            "as_of",
+            format!(
+                "dataset `{}` has no revisions: as_of reads the revision in force on a date, for datasets that declare `revisions` (law texts)",
+                def.id
+            ),
+        )
+        .hint("leave out as_of"));
+    };
+    let date: String = names::nfkc_value(given);
+    let valid = date.len() == 10
+        && date.as_bytes()[4] == b'-'
+        && date.as_bytes()[7] == b'-'
+        && date
+            .char_indices()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && {
+            let month: u32 = date[5..7].parse().unwrap_or(0);
+            let day: u32 = date[8..10].parse().unwrap_or(0);
+            (1..=12).contains(&month) && (1..=31).contains(&day)
+        };
+    if !valid {
+        return Err(RequestError::invalid(
+            "as_of",
+            format!("as_of `{given}` is not a date written YYYY-MM-DD"),
+        )
+        .hint("write the date as YYYY-MM-DD, e.g. \"2020-04-01\""));
+    }
+    let picked = [Some(&revisions.effective), revisions.id.as_ref()];
+    if let Some(f) = filters
+        .iter()
+        .find(|f| picked.contains(&Some(&def.fields[f.field].name)))
+    {
+        return Err(RequestError::invalid(
+            "as_of",
+            format!(
+                "as_of picks the revision in force on {date}, and `where` also names the revision by `{}`",
+                def.fields[f.field].name
+            ),
+        )
+        .hint(format!(
+            "leave out as_of to read the revision `where` names, or leave the condition on `{}` out",
+            def.fields[f.field].name
+        )));
+    }
+    Ok(Some(date))
+}
+
+/// A resolved `cite_provisions` call: its conditions and groups on the dataset (as a summary
+/// counting records), and the link it follows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CitePlan {
+    pub records: SummarizePlan,
+    pub link: crate::definition::Link,
+    /// Checked against the linked dataset (its `revisions`) by whoever opens it.
+    pub as_of: Option<String>,
+}
+
+impl CitePlan {
+    /// The call as resolved, as arguments `cite_provisions` takes (see [`QueryPlan::to_call`]).
+    pub fn to_call(&self, def: &DatasetDef) -> serde_json::Value {
+        let mut call = json!({
+            "dataset_id": self.records.dataset_id,
+            "where": conditions(self.records.filters.iter().map(|f| (def.fields[f.field].name.as_str(), &f.op))),
+            "group_by": names_of(def, &self.records.group_by),
+            "link": self.link.to,
+            "limit": self.records.limit,
+        });
+        if let Some(date) = &self.as_of {
+            call["as_of"] = json!(date);
+        }
+        call
+    }
+}
+
+/// Resolves a `cite_provisions` call on `def`: which of its links (the only one when none is
+/// named), and its conditions and groups as a count of records.
+pub fn resolve_cite(
+    def: &DatasetDef,
+    args: crate::request::CiteArgs,
+) -> Result<CitePlan, RequestError> {
+    let link = match (&args.link, def.links.as_slice()) {
+        (_, []) => {
+            return Err(RequestError::invalid(
+                "dataset_id",
+                format!(
+                    "dataset `{}` links to no other dataset, so its records rest on no provisions Tally can cite",
+                    def.id
+                ),
+            )
+            .hint("cite_provisions works on a dataset whose definition has `links` (e.g. procedures linked to a law dataset); use query_records on this one"));
+        }
+        (None, [only]) => only.clone(),
+        (None, several) => {
+            return Err(RequestError::invalid(
+                "link",
+                format!(
+                    "dataset `{}` links to several datasets; name one in `link`",
+                    def.id
+                ),
+            )
+            .candidates(
+                several
+                    .iter()
+                    .map(|l| Candidate::new(l.to.clone()))
+                    .collect(),
+                several.len(),
+            ));
+        }
+        (Some(name), links) => {
+            let folded = names::nfkc_value(name);
+            match links
+                .iter()
+                .find(|l| l.to == *name || names::nfkc_value(&l.to) == folded)
+            {
+                Some(l) => l.clone(),
+                None => {
+                    return Err(RequestError::new(
+                        ErrorCode::UnknownDataset,
+                        format!("dataset `{}` has no link to `{name}`", def.id),
+                    )
+                    .at("link")
+                    .candidates(
+                        links.iter().map(|l| Candidate::new(l.to.clone())).collect(),
+                        links.len(),
+                    ));
+                }
+            }
+        }
+    };
+    let records = resolve_summarize(
+        def,
+        crate::request::SummarizeArgs {
+            dataset_id: args.dataset_id,
+            metrics: Vec::new(),
+            group_by: args.group_by,
+            conditions: args.conditions,
+            having: Vec::new(),
+            explode: Vec::new(),
+            order_by: Vec::new(),
+            limit: args.limit,
+            as_of: None,
+            notices: args.notices,
+        },
+    )?;
+    let as_of = args
+        .as_of
+        .map(|d| names::nfkc_value(&d))
+        .filter(|d| !d.is_empty());
+    Ok(CitePlan {
+        records,
+        link,
+        as_of,
     })
 }
 
@@ -1238,6 +1412,7 @@ pub fn resolve_summarize(
         }
     }
 
+    let as_of = resolve_as_of(def, args.as_of.as_deref(), &filters)?;
     Ok(SummarizePlan {
         dataset_id: def.id.clone(),
         metrics,
@@ -1247,6 +1422,7 @@ pub fn resolve_summarize(
         explode,
         order_by,
         limit: args.limit,
+        as_of,
         resolved_fields: r.resolved,
         notices: r.notices,
     })
@@ -1393,7 +1569,7 @@ fn names_of(def: &DatasetDef, ids: &[FieldId]) -> Vec<String> {
 impl QueryPlan {
     /// The plan with field names instead of indices (echoed parameters, golden tests).
     pub fn to_json(&self, def: &DatasetDef) -> serde_json::Value {
-        json!({
+        let mut out = json!({
             "dataset_id": self.dataset_id,
             "q": self.q,
             "search_fields": names_of(def, &self.search_fields),
@@ -1404,7 +1580,11 @@ impl QueryPlan {
             "cursor": self.cursor,
             "resolved_fields": self.resolved_fields,
             "notices": self.notices,
-        })
+        });
+        if let Some(date) = &self.as_of {
+            out["as_of"] = json!(date);
+        }
+        out
     }
 }
 
@@ -1448,6 +1628,9 @@ impl QueryPlan {
         if let Some(cursor) = &self.cursor {
             call.insert("cursor".into(), json!(cursor));
         }
+        if let Some(date) = &self.as_of {
+            call.insert("as_of".into(), json!(date));
+        }
         serde_json::Value::Object(call)
     }
 }
@@ -1456,7 +1639,7 @@ impl SummarizePlan {
     /// The call as resolved, as arguments `summarize_records` takes (see
     /// [`QueryPlan::to_call`]).
     pub fn to_call(&self, def: &DatasetDef) -> serde_json::Value {
-        json!({
+        let mut call = json!({
             "dataset_id": self.dataset_id,
             "metrics": self.metrics.iter().map(|m| m.column(def)).collect::<Vec<_>>(),
             "group_by": names_of(def, &self.group_by),
@@ -1465,12 +1648,16 @@ impl SummarizePlan {
             "explode": names_of(def, &self.explode),
             "order_by": self.order_by.iter().map(|s| format!("{}{}", if s.descending { "-" } else { "" }, s.column)).collect::<Vec<_>>(),
             "limit": self.limit,
-        })
+        });
+        if let Some(date) = &self.as_of {
+            call["as_of"] = json!(date);
+        }
+        call
     }
 
     /// The plan with field names instead of indices (echoed parameters, golden tests).
     pub fn to_json(&self, def: &DatasetDef) -> serde_json::Value {
-        json!({
+        let mut out = json!({
             "dataset_id": self.dataset_id,
             "metrics": self.metrics.iter().map(|m| m.column(def)).collect::<Vec<_>>(),
             "group_by": names_of(def, &self.group_by),
@@ -1481,6 +1668,10 @@ impl SummarizePlan {
             "limit": self.limit,
             "resolved_fields": self.resolved_fields,
             "notices": self.notices,
-        })
+        });
+        if let Some(date) = &self.as_of {
+            out["as_of"] = json!(date);
+        }
+        out
     }
 }

@@ -62,6 +62,8 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
     };
     let (mut ok, mut broken) = (0usize, 0usize);
     let mut served: Vec<(String, String)> = Vec::new();
+    let mut defs: std::collections::HashMap<String, tally_semantic::DatasetDef> =
+        std::collections::HashMap::new();
     for folder in folders {
         let folder_id = folder
             .file_name()
@@ -124,6 +126,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
                         ds.def.undeclared.join(", ")
                     );
                 }
+                defs.insert(folder_id.clone(), ds.def.clone());
                 served.push((folder_id.clone(), label));
             }
             Ok(None) => {
@@ -138,6 +141,22 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             }
         }
     }
+    // Links between datasets: each needs the other dataset and its fields.
+    served.retain(|(id, label)| {
+        let problems = defs
+            .get(id)
+            .map(|d| link_problems(d, &defs))
+            .unwrap_or_default();
+        for p in &problems {
+            print_problem(label, p);
+        }
+        if problems.is_empty() {
+            true
+        } else {
+            broken += 1;
+            false
+        }
+    });
     if (options.deep || options.scan) && !served.is_empty() {
         // Prepare each dataset as the server's first call would: through its backend (a
         // plugin's scan included), within the memory budget.
@@ -192,6 +211,85 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// What is wrong with the links of `def` (`links:`), given the datasets served: the dataset
+/// linked to, its fields, and one of them a provision field (`locator: law`).
+fn link_problems(
+    def: &tally_semantic::DatasetDef,
+    served: &std::collections::HashMap<String, tally_semantic::DatasetDef>,
+) -> Vec<Problem> {
+    use tally_semantic::definition::LocatorKind;
+    let mut out = Vec::new();
+    for (i, link) in def.links.iter().enumerate() {
+        let key = format!("links[{i}]");
+        let Some(target) = served.get(&link.to) else {
+            let mut ids: Vec<&str> = served.keys().map(String::as_str).collect();
+            ids.sort();
+            out.push(Problem {
+                line: None,
+                key: format!("{key}.to"),
+                reason: format!(
+                    "links to dataset `{}`, which is not served from this directory",
+                    link.to
+                ),
+                fix: format!(
+                    "name a dataset of this directory ({}), or add `{}`",
+                    ids.join(", "),
+                    link.to
+                ),
+            });
+            continue;
+        };
+        let mut located = 0;
+        for (here, there) in &link.on {
+            match target.field(there) {
+                None => out.push(Problem {
+                    line: None,
+                    key: format!("{key}.on.{here}"),
+                    reason: format!("`{there}` is not a field of `{}`", link.to),
+                    fix: format!(
+                        "name one of its fields: {}",
+                        target
+                            .fields
+                            .iter()
+                            .map(|f| f.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }),
+                Some(f) if f.locator == Some(LocatorKind::Law) => located += 1,
+                Some(_) => {}
+            }
+        }
+        if located != 1 {
+            out.push(Problem {
+                line: None,
+                key: format!("{key}.on"),
+                reason: format!(
+                    "a link cites provisions through exactly one field of `{}` declared `locator: law`; this one names {located}",
+                    link.to
+                ),
+                fix: format!(
+                    "link the field holding references such as 第5条第1項 to the provision field of `{}` (its field with `locator: law`)",
+                    link.to
+                ),
+            });
+        }
+        let text = link.text.as_deref().unwrap_or("text");
+        if target.field(text).is_none() {
+            out.push(Problem {
+                line: None,
+                key: format!("{key}.text"),
+                reason: format!(
+                    "`{}` has no field `{text}` to take a provision's text from",
+                    link.to
+                ),
+                fix: "name the field holding the text with `text: <field>`".into(),
+            });
+        }
+    }
+    out
 }
 
 /// Decodes every page of every column of a Parquet dataset's file (undeclared columns too),

@@ -40,6 +40,32 @@ pub struct QueryFlags {
     /// The next_cursor of the previous page.
     #[arg(long)]
     pub cursor: Option<String>,
+    /// Datasets with revisions (law texts): read each in the revision in force on this date
+    /// (YYYY-MM-DD). Default: the latest.
+    #[arg(long = "as-of", value_name = "DATE")]
+    pub as_of: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Args)]
+pub struct CiteFlags {
+    pub dataset_id: String,
+    /// Conditions on the dataset's records as a JSON object.
+    #[arg(long = "where")]
+    pub where_: Option<String>,
+    /// Fields to count the records per provision by (repeat or JSON array).
+    #[arg(long = "group-by")]
+    pub group_by: Vec<String>,
+    /// The linked dataset to cite from (default: the dataset's only link).
+    #[arg(long)]
+    pub link: Option<String>,
+    /// The provisions as they stood on this date (YYYY-MM-DD). Default: the latest revision.
+    #[arg(long = "as-of", value_name = "DATE")]
+    pub as_of: Option<String>,
+    /// Provisions to return (1–10000, default 200), most records first.
+    #[arg(long, allow_hyphen_values = true)]
+    pub limit: Option<String>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -65,6 +91,10 @@ pub struct SummarizeFlags {
     /// Groups to return (1–10000, default 200).
     #[arg(long, allow_hyphen_values = true)]
     pub limit: Option<String>,
+    /// Datasets with revisions (law texts): read each in the revision in force on this date
+    /// (YYYY-MM-DD). Default: the latest.
+    #[arg(long = "as-of", value_name = "DATE")]
+    pub as_of: Option<String>,
     /// Also draw the result into FILE: `.svg` or `.png` (drawn here, the chart the views
     /// choose for the result's shape), `.html` (the interactive view, opens in any browser).
     #[arg(long, value_name = "FILE")]
@@ -149,7 +179,12 @@ fn print_envelope(envelope: &Value, common: &Common) -> ExitCode {
 }
 
 /// Runs one call; a refusal is printed (stderr) and becomes the exit code.
-fn call(tool: Tool, arguments: Value, common: &Common) -> Result<Value, ExitCode> {
+fn call(tool: Tool, mut arguments: Value, common: &Common) -> Result<Value, ExitCode> {
+    if let (Some(format), Some(args)) = (&common.provenance, arguments.as_object_mut())
+        && tool.parameter("provenance_format").is_some()
+    {
+        args.insert("provenance_format".into(), Value::String(format.clone()));
+    }
     let Some(runtime) = crate::runtime() else {
         return Err(ExitCode::from(EXIT_FAILED));
     };
@@ -252,7 +287,26 @@ pub fn query(f: QueryFlags) -> ExitCode {
     put(&mut args, "order_by", list_arg(&f.order_by));
     put(&mut args, "limit", limit_arg(&f.limit));
     put(&mut args, "cursor", f.cursor.clone().map(Value::String));
+    put(&mut args, "as_of", f.as_of.clone().map(Value::String));
     run(Tool::QueryRecords, Value::Object(args), &f.common)
+}
+
+/// `tally cite`: the provisions the matching records rest on (`cite_provisions`).
+pub fn cite(f: CiteFlags) -> ExitCode {
+    let mut args = Map::new();
+    args.insert("dataset_id".into(), Value::String(f.dataset_id.clone()));
+    match object_arg("where", &f.where_) {
+        Ok(v) => put(&mut args, "where", v),
+        Err(body) => {
+            print_error(&body);
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    put(&mut args, "group_by", list_arg(&f.group_by));
+    put(&mut args, "link", f.link.clone().map(Value::String));
+    put(&mut args, "as_of", f.as_of.clone().map(Value::String));
+    put(&mut args, "limit", limit_arg(&f.limit));
+    run(Tool::CiteProvisions, Value::Object(args), &f.common)
 }
 
 pub fn summarize(f: SummarizeFlags) -> ExitCode {
@@ -271,6 +325,7 @@ pub fn summarize(f: SummarizeFlags) -> ExitCode {
     }
     put(&mut args, "explode", list_arg(&f.explode));
     put(&mut args, "limit", limit_arg(&f.limit));
+    put(&mut args, "as_of", f.as_of.clone().map(Value::String));
     let Some(path) = &f.chart else {
         return run(Tool::SummarizeRecords, Value::Object(args), &f.common);
     };

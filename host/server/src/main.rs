@@ -51,6 +51,10 @@ pub struct Common {
     /// Print the envelope on one line instead of indented.
     #[arg(long, global = true)]
     compact: bool,
+    /// `prov`: also give the provenance as W3C PROV-O in JSON-LD (`prov` beside
+    /// `provenance`); `json` (the default): Tally's JSON only.
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["json", "prov"])]
+    provenance: Option<String>,
     #[command(flatten)]
     budgets: Budgets,
     #[command(flatten)]
@@ -263,6 +267,9 @@ enum Command {
     Query(cli::QueryFlags),
     /// Counts, sums, averages and computed measures, per group.
     Summarize(cli::SummarizeFlags),
+    /// The provisions (of a linked law dataset) the matching records rest on, with the
+    /// records per provision and the references that found none, by reason.
+    Cite(cli::CiteFlags),
     /// Check a saved answer again: run its recorded call (provenance.query) on the data of
     /// now and compare number by number. Prints a summary on stderr and the check as JSON;
     /// exits 0 when identical, 1 when the data changed or the answer was altered, 2 when it
@@ -409,6 +416,7 @@ fn main() -> ExitCode {
         } => cli::list(q, publisher, &common),
         Command::Inspect { dataset_id, common } => cli::inspect(dataset_id, &common),
         Command::Verify { envelope, common } => cli::verify(&envelope, &common),
+        Command::Cite(flags) => cli::cite(flags),
         Command::Query(flags) => cli::query(flags),
         Command::Add(flags) => ingest::add(flags),
         Command::Fetch(flags) => ingest::fetch(flags),

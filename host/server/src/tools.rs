@@ -141,6 +141,11 @@ Codes are checked against the field's codelist (a label without its number is re
 fn parameter_description(tool: Tool, name: &str, ex: &Examples) -> String {
     match (tool, name) {
         (_, "dataset_id") => "A dataset_id from list_datasets.".into(),
+        (Tool::CiteProvisions, "group_by") => "Fields of the dataset to count the records per provision by (e.g. the ministry); default: all records together.".into(),
+        (Tool::CiteProvisions, "link") => "The linked dataset to cite from (a `to` of the dataset's links); default: its only link.".into(),
+        (Tool::CiteProvisions, "as_of") => "Cite the provisions as they stood on this date (YYYY-MM-DD): each law in the revision in force then. Default: the latest revision.".into(),
+        (Tool::QueryRecords | Tool::SummarizeRecords, "as_of") => "Only for datasets with revisions (law texts; inspect_dataset shows `revisions`): read each in the revision in force on this date (YYYY-MM-DD). Default: the latest revision.".into(),
+        (_, "provenance_format") => "\"json\" (default): provenance as Tally's JSON; \"prov\": also as W3C PROV-O in JSON-LD, in `prov` beside `provenance` (for tools that read PROV).".into(),
         (Tool::VerifyAnswer, "envelope") => "The whole answer to check: an object with data and provenance, exactly as a tool returned it (or its JSON text).".into(),
         (Tool::ListDatasets, "q") => "Case-insensitive substring of the dataset id or title.".into(),
         (Tool::ListDatasets, "publisher") => "Case-insensitive substring of the publisher.".into(),
@@ -254,6 +259,14 @@ Example: {{\"dataset_id\": \"{}\", \"group_by\": [\"{}\"], \"metrics\": [\"count
             ex.group,
             metric = ex.metric
         ),
+        Tool::CiteProvisions => format!(
+            "Step 4 (legal basis): the provisions the matching records rest on, for a dataset whose definition links it to a law dataset \
+(inspect_dataset shows `links`). Tally reads each record's law and article reference in any common form, finds the provision in the law \
+(the revision in force on as_of, or the latest) and returns one row per provision: law, provision (locator), its text (trimmed), revision, \
+e-Gov URI and the number of records resting on it, each provision cited in provenance. References that find nothing are counted in \
+`unmatched` by reason (law not served, provision not found, unparsable reference). Example: {{\"dataset_id\": \"{}\", \"where\": {{\"{}\": {{\"$not_empty\": true}}}}, \"limit\": 20}}",
+            ex.dataset, ex.group
+        ),
         Tool::VerifyAnswer => "Check an answer of the other tools again, months later or after it passed through other hands: give it the whole answer (data and provenance, as the tool returned it). Tally runs its recorded call (provenance.query) on the data served now and compares number by number, exactly. status: identical (same data, same numbers), data_changed (which source changed, and every value that changed, old and new), altered (the answer's data does not match its resultHash: it was edited), or not_reproducible (its dataset, a field or a code is gone, or the semantics changed between Tally versions). Read-only. \
 Example: {\"envelope\": <a whole answer of summarize_records, as it was returned>}"
             .to_string(),
@@ -279,6 +292,7 @@ pub fn title(tool: Tool) -> &'static str {
         Tool::InspectDataset => "Inspect a dataset",
         Tool::QueryRecords => "Query records",
         Tool::SummarizeRecords => "Summarize records",
+        Tool::CiteProvisions => "Cite the provisions records rest on",
         Tool::VerifyAnswer => "Verify an answer",
     }
 }
@@ -302,7 +316,8 @@ pub fn server_icon() -> rmcp::model::Icon {
     svg_icon("<path d='M5 4v16M10 4v16M15 4v16M20 4v16M2 17L23 7'/>")
 }
 
-/// A tool's icon: a stack of datasets, a magnifier, rows of records, bars.
+/// A tool's icon: a stack of datasets, a magnifier, rows of records, bars, a page of
+/// provisions, a shield with a check.
 pub fn icon(tool: Tool) -> rmcp::model::Icon {
     svg_icon(match tool {
         Tool::ListDatasets => {
@@ -311,6 +326,7 @@ pub fn icon(tool: Tool) -> rmcp::model::Icon {
         Tool::InspectDataset => "<circle cx='10' cy='10' r='6'/><path d='M15 15l6 6'/>",
         Tool::QueryRecords => "<path d='M3 5h18M3 10h18M3 15h18M3 20h18'/>",
         Tool::SummarizeRecords => "<path d='M5 21V11M12 21V4M19 21v-7M2 21h20'/>",
+        Tool::CiteProvisions => "<path d='M6 3h9l4 4v14H6z'/><path d='M9 10h7M9 14h7M9 18h4'/>",
         Tool::VerifyAnswer => {
             "<path d='M12 2l8 4v6c0 5-3.5 8.5-8 10-4.5-1.5-8-5-8-10V6z'/><path d='M8 12l3 3 5-6'/>"
         }
@@ -471,6 +487,7 @@ mod tests {
                 let limit = match parse(tool, &over).expect("clamped, not refused") {
                     Request::QueryRecords(a) => a.limit,
                     Request::SummarizeRecords(a) => a.limit,
+                    Request::CiteProvisions(a) => a.limit,
                     other => panic!("{other:?}"),
                 };
                 assert_eq!(limit, max);

@@ -51,7 +51,7 @@ pub fn uri(tool: Tool) -> String {
 
 /// Whether `tool` has a view.
 pub fn has_view(tool: Tool) -> bool {
-    !matches!(tool, Tool::VerifyAnswer)
+    !matches!(tool, Tool::VerifyAnswer | Tool::CiteProvisions)
 }
 
 /// The tool whose view `uri` names.
@@ -113,6 +113,7 @@ pub fn title(tool: Tool) -> String {
         Tool::QueryRecords => "a table of records, paged",
         Tool::SummarizeRecords => "a chart chosen by the result's shape, or its table",
         Tool::VerifyAnswer => "the outcome of a check",
+        Tool::CiteProvisions => "the provisions records rest on",
     };
     format!("Tally view of {}: {what}", tool.name())
 }

@@ -56,6 +56,7 @@ fn run(defs: &BTreeMap<&str, DatasetDef>, tool: Tool, arguments: &Value) -> Outc
         Request::InspectDataset(a) => a.dataset_id.clone(),
         Request::QueryRecords(a) => a.dataset_id.clone(),
         Request::SummarizeRecords(a) => a.dataset_id.clone(),
+        Request::CiteProvisions(a) => a.dataset_id.clone(),
         Request::ListDatasets(_) | Request::VerifyAnswer(_) => {
             return Outcome::Accepted(BTreeMap::new());
         }

@@ -29,7 +29,7 @@ fn outcome(def: &DatasetDef, tool: Tool, arguments: &Value) -> Value {
             resolve_dataset(&args.dataset_id, &["fixture", "procedures"], &titles)
                 .map(|(id, res)| json!({ "dataset_id": id, "resolved_fields": res.into_iter().collect::<Vec<_>>() }))
         }
-        other @ (Request::ListDatasets(_) | Request::VerifyAnswer(_)) => {
+        other @ (Request::ListDatasets(_) | Request::VerifyAnswer(_) | Request::CiteProvisions(_)) => {
             Ok(serde_json::to_value(other).expect("serializable"))
         }
     };

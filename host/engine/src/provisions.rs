@@ -1,0 +1,572 @@
+//! `cite_provisions`: from "how many records" to "on which provisions do they rest".
+//!
+//! A dataset's definition links it to another (`links: [{to: laws, on: {法令番号: law_num,
+//! 根拠条項号: locator}}]`). The matching records of the first are counted per distinct
+//! reference (and per group, when asked); the linked dataset is read for the laws those
+//! references name (the revision in force on `as_of`, or the latest), and each reference is
+//! read as the provisions it names, in any common form (`第５条の２第３項`, `第5の2条`, lists
+//! such as `第20条第1項及び第3項`), as a `locator: law` field reads them. Each provision found is
+//! one row: the law, the provision, its text (trimmed), its revision, its e-Gov URI and the
+//! records that rest on it, cited in provenance with its locator. Records whose reference
+//! finds nothing are counted and listed by why: the law is not served, the provision is not in
+//! it, or the reference cannot be read. Every number is computed here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
+use datafusion::arrow::datatypes::{DataType, UInt64Type};
+use datafusion::functions_aggregate::expr_fn::count;
+use datafusion::prelude::{cast, ident, lit};
+use serde_json::Value;
+use tally_plugin_api::locator::{normalize_references, within};
+use tally_semantic::definition::{FieldId, LocatorKind};
+use tally_semantic::request::{Op, Scalar};
+use tally_semantic::resolve::{CitePlan, Filter};
+
+use crate::Engine;
+use crate::call::{Asked, Call};
+use crate::dataset::{Dataset, ROW_COL};
+use crate::envelope::{Provenance, Source, TransformationType};
+use crate::error::EngineError;
+use crate::meta::{self, echo};
+use crate::plan::conjunction;
+use crate::results::{CiteResult, Unmatched, UnmatchedReference};
+
+/// A provision's text, as shown, at most this many characters.
+const TEXT_CHARS: usize = 200;
+/// References listed per reason at most (all are counted).
+const LISTED: usize = 50;
+
+/// Why a reference found no provision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Miss {
+    NoReference,
+    LawNotServed,
+    NotFound,
+    Unparsable,
+}
+
+impl Miss {
+    fn reason(self, target: &str) -> String {
+        match self {
+            Miss::NoReference => "no reference: the record names no law or provision".to_string(),
+            Miss::LawNotServed => {
+                format!("law not served: `{target}` holds no law of that name or number")
+            }
+            Miss::NotFound => format!(
+                "provision not found: the law is served by `{target}`, but has no such article, paragraph or item"
+            ),
+            Miss::Unparsable => {
+                "unparsable reference: it names no article (第…条) Tally can read".to_string()
+            }
+        }
+    }
+}
+
+/// A provision found, per group: (group values, the law's key values, the provision).
+type ProvisionKey = (Vec<Option<String>>, Vec<String>, String);
+/// What rests on a provision: records, the linked rows it stands for, its revision.
+type Found = (u64, Vec<u64>, Option<String>);
+/// A reference that found nothing: the link's values, the provision read (if any).
+type MissedReference = (Vec<Option<String>>, Option<String>);
+
+/// One row of the linked dataset: the key values, its locator, text, row number.
+struct Provisional {
+    locator: String,
+    text: String,
+    row: u64,
+    revision: Option<String>,
+}
+
+/// Text of a cell (null as None).
+fn text_at(a: &ArrayRef, i: usize) -> Option<String> {
+    let a = datafusion::arrow::compute::cast(a, &DataType::Utf8).ok()?;
+    let a = a.as_any().downcast_ref::<StringArray>()?;
+    (!a.is_null(i)).then(|| a.value(i).to_string())
+}
+
+/// A value compared across datasets: NFKC, trimmed.
+fn folded(s: &str) -> String {
+    tally_semantic::names::nfkc_value(s)
+}
+
+fn trimmed(text: &str) -> String {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.chars().count() <= TEXT_CHARS {
+        return text;
+    }
+    let mut out: String = text.chars().take(TEXT_CHARS).collect();
+    out.push('…');
+    out
+}
+
+pub async fn run(
+    engine: &Engine,
+    ds: &Dataset,
+    target: &Arc<Dataset>,
+    mut plan: CitePlan,
+) -> Result<(CiteResult, Provenance), EngineError> {
+    let def = &ds.def;
+    let tdef = &target.def;
+    let link = plan.link.clone();
+    // The fields on each side: those compared as they are, and the one read as provisions.
+    let mut equal: Vec<(FieldId, FieldId)> = Vec::new();
+    let mut located: Option<(FieldId, FieldId)> = None;
+    for (here, there) in &link.on {
+        let (Some(h), Some(t)) = (def.field_index(here), tdef.field_index(there)) else {
+            return Err(link_broken(
+                def,
+                &link.to,
+                &format!("`{here}` or `{there}` is not a declared field"),
+            ));
+        };
+        if tdef.fields[t].locator == Some(LocatorKind::Law) {
+            located = Some((h, t));
+        } else {
+            equal.push((h, t));
+        }
+    }
+    let Some((ref_here, loc_there)) = located else {
+        return Err(link_broken(
+            def,
+            &link.to,
+            &format!(
+                "none of its fields of `{}` is a provision (`locator: law`)",
+                link.to
+            ),
+        ));
+    };
+    let text_field = link.text.clone().unwrap_or_else(|| "text".to_string());
+    let text_there = tdef.field_index(&text_field);
+    let as_of = tally_semantic::resolve::resolve_as_of(tdef, plan.as_of.as_deref(), &[])
+        .map_err(EngineError::Request)?;
+
+    // 1. The matching records, counted per group and distinct reference.
+    let call = Call::open(
+        engine,
+        ds,
+        &mut plan.records.filters,
+        &mut plan.records.resolved_fields,
+        None,
+    )
+    .await?;
+    let records = &plan.records;
+    let limit = records.limit;
+    let computing = |e| EngineError::computing(&def.id, e);
+    let mut conditions = Vec::new();
+    for f in &records.filters {
+        conditions.push(call.planner.filter(f)?);
+    }
+    let filtered = match conjunction(conditions.clone()) {
+        Some(e) => call.base.clone().filter(e)?,
+        None => call.base.clone(),
+    };
+    let groups = records.group_by.clone();
+    let link_here: Vec<FieldId> = equal
+        .iter()
+        .map(|(h, _)| *h)
+        .chain(std::iter::once(ref_here))
+        .collect();
+    let mut keys = Vec::new();
+    for (i, f) in groups.iter().chain(link_here.iter()).enumerate() {
+        keys.push(cast(call.planner.column(*f), DataType::Utf8).alias(format!("k{i}")));
+    }
+    let counted = filtered
+        .aggregate(keys, vec![count(lit(1)).alias("n")])?
+        .collect()
+        .await
+        .map_err(computing)?;
+    let width = groups.len() + link_here.len();
+    let mut distinct: Vec<(Vec<Option<String>>, u64)> = Vec::new();
+    for b in &counted {
+        let n = datafusion::arrow::compute::cast(b.column(width), &DataType::UInt64)
+            .map_err(|e| EngineError::backend(&def.id, e))?;
+        let n = n.as_primitive::<UInt64Type>();
+        for r in 0..b.num_rows() {
+            distinct.push((
+                (0..width).map(|c| text_at(b.column(c), r)).collect(),
+                n.value(r),
+            ));
+        }
+    }
+    if distinct.len() > engine.limits().max_groups {
+        return Err(EngineError::Limit {
+            message: format!(
+                "the matching records name more than {} distinct references",
+                engine.limits().max_groups
+            ),
+            hint: "add conditions in `where` (e.g. one law), or group by fewer fields".into(),
+        });
+    }
+    let records_total: u64 = distinct.iter().map(|(_, n)| n).sum();
+
+    // 2. The linked dataset, for the laws the references name.
+    let mut wanted: Vec<Vec<String>> = vec![Vec::new(); equal.len()];
+    for (values, _) in &distinct {
+        for (i, w) in wanted.iter_mut().enumerate() {
+            if let Some(v) = &values[groups.len() + i]
+                && !w.contains(v)
+            {
+                w.push(v.clone());
+            }
+        }
+    }
+    let mut target_filters: Vec<Filter> = equal
+        .iter()
+        .zip(&wanted)
+        .map(|((_, t), values)| Filter {
+            field: *t,
+            op: Op::In(values.iter().map(|v| Scalar::Str(v.clone())).collect()),
+        })
+        .collect();
+    let mut target_resolved = Vec::new();
+    let tcall = Call::open(
+        engine,
+        target,
+        &mut target_filters,
+        &mut target_resolved,
+        as_of.as_deref(),
+    )
+    .await?;
+    let tcomputing = |e| EngineError::computing(&tdef.id, e);
+    let mut tconditions = Vec::new();
+    for f in &target_filters {
+        tconditions.push(tcall.planner.filter(f)?);
+    }
+    let tframe = match conjunction(tconditions) {
+        Some(e) => tcall.base.clone().filter(e)?,
+        None => tcall.base.clone(),
+    };
+    let mut columns: Vec<datafusion::prelude::Expr> = equal
+        .iter()
+        .map(|(_, t)| cast(tcall.planner.column(*t), DataType::Utf8))
+        .collect();
+    columns.push(cast(tcall.planner.column(loc_there), DataType::Utf8));
+    columns.push(match text_there {
+        Some(t) => cast(tcall.planner.column(t), DataType::Utf8),
+        None => lit(datafusion::common::ScalarValue::Utf8(None)),
+    });
+    let revision_there = tdef
+        .revisions
+        .as_ref()
+        .and_then(|r| r.id.as_ref())
+        .and_then(|id| tdef.field_index(id));
+    columns.push(match revision_there {
+        Some(t) => cast(tcall.planner.column(t), DataType::Utf8),
+        None => lit(datafusion::common::ScalarValue::Utf8(None)),
+    });
+    columns.push(ident(ROW_COL));
+    let batches = tframe
+        .select(columns)?
+        .sort(vec![ident(ROW_COL).sort(true, false)])?
+        .collect()
+        .await
+        .map_err(tcomputing)?;
+    let mut laws: HashMap<Vec<String>, Vec<Provisional>> = HashMap::new();
+    let e = equal.len();
+    for b in &batches {
+        let rows = datafusion::arrow::compute::cast(b.column(e + 3), &DataType::UInt64)
+            .map_err(|e| EngineError::backend(&tdef.id, e))?;
+        let rows = rows.as_primitive::<UInt64Type>();
+        for r in 0..b.num_rows() {
+            let key: Vec<String> = (0..e)
+                .map(|c| folded(&text_at(b.column(c), r).unwrap_or_default()))
+                .collect();
+            let Some(locator) = text_at(b.column(e), r) else {
+                continue;
+            };
+            laws.entry(key).or_default().push(Provisional {
+                locator,
+                text: text_at(b.column(e + 1), r).unwrap_or_default(),
+                row: rows.value(r),
+                revision: text_at(b.column(e + 2), r),
+            });
+        }
+    }
+
+    // 3. Each reference read as provisions, and found.
+    // (group values, law key, provision) → records, and the rows it stands for.
+    let mut found: BTreeMap<ProvisionKey, Found> = BTreeMap::new();
+    let mut misses: BTreeMap<Miss, BTreeMap<MissedReference, u64>> = BTreeMap::new();
+    let mut records_matched = 0u64;
+    for (values, n) in &distinct {
+        let group: Vec<Option<String>> = values[..groups.len()].to_vec();
+        let link_values = &values[groups.len()..];
+        let law_values = &link_values[..e];
+        let reference = link_values[e].clone();
+        let mut miss = |why: Miss, provision: Option<String>| {
+            *misses
+                .entry(why)
+                .or_default()
+                .entry((link_values.to_vec(), provision))
+                .or_insert(0) += n;
+        };
+        if law_values
+            .iter()
+            .any(|v| v.as_deref().is_none_or(|v| v.trim().is_empty()))
+            || reference.as_deref().is_none_or(|r| r.trim().is_empty())
+        {
+            miss(Miss::NoReference, None);
+            continue;
+        }
+        let key: Vec<String> = law_values
+            .iter()
+            .map(|v| folded(v.as_deref().unwrap_or("")))
+            .collect();
+        let Some(provisions) = laws.get(&key) else {
+            miss(Miss::LawNotServed, None);
+            continue;
+        };
+        let named = normalize_references(reference.as_deref().unwrap_or(""));
+        if named.is_empty() {
+            miss(Miss::Unparsable, None);
+            continue;
+        }
+        let mut any = false;
+        for locator in named {
+            let rows: Vec<&Provisional> = provisions
+                .iter()
+                .filter(|p| within(&p.locator, &locator))
+                .collect();
+            if rows.is_empty() {
+                miss(Miss::NotFound, Some(locator));
+                continue;
+            }
+            any = true;
+            let entry = found
+                .entry((group.clone(), key.clone(), locator))
+                .or_insert_with(|| {
+                    (
+                        0,
+                        rows.iter().map(|p| p.row).collect(),
+                        rows[0].revision.clone(),
+                    )
+                });
+            entry.0 += n;
+        }
+        if any {
+            records_matched += n;
+        }
+    }
+
+    // 4. The provisions, most records first, each with its text and source.
+    let (mut provenance, source_id) = call.provenance();
+    let (target_source, warning) = crate::envelope::dataset_source(target, &tcall.prepared.files);
+    let target_source_id = provenance.cite(target_source);
+    if let Some(w) = warning {
+        provenance.warn(w);
+    }
+    let mut ordered: Vec<_> = found.into_iter().collect();
+    ordered.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(&b.0)));
+    let total_provisions = ordered.len();
+    let texts: HashMap<u64, &Provisional> = laws.values().flatten().map(|p| (p.row, p)).collect();
+    let mut rows = Vec::new();
+    let mut row_refs = Vec::new();
+    for ((group, _law, locator), (n, law_rows, revision)) in ordered.into_iter().take(limit) {
+        let text = law_rows
+            .iter()
+            .filter_map(|r| texts.get(r))
+            .map(|p| p.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let source = law_rows
+            .first()
+            .and_then(|r| row_source(&tcall, &provenance, &target_source_id, *r, &locator));
+        let (title, uri, source_ref) = match source {
+            Some(s) => {
+                let (title, uri) = (s.title.clone(), s.uri.clone());
+                (title, uri, provenance.cite(s))
+            }
+            None => (tdef.title.clone(), String::new(), target_source_id.clone()),
+        };
+        let mut row: Vec<Value> = group
+            .into_iter()
+            .map(|g| g.map_or(Value::Null, Value::String))
+            .collect();
+        row.extend([
+            Value::String(title),
+            Value::String(locator),
+            Value::String(trimmed(&text)),
+            revision.map_or(Value::Null, Value::String),
+            Value::String(uri),
+            Value::from(n),
+        ]);
+        rows.push(row);
+        row_refs.push(vec![source_ref]);
+    }
+    let mut unmatched = Vec::new();
+    for (why, refs) in misses {
+        let mut listed: Vec<_> = refs.into_iter().collect();
+        listed.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let records: u64 = listed.iter().map(|(_, n)| n).sum();
+        unmatched.push(Unmatched {
+            reason: why.reason(&tdef.id),
+            records,
+            references: listed
+                .into_iter()
+                .take(LISTED)
+                .map(|((values, provision), n)| UnmatchedReference {
+                    values: values
+                        .into_iter()
+                        .map(|v| v.map_or(Value::Null, Value::String))
+                        .collect(),
+                    provision,
+                    records: n,
+                })
+                .collect(),
+        });
+    }
+    let mut columns: Vec<String> = groups.iter().map(|g| def.fields[*g].name.clone()).collect();
+    columns.extend(["law", "provision", "text", "revision", "uri", "records"].map(String::from));
+
+    // 5. What was done, and the caveats.
+    let mut used: Vec<FieldId> = groups.clone();
+    used.extend(records.filters.iter().map(|f| f.field));
+    used.extend(&link_here);
+    let mut context = meta::context(
+        &mut provenance,
+        def,
+        &used,
+        &records.resolved_fields,
+        &records.notices,
+    );
+    let asked = Asked {
+        plan: &plan.records,
+        filters: &plan.records.filters,
+        conditions: &conditions,
+        ask_conditions: records_total == 0 && !conditions.is_empty(),
+        nothing_matched: records_total == 0,
+    };
+    call.cite(
+        &mut provenance,
+        &mut context,
+        asked,
+        echo(plan.to_call(def)),
+        source_id,
+        &plan.records.resolved_fields,
+    )
+    .await?;
+    provenance.step(
+        TransformationType::Aggregate,
+        format!(
+            "counted the {records_total} matching records of `{}` per distinct {}{}",
+            def.id,
+            link.on
+                .iter()
+                .map(|(h, _)| format!("`{h}`"))
+                .collect::<Vec<_>>()
+                .join(" and "),
+            if groups.is_empty() {
+                String::new()
+            } else {
+                " and group".to_string()
+            }
+        ),
+    );
+    provenance.step(
+        TransformationType::Normalize,
+        format!(
+            "read each `{}` as the provisions it names (any common form: full-width digits, 第5の2条, lists joined by 及び or 、) and matched {} to `{}` of dataset `{}`",
+            def.fields[ref_here].name,
+            equal.iter().map(|(h, t)| format!("`{}` (NFKC, trimmed) to `{}`", def.fields[*h].name, tdef.fields[*t].name)).collect::<Vec<_>>().join(", "),
+            tdef.fields[loc_there].name,
+            tdef.id
+        ),
+    );
+    meta::read_and_normalized(
+        &mut provenance,
+        target,
+        &tcall.prepared,
+        &tcall.table,
+        &[],
+        None,
+    );
+    tcall.say_revisions(&mut provenance);
+    provenance.step(
+        TransformationType::Aggregate,
+        format!(
+            "{total_provisions} provisions found for {records_matched} of {records_total} records; a record whose reference names several provisions counts under each"
+        ),
+    );
+    if total_provisions > rows.len() {
+        provenance.warn(format!(
+            "{} of {total_provisions} provisions returned (limit {}); raise limit or narrow `where` to see the rest",
+            rows.len(),
+            limit
+        ));
+    }
+    let unmatched_records: u64 = unmatched.iter().map(|u| u.records).sum();
+    if unmatched_records > 0 {
+        provenance.warn(format!(
+            "{unmatched_records} record references found no provision; `unmatched` lists them by why"
+        ));
+    }
+    context.row_source_refs = Some(row_refs);
+    let data = CiteResult {
+        dataset_id: def.id.clone(),
+        linked_dataset: tdef.id.clone(),
+        as_of,
+        columns,
+        returned: rows.len(),
+        rows,
+        total_provisions,
+        records_total,
+        records_matched,
+        unmatched,
+        context,
+    };
+    Ok((data, provenance))
+}
+
+/// The own source of row `row` of the linked dataset, narrowed to `locator` (the provision
+/// cited, which may be the article a paragraph belongs to).
+fn row_source(
+    call: &Call<'_>,
+    provenance: &Provenance,
+    dataset_source_id: &str,
+    row: u64,
+    locator: &str,
+) -> Option<Source> {
+    let table = call.prepared.row_sources.as_ref()?;
+    let s = table
+        .sources
+        .get(*table.index.get(row as usize)? as usize)?;
+    let dataset_source = provenance
+        .sources
+        .iter()
+        .find(|c| c.id == dataset_source_id)?;
+    Some(Source {
+        id: format!("{dataset_source_id}#{}", locator_id(&s.uri, locator)),
+        uri: s.uri.clone(),
+        title: s.title.clone(),
+        publisher: s
+            .publisher
+            .clone()
+            .unwrap_or_else(|| dataset_source.publisher.clone()),
+        retrieved_at: dataset_source.retrieved_at.clone(),
+        source_type: s.source_type.clone(),
+        locator: Some(locator.to_string()),
+        published_at: s.published_at.clone(),
+        effective_at: s.effective_at.clone(),
+        license: dataset_source.license.clone(),
+        content_hash: s.content_hash.clone(),
+        objects: Vec::new(),
+        dataset_version: dataset_source.dataset_version.clone(),
+    })
+}
+
+/// A short, stable id part for a provision of a law (`uri` + locator).
+fn locator_id(uri: &str, locator: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{uri}\u{0}{locator}").as_bytes());
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+fn link_broken(def: &tally_semantic::DatasetDef, to: &str, why: &str) -> EngineError {
+    EngineError::Dataset {
+        dataset: def.id.clone(),
+        message: format!("its link to `{to}` cannot be followed: {why}"),
+        diagnostics: Vec::new(),
+    }
+}

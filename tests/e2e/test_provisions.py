@@ -1,0 +1,205 @@
+"""Law as of a date and procedures → provisions, on the real 行政手続法 revisions (2018-04-01 and
+2024-04-01), the other reference laws and the real survey, through the official MCP Python SDK.
+
+- `as_of` reads each law in the revision in force on a date: before the first revision nothing
+  is in force (said, with the date the first takes effect), between the two the 2018 text,
+  after both the 2024 one; 第三条第一項第八号 lost 婦人補導院 in 2024 and shows it.
+- `cite_provisions` follows the survey's link to the laws: every procedure under 番号法 (26) and
+  under 行政手続法 (38) finds its provisions, each cited with its locator; references that find
+  nothing are counted by reason; `tally check` checks the link.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from conftest import REFERENCE, ROOT, tally_bin
+
+pytestmark = pytest.mark.anyio
+
+GYOSEI = "405AC0000000088"
+BANGO = "行政手続における特定の個人を識別するための番号の利用等に関する法律"
+LINK = "links: [{to: laws, on: {法令番号: law_num, 根拠条項号: locator}}]\n"
+
+
+def need_reference():
+    for p in (REFERENCE / "laws", REFERENCE / "procedures-survey-r6.dataset.yaml", REFERENCE / "procedures" / "procedures-survey-r6.parquet"):
+        if not p.exists():
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI=true but the reference {p} is missing")
+            pytest.skip(f"the reference {p} is not beside the repository")
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> Path:
+    """The survey (its published definition with the link added) and the laws, as the
+    example defines them (examples/laws/dataset.yaml: every revision read, `revisions`)."""
+    need_reference()
+    root = tmp_path_factory.mktemp("provisions") / "datasets"
+    (root / "survey").mkdir(parents=True)
+    published = (REFERENCE / "procedures-survey-r6.dataset.yaml").read_text(encoding="utf-8")
+    (root / "survey" / "dataset.yaml").write_text(LINK + published, encoding="utf-8")
+    shutil.copyfile(REFERENCE / "procedures" / "procedures-survey-r6.parquet", root / "survey" / "data.parquet")
+    (root / "laws" / "xml").mkdir(parents=True)
+    shutil.copyfile(ROOT / "examples" / "laws" / "dataset.yaml", root / "laws" / "dataset.yaml")
+    for p in (REFERENCE / "laws").glob("*.xml"):
+        shutil.copyfile(p, root / "laws" / "xml" / p.name)
+    return root
+
+
+def stdio(datasets: Path):
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(
+        command=tally_bin(), args=["serve", "--datasets", str(datasets), "--call-timeout-ms", "60000"],
+        env={"TALLY_LOG": "warn", "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")},
+    )
+
+
+def body(r) -> dict:
+    return json.loads(r.content[0].text)
+
+
+async def ok(c, tool: str, args: dict) -> dict:
+    r = await c.call_tool(tool, args)
+    assert not r.is_error, r.content[0].text
+    return body(r)
+
+
+def steps(env: dict, kind: str) -> str:
+    return " ".join(t["description"] for t in env["provenance"]["transformations"] if t["type"] == kind)
+
+
+ITEM_8 = {"law_id": [GYOSEI], "locator": "第3条第1項第8号"}
+
+
+async def test_the_administrative_procedure_act_as_of_a_date(datasets):
+    async with Client(stdio(datasets), mode="legacy", cache=None, read_timeout_seconds=120) as c:
+        args = {"dataset_id": "laws", "where": ITEM_8, "select": ["revision_id", "revision_date", "text"]}
+        before = await ok(c, "query_records", {**args, "as_of": "2010-01-01"})
+        assert before["data"]["rows"] == [] and before["data"]["total"] == 0
+        warnings = " ".join(before["provenance"]["warnings"])
+        assert "no revision of 行政手続法 was in force on 2010-01-01" in warnings and "2018-04-01" in warnings, warnings
+        assert "kept the revisions in force on 2010-01-01 (as_of): none" in steps(before, "filter")
+
+        between = await ok(c, "query_records", {**args, "as_of": "2020-01-01"})
+        [[revision, date, text]] = between["data"]["rows"]
+        assert (revision, date) == ("20180401_429AC0000000004", "2018-04-01")
+        assert "婦人補導院" in text, "the 2018 revision still names it"
+        [ref] = between["data"]["rowSourceRefs"][0]
+        source = {s["id"]: s for s in between["provenance"]["sources"]}[ref]
+        assert source["effectiveAt"] == "2018-04-01" and source["uri"].endswith(f"/{GYOSEI}/20180401_429AC0000000004")
+        assert between["provenance"]["query"]["arguments"]["as_of"] == "2020-01-01"
+
+        after = await ok(c, "query_records", {**args, "as_of": "２０２５-０１-０１"})  # full-width digits read too
+        [[revision, date, text]] = after["data"]["rows"]
+        assert (revision, date) == ("20240401_504AC0100000052", "2024-04-01")
+        assert "婦人補導院" not in text and "少年鑑別所" in text
+        assert "行政手続法: revision 20240401_504AC0100000052, in force from 2024-04-01" in steps(after, "filter")
+
+        # Without as_of: the latest revision, and the answer says which.
+        latest = await ok(c, "query_records", args)
+        assert latest["data"]["rows"] == after["data"]["rows"]
+        assert "kept the latest revision of each (no as_of)" in steps(latest, "filter")
+        counted = await ok(c, "summarize_records", {"dataset_id": "laws", "group_by": ["law_id", "revision_id"], "limit": 20})
+        laws = [row[0] for row in counted["data"]["rows"]]
+        assert sorted(laws) == sorted(set(laws)) and len(laws) == 4, "each law once; a law whose file states no revision keeps it"
+        dated = await ok(c, "summarize_records", {"dataset_id": "laws", "group_by": ["law_id"], "as_of": "2025-01-01", "limit": 20})
+        assert [row[0] for row in dated["data"]["rows"]] == [GYOSEI], "only a dated revision can be placed on a date"
+        assert "does not say from which date it is in force" in " ".join(dated["provenance"]["warnings"])
+
+        # Refusals that say what would work.
+        r = await c.call_tool("query_records", {"dataset_id": "survey", "as_of": "2020-01-01"})
+        assert r.is_error and "has no revisions" in r.content[0].text
+        r = await c.call_tool("query_records", {**args, "as_of": "2020/01/01"})
+        assert r.is_error and "YYYY-MM-DD" in r.content[0].text
+        r = await c.call_tool("query_records", {**args, "where": {**ITEM_8, "revision_id": ["20180401_429AC0000000004"]}, "as_of": "2020-01-01"})
+        assert r.is_error and "revision_id" in r.content[0].text
+
+
+async def test_procedures_find_the_provisions_they_rest_on(datasets):
+    async with Client(stdio(datasets), mode="legacy", cache=None, read_timeout_seconds=120) as c:
+        tools = {t.name for t in (await c.list_tools()).tools}
+        assert "cite_provisions" in tools
+        bango = await ok(c, "cite_provisions", {"dataset_id": "survey", "where": {"法令名": [BANGO]}, "limit": 100})
+        data = bango["data"]
+        assert (data["records_total"], data["records_matched"], data["unmatched"]) == (26, 26, [])
+        assert data["columns"] == ["law", "provision", "text", "revision", "uri", "records"]
+        sources = {s["id"]: s for s in bango["provenance"]["sources"]}
+        rows = {row[1]: row for row in data["rows"]}
+        law, provision, text, revision, uri, records = rows["第七条第一項"]
+        assert law == BANGO and "個人番号" in text and uri == "https://laws.e-gov.go.jp/law/425AC0000000027"
+        assert records == 2
+        for row, [ref] in zip(data["rows"], data["rowSourceRefs"]):
+            assert sources[ref]["locator"] == row[1] and sources[ref]["sourceType"] == "law"
+        assert sum(row[5] for row in data["rows"]) >= 26
+
+        gyosei = await ok(c, "cite_provisions", {"dataset_id": "survey", "where": {"法令名": ["行政手続法"]}, "group_by": ["所管府省庁"], "limit": 200})
+        data = gyosei["data"]
+        assert (data["records_total"], data["records_matched"]) == (38, 38), data["unmatched"]
+        assert data["columns"][0] == "所管府省庁"
+        assert all(row[4] == "20240401_504AC0100000052" for row in data["rows"]), "the latest revision"
+        assert all(row[5].endswith("/405AC0000000088/20240401_504AC0100000052") for row in data["rows"])
+
+        # The same as of 2020: the 2018 revision.
+        older = await ok(c, "cite_provisions", {"dataset_id": "survey", "where": {"法令名": ["行政手続法"]}, "as_of": "2020-01-01"})
+        assert older["data"]["as_of"] == "2020-01-01"
+        assert {row[3] for row in older["data"]["rows"]} == {"20180401_429AC0000000004"}
+        assert "kept the revisions in force on 2020-01-01" in steps(older, "filter")
+
+        # Every procedure: those under laws this server does not have are counted as such.
+        everything = await ok(c, "cite_provisions", {"dataset_id": "survey", "limit": 10})
+        data = everything["data"]
+        assert data["records_total"] == 75071
+        reasons = {u["reason"].split(":")[0]: u["records"] for u in data["unmatched"]}
+        assert reasons.get("law not served", 0) > 70000, reasons
+        assert data["records_matched"] >= 26 + 38
+        listed = next(u for u in data["unmatched"] if u["reason"].startswith("law not served"))
+        assert len(listed["references"]) == 50 and listed["references"][0]["records"] >= listed["references"][-1]["records"]
+        assert "found no provision" in " ".join(everything["provenance"]["warnings"])
+
+        # Verifiable like every answer.
+        r = await c.call_tool("verify_answer", {"envelope": bango})
+        assert r.structured_content["data"]["status"] == "identical", r.structured_content["data"]
+
+        r = await c.call_tool("cite_provisions", {"dataset_id": "laws"})
+        assert r.is_error and "links to no other dataset" in r.content[0].text
+
+
+def test_cite_from_the_command_line_and_check_the_link(datasets, tmp_path):
+    p = subprocess.run(
+        [tally_bin(), "cite", "survey", "--datasets", str(datasets), "--where", json.dumps({"法令名": [BANGO]}), "--limit", "3"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["data"]["records_matched"] == 26
+    p = subprocess.run([tally_bin(), "check", str(datasets)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout
+    # A broken link: a field the laws do not have, and no provision field linked.
+    broken = tmp_path / "datasets"
+    shutil.copytree(datasets, broken)
+    yaml = (broken / "survey" / "dataset.yaml").read_text(encoding="utf-8")
+    (broken / "survey" / "dataset.yaml").write_text(yaml.replace("根拠条項号: locator", "根拠条項号: article_no"), encoding="utf-8")
+    p = subprocess.run([tally_bin(), "check", str(broken)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout
+    assert "`article_no` is not a field of `laws`" in p.stdout and "locator: law" in p.stdout, p.stdout
+    (broken / "survey" / "dataset.yaml").write_text(yaml.replace("to: laws", "to: statutes"), encoding="utf-8")
+    p = subprocess.run([tally_bin(), "check", str(broken)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "links to dataset `statutes`, which is not served" in p.stdout, p.stdout
+
+
+def test_the_law_lookup_example_runs():
+    need_reference()
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "law_lookup.py"), "--reference", str(REFERENCE), "--tally", tally_bin()],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "26 of 26 procedures found their provisions" in p.stdout
+    assert "kept the revisions in force on 2020-01-01 (as_of): 行政手続法: revision 20180401_429AC0000000004" in p.stdout
