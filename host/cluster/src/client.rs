@@ -38,6 +38,9 @@ const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// How often the job's status is asked for, at first and at most.
 const POLL_FIRST: Duration = Duration::from_millis(5);
 const POLL_MOST: Duration = Duration::from_millis(50);
+/// Answers without a status after which a job that never had one is taken as lost (about 30 s
+/// of polls).
+const LOST_AFTER: u32 = 600;
 /// How long a cancellation may take before it is given up (it runs after the call ended).
 const CANCEL_WITHIN: Duration = Duration::from_secs(3);
 
@@ -107,6 +110,11 @@ pub async fn run(
         return Err(failed(address, why));
     }
     let mut poll = POLL_FIRST;
+    // A job the scheduler does not know (after it restarted, or expired the job) has no
+    // status. A new job has none either while it is planned: one that had a status and lost
+    // it, or that has none for long, is lost.
+    let mut unknown = 0u32;
+    let mut started = false;
     let (locations, proxy) = loop {
         let status = scheduler
             .get_job_status(GetJobStatusParams {
@@ -125,7 +133,22 @@ pub async fn run(
             })?
             .into_inner();
         match status.status.and_then(|s| s.status) {
-            None | Some(Status::Queued(_)) | Some(Status::Running(_)) => {
+            None if started || unknown >= LOST_AFTER => {
+                return Err(failed(
+                    address,
+                    format!(
+                        "its scheduler no longer knows job {} (was it restarted?)",
+                        accepted.job_id
+                    ),
+                ));
+            }
+            None => {
+                unknown += 1;
+                tokio::time::sleep(poll).await;
+                poll = (poll * 2).min(POLL_MOST);
+            }
+            Some(Status::Queued(_)) | Some(Status::Running(_)) => {
+                started = true;
                 tokio::time::sleep(poll).await;
                 poll = (poll * 2).min(POLL_MOST);
             }

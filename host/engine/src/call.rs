@@ -225,17 +225,24 @@ async fn revisions_in_force(
 ) -> datafusion::error::Result<(DataFrame, InForce)> {
     use datafusion::common::JoinType;
     use datafusion::functions::string::expr_fn::btrim;
+    use datafusion::functions::unicode::expr_fn::left;
     use datafusion::functions_aggregate::expr_fn::{max, min};
     use datafusion::prelude::{cast, ident, lit};
     let text = |name: &str| cast(ident(name), datafusion::arrow::datatypes::DataType::Utf8);
-    let effective = text(&revisions.effective);
+    // The day a revision takes effect: a date, or a date-time's day, as `YYYY-MM-DD` text (so
+    // a revision in force from the `as_of` day itself is in force on it).
+    let effective = left(text(&revisions.effective), lit(10i64));
     let dated_expr = effective
         .clone()
         .is_not_null()
         .and(btrim(vec![effective.clone()]).not_eq(lit("")));
     let dated = base.clone().filter(dated_expr.clone())?;
     let eligible = match as_of {
-        Some(date) => dated.clone().filter(effective.clone().lt_eq(lit(date)))?,
+        // In force on the day: a date up to it, or a date-time on it (`2020-01-01T09:00` sorts
+        // after `2020-01-01`, before `2020-01-01` followed by the last character there is).
+        Some(date) => dated
+            .clone()
+            .filter(effective.clone().lt(lit(format!("{date}\u{10FFFF}"))))?,
         None => dated.clone(),
     };
     let latest = eligible.clone().aggregate(
@@ -252,6 +259,24 @@ async fn revisions_in_force(
             None,
         )?
         .drop_columns(&["__tally_effective"])?;
+    if let Some(id) = &revisions.id {
+        // Two revisions taking effect on the same day: the one with the greater id (e-Gov's
+        // ids end with the amending law, numbered in order) is the one in force.
+        let last = reduced.clone().aggregate(
+            vec![text(&revisions.key).alias("__tally_key")],
+            vec![max(text(id)).alias("__tally_last")],
+        )?;
+        let reduced_id = reduced.with_column("__tally_id", text(id))?;
+        reduced = reduced_id
+            .join(
+                last,
+                JoinType::LeftSemi,
+                &[revisions.key.as_str(), "__tally_id"],
+                &["__tally_key", "__tally_last"],
+                None,
+            )?
+            .drop_columns(&["__tally_id"])?;
+    }
     let undated = base
         .clone()
         .filter(std::ops::Not::not(dated_expr.clone()))?;
@@ -320,13 +345,18 @@ async fn revisions_in_force(
         }
     }
     if let Some(date) = as_of {
+        // By what is revised, not by its name: a title may change between revisions.
         for batch in dated
             .clone()
             .aggregate(
-                vec![label(&dated)?.alias("l")],
-                vec![min(effective.clone()).alias("first")],
+                vec![text(&revisions.key).alias("k")],
+                vec![
+                    max(label(&dated)?).alias("l"),
+                    min(effective.clone()).alias("first"),
+                ],
             )?
-            .filter(ident("first").gt(lit(date)))?
+            .select(vec![ident("l"), ident("first")])?
+            .filter(ident("first").gt_eq(lit(format!("{date}\u{10FFFF}"))))?
             .sort(vec![ident("l").sort(true, true)])?
             .limit(0, Some(100))?
             .collect()

@@ -145,8 +145,9 @@ pub struct Provenance {
     /// The call as resolved: running it again on the same data gives the same `data`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub query: Option<NormalizedCall>,
-    /// SHA-256 of `data` in canonical JSON (keys sorted, no spaces): an envelope whose data
-    /// was edited no longer matches it.
+    /// SHA-256 of `{"data": …, "query": …}` (this answer's data and `query`) in canonical JSON
+    /// (keys sorted, no spaces): an envelope whose data or recorded call was edited no longer
+    /// matches it.
     #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
     pub result_hash: String,
     /// Every source the result was computed from; ids are unique and every reference in data
@@ -203,7 +204,10 @@ impl<T: Serialize> Envelope<T> {
         provenance.generated_at =
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         provenance.result_hash = serde_json::to_value(&data)
-            .map(|v| result_hash(&v))
+            .map(|v| {
+                let query = serde_json::to_value(&provenance.query).unwrap_or(Value::Null);
+                result_hash(&v, &query)
+            })
             .unwrap_or_default();
         Envelope {
             data,
@@ -256,10 +260,13 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-/// `sha256:<hex>` of `data` in canonical JSON: what `provenance.resultHash` holds.
-pub fn result_hash(data: &Value) -> String {
+/// `sha256:<hex>` of `{"data": data, "query": query}` in canonical JSON: what
+/// `provenance.resultHash` holds. The call is in it too: an answer whose numbers or whose
+/// recorded call were edited no longer matches it.
+pub fn result_hash(data: &Value, query: &Value) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(canonical_json(data).as_bytes());
+    let both = serde_json::json!({ "data": data, "query": query });
+    let digest = Sha256::digest(canonical_json(&both).as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
@@ -370,9 +377,14 @@ pub fn prov_jsonld(envelope: &Value) -> Value {
     let mut sources = Vec::new();
     for (i, s) in p["sources"].as_array().into_iter().flatten().enumerate() {
         let uri = text(s, "uri").unwrap_or_default();
+        // The copy read is an entity of its own, apart from the publisher's resource it was
+        // retrieved from (the URI): at its locator where it has one.
         let id = match text(s, "locator") {
             Some(locator) if !uri.contains('#') => format!("{uri}#{}", uri_of(&locator)),
-            _ => uri.clone(),
+            _ => format!(
+                "urn:tally:source:{short}:{}",
+                uri_of(&text(s, "id").unwrap_or_else(|| i.to_string()))
+            ),
         };
         let id = if sources
             .iter()

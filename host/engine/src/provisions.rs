@@ -37,19 +37,26 @@ use crate::results::{CiteResult, Unmatched, UnmatchedReference};
 const TEXT_CHARS: usize = 200;
 /// References listed per reason at most (all are counted).
 const LISTED: usize = 50;
+/// Records of the linked dataset one call reads at most.
+const MAX_LINKED_ROWS: usize = 1_000_000;
 
 /// Why a reference found no provision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Miss {
     NoReference,
     LawNotServed,
+    NotInForce,
     NotFound,
     Unparsable,
 }
 
 impl Miss {
-    fn reason(self, target: &str) -> String {
+    fn reason(self, target: &str, as_of: Option<&str>) -> String {
         match self {
+            Miss::NotInForce => format!(
+                "law not in force: `{target}` has the law, but no revision of it in force on {}",
+                as_of.unwrap_or("the date asked")
+            ),
             Miss::NoReference => "no reference: the record names no law or provision".to_string(),
             Miss::LawNotServed => {
                 format!("law not served: `{target}` holds no law of that name or number")
@@ -265,6 +272,16 @@ pub async fn run(
         .map_err(tcomputing)?;
     let mut laws: HashMap<Vec<String>, Vec<Provisional>> = HashMap::new();
     let e = equal.len();
+    let read: usize = batches.iter().map(|b| b.num_rows()).sum();
+    if read > MAX_LINKED_ROWS {
+        return Err(EngineError::Limit {
+            message: format!(
+                "the references name {read} records of `{}`, more than the {MAX_LINKED_ROWS} a call reads",
+                tdef.id
+            ),
+            hint: "narrow `where` to fewer laws (or link by a law number too, so that only the laws named are read)".into(),
+        });
+    }
     for b in &batches {
         let rows = datafusion::arrow::compute::cast(b.column(e + 3), &DataType::UInt64)
             .map_err(|e| EngineError::backend(&tdef.id, e))?;
@@ -285,22 +302,63 @@ pub async fn run(
         }
     }
 
+    // Laws the linked dataset has, but not in force on `as_of`: said as such, not as absent.
+    let mut in_force_elsewhere: std::collections::HashSet<Vec<String>> = Default::default();
+    if as_of.is_some() && e > 0 {
+        let all = tcall.ctx.read_table(tcall.prepared.table().provider)?;
+        let mut all_conditions = Vec::new();
+        for f in &target_filters {
+            all_conditions.push(tcall.planner.filter(f)?);
+        }
+        let all = match conjunction(all_conditions) {
+            Some(c) => all.filter(c)?,
+            None => all,
+        };
+        let keys: Vec<datafusion::prelude::Expr> = equal
+            .iter()
+            .map(|(_, t)| cast(tcall.planner.column(*t), DataType::Utf8))
+            .collect();
+        for b in all
+            .aggregate(keys, vec![])?
+            .collect()
+            .await
+            .map_err(tcomputing)?
+        {
+            for r in 0..b.num_rows() {
+                let key: Vec<String> = (0..e)
+                    .map(|c| folded(&text_at(b.column(c), r).unwrap_or_default()))
+                    .collect();
+                if !laws.contains_key(&key) {
+                    in_force_elsewhere.insert(key);
+                }
+            }
+        }
+    }
+
     // 3. Each reference read as provisions, and found.
     // (group values, law key, provision) → records, and the rows it stands for.
     let mut found: BTreeMap<ProvisionKey, Found> = BTreeMap::new();
     let mut misses: BTreeMap<Miss, BTreeMap<MissedReference, u64>> = BTreeMap::new();
+    // Records per reason, each record once (a reference naming two missing provisions is one
+    // record under "provision not found").
+    let mut missed_records: BTreeMap<Miss, u64> = BTreeMap::new();
+    let mut records_missing = 0u64;
     let mut records_matched = 0u64;
     for (values, n) in &distinct {
         let group: Vec<Option<String>> = values[..groups.len()].to_vec();
         let link_values = &values[groups.len()..];
         let law_values = &link_values[..e];
         let reference = link_values[e].clone();
+        let mut reasons: Vec<Miss> = Vec::new();
         let mut miss = |why: Miss, provision: Option<String>| {
             *misses
                 .entry(why)
                 .or_default()
                 .entry((link_values.to_vec(), provision))
                 .or_insert(0) += n;
+            if !reasons.contains(&why) {
+                reasons.push(why);
+            }
         };
         if law_values
             .iter()
@@ -308,6 +366,8 @@ pub async fn run(
             || reference.as_deref().is_none_or(|r| r.trim().is_empty())
         {
             miss(Miss::NoReference, None);
+            *missed_records.entry(Miss::NoReference).or_insert(0) += n;
+            records_missing += n;
             continue;
         }
         let key: Vec<String> = law_values
@@ -315,12 +375,22 @@ pub async fn run(
             .map(|v| folded(v.as_deref().unwrap_or("")))
             .collect();
         let Some(provisions) = laws.get(&key) else {
-            miss(Miss::LawNotServed, None);
+            if in_force_elsewhere.contains(&key) {
+                miss(Miss::NotInForce, None);
+            } else {
+                miss(Miss::LawNotServed, None);
+            }
+            for why in reasons {
+                *missed_records.entry(why).or_insert(0) += n;
+            }
+            records_missing += n;
             continue;
         };
         let named = normalize_references(reference.as_deref().unwrap_or(""));
         if named.is_empty() {
             miss(Miss::Unparsable, None);
+            *missed_records.entry(Miss::Unparsable).or_insert(0) += n;
+            records_missing += n;
             continue;
         }
         let mut any = false;
@@ -347,6 +417,12 @@ pub async fn run(
         }
         if any {
             records_matched += n;
+        }
+        if !reasons.is_empty() {
+            for why in reasons {
+                *missed_records.entry(why).or_insert(0) += n;
+            }
+            records_missing += n;
         }
     }
 
@@ -399,10 +475,9 @@ pub async fn run(
     for (why, refs) in misses {
         let mut listed: Vec<_> = refs.into_iter().collect();
         listed.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let records: u64 = listed.iter().map(|(_, n)| n).sum();
         unmatched.push(Unmatched {
-            reason: why.reason(&tdef.id),
-            records,
+            reason: why.reason(&tdef.id, as_of.as_deref()),
+            records: missed_records.get(&why).copied().unwrap_or(0),
             references: listed
                 .into_iter()
                 .take(LISTED)
@@ -496,10 +571,10 @@ pub async fn run(
             limit
         ));
     }
-    let unmatched_records: u64 = unmatched.iter().map(|u| u.records).sum();
-    if unmatched_records > 0 {
+    if records_missing > 0 {
         provenance.warn(format!(
-            "{unmatched_records} record references found no provision; `unmatched` lists them by why"
+            "{records_missing} records have a reference that found no provision ({} of them found others); `unmatched` lists them by why",
+            records_missing.saturating_sub(records_total - records_matched)
         ));
     }
     context.row_source_refs = Some(row_refs);

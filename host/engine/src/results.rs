@@ -633,10 +633,12 @@ pub struct VerifyResult {
 /// References that found no provision, for one reason.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct Unmatched {
-    /// Why: no reference, law not served, provision not found, unparsable reference.
+    /// Why: no reference, law not served, law not in force (on `as_of`), provision not
+    /// found, unparsable reference.
     pub reason: String,
-    /// The records whose references found nothing for this reason (a record counts once per
-    /// reference).
+    /// The records with a reference that found nothing for this reason, each record once. A
+    /// record whose reference names several provisions, some found, counts in
+    /// `records_matched` and here.
     pub records: u64,
     /// The references, most records first (at most 50).
     pub references: Vec<UnmatchedReference>,

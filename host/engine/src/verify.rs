@@ -5,14 +5,21 @@
 //! answers are compared number by number, exactly.
 //!
 //! The outcome, in the order it is decided:
-//! - `not_reproducible`: the call cannot be asked again (its dataset, a field, a code is gone:
-//!   named), or the numbers differ though every source is unchanged and another Tally version
-//!   made the answer (the semantics changed, both versions named);
-//! - `altered`: the envelope's data does not match its own `resultHash` (it was edited after
-//!   Tally made it); the numbers that differ from the recomputation are listed;
+//! - `not_reproducible`: the call cannot be asked again (the data of now refuses it: its
+//!   dataset, a field, a code is gone, a condition no longer fits its field; named);
+//! - `altered`: the envelope's data or recorded call does not match its own `resultHash` (it
+//!   was edited after Tally made it); the values that differ from the recomputation are
+//!   listed;
 //! - `data_changed`: a source's data version or content hash differs (which), with the
-//!   numbers that changed, old and new;
-//! - `identical`: the same data, the same numbers.
+//!   values that changed, old and new;
+//! - `not_reproducible` again: the values differ though every source is unchanged (the
+//!   semantics changed between the Tally that made the answer and this one, both named; or,
+//!   the same version having made both, the answer cannot be computed again as it was);
+//! - `identical`: the same data, the same values.
+//!
+//! Rows of a summary (and of `cite_provisions`) are matched by their group keys, not their
+//! place: one changed count that reorders the rows is one change, and a group that appeared or
+//! went is said as such.
 
 use serde_json::Value;
 use tally_semantic::error::ErrorCode;
@@ -89,7 +96,7 @@ impl Engine {
             .to_string();
         let verified_with = tool_version();
         let altered = match recorded_hash {
-            Some(h) => h != result_hash(data),
+            Some(h) => h != result_hash(data, query),
             None => {
                 return Err(not_an_envelope("its provenance has no `resultHash`"));
             }
@@ -121,7 +128,7 @@ impl Engine {
         }
         let now = match self.call_as(tool, &arguments, scope).await {
             Ok(now) => now,
-            Err(EngineError::Request(e)) if gone(e.code) => {
+            Err(EngineError::Request(e)) if e.code != ErrorCode::InvalidCursor => {
                 out.status = VerifyStatus::NotReproducible;
                 out.reasons.push(format!(
                     "the call cannot be asked again: {}{}",
@@ -151,7 +158,15 @@ impl Engine {
         out.sources = compare_sources(provenance, &now["provenance"]);
         let data_changed = out.sources.iter().any(|s| s.changed);
         let mut changes = Vec::new();
-        diff(data, &now["data"], data, &mut String::new(), &mut changes);
+        let keys = group_keys(tool, &arguments);
+        diff(
+            data,
+            &now["data"],
+            data,
+            keys,
+            &mut String::new(),
+            &mut changes,
+        );
         out.changes_total = changes.len();
         changes.truncate(MAX_CHANGES);
         out.changes = changes;
@@ -251,19 +266,6 @@ fn checked(tool: &str, now: Option<&Value>) -> Provenance {
     provenance
 }
 
-/// Errors that say the call names something that is no longer there.
-fn gone(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::UnknownDataset
-            | ErrorCode::UnknownField
-            | ErrorCode::UnknownMetric
-            | ErrorCode::UnknownColumn
-            | ErrorCode::InvalidCode
-            | ErrorCode::RoleMismatch
-    )
-}
-
 /// Each recorded source beside the one the call cites now: its dataset version and content
 /// hash, then and now.
 fn compare_sources(recorded: &Value, now: &Value) -> Vec<SourceCheck> {
@@ -308,29 +310,52 @@ fn compare_sources(recorded: &Value, now: &Value) -> Vec<SourceCheck> {
     out
 }
 
-/// Keys that are not numbers of the answer: cursors are signed per process and carry the
-/// data version; the names a call corrected are those of the words first sent (the recorded
-/// call is already resolved, so running it again corrects nothing); the data version is
-/// compared source by source.
-fn skipped(key: &str) -> bool {
-    matches!(
-        key,
-        "cursor" | "next_cursor" | "resolved_fields" | "dataset_version"
-    )
+/// Keys of the answer (at its top, or in its echoed `parameters`) that are not its numbers:
+/// cursors are signed per process and carry the data version; the names a call corrected are
+/// those of the words first sent (the recorded call is already resolved, so running it again
+/// corrects nothing); the data version is compared source by source.
+fn skipped(path: &str, key: &str) -> bool {
+    (path.is_empty() || path == "/parameters")
+        && matches!(
+            key,
+            "cursor" | "next_cursor" | "resolved_fields" | "dataset_version"
+        )
+}
+
+/// How many leading columns of a row are its key: the groups of a summary, the groups, law
+/// and provision of `cite_provisions`; none for records (compared in their order).
+fn group_keys(tool: Tool, arguments: &Value) -> usize {
+    let groups = arguments["group_by"].as_array().map_or(0, Vec::len);
+    match tool {
+        Tool::SummarizeRecords => groups,
+        Tool::CiteProvisions => groups + 2,
+        _ => 0,
+    }
 }
 
 /// Every value of `old` that differs from `new`, with its JSON pointer and where it is in
-/// words (a row and a column of a result).
-fn diff(old: &Value, new: &Value, data: &Value, path: &mut String, out: &mut Vec<NumberChange>) {
+/// words (a row and a column of a result). Rows (`/rows`) are matched by their first `keys`
+/// columns when there are any.
+fn diff(
+    old: &Value,
+    new: &Value,
+    data: &Value,
+    keys: usize,
+    path: &mut String,
+    out: &mut Vec<NumberChange>,
+) {
     match (old, new) {
+        (Value::Array(a), Value::Array(b)) if keys > 0 && path == "/rows" => {
+            diff_keyed_rows(a, b, data, keys, path, out);
+        }
         (Value::Object(a), Value::Object(b)) => {
-            let mut keys: Vec<&String> = a
+            let mut names: Vec<&String> = a
                 .keys()
                 .chain(b.keys().filter(|k| !a.contains_key(*k)))
                 .collect();
-            keys.dedup();
-            for k in keys {
-                if skipped(k) {
+            names.dedup();
+            for k in names {
+                if skipped(path, k) {
                     continue;
                 }
                 let len = path.len();
@@ -340,6 +365,7 @@ fn diff(old: &Value, new: &Value, data: &Value, path: &mut String, out: &mut Vec
                     a.get(k).unwrap_or(&Value::Null),
                     b.get(k).unwrap_or(&Value::Null),
                     data,
+                    keys,
                     path,
                     out,
                 );
@@ -360,13 +386,67 @@ fn diff(old: &Value, new: &Value, data: &Value, path: &mut String, out: &mut Vec
                 let len = path.len();
                 path.push('/');
                 path.push_str(&i.to_string());
-                diff(x, y, data, path, out);
+                diff(x, y, data, keys, path, out);
                 path.truncate(len);
             }
         }
         (a, b) if a == b => {}
         // Numbers are compared exactly, as written: 0.1 and 0.10000000000000001 differ.
         (a, b) => out.push(change(path, data, a.clone(), b.clone(), "")),
+    }
+}
+
+/// Rows matched by their key columns: a row of both compared cell by cell (at its place in
+/// the checked answer), a row of one only said as gone or new.
+fn diff_keyed_rows(
+    a: &[Value],
+    b: &[Value],
+    data: &Value,
+    keys: usize,
+    path: &mut String,
+    out: &mut Vec<NumberChange>,
+) {
+    let key = |row: &Value| -> Vec<Value> {
+        row.as_array()
+            .map(|cells| cells.iter().take(keys).cloned().collect())
+            .unwrap_or_default()
+    };
+    let words = |k: &[Value]| {
+        k.iter()
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                Value::Null => "null".to_string(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (i, row) in a.iter().enumerate() {
+        let k = key(row);
+        let len = path.len();
+        path.push('/');
+        path.push_str(&i.to_string());
+        match b.iter().find(|r| key(r) == k) {
+            Some(now) => diff(row, now, data, keys, path, out),
+            None => out.push(NumberChange {
+                at: format!("row {} ({}) is no longer in the answer", i + 1, words(&k)),
+                path: path.clone(),
+                old: row.clone(),
+                new: Value::Null,
+            }),
+        }
+        path.truncate(len);
+    }
+    for row in b {
+        let k = key(row);
+        if !a.iter().any(|r| key(r) == k) {
+            out.push(NumberChange {
+                at: format!("a row ({}) is new in the answer", words(&k)),
+                path: format!("{path}/-"),
+                old: Value::Null,
+                new: row.clone(),
+            });
+        }
     }
 }
 
@@ -420,7 +500,7 @@ mod tests {
         let old = json!({"columns": ["所管府省庁", "count"], "rows": [["総務省", 3], ["財務省", 2]], "total_group_count": 2, "next_cursor": "a.b"});
         let new = json!({"columns": ["所管府省庁", "count"], "rows": [["総務省", 4], ["財務省", 2]], "total_group_count": 2, "next_cursor": "c.d"});
         let mut out = Vec::new();
-        diff(&old, &new, &old, &mut String::new(), &mut out);
+        diff(&old, &new, &old, 1, &mut String::new(), &mut out);
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].path, "/rows/0/1");
         assert_eq!(out[0].at, "row 1 (総務省), column count");
@@ -431,11 +511,33 @@ mod tests {
     }
 
     #[test]
+    fn summary_rows_are_matched_by_their_keys() {
+        // One count changed, which reorders the groups: one change, not every cell after it.
+        let old = json!({"columns": ["k", "count"], "rows": [["a", 5], ["b", 4], ["c", 1]]});
+        let new = json!({"columns": ["k", "count"], "rows": [["b", 6], ["a", 5], ["d", 2]]});
+        let mut out = Vec::new();
+        diff(&old, &new, &old, 1, &mut String::new(), &mut out);
+        let at: Vec<&str> = out.iter().map(|c| c.at.as_str()).collect();
+        assert_eq!(
+            at,
+            vec![
+                "row 2 (b), column count",
+                "row 3 (c) is no longer in the answer",
+                "a row (d) is new in the answer"
+            ]
+        );
+        assert_eq!(
+            (out[0].old.clone(), out[0].new.clone()),
+            (json!(4), json!(6))
+        );
+    }
+
+    #[test]
     fn numbers_are_compared_exactly_and_rows_counted() {
         let old = json!({"rows": [[0.1], [1]]});
         let new = json!({"rows": [[0.10000000000000002]]});
         let mut out = Vec::new();
-        diff(&old, &new, &old, &mut String::new(), &mut out);
+        diff(&old, &new, &old, 0, &mut String::new(), &mut out);
         let at: Vec<&str> = out.iter().map(|c| c.at.as_str()).collect();
         assert_eq!(
             at,

@@ -415,6 +415,24 @@ impl<'d> Resolver<'d> {
                 cond.op
             };
             let op = self.check_operand(field, op)?;
+            // Two conditions of one kind on one field (a name written two ways) would be one
+            // condition too many to write back as the call resolved (`provenance.query`), and
+            // say something the caller may not mean: refused, with what to do.
+            if out
+                .iter()
+                .any(|f: &Filter| f.field == field && f.op.name() == op.name())
+            {
+                return Err(RequestError::invalid(
+                    format!("where.{}", cond.target),
+                    format!(
+                        "`where` names the field `{}` twice with `{}` (as `{}` and another spelling)",
+                        self.def.fields[field].name,
+                        op.name(),
+                        cond.target
+                    ),
+                )
+                .hint("write the field once, with every value of the condition in one list (`$in`) or one operator each"));
+            }
             out.push(Filter { field, op });
         }
         Ok(out)

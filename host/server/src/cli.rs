@@ -424,7 +424,11 @@ pub fn verify(file: &std::path::Path, common: &Common) -> ExitCode {
     }
     let total = data["changes_total"].as_u64().unwrap_or(0) as usize;
     if total > 20 {
-        summary.push_str(&format!("  … and {} more (all in the JSON)\n", total - 20));
+        summary.push_str(&format!(
+            "  … and {} more ({} of them in the JSON)\n",
+            total - 20,
+            changes.len().saturating_sub(20)
+        ));
     }
     for r in data["reasons"].as_array().into_iter().flatten() {
         summary.push_str(&format!("  {}\n", r.as_str().unwrap_or("")));
