@@ -10,7 +10,6 @@ middle of a long query leaves either the right answer (Ballista runs the lost ta
 clear error within the call's deadline, and the server keeps serving.
 """
 
-import json
 import os
 import re
 import shutil
@@ -24,7 +23,8 @@ import pytest
 from mcp import Client
 
 from conftest import REFERENCE, ROOT, HttpServer, stop_process, tally_bin
-from test_object_store import BUCKET, S3, definition, free_port, partitioned_tree
+from test_object_store import BUCKET, S3, body, definition, free_port, ok, partitioned_tree
+from test_object_store import extract_steps as extract
 
 pytestmark = pytest.mark.anyio
 
@@ -160,20 +160,6 @@ def stdio(datasets: Path, *extra_args: str):
         args=["serve", "--datasets", str(datasets), *extra_args],
         env={"TALLY_LOG": "warn", "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")},
     )
-
-
-def body(result) -> dict:
-    return json.loads(result.content[0].text)
-
-
-async def ok(c, tool: str, args: dict) -> dict:
-    r = await c.call_tool(tool, args)
-    assert not r.is_error, body(r)
-    return body(r)
-
-
-def extract(envelope: dict) -> str:
-    return " ".join(t["description"] for t in envelope["provenance"]["transformations"] if t["type"] == "extract")
 
 
 # Every kind of work the planner sends: grouping, codes, computed measures, multi-value parts
@@ -351,6 +337,27 @@ async def test_an_executor_killed_in_the_middle_of_a_long_query(tmp_path):
             # The server keeps serving, and the cluster with its other executor answers.
             again = await ok(c, "summarize_records", {"dataset_id": "big", "metrics": ["count"]})
             assert again["data"]["rows"] == [[2_000_000]]
+    finally:
+        server.stop()
+        c_.stop()
+
+
+async def test_a_call_past_its_deadline_cancels_its_job(tmp_path):
+    """A call that stops waiting (its deadline) cancels its job at the scheduler: the
+    executors do not go on working for nobody."""
+    need_cluster_client()
+    datasets = tmp_path / "datasets"
+    big_dataset(datasets, 2_000_000)
+    c_ = LocalCluster(tmp_path / "cluster")
+    server = HttpServer("--cluster", c_.address, "--call-timeout-ms", "1500", datasets=str(datasets))
+    try:
+        async with Client(server.url, mode="legacy", cache=None) as c:
+            r = await c.call_tool("query_records", {"dataset_id": "big", "q": "報告", "limit": 1})
+            assert r.is_error and "time budget" in r.content[0].text, r.content[0].text
+        assert c_.scheduler_log.wait_for(r"Received cancellation request for job", bound=30), (
+            "the job of the stopped call was not cancelled"
+        )
+        assert c_.scheduler_log.wait_for(r"Job cancelled", bound=30)
     finally:
         server.stop()
         c_.stop()

@@ -203,3 +203,108 @@ def test_the_law_lookup_example_runs():
     assert p.returncode == 0, p.stderr[-2000:]
     assert "26 of 26 procedures found their provisions" in p.stdout
     assert "kept the revisions in force on 2020-01-01 (as_of): 行政手続法: revision 20180401_429AC0000000004" in p.stdout
+
+
+def small_datasets(root: Path) -> Path:
+    """The laws, and a small dataset linked to them whose references are each a known case."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.copytree(REFERENCE / "laws", root / "laws" / "xml")
+    shutil.copyfile(ROOT / "examples" / "laws" / "dataset.yaml", root / "laws" / "dataset.yaml")
+    (root / "refs").mkdir()
+    gyosei = "平成五年法律第八十八号"
+    rows = [
+        ("r1", gyosei, "第5条第1項"),            # found
+        ("r2", gyosei, "第5条及び第999条"),       # one found, one not: matched, and unmatched once
+        ("r3", gyosei, "第999条第1項及び第998条"), # two not found: unmatched once
+        ("r4", "令和九十九年法律第一号", "第1条"),   # law not served
+        ("r5", "", ""),                          # no reference
+        ("r6", gyosei, "附属書のとおり"),           # unparsable
+    ]
+    pq.write_table(
+        pa.table({"id": [r[0] for r in rows], "law": [r[1] for r in rows], "ref": [r[2] for r in rows]}),
+        root / "refs" / "data.parquet",
+    )
+    (root / "refs" / "dataset.yaml").write_text(
+        "title: References\n"
+        "links: [{to: laws, on: {law: law_num, ref: locator}}]\n"
+        "fields:\n"
+        "- {name: id, role: id}\n"
+        "- {name: law, role: dim}\n"
+        "- {name: ref, role: attr}\n",
+        encoding="utf-8",
+    )
+    return root
+
+
+async def test_every_reference_is_counted_once_by_why_it_found_nothing(tmp_path):
+    need_reference()
+    datasets = small_datasets(tmp_path / "datasets")
+    async with Client(stdio(datasets), mode="legacy", cache=None, read_timeout_seconds=120) as c:
+        got = await ok(c, "cite_provisions", {"dataset_id": "refs", "limit": 50})
+        data = got["data"]
+        assert (data["records_total"], data["records_matched"]) == (6, 2)
+        provisions = {row[1]: row[5] for row in data["rows"]}
+        assert provisions == {"第五条第一項": 1, "第五条": 1}, provisions
+        reasons = {u["reason"].split(":")[0]: u["records"] for u in data["unmatched"]}
+        assert reasons == {
+            "no reference": 1, "law not served": 1, "provision not found": 2, "unparsable reference": 1,
+        }, reasons
+        not_found = next(u for u in data["unmatched"] if u["reason"].startswith("provision not found"))
+        assert sorted(r["provision"] for r in not_found["references"]) == ["第九百九十九条", "第九百九十九条第一項", "第九百九十八条"]
+        warnings = " ".join(got["provenance"]["warnings"])
+        assert "5 records have a reference that found no provision (1 of them found others)" in warnings, warnings
+
+        # Before the law's first revision: the law is there, but not in force.
+        early = await ok(c, "cite_provisions", {"dataset_id": "refs", "as_of": "2010-01-01"})
+        reasons = {u["reason"].split(":")[0]: u["records"] for u in early["data"]["unmatched"]}
+        assert reasons.get("law not in force") == 4, reasons
+        assert early["data"]["records_matched"] == 0
+
+        r = await c.call_tool("cite_provisions", {"dataset_id": "refs", "link": "statutes"})
+        assert r.is_error and "has no link to `statutes`" in r.content[0].text and "laws" in r.content[0].text
+
+
+async def test_the_references_of_a_call_are_bounded(datasets):
+    """More distinct references than the groups a call may hold: refused with what to do."""
+    params = stdio(datasets)
+    params.args += ["--max-groups", "50"]
+    async with Client(params, mode="legacy", cache=None, read_timeout_seconds=120) as c:
+        r = await c.call_tool("cite_provisions", {"dataset_id": "survey"})
+        assert r.is_error, "the whole survey names thousands of references"
+        text = r.content[0].text
+        assert "more than 50 distinct references" in text and "where" in text, text
+
+
+async def test_revisions_of_one_day_and_date_times(tmp_path):
+    """Any dataset may declare revisions: two taking effect the same day count once (the
+    greater id), and a date-time's day counts as its date."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "datasets" / "rules"
+    folder.mkdir(parents=True)
+    pq.write_table(
+        pa.table({
+            "rule": ["A", "A", "A", "B"],
+            "effective": ["2020-04-01", "2020-04-01", "2021-01-01T09:00:00", "2021-01-01"],
+            "rev": ["2020-1", "2020-2", "2021-1", "2021-1"],
+            "text": ["old", "amended the same day", "new", "b"],
+        }),
+        folder / "data.parquet",
+    )
+    (folder / "dataset.yaml").write_text(
+        "title: Rules\n"
+        "revisions: {key: rule, effective: effective, id: rev}\n"
+        "fields:\n- {name: rule, role: dim}\n- {name: effective, role: dim}\n- {name: rev, role: dim}\n- {name: text, role: attr}\n",
+        encoding="utf-8",
+    )
+    async with Client(stdio(tmp_path / "datasets"), mode="legacy", cache=None) as c:
+        async def texts(as_of=None):
+            args = {"dataset_id": "rules", "select": ["rule", "text"], **({"as_of": as_of} if as_of else {})}
+            return (await ok(c, "query_records", args))["data"]["rows"]
+
+        assert await texts("2020-12-31") == [["A", "amended the same day"]]
+        assert await texts("2021-01-01") == [["A", "new"], ["B", "b"]], "a date-time counts on its day"
+        assert await texts() == [["A", "new"], ["B", "b"]]

@@ -155,6 +155,16 @@ def test_edited_numbers_are_found_out(datasets, tmp_path):
     assert c["path"] == "/rows/0/1" and c["old"] == c["new"] + 1
 
 
+def test_an_edited_call_is_found_out(datasets, tmp_path):
+    """The hash covers the recorded call too: an answer whose call was changed is altered,
+    not a change of Tally's semantics."""
+    answer = summarize(datasets)
+    answer["provenance"]["query"]["arguments"]["where"] = {"kind": {"$in": ["2 b"]}}
+    code, check, said = verify(datasets, answer, tmp_path)
+    assert code == 1, said
+    assert check["data"]["status"] == "altered" and check["data"]["changes"], check["data"]
+
+
 def test_not_an_answer_is_refused_with_what_would_work(datasets, tmp_path):
     path = tmp_path / "x.json"
     path.write_text('{"data": {}}', encoding="utf-8")

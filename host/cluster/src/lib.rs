@@ -250,13 +250,11 @@ impl ExecutionPlan for ClusterExec {
                     )));
                 }
             };
-            let mut config = SessionConfig::new_with_ballista().with_target_partitions(partitions);
             // Each task of a scan runs on its own copy of the plan (ScanExec's marker says
             // which partitions): nothing is shared between the partitions of one task.
-            config
-                .options_mut()
-                .execution
-                .enable_file_stream_work_stealing = false;
+            let config = tally_engine::cluster::partitions_alone(
+                SessionConfig::new_with_ballista().with_target_partitions(partitions),
+            );
             let stream =
                 client::run(&address, scheduler, plan, codec.as_ref(), &session, &config).await?;
             call.ran_remotely();

@@ -295,11 +295,9 @@ impl ScanExec {
         let table = rebuild_table(&self.source, &budget)
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let mut config = SessionConfig::new().with_target_partitions(self.target_partitions);
-        config
-            .options_mut()
-            .execution
-            .enable_file_stream_work_stealing = false;
+        // Planned as the server planned it; how partitions share files is the task context's
+        // (`alone`), read when the scan runs.
+        let config = SessionConfig::new().with_target_partitions(self.target_partitions);
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(context.runtime_env())
@@ -490,21 +488,27 @@ fn properties_over(schema: SchemaRef, marker: &Arc<dyn ExecutionPlan>) -> Arc<Pl
 /// its own task, on its own copy of the plan, so sibling partitions must not take files from
 /// a queue they share (DataFusion's work stealing), or each task would read them all.
 fn alone(context: &Arc<TaskContext>) -> Arc<TaskContext> {
-    let mut config = context.session_config().clone();
-    config
-        .options_mut()
-        .execution
-        .enable_file_stream_work_stealing = false;
     Arc::new(TaskContext::new(
         context.task_id(),
         context.session_id(),
-        config,
+        partitions_alone(context.session_config().clone()),
         context.scalar_functions().clone(),
         context.higher_order_functions().clone(),
         context.aggregate_functions().clone(),
         context.window_functions().clone(),
         context.runtime_env(),
     ))
+}
+
+/// `config` with DataFusion's work stealing between the partitions of one scan turned off: on
+/// a cluster each task runs its partitions on its own copy of the plan (what `alone` gives a
+/// partition on an executor, and what the server sends with a job).
+pub fn partitions_alone(mut config: SessionConfig) -> SessionConfig {
+    config
+        .options_mut()
+        .execution
+        .enable_file_stream_work_stealing = false;
+    config
 }
 
 /// The table an executor reads: the dataset's layout from its definition, its files checked

@@ -199,26 +199,18 @@ pub struct Envelope<T> {
 }
 
 impl<T: Serialize> Envelope<T> {
-    /// The envelope with `generatedAt` set now and the hash of its data.
-    pub fn seal(data: T, mut provenance: Provenance) -> Envelope<T> {
+    /// The envelope as JSON with `generatedAt` set now and the hash of its data and call, the
+    /// data written once (the hash is taken of the JSON that is sent).
+    pub fn seal_value(data: T, mut provenance: Provenance) -> Result<Value, serde_json::Error> {
         provenance.generated_at =
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        provenance.result_hash = serde_json::to_value(&data)
-            .map(|v| {
-                let query = serde_json::to_value(&provenance.query).unwrap_or(Value::Null);
-                result_hash(&v, &query)
-            })
-            .unwrap_or_default();
-        Envelope {
-            data,
-            provenance,
-            prov: None,
-        }
-    }
-
-    /// As JSON, keys in the order of the types' fields.
-    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
-        serde_json::to_value(self)
+        let data = serde_json::to_value(&data)?;
+        let query = serde_json::to_value(&provenance.query)?;
+        provenance.result_hash = result_hash(&data, &query);
+        let mut out = serde_json::Map::new();
+        out.insert("data".into(), data);
+        out.insert("provenance".into(), serde_json::to_value(&provenance)?);
+        Ok(Value::Object(out))
     }
 }
 
@@ -226,37 +218,47 @@ impl<T: Serialize> Envelope<T> {
 /// sorts them), no whitespace, strings and numbers as serde_json writes them.
 pub fn canonical_json(value: &Value) -> String {
     let mut out = String::new();
-    write_canonical(value, &mut out);
+    let _ = write_canonical(value, &mut out);
     out
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut impl std::fmt::Write) -> std::fmt::Result {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            out.push('{');
+            out.write_char('{')?;
             for (i, k) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_char(',')?;
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[k], out);
+                write!(out, "{}:", Value::from(k.as_str()))?;
+                write_canonical(&map[k], out)?;
             }
-            out.push('}');
+            out.write_char('}')
         }
         Value::Array(items) => {
-            out.push('[');
+            out.write_char('[')?;
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_char(',')?;
                 }
-                write_canonical(v, out);
+                write_canonical(v, out)?;
             }
-            out.push(']');
+            out.write_char(']')
         }
-        other => out.push_str(&other.to_string()),
+        other => write!(out, "{other}"),
+    }
+}
+
+/// Text written straight into a SHA-256: an answer of megabytes is hashed without a second
+/// copy of it.
+struct Hashing(sha2::Sha256);
+
+impl std::fmt::Write for Hashing {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        sha2::Digest::update(&mut self.0, s.as_bytes());
+        Ok(())
     }
 }
 
@@ -264,10 +266,17 @@ fn write_canonical(value: &Value, out: &mut String) {
 /// `provenance.resultHash` holds. The call is in it too: an answer whose numbers or whose
 /// recorded call were edited no longer matches it.
 pub fn result_hash(data: &Value, query: &Value) -> String {
-    use sha2::{Digest, Sha256};
-    let both = serde_json::json!({ "data": data, "query": query });
-    let digest = Sha256::digest(canonical_json(&both).as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    use sha2::Digest;
+    use std::fmt::Write;
+    let mut h = Hashing(sha2::Sha256::new());
+    // The object {"data", "query"} written as canonical_json writes it (its keys in order).
+    let _ = h
+        .write_str("{\"data\":")
+        .and_then(|()| write_canonical(data, &mut h))
+        .and_then(|()| h.write_str(",\"query\":"))
+        .and_then(|()| write_canonical(query, &mut h))
+        .and_then(|()| h.write_str("}"));
+    let hex: String = h.0.finalize().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
 
@@ -494,4 +503,29 @@ pub fn prov_jsonld(envelope: &Value) -> Value {
         },
         "@graph": graph,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_json_sorts_keys_by_utf16_and_the_hash_is_of_it() {
+        // U+1F600 sorts before U+FF61 in UTF-16 (its surrogate 0xD83D < 0xFF61), after it in
+        // UTF-8 (0xF0 > 0xEF): RFC 8785 orders by UTF-16.
+        let v = json!({"b": [1, {"z": null, "a": "x"}], "\u{1F600}": 1, "\u{FF61}": 2, "a": 0.5});
+        assert_eq!(
+            canonical_json(&v),
+            "{\"a\":0.5,\"b\":[1,{\"a\":\"x\",\"z\":null}],\"\u{1F600}\":1,\"\u{FF61}\":2}"
+        );
+        let (data, query) = (json!({"rows": [[1]]}), json!({"tool": "t"}));
+        use sha2::Digest;
+        let both = canonical_json(&json!({"query": query, "data": data}));
+        let hex: String = sha2::Sha256::digest(both.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(result_hash(&data, &query), format!("sha256:{hex}"));
+    }
 }

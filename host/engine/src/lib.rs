@@ -957,8 +957,7 @@ fn normalized(tool: Tool, arguments: Value) -> envelope::NormalizedCall {
 }
 
 fn seal<T: serde::Serialize>(data: T, provenance: Provenance) -> Result<Value, EngineError> {
-    Envelope::seal(data, provenance)
-        .to_value()
+    Envelope::seal_value(data, provenance)
         .map_err(|e| EngineError::Internal(format!("a result could not be written as JSON: {e}")))
 }
 

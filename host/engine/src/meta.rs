@@ -359,6 +359,34 @@ pub fn dataset_provenance(
     (provenance, source_id)
 }
 
+/// A row's own source as cited, with id `id`, at `locator`: what the row source does not
+/// say (retrieval date, license, publisher, dataset version) it inherits from its dataset's.
+pub fn cited_row_source(
+    id: String,
+    s: &crate::backend::RowSource,
+    dataset_source: &crate::envelope::Source,
+    locator: Option<String>,
+) -> crate::envelope::Source {
+    crate::envelope::Source {
+        id,
+        uri: s.uri.clone(),
+        title: s.title.clone(),
+        publisher: s
+            .publisher
+            .clone()
+            .unwrap_or_else(|| dataset_source.publisher.clone()),
+        retrieved_at: dataset_source.retrieved_at.clone(),
+        source_type: s.source_type.clone(),
+        locator,
+        published_at: s.published_at.clone(),
+        effective_at: s.effective_at.clone(),
+        license: dataset_source.license.clone(),
+        content_hash: s.content_hash.clone(),
+        objects: Vec::new(),
+        dataset_version: dataset_source.dataset_version.clone(),
+    }
+}
+
 /// Cites the own sources of the rows on a page (by their row numbers) and returns, per row,
 /// the ids it references; `None` when the backend reports no per-row sources. Each row
 /// source inherits what the dataset says and the source does not (retrieval date, license,
@@ -392,24 +420,7 @@ pub fn row_source_refs(
             per_row.push(vec![dataset_source_id.to_string()]);
             continue;
         }
-        let id = out.cite(crate::envelope::Source {
-            id,
-            uri: s.uri.clone(),
-            title: s.title.clone(),
-            publisher: s
-                .publisher
-                .clone()
-                .unwrap_or_else(|| dataset_source.publisher.clone()),
-            retrieved_at: dataset_source.retrieved_at.clone(),
-            source_type: s.source_type.clone(),
-            locator: s.locator.clone(),
-            published_at: s.published_at.clone(),
-            effective_at: s.effective_at.clone(),
-            license: dataset_source.license.clone(),
-            content_hash: s.content_hash.clone(),
-            objects: Vec::new(),
-            dataset_version: dataset_source.dataset_version.clone(),
-        });
+        let id = out.cite(cited_row_source(id, s, &dataset_source, s.locator.clone()));
         per_row.push(vec![id]);
     }
     if capped > 0 {

@@ -611,24 +611,12 @@ fn row_source(
         .sources
         .iter()
         .find(|c| c.id == dataset_source_id)?;
-    Some(Source {
-        id: format!("{dataset_source_id}#{}", locator_id(&s.uri, locator)),
-        uri: s.uri.clone(),
-        title: s.title.clone(),
-        publisher: s
-            .publisher
-            .clone()
-            .unwrap_or_else(|| dataset_source.publisher.clone()),
-        retrieved_at: dataset_source.retrieved_at.clone(),
-        source_type: s.source_type.clone(),
-        locator: Some(locator.to_string()),
-        published_at: s.published_at.clone(),
-        effective_at: s.effective_at.clone(),
-        license: dataset_source.license.clone(),
-        content_hash: s.content_hash.clone(),
-        objects: Vec::new(),
-        dataset_version: dataset_source.dataset_version.clone(),
-    })
+    Some(meta::cited_row_source(
+        format!("{dataset_source_id}#{}", locator_id(&s.uri, locator)),
+        s,
+        dataset_source,
+        Some(locator.to_string()),
+    ))
 }
 
 /// A short, stable id part for a provision of a law (`uri` + locator).

@@ -67,12 +67,10 @@ async fn sql_rows(ctx: &SessionContext, sql: &str) -> Vec<(String, i64, f64)> {
     out
 }
 
-/// The survey's counts and shares by ministry and a few filters, against plain SQL, on the
-/// engine `open` makes over a datasets directory.
-pub fn matches_plain_sql(open: &dyn Fn(&Path) -> tally_engine::Engine) {
-    let Some(reference) = reference_dir() else {
-        return;
-    };
+/// A datasets directory holding the real survey as `survey` (its published definition and
+/// data), and the reference Parquet file; `None` (said) when the reference is absent.
+fn survey_folder() -> Option<(tempfile::TempDir, PathBuf)> {
+    let reference = reference_dir()?;
     let tmp = tempfile::tempdir().expect("tmp");
     let folder = tmp.path().join("survey");
     std::fs::create_dir_all(&folder).expect("folder");
@@ -83,6 +81,15 @@ pub fn matches_plain_sql(open: &dyn Fn(&Path) -> tally_engine::Engine) {
     .expect("yaml");
     let parquet = reference.join("procedures/procedures-survey-r6.parquet");
     std::fs::copy(&parquet, folder.join("data.parquet")).expect("parquet");
+    Some((tmp, parquet))
+}
+
+/// The survey's counts and shares by ministry and a few filters, against plain SQL, on the
+/// engine `open` makes over a datasets directory.
+pub fn matches_plain_sql(open: &dyn Fn(&Path) -> tally_engine::Engine) {
+    let Some((tmp, parquet)) = survey_folder() else {
+        return;
+    };
     let engine = open(tmp.path());
     assert!(
         engine.catalog().broken.is_empty(),
@@ -256,19 +263,10 @@ async fn all_text(ctx: &SessionContext) -> (Vec<String>, Vec<Vec<Option<String>>
 /// metric by its field, missing keys are null, and a default page fits the token budget.
 pub fn answers_a_model_gets_right(open: &dyn Fn(&Path) -> tally_engine::Engine) {
     use unicode_normalization::UnicodeNormalization;
-    let Some(reference) = reference_dir() else {
+    let Some((tmp, parquet)) = survey_folder() else {
         return;
     };
-    let tmp = tempfile::tempdir().expect("tmp");
     let folder = tmp.path().join("survey");
-    std::fs::create_dir_all(&folder).expect("folder");
-    std::fs::copy(
-        reference.join("procedures-survey-r6.dataset.yaml"),
-        folder.join("dataset.yaml"),
-    )
-    .expect("yaml");
-    let parquet = reference.join("procedures/procedures-survey-r6.parquet");
-    std::fs::copy(&parquet, folder.join("data.parquet")).expect("parquet");
     let engine = open(tmp.path());
     let call = |tool: Tool, args: Value| {
         let engine = &engine;
