@@ -101,6 +101,20 @@ pub const FUZZY_THRESHOLD: f64 = 0.75;
 pub const FUZZY_MARGIN: f64 = 0.1;
 /// Names this short are never fuzzy-matched (as input or as candidate).
 pub const MAX_UNFUZZY_CHARS: usize = 2;
+/// Input longer than this is never fuzzy-matched: an edit distance costs the product of the
+/// two lengths, and a name this long that matches nothing exactly is not a typo.
+pub const MAX_FUZZY_CHARS: usize = 128;
+/// Ranking candidates for a message scores at most this many characters of each side.
+pub const MAX_SCORED_CHARS: usize = 64;
+
+/// The highest edit similarity two lengths allow: the distance is at least their difference.
+fn reachable(a: usize, b: usize) -> f64 {
+    if a.max(b) == 0 {
+        1.0
+    } else {
+        a.min(b) as f64 / a.max(b) as f64
+    }
+}
 
 /// How an input matched its canonical name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,7 +193,8 @@ pub fn fuzzy<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Opti
 
 /// [`fuzzy`], giving the position of the match in `names`.
 fn fuzzy_index<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Option<usize> {
-    if wanted.chars().count() <= MAX_UNFUZZY_CHARS {
+    let wanted_chars = wanted.chars().count();
+    if wanted_chars <= MAX_UNFUZZY_CHARS || wanted_chars > MAX_FUZZY_CHARS {
         return None;
     }
     let names: Vec<(&str, String)> = names.into_iter().map(|n| (n, normalize(n))).collect();
@@ -189,6 +204,11 @@ fn fuzzy_index<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Op
     let mut best: Option<(f64, usize)> = None;
     let mut second = 0.0f64;
     for (i, (_, normalized)) in names.iter().enumerate() {
+        // A name whose length alone keeps it under threshold − margin can neither be the
+        // correction nor spoil the margin of one: it is not scored (linear, not quadratic).
+        if reachable(wanted_chars, normalized.chars().count()) < FUZZY_THRESHOLD - FUZZY_MARGIN {
+            continue;
+        }
         let score = strsim::normalized_damerau_levenshtein(wanted, normalized);
         match best {
             Some((b, _)) if score <= b => second = second.max(score),
@@ -257,11 +277,15 @@ pub fn rank<'a>(input: &str, vocabulary: impl IntoIterator<Item = &'a str>) -> V
 
 /// Similarity in 0..=1 of two normalised names: edit distance over characters, with a bonus
 /// when one contains the other (a caller often types part of a long Japanese name).
+///
+/// At most [`MAX_SCORED_CHARS`] characters of each are scored, so ranking a long input
+/// against many names costs a bounded time per name.
 pub fn similarity(a: &str, b: &str) -> f64 {
     if a.is_empty() || b.is_empty() {
         return 0.0;
     }
-    let base = strsim::normalized_damerau_levenshtein(a, b);
+    let head = |s: &str| -> String { s.chars().take(MAX_SCORED_CHARS).collect() };
+    let base = strsim::normalized_damerau_levenshtein(&head(a), &head(b));
     if a.contains(b) || b.contains(a) {
         base.max(0.5) + 0.25 * (1.0 - base)
     } else {
@@ -459,6 +483,32 @@ mod tests {
     fn below_the_threshold_is_refused() {
         assert!(resolve("ministry", ["所管府省庁", "手続名"]).is_err());
         assert!(resolve("sum", ["count", "avg"]).is_err());
+    }
+
+    /// Regression (issue 36, "fuzzy matching bounded by input length"): a long input against
+    /// many long names is refused or ranked in bounded time, never scored whole.
+    #[test]
+    fn long_inputs_are_never_scored_whole() {
+        let names: Vec<String> = (0..2000)
+            .map(|i| format!("{}{i}", "名".repeat(200)))
+            .collect();
+        let input = "名".repeat(250);
+        let started = std::time::Instant::now();
+        assert!(resolve(&input, names.iter().map(String::as_str)).is_err());
+        assert!(
+            fuzzy(
+                &"x".repeat(MAX_FUZZY_CHARS + 1),
+                ["x".repeat(MAX_FUZZY_CHARS).as_str()]
+            )
+            .is_none()
+        );
+        // Not a timing assertion: printed for whoever reads the output.
+        println!(
+            "2,000 names of 200 characters ranked against 250: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(reachable(10, 20), 0.5);
+        assert_eq!(reachable(0, 0), 1.0);
     }
 
     #[test]

@@ -13,17 +13,13 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tally_engine::Scope;
 
-/// Who is calling, as the tools see it (never the token itself).
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// The token's id, or `ip:<address>` without authentication.
-    pub id: String,
-    pub scope: Scope,
-}
+pub use crate::view::Caller;
 
 #[derive(Debug)]
 struct Token {
@@ -133,6 +129,20 @@ impl Tokens {
     }
 }
 
+/// The bearer token of a request, if it presents one. The scheme is case-insensitive
+/// (RFC 9110 §11.1): `Bearer`, `bearer`, `BEARER`.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let v = v.trim_start();
+            let (scheme, rest) = v.split_at(v.find(char::is_whitespace)?);
+            scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+        })
+        .map(str::trim)
+}
+
 /// The settings of the guard.
 #[derive(Debug)]
 pub struct Guard {
@@ -155,22 +165,48 @@ pub struct Guard {
     failures: Mutex<HashMap<std::net::IpAddr, (f64, Instant)>>,
     /// Which caller created each MCP session: only that caller may use or end it.
     sessions: Mutex<Sessions>,
+    /// Live sessions one caller, and all callers together, may hold.
+    pub max_sessions_per_caller: usize,
+    pub max_sessions: usize,
+    /// The transport's sessions, to tell which are live and to close those past the bounds.
+    pub live: Option<Arc<LocalSessionManager>>,
 }
 
-/// MCP session ids and the caller that created each, oldest first (bounded: sessions a
-/// client abandoned are forgotten first).
+/// The live MCP sessions and the caller that created each, oldest first. Each session holds
+/// memory on the server (its worker, channels and state, some 60 KiB) until its client ends it
+/// or it has been idle for five minutes, so their number is bounded per caller and in all:
+/// past a bound the oldest session is closed (its client is answered 404 and starts a new
+/// one, as MCP says).
 #[derive(Debug, Default)]
 struct Sessions {
     owner: HashMap<String, String>,
     order: std::collections::VecDeque<String>,
 }
 
-/// Sessions remembered; past it the oldest binding is forgotten, and that session is refused
-/// to everyone (its client starts a new one).
-const MAX_SESSIONS: usize = 10_000;
+/// Live sessions one caller may hold (`--max-sessions-per-caller`).
+pub const MAX_SESSIONS_PER_CALLER: usize = 128;
+/// Live sessions of all callers together (`--max-sessions`).
+pub const MAX_SESSIONS: usize = 2_048;
 
 impl Sessions {
-    fn bind(&mut self, session: &str, caller: &str) {
+    /// Binds a new session to its caller, forgets the sessions no longer `live`, and returns
+    /// those past the bounds, oldest first, to be closed.
+    fn bind(
+        &mut self,
+        session: &str,
+        caller: &str,
+        live: &std::collections::HashSet<String>,
+        per_caller: usize,
+        total: usize,
+    ) -> Vec<String> {
+        let owner = &mut self.owner;
+        self.order.retain(|id| {
+            let keep = id == session || live.contains(id);
+            if !keep {
+                owner.remove(id);
+            }
+            keep
+        });
         if self
             .owner
             .insert(session.to_string(), caller.to_string())
@@ -178,10 +214,38 @@ impl Sessions {
         {
             self.order.push_back(session.to_string());
         }
-        while self.order.len() > MAX_SESSIONS {
-            if let Some(old) = self.order.pop_front() {
-                self.owner.remove(&old);
+        let mut closed = Vec::new();
+        let mut held = self
+            .order
+            .iter()
+            .filter(|id| self.owner.get(*id).is_some_and(|c| c == caller))
+            .count();
+        while held > per_caller.max(1) {
+            let Some(at) = self
+                .order
+                .iter()
+                .position(|id| self.owner.get(id).is_some_and(|c| c == caller))
+            else {
+                break;
+            };
+            if let Some(id) = self.order.remove(at) {
+                self.owner.remove(&id);
+                closed.push(id);
             }
+            held -= 1;
+        }
+        while self.order.len() > total.max(1) {
+            if let Some(id) = self.order.pop_front() {
+                self.owner.remove(&id);
+                closed.push(id);
+            }
+        }
+        closed
+    }
+
+    fn forget(&mut self, session: &str) {
+        if self.owner.remove(session).is_some() {
+            self.order.retain(|id| id != session);
         }
     }
 }
@@ -209,6 +273,9 @@ impl Guard {
             auth_failures_per_minute: 10.0,
             failures: Mutex::new(HashMap::new()),
             sessions: Mutex::new(Sessions::default()),
+            max_sessions_per_caller: MAX_SESSIONS_PER_CALLER,
+            max_sessions: MAX_SESSIONS,
+            live: None,
         }
     }
 
@@ -414,6 +481,31 @@ pub async fn check(
             );
         }
     }
+    if request.uri().path() == "/health" {
+        // Open to anyone, but what it tells is the caller's view: counts of datasets only to
+        // a caller that may see them all (no tokens on a loopback server, or a token without
+        // a scope). A token that does not check out is answered as none: nothing but the
+        // status (and no failure counted, since nothing is learned from it).
+        let caller = if guard.tokens.is_empty() {
+            Caller {
+                id: format!("ip:{}", peer.ip()),
+                scope: Scope::All,
+            }
+        } else {
+            bearer(request.headers())
+                .and_then(|t| guard.tokens.find(t))
+                .map(|token| Caller {
+                    id: token.id.clone(),
+                    scope: token.scope.clone(),
+                })
+                .unwrap_or_else(|| Caller {
+                    id: "anonymous".into(),
+                    scope: Scope::Only(Arc::default()),
+                })
+        };
+        request.extensions_mut().insert(caller);
+        return next.run(request).await;
+    }
     if request.uri().path() != "/mcp" {
         return next.run(request).await;
     }
@@ -449,17 +541,7 @@ pub async fn check(
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
             return r;
         }
-        // The scheme is case-insensitive (RFC 9110 §11.1): `Bearer`, `bearer`, `BEARER`.
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let v = v.trim_start();
-                let (scheme, rest) = v.split_at(v.find(char::is_whitespace)?);
-                scheme.eq_ignore_ascii_case("bearer").then_some(rest)
-            })
-            .map(str::trim);
+        let presented = bearer(request.headers());
         let unauthorized = |error: Option<&str>, message: &str| {
             let mut r = refuse(
                 StatusCode::UNAUTHORIZED,
@@ -553,6 +635,13 @@ pub async fn check(
         // take the 202 the transport library sends for a failure to end it.
         if deleting && response.status() == StatusCode::ACCEPTED {
             *response.status_mut() = StatusCode::NO_CONTENT;
+            if let Some(id) = &session {
+                guard
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .forget(id);
+            }
         }
         return response;
     }
@@ -610,11 +699,41 @@ pub async fn check(
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
     {
-        guard
+        let live: std::collections::HashSet<String> = match &guard.live {
+            Some(manager) => manager
+                .sessions
+                .read()
+                .await
+                .keys()
+                .map(|id| id.to_string())
+                .collect(),
+            None => std::collections::HashSet::new(),
+        };
+        let closed = guard
             .sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .bind(created, &owner);
+            .bind(
+                created,
+                &owner,
+                &live,
+                guard.max_sessions_per_caller,
+                guard.max_sessions,
+            );
+        if let (Some(manager), false) = (&guard.live, closed.is_empty()) {
+            tracing::info!(
+                sessions = closed.len(),
+                caller = %owner,
+                "closed the oldest MCP sessions past the bound on live sessions"
+            );
+            let manager = Arc::clone(manager);
+            tokio::spawn(async move {
+                for id in closed {
+                    let id: rmcp::transport::streamable_http_server::session::SessionId = id.into();
+                    let _ = manager.close_session(&id).await;
+                }
+            });
+        }
     }
     // A response may stream (server-sent events) long after its headers: the slot is held
     // until the body is done.

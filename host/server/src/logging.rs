@@ -5,14 +5,13 @@
 #![allow(deprecated)]
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
 
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
-use tally_engine::Engine;
-use tally_engine::catalog::{Catalog, Changes};
+use tally_engine::catalog::Changes;
+
+use crate::view::View;
 
 const LOGGER: &str = "tally";
 
@@ -33,7 +32,6 @@ fn severity(level: LoggingLevel) -> u8 {
 #[derive(Debug, Default)]
 pub struct SessionLog {
     level: Mutex<Option<LoggingLevel>>,
-    listening: AtomicBool,
 }
 
 impl SessionLog {
@@ -48,38 +46,6 @@ impl SessionLog {
             .is_some_and(|asked| severity(level) >= severity(asked))
     }
 
-    /// Starts telling `peer` of catalog changes (once per session), until it goes away.
-    pub fn listen(self: &Arc<Self>, peer: Peer<RoleServer>, engine: &Arc<Engine>) {
-        if self.listening.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let log: Weak<SessionLog> = Arc::downgrade(self);
-        let engine = Arc::clone(engine);
-        let mut changes = engine.subscribe();
-        tokio::spawn(async move {
-            loop {
-                let change = match changes.recv().await {
-                    Ok(change) => change,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                };
-                let Some(log) = log.upgrade() else { return };
-                if peer.is_transport_closed() {
-                    return;
-                }
-                for (level, data) in describe(&change, &engine.catalog()) {
-                    if log.wants(level) {
-                        let message =
-                            LoggingMessageNotificationParam::new(level, data).with_logger(LOGGER);
-                        if peer.notify_logging_message(message).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-    }
-
     /// Tells the session which names of a call were read as others (the result says so too).
     pub async fn corrections(&self, peer: &Peer<RoleServer>, tool: &str, envelope: &Value) {
         if !self.wants(LoggingLevel::Info) {
@@ -91,11 +57,29 @@ impl SessionLog {
             let _ = peer.notify_logging_message(message).await;
         }
     }
+
+    /// Sends the messages of a catalog change the session asked for (its level), as its
+    /// caller sees the change. Err when the session has gone.
+    pub async fn changes(
+        &self,
+        peer: &Peer<RoleServer>,
+        change: &Changes,
+        view: &View,
+    ) -> Result<(), ()> {
+        for (level, data) in describe(change, view) {
+            if self.wants(level) {
+                let message = LoggingMessageNotificationParam::new(level, data).with_logger(LOGGER);
+                peer.notify_logging_message(message).await.map_err(|_| ())?;
+            }
+        }
+        Ok(())
+    }
 }
 
-/// The messages a catalog change makes: one per dataset, refusals as warnings.
-pub fn describe(change: &Changes, catalog: &Catalog) -> Vec<(LoggingLevel, Value)> {
-    let version = |id: &str| catalog.datasets.get(id).map(|d| d.version.clone());
+/// The messages a catalog change makes: one per dataset, refusals as warnings. `change` is
+/// what the caller of `view` may see of it (see [`crate::view::Feed`]).
+pub fn describe(change: &Changes, view: &View) -> Vec<(LoggingLevel, Value)> {
+    let version = |id: &str| view.dataset(id).map(|d| d.version.clone());
     let mut out = Vec::new();
     for id in &change.added {
         out.push((
@@ -119,7 +103,7 @@ pub fn describe(change: &Changes, catalog: &Catalog) -> Vec<(LoggingLevel, Value
         ));
     }
     for folder in &change.broken {
-        let broken = catalog.broken.iter().find(|b| &b.folder == folder);
+        let broken = view.broken().find(|b| &b.folder == folder);
         let first = broken
             .and_then(|b| b.problems.first())
             .and_then(|p| serde_json::to_value(p).ok());
@@ -137,7 +121,7 @@ pub fn describe(change: &Changes, catalog: &Catalog) -> Vec<(LoggingLevel, Value
         ));
     }
     for folder in &change.cleared {
-        if catalog.datasets.contains_key(folder)
+        if view.dataset(folder).is_some()
             && !change.added.contains(folder)
             && !change.updated.contains(folder)
         {

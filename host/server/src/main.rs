@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod audit;
+mod bounds;
 mod chart;
 mod check;
 mod cli;
@@ -21,14 +22,17 @@ mod ingest;
 mod listen;
 mod logging;
 mod mcp;
+mod methods;
 mod plugin;
 mod progress;
 mod prompts;
 mod serve;
+mod session;
 mod stdio;
 mod subscriptions;
 mod tools;
 mod ui;
+mod view;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -571,10 +575,10 @@ fn serve(
             return ExitCode::from(exit::CONFIG);
         }
     };
-    let catalog = engine.catalog();
+    let view = view::View::of(&engine, view::Caller::operator());
     tracing::info!(
-        datasets = catalog.datasets.len(),
-        broken = catalog.broken.len(),
+        datasets = view.datasets().count(),
+        broken = view.broken().count(),
         dir = %common.datasets.display(),
         "catalog loaded"
     );

@@ -2,7 +2,7 @@
 //! protocol eras rmcp serves (2025-11-25 with the initialize handshake, 2026-07-28 stateless
 //! with `server/discover`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
@@ -12,89 +12,54 @@ use rmcp::model::{
     ResourceContents, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool as McpTool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
-use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tally_engine::Engine;
 use tally_semantic::Tool;
 
+use crate::session::Session;
 use crate::tools;
+use crate::view::{Caller, Feed, View};
 
-/// What all sessions share: the engine and the 2025-era peers to tell of catalog changes.
+/// What all sessions share: the engine, the audit log and the bytes of all subscriptions.
 #[derive(Debug)]
 pub struct Shared {
     pub engine: Arc<Engine>,
-    peers: Mutex<Vec<Peer<RoleServer>>>,
     /// One JSON line per tool call, when asked for.
     pub audit: Option<crate::audit::Audit>,
-}
-
-/// The caller of a request: set by the HTTP guard; stdio has one caller with every dataset.
-fn caller(context: &RequestContext<RoleServer>) -> crate::guard::Caller {
-    context
-        .extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<crate::guard::Caller>())
-        .cloned()
-        .unwrap_or_else(|| crate::guard::Caller {
-            id: "stdio".to_string(),
-            scope: tally_engine::Scope::All,
-        })
+    /// The bytes of subscribed URIs of all sessions together (bounded).
+    subscriptions: Arc<crate::subscriptions::Total>,
 }
 
 impl Shared {
-    /// Starts telling 2025-era sessions about catalog changes
-    /// (`notifications/resources/list_changed`); 2026-era clients ask with
-    /// `subscriptions/listen` instead (see [`TallyServer::listen`]). Tool calls are written to
-    /// the audit log when there is one.
+    /// What the sessions of one server share. Plugin datasets whose number of records is not
+    /// known are counted in the background, now and as they are added or changed. Tool calls
+    /// are written to the audit log when there is one.
     pub fn with_audit(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> Arc<Shared> {
         let shared = Arc::new(Shared {
             engine,
-            peers: Mutex::new(Vec::new()),
             audit,
+            subscriptions: Arc::default(),
         });
-        let mut changes = shared.engine.subscribe();
-        let weak = Arc::downgrade(&shared);
         count_records(&shared.engine, None);
+        // The server's own work, never sent to a caller: the whole catalog's changes.
+        let mut feed = Feed::new(&shared.engine, Caller::operator());
+        let engine = Arc::downgrade(&shared.engine);
         tokio::spawn(async move {
-            let mut prompts_changed;
-            loop {
-                match changes.recv().await {
-                    Ok(change) => {
-                        if let Some(shared) = weak.upgrade()
-                            && !(change.added.is_empty() && change.updated.is_empty())
-                        {
-                            // Only what changed: a dataset whose reading failed is not read
-                            // again at every other dataset's reload.
-                            let changed: Vec<String> = change
-                                .added
-                                .iter()
-                                .chain(&change.updated)
-                                .cloned()
-                                .collect();
-                            count_records(&shared.engine, Some(&changed));
-                        }
-                        prompts_changed = prompts_may_change(&change);
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        prompts_changed = true;
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-                let Some(shared) = weak.upgrade() else { return };
-                let peers: Vec<Peer<RoleServer>> = match shared.peers.lock() {
-                    Ok(mut peers) => {
-                        peers.retain(|p| !p.is_transport_closed());
-                        peers.clone()
-                    }
-                    Err(_) => Vec::new(),
+            while let Some((change, _)) = feed.next().await {
+                let Some(engine) = engine.upgrade() else {
+                    return;
                 };
-                for peer in peers {
-                    if let Err(e) = peer.notify_resource_list_changed().await {
-                        tracing::debug!("could not notify a session of the change: {e}");
-                    }
-                    if prompts_changed && let Err(e) = peer.notify_prompt_list_changed().await {
-                        tracing::debug!("could not notify a session of the change: {e}");
-                    }
+                if !(change.added.is_empty() && change.updated.is_empty()) {
+                    // Only what changed: a dataset whose reading failed is not read again at
+                    // every other dataset's reload.
+                    let changed: Vec<String> = change
+                        .added
+                        .iter()
+                        .chain(&change.updated)
+                        .cloned()
+                        .collect();
+                    count_records(&engine, Some(&changed));
                 }
             }
         });
@@ -102,21 +67,14 @@ impl Shared {
     }
 }
 
-/// Whether a change of the catalog may change the prompts (a law dataset coming or going
-/// offers or withdraws `find_legal_basis`).
-fn prompts_may_change(change: &tally_engine::catalog::Changes) -> bool {
-    !(change.added.is_empty() && change.removed.is_empty() && change.updated.is_empty())
-}
-
 /// Reads, in the background and one at a time, the datasets whose number of records is not
 /// known before their data is read (plugin datasets: a Parquet footer says it, a plugin does
 /// not), so that lists and resources give it; their first call is then answered from the
 /// prepared data. Bounded like any preparation by the memory budget.
 fn count_records(engine: &Arc<Engine>, only: Option<&[String]>) {
-    let catalog = engine.catalog();
-    let unknown: Vec<String> = catalog
-        .datasets
-        .values()
+    let view = View::of(engine, Caller::operator());
+    let unknown: Vec<String> = view
+        .datasets()
         .filter(|ds| only.is_none_or(|ids| ids.iter().any(|id| id == ds.id())))
         .filter(|ds| ds.record_count().is_none() && ds.preparing().is_none())
         .map(|ds| ds.id().to_string())
@@ -128,7 +86,8 @@ fn count_records(engine: &Arc<Engine>, only: Option<&[String]>) {
     tokio::spawn(async move {
         for id in unknown {
             engine.prepare(&id).await;
-            tracing::debug!(dataset = %id, records = ?engine.catalog().datasets.get(&id).and_then(|ds| ds.record_count()), "counted the records of a dataset");
+            let view = View::of(&engine, Caller::operator());
+            tracing::debug!(dataset = %id, records = ?view.dataset(&id).and_then(|ds| ds.record_count()), "counted the records of a dataset");
         }
     });
 }
@@ -137,23 +96,28 @@ fn count_records(engine: &Arc<Engine>, only: Option<&[String]>) {
 #[derive(Debug, Clone)]
 pub struct TallyServer {
     shared: Arc<Shared>,
-    /// What this session asked to be told (`logging/setLevel`).
-    log: Arc<crate::logging::SessionLog>,
-    /// What this session subscribed to (`resources/subscribe`).
-    subscriptions: Arc<crate::subscriptions::SessionSubscriptions>,
+    /// What this session asked to be told (`logging/setLevel`) and subscribed to
+    /// (`resources/subscribe`).
+    session: Arc<Session>,
 }
 
 impl TallyServer {
     pub fn new(shared: Arc<Shared>) -> TallyServer {
-        TallyServer {
-            shared,
-            log: Arc::default(),
-            subscriptions: Arc::default(),
-        }
+        let session = Arc::new(Session::new(Arc::clone(&shared.subscriptions)));
+        TallyServer { shared, session }
     }
 
     fn engine(&self) -> &Arc<Engine> {
         &self.shared.engine
+    }
+
+    /// The gate of every request: its inputs within their bounds, then its caller's view.
+    fn enter(
+        &self,
+        context: &RequestContext<RoleServer>,
+        params: &impl crate::bounds::Bounded,
+    ) -> Result<View, ErrorData> {
+        View::enter(self.engine(), context, params)
     }
 }
 
@@ -225,22 +189,19 @@ impl ServerHandler for TallyServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        if let Ok(mut peers) = self.shared.peers.lock() {
-            peers.push(context.peer);
-        }
+        // A 2025-era session is told of the changes its caller may see on the session itself.
+        let caller = Caller::of_notification(&context);
+        self.session.start(context.peer, self.engine(), caller);
     }
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let scope = caller(&context).scope;
-        let catalog = self.engine().catalog();
-        let mut items: Vec<Resource> = catalog
-            .datasets
-            .values()
-            .filter(|ds| scope.allows(ds.id()))
+        let view = self.enter(&context, &request)?;
+        let mut items: Vec<Resource> = view
+            .datasets()
             .map(|ds| {
                 let mut description = match ds.record_count() {
                     Some(n) => format!("{n} records"),
@@ -273,19 +234,16 @@ impl ServerHandler for TallyServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        let view = self.enter(&context, &request)?;
         if let Some(tool) = crate::ui::tool_of(&request.uri) {
             let contents = ResourceContents::text(crate::ui::view_html(tool), &request.uri)
                 .with_mime_type(crate::ui::MIME)
                 .with_meta(crate::ui::resource_meta());
             return Ok(ReadResourceResult::new(vec![contents]).into());
         }
-        let scope = caller(&context).scope;
-        let catalog = self.engine().catalog();
         if let Some((id, name)) = crate::prompts::field_uri(&request.uri) {
-            let described = catalog
-                .datasets
-                .get(&id)
-                .filter(|_| scope.allows(&id))
+            let described = view
+                .dataset(&id)
                 .and_then(|ds| crate::prompts::describe_field(ds, &name));
             return match described {
                 Some(field) => Ok(ReadResourceResult::new(vec![
@@ -304,8 +262,7 @@ impl ServerHandler for TallyServer {
         let found = request
             .uri
             .strip_prefix("tally://datasets/")
-            .filter(|id| scope.allows(id))
-            .and_then(|id| catalog.datasets.get(id));
+            .and_then(|id| view.dataset(id));
         let Some(ds) = found else {
             return Err(ErrorData::resource_not_found(
                 format!(
@@ -328,18 +285,20 @@ impl ServerHandler for TallyServer {
         request: rmcp::model::SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        // Any URI is taken, as MCP lets a client subscribe to any resource: one that never
-        // changes while the server runs (a view, or a URI no dataset has) is never notified.
+        // Any URI within its bound is taken, as MCP lets a client subscribe to any resource:
+        // one that never changes while the server runs (a view, a URI no dataset has, a
+        // dataset outside the caller's scope) is never notified, and taking it says nothing
+        // of whether such a dataset exists.
+        let view = self.enter(&context, &request)?;
         if !crate::subscriptions::changes_with_datasets(&request.uri) {
             tracing::debug!(uri = %request.uri, "subscribed to a URI no reload changes");
         }
-        self.subscriptions
-            .add(request.uri.clone())
-            .map_err(|message| {
-                ErrorData::invalid_params(message, Some(json!({ "uri": request.uri })))
-            })?;
-        self.subscriptions
-            .listen(context.peer.clone(), self.engine());
+        self.session
+            .subscriptions
+            .add(request.uri)
+            .map_err(|refusal| refusal.into_error())?;
+        self.session
+            .start(context.peer.clone(), self.engine(), view.caller().clone());
         Ok(())
     }
 
@@ -347,9 +306,10 @@ impl ServerHandler for TallyServer {
     async fn unsubscribe(
         &self,
         request: rmcp::model::UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.subscriptions.remove(&request.uri);
+        self.enter(&context, &request)?;
+        self.session.subscriptions.remove(&request.uri);
         Ok(())
     }
 
@@ -359,16 +319,19 @@ impl ServerHandler for TallyServer {
         request: rmcp::model::SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.log.set(request.level);
-        self.log.listen(context.peer.clone(), self.engine());
+        let view = self.enter(&context, &request)?;
+        self.session.log.set(request.level);
+        self.session
+            .start(context.peer.clone(), self.engine(), view.caller().clone());
         Ok(())
     }
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.enter(&context, &request)?;
         Ok(ListResourceTemplatesResult::with_all_items(
             crate::prompts::templates(),
         ))
@@ -376,13 +339,12 @@ impl ServerHandler for TallyServer {
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let scope = caller(&context).scope;
+        let view = self.enter(&context, &request)?;
         Ok(ListPromptsResult::with_all_items(crate::prompts::prompts(
-            &self.engine().catalog(),
-            &scope,
+            &view,
         )))
     }
 
@@ -391,10 +353,9 @@ impl ServerHandler for TallyServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let scope = caller(&context).scope;
-        let catalog = self.engine().catalog();
+        let view = self.enter(&context, &request)?;
         let arguments = request.arguments.clone().unwrap_or_default();
-        crate::prompts::get(&request.name, &arguments, &catalog, &scope)
+        crate::prompts::get(&request.name, &arguments, &view)
             .map(Into::into)
             .map_err(|message| {
                 ErrorData::invalid_params(message, Some(json!({ "prompt": request.name })))
@@ -406,24 +367,22 @@ impl ServerHandler for TallyServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let scope = caller(&context).scope;
-        let catalog = self.engine().catalog();
+        let view = self.enter(&context, &request)?;
         let chosen = request
             .context
             .as_ref()
             .and_then(|c| c.arguments.clone())
             .unwrap_or_default();
         let completion = if request.argument.name == "where_value" {
-            // The codes of the chosen field: its codelist, or the values of its prepared data.
-            let dataset = chosen
-                .get("dataset_id")
-                .filter(|id| scope.allows(id) && catalog.datasets.contains_key(id.as_str()));
-            let values = match (dataset, chosen.get("where_field")) {
-                (Some(id), Some(field)) => self
-                    .engine()
-                    .known_values(id, field)
+            // The codes of the chosen field: its codelist, or the values of its prepared data
+            // (only those a condition can name: longer texts cannot be sent as one).
+            let values = match (chosen.get("dataset_id"), chosen.get("where_field")) {
+                (Some(id), Some(field)) => view
+                    .known_values(self.engine(), id, field)
                     .await
-                    .unwrap_or_default(),
+                    .into_iter()
+                    .filter(|v| crate::bounds::at_most_chars(v, crate::bounds::MAX_TEXT_CHARS))
+                    .collect(),
                 _ => Vec::new(),
             };
             crate::prompts::rank(&request.argument.value, values)
@@ -432,8 +391,7 @@ impl ServerHandler for TallyServer {
                 &request.argument.name,
                 &request.argument.value,
                 &chosen,
-                &catalog,
-                &scope,
+                &view,
             )
         };
         Ok(CompleteResult::new(completion))
@@ -443,54 +401,52 @@ impl ServerHandler for TallyServer {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        Some(requested.supported_by(&self.get_info().capabilities))
+        // The URIs honoured are bounded; the acknowledgement tells the client which.
+        Some(crate::bounds::honoured(requested).supported_by(&self.get_info().capabilities))
     }
 
-    /// 2026-07-28 clients ask for change notifications on a stream of their own.
+    /// 2026-07-28 clients ask for change notifications on a stream of their own: the changes
+    /// their caller may see, as a 2025-era session is told them.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let mut changes = self.engine().subscribe();
+        let caller = Caller::of_request(context.request_context());
+        let mut feed = Feed::new(self.engine(), caller);
+        let accepted = context.accepted().clone();
+        let subscribed = accepted.resource_subscriptions.clone().unwrap_or_default();
         loop {
-            tokio::select! {
+            let next = tokio::select! {
                 _ = context.cancelled() => return Ok(()),
-                change = changes.recv() => match change {
-                    Ok(change) => {
-                        if context.accepted().resources_list_changed == Some(true)
-                            && context.sink().notify_resource_list_changed().await.is_err()
-                        {
-                            return Ok(());
-                        }
-                        if context.accepted().prompts_list_changed == Some(true)
-                            && prompts_may_change(&change)
-                            && context.sink().notify_prompt_list_changed().await.is_err()
-                        {
-                            return Ok(());
-                        }
-                        let subscribed = context.accepted().resource_subscriptions.clone().unwrap_or_default();
-                        for uri in crate::subscriptions::touched(&change, subscribed.iter()) {
-                            if context.sink().notify_resource_updated(uri).await.is_err() {
-                                return Ok(());
-                            }
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        if context.accepted().resources_list_changed == Some(true)
-                            && context.sink().notify_resource_list_changed().await.is_err()
-                        {
-                            return Ok(());
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
-                },
+                next = feed.next() => next,
+            };
+            let Some((change, _view)) = next else {
+                return Ok(());
+            };
+            if accepted.resources_list_changed == Some(true)
+                && context.sink().notify_resource_list_changed().await.is_err()
+            {
+                return Ok(());
+            }
+            if accepted.prompts_list_changed == Some(true)
+                && crate::session::prompts_may_change(&change)
+                && context.sink().notify_prompt_list_changed().await.is_err()
+            {
+                return Ok(());
+            }
+            for uri in crate::subscriptions::touched(&change, subscribed.iter()) {
+                if context.sink().notify_resource_updated(uri).await.is_err() {
+                    return Ok(());
+                }
             }
         }
     }
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let examples = tools::Examples::from_catalog(&self.engine().catalog());
+        let view = self.enter(&context, &request)?;
+        // The examples in the descriptions name only what this caller may see.
+        let examples = tools::Examples::from_view(&view);
         let views = crate::ui::supported_by(context.client_capabilities().as_ref());
         let listed = Tool::ALL
             .into_iter()
@@ -506,9 +462,44 @@ impl ServerHandler for TallyServer {
         Ok(ListToolsResult::with_all_items(listed))
     }
 
+    /// A method this server does not answer: "method not found", naming those it does in the
+    /// caller's protocol revision (the table the scoped walk of the tests goes through).
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        let era = if context
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= crate::methods::ERA_2026)
+        {
+            crate::methods::ERA_2026
+        } else {
+            crate::methods::ERA_2025
+        };
+        let answered: Vec<&str> = crate::methods::METHODS
+            .iter()
+            .filter(|m| m.eras.contains(&era))
+            .map(|m| m.name)
+            .collect();
+        let mut method = request.method;
+        if !crate::bounds::at_most_chars(&method, crate::bounds::MAX_KEY_CHARS) {
+            method = "(a method name too long to repeat)".into();
+        }
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!(
+                "this server does not answer `{method}`; in protocol {era} it answers {}",
+                answered.join(", ")
+            ),
+            Some(json!({ "methods": answered })),
+        ))
+    }
+
+    /// The HTTP transport checks a call's headers against the tool's input schema; no caller
+    /// reads what this returns, so its examples are placeholders, never a dataset's names.
     fn get_tool(&self, name: &str) -> Option<McpTool> {
-        let examples = tools::Examples::from_catalog(&self.engine().catalog());
-        tools::by_name(name).map(|t| tools::mcp_tool(t, &examples))
+        tools::by_name(name).map(|t| tools::mcp_tool(t, &tools::Examples::placeholders()))
     }
 
     async fn call_tool(
@@ -516,7 +507,8 @@ impl ServerHandler for TallyServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = caller(&context);
+        let view = self.enter(&context, &request)?;
+        let caller = view.caller().clone();
         // An unknown tool is a malformed request (JSON-RPC error); everything about the
         // arguments is answered as a tool result the model can read and correct.
         let Some(tool) = tools::by_name(&request.name) else {
@@ -549,13 +541,12 @@ impl ServerHandler for TallyServer {
                 context.peer.clone(),
                 token,
                 Arc::clone(self.engine()),
+                caller.clone(),
                 tool,
                 &arguments,
             )
         });
-        let call =
-            self.engine()
-                .call_guarded_for(tool, arguments, caller.scope.clone(), &caller.id);
+        let call = view.call(self.engine(), tool, arguments);
         // `notifications/cancelled` stops the call: dropping it aborts its task and the
         // query work under it (a dataset's shared first preparation goes on for the next
         // call). rmcp sends no answer to a cancelled request.
@@ -594,7 +585,8 @@ impl ServerHandler for TallyServer {
         }
         let views = crate::ui::supported_by(context.client_capabilities().as_ref());
         if let Ok(envelope) = &result {
-            self.log
+            self.session
+                .log
                 .corrections(&context.peer, tool.name(), envelope)
                 .await;
         }

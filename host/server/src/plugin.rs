@@ -610,8 +610,8 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
             ..Default::default()
         }),
     ));
-    let catalog = engine.catalog();
-    for broken in catalog.broken.iter().filter(|b| b.folder == def.id) {
+    let view = crate::view::View::of(&engine, crate::view::Caller::operator());
+    for broken in view.broken().filter(|b| b.folder == def.id) {
         for p in &broken.problems {
             let at = if p.key.is_empty() {
                 String::new()
@@ -626,7 +626,7 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
             ));
         }
     }
-    if let Some(ds) = catalog.datasets.get(&def.id) {
+    if let Some(ds) = view.dataset(&def.id) {
         for column in &ds.def.undeclared {
             println!(
                 "note: the plugin produces `{column}`, which dataset.yaml does not declare: it is not served (declare it as a field to serve it)"
@@ -636,9 +636,11 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
         // sources (source types, dates, files inside the folder) fails here if it fails there.
         if let Some(runtime) = crate::runtime() {
             let asked = serde_json::json!({ "dataset_id": def.id, "limit": 1 });
-            if let Err(e) = runtime
-                .block_on(engine.call_guarded(tally_semantic::request::Tool::QueryRecords, asked))
-            {
+            if let Err(e) = runtime.block_on(view.call(
+                &engine,
+                tally_semantic::request::Tool::QueryRecords,
+                asked,
+            )) {
                 let error = e.to_json();
                 problems.push(format!(
                     "served, a query fails: {}",
@@ -647,7 +649,7 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
             }
         }
     }
-    drop(catalog);
+    drop(view);
     drop(engine);
     drop(scratch);
 

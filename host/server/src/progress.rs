@@ -17,6 +17,8 @@ use tally_engine::Engine;
 use tally_semantic::Tool;
 use tally_semantic::definition::{BackendKind, PluginRef};
 
+use crate::view::{Caller, View};
+
 /// How often a running call reports.
 pub const EVERY: Duration = Duration::from_millis(500);
 
@@ -52,6 +54,7 @@ pub fn start(
     peer: Peer<RoleServer>,
     token: ProgressToken,
     engine: Arc<Engine>,
+    caller: Caller,
     tool: Tool,
     arguments: &Value,
 ) -> Reporter {
@@ -70,7 +73,8 @@ pub fn start(
             // is skipped.
             if used > last {
                 last = used;
-                let message = doing(&engine, tool, dataset.as_deref(), started.elapsed());
+                let view = View::of(&engine, caller.clone());
+                let message = doing(&view, tool, dataset.as_deref(), started.elapsed());
                 let param = ProgressNotificationParam::new(token.clone(), used)
                     .with_total(budget)
                     .with_message(message);
@@ -90,11 +94,11 @@ pub fn start(
     }
 }
 
-/// What the call is doing now, in one line.
-fn doing(engine: &Engine, tool: Tool, dataset: Option<&str>, elapsed: Duration) -> String {
+/// What the call is doing now, in one line: of a dataset outside the caller's view it says
+/// no more than of one that does not exist.
+fn doing(view: &View, tool: Tool, dataset: Option<&str>, elapsed: Duration) -> String {
     let seconds = elapsed.as_secs_f64();
-    let catalog = engine.catalog();
-    let Some(ds) = dataset.and_then(|id| catalog.datasets.get(id)) else {
+    let Some(ds) = dataset.and_then(|id| view.dataset(id)) else {
         return format!("{}: working ({seconds:.1} s)", tool.name());
     };
     if let Some((rows, preparing)) = ds.preparing() {

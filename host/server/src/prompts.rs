@@ -8,7 +8,9 @@ use rmcp::model::{
     CompletionInfo, GetPromptResult, Prompt, PromptArgument, PromptMessage, ResourceTemplate, Role,
 };
 use serde_json::{Value, json};
-use tally_engine::{Catalog, Dataset, Scope};
+use tally_engine::Dataset;
+
+use crate::view::View;
 use tally_semantic::definition::{Codelist, LocatorKind, Role as FieldRole};
 use tally_semantic::names::fold;
 
@@ -69,7 +71,7 @@ pub fn describe_field(ds: &Dataset, name: &str) -> Option<Value> {
 
 /// The prompts: the flow, with the served data's own names. `find_legal_basis` is offered
 /// when the caller may see a law dataset.
-pub fn prompts(catalog: &Catalog, scope: &Scope) -> Vec<Prompt> {
+pub fn prompts(view: &View) -> Vec<Prompt> {
     let mut prompts = vec![
         Prompt::new(
             "explore_dataset",
@@ -103,7 +105,7 @@ pub fn prompts(catalog: &Catalog, scope: &Scope) -> Vec<Prompt> {
         )
         .with_title("Find records"),
     ];
-    if !law_datasets(catalog, scope).is_empty() {
+    if !law_datasets(view).is_empty() {
         prompts.push(
             Prompt::new(
                 "find_legal_basis",
@@ -123,11 +125,8 @@ pub fn prompts(catalog: &Catalog, scope: &Scope) -> Vec<Prompt> {
 
 /// The datasets holding law texts: those with a field of provisions (`locator: law`) read
 /// by a plugin (a table that only cites provisions is not one).
-fn law_datasets<'a>(catalog: &'a Catalog, scope: &Scope) -> Vec<&'a Dataset> {
-    catalog
-        .datasets
-        .values()
-        .filter(|ds| scope.allows(ds.id()))
+fn law_datasets(view: &View) -> Vec<&Dataset> {
+    view.datasets()
         .filter(|ds| ds.def.backend.plugin.is_some())
         .filter(|ds| {
             ds.def
@@ -149,8 +148,7 @@ fn argument(name: &str, description: &str, required: bool) -> PromptArgument {
 pub fn get(
     name: &str,
     arguments: &serde_json::Map<String, Value>,
-    catalog: &Catalog,
-    scope: &Scope,
+    view: &View,
 ) -> Result<GetPromptResult, String> {
     let text = |k: &str| {
         arguments
@@ -161,15 +159,10 @@ pub fn get(
     };
     let dataset = |id: Option<&str>| -> Result<&Dataset, String> {
         let id = id.ok_or("dataset_id is required (list_datasets names the datasets)")?;
-        catalog
-            .datasets
-            .get(id)
-            .filter(|_| scope.allows(id))
-            .map(|ds| ds.as_ref())
-            .ok_or_else(|| {
-                let known = dataset_ids(catalog, scope);
-                format!("no dataset `{id}`; the datasets are {}", known.join(", "))
-            })
+        view.dataset(id).map(|ds| ds.as_ref()).ok_or_else(|| {
+            let known = view.ids();
+            format!("no dataset `{id}`; the datasets are {}", known.join(", "))
+        })
     };
     match name {
         "explore_dataset" => {
@@ -289,7 +282,7 @@ pub fn get(
             let ds = dataset(text("dataset_id"))?;
             let (field, value) = condition(ds, text("where_field"), text("where_value"), true)?
                 .ok_or("where_field and where_value are required: they pick the records whose legal basis is sought")?;
-            let laws = law_datasets(catalog, scope);
+            let laws = law_datasets(view);
             let law = match text("laws") {
                 Some(id) => laws.iter().find(|l| l.id() == id).copied().ok_or_else(|| {
                     format!(
@@ -409,8 +402,17 @@ fn first_groupable(ds: &Dataset) -> Option<String> {
 /// Candidates ranked against what was typed: prefix, substring, then close spellings (all
 /// folded: NFKC and case), each group in the candidates' own order. At most 100 (MCP's cap),
 /// with the total said.
+///
+/// Bounded in time by its input: what is typed is at most
+/// [`crate::bounds::MAX_COMPLETION_CHARS`] (checked at the gate), prefix and substring tests
+/// are linear, and an edit distance (whose cost is the product of the two lengths) is
+/// computed only for typed text of 2 to [`crate::bounds::MAX_FUZZY_CHARS`] characters against
+/// candidates whose length could reach the similarity asked for at all.
 pub fn rank(typed: &str, candidates: impl IntoIterator<Item = String>) -> CompletionInfo {
+    use crate::bounds::{MAX_FUZZY_CANDIDATE_CHARS, MAX_FUZZY_CHARS};
     let typed = fold(typed.trim()).into_owned();
+    let typed_chars = typed.chars().count();
+    let fuzzy = (2..=MAX_FUZZY_CHARS).contains(&typed_chars);
     let mut prefix = Vec::new();
     let mut inside = Vec::new();
     let mut close = Vec::new();
@@ -420,7 +422,13 @@ pub fn rank(typed: &str, candidates: impl IntoIterator<Item = String>) -> Comple
             prefix.push(c);
         } else if folded.contains(&typed) {
             inside.push(c);
-        } else if typed.chars().count() >= 2 {
+        } else if fuzzy {
+            // A similarity of 0.5 (1 − distance / longer length) needs the lengths within a
+            // factor of two: the distance is at least their difference.
+            let n = folded.chars().count();
+            if n > MAX_FUZZY_CANDIDATE_CHARS || n > 2 * typed_chars || 2 * n < typed_chars {
+                continue;
+            }
             let similarity = strsim::normalized_levenshtein(&typed, &folded);
             if similarity >= 0.5 {
                 close.push((similarity, c));
@@ -437,15 +445,6 @@ pub fn rank(typed: &str, candidates: impl IntoIterator<Item = String>) -> Comple
     values.truncate(CompletionInfo::MAX_VALUES);
     let has_more = total > values.len();
     CompletionInfo::with_pagination(values, Some(total as u32), has_more).unwrap_or_default()
-}
-
-fn dataset_ids(catalog: &Catalog, scope: &Scope) -> Vec<String> {
-    catalog
-        .datasets
-        .keys()
-        .filter(|id| scope.allows(id))
-        .cloned()
-        .collect()
 }
 
 fn field_names(ds: &Dataset, groupable_only: bool) -> Vec<String> {
@@ -510,16 +509,15 @@ pub fn complete(
     argument: &str,
     typed: &str,
     context: &std::collections::HashMap<String, String>,
-    catalog: &Catalog,
-    scope: &Scope,
+    view: &View,
 ) -> CompletionInfo {
     let chosen = context
         .get("dataset_id")
         .or_else(|| context.get("id"))
-        .and_then(|id| catalog.datasets.get(id).filter(|_| scope.allows(id)));
+        .and_then(|id| view.dataset(id));
     let candidates: Vec<String> = match argument {
-        "dataset_id" | "id" => dataset_ids(catalog, scope),
-        "laws" => law_datasets(catalog, scope)
+        "dataset_id" | "id" => view.ids(),
+        "laws" => law_datasets(view)
             .iter()
             .map(|ds| ds.id().to_string())
             .collect(),

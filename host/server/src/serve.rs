@@ -10,7 +10,6 @@ use axum::routing::get;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::json;
 use tally_engine::Engine;
 
 use crate::mcp::{Shared, TallyServer};
@@ -129,6 +128,12 @@ pub struct HttpOptions {
     /// answered 429 (bursts of twice as many).
     #[arg(long, default_value_t = 10.0)]
     auth_failures_per_minute: f64,
+    /// Live MCP sessions one caller may hold; past it its oldest session is closed.
+    #[arg(long, default_value_t = crate::guard::MAX_SESSIONS_PER_CALLER)]
+    max_sessions_per_caller: usize,
+    /// Live MCP sessions of all callers together; past it the oldest session is closed.
+    #[arg(long, default_value_t = crate::guard::MAX_SESSIONS)]
+    max_sessions: usize,
 }
 
 /// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`.
@@ -199,13 +204,14 @@ pub async fn http(
     let cancel = config.cancellation_token.clone();
     let engine_call_timeout = engine.limits().call_timeout;
     let shared = Shared::with_audit(Arc::clone(&engine), audit);
+    // Events kept for clients that reconnect with Last-Event-ID (bounded).
+    let sessions = Arc::new(LocalSessionManager::default().with_event_store(Arc::new(
+        crate::events::Store(crate::events::Events::new(Default::default())),
+    )));
     let service: StreamableHttpService<TallyServer, LocalSessionManager> =
         StreamableHttpService::new(
             move || Ok(TallyServer::new(Arc::clone(&shared))),
-            // Events kept for clients that reconnect with Last-Event-ID (bounded).
-            Arc::new(LocalSessionManager::default().with_event_store(Arc::new(
-                crate::events::Store(crate::events::Events::new(Default::default())),
-            ))),
+            Arc::clone(&sessions),
             config,
         );
     let authenticated = !tokens.is_empty();
@@ -220,21 +226,27 @@ pub async fn http(
         options.max_body_bytes,
     );
     guard.auth_failures_per_minute = options.auth_failures_per_minute.max(0.01);
+    guard.max_sessions_per_caller = options.max_sessions_per_caller.max(1);
+    guard.max_sessions = options.max_sessions.max(1);
+    guard.live = Some(sessions);
     let guard = Arc::new(guard);
     let health_engine = Arc::clone(&engine);
     let app = axum::Router::new()
         .route(
             "/health",
-            get(move || {
+            get(move |request: axum::extract::Request| {
                 let engine = Arc::clone(&health_engine);
                 async move {
-                    let catalog = engine.catalog();
-                    Json(json!({
-                        "status": "ok",
-                        "version": env!("CARGO_PKG_VERSION"),
-                        "datasets": catalog.datasets.len(),
-                        "broken_datasets": catalog.broken.len(),
-                    }))
+                    // The guard names the caller of every request it lets through.
+                    let caller = request
+                        .extensions()
+                        .get::<crate::view::Caller>()
+                        .cloned()
+                        .unwrap_or_else(|| crate::view::Caller {
+                            id: "anonymous".into(),
+                            scope: tally_engine::Scope::Only(Arc::default()),
+                        });
+                    Json(crate::view::View::of(&engine, caller).health())
                 }
             }),
         )

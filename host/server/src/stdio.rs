@@ -23,6 +23,25 @@ pub fn refusal(line: &[u8]) -> Option<Value> {
     let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
     let value: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
+        Err(e) if too_deep(&e) => {
+            // Valid JSON, nested past what is read: the request is refused, and with its id
+            // when one can be found without building the tree, so the client is not left
+            // waiting for an answer that never comes.
+            let message = format!(
+                "Invalid Request: the message is nested deeper than {MAX_DEPTH} levels, the most this server reads"
+            );
+            return Some(match request_id(line) {
+                Some(id) => error(id, -32600, message),
+                None => {
+                    if !DEEP_WITHOUT_ID_LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        tracing::warn!(
+                            "a stdio line nested deeper than {MAX_DEPTH} levels had no id that could be read; it was answered with id null (said once)"
+                        );
+                    }
+                    error(Value::Null, -32600, message)
+                }
+            });
+        }
         Err(e) => {
             return Some(error(
                 Value::Null,
@@ -68,6 +87,109 @@ pub fn refusal(line: &[u8]) -> Option<Value> {
         -32600,
         format!("Invalid Request: {why}"),
     ))
+}
+
+/// How deep a message may nest: serde_json's recursion limit, which it refuses past.
+pub const MAX_DEPTH: usize = 128;
+
+static DEEP_WITHOUT_ID_LOGGED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+fn too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
+/// The `id` member of the top-level object of `line` (a string or a number), found by
+/// walking the bytes without building the tree, so any depth costs one pass.
+pub fn request_id(line: &[u8]) -> Option<Value> {
+    let mut at = skip_space(line, 0);
+    if line.get(at) != Some(&b'{') {
+        return None;
+    }
+    at += 1;
+    loop {
+        at = skip_space(line, at);
+        if line.get(at) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(line, at)?;
+        let key: String = serde_json::from_slice(&line[at..key_end]).ok()?;
+        at = skip_space(line, key_end);
+        if line.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_space(line, at + 1);
+        let value_end = value_end(line, at)?;
+        if key == "id" {
+            return serde_json::from_slice::<Value>(&line[at..value_end])
+                .ok()
+                .filter(|v| v.is_string() || v.is_number());
+        }
+        at = skip_space(line, value_end);
+        match line.get(at) {
+            Some(b',') => at += 1,
+            _ => return None,
+        }
+    }
+}
+
+fn skip_space(line: &[u8], mut at: usize) -> usize {
+    while line.get(at).is_some_and(|b| b.is_ascii_whitespace()) {
+        at += 1;
+    }
+    at
+}
+
+/// The index after the string starting at `at` (a `"`).
+fn string_end(line: &[u8], at: usize) -> Option<usize> {
+    let mut i = at + 1;
+    while let Some(&b) = line.get(i) {
+        match b {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The index after the value starting at `at`, nested values skipped by counting brackets.
+fn value_end(line: &[u8], at: usize) -> Option<usize> {
+    match *line.get(at)? {
+        b'"' => string_end(line, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while let Some(&b) = line.get(i) {
+                match b {
+                    b'"' => {
+                        i = string_end(line, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let mut i = at;
+            while line
+                .get(i)
+                .is_some_and(|b| !matches!(b, b',' | b'}' | b']') && !b.is_ascii_whitespace())
+            {
+                i += 1;
+            }
+            Some(i)
+        }
+    }
 }
 
 fn error(id: Value, code: i64, message: String) -> Value {
@@ -254,5 +376,39 @@ mod tests {
             refusal(br#"{"jsonrpc":"2.0","method":"notifications/whatever"}"#).is_none(),
             "notifications are never answered"
         );
+    }
+
+    /// Regression (issue 36, "a stdio line nested too deep gets −32700 with id null"): the
+    /// client waited forever for its id. The id is found without building the tree.
+    #[test]
+    fn a_line_nested_too_deep_is_answered_with_its_id() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"x","arguments":{{"a":{}1{}}}}},"id":"deep-1"}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let e = refusal(deep.as_bytes()).expect("answered");
+        assert_eq!(e["id"], "deep-1");
+        assert_eq!(e["error"]["code"], -32600);
+        assert!(e["error"]["message"].as_str().unwrap_or("").contains("128"));
+        // The id first, a number, escapes in strings before it.
+        let deep = format!(
+            r#"{{"id": 42, "s": "a \" {{ [ b", "p": {}{}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        assert_eq!(refusal(deep.as_bytes()).expect("answered")["id"], 42);
+        // No id to be found: null, and said once in the log.
+        let deep = format!(r#"{{"params": {}{}}}"#, "[".repeat(300), "]".repeat(300));
+        assert_eq!(
+            refusal(deep.as_bytes()).expect("answered")["id"],
+            Value::Null
+        );
+        assert_eq!(
+            request_id(br#"{"a": {"id": 1}, "id": "top"}"#),
+            Some(json!("top"))
+        );
+        assert_eq!(request_id(br#"{"id": {"x": 1}}"#), None);
+        assert_eq!(request_id(b"[1,2]"), None);
     }
 }

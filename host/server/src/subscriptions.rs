@@ -4,15 +4,14 @@
 //! `subscriptions/listen` (see `TallyServer::listen`).
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use rmcp::{Peer, RoleServer};
-use tally_engine::Engine;
 use tally_engine::catalog::Changes;
 
-/// The most URIs one session may subscribe to.
-pub const MAX_PER_SESSION: usize = 1_000;
+use crate::bounds::{
+    MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTION_BYTES_TOTAL, MAX_SUBSCRIPTIONS, Refusal,
+};
 
 /// Whether `uri` names something a reload changes: a dataset or one of its fields.
 pub fn changes_with_datasets(uri: &str) -> bool {
@@ -26,7 +25,9 @@ fn dataset_of(uri: &str) -> Option<&str> {
     Some(rest.split_once("/fields/").map_or(rest, |(id, _)| id))
 }
 
-/// The subscribed URIs a catalog change touches.
+/// The subscribed URIs a catalog change touches. `change` is what the subscriber's caller may
+/// see of it, so a URI of a dataset outside its scope is never touched: subscribing to one
+/// is taken as subscribing to a dataset that does not exist is, and tells nothing.
 pub fn touched<'a>(
     change: &Changes,
     subscribed: impl IntoIterator<Item = &'a String>,
@@ -52,71 +53,121 @@ pub fn touched<'a>(
         .collect()
 }
 
-/// One 2025-era session's subscriptions.
+/// The bytes of subscribed URIs all sessions hold together, bounded by
+/// [`MAX_SUBSCRIPTION_BYTES_TOTAL`]: many sessions each within their own bound cannot add up
+/// to gigabytes.
 #[derive(Debug, Default)]
+pub struct Total(AtomicUsize);
+
+impl Total {
+    fn take(&self, bytes: usize) -> bool {
+        self.0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                held.checked_add(bytes)
+                    .filter(|&n| n <= MAX_SUBSCRIPTION_BYTES_TOTAL)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                Some(held.saturating_sub(bytes))
+            });
+    }
+
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    uris: BTreeSet<String>,
+    bytes: usize,
+}
+
+/// One 2025-era session's subscriptions: at most [`MAX_SUBSCRIPTIONS`] URIs and
+/// [`MAX_SUBSCRIPTION_BYTES`] of them, drawn from the server-wide [`Total`] and given back
+/// when unsubscribed or when the session ends.
+#[derive(Debug)]
 pub struct SessionSubscriptions {
-    uris: Mutex<BTreeSet<String>>,
-    listening: AtomicBool,
+    held: Mutex<Held>,
+    total: Arc<Total>,
 }
 
 impl SessionSubscriptions {
-    /// Adds a subscription; a session holds at most [`MAX_PER_SESSION`] (a client cannot
-    /// make the server keep an unbounded set).
-    pub fn add(&self, uri: String) -> Result<(), String> {
-        let mut uris = self.uris.lock().unwrap_or_else(|p| p.into_inner());
-        if uris.len() >= MAX_PER_SESSION && !uris.contains(&uri) {
-            return Err(format!(
-                "this session already holds {MAX_PER_SESSION} subscriptions, the most it may; unsubscribe from some first (or subscribe to the dataset rather than to each field)"
-            ));
+    pub fn new(total: Arc<Total>) -> SessionSubscriptions {
+        SessionSubscriptions {
+            held: Mutex::default(),
+            total,
         }
-        uris.insert(uri);
+    }
+
+    /// Adds a subscription, or says which bound refuses it and what to do.
+    pub fn add(&self, uri: String) -> Result<(), Refusal> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.uris.contains(&uri) {
+            return Ok(());
+        }
+        if held.uris.len() >= MAX_SUBSCRIPTIONS {
+            return Err(Refusal {
+                message: format!(
+                    "this session already holds {MAX_SUBSCRIPTIONS} subscriptions, the most it may"
+                ),
+                fix: "unsubscribe from some first (or subscribe to the dataset rather than to each field)".into(),
+                bound: "MAX_SUBSCRIPTIONS",
+                limit: MAX_SUBSCRIPTIONS,
+            });
+        }
+        if held.bytes + uri.len() > MAX_SUBSCRIPTION_BYTES {
+            return Err(Refusal {
+                message: format!(
+                    "this session's subscriptions already hold {} bytes of URIs; at most {MAX_SUBSCRIPTION_BYTES} are kept a session",
+                    held.bytes
+                ),
+                fix: "unsubscribe from some first (or subscribe to the dataset rather than to each field)".into(),
+                bound: "MAX_SUBSCRIPTION_BYTES",
+                limit: MAX_SUBSCRIPTION_BYTES,
+            });
+        }
+        if !self.total.take(uri.len()) {
+            return Err(Refusal {
+                message: format!(
+                    "the server holds {MAX_SUBSCRIPTION_BYTES_TOTAL} bytes of subscriptions, the most it keeps for all sessions together"
+                ),
+                fix: "try again later, or unsubscribe from what this session no longer needs"
+                    .into(),
+                bound: "MAX_SUBSCRIPTION_BYTES_TOTAL",
+                limit: MAX_SUBSCRIPTION_BYTES_TOTAL,
+            });
+        }
+        held.bytes += uri.len();
+        held.uris.insert(uri);
         Ok(())
     }
 
     pub fn remove(&self, uri: &str) {
-        self.uris
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uri);
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.uris.remove(uri) {
+            held.bytes -= uri.len();
+            self.total.give_back(uri.len());
+        }
     }
 
-    /// Starts telling `peer` of updates to what it subscribed to (once per session).
-    pub fn listen(self: &Arc<Self>, peer: Peer<RoleServer>, engine: &Arc<Engine>) {
-        if self.listening.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let subscriptions: Weak<SessionSubscriptions> = Arc::downgrade(self);
-        let mut changes = engine.subscribe();
-        tokio::spawn(async move {
-            loop {
-                let change = match changes.recv().await {
-                    Ok(change) => change,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                };
-                let Some(subscriptions) = subscriptions.upgrade() else {
-                    return;
-                };
-                if peer.is_transport_closed() {
-                    return;
-                }
-                let uris = {
-                    let subscribed = subscriptions.uris.lock().unwrap_or_else(|p| p.into_inner());
-                    touched(&change, subscribed.iter())
-                };
-                for uri in uris {
-                    if peer
-                        .notify_resource_updated(
-                            rmcp::model::ResourceUpdatedNotificationParam::new(uri),
-                        )
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        });
+    /// The subscribed URIs a change touches.
+    pub fn touched(&self, change: &Changes) -> Vec<String> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        touched(change, held.uris.iter())
+    }
+}
+
+impl Drop for SessionSubscriptions {
+    fn drop(&mut self) {
+        let held = self.held.get_mut().unwrap_or_else(|p| p.into_inner());
+        self.total.give_back(held.bytes);
     }
 }
 
@@ -126,8 +177,8 @@ mod tests {
 
     #[test]
     fn a_session_holds_a_bounded_number_of_subscriptions() {
-        let subs = SessionSubscriptions::default();
-        for i in 0..MAX_PER_SESSION {
+        let subs = SessionSubscriptions::new(Arc::default());
+        for i in 0..MAX_SUBSCRIPTIONS {
             subs.add(format!("tally://datasets/d{i}"))
                 .expect("within the bound");
         }
@@ -135,10 +186,54 @@ mod tests {
         subs.add("tally://datasets/d0".into())
             .expect("already held");
         let refused = subs.add("tally://datasets/one-more".into()).unwrap_err();
-        assert!(refused.contains("1000 subscriptions") && refused.contains("unsubscribe"));
+        assert!(
+            refused.message.contains("1000 subscriptions") && refused.fix.contains("unsubscribe")
+        );
         subs.remove("tally://datasets/d1");
         subs.add("tally://datasets/one-more".into())
             .expect("room again");
+    }
+
+    /// Regression (issue 36, "subscriptions bounded by count, not bytes"): 1,000 URIs of
+    /// 500 KB a session took four sessions to 2.1 GB. Each session holds at most 256 KiB of
+    /// URIs, all sessions together 16 MiB, and a session's share is given back when it ends.
+    #[test]
+    fn subscriptions_are_bounded_in_bytes_per_session_and_in_all() {
+        let total = Arc::new(Total::default());
+        let uri = |i: usize| format!("tally://datasets/{i:0>4000}");
+        let subs = SessionSubscriptions::new(Arc::clone(&total));
+        let mut taken = 0;
+        let refused = loop {
+            match subs.add(uri(taken)) {
+                Ok(()) => taken += 1,
+                Err(refusal) => break refusal,
+            }
+        };
+        assert_eq!(refused.bound, "MAX_SUBSCRIPTION_BYTES");
+        assert!(
+            taken * 4017 <= MAX_SUBSCRIPTION_BYTES && taken > 60,
+            "{taken}"
+        );
+        let sessions: Vec<SessionSubscriptions> = (0..200)
+            .map(|_| SessionSubscriptions::new(Arc::clone(&total)))
+            .collect();
+        let mut refused_in_all = None;
+        'fill: for s in &sessions {
+            for i in 0..64 {
+                if let Err(r) = s.add(uri(i)) {
+                    refused_in_all = Some(r);
+                    break 'fill;
+                }
+            }
+        }
+        assert_eq!(
+            refused_in_all.map(|r| r.bound),
+            Some("MAX_SUBSCRIPTION_BYTES_TOTAL")
+        );
+        assert!(total.held() <= MAX_SUBSCRIPTION_BYTES_TOTAL);
+        drop(sessions);
+        drop(subs);
+        assert_eq!(total.held(), 0, "every session gave its share back");
     }
 
     #[test]

@@ -62,26 +62,32 @@ pub struct Examples {
 }
 
 impl Examples {
-    /// Examples from the catalog (placeholders when nothing is served).
-    pub fn from_catalog(catalog: &tally_engine::Catalog) -> Examples {
+    /// Placeholders only (`<dataset_id>`, `<field>`): for what no caller reads, such as the
+    /// input schema the HTTP transport checks headers against.
+    pub fn placeholders() -> Examples {
+        Examples {
+            dataset: "<dataset_id>".into(),
+            group: "<field>".into(),
+            metric: "count".into(),
+            measure: None,
+            law: None,
+        }
+    }
+
+    /// Examples from what the caller may see (placeholders when it sees nothing): a tool
+    /// description never names a dataset or field outside the caller's scope.
+    pub fn from_view(view: &crate::view::View) -> Examples {
         use tally_semantic::definition::{LocatorKind, Role};
-        let pick = catalog
-            .datasets
-            .values()
+        let pick = view
+            .datasets()
             .find(|d| {
                 d.def
                     .fields
                     .iter()
                     .any(|f| f.groupable && f.role == Role::Dim)
             })
-            .or_else(|| catalog.datasets.values().next());
-        let mut ex = Examples {
-            dataset: "<dataset_id>".into(),
-            group: "<field>".into(),
-            metric: "count".into(),
-            measure: None,
-            law: None,
-        };
+            .or_else(|| view.datasets().next());
+        let mut ex = Examples::placeholders();
         if let Some(ds) = pick {
             let def = &ds.def;
             ex.dataset = def.id.clone();
@@ -104,7 +110,7 @@ impl Examples {
                 (None, None) => "count".into(),
             };
         }
-        ex.law = catalog.datasets.values().find_map(|d| {
+        ex.law = view.datasets().find_map(|d| {
             d.def
                 .fields
                 .iter()

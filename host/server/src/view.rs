@@ -1,0 +1,312 @@
+//! The one caller view (docs/security.md, "One caller view"). Everything that leaves the
+//! server for a caller — tool results and their errors, progress, `notifications/message`,
+//! list-changed and resource-updated notifications, completions, prompts, resources, the
+//! tools' descriptions and examples, `/health` — is built from that caller's [`View`] of the
+//! catalog, made here and nowhere else.
+//!
+//! Nothing else in this crate may read the catalog, its changes or its values: clippy's
+//! `disallowed-methods` (host/server/clippy.toml) refuses `Engine::catalog`,
+//! `Engine::subscribe`, `Engine::known_values` and the engine's call entry points outside
+//! this file. A new surface therefore has no way to reach a dataset but through a view, and a
+//! view holds only what its caller's token may see: a hidden dataset and one that does not
+//! exist are the same absence to it.
+//!
+//! A request reaches a view through [`crate::bounds::Bounded`]: [`View::enter`] checks the
+//! request's inputs against their bounds before any work starts, so scope and size are one
+//! gate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::RoleServer;
+use rmcp::service::{NotificationContext, RequestContext};
+use serde_json::{Value, json};
+use tally_engine::catalog::{Broken, Changes};
+use tally_engine::{Catalog, Dataset, Engine, EngineError, Scope};
+use tally_semantic::Tool;
+
+/// Who is calling, as the tools see it (never the token itself).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The token's id, `ip:<address>` without authentication, `stdio`, or `cli`.
+    pub id: String,
+    pub scope: Scope,
+}
+
+impl Caller {
+    /// The client that started a stdio server: it owns the process and sees everything.
+    pub fn stdio() -> Caller {
+        Caller {
+            id: "stdio".into(),
+            scope: Scope::All,
+        }
+    }
+
+    /// A person at a shell running a one-shot command on their own datasets directory.
+    pub fn operator() -> Caller {
+        Caller {
+            id: "cli".into(),
+            scope: Scope::All,
+        }
+    }
+
+    /// The caller of an MCP request or notification: set by the HTTP guard; stdio has one
+    /// caller with every dataset.
+    pub fn of_extensions(extensions: &rmcp::model::Extensions) -> Caller {
+        extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>())
+            .cloned()
+            .unwrap_or_else(Caller::stdio)
+    }
+
+    pub fn of_request(context: &RequestContext<RoleServer>) -> Caller {
+        Caller::of_extensions(&context.extensions)
+    }
+
+    pub fn of_notification(context: &NotificationContext<RoleServer>) -> Caller {
+        Caller::of_extensions(&context.extensions)
+    }
+
+    pub fn sees(&self, dataset: &str) -> bool {
+        self.scope.allows(dataset)
+    }
+}
+
+/// One caller's view of one catalog snapshot.
+#[derive(Debug, Clone)]
+pub struct View {
+    caller: Caller,
+    catalog: Arc<Catalog>,
+}
+
+impl View {
+    /// The view of `caller` on the catalog as it is now.
+    #[allow(clippy::disallowed_methods)] // the one place that reads the catalog for a caller
+    pub fn of(engine: &Engine, caller: Caller) -> View {
+        View {
+            caller,
+            catalog: engine.catalog(),
+        }
+    }
+
+    /// The gate every MCP request passes: its inputs checked against their bounds (before
+    /// any work), then the view of its caller.
+    pub fn enter(
+        engine: &Engine,
+        context: &RequestContext<RoleServer>,
+        params: &impl crate::bounds::Bounded,
+    ) -> Result<View, ErrorData> {
+        params.check().map_err(|refusal| refusal.into_error())?;
+        Ok(View::of(engine, Caller::of_request(context)))
+    }
+
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// Whether the caller may see everything (no scope on its token).
+    pub fn sees_all(&self) -> bool {
+        self.caller.scope == Scope::All
+    }
+
+    /// A dataset the caller may see; `None` alike for a hidden one and one not served.
+    pub fn dataset(&self, id: &str) -> Option<&Arc<Dataset>> {
+        if !self.caller.sees(id) {
+            return None;
+        }
+        self.catalog.datasets.get(id)
+    }
+
+    /// The datasets the caller may see, by id.
+    pub fn datasets(&self) -> impl Iterator<Item = &Arc<Dataset>> + '_ {
+        self.catalog
+            .datasets
+            .values()
+            .filter(|ds| self.caller.sees(ds.id()))
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.datasets().map(|ds| ds.id().to_string()).collect()
+    }
+
+    /// The refused folders the caller may see (by folder name, which is the dataset id).
+    pub fn broken(&self) -> impl Iterator<Item = &Broken> + '_ {
+        self.catalog
+            .broken
+            .iter()
+            .filter(|b| self.caller.sees(&b.folder))
+    }
+
+    /// Runs a tool for this caller: its scope limits what the call may read, name and
+    /// suggest, and its calls in flight share one memory allowance.
+    #[allow(clippy::disallowed_methods)] // the one place tool calls enter the engine
+    pub async fn call(
+        &self,
+        engine: &Arc<Engine>,
+        tool: Tool,
+        arguments: Value,
+    ) -> Result<Value, EngineError> {
+        engine
+            .call_guarded_for(tool, arguments, self.caller.scope.clone(), &self.caller.id)
+            .await
+    }
+
+    /// The values of a field of a dataset the caller may see (for completing a condition),
+    /// at most [`tally_engine::KNOWN_VALUES`]; nothing for any other dataset.
+    #[allow(clippy::disallowed_methods)] // values reach a caller only through its view
+    pub async fn known_values(&self, engine: &Engine, dataset: &str, field: &str) -> Vec<String> {
+        if self.dataset(dataset).is_none() {
+            return Vec::new();
+        }
+        engine
+            .known_values(dataset, field)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// What `/health` tells this caller: counts only to a caller that may see everything
+    /// (the count of datasets is itself something a scoped token must not learn).
+    pub fn health(&self) -> Value {
+        let mut health = json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") });
+        if self.sees_all() {
+            health["datasets"] = json!(self.catalog.datasets.len());
+            health["broken_datasets"] = json!(self.catalog.broken.len());
+        }
+        health
+    }
+}
+
+/// What a caller has seen of the catalog: the version of each dataset and the problems of
+/// each refused folder it may see.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Seen {
+    datasets: BTreeMap<String, String>,
+    broken: BTreeMap<String, String>,
+}
+
+impl Seen {
+    fn of(view: &View) -> Seen {
+        Seen {
+            datasets: view
+                .datasets()
+                .map(|ds| (ds.id().to_string(), ds.version.clone()))
+                .collect(),
+            broken: view
+                .broken()
+                .map(|b| {
+                    let problems = serde_json::to_string(&(&b.problems, &b.serving_version))
+                        .unwrap_or_default();
+                    (b.folder.clone(), problems)
+                })
+                .collect(),
+        }
+    }
+
+    /// The change from `self` to `now`, in the engine's terms.
+    fn diff(&self, now: &Seen) -> Changes {
+        let mut change = Changes::default();
+        for (id, version) in &now.datasets {
+            match self.datasets.get(id) {
+                None => change.added.push(id.clone()),
+                Some(v) if v != version => change.updated.push(id.clone()),
+                Some(_) => {}
+            }
+        }
+        change.removed = self
+            .datasets
+            .keys()
+            .filter(|id| !now.datasets.contains_key(*id))
+            .cloned()
+            .collect();
+        change.broken = now
+            .broken
+            .iter()
+            .filter(|(folder, problems)| self.broken.get(*folder) != Some(*problems))
+            .map(|(folder, _)| folder.clone())
+            .collect();
+        change.cleared = self
+            .broken
+            .keys()
+            .filter(|folder| !now.broken.contains_key(*folder))
+            .cloned()
+            .collect();
+        change
+    }
+}
+
+/// The catalog's changes as one caller may see them. Each [`Feed::next`] is the difference
+/// between what the caller saw before and its view now, so a change to a dataset outside its
+/// scope is no change at all to it (not even a list-changed notification), and a burst of
+/// changes the broadcast dropped is still seen whole.
+#[derive(Debug)]
+pub struct Feed {
+    engine: Arc<Engine>,
+    caller: Caller,
+    changes: tokio::sync::broadcast::Receiver<Changes>,
+    seen: Seen,
+}
+
+impl Feed {
+    #[allow(clippy::disallowed_methods)] // changes reach a caller only through its feed
+    pub fn new(engine: &Arc<Engine>, caller: Caller) -> Feed {
+        let changes = engine.subscribe();
+        let seen = Seen::of(&View::of(engine, caller.clone()));
+        Feed {
+            engine: Arc::clone(engine),
+            caller,
+            changes,
+            seen,
+        }
+    }
+
+    /// The next change this caller may see, with its view after it; `None` once the engine
+    /// has gone.
+    pub async fn next(&mut self) -> Option<(Changes, View)> {
+        loop {
+            match self.changes.recv().await {
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+            let view = View::of(&self.engine, self.caller.clone());
+            let now = Seen::of(&view);
+            let change = self.seen.diff(&now);
+            self.seen = now;
+            if !change.is_empty() {
+                return Some((change, view));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(datasets: &[(&str, &str)], broken: &[(&str, &str)]) -> Seen {
+        Seen {
+            datasets: datasets
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            broken: broken
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_change_is_the_difference_of_two_views() {
+        let before = seen(&[("a", "1"), ("b", "1"), ("c", "1")], &[("x", "p")]);
+        let after = seen(&[("a", "1"), ("b", "2"), ("d", "1")], &[("y", "q")]);
+        let change = before.diff(&after);
+        assert_eq!(change.added, vec!["d"]);
+        assert_eq!(change.updated, vec!["b"]);
+        assert_eq!(change.removed, vec!["c"]);
+        assert_eq!(change.broken, vec!["y"]);
+        assert_eq!(change.cleared, vec!["x"]);
+        assert!(after.diff(&after).is_empty());
+    }
+}
