@@ -74,6 +74,13 @@ class HttpServer:
         if self.port is None:
             self.stop()
             raise RuntimeError("tally serve did not report its address in time")
+        # The log is read as it comes (the last lines kept in `log`): a pipe nobody reads
+        # fills at 64 KiB, and the server would then block writing its next line.
+        import collections
+        import threading
+
+        self.log = collections.deque(maxlen=10_000)
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
 
     @property
     def url(self) -> str:
