@@ -275,6 +275,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn describe(&self) -> crate::results::BackendDescription {
         crate::results::BackendDescription::of(self.kind())
     }
+    /// Decodes every page of every column of the data once and lets it go (`tally check`):
+    /// a page that does not decode is an error naming its file and column, so a file every
+    /// query would fail on is not passed. `held` is told the bytes held while a part is
+    /// decoded (0 once let go) and may refuse. Backends without pages have none to read.
+    fn read_every_page(
+        &self,
+        _held: &mut dyn FnMut(usize) -> Result<(), String>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
     /// Whether [`Backend::stream`] can serve the data without preparing it (then no amount of
     /// data is refused for the memory budget).
     fn streams(&self) -> bool {

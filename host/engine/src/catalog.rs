@@ -301,8 +301,8 @@ fn objects_changed(folder: &Path, name: &str, before: &FolderState) -> bool {
         };
         let changed = match crate::object::stamp(url) {
             Ok(now) => ds.backend.remote_listing().as_deref() != Some(now.as_str()),
-            Err(crate::object::ObjectError::Unreachable(m)) => {
-                tracing::warn!(dataset = %ds.def.id, "{m}; the version registered keeps serving");
+            Err(e) if e.is_transient() => {
+                tracing::warn!(dataset = %ds.def.id, "{e}; the version registered keeps serving");
                 false
             }
             // Gone, denied, or no longer Parquet: read again, so it is reported (the version
@@ -744,48 +744,16 @@ fn version_of(text: &str, backend: &dyn Backend) -> String {
         .collect()
 }
 
-/// Decodes every page of every column (undeclared ones too) of a Parquet dataset's files,
-/// within `budget`: what `tally check --deep` does. Other backends have no pages to read.
+/// Decodes every page of every column (undeclared ones too) of a dataset's data, local files
+/// and objects alike, within `budget`: what `tally check` does before it passes a dataset, so
+/// a file every query would fail on is not passed. Backends without pages have none to read.
 pub fn read_every_page(ds: &Dataset, budget: &Arc<crate::memory::Budget>) -> Result<(), String> {
-    if ds.backend.kind() != BackendKind::Parquet {
-        return Ok(());
-    }
     let mut reservation = budget.reservation(format!("reading every page of `{}`", ds.def.id));
-    for file in ds.backend.files() {
-        let path = ds.folder.join(&file.path);
-        let footer = tally_plugin_parquet::read_footer(&path).map_err(|e| e.to_string())?;
-        let columns: Vec<usize> = (0..footer.schema.fields().len()).collect();
-        // Read a row group at a time, as the server reads it; the column chunks in flight
-        // and the largest batch are what must fit.
-        let held = std::cell::Cell::new(0usize);
-        let largest = std::cell::Cell::new(0usize);
-        let reservation = std::cell::RefCell::new(&mut reservation);
-        tally_plugin_parquet::groups::read_groups(
-            &footer,
-            &columns,
-            tally_plugin_parquet::groups::Text::Dictionary,
-            &mut |bytes| {
-                held.set(bytes);
-                reservation
-                    .borrow_mut()
-                    .resize(bytes + largest.get())
-                    .map_err(|e| e.to_string())
-            },
-            &mut |batch| {
-                largest.set(largest.get().max(batch.get_array_memory_size()));
-                reservation
-                    .borrow_mut()
-                    .resize(held.get() + largest.get())
-                    .map_err(|e| e.to_string())
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        reservation
-            .borrow_mut()
-            .resize(0)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
+    let result = ds
+        .backend
+        .read_every_page(&mut |bytes| reservation.resize(bytes).map_err(|e| e.to_string()));
+    let _ = reservation.resize(0);
+    result
 }
 
 /// The retrieval date: `.fetch.json`, else the definition's `retrieved_at`, else the data

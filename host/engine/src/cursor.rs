@@ -103,21 +103,6 @@ pub fn encode(version: &str, fingerprint: &str, offset: usize) -> String {
     )
 }
 
-/// A cursor recorded in an earlier answer (another process's key, maybe an older data
-/// version), signed again by this process for `version`, pointing at the same offset of the
-/// same query: what `tally verify` runs a recorded page with. Its signature is not checked
-/// (it is being re-run, not trusted); the query's fingerprint still must match, so it cannot
-/// move a page onto another query. `None` when it is not a cursor at all.
-pub fn reissue(cursor: &str, version: &str) -> Option<String> {
-    if cursor.len() > 1024 {
-        return None;
-    }
-    let (body, _) = cursor.trim().split_once('.')?;
-    let body = URL_SAFE_NO_PAD.decode(body).ok()?;
-    let payload: Payload = serde_json::from_slice(&body).ok()?;
-    Some(encode(version, &payload.q, payload.o))
-}
-
 fn invalid(message: &str) -> RequestError {
     RequestError::new(ErrorCode::InvalidCursor, message.to_string())
         .at("cursor")

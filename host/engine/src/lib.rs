@@ -110,6 +110,9 @@ pub struct Limits {
     /// since splitting and merging 75k records costs more than the second core saves (at
     /// 750k, two partitions halve a summary's time).
     pub partition_rows: usize,
+    /// Size of an answer given to `verify_answer` or `tally verify` to check, as JSON text;
+    /// a larger one is refused before it is read.
+    pub max_envelope_bytes: usize,
 }
 
 impl Default for Limits {
@@ -132,6 +135,14 @@ impl Default for Limits {
             serving: dataset::Serving::Auto,
             partitions: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             partition_rows: 250_000,
+            // An answer holds at most `max_result_bytes` (4 MiB) of rows, and by default
+            // 6,000 tokens of them (tens of KiB), plus its provenance (KiB). Printed indented,
+            // as `tally` prints by default, rows grow by their indentation: the largest page
+            // of the real survey (5,000 records of all 38 fields, 3.4 MB of rows) prints as
+            // 5.2 MB, and 4 MiB of one-character cells would print as about 13 MiB. 16 MiB
+            // holds any of them; a parsed JSON value takes several times its text, so the
+            // checking process stays within hundreds of MiB.
+            max_envelope_bytes: 16 * 1024 * 1024,
         }
     }
 }

@@ -49,7 +49,7 @@ const CONCURRENT_REQUESTS: usize = 4;
 /// paged through at every start and poll.
 const MAX_LISTED: usize = 100_000;
 
-/// `future`, or [`ObjectError::Unreachable`] when it takes longer than `limit`.
+/// `future`, or [`ObjectError::Timeout`] when it takes longer than `limit`.
 async fn within<T>(
     limit: Duration,
     what: &str,
@@ -57,7 +57,7 @@ async fn within<T>(
 ) -> Result<T, ObjectError> {
     match tokio::time::timeout(limit, future).await {
         Ok(result) => result,
-        Err(_) => Err(ObjectError::Unreachable(format!(
+        Err(_) => Err(ObjectError::Timeout(format!(
             "the object store did not answer for {what} within {} s",
             limit.as_secs()
         ))),
@@ -110,7 +110,10 @@ pub fn wait<T: Send + 'static>(
         .map_err(|_| ObjectError::Other("an object-store request stopped".into()))
 }
 
-/// What went wrong with an object store, in the terms of who must act.
+/// What went wrong with an object store, in the terms of who must act. Every message is in
+/// Tally's own words: what was asked for, and at most the HTTP status and the store's error
+/// code (see [`Failure`]); never the store's message, body or the request's headers, which a
+/// store may echo (an access key id among them).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ObjectError {
     /// No credentials could be found in the environment.
@@ -128,9 +131,15 @@ pub enum ObjectError {
     /// The object is no longer the version registered (its ETag changed).
     #[error("{0}")]
     Changed(String),
-    /// The store did not answer (refused, timed out, dropped the connection).
+    /// The store was reached but did not answer in time.
+    #[error("{0}")]
+    Timeout(String),
+    /// The store could not be reached (refused, dropped the connection, no such host).
     #[error("{0}")]
     Unreachable(String),
+    /// The store asks for fewer requests (HTTP 429, 503 `SlowDown`).
+    #[error("{0}")]
+    Throttled(String),
     #[error("{0}")]
     Other(String),
 }
@@ -152,13 +161,25 @@ impl ObjectError {
                 "check the key in `data:` (a prefix ending in `/` names every Parquet object under it)"
             }
             ObjectError::Changed(_) => "the dataset is read again at the next reload",
-            ObjectError::Unreachable(_) => {
+            ObjectError::Timeout(_) | ObjectError::Unreachable(_) => {
                 "check that the store is up and AWS_ENDPOINT_URL points at it; the dataset is tried again at the next --object-poll"
             }
+            ObjectError::Throttled(_) => {
+                "the store asks for fewer requests: try again in a while, or raise the request rate the store allows for this bucket"
+            }
             ObjectError::Other(_) => {
-                "see the message; the dataset is tried again at the next reload"
+                "the dataset is tried again at the next reload; the store's own logs say more"
             }
         }
+    }
+
+    /// Whether the store may answer the same request later (it did not answer, or asked for
+    /// fewer requests): not a change of the data.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ObjectError::Timeout(_) | ObjectError::Unreachable(_) | ObjectError::Throttled(_)
+        )
     }
 
     /// As an IO error, for the Parquet readers (which turn `NotFound` into "removed").
@@ -168,7 +189,7 @@ impl ObjectError {
             ObjectError::Missing(_) => ErrorKind::NotFound,
             ObjectError::Changed(_) => ErrorKind::StaleNetworkFileHandle,
             ObjectError::Denied(_) | ObjectError::NoCredentials(_) => ErrorKind::PermissionDenied,
-            ObjectError::Unreachable(_) => ErrorKind::TimedOut,
+            ObjectError::Timeout(_) | ObjectError::Unreachable(_) => ErrorKind::TimedOut,
             _ => ErrorKind::Other,
         };
         std::io::Error::new(kind, self)
@@ -176,70 +197,193 @@ impl ObjectError {
 
     /// Reads an object-store error, `what` naming the object or prefix asked for.
     fn from_store(e: object_store::Error, what: &str) -> ObjectError {
-        // Matched without the request's URL: a key holding "Timeout" says nothing.
-        let text = without_urls(&error_chain(&e));
-        match e {
-            object_store::Error::NotFound { .. } if text.contains("NoSuchBucket") => {
+        Failure::of(&e).reworded(what)
+    }
+}
+
+/// Kinds of object-store failure, by who must act and whether trying later helps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailureKind {
+    Missing,
+    NoBucket,
+    Denied,
+    Changed,
+    Timeout,
+    Unreachable,
+    Throttled,
+    Other,
+}
+
+/// What Tally keeps of an object-store error: its kind, the HTTP status and the store's error
+/// code (S3's `<Code>`), if they can be read and look like what they claim to be. Nothing else
+/// of the error is kept: the store's message and body may echo the request's headers (an
+/// `Authorization` header names the access key id), and the transport's text names the URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Failure {
+    kind: FailureKind,
+    status: Option<u16>,
+    code: Option<String>,
+}
+
+impl Failure {
+    fn of(e: &object_store::Error) -> Failure {
+        // Read without the request's URL: a key holding "status code: 200" says nothing.
+        let text = without_urls(&error_chain(e));
+        let status = status_of(&text);
+        let code = code_of(&text);
+        let transport = transport_of(e);
+        let by_variant = match e {
+            object_store::Error::NotFound { .. } => Some(FailureKind::Missing),
+            object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
+                Some(FailureKind::Changed)
+            }
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => Some(FailureKind::Denied),
+            _ => None,
+        };
+        let kind = code
+            .as_deref()
+            .and_then(kind_of_code)
+            // A 404 whose code says the bucket is missing is a missing bucket.
+            .filter(|k| by_variant.is_none() || *k == FailureKind::NoBucket)
+            .or(by_variant)
+            .or_else(|| status.and_then(kind_of_status))
+            .or(transport)
+            .unwrap_or(FailureKind::Other);
+        Failure { kind, status, code }
+    }
+
+    /// The error in Tally's words.
+    fn reworded(&self, what: &str) -> ObjectError {
+        let detail = self.detail();
+        match self.kind {
+            FailureKind::Missing => ObjectError::Missing(format!("{what} is not in the store")),
+            FailureKind::NoBucket => {
                 ObjectError::NoBucket(format!("the bucket of {what} does not exist"))
             }
-            object_store::Error::NotFound { .. } => {
-                ObjectError::Missing(format!("{what} is not in the store"))
-            }
-            object_store::Error::Precondition { .. } => ObjectError::Changed(format!(
+            FailureKind::Changed => ObjectError::Changed(format!(
                 "{what} changed after this version was registered (its ETag is another)"
             )),
-            object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. } => ObjectError::Denied(format!(
-                "the object store refused access to {what}: {}",
-                reason(&text)
+            FailureKind::Denied => ObjectError::Denied(format!(
+                "the object store refused access to {what}{detail}: the credentials were refused or do not allow reading it"
             )),
-            _ if text.contains("NoSuchBucket") => {
-                ObjectError::NoBucket(format!("the bucket of {what} does not exist"))
-            }
-            _ if [
-                "InvalidAccessKeyId",
-                "SignatureDoesNotMatch",
-                "AccessDenied",
-                "403 Forbidden",
-            ]
-            .iter()
-            .any(|m| text.contains(m)) =>
-            {
-                ObjectError::Denied(format!(
-                    "the object store refused access to {what}: {}",
-                    reason(&text)
-                ))
-            }
-            _ if [
-                "error sending request",
-                "timed out",
-                "Timeout",
-                "connection",
-                "Connection",
-                "dns error",
-                "operation timed out",
-            ]
-            .iter()
-            .any(|m| text.contains(m)) =>
-            {
-                // The transport's last words say what happened (timed out, refused).
-                let last = text
-                    .rsplit(" - ")
-                    .next()
-                    .unwrap_or(&text)
-                    .trim_start_matches("HTTP error: ");
-                ObjectError::Unreachable(format!(
-                    "the object store did not answer for {what} ({MAX_RETRIES} retries within {} s): {}",
-                    RETRY_TIMEOUT.as_secs(),
-                    reason(last)
-                ))
-            }
-            _ => ObjectError::Other(format!(
-                "the object store failed for {what}: {}",
-                reason(&text)
+            FailureKind::Timeout => ObjectError::Timeout(format!(
+                "the object store did not answer for {what} in time{detail} ({MAX_RETRIES} retries within {} s)",
+                RETRY_TIMEOUT.as_secs()
             )),
+            FailureKind::Unreachable => ObjectError::Unreachable(format!(
+                "the object store did not answer for {what}: it could not be reached ({MAX_RETRIES} retries within {} s)",
+                RETRY_TIMEOUT.as_secs()
+            )),
+            FailureKind::Throttled => ObjectError::Throttled(format!(
+                "the object store is throttling requests for {what}{detail}"
+            )),
+            FailureKind::Other => {
+                ObjectError::Other(format!("the object store failed for {what}{detail}"))
+            }
         }
     }
+
+    /// ` (HTTP 403, AccessDenied)`, or as much of it as is known.
+    fn detail(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(s) = self.status {
+            parts.push(format!("HTTP {s}"));
+        }
+        if let Some(c) = &self.code {
+            parts.push(c.clone());
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", parts.join(", "))
+        }
+    }
+}
+
+/// The kind an S3 error code names, for the codes whose meaning is certain.
+fn kind_of_code(code: &str) -> Option<FailureKind> {
+    Some(match code {
+        "NoSuchBucket" => FailureKind::NoBucket,
+        "NoSuchKey" | "NotFound" => FailureKind::Missing,
+        "AccessDenied"
+        | "AllAccessDisabled"
+        | "AccountProblem"
+        | "ExpiredToken"
+        | "InvalidAccessKeyId"
+        | "InvalidSecurity"
+        | "InvalidToken"
+        | "RequestTimeTooSkewed"
+        | "SignatureDoesNotMatch"
+        | "TokenRefreshRequired" => FailureKind::Denied,
+        "PreconditionFailed" => FailureKind::Changed,
+        "RequestTimeout" => FailureKind::Timeout,
+        "SlowDown"
+        | "Throttling"
+        | "ThrottlingException"
+        | "TooManyRequests"
+        | "RequestLimitExceeded" => FailureKind::Throttled,
+        _ => return None,
+    })
+}
+
+/// The kind an HTTP status names.
+fn kind_of_status(status: u16) -> Option<FailureKind> {
+    Some(match status {
+        401 | 403 => FailureKind::Denied,
+        404 => FailureKind::Missing,
+        304 | 412 => FailureKind::Changed,
+        408 | 504 => FailureKind::Timeout,
+        // S3 answers 503 SlowDown when asked too fast; others answer 429.
+        429 | 503 => FailureKind::Throttled,
+        _ => return None,
+    })
+}
+
+/// The transport's own kind of failure (no answer came), found among the error's sources.
+fn transport_of(e: &object_store::Error) -> Option<FailureKind> {
+    use object_store::client::{HttpError, HttpErrorKind};
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(http) = s.downcast_ref::<HttpError>() {
+            return Some(match http.kind() {
+                HttpErrorKind::Timeout => FailureKind::Timeout,
+                HttpErrorKind::Connect | HttpErrorKind::Request | HttpErrorKind::Interrupted => {
+                    FailureKind::Unreachable
+                }
+                _ => FailureKind::Other,
+            });
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// The HTTP status the store answered: the first `status code: NNN` of the error (the client
+/// writes the status before the body, so a body cannot forge it).
+fn status_of(text: &str) -> Option<u16> {
+    let at = text.find("status code: ")? + "status code: ".len();
+    let digits: String = text[at..].chars().take(3).collect();
+    digits
+        .parse::<u16>()
+        .ok()
+        .filter(|s| (100..600).contains(s))
+}
+
+/// The store's error code (`<Code>AccessDenied</Code>`), when it is a plain word of at most 64
+/// letters that does not read like a key id (no run of four capitals, as in `AKIA…`): S3's
+/// codes are CamelCase words. Anything else the store wrote is not kept.
+fn code_of(text: &str) -> Option<String> {
+    let from = text.find("<Code>")? + "<Code>".len();
+    let to = text[from..].find("</Code>")? + from;
+    let code = &text[from..to];
+    let word =
+        !code.is_empty() && code.len() <= 64 && code.chars().all(|c| c.is_ascii_alphabetic());
+    let capitals_run = code
+        .as_bytes()
+        .windows(4)
+        .any(|w| w.iter().all(u8::is_ascii_uppercase));
+    (word && !capitals_run).then(|| code.to_string())
 }
 
 /// Text with its `http://…` and `https://…` words taken out.
@@ -250,7 +394,7 @@ fn without_urls(text: &str) -> String {
         .join(" ")
 }
 
-/// An error and its sources, as one line.
+/// An error and its sources, as one line (read for its status and code, never shown).
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -263,43 +407,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
-}
-
-/// The store's own words, shortened, without anything that could be a secret: S3 echoes the
-/// access key id it was sent, never the secret; signatures and request ids are cut.
-fn reason(text: &str) -> String {
-    // What the store answered, without the request line before it: the status, and the
-    // code and message of an S3 error body.
-    let tag = |name: &str| {
-        let open = format!("<{name}>");
-        let from = text.find(&open)? + open.len();
-        let to = text[from..].find('<')? + from;
-        Some(text[from..to].to_string())
-    };
-    if let Some(at) = text.find("status code: ") {
-        let status: String = text[at + 13..]
-            .chars()
-            .take_while(|c| *c != ':' && *c != '<')
-            .collect();
-        let mut out = format!("HTTP {}", status.trim());
-        if let Some(code) = tag("Code") {
-            out.push_str(&format!(", {code}"));
-        }
-        if let Some(message) = tag("Message") {
-            out.push_str(&format!(
-                ": {}",
-                message.chars().take(200).collect::<String>()
-            ));
-        }
-        return out;
-    }
-    let mut out: String = text.chars().filter(|c| !c.is_control()).take(400).collect();
-    for marker in ["<StringToSign", "<SignatureProvided", "<CanonicalRequest"] {
-        if let Some(at) = out.find(marker) {
-            out.truncate(at);
-        }
-    }
-    out
 }
 
 /// One object of a dataset: where it is and the version registered.
@@ -857,10 +964,17 @@ fn s3_store(
         retry_timeout: RETRY_TIMEOUT,
         ..RetryConfig::default()
     };
+    // The builder's error may quote a setting's value (an endpoint URL with user
+    // information), so only the name of a setting it did not know is said.
     builder.with_retry(retry).build().map_err(|e| {
+        let which = match &e {
+            object_store::Error::UnknownConfigurationKey { key, .. } => {
+                format!(": it does not know the setting `{key}`")
+            }
+            _ => String::new(),
+        };
         ObjectError::Other(format!(
-            "the S3 store for `{bucket}` cannot be built: {}",
-            reason(&error_chain(&e))
+            "the S3 store for `{bucket}` cannot be made from the server's AWS_* settings and profile{which}; check AWS_ENDPOINT_URL, AWS_REGION and the other settings"
         ))
     })
 }
@@ -955,16 +1069,221 @@ mod tests {
         );
     }
 
+    /// A store's error as the S3 client gives it: the request line, then the status and body.
+    #[derive(Debug)]
+    struct Said(String);
+    impl std::fmt::Display for Said {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+    impl std::error::Error for Said {}
+
+    const KEY_ID: &str = "AKIAIOSFODNN7EXAMPLE";
+    const LETTERS_KEY_ID: &str = "AKIAQWERTYUIOPASDFGH";
+
+    fn said(status: &str, body: &str) -> Box<dyn std::error::Error + Send + Sync> {
+        Box::new(Said(format!(
+            "Error performing GET http://store.invalid/b/k?X-Amz-Credential={KEY_ID} in 3ms - Server returned non-2xx status code: {status}: {body}"
+        )))
+    }
+
+    /// What must never reach a caller or a log line: the key ids, the headers a store echoes,
+    /// the store's own message.
+    fn assert_clean(e: &ObjectError) {
+        let text = format!("{e} {}", e.fix());
+        for secret in [
+            KEY_ID,
+            LETTERS_KEY_ID,
+            "Authorization",
+            "Credential",
+            "x-amz",
+            "Signature=",
+            "StringToSign",
+            "secret-ish",
+            "store.invalid",
+            "echoed",
+        ] {
+            assert!(
+                !text.contains(secret),
+                "`{secret}` reached the error: {text}"
+            );
+        }
+    }
+
+    /// Regression (object-store errors passed through): a store that echoes the request's
+    /// headers in its error, or puts a key id in its message or code, must not have any of it
+    /// reach the caller; the error is classified by kind and said in Tally's words, with at most
+    /// the HTTP status and a plain error code.
     #[test]
-    fn signatures_are_cut_from_what_the_store_says() {
-        let said = "403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code><StringToSign>AWS4-HMAC-SHA256 secret-ish</StringToSign></Error>";
-        let r = reason(said);
-        assert!(r.contains("SignatureDoesNotMatch"));
-        assert!(!r.contains("secret-ish"), "{r}");
-        let got = "Error performing GET http://127.0.0.1:9/b/k in 3ms - Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\"?><Error><Code>InvalidAccessKeyId</Code><Message>The AWS Access Key Id you provided does not exist in our records.</Message><StringToSign>x</StringToSign></Error>";
-        assert_eq!(
-            reason(got),
-            "HTTP 403 Forbidden, InvalidAccessKeyId: The AWS Access Key Id you provided does not exist in our records."
+    fn store_error_text_never_reaches_the_caller() {
+        let echo = format!(
+            "<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code><Message>echoed Authorization: AWS4-HMAC-SHA256 Credential={KEY_ID}/20260101/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, Signature=abc</Message><StringToSign>secret-ish</StringToSign><RequestId>1</RequestId></Error>"
         );
+        let what = "s3://b/k.parquet";
+        /// A store's error, the kind it must be read as, and words the error must say.
+        type Case = (object_store::Error, fn(&ObjectError) -> bool, &'static str);
+        let cases: Vec<Case> = vec![
+            (
+                object_store::Error::PermissionDenied {
+                    path: "k".into(),
+                    source: said("403 Forbidden", &echo),
+                },
+                |e| matches!(e, ObjectError::Denied(_)),
+                "(HTTP 403, AccessDenied)",
+            ),
+            (
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: said(
+                        "400 Bad Request",
+                        &format!(
+                            "<Error><Code>InvalidAccessKeyId</Code><Message>The key {KEY_ID} is unknown</Message><AWSAccessKeyId>{KEY_ID}</AWSAccessKeyId></Error>"
+                        ),
+                    ),
+                },
+                |e| matches!(e, ObjectError::Denied(_)),
+                "(HTTP 400, InvalidAccessKeyId)",
+            ),
+            (
+                // A code that is itself a key id (letters only) is not said.
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: said(
+                        "403 Forbidden",
+                        &format!(
+                            "<Error><Code>{LETTERS_KEY_ID}</Code><Message>echoed</Message></Error>"
+                        ),
+                    ),
+                },
+                |e| matches!(e, ObjectError::Denied(_)),
+                "(HTTP 403)",
+            ),
+            (
+                object_store::Error::NotFound {
+                    path: "k".into(),
+                    source: said(
+                        "404 Not Found",
+                        &format!(
+                            "<Error><Code>NoSuchBucket</Code><Message>echoed {KEY_ID}</Message></Error>"
+                        ),
+                    ),
+                },
+                |e| matches!(e, ObjectError::NoBucket(_)),
+                "the bucket of s3://b/k.parquet does not exist",
+            ),
+            (
+                object_store::Error::NotFound {
+                    path: "k".into(),
+                    source: said("404 Not Found", &echo.replace("AccessDenied", "NoSuchKey")),
+                },
+                |e| matches!(e, ObjectError::Missing(_)),
+                "s3://b/k.parquet is not in the store",
+            ),
+            (
+                object_store::Error::Precondition {
+                    path: "k".into(),
+                    source: said(
+                        "412 Precondition Failed",
+                        &echo.replace("AccessDenied", "PreconditionFailed"),
+                    ),
+                },
+                |e| matches!(e, ObjectError::Changed(_)),
+                "changed after this version was registered",
+            ),
+            (
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: said(
+                        "503 Service Unavailable",
+                        &echo.replace("AccessDenied", "SlowDown"),
+                    ),
+                },
+                |e| matches!(e, ObjectError::Throttled(_)),
+                "(HTTP 503, SlowDown)",
+            ),
+            (
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: said("429 Too Many Requests", &format!("echoed {KEY_ID}")),
+                },
+                |e| matches!(e, ObjectError::Throttled(_)),
+                "(HTTP 429)",
+            ),
+            (
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: said("504 Gateway Timeout", &format!("echoed {KEY_ID}")),
+                },
+                |e| matches!(e, ObjectError::Timeout(_)),
+                "did not answer",
+            ),
+            (
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: said(
+                        "500 Internal Server Error",
+                        &echo.replace("AccessDenied", "InternalError"),
+                    ),
+                },
+                |e| matches!(e, ObjectError::Other(_)),
+                "the object store failed for s3://b/k.parquet (HTTP 500, InternalError)",
+            ),
+            (
+                // No status at all, only text: kept out entirely.
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: Box::new(Said(format!(
+                        "echoed x-amz-security-token: {KEY_ID} Authorization: AWS4-HMAC-SHA256 Credential={KEY_ID}"
+                    ))),
+                },
+                |e| matches!(e, ObjectError::Other(_)),
+                "the object store failed for s3://b/k.parquet",
+            ),
+            (
+                // A body cannot forge the status: the first one is the client's.
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: said(
+                        "500 Internal Server Error",
+                        "status code: 403 Forbidden, echoed",
+                    ),
+                },
+                |e| matches!(e, ObjectError::Other(_)),
+                "HTTP 500",
+            ),
+        ];
+        for (error, kind, words) in cases {
+            let shown = format!("{error}");
+            let e = ObjectError::from_store(error, what);
+            assert!(kind(&e), "{shown}\n→ {e:?}");
+            assert!(e.to_string().contains(words), "{shown}\n→ {e}");
+            assert_clean(&e);
+        }
+    }
+
+    #[test]
+    fn transport_failures_are_timeouts_or_an_unreachable_store() {
+        use object_store::client::{HttpError, HttpErrorKind};
+        for (kind, expected) in [
+            (HttpErrorKind::Timeout, "in time"),
+            (HttpErrorKind::Connect, "could not be reached"),
+            (HttpErrorKind::Request, "could not be reached"),
+        ] {
+            let error = object_store::Error::Generic {
+                store: "S3",
+                source: Box::new(HttpError::new(
+                    kind,
+                    Said(format!(
+                        "error sending request for url (http://store.invalid/?Credential={KEY_ID}): echoed"
+                    )),
+                )),
+            };
+            let e = ObjectError::from_store(error, "s3://b/k.parquet");
+            assert!(e.is_transient(), "{e:?}");
+            assert!(e.to_string().contains("did not answer"), "{e}");
+            assert!(e.to_string().contains(expected), "{e}");
+            assert_clean(&e);
+        }
     }
 }

@@ -682,6 +682,61 @@ impl Backend for ParquetBackend {
             .collect()
     }
 
+    fn read_every_page(
+        &self,
+        held: &mut dyn FnMut(usize) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for part in &self.parts {
+            for (c, field) in part.footer.schema.fields().iter().enumerate() {
+                // One column at a time, so that a page that does not decode is named by its
+                // column; every page is still decoded once. What is held: the column's chunk
+                // of one row group, and the largest batch decoded from it.
+                let chunk = std::cell::Cell::new(0usize);
+                let largest = std::cell::Cell::new(0usize);
+                let held = std::cell::RefCell::new(&mut *held);
+                let mut chunk_held = |bytes: usize| {
+                    chunk.set(bytes);
+                    if bytes == 0 {
+                        largest.set(0);
+                    }
+                    (held.borrow_mut())(bytes + largest.get())
+                };
+                let mut each = |batch: RecordBatch| {
+                    largest.set(largest.get().max(batch.get_array_memory_size()));
+                    (held.borrow_mut())(chunk.get() + largest.get())
+                };
+                let read = match &part.object {
+                    Some(object) => tally_plugin_parquet::groups::read_groups_of(
+                        &part.footer,
+                        object.as_ref(),
+                        &[c],
+                        Text::Dictionary,
+                        &mut chunk_held,
+                        &mut each,
+                    ),
+                    None => tally_plugin_parquet::groups::read_groups(
+                        &part.footer,
+                        &[c],
+                        Text::Dictionary,
+                        &mut chunk_held,
+                        &mut each,
+                    ),
+                };
+                read.map_err(|e| match e {
+                    tally_plugin_parquet::Error::Io { source, .. }
+                        if source
+                            .get_ref()
+                            .is_some_and(|s| s.is::<crate::object::ObjectError>()) =>
+                    {
+                        format!("column `{}`: {source}", field.name())
+                    }
+                    other => format!("column `{}`: {other}", field.name()),
+                })?;
+            }
+        }
+        held(0)
+    }
+
     fn fingerprint(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for p in &self.parts {

@@ -33,6 +33,115 @@ use crate::{Engine, Scope};
 /// Changes listed at most (all are counted).
 const MAX_CHANGES: usize = 200;
 
+/// How deep an answer to check may nest. An answer of Tally nests a handful of levels (rows of
+/// cells, conditions of a recorded call, a PROV-O graph); serde_json refuses past 128 anyway,
+/// and this says so in words before it is reached.
+pub const MAX_ENVELOPE_DEPTH: usize = 128;
+
+/// Refuses an answer to check of `bytes` bytes (as JSON text) when it is larger than
+/// `max_bytes`, said with the cap and the flag that raises it. `exact` is false where only
+/// the first `max_bytes + 1` bytes were read (stdin) or counted.
+pub fn envelope_size(bytes: u64, exact: bool, max_bytes: usize) -> Result<(), EngineError> {
+    if bytes <= max_bytes as u64 {
+        return Ok(());
+    }
+    let size = if exact {
+        format!("{bytes} bytes")
+    } else {
+        format!("more than {max_bytes} bytes")
+    };
+    Err(EngineError::Limit {
+        message: format!(
+            "the answer to check is {size}, past the {max_bytes} bytes ({}) an answer to check may have, so it was refused before it was parsed",
+            mib(max_bytes)
+        ),
+        hint: format!(
+            "an answer of Tally holds at most --max-result-bytes of rows plus its provenance, so one this large is not an answer as Tally printed it; pass the answer as Tally printed it, or raise --max-envelope-bytes (now {max_bytes})"
+        ),
+    })
+}
+
+fn mib(bytes: usize) -> String {
+    if bytes.is_multiple_of(1024 * 1024) {
+        format!("{} MiB", bytes / (1024 * 1024))
+    } else {
+        format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+    }
+}
+
+/// How deep `text` nests as JSON (arrays and objects, outside strings), counted no further
+/// than `max + 1`: read before the text is parsed, so a deep document is refused in words,
+/// not by the parser's recursion limit.
+fn nesting(text: &str, max: usize) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > max {
+                    return deepest;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Reads the JSON text of an answer to check (a file given to `tally verify`, or the text a
+/// client sent as `envelope`): refused past `max_bytes` or nested deeper than
+/// [`MAX_ENVELOPE_DEPTH`], before it is parsed.
+pub fn read_envelope(text: &str, max_bytes: usize) -> Result<Value, EngineError> {
+    envelope_size(text.len() as u64, true, max_bytes)?;
+    if nesting(text, MAX_ENVELOPE_DEPTH) > MAX_ENVELOPE_DEPTH {
+        return Err(not_an_envelope(&format!(
+            "its JSON nests deeper than {MAX_ENVELOPE_DEPTH} levels (an answer of Tally nests a few)"
+        )));
+    }
+    serde_json::from_str::<Value>(text)
+        .map_err(|e| not_an_envelope(&format!("its text is not JSON ({e})")))
+}
+
+/// Counts the bytes of a value written as JSON, stopping once past a cap (so a huge value is
+/// not written out to be measured).
+struct Counted {
+    bytes: usize,
+    cap: usize,
+}
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.bytes = self.bytes.saturating_add(buf.len());
+        if self.bytes > self.cap {
+            return Err(std::io::Error::other("past the cap"));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Bytes of `value` as compact JSON, up to just past `cap`.
+fn json_size(value: &Value, cap: usize) -> usize {
+    let mut counted = Counted { bytes: 0, cap };
+    let _ = serde_json::to_writer(&mut counted, value);
+    counted.bytes
+}
+
 /// A malformed envelope: what was wrong and what would work.
 fn not_an_envelope(what: &str) -> EngineError {
     EngineError::Request(
@@ -53,11 +162,19 @@ impl Engine {
         envelope: &Value,
         scope: &Scope,
     ) -> Result<(VerifyResult, Provenance), EngineError> {
+        // The same cap as `tally verify` reads a file with, whichever way the answer came.
+        let cap = self.limits().max_envelope_bytes;
+        let parsed;
         let envelope = match envelope {
             // A client may send the envelope as its JSON text.
-            Value::String(text) => serde_json::from_str::<Value>(text)
-                .map_err(|e| not_an_envelope(&format!("its text is not JSON ({e})")))?,
-            other => other.clone(),
+            Value::String(text) => {
+                parsed = read_envelope(text, cap)?;
+                &parsed
+            }
+            other => {
+                envelope_size(json_size(other, cap) as u64, false, cap)?;
+                other
+            }
         };
         let data = envelope
             .get("data")
@@ -84,7 +201,7 @@ impl Engine {
                     "`{tool_name}` is not a tool whose answers can be checked"
                 ))
             })?;
-        let mut arguments = query
+        let arguments = query
             .get("arguments")
             .cloned()
             .filter(Value::is_object)
@@ -114,18 +231,11 @@ impl Engine {
             changes_total: 0,
             reasons: Vec::new(),
         };
-        // A page asked by cursor: the same offset, signed by this process.
-        if let (Some(cursor), Some(dataset)) = (
-            arguments
-                .get("cursor")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            arguments.get("dataset_id").and_then(Value::as_str),
-        ) && let Some(ds) = self.catalog().datasets.get(dataset)
-            && let Some(again) = crate::cursor::reissue(&cursor, &ds.version)
-        {
-            arguments["cursor"] = Value::String(again);
-        }
+        // A page asked by cursor runs with its cursor as recorded, through the same check
+        // `query_records` gives every cursor (`cursor::decode`: signed by this process's key,
+        // issued for this dataset version and this query, inside its rows). A cursor that
+        // call would refuse (edited, forged, from another server process, or stale) is
+        // refused here for the same reason, never re-signed and run.
         let now = match self.call_as(tool, &arguments, scope).await {
             Ok(now) => now,
             Err(EngineError::Request(e)) if e.code != ErrorCode::InvalidCursor => {

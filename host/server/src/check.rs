@@ -1,5 +1,7 @@
-//! `tally check DIR`: validates the datasets of a directory as the server would register them,
-//! and with `--deep` reads every page of their data.
+//! `tally check DIR`: validates the datasets of a directory as the server would register them
+//! and decodes every page of their data once (a file whose pages do not decode fails every
+//! query, so it must fail the check); with `--deep` also prepares each dataset as a first call
+//! would.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -27,7 +29,8 @@ pub struct CheckOptions {
     pub backends: tally_engine::Backends,
     /// Scan every plugin dataset once through its plugin (bounded by the plugin limits).
     pub scan: bool,
-    /// Read every page of every data file and prepare every dataset as a first call would.
+    /// Prepare every dataset as a first call would (every page of every data file is read
+    /// by every check).
     pub deep: bool,
     pub limits: tally_engine::Limits,
 }
@@ -106,9 +109,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
         // checks every declared field against it, exactly as the server does.
         match catalog::register(&folder, &folder_id, &label, &register_options) {
             Ok(Some(ds)) => {
-                if options.deep
-                    && let Err(p) = deep_pages(&ds, &options.limits)
-                {
+                if let Err(p) = every_page(&ds, &options.limits) {
                     print_problem(&label, &p);
                     broken += 1;
                     continue;
@@ -172,7 +173,8 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             options.backends.clone(),
         ));
         for (id, label) in served {
-            let plugin = engine.catalog().datasets.get(&id).is_some_and(|ds| {
+            let view = crate::view::View::of(&engine, crate::view::Caller::operator());
+            let plugin = view.dataset(&id).is_some_and(|ds| {
                 ds.def.backend.kind != tally_semantic::definition::BackendKind::Parquet
             });
             if !options.deep && !plugin {
@@ -181,9 +183,11 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
                 continue;
             }
             let arguments = serde_json::json!({ "dataset_id": id });
-            let result = runtime.block_on(
-                engine.call_guarded(tally_semantic::request::Tool::InspectDataset, arguments),
-            );
+            let result = runtime.block_on(view.call(
+                &engine,
+                tally_semantic::request::Tool::InspectDataset,
+                arguments,
+            ));
             match result {
                 Ok(_) if plugin => {
                     ok += 1;
@@ -292,14 +296,20 @@ fn link_problems(
     out
 }
 
-/// Decodes every page of every column of a Parquet dataset's file (undeclared columns too),
-/// within the memory budget.
-fn deep_pages(ds: &tally_engine::Dataset, limits: &tally_engine::Limits) -> Result<(), Problem> {
+/// Decodes every page of every column of a dataset's data files (undeclared columns too),
+/// within the memory budget. Registration reads footers only and page headers are checked
+/// when pages are read, so without this a file whose pages are corrupt would pass the check
+/// and fail every query.
+fn every_page(ds: &tally_engine::Dataset, limits: &tally_engine::Limits) -> Result<(), Problem> {
     let budget = tally_engine::memory::Budget::new(limits.memory_budget_bytes);
     catalog::read_every_page(ds, &budget).map_err(|reason| Problem {
         line: None,
-        key: "data_file".into(),
+        key: if ds.def.data_url.is_some() {
+            "data".into()
+        } else {
+            "data_file".into()
+        },
         reason,
-        fix: "write the file again from its source; a file with pages that do not decode cannot be served".into(),
+        fix: "write the file again from its source (every query of a file whose pages do not decode fails)".into(),
     })
 }

@@ -230,7 +230,10 @@ fn call(tool: Tool, mut arguments: Value, common: &Common) -> Result<Value, Exit
         runtime.block_on(engine.prepare(id));
     }
     runtime
-        .block_on(engine.call_guarded(tool, arguments))
+        .block_on(
+            crate::view::View::of(&engine, crate::view::Caller::operator())
+                .call(&engine, tool, arguments),
+        )
         .map_err(|e| {
             print_error(&e.to_json());
             ExitCode::from(match &e {
@@ -361,42 +364,92 @@ pub fn summarize(f: SummarizeFlags) -> ExitCode {
     }
 }
 
+/// Why the answer to check could not be read: the error to print and the exit code.
+struct Unread {
+    body: Value,
+    exit: u8,
+}
+
+/// The text of the answer `tally verify` checks (`-`: stdin), refused past `cap` bytes before
+/// it is read: a file by its size, stdin (or a file that is not a regular file, whose size
+/// says nothing) by reading at most `cap + 1` bytes.
+fn read_envelope_text(file: &std::path::Path, cap: usize) -> Result<String, Unread> {
+    use std::io::Read;
+    let shown = file.display();
+    let unreadable = |e: std::io::Error| Unread {
+        body: json!({ "error": {
+            "code": "invalid_argument",
+            "message": format!("cannot read {shown}: {e}"),
+            "hint": "name a file holding a whole answer of Tally (as `tally query … > answer.json` writes it), or - for stdin",
+        }}),
+        exit: EXIT_BAD_INPUT,
+    };
+    let too_large = |bytes: u64, exact: bool| Unread {
+        body: tally_engine::verify::envelope_size(bytes, exact, cap)
+            .err()
+            .map(|e| e.to_json())
+            .unwrap_or(Value::Null),
+        exit: EXIT_FAILED,
+    };
+    let limit = (cap as u64).saturating_add(1);
+    let mut bytes = Vec::new();
+    if file == std::path::Path::new("-") {
+        std::io::stdin()
+            .lock()
+            .take(limit)
+            .read_to_end(&mut bytes)
+            .map_err(unreadable)?;
+    } else {
+        let opened = std::fs::File::open(file).map_err(unreadable)?;
+        let size = opened.metadata().map_err(unreadable)?.len();
+        if size > cap as u64 {
+            return Err(too_large(size, true));
+        }
+        // Bounded again: a file that grew since, or one whose size is not its length (a pipe,
+        // a device).
+        opened
+            .take(limit)
+            .read_to_end(&mut bytes)
+            .map_err(unreadable)?;
+    }
+    if bytes.len() > cap {
+        return Err(too_large(bytes.len() as u64, false));
+    }
+    String::from_utf8(bytes).map_err(|e| Unread {
+        body: json!({ "error": {
+            "code": "invalid_argument",
+            "message": format!("{shown} is not UTF-8 text (invalid at byte {})", e.utf8_error().valid_up_to()),
+            "hint": "pass the answer exactly as Tally printed it (one JSON object with data and provenance)",
+        }}),
+        exit: EXIT_BAD_INPUT,
+    })
+}
+
 /// `tally verify ENVELOPE.json`: the answer's call run again on the data of now and compared
 /// (docs/verify.md). A short summary goes to stderr and the whole check, as JSON, to stdout.
 /// The exit code is the outcome: 0 identical, 1 data changed or the answer altered, 2 not
 /// reproducible (3, 4, 5 as for every command).
 pub fn verify(file: &std::path::Path, common: &Common) -> ExitCode {
-    let text = if file == std::path::Path::new("-") {
-        let mut text = String::new();
-        match std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
-            Ok(_) => Ok(text),
-            Err(e) => Err(e),
-        }
-    } else {
-        std::fs::read_to_string(file)
-    };
-    let text = match text {
-        Ok(t) => t,
-        Err(e) => {
-            print_error(&json!({ "error": {
-                "code": "invalid_argument",
-                "message": format!("cannot read {}: {e}", file.display()),
-                "hint": "name a file holding a whole answer of Tally (as `tally query … > answer.json` writes it), or - for stdin",
-            }}));
-            return ExitCode::from(EXIT_BAD_INPUT);
+    let cap = common.limits().max_envelope_bytes;
+    let text = match read_envelope_text(file, cap) {
+        Ok(text) => text,
+        Err(refusal) => {
+            print_error(&refusal.body);
+            return ExitCode::from(refusal.exit);
         }
     };
-    let envelope: Value = match serde_json::from_str(&text) {
+    // Size and nesting checked before the text is parsed, as the verify_answer tool does.
+    let envelope = match tally_engine::verify::read_envelope(&text, cap) {
         Ok(v) => v,
         Err(e) => {
-            print_error(&json!({ "error": {
-                "code": "invalid_argument",
-                "message": format!("{} is not JSON: {e}", file.display()),
-                "hint": "pass the answer exactly as Tally printed it (one JSON object with data and provenance)",
-            }}));
-            return ExitCode::from(EXIT_BAD_INPUT);
+            print_error(&e.to_json());
+            return ExitCode::from(match e {
+                EngineError::Request(_) => EXIT_BAD_INPUT,
+                _ => EXIT_FAILED,
+            });
         }
     };
+    drop(text);
     let checked = match call(Tool::VerifyAnswer, json!({ "envelope": envelope }), common) {
         Ok(v) => v,
         Err(code) => return code,

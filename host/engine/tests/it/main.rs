@@ -7,6 +7,7 @@ mod differential;
 mod fixture;
 mod golden;
 mod hostile;
+mod lows;
 mod paging;
 mod partitions;
 mod provenance;
