@@ -276,23 +276,62 @@ impl<'d> Resolver<'d> {
                     names::similarity(&wanted, &normalize(c)) + names::FUZZY_MARGIN >= to_resolved
                 })
             })?;
+        // What a caller can use instead: the served names closest to what it asked for (the
+        // measures when it asked for a metric), then the column itself, said to be unserved.
+        let metric = parameter == "metrics";
+        let served: Vec<&str> = def
+            .fields
+            .iter()
+            .filter(|f| !metric || f.role == Role::Measure)
+            .map(|f| f.name.as_str())
+            .collect();
+        let closest: Vec<&str> = names::rank(input, served.iter().copied())
+            .into_iter()
+            .take(MAX_CANDIDATES)
+            .collect();
+        let mut candidates: Vec<Candidate> = closest
+            .iter()
+            .map(|name| {
+                Candidate::described(*name, def.field(name).and_then(|f| f.desc.as_deref()))
+            })
+            .collect();
+        candidates.push(Candidate::described(
+            column.clone(),
+            Some("undeclared column: present in the data, not served"),
+        ));
+        let kind = if metric { "measures" } else { "fields" };
         let err = RequestError::new(
             ErrorCode::UnknownField,
             format!(
-                "`{input}` is a column present in the data of `{}` but not declared in its dataset.yaml, so it is not served{}",
+                "`{input}` is a column present in the data of `{}` but not declared in its dataset.yaml, so it is not served{}; the served {kind} closest to it are {}",
                 def.id,
                 resolved.map_or(String::new(), |r| format!(
                     " (it is not `{}`, which only looks alike)",
                     r.canonical
-                ))
+                )),
+                if closest.is_empty() {
+                    "none".to_string()
+                } else {
+                    closest.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                }
             ),
         )
         .at(parameter.to_string())
-        .candidates(vec![Candidate::described(column.clone(), Some("undeclared column"))], 1)
+        .candidates(candidates, served.len() + 1)
         .hint(format!(
-            "declare it under `fields:` in the dataset's dataset.yaml (e.g. `- {{name: {column}, role: attr}}`, with role measure for a number) to serve it; inspect_dataset lists the undeclared columns"
+            "use one of the served {kind} named above (inspect_dataset describes each); `{column}` can be served only by whoever maintains the dataset, by declaring it under `fields:` in its dataset.yaml"
         ));
-        Some(err)
+        let best = closest.first().copied().unwrap_or("");
+        let best = if metric && !best.is_empty() {
+            format!("sum:{best}")
+        } else {
+            best.to_string()
+        };
+        Some(if best.is_empty() {
+            err
+        } else {
+            self.example_with(err, parameter, &best)
+        })
     }
 
     fn field(&mut self, input: &str, parameter: &str) -> Result<FieldId, RequestError> {
@@ -605,22 +644,18 @@ impl<'d> Resolver<'d> {
             return op;
         }
         let codes = field.static_codes().unwrap_or(&[]);
-        let wanted = normalize(text);
-        let mut hits = codes.iter().filter(|c| {
-            normalize(&c.value) == wanted || c.label().is_some_and(|l| normalize(l) == wanted)
-        });
-        match (hits.next(), hits.next()) {
-            (Some(code), None) => {
+        match find_code(codes, text) {
+            Some(code) => {
                 // Disclosed even when typed exactly: the plain string was read as `[code]`,
                 // not as the substring search it means elsewhere.
                 self.resolved.push(Resolution {
                     parameter: format!("where.{} value", field.name),
                     input: text.clone(),
-                    canonical: code.value.clone(),
+                    canonical: code.to_string(),
                 });
-                Op::Eq(Scalar::Str(code.value.clone()))
+                Op::Eq(Scalar::Str(code.to_string()))
             }
-            _ => op,
+            None => op,
         }
     }
 
@@ -639,29 +674,7 @@ impl<'d> Resolver<'d> {
             return Ok(Scalar::Str(text));
         }
         let wanted = normalize(&text);
-        let by = |f: &dyn Fn(&crate::definition::Code) -> bool| -> Option<&str> {
-            let mut hits = codes.iter().filter(|c| f(c));
-            match (hits.next(), hits.next()) {
-                (Some(one), None) => Some(one.value.as_str()),
-                _ => None,
-            }
-        };
-        let found = by(&|c| normalize(&c.value) == wanted)
-            .or_else(|| by(&|c| c.label().is_some_and(|l| normalize(l) == wanted)))
-            .or_else(|| {
-                by(&|c| {
-                    c.label().is_some()
-                        && c.value
-                            .split_once([' ', '\u{3000}'])
-                            .is_some_and(|(p, _)| normalize(p) == wanted)
-                })
-            })
-            .or_else(|| {
-                // The caller wrote a prefix the code does not have (`1 弁護士` for `弁護士`).
-                let (_, rest) = text.split_once([' ', '\u{3000}'])?;
-                by(&|c| c.label().is_none() && normalize(&c.value) == normalize(rest))
-            });
-        match found {
+        match find_code(codes, &text) {
             Some(code) => {
                 self.resolved.push(Resolution {
                     parameter: format!("{parameter} value"),
@@ -883,6 +896,39 @@ impl<'d> Resolver<'d> {
         }
         out
     }
+}
+
+/// The one code of a static codelist that `text` names, by one rule for every form a value
+/// comes in (a plain string, an array, `$eq`, `$in`, `$ne`): the code as listed → the same
+/// under NFKC → its label alone (`実施済` for `1 実施済`) → its number alone (`2` for
+/// `2 独立行政法人等`) → the code written with a prefix it does not have (`1 弁護士` for
+/// `弁護士`). A text that fits several codes names none (never a guess).
+pub fn find_code<'c>(codes: &'c [crate::definition::Code], text: &str) -> Option<&'c str> {
+    if let Some(c) = codes.iter().find(|c| c.value == text) {
+        return Some(c.value.as_str());
+    }
+    let wanted = normalize(text);
+    let by = |f: &dyn Fn(&crate::definition::Code) -> bool| -> Option<&'c str> {
+        let mut hits = codes.iter().filter(|c| f(c));
+        match (hits.next(), hits.next()) {
+            (Some(one), None) => Some(one.value.as_str()),
+            _ => None,
+        }
+    };
+    by(&|c| normalize(&c.value) == wanted)
+        .or_else(|| by(&|c| c.label().is_some_and(|l| normalize(l) == wanted)))
+        .or_else(|| {
+            by(&|c| {
+                c.label().is_some()
+                    && c.value
+                        .split_once([' ', '\u{3000}'])
+                        .is_some_and(|(p, _)| normalize(p) == wanted)
+            })
+        })
+        .or_else(|| {
+            let (_, rest) = text.split_once([' ', '\u{3000}'])?;
+            by(&|c| c.label().is_none() && normalize(&c.value) == normalize(rest))
+        })
 }
 
 /// The part after the colon, as typed (names are resolved separately).
