@@ -304,6 +304,54 @@ async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
         site.stop()
 
 
+def test_a_redirect_to_another_port_of_the_page_host_is_another_origin(tmp_path):
+    """The publisher's page on one port redirects the file to the same host on another port:
+    another server, refused unless `--allow-host HOST:PORT` names it (a host without a port
+    means https's own port, 443). The other server is never asked."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    site = Publisher(tmp_path / "a")
+    other = Publisher(tmp_path / "b")
+    try:
+        datasets = tmp_path / "datasets"
+        folder = datasets / "ports"
+        folder.mkdir(parents=True)
+        (folder / "dataset.yaml").write_text(
+            f"""schema_version: "1"
+title: t
+source:
+  url: {site.url("/page")}
+  asset_pattern: "data\\\\.csv$"
+id_field: id
+fields:
+- {{name: id, role: id}}
+- {{name: n, role: measure, data_type: integer}}
+""",
+            encoding="utf-8",
+        )
+        site.pages["/page"] = (200, {"Content-Type": "text/html"}, page_html([("/files/data.csv", "data")]))
+        site.pages["/files/data.csv"] = (302, {"Location": other.url("/files/data.csv")}, b"")
+        other.pages["/files/data.csv"] = (200, {"Content-Type": "text/csv"}, b"id,n\n1,5\n2,7\n")
+        base = ["fetch", "ports", "--datasets", str(datasets), "--ca-cert", str(site.ca_pem), "--ca-cert", str(other.ca_pem)]
+
+        p = run(*base, check=False)
+        assert p.returncode != 0, p.stdout
+        assert f"https://127.0.0.1:{other.port} is another server than the page's" in p.stderr, p.stderr
+        assert f"--allow-host 127.0.0.1:{other.port}" in p.stderr, p.stderr
+        # The host alone is port 443: still another server.
+        p = run(*base, "--allow-host", "127.0.0.1", check=False)
+        assert p.returncode != 0 and "is another server than the page's" in p.stderr, p.stderr
+        assert other.requests == [], "the other server was never asked"
+        assert not (folder / "data.parquet").exists()
+
+        out = json.loads(run(*base, "--allow-host", f"127.0.0.1:{other.port}").stdout)
+        assert out["status"] == "updated" and out["added"]["rows"] == 2, out
+        assert [path for path, _ in other.requests] == ["/files/data.csv"]
+    finally:
+        site.stop()
+        other.stop()
+
+
 async def test_add_into_a_running_server_reloads_it_once_with_a_skeleton(tmp_path):
     need_reference()
     datasets = tmp_path / "datasets"

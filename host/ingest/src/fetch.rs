@@ -2,8 +2,9 @@
 //! converted through [`add`](crate::add), with a record of where and when it came from.
 //!
 //! What is refused, and why: plain `http` anywhere (page, file, any redirect hop) — a
-//! dataset's provenance is only as good as the connection it came over; hosts other than the
-//! page's own and those allowed with `--allow-host`, checked at every redirect hop; more
+//! dataset's provenance is only as good as the connection it came over; origins (host and
+//! port) other than the page's own and those allowed with `--allow-host`, checked at every
+//! redirect hop; more
 //! bytes than `--max-bytes`; a body shorter than its `Content-Length`; a file that is not
 //! what its name says (an HTML error page served as `.xlsx`). Certificates are always
 //! checked — `--ca-cert` adds trust for a private CA; nothing turns checking off. Nothing
@@ -34,7 +35,8 @@ const MAX_REDIRECTS: usize = 10;
 pub struct FetchOptions {
     pub dataset_id: String,
     pub datasets: PathBuf,
-    /// Hosts allowed besides the page's own (for files kept on a CDN).
+    /// Origins allowed besides the page's own (for files kept on a CDN): `host` (port 443),
+    /// `host:port`, or `https://host[:port]`.
     pub allow_hosts: Vec<String>,
     pub max_bytes: u64,
     /// PEM files of certificate authorities to trust instead of the public ones.
@@ -101,10 +103,71 @@ fn refused(message: impl Into<String>, hint: impl Into<String>) -> IngestError {
     IngestError::fetch(message, hint)
 }
 
-/// The hosts a fetch may talk to.
+/// An origin a fetch may talk to: a host and a port, the scheme being https. A redirect to
+/// the page's own host on another port is another server (another origin, as a browser
+/// would say), so the port is compared too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    fn of(url: &Url) -> Option<Origin> {
+        Some(Origin {
+            host: url.host_str()?.to_ascii_lowercase(),
+            port: url.port_or_known_default()?,
+        })
+    }
+
+    /// An `--allow-host` entry: `host` (port 443, https's own), `host:port`, or an
+    /// `https://host[:port]` URL whose path is its root.
+    fn allowed(entry: &str) -> Result<Origin, IngestError> {
+        let entry = entry.trim();
+        let bad = |why: &str| {
+            refused(
+                format!("--allow-host {entry:?}: {why}"),
+                "give a host (cdn.example.go.jp, meaning port 443) or a host and port (cdn.example.go.jp:8443)",
+            )
+        };
+        let url = if entry.contains("://") {
+            Url::parse(entry).map_err(|e| bad(&e.to_string()))?
+        } else if entry.contains(['/', '@', '?', '#']) || entry.is_empty() {
+            return Err(bad("not a host name"));
+        } else {
+            Url::parse(&format!("https://{entry}/")).map_err(|e| bad(&e.to_string()))?
+        };
+        if url.scheme() != "https" {
+            return Err(bad("only https is fetched"));
+        }
+        if url.path() != "/" || url.query().is_some() || !url.username().is_empty() {
+            return Err(bad("a host allows every file on it; give no path"));
+        }
+        Origin::of(&url).ok_or_else(|| bad("not a host name"))
+    }
+
+    fn text(&self) -> String {
+        if self.port == 443 {
+            format!("https://{}", self.host)
+        } else {
+            format!("https://{}:{}", self.host, self.port)
+        }
+    }
+
+    /// As `--allow-host` takes it.
+    fn flag(&self) -> String {
+        if self.port == 443 {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// The origins a fetch may talk to: the page's own, and each `--allow-host`.
 #[derive(Debug)]
 struct Hosts {
-    allowed: Vec<String>,
+    allowed: Vec<Origin>,
 }
 
 impl Hosts {
@@ -117,19 +180,40 @@ impl Hosts {
                 "ask the publisher for an https link, or download the file yourself and use tally add",
             ));
         }
-        let host = url.host_str().unwrap_or("").to_ascii_lowercase();
-        if !self.allowed.contains(&host) {
+        let Some(origin) = Origin::of(url) else {
             return Err(refused(
-                format!(
-                    "refused {what} {url}: the host {host} is not the page's host ({})",
-                    self.allowed.join(", ")
-                ),
-                format!(
-                    "if {host} is the publisher's own file server, allow it with --allow-host {host}"
-                ),
+                format!("refused {what} {url}: it names no host"),
+                "check source.url in dataset.yaml",
             ));
+        };
+        if self.allowed.contains(&origin) {
+            return Ok(());
         }
-        Ok(())
+        let allowed = self
+            .allowed
+            .iter()
+            .map(Origin::text)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let message = if self.allowed.iter().any(|o| o.host == origin.host) {
+            format!(
+                "refused {what} {url}: {} is another server than the page's and those allowed ({allowed}): the same host on another port is another origin",
+                origin.text()
+            )
+        } else {
+            format!(
+                "refused {what} {url}: the host {} is not the page's host, nor allowed with --allow-host ({allowed})",
+                origin.host
+            )
+        };
+        Err(refused(
+            message,
+            format!(
+                "if {} is the publisher's own file server, allow it with --allow-host {}",
+                origin.text(),
+                origin.flag()
+            ),
+        ))
     }
 }
 
@@ -364,7 +448,10 @@ pub fn choose(candidates: &[Url], hint_name: Option<&str>) -> Result<Url, Ingest
 }
 
 fn unreachable_none() -> Result<Url, IngestError> {
-    Err(IngestError::Internal("no candidate to choose from".into()))
+    Err(refused(
+        "no link matches source.asset_pattern",
+        "update asset_pattern in dataset.yaml to the file's name on the publisher's page",
+    ))
 }
 
 fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
@@ -438,6 +525,7 @@ fn read_record(folder: &Path) -> Option<FetchRecord> {
 pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSummary, IngestError> {
     let id = &options.dataset_id;
     crate::check_id(id)?;
+    crate::remove_stale_staging(&options.datasets);
     let folder = options.datasets.join(id);
     let def = crate::read_definition(&folder, id)?.ok_or_else(|| {
         IngestError::dataset(
@@ -457,16 +545,10 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
             "give the publisher's page as https://host/path",
         )
     })?;
-    let mut allowed: Vec<String> = page
-        .host_str()
-        .map(|h| vec![h.to_ascii_lowercase()])
-        .unwrap_or_default();
-    allowed.extend(
-        options
-            .allow_hosts
-            .iter()
-            .map(|h| h.trim().to_ascii_lowercase()),
-    );
+    let mut allowed: Vec<Origin> = Origin::of(&page).into_iter().collect();
+    for entry in &options.allow_hosts {
+        allowed.push(Origin::allowed(entry)?);
+    }
     let hosts = Hosts { allowed };
     let agent = agent(options)?;
 
@@ -725,8 +807,8 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
     add.file = download.clone();
     add.keep_fetch_record = true;
     let added = crate::add(&add, progress)?;
-    let text =
-        serde_json::to_string_pretty(&record).map_err(|e| IngestError::Internal(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&record)
+        .map_err(|e| IngestError::io("cannot write the fetch record", std::io::Error::other(e)))?;
     let staged = staging.dir.join(FETCH_RECORD);
     crate::write_synced(&staged, &format!("{text}\n"))?;
     crate::rename(&staged, &folder.join(FETCH_RECORD))?;
@@ -778,6 +860,55 @@ mod tests {
             file_name(&Url::parse("https://h/a%E6%89%8B.csv").unwrap()),
             "a手.csv"
         );
+    }
+
+    #[test]
+    fn a_redirect_to_another_port_of_the_page_host_is_another_origin() {
+        let page = Url::parse("https://pub.example/data/").unwrap();
+        let hosts = Hosts {
+            allowed: Origin::of(&page).into_iter().collect(),
+        };
+        let u = |s: &str| Url::parse(s).unwrap();
+        hosts
+            .check(&u("https://pub.example/files/a.csv"), "the file")
+            .expect("the page's own origin");
+        hosts
+            .check(&u("https://PUB.example:443/a.csv"), "the file")
+            .expect("443 is https's own port, written or not");
+        let e = hosts
+            .check(&u("https://pub.example:8443/a.csv"), "the file")
+            .unwrap_err();
+        let text = format!("{e} | {}", e.hint().unwrap_or(""));
+        assert!(
+            text.contains("https://pub.example:8443 is another server than the page's")
+                && text.contains("--allow-host pub.example:8443"),
+            "{text}"
+        );
+        let with = Hosts {
+            allowed: vec![
+                Origin::of(&page).unwrap(),
+                Origin::allowed("pub.example:8443").unwrap(),
+                Origin::allowed("cdn.example").unwrap(),
+            ],
+        };
+        with.check(&u("https://pub.example:8443/a.csv"), "the file")
+            .expect("allowed by host and port");
+        with.check(&u("https://cdn.example/a.csv"), "the file")
+            .expect("a host without a port is port 443");
+        assert!(
+            with.check(&u("https://cdn.example:444/a.csv"), "the file")
+                .is_err(),
+            "an entry without a port allows port 443 only"
+        );
+        assert!(Origin::allowed("https://cdn.example:8443").is_ok());
+        for bad in [
+            "http://cdn.example",
+            "cdn.example/path",
+            "user@cdn.example",
+            "",
+        ] {
+            assert!(Origin::allowed(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -12,12 +12,26 @@ use crate::values::{Kind, NULL_MARKER_CANDIDATES, Shape, shape};
 /// Distinct values kept per column (for codelists and multi-value detection); past it the
 /// column is high-cardinality text.
 const MAX_DISTINCT: usize = 5_000;
-/// Bytes of distinct values kept per column.
-const MAX_DISTINCT_BYTES: usize = 2 << 20;
+/// Bytes of distinct values kept per column, each counted with [`DISTINCT_ENTRY`].
+pub const MAX_DISTINCT_BYTES: usize = 2 << 20;
+/// Bytes of distinct values kept for all columns together: each column gets an even share,
+/// at most [`MAX_DISTINCT_BYTES`] (so up to 64 columns get the whole 2 MiB, 10,000 columns
+/// about 13 KiB each — still room for a codelist of 100 short codes).
+pub const DISTINCT_BUDGET: usize = 128 << 20;
+/// A distinct value's cost beyond its text: its `String` and count in the table (with the
+/// table's spare slots) and its heap block's rounding (measured: 80–100 bytes).
+const DISTINCT_ENTRY: usize = 96;
 /// Values whose uniqueness is checked (a 64-bit hash each, about 18 bytes in the set); past
 /// it a column is not called unique. Only columns that could be the id keep a set: one with
 /// an empty cell, a fraction, a date or a boolean drops it.
 const MAX_UNIQUE_CHECKED: usize = 1_000_000;
+/// Bytes of uniqueness sets for all columns together. Past it the set of the rightmost
+/// column still holding one is dropped, and so on leftwards: the id is the first unique
+/// column, so the sets on the right matter least.
+pub const UNIQUE_BUDGET: usize = 128 << 20;
+/// Characters of a value kept to be shown in a message (a cell may be megabytes long, in
+/// every column).
+const SHOWN_CHARS: usize = 200;
 /// Separators of multi-value cells, in order of preference.
 const SEPARATORS: &[&str] = &[";", "；", "、", "\n"];
 /// A dim's codelist at most this long; more distinct values make an attr.
@@ -35,6 +49,8 @@ pub struct ColumnStats {
     /// Distinct values and their counts, while few enough.
     distinct: Option<HashMap<String, u64>>,
     distinct_bytes: usize,
+    /// This column's share of [`DISTINCT_BUDGET`].
+    distinct_cap: usize,
     /// Hashes of the values seen, while no two were equal.
     unique: Option<HashSet<u64>>,
     /// Candidate null markers and whitespace-only values, with their counts.
@@ -53,6 +69,7 @@ impl Default for ColumnStats {
             first_non_number: None,
             distinct: Some(HashMap::new()),
             distinct_bytes: 0,
+            distinct_cap: MAX_DISTINCT_BYTES,
             unique: Some(HashSet::new()),
             markers: BTreeMap::new(),
             integers: None,
@@ -73,7 +90,23 @@ fn shape_index(s: Shape) -> usize {
     }
 }
 
+/// A value as a message shows it: its first [`SHOWN_CHARS`] characters.
+fn shown(text: &str) -> String {
+    text.chars().take(SHOWN_CHARS).collect()
+}
+
+/// What a hash set of `capacity` 64-bit hashes allocates: its buckets (a power of two, 8/7
+/// of the capacity) of 8 bytes and a control byte each.
+fn set_bytes(capacity: usize) -> usize {
+    (capacity + capacity / 7) * 9
+}
+
 impl ColumnStats {
+    /// Bytes its uniqueness set holds now.
+    fn unique_bytes(&self) -> usize {
+        self.unique.as_ref().map_or(0, |s| set_bytes(s.capacity()))
+    }
+
     pub fn add(&mut self, row: u64, cell: &Cell) {
         let Some(text) = cell.as_text() else {
             self.nulls += 1;
@@ -92,12 +125,12 @@ impl ColumnStats {
         let is_marker = trimmed.is_empty() || NULL_MARKER_CANDIDATES.contains(&trimmed);
         if !is_marker {
             if !matches!(s, Shape::Int | Shape::LooseInt) && self.first_non_int.is_none() {
-                self.first_non_int = Some((row, text.to_string()));
+                self.first_non_int = Some((row, shown(&text)));
             }
             if !matches!(s, Shape::Int | Shape::LooseInt | Shape::Float)
                 && self.first_non_number.is_none()
             {
-                self.first_non_number = Some((row, text.to_string()));
+                self.first_non_number = Some((row, shown(&text)));
             }
             if let (Shape::Int, Ok(crate::values::Value::Int(i))) =
                 (s, crate::values::convert(cell, Kind::Int))
@@ -121,10 +154,11 @@ impl ColumnStats {
             if let Some(n) = map.get_mut(text.as_ref()) {
                 *n += 1;
             } else {
-                self.distinct_bytes += text.len();
-                map.insert(text.into_owned(), 1);
-                if map.len() > MAX_DISTINCT || self.distinct_bytes > MAX_DISTINCT_BYTES {
+                self.distinct_bytes += text.len() + DISTINCT_ENTRY;
+                if map.len() >= MAX_DISTINCT || self.distinct_bytes > self.distinct_cap {
                     self.distinct = None;
+                } else {
+                    map.insert(text.into_owned(), 1);
                 }
             }
         }
@@ -136,6 +170,53 @@ impl ColumnStats {
 
     fn markers_total(&self) -> u64 {
         self.markers.values().sum()
+    }
+}
+
+/// The statistics of every column of a file, their memory bounded in all whatever the number
+/// of columns: distinct values by an even share of [`DISTINCT_BUDGET`] each, uniqueness sets
+/// by [`UNIQUE_BUDGET`] together.
+#[derive(Debug)]
+pub struct Statistics {
+    pub columns: Vec<ColumnStats>,
+    unique_bytes: usize,
+    /// Columns at and past this one hold no uniqueness set any more.
+    unique_end: usize,
+}
+
+impl Statistics {
+    pub fn new(columns: usize) -> Statistics {
+        let share = (DISTINCT_BUDGET / columns.max(1)).min(MAX_DISTINCT_BYTES);
+        Statistics {
+            columns: (0..columns)
+                .map(|_| ColumnStats {
+                    distinct_cap: share,
+                    ..ColumnStats::default()
+                })
+                .collect(),
+            unique_bytes: 0,
+            unique_end: columns,
+        }
+    }
+
+    /// Adds column `k`'s cell of a row.
+    pub fn add(&mut self, k: usize, row: u64, cell: &Cell) {
+        let Some(c) = self.columns.get_mut(k) else {
+            return;
+        };
+        let before = c.unique_bytes();
+        c.add(row, cell);
+        self.unique_bytes = (self.unique_bytes + c.unique_bytes()).saturating_sub(before);
+    }
+
+    /// After each row: past the budget, the rightmost sets go.
+    pub fn end_row(&mut self) {
+        while self.unique_bytes > UNIQUE_BUDGET && self.unique_end > 0 {
+            self.unique_end -= 1;
+            let c = &mut self.columns[self.unique_end];
+            self.unique_bytes = self.unique_bytes.saturating_sub(c.unique_bytes());
+            c.unique = None;
+        }
     }
 }
 
@@ -160,7 +241,7 @@ pub enum Codelist {
     AutoSplit,
 }
 
-fn count_text(n: u64) -> String {
+pub(crate) fn count_text(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

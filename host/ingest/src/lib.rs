@@ -13,8 +13,9 @@
 //! datasets directory, synced, then renamed), so a running server reloads once and never
 //! reads half a file; on any error what was served stays as it was.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 use sha2::Digest;
@@ -34,7 +35,7 @@ pub use error::{IngestError, Place};
 pub use read::{Format, ReadOptions};
 pub use sheet::DEFAULT_MAX_UNPACKED;
 
-use crate::infer::ColumnStats;
+use crate::infer::Statistics;
 use crate::read::{Cell, Flow, Input, Row};
 use crate::values::{Kind, Value};
 use crate::write::{OutColumn, Sink};
@@ -503,46 +504,131 @@ fn sha256_file(path: &Path) -> Result<String, IngestError> {
     Ok(format!("sha256:{:x}", hasher.finalize()))
 }
 
+/// The names of staging folders: `.tally-add-<id>-<pid>` (`fetch-<id>` for a download).
+const STAGING_PREFIX: &str = ".tally-add-";
+/// The file a running add holds locked in its staging folder: a lock is released by the
+/// system when its process ends, however it ends, so a folder whose lock can be taken is
+/// abandoned (a process id alone can be reused).
+const STAGING_LOCK: &str = ".lock";
+/// Age past which a staging folder whose owner cannot be told is abandoned: no add takes a
+/// day, and a folder left longer is debris.
+const STAGING_MAX_AGE: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// A hidden folder in the datasets directory where files are written before they are
-/// renamed into place; removed when dropped.
+/// renamed into place; removed when dropped. It holds [`STAGING_LOCK`] locked while it lives.
 struct Staging {
     dir: PathBuf,
     keep: bool,
+    lock: Option<std::fs::File>,
 }
 
 impl Staging {
     fn new(datasets: &Path, id: &str) -> Result<Staging, IngestError> {
-        sweep_abandoned(datasets);
-        let dir = datasets.join(format!(".tally-add-{}-{}", id, std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir)
-            .map_err(|e| IngestError::io(format!("cannot create {}", dir.display()), e))?;
-        Ok(Staging { dir, keep: false })
+        remove_stale_staging(datasets);
+        let pid = std::process::id();
+        // A second add of the same id in this process (a server, tests) gets a folder of its
+        // own; the pid stays last, where it is read back.
+        let mut dir = datasets.join(format!("{STAGING_PREFIX}{id}-{pid}"));
+        let mut n = 1;
+        loop {
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => {
+                    dir = datasets.join(format!("{STAGING_PREFIX}{id}-{n}-{pid}"));
+                    n += 1;
+                }
+                Err(e) => {
+                    return Err(IngestError::io(
+                        format!("cannot create {}", dir.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+        let mut staging = Staging {
+            dir,
+            keep: false,
+            lock: None,
+        };
+        // Locked under another name and then renamed: a sweep never finds the lock file
+        // before it is locked.
+        let taking = staging.dir.join(".lock-taking");
+        let file = std::fs::File::create(&taking)
+            .map_err(|e| IngestError::io(format!("cannot create {}", taking.display()), e))?;
+        if file.try_lock().is_ok() {
+            rename(&taking, &staging.dir.join(STAGING_LOCK))?;
+            staging.lock = Some(file);
+        } else {
+            // No locks here: sweeps tell by the process id.
+            let _ = std::fs::remove_file(&taking);
+        }
+        Ok(staging)
+    }
+
+    /// Takes the lock file out before the folder itself becomes the dataset's. It is
+    /// unlinked while still held, so no sweep can take it meanwhile (a folder without one is
+    /// told by its live process id).
+    fn release_lock(&mut self) {
+        let path = self.dir.join(STAGING_LOCK);
+        if std::fs::remove_file(&path).is_err() {
+            // Where an open file cannot be removed (Windows), closing it first.
+            self.lock = None;
+            let _ = std::fs::remove_file(&path);
+        }
+        self.lock = None;
     }
 }
 
-/// Removes staging folders of runs that were killed before they could clean up (their
-/// process is gone). Only where processes can be looked up (`/proc`).
-fn sweep_abandoned(datasets: &Path) {
-    let proc = Path::new("/proc/self");
-    if !proc.exists() {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(datasets) else {
-        return;
-    };
-    for e in entries.filter_map(Result::ok) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(".tally-add-") else {
-            continue;
-        };
-        let Some(pid) = rest.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
+/// Whether a staging folder belongs to a process that has ended (or, when that cannot be
+/// told, whether it is older than a day).
+fn is_stale(dir: &Path, name: &str) -> bool {
+    if let Ok(lock) = std::fs::File::open(dir.join(STAGING_LOCK)) {
+        match lock.try_lock() {
+            Ok(()) => return true,
+            Err(std::fs::TryLockError::WouldBlock) => return false,
+            // Locks are not supported here: tell by the process id.
+            Err(std::fs::TryLockError::Error(_)) => {}
         }
     }
+    let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
+    if let Some(pid) = pid {
+        if pid == std::process::id() {
+            return false;
+        }
+        if Path::new("/proc/self").exists() {
+            return !Path::new(&format!("/proc/{pid}")).exists();
+        }
+    }
+    std::fs::symlink_metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_some_and(|age| age > STAGING_MAX_AGE)
+}
+
+/// Removes the staging folders (`.tally-add-*`) in `datasets` left by adds and fetches that
+/// were killed before they could clean up, and returns those it removed. A folder is stale
+/// when its process has ended: the lock it held in the folder can be taken, or (a folder
+/// without one) its process id, the last part of its name, is not a live process; when that
+/// cannot be told (no lock and no process table), when it is older than a day. The folder of
+/// an add still running is never removed. `tally add` and `tally fetch` call it as they
+/// start; `tally serve` as it starts.
+pub fn remove_stale_staging(datasets: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(datasets) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(STAGING_PREFIX) || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = e.path();
+        if is_stale(&path, &name) && std::fs::remove_dir_all(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed
 }
 
 impl Drop for Staging {
@@ -586,6 +672,9 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
             "create it, run from the folder that holds datasets/, or pass --datasets DIR",
         ));
     }
+    // First, whatever this add goes on to do: a killed add's half-written files go now, not
+    // at the next add that gets as far as writing.
+    remove_stale_staging(&options.datasets);
     let folder = options.datasets.join(&options.dataset_id);
     let def = if folder.is_dir() {
         read_definition(&folder, &options.dataset_id)?
@@ -654,6 +743,11 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         ));
     }
     let sha256 = sha256_file(&input.path)?;
+    let file_name = input
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
 
     // The columns to write and, without a definition, the skeleton's guesses.
     let mut questions = Vec::new();
@@ -663,10 +757,23 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
             None,
         ),
         None => {
-            let (columns, sk) = infer_columns(&input, &header, &null_markers, progress)?;
+            let (columns, mut sk) = infer_columns(&input, &header, &null_markers, progress)?;
             for g in &sk.guesses {
                 questions.extend(g.questions.iter().cloned());
             }
+            // Written (and checked) before converting: a file too wide for a definition is
+            // refused before the work of writing its data.
+            sk.text = skeleton_text(
+                &options.dataset_id,
+                &input,
+                &header,
+                &file_name,
+                &null_markers,
+                &columns,
+                &sk,
+                &data_file,
+                &mut warnings,
+            )?;
             (columns, Some(sk))
         }
     };
@@ -674,11 +781,6 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
     // Convert and write.
     let staging = Staging::new(&options.datasets, &options.dataset_id)?;
     let staged_data = staging.dir.join(&data_file);
-    let file_name = input
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let converted_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let record = serde_json::json!({
         "tool": "tally add",
@@ -768,11 +870,16 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
     if !differences.is_empty() {
         if options.accept_drift || def.is_none() {
             if def.is_none() {
-                return Err(IngestError::Internal(format!(
-                    "values changed between the two reads of {}: {}",
-                    input.path.display(),
-                    differences.join("; ")
-                )));
+                // The types were guessed from the first read; only a file written to while it
+                // is read can hold other values on the second.
+                return Err(IngestError::input(
+                    input.place(),
+                    format!(
+                        "the file changed while it was converted (its values differ between the two reads: {})",
+                        differences.join("; ")
+                    ),
+                    "wait until the file is completely written (or convert a copy) and run tally add again",
+                ));
             }
             for d in differences {
                 warnings.push(format!("{d}: stored as empty (--accept-drift)"));
@@ -802,48 +909,23 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         }
     }
 
-    // The skeleton, checked by the same reader `tally check` uses.
+    if let Some(sk) = &skeleton
+        && sk.rows != written
+    {
+        return Err(IngestError::input(
+            input.place(),
+            format!(
+                "the file changed while it was converted ({} data rows on the first read, {written} on the second)",
+                sk.rows
+            ),
+            "wait until the file is completely written (or convert a copy) and run tally add again",
+        ));
+    }
     let mut id_field = def.as_ref().and_then(|d| d.id_field.clone());
-    let yaml = match &skeleton {
-        Some(sk) => {
-            let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
-            let indices: Vec<usize> = columns.iter().map(|c| c.source.unwrap_or(0)).collect();
-            let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
-            let text = skeleton::write(&skeleton::SkeletonInput {
-                dataset_id: &options.dataset_id,
-                file_name: &file_name,
-                format: input.format.name(),
-                encoding: input.encoding.map(|e| e.name()),
-                sheet: input.sheet.as_deref(),
-                header_rows: header.header_rows,
-                title_row: header.title.as_deref(),
-                null_markers: &null_markers,
-                names: &names,
-                indices: &indices,
-                guesses: &sk.guesses,
-                id: sk.id,
-                rows: written,
-                data_file: &data_file,
-                date: &today,
-            });
-            if let Err(e) =
-                tally_semantic::load_definition(DEFINITION_FILE, &options.dataset_id, &text)
-            {
-                return Err(IngestError::Internal(format!(
-                    "the skeleton written for {} does not validate: {}",
-                    options.dataset_id,
-                    e.diagnostics
-                        .iter()
-                        .map(|d| format!("line {}: {} ({})", d.line, d.message, d.path))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                )));
-            }
-            id_field = sk.id.map(|i| names[i].clone());
-            Some(text)
-        }
-        None => None,
-    };
+    if let Some(sk) = &skeleton {
+        id_field = sk.id.map(|i| columns[i].name.clone());
+    }
+    let yaml = skeleton.as_ref().map(|sk| sk.text.clone());
 
     // Into place: a new folder appears whole; an existing one gets its data first and then
     // the definition (a folder without one is not served, so it is never seen half-made).
@@ -853,6 +935,7 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         if let Some(text) = &yaml {
             write_synced(&staging.dir.join(DEFINITION_FILE), text)?;
         }
+        staging.release_lock();
         rename(&staging.dir, &folder)?;
         staging.keep = true;
     } else {
@@ -935,10 +1018,111 @@ fn write_synced(path: &Path, text: &str) -> Result<(), IngestError> {
         .map_err(|e| IngestError::io(format!("cannot write {}", path.display()), e))
 }
 
-/// The skeleton's guesses.
+/// The skeleton's guesses and its text.
 struct Skeleton {
     guesses: Vec<infer::Guess>,
     id: Option<usize>,
+    /// Data rows of the first read.
+    rows: u64,
+    text: String,
+}
+
+/// A size in MiB with one decimal, as messages give it.
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+/// The skeleton `dataset.yaml`, checked by the same reader `tally check` uses. A definition
+/// may be at most 4 MiB (and 200,000 values): past that, the per-field TODO comments are
+/// left out (said in a warning and at the top of the file), and a file whose fields alone do
+/// not fit is refused.
+#[expect(clippy::too_many_arguments, reason = "the parts of one file, named")]
+fn skeleton_text(
+    dataset_id: &str,
+    input: &Input,
+    header: &Header,
+    file_name: &str,
+    null_markers: &[String],
+    columns: &[OutColumn],
+    sk: &Skeleton,
+    data_file: &str,
+    warnings: &mut Vec<String>,
+) -> Result<String, IngestError> {
+    let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
+    let indices: Vec<usize> = columns.iter().map(|c| c.source.unwrap_or(0)).collect();
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let mut parts = skeleton::SkeletonInput {
+        dataset_id,
+        file_name,
+        format: input.format.name(),
+        encoding: input.encoding.map(|e| e.name()),
+        sheet: input.sheet.as_deref(),
+        header_rows: header.header_rows,
+        title_row: header.title.as_deref(),
+        null_markers,
+        names: &names,
+        indices: &indices,
+        guesses: &sk.guesses,
+        id: sk.id,
+        rows: sk.rows,
+        data_file,
+        date: &today,
+        comments: true,
+    };
+    let max = tally_semantic::yaml::MAX_DOCUMENT_BYTES;
+    let mut text = skeleton::write(&parts);
+    if text.len() > max {
+        parts.comments = false;
+        let full = text.len();
+        text = skeleton::write(&parts);
+        if text.len() <= max {
+            warnings.push(format!(
+                "the TODO comments of each field were left out of {DEFINITION_FILE}: with them it would be {}, more than the {} a definition may be",
+                mib(full),
+                mib(max)
+            ));
+        }
+    }
+    let too_large = |what: String| {
+        IngestError::limit(
+            format!(
+                "{}: a {DEFINITION_FILE} declaring its {} columns {what}, so none is written",
+                input.path.display(),
+                infer::count_text(columns.len() as u64)
+            ),
+            "split the columns into several files (a dataset each), shorten long column names, or lower --max-columns to refuse such files sooner",
+        )
+    };
+    if text.len() > max {
+        return Err(too_large(format!(
+            "would be {} even without comments, more than the {} a definition may be",
+            mib(text.len()),
+            mib(max)
+        )));
+    }
+    if let Err(e) = tally_semantic::yaml::parse(&text) {
+        return Err(too_large(format!(
+            "is past what a definition may hold ({})",
+            e.message
+        )));
+    }
+    if let Err(e) = tally_semantic::load_definition(DEFINITION_FILE, dataset_id, &text) {
+        // The names were checked and every guess is one the reader accepts; anything left is
+        // a name or value of the file the definition reader refuses.
+        return Err(IngestError::input(
+            input.place().row(header.row),
+            format!(
+                "a {DEFINITION_FILE} for the file cannot be written: {}",
+                e.diagnostics
+                    .iter()
+                    .map(|d| format!("line {}: {} ({})", d.line, d.message, d.path))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            "rename the columns named there in the header, or write dataset.yaml yourself (tally check says what it accepts) and run tally add again",
+        ));
+    }
+    Ok(text)
 }
 
 /// Without a definition: one read to gather statistics, then a guess per column.
@@ -952,23 +1136,24 @@ fn infer_columns(
     let indices: Vec<usize> = (0..header.names.len())
         .filter(|i| !header.names[*i].is_empty())
         .collect();
-    let mut stats: Vec<ColumnStats> = indices.iter().map(|_| ColumnStats::default()).collect();
+    let mut stats = Statistics::new(indices.len());
     let mut blank = 0;
     progress.begin("reading", input.size);
     let rows = scan_data(input, header, progress, &mut blank, &mut |row| {
-        for (s, &i) in stats.iter_mut().zip(&indices) {
+        for (k, &i) in indices.iter().enumerate() {
             let cell = row.cells.get(i).unwrap_or(&Cell::Empty);
             if is_null_marker(cell, null_markers) {
-                s.add(row.number, &Cell::Empty);
+                stats.add(k, row.number, &Cell::Empty);
             } else {
-                s.add(row.number, cell);
+                stats.add(k, row.number, cell);
             }
         }
+        stats.end_row();
         Ok(())
     })?;
     progress.end();
     let names: Vec<String> = indices.iter().map(|i| header.names[*i].clone()).collect();
-    let (guesses, id) = infer::guess(&names, &stats, rows);
+    let (guesses, id) = infer::guess(&names, &stats.columns, rows);
     let columns = indices
         .iter()
         .zip(&guesses)
@@ -981,7 +1166,15 @@ fn infer_columns(
             bloom: Some(k) == id,
         })
         .collect();
-    Ok((columns, Skeleton { guesses, id }))
+    Ok((
+        columns,
+        Skeleton {
+            guesses,
+            id,
+            rows,
+            text: String::new(),
+        },
+    ))
 }
 
 /// With a definition: each declared field's column, found by `csv_col_index` or by name, and
@@ -995,15 +1188,23 @@ fn map_definition(
 ) -> Result<Vec<OutColumn>, IngestError> {
     let names = &header.names;
     let norm = |s: &str| tally_semantic::names::normalize(s);
-    let find = |name: &str| -> Vec<usize> {
-        let exact: Vec<usize> = (0..names.len()).filter(|i| names[*i] == name).collect();
-        if !exact.is_empty() {
-            return exact;
+    // Every name's columns, as written and normalised, looked up once per field: a search of
+    // the header for each of thousands of fields would be quadratic.
+    let mut by_exact: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut by_norm: HashMap<String, Vec<usize>> = HashMap::new();
+    let normalized: Vec<String> = names.iter().map(|n| norm(n)).collect();
+    for (i, n) in names.iter().enumerate() {
+        if n.is_empty() {
+            continue;
         }
-        let n = norm(name);
-        (0..names.len())
-            .filter(|i| !names[*i].is_empty() && norm(&names[*i]) == n)
-            .collect()
+        by_exact.entry(n.as_str()).or_default().push(i);
+        by_norm.entry(normalized[i].clone()).or_default().push(i);
+    }
+    let find = |name: &str| -> Vec<usize> {
+        if let Some(exact) = by_exact.get(name) {
+            return exact.clone();
+        }
+        by_norm.get(&norm(name)).cloned().unwrap_or_default()
     };
     let place = |i: usize| {
         if input.format.is_sheet() {
@@ -1017,10 +1218,9 @@ fn map_definition(
     let mut columns = Vec::new();
     for f in &def.fields {
         let by_name = find(&f.name);
+        let field_norm = norm(&f.name);
         let source = match f.csv_col_index.map(|i| i as usize) {
-            Some(i)
-                if i < names.len() && (names[i] == f.name || norm(&names[i]) == norm(&f.name)) =>
-            {
+            Some(i) if i < names.len() && (names[i] == f.name || normalized[i] == field_norm) => {
                 Some(i)
             }
             Some(i) => {
@@ -1093,6 +1293,7 @@ fn map_definition(
             bloom: def.id_field.as_deref() == Some(f.name.as_str()),
         });
     }
+    let mut written: HashSet<String> = columns.iter().map(|c| norm(&c.name)).collect();
     for (i, n) in names.iter().enumerate() {
         if used[i] || n.is_empty() {
             continue;
@@ -1101,7 +1302,7 @@ fn map_definition(
             "{} {n:?} is in the file but not declared in dataset.yaml",
             place(i)
         ));
-        let taken = columns.iter().any(|c: &OutColumn| norm(&c.name) == norm(n));
+        let taken = !written.insert(normalized[i].clone());
         if accept_drift && taken {
             warnings.push(format!(
                 "{} {n:?}: not declared, and its name is taken by a column written; left out",

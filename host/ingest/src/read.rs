@@ -109,8 +109,29 @@ pub struct ReadOptions {
     /// A WHATWG encoding label (`utf-8`, `shift_jis`, `cp932`, `euc-jp`, …).
     pub encoding: Option<String>,
     pub sheet: Option<String>,
-    /// Cap on what a workbook may expand to, in bytes.
+    /// Cap on what a workbook may expand to, in bytes (0: [`DEFAULT_MAX_UNPACKED`](crate::DEFAULT_MAX_UNPACKED)).
     pub max_unpacked_bytes: u64,
+    /// Cap on the columns read (0: [`DEFAULT_MAX_COLUMNS`]).
+    pub max_columns: usize,
+}
+
+/// Columns read at most, unless `--max-columns` says otherwise. Every column costs memory
+/// while a file is converted (its statistics, its builder and its Parquet column writer, a
+/// few tens of KiB even when empty), and a `dataset.yaml` declaring more than about 20,000
+/// fields is past what a definition may hold (4 MiB, 200,000 values): 10,000 is far beyond
+/// any table a publisher ships (Excel itself stops at 16,384) and keeps the per-column part
+/// of the memory budget in the hundreds of MiB.
+pub const DEFAULT_MAX_COLUMNS: usize = 10_000;
+
+/// The refusal of a row, a file or a key set with more columns than the cap.
+pub(crate) fn too_many_columns(place: Place, what: String, cap: usize) -> IngestError {
+    IngestError::limit(
+        format!(
+            "{place}: {what}, more than the {} columns tally add reads (--max-columns)",
+            crate::infer::count_text(cap as u64)
+        ),
+        "if the file really has that many columns, raise the cap with --max-columns N (each column costs some tens of KiB while converting); otherwise check the delimiter, the header row, or the keys of the JSON objects",
+    )
 }
 
 /// An input file, its format and how its text is decoded.
@@ -127,6 +148,8 @@ pub struct Input {
     /// Sheets of the workbook (for the summary and errors).
     pub sheets: Vec<String>,
     pub size: u64,
+    /// Columns read at most: a row, header or key set past it is refused as it is read.
+    pub max_columns: usize,
 }
 
 /// Bytes sniffed for detecting the encoding.
@@ -168,6 +191,11 @@ impl Input {
             sheet: None,
             sheets: Vec::new(),
             size: meta.len(),
+            max_columns: if options.max_columns == 0 {
+                DEFAULT_MAX_COLUMNS
+            } else {
+                options.max_columns
+            },
         };
         match format {
             Format::Csv { .. } | Format::JsonLines => {
@@ -287,8 +315,27 @@ impl Input {
                 .position()
                 .map(|p| lines.borrow_mut().line_of(p.byte()))
                 .unwrap_or(0);
+            // A record past the column cap is refused before its cells are made (a line of
+            // 16 MiB of commas is 16 million fields); empty fields past it, as spreadsheets
+            // write them, are dropped.
+            if record.len() > self.max_columns
+                && let Some(k) = record
+                    .iter()
+                    .skip(self.max_columns)
+                    .position(|f| !f.is_empty())
+            {
+                return Err(too_many_columns(
+                    self.place().row(line),
+                    format!(
+                        "the row has {} fields (field {} holds a value)",
+                        crate::infer::count_text(record.len() as u64),
+                        crate::infer::count_text((self.max_columns + k + 1) as u64)
+                    ),
+                    self.max_columns,
+                ));
+            }
             cells.clear();
-            cells.extend(record.iter().map(|s| {
+            cells.extend(record.iter().take(self.max_columns).map(|s| {
                 if s.is_empty() {
                     Cell::Empty
                 } else {

@@ -26,6 +26,9 @@ pub struct SkeletonInput<'a> {
     pub rows: u64,
     pub data_file: &'a str,
     pub date: &'a str,
+    /// The per-field TODO comments (left out of a file that would be past the size a
+    /// definition may be).
+    pub comments: bool,
 }
 
 /// A YAML scalar: plain where that reads back as the same string, double-quoted otherwise.
@@ -86,6 +89,12 @@ pub fn write(input: &SkeletonInput<'_>) -> String {
     y.push_str(
         "# `tally check` accepts this file as it is; run `tally add` again after editing it.\n",
     );
+    if !input.comments {
+        y.push_str(
+            "# The TODO comments of each field were left out: with them this file would be\n",
+        );
+        y.push_str("# past the size a definition may be. Confirm every role and data_type.\n");
+    }
     y.push_str("schema_version: \"1\"\n");
     let stem = std::path::Path::new(input.file_name)
         .file_stem()
@@ -159,6 +168,9 @@ pub fn write(input: &SkeletonInput<'_>) -> String {
             None => {}
         }
         let _ = writeln!(y, "  csv_col_index: {}", input.indices[i]);
+        if !input.comments {
+            continue;
+        }
         for t in &g.todos {
             let _ = writeln!(y, "  # TODO: {}", comment(t));
         }

@@ -24,6 +24,20 @@ pub const ROW_GROUP_ROWS: usize = 65_536;
 const PAGE_ROWS: usize = 8_192;
 /// Rows converted before they are handed to the writer.
 const BATCH_ROWS: usize = 8_192;
+/// Bytes of values converted before they are handed to the writer, whatever the rows: a
+/// batch of 8,192 rows of 10,000 columns would be most of a GiB.
+pub const BATCH_BYTES: usize = 32 << 20;
+/// What the Parquet writer may hold of the row group it is writing (pages, dictionaries and
+/// statistics of every column) before the row group is closed early: a row group of 65,536
+/// wide rows would otherwise be held whole until written.
+pub const ROW_GROUP_MEMORY: usize = 128 << 20;
+/// What the footer of the file may hold: the metadata of every column chunk (statistics,
+/// page index) stays in memory until the file is finished, about [`CHUNK_METADATA`] for each
+/// column of each row group. A wide file closes its row groups early (at
+/// [`ROW_GROUP_MEMORY`]), so without this its footer would grow with its rows.
+pub const FOOTER_BUDGET: usize = 256 << 20;
+/// Metadata held for one column of one row group, about (measured: 1–2.5 KiB).
+const CHUNK_METADATA: usize = 3 << 10;
 
 /// One column of the written file.
 #[derive(Debug, Clone)]
@@ -48,14 +62,15 @@ enum Builder {
 }
 
 impl Builder {
-    fn new(kind: Kind) -> Builder {
+    /// A builder with room for `rows` values (`rows * 16` bytes of text): the batch's share
+    /// of [`BATCH_BYTES`] for this column, so that thousands of columns do not each reserve
+    /// a full batch up front.
+    fn new(kind: Kind, rows: usize) -> Builder {
         match kind {
-            Kind::Text | Kind::Date => {
-                Builder::Text(StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 16))
-            }
-            Kind::Int => Builder::Int(Int64Builder::with_capacity(BATCH_ROWS)),
-            Kind::Float => Builder::Float(Float64Builder::with_capacity(BATCH_ROWS)),
-            Kind::Bool => Builder::Bool(BooleanBuilder::with_capacity(BATCH_ROWS)),
+            Kind::Text | Kind::Date => Builder::Text(StringBuilder::with_capacity(rows, rows * 16)),
+            Kind::Int => Builder::Int(Int64Builder::with_capacity(rows)),
+            Kind::Float => Builder::Float(Float64Builder::with_capacity(rows)),
+            Kind::Bool => Builder::Bool(BooleanBuilder::with_capacity(rows)),
         }
     }
 
@@ -96,7 +111,10 @@ pub struct Sink {
     writer: ArrowWriter<File>,
     schema: Arc<Schema>,
     builders: Vec<Builder>,
+    columns: usize,
     pending: usize,
+    /// Bytes of values in the builders, about.
+    pending_bytes: usize,
     pub rows: u64,
 }
 
@@ -144,11 +162,14 @@ impl Sink {
             .map_err(|e| IngestError::io(format!("cannot write {}", path.display()), e))?;
         let writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props.build()))
             .map_err(internal)?;
+        let rows = (BATCH_BYTES / 16 / columns.len().max(1)).clamp(16, BATCH_ROWS);
         Ok(Sink {
             writer,
             schema,
-            builders: columns.iter().map(|c| Builder::new(c.kind)).collect(),
+            builders: columns.iter().map(|c| Builder::new(c.kind, rows)).collect(),
+            columns: columns.len(),
             pending: 0,
+            pending_bytes: 0,
             rows: 0,
         })
     }
@@ -156,11 +177,15 @@ impl Sink {
     /// Appends one row (one value per column, in order).
     pub fn push(&mut self, values: impl Iterator<Item = Value>) -> Result<(), IngestError> {
         for (b, v) in self.builders.iter_mut().zip(values) {
+            self.pending_bytes += match &v {
+                Value::Text(s) => s.len() + 4,
+                _ => 8,
+            };
             b.push(v);
         }
         self.pending += 1;
         self.rows += 1;
-        if self.pending >= BATCH_ROWS {
+        if self.pending >= BATCH_ROWS || self.pending_bytes >= BATCH_BYTES {
             self.flush()?;
         }
         Ok(())
@@ -172,15 +197,35 @@ impl Sink {
         }
         let arrays: Vec<ArrayRef> = self.builders.iter_mut().map(Builder::finish).collect();
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays).map_err(internal)?;
-        self.writer.write(&batch).map_err(internal)?;
+        self.writer.write(&batch).map_err(written)?;
         self.pending = 0;
+        self.pending_bytes = 0;
+        if self.writer.memory_size() > ROW_GROUP_MEMORY {
+            self.writer.flush().map_err(written)?;
+        }
+        let row_groups = self.writer.flushed_row_groups().len() + 1;
+        if row_groups
+            .saturating_mul(self.columns)
+            .saturating_mul(CHUNK_METADATA)
+            > FOOTER_BUDGET
+        {
+            return Err(IngestError::limit(
+                format!(
+                    "the data is too wide and long for one Parquet file: after {} rows it needs {row_groups} row groups of {} columns, whose metadata (held until the file is finished) would pass {} MiB",
+                    self.rows,
+                    self.columns,
+                    FOOTER_BUDGET >> 20
+                ),
+                "split the file into several by rows (a dataset each, or parts converted one by one), or keep only the columns needed",
+            ));
+        }
         Ok(())
     }
 
     /// Writes the footer and syncs the file to disk.
     pub fn finish(mut self) -> Result<u64, IngestError> {
         self.flush()?;
-        let file = self.writer.into_inner().map_err(internal)?;
+        let file = self.writer.into_inner().map_err(written)?;
         file.sync_all()
             .map_err(|e| IngestError::io("cannot sync the written Parquet file", e))?;
         Ok(self.rows)
@@ -189,4 +234,18 @@ impl Sink {
 
 fn internal(e: impl std::fmt::Display) -> IngestError {
     IngestError::Internal(format!("writing Parquet: {e}"))
+}
+
+/// A failure of the Parquet writer: the disk (full, gone) is said as such; anything else is
+/// a bug of ours.
+fn written(e: parquet::errors::ParquetError) -> IngestError {
+    if let parquet::errors::ParquetError::External(inner) = &e
+        && let Some(io) = inner.downcast_ref::<std::io::Error>()
+    {
+        return IngestError::io(
+            "cannot write the Parquet file",
+            std::io::Error::new(io.kind(), io.to_string()),
+        );
+    }
+    internal(e)
 }

@@ -36,9 +36,15 @@ pub struct ReadFlags {
     /// as empty. Repeatable; beside source.null_markers of dataset.yaml.
     #[arg(long = "null-marker", value_name = "VALUE", allow_hyphen_values = true)]
     null_markers: Vec<String>,
-    /// What a workbook may expand to when unpacked, in MiB (a guard against zip bombs).
+    /// What a workbook may expand to when unpacked, in MiB (a guard against zip bombs); what
+    /// the sheet reader holds in memory for its shared strings and styles is held to it too.
     #[arg(long, value_name = "MIB", default_value_t = 2048)]
     max_unpacked_mb: u64,
+    /// The most columns read (header fields, sheet columns, Parquet columns, distinct JSON
+    /// keys); a file with more is refused. Each column costs memory while converting.
+    #[arg(long, value_name = "N", default_value_t = tally_ingest::read::DEFAULT_MAX_COLUMNS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    max_columns: u64,
     /// Print the summary on one line.
     #[arg(long)]
     compact: bool,
@@ -54,6 +60,7 @@ impl ReadFlags {
                 encoding: self.encoding.clone(),
                 sheet: self.sheet.clone(),
                 max_unpacked_bytes: self.max_unpacked_mb.clamp(1, 1 << 30) * 1024 * 1024,
+                max_columns: usize::try_from(self.max_columns).unwrap_or(usize::MAX),
             },
             header_rows: self.header_rows,
             accept_drift: self.accept_drift,
@@ -78,8 +85,9 @@ pub struct FetchFlags {
     /// The dataset's id; its dataset.yaml names the page (source.url) and the file's name
     /// pattern (source.asset_pattern).
     dataset_id: String,
-    /// A host the file may come from besides the page's own (repeatable).
-    #[arg(long = "allow-host", value_name = "HOST")]
+    /// A server the file may come from besides the page's own (repeatable): `HOST` means
+    /// https on port 443; another port is another server, given as `HOST:PORT`.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
     allow_hosts: Vec<String>,
     /// The largest download accepted, in bytes.
     #[arg(long, default_value_t = tally_ingest::fetch::DEFAULT_MAX_BYTES)]

@@ -38,6 +38,60 @@ pub fn options(datasets: &Path, id: &str, file: &Path) -> AddOptions {
     }
 }
 
+/// Runs `work` in a process of its own — this test binary again, running only the test
+/// `name` (its path, such as `limits::a_test`) — so that its peak resident memory is its
+/// own and not that of the tests running beside it. Returns that peak in KiB to the test
+/// that asked; in the process that does the work it runs `work` and returns `None`. Where
+/// the peak cannot be read (no `/proc`), `work` runs here and `None` is returned.
+pub fn peak_rss_kib_alone(name: &str, work: impl FnOnce()) -> Option<u64> {
+    const ALONE: &str = "TALLY_INGEST_IT_ALONE";
+    if std::env::var(ALONE).as_deref() == Ok(name) {
+        work();
+        if let Some(kib) = peak_rss_kib() {
+            println!("peak_rss_kib={kib}");
+        }
+        return None;
+    }
+    if peak_rss_kib().is_none() {
+        work();
+        return None;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ALONE, name)
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{name} failed in a process of its own:\n{stdout}\n{stderr}"
+    );
+    // The harness writes the test's name on the same line as what it prints.
+    let kib = stdout.split("peak_rss_kib=").nth(1).and_then(|v| {
+        v.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()
+    });
+    assert!(
+        kib.is_some(),
+        "{name} did not run in its own process (is the name its full path?):\n{stdout}"
+    );
+    kib
+}
+
+/// This process's peak resident memory in KiB (`VmHWM`), where the system says it.
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// A column of a Parquet file: text as text, numbers as i64 where they are integers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Column {

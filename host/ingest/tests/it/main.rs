@@ -4,4 +4,6 @@
 mod architecture;
 mod common;
 mod inputs;
+mod limits;
 mod reference;
+mod staging;
