@@ -278,3 +278,22 @@ def test_a_deep_stdio_line_is_answered_with_its_id():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_serve_removes_what_a_killed_add_left(tmp_path):
+    """Regression (issue 36): a killed `tally add` left its staging folder until the next add.
+    `tally serve` sweeps such folders as it starts (never one whose add still runs)."""
+    import shutil
+
+    datasets = tmp_path / "datasets"
+    shutil.copytree(Path(datasets_dir()) / "guide", datasets / "guide")
+    # The process id in the name is past any the kernel gives, so no such add runs.
+    left = datasets / ".tally-add-survey-4194305999"
+    left.mkdir()
+    (left / "data.parquet").write_bytes(b"half written")
+    s = HttpServer(datasets=str(datasets))
+    try:
+        assert not left.exists(), "the staging folder of a killed add is removed at start"
+        assert (datasets / "guide" / "dataset.yaml").is_file()
+    finally:
+        s.stop()

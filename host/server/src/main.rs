@@ -558,6 +558,11 @@ fn serve(
             return ExitCode::from(exit::CONFIG);
         }
     };
+    // What a killed `tally add` left (never the folder of one still running): the catalog
+    // never reads such folders, but they hold disk until removed.
+    for removed in tally_ingest::remove_stale_staging(&common.datasets) {
+        tracing::info!(folder = %removed.display(), "removed the staging folder of an add that did not finish");
+    }
     let Some(runtime) = crate::runtime() else {
         return ExitCode::from(crate::exit::FAILED);
     };
