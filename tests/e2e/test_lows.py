@@ -235,3 +235,58 @@ def test_check_fails_a_file_whose_pages_do_not_decode(datasets):
     for extra in ([], ["--deep"]):
         p = tally("check", *extra, str(datasets))
         assert p.returncode == 0, p.stdout.decode()
+
+
+def write_bombs(datasets: Path):
+    """The e2e suite's bombs (host/server/tests/it/e2e.rs): 10M copies of a 16-character
+    string, and 1.5M copies of a 2 KiB one (3 GB once decoded), dictionary-encoded and zstd:
+    kilobytes on disk."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name, rows, text in (("bombrows", 10_000_000, "x" * 16), ("bombtext", 1_500_000, "y" * 2048)):
+        folder = datasets / name
+        folder.mkdir(parents=True)
+        (folder / "dataset.yaml").write_text(f"title: {name}\nfields:\n- {{name: s, role: dim}}\n", encoding="utf-8")
+        schema = pa.schema([pa.field("s", pa.dictionary(pa.int32(), pa.string()), nullable=False)])
+        with pq.ParquetWriter(folder / "data.parquet", schema, compression="zstd") as w:
+            for start in range(0, rows, 1_000_000):
+                n = min(1_000_000, rows - start)
+                keys = pa.array([0] * n, pa.int32())
+                w.write_table(pa.table({"s": pa.DictionaryArray.from_arrays(keys, pa.array([text]))}, schema=schema))
+
+
+async def test_inspect_on_a_decompression_bomb_answers_or_refuses_at_once(tmp_path):
+    """inspect_dataset read every value of a bomb from its files (3 GB of text for bombtext)
+    and ran into its deadline; query_records reads a page. Now it describes a bomb from its
+    prepared table (waiting for its preparation), and refuses at once, with the memory
+    budget's limit error, one whose table does not fit (bombrows in 16 MiB)."""
+    datasets = tmp_path / "datasets"
+    write_bombs(datasets)
+    params = StdioServerParameters(
+        command=tally_bin(), args=["serve", "--datasets", str(datasets), "--no-cache", "--memory-budget", "16"],
+        env={"TALLY_LOG": "warn", "PATH": os.environ.get("PATH", "")},
+    )
+    async with Client(params, mode="legacy", cache=None) as c:
+        started = time.monotonic()
+        r = await c.call_tool("inspect_dataset", {"dataset_id": "bombtext"})
+        print(f"inspect bombtext: {time.monotonic() - started:.2f} s")
+        assert not r.is_error, r.content[0].text
+        [field] = r.structured_content["data"]["fields"]
+        assert field["values"]["distinct_count"] == 1 and r.structured_content["data"]["record_count"] == 1_500_000
+
+        started = time.monotonic()
+        r = await c.call_tool("inspect_dataset", {"dataset_id": "bombrows"})
+        print(f"inspect bombrows: {time.monotonic() - started:.2f} s")
+        assert r.is_error
+        error = json.loads(r.content[0].text)["error"]
+        assert error["code"] == "limit_exceeded", error
+        assert "memory budget" in error["message"] and "time budget" not in error["message"], error
+        assert "--memory-budget" in error["hint"] and "query_records" in error["hint"], error
+
+        r = await c.call_tool("query_records", {"dataset_id": "bombrows", "limit": 2})
+        if r.is_error:
+            # A debug build on a loaded machine may not count 10M records within the budget.
+            assert "time budget" in json.loads(r.content[0].text)["error"]["message"], r.content[0].text
+        else:
+            assert r.structured_content["data"]["total"] == 10_000_000

@@ -86,7 +86,7 @@ async fn observed_values(
 
 pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, EngineError> {
     let def = &ds.def;
-    let prepared = ds.prepared(engine).await?;
+    let prepared = ds.prepared_for_every_value(engine).await?;
     let planner = Planner {
         def,
         functions: engine.functions(),

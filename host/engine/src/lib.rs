@@ -928,7 +928,7 @@ impl Engine {
     ) -> Result<(InspectResult, Provenance), EngineError> {
         let body = ds.inspect_cached(|| inspect::compute(self, ds)).await?;
         let mut data = if full { body } else { inspect::compact(body) };
-        let prepared = ds.prepared(self).await?;
+        let prepared = ds.prepared_for_every_value(self).await?;
         let mut provenance = Provenance::default();
         let (source, warning) = dataset_source(ds, &prepared.files);
         let source_ref = provenance.cite(source);

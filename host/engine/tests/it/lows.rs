@@ -259,3 +259,112 @@ fn a_corrupt_page_fails_reading_every_page_with_its_file_and_column() {
     );
     assert!(failed.is_err(), "{failed:?}");
 }
+
+/// A datasets directory holding `bomb`: 1.5M copies of one 2 KiB string (dictionary-encoded,
+/// zstd; 3 GB once every value is decoded, a few hundred KB on disk), as
+/// `host/server/tests/it/e2e.rs` writes `bomb-text.parquet` for the e2e suite.
+fn bomb_dir() -> &'static std::path::Path {
+    use datafusion::arrow::array::{ArrayRef, DictionaryArray, Int32Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::basic::{Compression, ZstdLevel};
+    use datafusion::parquet::file::properties::WriterProperties;
+
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let folder = dir.path().join("bomb");
+        std::fs::create_dir_all(&folder).expect("folder");
+        std::fs::write(
+            folder.join("dataset.yaml"),
+            "title: bomb\nfields:\n- {name: s, role: dim}\n",
+        )
+        .expect("yaml");
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "s",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            false,
+        )]));
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_row_count(Some(4 * 1024 * 1024))
+            .build();
+        let file = std::fs::File::create(folder.join("data.parquet")).expect("file");
+        let mut writer =
+            ArrowWriter::try_new(file, Arc::clone(&schema), Some(props)).expect("writer");
+        let text = "y".repeat(2048);
+        for _ in 0..3 {
+            let keys = Int32Array::from(vec![0i32; 500_000]);
+            let values = Arc::new(StringArray::from(vec![text.as_str()]));
+            let dict: DictionaryArray<Int32Type> =
+                DictionaryArray::try_new(keys, values).expect("dictionary");
+            let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(dict) as ArrayRef])
+                .expect("batch");
+            writer.write(&batch).expect("write");
+        }
+        writer.close().expect("close");
+        dir
+    })
+    .path()
+}
+
+/// Regression (finding 4): `inspect_dataset` on a decompression bomb whose prepared table does
+/// not fit the memory budget read every value from the files (3 GB of text decoded, row by
+/// row) and ran into its deadline, while `query_records` reads a page of the same files. It
+/// is refused at once with the memory budget's limit error, saying what works.
+#[test]
+fn inspect_refuses_a_bomb_whose_table_does_not_fit_at_once() {
+    let engine = Arc::new(Engine::open_with(
+        bomb_dir(),
+        Limits {
+            // 1.5M records need about 9 MiB prepared: more than this budget.
+            memory_budget_bytes: 4 << 20,
+            call_timeout: std::time::Duration::from_secs(5),
+            ..Limits::default()
+        },
+    ));
+    let page = block_on(engine.call_guarded(
+        Tool::QueryRecords,
+        json!({ "dataset_id": "bomb", "limit": 2 }),
+    ))
+    .expect("query_records reads a page of the files");
+    assert_eq!(page["data"]["total"], 1_500_000, "{page}");
+    let e = block_on(engine.call_guarded(Tool::InspectDataset, json!({ "dataset_id": "bomb" })))
+        .expect_err("refused");
+    let EngineError::Limit { message, hint } = &e else {
+        panic!("a limit: {e:?}")
+    };
+    assert!(message.contains("memory budget"), "{message}");
+    assert!(
+        !message.contains("time budget"),
+        "refused at once: {message}"
+    );
+    assert!(
+        hint.contains("--memory-budget") && hint.contains("query_records"),
+        "{hint}"
+    );
+}
+
+/// Regression (finding 4): a bomb whose table fits the budget, large enough to be prepared in
+/// the background: the first `inspect_dataset` decoded every value from the files while the
+/// preparation read them too, and ran into its deadline. It waits for the prepared table (one
+/// dictionary value, 1.5M codes) and describes the data from it.
+#[test]
+fn inspect_of_a_bomb_being_prepared_describes_it_from_its_table() {
+    let engine = Arc::new(Engine::open_with(
+        bomb_dir(),
+        Limits {
+            memory_budget_bytes: 256 << 20,
+            ..Limits::default()
+        },
+    ));
+    let described =
+        block_on(engine.call_guarded(Tool::InspectDataset, json!({ "dataset_id": "bomb" })))
+            .expect("described");
+    let data = &described["data"];
+    assert_eq!(data["record_count"], 1_500_000, "{data}");
+    let field = &data["fields"][0];
+    assert_eq!(field["fill_rate"], 1.0, "{field}");
+    assert_eq!(field["values"]["distinct_count"], 1, "{field}");
+}
