@@ -256,11 +256,12 @@ def write_bombs(datasets: Path):
                 w.write_table(pa.table({"s": pa.DictionaryArray.from_arrays(keys, pa.array([text]))}, schema=schema))
 
 
-async def test_inspect_on_a_decompression_bomb_answers_or_refuses_at_once(tmp_path):
+async def test_inspect_on_a_decompression_bomb_is_described_from_its_prepared_table(tmp_path):
     """inspect_dataset read every value of a bomb from its files (3 GB of text for bombtext)
-    and ran into its deadline; query_records reads a page. Now it describes a bomb from its
-    prepared table (waiting for its preparation), and refuses at once, with the memory
-    budget's limit error, one whose table does not fit (bombrows in 16 MiB)."""
+    while its table was prepared, and ran into its deadline. Now it describes a bomb from its
+    prepared table (waiting for its preparation). One whose table does not fit the budget
+    (bombrows in 16 MiB) is read from its files, as query_records reads it: answered, or
+    stopped at the call's deadline, never holding more than the budget."""
     datasets = tmp_path / "datasets"
     write_bombs(datasets)
     params = StdioServerParameters(
@@ -278,11 +279,11 @@ async def test_inspect_on_a_decompression_bomb_answers_or_refuses_at_once(tmp_pa
         started = time.monotonic()
         r = await c.call_tool("inspect_dataset", {"dataset_id": "bombrows"})
         print(f"inspect bombrows: {time.monotonic() - started:.2f} s")
-        assert r.is_error
-        error = json.loads(r.content[0].text)["error"]
-        assert error["code"] == "limit_exceeded", error
-        assert "memory budget" in error["message"] and "time budget" not in error["message"], error
-        assert "--memory-budget" in error["hint"] and "query_records" in error["hint"], error
+        if r.is_error:
+            error = json.loads(r.content[0].text)["error"]
+            assert error["code"] == "limit_exceeded" and "time budget" in error["message"], error
+        else:
+            assert r.structured_content["data"]["record_count"] == 10_000_000
 
         r = await c.call_tool("query_records", {"dataset_id": "bombrows", "limit": 2})
         if r.is_error:

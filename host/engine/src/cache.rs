@@ -402,6 +402,52 @@ impl Cache {
     }
 }
 
+impl Cache {
+    /// The key cursors are signed with, kept in the cache directory (`cursor.key`, 32
+    /// random bytes, readable by this user only) so that every server process and command of
+    /// one datasets directory signs and checks cursors alike: a page from a server is asked
+    /// for again after a restart, and checked by `tally verify` or `verify_answer` in another
+    /// process, while an edited cursor is refused by all of them. `None` when the directory
+    /// is not private or the key cannot be read or made (each process then signs with a key
+    /// of its own).
+    pub fn cursor_key(&self) -> Option<[u8; 32]> {
+        check_private(&self.dir).ok()?;
+        create_private(&self.dir).ok()?;
+        let path = self.dir.join("cursor.key");
+        let read = |path: &Path| -> Option<[u8; 32]> {
+            let bytes = std::fs::read(path).ok()?;
+            <[u8; 32]>::try_from(bytes.as_slice()).ok()
+        };
+        for _ in 0..20 {
+            if let Some(key) = read(&path) {
+                return Some(key);
+            }
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).ok()?;
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            match options.open(&path) {
+                Ok(mut file) => {
+                    use std::io::Write;
+                    if file.write_all(&key).and_then(|()| file.sync_all()).is_ok() {
+                        return Some(key);
+                    }
+                    let _ = std::fs::remove_file(&path);
+                    return None;
+                }
+                // Another process is writing it: read it once it is whole.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+}
+
 /// Creates `dir` (and its parents), readable and writable by this user only.
 pub fn create_private(dir: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();

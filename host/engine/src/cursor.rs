@@ -42,7 +42,15 @@ pub fn derive_key(seed: &[u8]) {
     let _ = KEY.set(key);
 }
 
-/// The key cursors are signed with: random per server process, so a cursor cannot be edited
+/// Signs cursors with `key` (the one kept in the cache directory, see
+/// [`crate::cache::Cache::cursor_key`]), so that every process of one datasets directory
+/// accepts the cursors of the others. Must be called before the first cursor is made; later
+/// calls are ignored.
+pub fn set_key(key: [u8; 32]) {
+    let _ = KEY.set(key);
+}
+
+/// The key cursors are signed with: random per server process when none was set, so a cursor cannot be edited
 /// (an offset of 2^64−1, another query's offset) without being refused, and one from an
 /// earlier process is refused like any stale cursor. (A cursor is not a capability: any
 /// offset can be reached by paging. The signature keeps edited and foreign cursors from

@@ -670,14 +670,14 @@ impl Dataset {
 
     /// The data for a call that reads every value of every field (`inspect_dataset`: fill
     /// rates, statistics, the values of each field), where the server prepares tables
-    /// (`--streaming auto`): the whole prepared table, waited for up to the caller's deadline
-    /// when it is being prepared, never the files read meanwhile. A page of
-    /// `query_records` reads a few batches of the files; every value of every field read
-    /// from them would be decoded in full at every call (the text of a decompression bomb
-    /// expanded row by row, while its preparation reads the same files once, keeping each
-    /// value once). A table that does not fit the memory budget is refused at once with the
-    /// budget's limit error. A server that reads every dataset at every call
-    /// (`--streaming always`) reads the files, as for any call.
+    /// (`--streaming auto`): the whole prepared table when it fits the memory budget, waited
+    /// for up to the caller's deadline when it is being prepared, never the files read
+    /// meanwhile. A page of `query_records` reads a few batches of the files; every value of
+    /// every field read from them is decoded in full at every call (the text of a
+    /// decompression bomb expanded row by row, while its preparation reads the same files
+    /// once, keeping each value once). A table that does not fit the budget is read from its
+    /// files, as every call over it is (bounded by the call's deadline and memory): a dataset
+    /// larger than memory is described as it is queried.
     pub async fn prepared_for_every_value(
         &self,
         engine: &Engine,
@@ -692,19 +692,7 @@ impl Dataset {
             .cache()
             .is_some_and(|c| c.holds(&self.def.id, &self.version));
         if !cached && (!self.fits(engine) || self.over_budget(engine)) {
-            const MIB: usize = 1024 * 1024;
-            let budget = engine.budget();
-            return Err(EngineError::Limit {
-                message: format!(
-                    "describing every value of dataset `{}` needs its prepared table, and that needs more memory than the server's memory budget allows: about {} MiB for its {} records, while {} MiB of the budget of {} MiB are in use; its files are read at every call instead, which reads every value of them for a description (a small file can expand to gigabytes)",
-                    self.def.id,
-                    self.prepared_estimate().unwrap_or(0).div_ceil(MIB),
-                    self.record_count().unwrap_or(0),
-                    budget.used().div_ceil(MIB),
-                    budget.limit() / MIB,
-                ),
-                hint: "query_records and summarize_records read the files (a page, or the groups asked for); to describe the dataset, start the server with a larger --memory-budget (if the machine has the memory), or serve a smaller extract of the data".into(),
-            });
+            return self.prepared(engine).await;
         }
         self.prepared_whole(engine).await
     }

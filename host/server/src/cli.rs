@@ -196,13 +196,20 @@ fn call(tool: Tool, mut arguments: Value, common: &Common) -> Result<Value, Exit
         }}));
         return Err(ExitCode::from(crate::exit::CONFIG));
     }
-    // Cursors printed by one invocation must be accepted by the next.
-    let seed = common
-        .datasets
-        .canonicalize()
-        .unwrap_or_else(|_| common.datasets.clone());
-    tally_engine::cursor::derive_key(seed.to_string_lossy().as_bytes());
+    // Cursors printed by one invocation must be accepted by the next, and by a server of the
+    // same datasets directory: the key kept with the cache, else one derived from the
+    // directory.
     let cache = common.budgets.cache(&common.datasets);
+    match cache.as_ref().and_then(|c| c.cursor_key()) {
+        Some(key) => tally_engine::cursor::set_key(key),
+        None => {
+            let seed = common
+                .datasets
+                .canonicalize()
+                .unwrap_or_else(|_| common.datasets.clone());
+            tally_engine::cursor::derive_key(seed.to_string_lossy().as_bytes());
+        }
+    }
     let engine = Engine::open_with_backends(
         &common.datasets,
         common.limits(),

@@ -119,6 +119,10 @@ pub struct Budgets {
     /// Rows one summary may make by exploding multi-value fields.
     #[arg(long, global = true, default_value_t = 10_000_000)]
     max_explode_rows: u64,
+    /// Size of an answer `tally verify` or the verify_answer tool checks, in bytes; a larger
+    /// one is refused before it is read.
+    #[arg(long, global = true, default_value_t = 16 * 1024 * 1024)]
+    max_envelope_bytes: usize,
     /// How Parquet datasets are served: `auto` prepares a table when it fits the memory
     /// budget (or the cache) and reads the files at every call when it does not, and while a
     /// large one (a million records or more) is being prepared; `always` reads the files at
@@ -194,6 +198,7 @@ impl Budgets {
                 .unwrap_or_else(tally_engine::memory::default_budget),
             max_groups: self.max_groups.max(1),
             max_explode_rows: self.max_explode_rows.max(1),
+            max_envelope_bytes: self.max_envelope_bytes.max(1024),
             serving: match self.streaming {
                 StreamingArg::Auto => tally_engine::dataset::Serving::Auto,
                 StreamingArg::Always => tally_engine::dataset::Serving::Streaming,
@@ -303,9 +308,9 @@ enum Command {
         /// Also load native plugins to check them (they run with this process's rights).
         #[arg(long, env = "TALLY_ALLOW_NATIVE", value_parser = clap::builder::FalseyValueParser::new())]
         allow_native: bool,
-        /// Also read every page of every data file and prepare every dataset as the server's
-        /// first call would (plugins scanned), within the memory budget: finds corrupt pages
-        /// and data that expands beyond the budget.
+        /// Also prepare every dataset as the server's first call would (plugins scanned),
+        /// within the memory budget: finds data that expands beyond the budget. (Every check
+        /// decodes every page of every data file once, so corrupt pages are always found.)
         #[arg(long)]
         deep: bool,
         /// Also scan every plugin dataset once through its plugin (within the default plugin
@@ -567,6 +572,11 @@ fn serve(
         return ExitCode::from(crate::exit::FAILED);
     };
     let cache = common.budgets.cache(&common.datasets);
+    // Cursors signed with the key kept in the cache: a page is asked for again after a
+    // restart, and checked by another process (`tally verify`), with the same checks.
+    if let Some(key) = cache.as_ref().and_then(|c| c.cursor_key()) {
+        tally_engine::cursor::set_key(key);
+    }
     let engine = tally_engine::Engine::open_with_backends(
         &common.datasets,
         common.limits(),
