@@ -174,24 +174,34 @@ def test_not_an_answer_is_refused_with_what_would_work(datasets, tmp_path):
     assert p.returncode == 1 and "cannot read" in p.stderr, p.stderr
 
 
-def stdio(datasets: Path):
+def stdio(datasets: Path, cache: Path | None = None):
     from mcp import StdioServerParameters
 
+    cached = ["--cache-dir", str(cache)] if cache else ["--no-cache"]
     return StdioServerParameters(
-        command=tally_bin(), args=["serve", "--datasets", str(datasets), "--no-cache"],
+        command=tally_bin(), args=["serve", "--datasets", str(datasets), *cached],
         env={"TALLY_LOG": "warn", "PATH": os.environ.get("PATH", "")},
     )
 
 
-async def test_verify_answer_over_mcp_in_another_server_process(datasets):
-    async with Client(stdio(datasets), mode="legacy", cache=None) as c:
+async def test_verify_answer_over_mcp_in_another_server_process(datasets, tmp_path):
+    # Both processes keep their data in one cache, and so sign cursors with its key.
+    cache = tmp_path / "cache"
+    async with Client(stdio(datasets, cache), mode="legacy", cache=None) as c:
         first = await c.call_tool("query_records", {"dataset_id": "small", "order_by": ["-n"], "limit": 7})
         page = json.loads(first.content[0].text)
         second = await c.call_tool("query_records", {"dataset_id": "small", "order_by": ["-n"], "limit": 7, "cursor": page["data"]["next_cursor"]})
         assert not second.is_error
         answer = second.structured_content
-    # Another process: another cursor key.
+    # A process without the cache has a cursor key of its own: the page cannot be asked again
+    # there, and it says why, as query_records would.
     async with Client(stdio(datasets), mode="legacy", cache=None) as c:
+        r = await c.call_tool("verify_answer", {"envelope": answer})
+        check = r.structured_content["data"]
+        assert check["status"] == "not_reproducible", check
+        assert any("cursor" in reason for reason in check["reasons"]), check
+    # Another process of the same datasets directory and cache: the same cursor key.
+    async with Client(stdio(datasets, cache), mode="legacy", cache=None) as c:
         r = await c.call_tool("verify_answer", {"envelope": answer})
         assert not r.is_error, r.content[0].text
         check = r.structured_content["data"]

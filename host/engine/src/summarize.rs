@@ -88,12 +88,17 @@ fn page_groups(
             match (&ranks[k], values.as_any().downcast_ref::<UInt32Array>()) {
                 // Codes are numbered in the order values were met; their ranks order them
                 // as the values would be ordered.
-                (Some(rank), Some(codes)) => std::sync::Arc::new(UInt32Array::from_iter_values(
+                // A missing key (code 0, with or without its null bit) sorts as a null, not
+                // as "", which would come first.
+                (Some(rank), Some(codes)) => std::sync::Arc::new(
                     codes
-                        .values()
                         .iter()
-                        .map(|c| rank.get(*c as usize).copied().unwrap_or(0)),
-                )),
+                        .map(|c| {
+                            c.filter(|&c| c != 0)
+                                .map(|c| rank.get(c as usize).copied().unwrap_or(0))
+                        })
+                        .collect::<UInt32Array>(),
+                ),
                 _ => values,
             },
         )
@@ -121,9 +126,11 @@ fn page_groups(
         };
         sort.push(SortColumn {
             values,
+            // Missing values last in both directions (docs/semantics.md): a null group
+            // ahead of every value reads as the first answer when it is none.
             options: Some(SortOptions {
                 descending,
-                nulls_first: c < keys && !descending,
+                nulls_first: false,
             }),
         });
     }
@@ -132,7 +139,7 @@ fn page_groups(
             values: key_values(k)?,
             options: Some(SortOptions {
                 descending: false,
-                nulls_first: true,
+                nulls_first: false,
             }),
         });
     }

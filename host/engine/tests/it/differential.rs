@@ -285,7 +285,7 @@ fn summarize_metrics_equal_a_hand_loop() {
                 );
             }
         }
-        // Groups are ordered by count descending, ties by key.
+        // Groups are ordered by count descending, ties by key, the missing key last.
         let counts: Vec<(i64, String)> = data["rows"]
             .as_array()
             .expect("rows")
@@ -293,7 +293,11 @@ fn summarize_metrics_equal_a_hand_loop() {
             .map(|r| (r[1].as_i64().expect("count"), key(&r[0])))
             .collect();
         let mut sorted = counts.clone();
-        sorted.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        sorted.sort_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then(a.1.is_empty().cmp(&b.1.is_empty()))
+                .then(a.1.cmp(&b.1))
+        });
         assert_eq!(counts, sorted, "seed {seed}: order");
 
         // Exploded counts: one per trimmed, non-empty part; records without parts form no

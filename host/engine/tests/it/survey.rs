@@ -314,6 +314,53 @@ pub fn answers_a_model_gets_right(open: &dyn Fn(&Path) -> tally_engine::Engine) 
         assert_eq!(out["data"]["total"].as_i64(), Some(want));
         assert!(want > 1000, "the survey writes e-Tax full-width: {want}");
 
+        // Missing values last in both directions (issue 37): ordered by the key itself,
+        // ascending and descending, the null group of オンライン化実施時期 comes last.
+        let missing = sql_count(
+            &ctx,
+            r#"SELECT count(*) FROM t WHERE "オンライン化実施時期" IS NULL OR trim("オンライン化実施時期") = ''"#,
+        )
+        .await;
+        assert!(missing > 0, "the survey has records without a planned time");
+        for order in ["オンライン化実施時期", "-オンライン化実施時期"] {
+            let out = call(
+                Tool::SummarizeRecords,
+                json!({"dataset_id": "survey", "group_by": ["オンライン化実施時期"], "order_by": [order], "limit": 100}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.to_json()));
+            let rows = out["data"]["rows"].as_array().cloned().unwrap_or_default();
+            let last = rows.last().cloned().unwrap_or_default();
+            assert_eq!(last[0], Value::Null, "{order}: {rows:?}");
+            assert_eq!(last[1].as_i64(), Some(missing), "{order}");
+            assert!(
+                rows[..rows.len() - 1].iter().all(|r| !r[0].is_null()),
+                "{order}"
+            );
+        }
+
+        // One coded-value rule (issue 37): a bare code number names that code in every form,
+        // as SQL counts the code.
+        let second = sql_count(
+            &ctx,
+            r#"SELECT count(*) FROM t WHERE "事務区分" = '2 第1号法定受託事務'"#,
+        )
+        .await;
+        for form in [
+            json!("2"),
+            json!(["2"]),
+            json!({"$eq": "2"}),
+            json!({"$in": ["2"]}),
+        ] {
+            let out = call(
+                Tool::SummarizeRecords,
+                json!({"dataset_id": "survey", "where": {"事務区分": form}}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.to_json()));
+            assert_eq!(out["data"]["rows"][0][0].as_i64(), Some(second), "{form}");
+        }
+
         // A plain string that is a code's label counts that code; `$contains` counts every
         // code containing it and says so.
         let one = sql_count(

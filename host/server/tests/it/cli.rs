@@ -91,6 +91,10 @@ fn summarize_with_repeated_and_json_flags() {
 
 #[test]
 fn query_with_where_order_and_paging() {
+    // One user's cache across the two commands, as on any machine: cursors are signed with
+    // the key kept in the cache of the datasets directory.
+    let home = tempfile::tempdir().expect("cache home");
+    let tally = |args: &[&str]| tally_with_cache_home(args, home.path());
     let o = tally(&[
         "query",
         "procedures",
