@@ -85,7 +85,7 @@ impl<'a> Call<'a> {
     pub async fn open(
         engine: &'a Engine,
         ds: &'a Dataset,
-        filters: &mut [Filter],
+        filters: &mut Vec<Filter>,
         resolved: &mut Vec<Resolution>,
         as_of: Option<&str>,
     ) -> Result<Call<'a>, EngineError> {

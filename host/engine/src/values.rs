@@ -3,8 +3,9 @@
 //! The semantic layer checks values against codelists it knows from `dataset.yaml`; the data
 //! itself is known here. Two things are done with it:
 //! - an exact comparison (`[...]`, `$eq`, `$in`, `$ne`) on a text field without a static
-//!   codelist also matches the values that are equal under NFKC (`押印+印鑑証明` finds
-//!   `押印＋印鑑証明`), and the rewrite is disclosed in `resolved_fields`;
+//!   codelist matches every form of the value the data holds that is equal under NFKC
+//!   (`30日` finds `30日` and `３０日`; `$ne` excludes both), disclosed in `resolved_fields`
+//!   with the forms and the records of each;
 //! - a substring (a plain string or `$contains`) on a coded field that matches several codes
 //!   is said, with the codes and their counts, so a count over two codes is never silent.
 
@@ -17,16 +18,19 @@ use tally_semantic::resolve::{Filter, Resolution};
 use crate::dataset::Prepared;
 use crate::error::EngineError;
 
-/// Rewrites exact text comparisons to the values the data holds (NFKC-equal), disclosing each
-/// rewrite in `resolved`, and returns the warnings about substrings matching several codes.
+/// Rewrites exact text comparisons to every form of their values the data holds (NFKC-equal),
+/// disclosing each rewrite in `resolved`, and returns the warnings about substrings matching
+/// several codes.
 pub async fn match_data(
     ctx: &datafusion::prelude::SessionContext,
     prepared: &Prepared,
     def: &DatasetDef,
-    filters: &mut [Filter],
+    filters: &mut Vec<Filter>,
     resolved: &mut Vec<Resolution>,
 ) -> Result<Vec<String>, EngineError> {
     let mut warnings = Vec::new();
+    // The `$ne` of the other forms of a value, added after the loop.
+    let mut extra: Vec<Filter> = Vec::new();
     for filter in filters.iter_mut() {
         let field = &def.fields[filter.field];
         if field.data_type.is_numeric()
@@ -60,40 +64,40 @@ pub async fn match_data(
                 }
             }
             _ if coded => {}
-            Op::Eq(_) | Op::Ne(_) => {
-                let equal = matches!(filter.op, Op::Eq(_));
-                let (Op::Eq(v) | Op::Ne(v)) = &mut filter.op else {
-                    continue;
-                };
-                if let Some(found) = equal_in_data(ctx, prepared, def, filter.field, v).await? {
-                    if let [one] = found.as_slice() {
-                        resolved.push(Resolution {
-                            parameter,
-                            input: v.text(),
-                            canonical: one.clone(),
-                        });
-                        *v = Scalar::Str(one.clone());
-                    } else if equal {
-                        resolved.push(Resolution {
-                            parameter,
-                            input: v.text(),
-                            canonical: found.join(", "),
-                        });
-                        filter.op = Op::In(found.into_iter().map(Scalar::Str).collect());
+            Op::Eq(v) => {
+                if let Some(forms) = forms_in_data(ctx, prepared, def, filter.field, v).await? {
+                    resolved.push(disclosed(&parameter, v, &forms));
+                    let mut held: Vec<Scalar> =
+                        forms.into_iter().map(|(f, _)| Scalar::Str(f)).collect();
+                    filter.op = if held.len() == 1 {
+                        Op::Eq(held.remove(0))
+                    } else {
+                        Op::In(held)
+                    };
+                }
+            }
+            Op::Ne(v) => {
+                // Every form is excluded: one `$ne` per form, ANDed (a missing cell still
+                // differs from each, as `$ne` on text says).
+                if let Some(forms) = forms_in_data(ctx, prepared, def, filter.field, v).await? {
+                    resolved.push(disclosed(&parameter, v, &forms));
+                    let mut forms = forms.into_iter().map(|(f, _)| Scalar::Str(f));
+                    if let Some(first) = forms.next() {
+                        *v = first;
                     }
+                    extra.extend(forms.map(|f| Filter {
+                        field: filter.field,
+                        op: Op::Ne(f),
+                    }));
                 }
             }
             Op::In(values) => {
                 let mut out: Vec<Scalar> = Vec::with_capacity(values.len());
                 for v in values.iter() {
-                    match equal_in_data(ctx, prepared, def, filter.field, v).await? {
-                        Some(found) => {
-                            resolved.push(Resolution {
-                                parameter: parameter.clone(),
-                                input: v.text(),
-                                canonical: found.join(", "),
-                            });
-                            for f in found {
+                    match forms_in_data(ctx, prepared, def, filter.field, v).await? {
+                        Some(forms) => {
+                            resolved.push(disclosed(&parameter, v, &forms));
+                            for (f, _) in forms {
                                 let s = Scalar::Str(f);
                                 if !out.contains(&s) {
                                     out.push(s);
@@ -112,25 +116,51 @@ pub async fn match_data(
             _ => {}
         }
     }
+    filters.extend(extra);
     Ok(warnings)
 }
 
-/// The values the data holds that equal `value` under NFKC, when the value itself is not
-/// held (`None`: held as typed, or nothing equal).
-async fn equal_in_data(
+/// Every form of `value` the data holds that is equal to it under NFKC (`３０日` and `30日`,
+/// `（ＥＡＳＹ）` and `(EASY)`), with how many records hold each, most first: `None` when the
+/// value as typed is the only form held, or no form is. Matching only the typed form when the
+/// data holds others undercounts silently (the minority form winning); matching every form,
+/// disclosed with its count, does not.
+async fn forms_in_data(
     ctx: &datafusion::prelude::SessionContext,
     prepared: &Prepared,
     def: &DatasetDef,
     field: tally_semantic::definition::FieldId,
     value: &Scalar,
-) -> Result<Option<Vec<String>>, EngineError> {
+) -> Result<Option<Vec<(String, usize)>>, EngineError> {
     let text = value.text();
     let variants = prepared.nfkc_variants(ctx, def, field).await?;
     let Some(found) = variants.get(&nfkc_value(&text)) else {
         return Ok(None);
     };
-    if found.contains(&text) {
+    if found.len() == 1 && found[0] == text {
         return Ok(None);
     }
-    Ok(Some(found.clone()))
+    let counts = prepared.distinct_values(ctx, def, field).await?;
+    let mut forms: Vec<(String, usize)> = found
+        .iter()
+        .map(|f| {
+            let n = counts.iter().find(|(v, _)| v == f).map_or(0, |(_, n)| *n);
+            (f.clone(), n)
+        })
+        .collect();
+    forms.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok(Some(forms))
+}
+
+/// What a value was read as: every form it matched, with the records of each.
+fn disclosed(parameter: &str, value: &Scalar, forms: &[(String, usize)]) -> Resolution {
+    Resolution {
+        parameter: parameter.to_string(),
+        input: value.text(),
+        canonical: forms
+            .iter()
+            .map(|(f, n)| format!("{f} ({n} records)"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }

@@ -314,6 +314,55 @@ pub fn answers_a_model_gets_right(open: &dyn Fn(&Path) -> tally_engine::Engine) 
         assert_eq!(out["data"]["total"].as_i64(), Some(want));
         assert!(want > 1000, "the survey writes e-Tax full-width: {want}");
 
+        // Every NFKC-equal form the data holds is matched (issue 37): the half-width
+        // `電子決裁システム(EASY)` also finds the 4,277 full-width cells, `30日` the `３０日`
+        // ones; `$ne` excludes every form. Independently: the cells whose NFKC form equals.
+        let total_records = rows.len() as i64;
+        for (field, typed) in [
+            ("情報システム(事務処理)", "電子決裁システム(EASY)"),
+            ("処理期間(非オンライン)", "30日"),
+        ] {
+            let c = names.iter().position(|n| n == field).expect("column");
+            let nfkc = |s: &str| s.nfkc().collect::<String>();
+            let want = rows
+                .iter()
+                .filter(|r| r[c].as_deref().is_some_and(|v| nfkc(v) == nfkc(typed)))
+                .count() as i64;
+            let forms: std::collections::BTreeSet<&str> = rows
+                .iter()
+                .filter_map(|r| r[c].as_deref())
+                .filter(|v| nfkc(v) == nfkc(typed))
+                .collect();
+            assert!(
+                forms.len() > 1,
+                "{field}: the survey holds several forms of {typed}"
+            );
+            let out = call(
+                Tool::SummarizeRecords,
+                json!({"dataset_id": "survey", "where": {field: [typed]}}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.to_json()));
+            assert_eq!(
+                out["data"]["rows"][0][0].as_i64(),
+                Some(want),
+                "{field} = {typed}"
+            );
+            let said = out["data"]["resolved_fields"].to_string();
+            assert!(forms.iter().all(|f| said.contains(f)), "{said}");
+            let out = call(
+                Tool::SummarizeRecords,
+                json!({"dataset_id": "survey", "where": {field: {"$ne": typed}}}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.to_json()));
+            assert_eq!(
+                out["data"]["rows"][0][0].as_i64(),
+                Some(total_records - want),
+                "{field} != {typed}"
+            );
+        }
+
         // Missing values last in both directions (issue 37): ordered by the key itself,
         // ascending and descending, the null group of オンライン化実施時期 comes last.
         let missing = sql_count(
