@@ -347,6 +347,12 @@ impl Prepared {
         }
     }
 
+    /// Whether the data is prepared (held or mapped), not read from its files at every call:
+    /// what is cheap to look at again.
+    pub fn is_prepared(&self) -> bool {
+        self.store().is_some()
+    }
+
     fn store(&self) -> Option<&Arc<Store>> {
         match &self.data {
             Data::Stored(s) => Some(s),

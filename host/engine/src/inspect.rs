@@ -99,6 +99,9 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
         rule: "fill rate (null and blank count as empty): fully = 1.0, mostly ≥ 0.5, sparse < 0.5",
         ..QualitySummary::default()
     };
+    // What the data shows the definition did not say (cells of several codes in a field
+    // declared single-valued), said with the definition's own warnings.
+    let mut data_warnings: Vec<String> = Vec::new();
     for (i, f) in def.fields.iter().enumerate() {
         let id = FieldId::at(i);
         let mut entry = describe_field(f, i, &stats, prepared.rows);
@@ -109,6 +112,14 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
         }
         match &f.codelist {
             Some(Codelist::Static(codes)) => {
+                // From prepared data only: read from files, it would be one more scan of
+                // the data per coded field (exact matches still count such cells and say
+                // so; `tally check` reads them).
+                if prepared.is_prepared()
+                    && let Some(multi) = crate::multicode::find(&ctx, &prepared, def, id).await?
+                {
+                    data_warnings.push(multi.warning(&f.name));
+                }
                 entry.codelist = Some(CodelistDescription {
                     kind: CodelistKind::Static,
                     codes: Some(Codes::Described(
@@ -172,7 +183,12 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
         dataset_notes: def.notes.clone(),
         undeclared_columns: ds.undeclared_columns.clone(),
         undeclared_columns_note: "columns of the data file that dataset.yaml does not declare are not served",
-        definition_warnings: ds.warnings.iter().map(ToString::to_string).collect(),
+        definition_warnings: ds
+            .warnings
+            .iter()
+            .map(ToString::to_string)
+            .chain(data_warnings)
+            .collect(),
         version: ds.version.clone(),
         backend: ds.backend.describe(),
         detail: None,

@@ -24,6 +24,7 @@ pub mod inspect;
 pub mod json;
 pub mod memory;
 pub mod meta;
+pub mod multicode;
 pub mod object;
 pub mod parquet;
 pub mod plan;

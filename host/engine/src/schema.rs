@@ -181,6 +181,131 @@ pub fn output_schema(tool: Tool) -> &'static Value {
     }
 }
 
+/// The output schema a client is shown (`outputSchema` in `tools/list`): the envelope, its
+/// `data` and `provenance` with every key a result has and each key's JSON type, without the
+/// nested detail and prose of [`output_schema`]. Every conversation pays for the tool list in
+/// context, and the full schemas were four fifths of it (57,000 characters of 73,000); a
+/// model reads the keys and types, and the prose is in the tool descriptions.
+///
+/// It only ever leaves constraints out of the full schema (no `additionalProperties: false`,
+/// no nested shapes, no formats), so every envelope the full schema admits — and each is
+/// checked against the full one before it is sent — is admitted by this one too.
+pub fn published_output_schema(tool: Tool) -> &'static Value {
+    static SCHEMAS: OnceLock<Vec<Value>> = OnceLock::new();
+    let all = SCHEMAS.get_or_init(|| {
+        Tool::ALL
+            .iter()
+            .map(|t| {
+                let full = output_schema(*t);
+                compact(full, full, 0)
+            })
+            .collect()
+    });
+    let i = Tool::ALL.iter().position(|t| *t == tool).unwrap_or(0);
+    &all[i]
+}
+
+/// How deep the published schema keeps keys: the envelope (0), `data` and `provenance` (1),
+/// and their keys (2), which keep only their type.
+const PUBLISHED_DEPTH: usize = 2;
+
+/// `schema` with references resolved against `root`, keys kept down to
+/// [`PUBLISHED_DEPTH`] and below that only the JSON type.
+fn compact(schema: &Value, root: &Value, depth: usize) -> Value {
+    let resolved = resolve(schema, root);
+    let Some(map) = resolved.as_object() else {
+        return json!({});
+    };
+    if depth >= PUBLISHED_DEPTH {
+        return match json_types(&resolved, root).as_slice() {
+            [] => json!({}),
+            [one] => json!({ "type": one }),
+            many => {
+                json!({ "anyOf": many.iter().map(|t| json!({ "type": t })).collect::<Vec<_>>() })
+            }
+        };
+    }
+    let mut out = serde_json::Map::new();
+    if let Some(properties) = map.get("properties").and_then(Value::as_object) {
+        out.insert("type".into(), json!("object"));
+        // `prov` is there only when asked for (`provenance_format`), and says what it is.
+        let kept: serde_json::Map<String, Value> = properties
+            .iter()
+            .filter(|(k, _)| !(depth == 0 && k.as_str() == "prov"))
+            .map(|(k, v)| (k.clone(), compact(v, root, depth + 1)))
+            .collect();
+        out.insert("properties".into(), Value::Object(kept));
+        // The envelope's own two keys are required; inside them, which keys a result may
+        // leave out is detail a model does not need to write a call.
+        if depth == 0
+            && let Some(required) = map.get("required")
+        {
+            out.insert("required".into(), required.clone());
+        }
+        return Value::Object(out);
+    }
+    compact(&resolved, root, PUBLISHED_DEPTH)
+}
+
+/// `schema` itself, or what its `$ref` points at in `root` (followed a few times at most).
+fn resolve(schema: &Value, root: &Value) -> Value {
+    let mut current = schema.clone();
+    for _ in 0..8 {
+        let Some(pointer) = current
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix('#'))
+        else {
+            return current;
+        };
+        match root.pointer(pointer) {
+            Some(target) => current = target.clone(),
+            None => return json!({}),
+        }
+    }
+    current
+}
+
+/// The JSON types a schema admits (empty: any).
+fn json_types(schema: &Value, root: &Value) -> Vec<String> {
+    let schema = resolve(schema, root);
+    if let Some(t) = schema.get("type") {
+        return match t {
+            Value::String(one) => vec![one.clone()],
+            Value::Array(many) => many
+                .iter()
+                .filter_map(|t| t.as_str().map(String::from))
+                .collect(),
+            _ => Vec::new(),
+        };
+    }
+    let mut out: Vec<String> = Vec::new();
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+            for b in branches {
+                let types = json_types(b, root);
+                if types.is_empty() {
+                    // A branch that admits anything makes the whole admit anything.
+                    return Vec::new();
+                }
+                for t in types {
+                    if !out.contains(&t) {
+                        out.push(t);
+                    }
+                }
+            }
+        }
+    }
+    if schema.get("properties").is_some() {
+        out.push("object".into());
+    }
+    // `integer` is a `number`: listing both is redundant.
+    if out.iter().any(|t| t == "number") {
+        out.retain(|t| t != "integer");
+    }
+    out
+}
+
 fn validator(tool: Tool) -> Result<&'static jsonschema::Validator, String> {
     static VALIDATORS: OnceLock<Vec<Result<jsonschema::Validator, String>>> = OnceLock::new();
     let all = VALIDATORS.get_or_init(|| {

@@ -63,6 +63,61 @@ pub async fn match_data(
                     ));
                 }
             }
+            Op::Eq(_) | Op::In(_) | Op::Ne(_) if coded => {
+                // Cells that hold several codes of a field declared single-valued: each
+                // counts for every code it holds (never silently left out), disclosed.
+                let Some(multi) = crate::multicode::find(ctx, prepared, def, filter.field).await?
+                else {
+                    continue;
+                };
+                let codes: Vec<Scalar> = match &filter.op {
+                    Op::Eq(v) | Op::Ne(v) => vec![v.clone()],
+                    Op::In(vs) => vs.clone(),
+                    _ => Vec::new(),
+                };
+                let mut cells: Vec<Scalar> = Vec::new();
+                for code in &codes {
+                    let text = code.text();
+                    let held: Vec<&(String, usize, Vec<String>)> = multi.holding(&text).collect();
+                    if held.is_empty() {
+                        continue;
+                    }
+                    resolved.push(Resolution {
+                        parameter: parameter.clone(),
+                        input: text.clone(),
+                        canonical: std::iter::once(text.clone())
+                            .chain(
+                                held.iter()
+                                    .map(|(cell, n, _)| format!("{cell} ({n} records)")),
+                            )
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                    for (cell, _, _) in held {
+                        let cell = Scalar::Str(cell.clone());
+                        if !cells.contains(&cell) {
+                            cells.push(cell);
+                        }
+                    }
+                }
+                if cells.is_empty() {
+                    continue;
+                }
+                warnings.push(multi.warning(&field.name));
+                match &mut filter.op {
+                    Op::Eq(v) => {
+                        let mut all = vec![v.clone()];
+                        all.extend(cells);
+                        filter.op = Op::In(all);
+                    }
+                    Op::In(vs) => vs.extend(cells),
+                    Op::Ne(_) => extra.extend(cells.into_iter().map(|c| Filter {
+                        field: filter.field,
+                        op: Op::Ne(c),
+                    })),
+                    _ => {}
+                }
+            }
             _ if coded => {}
             Op::Eq(v) => {
                 if let Some(forms) = forms_in_data(ctx, prepared, def, filter.field, v).await? {

@@ -158,7 +158,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             false
         }
     });
-    if (options.deep || options.scan) && !served.is_empty() {
+    if !served.is_empty() {
         // Prepare each dataset as the server's first call would: through its backend (a
         // plugin's scan included), within the memory budget.
         let Some(runtime) = crate::runtime() else {
@@ -177,7 +177,25 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             let plugin = view.dataset(&id).is_some_and(|ds| {
                 ds.def.backend.kind != tally_semantic::definition::BackendKind::Parquet
             });
-            if !options.deep && !plugin {
+            // A coded field declared single-valued may hold several codes in a cell: the
+            // data says so, not the definition, so a dataset with such a field is read
+            // (within a million records without --deep; a check stays quick on large data).
+            let coded_single = view.dataset(&id).is_some_and(|ds| {
+                ds.record_count().is_some_and(|n| n <= 1_000_000)
+                    && ds.def.fields.iter().any(|f| {
+                        !f.is_multi_value()
+                            && matches!(
+                                f.codelist,
+                                Some(tally_semantic::definition::Codelist::Static(_))
+                            )
+                    })
+            });
+            let read = if plugin {
+                options.deep || options.scan
+            } else {
+                options.deep || coded_single
+            };
+            if !read {
                 ok += 1;
                 say!("{label}: ok");
                 continue;
@@ -188,6 +206,16 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
                 tally_semantic::request::Tool::InspectDataset,
                 arguments,
             ));
+            let notes: Vec<String> = result
+                .as_ref()
+                .ok()
+                .and_then(|envelope| envelope["data"]["definition_warnings"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|w| w.as_str())
+                .filter(|w| w.contains("declared with one value per cell"))
+                .map(str::to_string)
+                .collect();
             match result {
                 Ok(_) if plugin => {
                     ok += 1;
@@ -201,6 +229,9 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
                     broken += 1;
                     say!("{label}: error: {e}");
                 }
+            }
+            for note in notes {
+                say!("{label}: note: {note}");
             }
         }
     } else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rmcp::model::{JsonObject, Tool as McpTool, ToolAnnotations};
 use serde_json::{Value, json};
-use tally_engine::schema::output_schema;
+use tally_engine::schema::published_output_schema;
 use tally_semantic::Tool;
 use tally_semantic::request::Shape;
 
@@ -21,9 +21,10 @@ in data.notes (what null means, approximations) and what was read or cut in prov
 fn names_or_string(description: &str) -> Value {
     json!({
         "description": description,
+        // One name, or a JSON array sent as a string: what models send.
         "anyOf": [
             { "type": "array", "items": { "type": "string" } },
-            { "type": "string", "description": "one name, or a JSON array as a string" }
+            { "type": "string" }
         ]
     })
 }
@@ -31,9 +32,10 @@ fn names_or_string(description: &str) -> Value {
 fn conditions(description: &str) -> Value {
     json!({
         "description": description,
+        // The object, or the same object as a JSON string.
         "anyOf": [
-            { "type": "object", "additionalProperties": true },
-            { "type": "string", "description": "the same object as a JSON string" }
+            { "type": "object" },
+            { "type": "string" }
         ]
     })
 }
@@ -41,9 +43,10 @@ fn conditions(description: &str) -> Value {
 fn count(description: &str) -> Value {
     json!({
         "description": description,
+        // A number, or a number as text.
         "anyOf": [
             { "type": "integer" },
-            { "type": "string", "description": "a number as text" }
+            { "type": "string" }
         ]
     })
 }
@@ -127,17 +130,11 @@ impl Examples {
 
 fn where_text(ex: &Examples) -> String {
     let mut text = format!(
-        "Conditions, ANDed. {{\"field\": [\"a\", \"b\"]}} = exact match of any listed value (on multi-value fields: any part); \
-{{\"field\": \"text\"}} = substring, ignoring case and full/half width (on a field with declared codes, a code's label means that code); \
-{{\"field\": 10}} = equality; operators: $eq $in $ne $contains $not_contains $gt $gte $lt $lte $not_empty, e.g. {{\"{}\": {{\"$gte\": 100}}}}. \
-Codes are checked against the field's codelist (a label without its number is read as the code); numbers may be sent as text.",
+        "ANDed: {{\"F\": [\"a\"]}} exact; {{\"F\": \"text\"}} substring (a code's label or number: that code); {{\"F\": 10}} equal; $eq $in $ne $contains $not_contains $gt $gte $lt $lte $not_empty, e.g. {{\"{}\": {{\"$gte\": 100}}}}.",
         ex.measure()
     );
     if ex.law.is_some() {
-        text.push_str(
-            " On a law locator field (inspect_dataset shows `locator: law`), a value names a provision in any common form \
-(\"第5条第1項\", \"第５条の２\", \"第5の2条\", \"附則第3条\") and matches it and everything inside it.",
-        );
+        text.push_str(" A law locator takes a provision in any form (\"第5条第1項\").");
     }
     text
 }
@@ -146,33 +143,34 @@ Codes are checked against the field's codelist (a label without its number is re
 /// has no words for: a test refuses that).
 fn parameter_description(tool: Tool, name: &str, ex: &Examples) -> String {
     match (tool, name) {
-        (_, "dataset_id") => "A dataset_id from list_datasets.".into(),
-        (Tool::CiteProvisions, "group_by") => "Fields of the dataset to count the records per provision by (e.g. the ministry); default: all records together.".into(),
-        (Tool::CiteProvisions, "link") => "The linked dataset to cite from (a `to` of the dataset's links); default: its only link.".into(),
-        (Tool::CiteProvisions, "as_of") => "Cite the provisions as they stood on this date (YYYY-MM-DD): each law in the revision in force then. Default: the latest revision.".into(),
-        (Tool::QueryRecords | Tool::SummarizeRecords, "as_of") => "Only for datasets with revisions (law texts; inspect_dataset shows `revisions`): read each in the revision in force on this date (YYYY-MM-DD). Default: the latest revision.".into(),
-        (_, "provenance_format") => "\"json\" (default): provenance as Tally's JSON; \"prov\": also as W3C PROV-O in JSON-LD, in `prov` beside `provenance` (for tools that read PROV).".into(),
-        (Tool::VerifyAnswer, "envelope") => "The whole answer to check: an object with data and provenance, exactly as a tool returned it (or its JSON text).".into(),
-        (Tool::ListDatasets, "q") => "Case-insensitive substring of the dataset id or title.".into(),
-        (Tool::ListDatasets, "publisher") => "Case-insensitive substring of the publisher.".into(),
-        (Tool::InspectDataset, "detail") => "\"compact\" (default): what writing a call needs; \"full\": every code's description, more top values, quality words.".into(),
-        (Tool::QueryRecords, "q") => "Substring searched in every text field (or in search_fields), ignoring case and full/half width.".into(),
-        (Tool::QueryRecords, "search_fields") => "Fields q searches (default: all text fields).".into(),
-        (Tool::QueryRecords, "select") => "Fields to return, in order (default: the id, names, dimensions and the fields the call uses; the others are listed in omitted_columns).".into(),
+        (_, "dataset_id") => "From list_datasets.".into(),
+        (Tool::CiteProvisions, "group_by") => "Fields to count the records of each provision by; default: all together.".into(),
+        (Tool::CiteProvisions, "link") => "The linked dataset to cite from (default: the only link).".into(),
+        (Tool::CiteProvisions, "as_of") => "YYYY-MM-DD: each law as in force that day (default: latest).".into(),
+        (Tool::QueryRecords | Tool::SummarizeRecords, "as_of") => "YYYY-MM-DD: datasets with revisions (laws) as in force that day (default: latest).".into(),
+        (_, "provenance_format") => "\"prov\": adds W3C PROV-O.".into(),
+        (Tool::VerifyAnswer, "envelope") => "The whole answer (data and provenance) as returned, or its JSON text.".into(),
+        (Tool::ListDatasets, "q") => "Substring of the id or title.".into(),
+        (Tool::ListDatasets, "publisher") => "Substring of the publisher.".into(),
+        (Tool::InspectDataset, "detail") => "\"full\": every code's description and more values.".into(),
+        (Tool::QueryRecords, "q") => "Substring of any text field (or of search_fields), ignoring case and width.".into(),
+        (Tool::QueryRecords, "search_fields") => "Fields q searches (default: all text).".into(),
+        (Tool::QueryRecords, "select") => "Fields to return (default: id, names, dimensions, fields used).".into(),
         (_, "where") => where_text(ex),
-        (Tool::QueryRecords, "order_by") => "\"F\" ascending or \"-F\" descending; nulls last; ties in file order.".into(),
+        (Tool::QueryRecords, "order_by") => "\"F\" or \"-F\" (descending); nulls last.".into(),
         (_, "limit") => match tool.parameter("limit").map(|p| p.shape) {
-            Some(Shape::Count { min, max, default }) => format!(
-                "Rows to return, {min}–{max} (default {default}); out-of-range values are clamped and the clamp is reported."
-            ),
+            Some(Shape::Count { min, max, default }) => {
+                format!("Rows to return, {min}–{max} (default {default}).")
+            }
             _ => String::new(),
         },
-        (Tool::QueryRecords, "cursor") => "next_cursor from the previous page, with the same other arguments.".into(),
-        (Tool::SummarizeRecords, "metrics") => "\"count\", \"sum:F\", \"avg:F\", \"min:F\", \"max:F\" (F a measure) or \"avg:<computed measure>\"; default [\"count\"].".into(),
-        (Tool::SummarizeRecords, "group_by") => "Groupable fields; default: one row for all matching records. Multi-value fields are split into their parts. A missing value is the key null.".into(),
-        (Tool::SummarizeRecords, "having") => "Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}; a bare number means equality; a metric's field alone names it when only one metric has it.".into(),
-        (Tool::SummarizeRecords, "explode") => "Multi-value fields to split into one group per part (implied when grouping by one); records without a part are counted in records_without_value.".into(),
-        (Tool::SummarizeRecords, "order_by") => "Result columns to order by, \"-\" first for descending: a metric (\"count\", \"avg:F\", or F alone when one metric has it) or a group key. Default: the first metric descending; ties by group key.".into(),
+        (Tool::QueryRecords, "cursor") => "next_cursor of the previous page (same other arguments).".into(),
+        (Tool::CiteProvisions, "cursor") => "next_cursor of the previous page (same other arguments).".into(),
+        (Tool::SummarizeRecords, "metrics") => "count, sum:F, avg:F, min:F, max:F (F a measure), avg:<computed measure>; default [\"count\"].".into(),
+        (Tool::SummarizeRecords, "group_by") => "Groupable fields (default: one row); a missing value is the key null.".into(),
+        (Tool::SummarizeRecords, "having") => "Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}.".into(),
+        (Tool::SummarizeRecords, "explode") => "Multi-value fields counted part by part (implied when grouped by).".into(),
+        (Tool::SummarizeRecords, "order_by") => "Result columns, \"-\" for descending (default: first metric descending).".into(),
         _ => String::new(),
     }
 }
@@ -195,8 +193,8 @@ fn input_schema(tool: Tool, ex: &Examples) -> Value {
             Shape::Answer => json!({
                 "description": description,
                 "anyOf": [
-                    { "type": "object", "required": ["data", "provenance"], "additionalProperties": true },
-                    { "type": "string", "description": "the same answer as JSON text" }
+                    { "type": "object", "required": ["data", "provenance"] },
+                    { "type": "string" }
                 ]
             }),
         };
@@ -208,8 +206,7 @@ fn input_schema(tool: Tool, ex: &Examples) -> Value {
             json!({
                 "type": "string",
                 "enum": CHART_FORMATS,
-                "description": "Only for clients that show images but no MCP Apps view: adds the chart of the result \
-(the one the view would draw) as an image block after the JSON. Omit it otherwise; the result is the same either way.",
+                "description": "The chart as an image too (clients without views).",
             }),
         );
     }
@@ -228,53 +225,44 @@ fn input_schema(tool: Tool, ex: &Examples) -> Value {
 
 fn description(tool: Tool, ex: &Examples) -> String {
     match tool {
-        Tool::ListDatasets => "Step 1: list the datasets this server computes over (id, title, publisher, record count, dates), \
-and any dataset folders that cannot be served with the reason. Then call inspect_dataset on the one you need. \
+        Tool::ListDatasets => "Step 1: the datasets served (id, title, publisher, records, dates) and folders that cannot be served, with why. \
 Example: {}"
             .to_string(),
         Tool::InspectDataset => format!(
-            "Step 2: describe one dataset before querying it: every field's exact name (in the dataset's language), \
-role (id, dim, measure, attr), meaning, codes or most frequent values, fill rate, numeric statistics, caveats (what null means), \
-and computed measures with their formulas. Use these exact names in the other tools. Compact by default; \"detail\": \"full\" for everything. \
-Example: {{\"dataset_id\": \"{}\"}}",
+            "Step 2: a dataset's fields (exact names, in its language), roles, meanings, codes or frequent values, fill rates, \
+statistics, caveats (what null means) and computed measures. Use these names in the other tools. Example: {{\"dataset_id\": \"{}\"}}",
             ex.dataset
         ),
         Tool::QueryRecords => {
             let mut d = format!(
-                "Step 3a: fetch individual records matching conditions, a page at a time, in a stable order \
-(file order unless order_by); total counts all matches and next_cursor fetches the next page. A page is sized to fit a model's \
-context (rows past it continue with next_cursor); without select, the id, names, dimensions and the fields used are returned. \
-Use summarize_records instead for any count, sum, average or share. \
+                "Step 3a: records matching conditions, a page at a time in a stable order; total counts all matches, next_cursor \
+continues. For counts, sums or shares use summarize_records. \
 Example: {{\"dataset_id\": \"{}\", \"where\": {{\"{}\": {{\"$not_empty\": true}}}}, \"limit\": 10}}",
                 ex.dataset, ex.group
             );
             if let Some((law, field)) = &ex.law {
                 d.push_str(&format!(
-                    " Rows read by a plugin (law articles, document sections) cite their own source in rowSourceRefs, with a locator. \
-A provision however written looks up its text: {{\"dataset_id\": \"{law}\", \"where\": {{\"{field}\": \"第5条第1項\"}}}}."
+                    " Rows of a plugin cite their own source (rowSourceRefs). A provision looks up its text: \
+{{\"dataset_id\": \"{law}\", \"where\": {{\"{field}\": \"第5条第1項\"}}}}."
                 ));
             }
             d
         }
         Tool::SummarizeRecords => format!(
-            "Step 3b: compute counts, sums, averages, extremes and computed measures (ratios) per group, on the server. \
-Sums skip nulls and report how many were skipped (F:null_excluded); averages are rounded to 2 decimals, ratios to 4. \
-Rows come ordered by the first metric, descending, unless order_by says otherwise (e.g. [\"-{metric}\"] for a top list). \
+            "Step 3b: counts, sums, averages, extremes and computed measures per group, computed on the server (sums skip nulls \
+and say how many; averages to 2 decimals, ratios to 4); ordered by the first metric, descending, unless order_by. \
 Example: {{\"dataset_id\": \"{}\", \"group_by\": [\"{}\"], \"metrics\": [\"count\", \"{metric}\"], \"limit\": 10}}",
             ex.dataset,
             ex.group,
             metric = ex.metric
         ),
         Tool::CiteProvisions => format!(
-            "Step 4 (legal basis): the provisions the matching records rest on, for a dataset whose definition links it to a law dataset \
-(inspect_dataset shows `links`). Tally reads each record's law and article reference in any common form, finds the provision in the law \
-(the revision in force on as_of, or the latest) and returns one row per provision: law, provision (locator), its text (trimmed), revision, \
-e-Gov URI and the number of records resting on it, each provision cited in provenance. References that find nothing are counted in \
-`unmatched` by reason (law not served, provision not found, unparsable reference). Example: {{\"dataset_id\": \"{}\", \"where\": {{\"{}\": {{\"$not_empty\": true}}}}, \"limit\": 20}}",
+            "Step 4: the provisions of law the matching records rest on (datasets with `links`): per provision its text, \
+revision, e-Gov URI and records; references that find nothing counted in `unmatched`. Example: {{\"dataset_id\": \"{}\", \"where\": {{\"{}\": {{\"$not_empty\": true}}}}, \"limit\": 20}}",
             ex.dataset, ex.group
         ),
-        Tool::VerifyAnswer => "Check an answer of the other tools again, months later or after it passed through other hands: give it the whole answer (data and provenance, as the tool returned it). Tally runs its recorded call (provenance.query) on the data served now and compares number by number, exactly. status: identical (same data, same numbers), data_changed (which source changed, and every value that changed, old and new), altered (the answer's data does not match its resultHash: it was edited), or not_reproducible (its dataset, a field or a code is gone, or the semantics changed between Tally versions). Read-only. \
-Example: {\"envelope\": <a whole answer of summarize_records, as it was returned>}"
+        Tool::VerifyAnswer => "Check a whole answer (data and provenance) again on the data served now: identical, \
+data_changed (every changed value), altered (edited) or not_reproducible (why). Example: {\"envelope\": <an answer>}"
             .to_string(),
     }
 }
@@ -307,14 +295,26 @@ pub fn title(tool: Tool) -> &'static str {
 /// reads on light and dark backgrounds, no script, no external reference.
 fn svg_icon(body: &str) -> rmcp::model::Icon {
     let svg = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 24 24' fill='none' stroke='#64748b' stroke-width='2' stroke-linecap='round'>{body}</svg>"
+        "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 24 24' fill='none' stroke='gray'>{body}</svg>"
     );
-    let encoded: String =
-        percent_encoding::utf8_percent_encode(&svg, percent_encoding::NON_ALPHANUMERIC).collect();
-    let mut icon = rmcp::model::Icon::new(format!("data:image/svg+xml,{encoded}"));
-    icon.mime_type = Some("image/svg+xml".into());
-    icon.sizes = Some(vec!["any".into()]);
-    icon
+    // Only what a URI may not hold is escaped (`<`, `>`, `#`, spaces…): an icon costs every
+    // conversation its length in the tool list.
+    const ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+        .add(b' ')
+        .add(b'<')
+        .add(b'>')
+        .add(b'#')
+        .add(b'%')
+        .add(b'"')
+        .add(b'{')
+        .add(b'}')
+        .add(b'|')
+        .add(b'\\')
+        .add(b'^')
+        .add(b'`');
+    let encoded: String = percent_encoding::utf8_percent_encode(&svg, ESCAPED).collect();
+    // The data URI names its type; `mimeType` would say it twice.
+    rmcp::model::Icon::new(format!("data:image/svg+xml,{encoded}"))
 }
 
 /// The server's icon: a tally mark (four strokes crossed by a fifth).
@@ -348,14 +348,10 @@ pub fn mcp_tool(tool: Tool, ex: &Examples) -> McpTool {
     )
     .with_title(title(tool))
     .with_icons(vec![icon(tool)])
-    .with_raw_output_schema(Arc::new(object(output_schema(tool).clone())))
-    .with_annotations(
-        ToolAnnotations::new()
-            .read_only(true)
-            .destructive(false)
-            .idempotent(true)
-            .open_world(false),
-    )
+    .with_raw_output_schema(Arc::new(object(published_output_schema(tool).clone())))
+    // Read-only: the destructive and idempotent hints mean nothing then (MCP), so they are
+    // not spent on.
+    .with_annotations(ToolAnnotations::new().read_only(true).open_world(false))
 }
 
 pub fn by_name(name: &str) -> Option<Tool> {
@@ -378,6 +374,43 @@ mod tests {
             metric: "count".into(),
             measure: Some("m".into()),
             law: Some(("l".into(), "f".into())),
+        }
+    }
+
+    /// Regression (issue 37, "the tool list costs 73,000 characters"): every conversation
+    /// pays for `tools/list`, so all six tools, with examples of the real survey's length
+    /// and a law dataset served, stay within 15,000 characters of JSON; the published output
+    /// schemas are far smaller than the full ones the envelopes are checked against, and
+    /// admit every envelope those admit (the engine's schema tests).
+    #[test]
+    fn the_tool_list_costs_at_most_15000_characters() {
+        let ex = Examples {
+            dataset: "procedures-survey-r6".into(),
+            group: "所管府省庁".into(),
+            metric: "avg:オンライン化率".into(),
+            measure: Some("オンライン手続件数".into()),
+            law: Some(("egov-laws".into(), "条項".into())),
+        };
+        let tools: Vec<McpTool> = Tool::ALL.into_iter().map(|t| mcp_tool(t, &ex)).collect();
+        let text = serde_json::to_string(&json!({ "tools": tools })).expect("json");
+        let chars = text.chars().count();
+        for t in &tools {
+            println!(
+                "{}: {} characters",
+                t.name,
+                serde_json::to_string(t).map_or(0, |s| s.chars().count())
+            );
+        }
+        println!("tools/list: {chars} characters");
+        assert!(chars <= 15_000, "tools/list is {chars} characters");
+        for tool in Tool::ALL {
+            let full = tally_engine::schema::output_schema(tool).to_string().len();
+            let published = published_output_schema(tool).to_string().len();
+            assert!(
+                published * 4 < full,
+                "{}: {published} of {full}",
+                tool.name()
+            );
         }
     }
 

@@ -98,3 +98,42 @@ fn every_golden_case_is_filed_under_a_section_of_the_semantics() {
         "golden cases not named under any section of docs/semantics.md: {unfiled:?}"
     );
 }
+
+/// The output schema a client is shown is far smaller than the full one every envelope is
+/// checked against (issue 37), and admits every golden envelope: it only leaves constraints
+/// out.
+#[test]
+fn every_golden_envelope_fits_the_published_output_schema() {
+    let dir = data_dir().join("cases");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("cases") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let Some(case) = name.strip_suffix(".expected.json") else {
+            continue;
+        };
+        let asked: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{case}.json"))).expect("case"),
+        )
+        .expect("case json");
+        let answer: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("expected"))
+                .expect("expected json");
+        if answer.get("provenance").is_none() {
+            continue; // a refusal
+        }
+        let tool = Tool::ALL
+            .into_iter()
+            .find(|t| Some(t.name()) == asked["tool"].as_str())
+            .expect("tool");
+        let schema = tally_engine::schema::published_output_schema(tool);
+        let validator = jsonschema::validator_for(schema).expect("the published schema compiles");
+        let problems: Vec<String> = validator
+            .iter_errors(&answer)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(problems.is_empty(), "{case}: {problems:?}");
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} envelopes checked");
+}
