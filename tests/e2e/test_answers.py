@@ -82,3 +82,19 @@ async def test_tool_descriptions_name_only_what_is_served(survey):
             assert '\\"survey\\"' in text or '"survey"' in text, "examples use the dataset served"
             assert "procedures" not in text, "no demo dataset that is not served"
             assert "行政手続法" not in text and "law_title" not in text, "no law example without a law dataset"
+
+
+def test_check_says_which_single_valued_fields_hold_several_codes(survey):
+    """Issue 37: three fields the published definition declares single-valued hold cells of
+    several codes; `tally check` reads the data and says so, with how to declare them."""
+    import subprocess
+
+    from conftest import tally_bin
+
+    done = subprocess.run(
+        [tally_bin(), "check", survey], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for field in ("添付書類等提出の撤廃/省略状況", "添付書類等への電子署名", "添付形式等が定められた規定"):
+        assert f"note: field `{field}` is declared with one value per cell" in done.stdout, done.stdout
+    assert "multi_value: true" in done.stdout
