@@ -279,6 +279,11 @@ fn python_mcp_client_end_to_end() {
         .env("TALLY_NATIVE_DIR", &native_dir)
         .env("TALLY_REFERENCE", root.join("../shared/reference"))
         .env("XDG_CACHE_HOME", cache_home.path())
+        // The counts of this suite, for the closing line of `.ci/run` (it counts every test).
+        .env(
+            "TALLY_PYTEST_REPORT",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("pytest-report.json"),
+        )
         .env_remove("TALLY_CACHE_DIR")
         .env_remove("TALLY_NO_CACHE")
         .output()
