@@ -73,8 +73,9 @@ async def main(reference: Path, tally: str):
             data = env["data"]
             print(f"  {data['records_matched']} of {data['records_total']} procedures found their provisions; {data['total_provisions']} provisions in all")
             sources = {s["id"]: s for s in env["provenance"]["sources"]}
+            # Each row points at the law it was read from (cited once); the row names the provision.
             for (law, provision, text, revision, uri, records), [ref] in zip(data["rows"], data["rowSourceRefs"]):
-                print(f"  {provision}: {records} procedures — {text[:40]}…  ({sources[ref]['uri']}, locator {sources[ref]['locator']})")
+                print(f"  {provision}: {records} procedures — {text[:40]}…  ({sources[ref]['uri']}, locator {provision})")
             for u in data["unmatched"]:
                 print(f"  unmatched: {u['reason']}: {u['records']} records")
 

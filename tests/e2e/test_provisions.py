@@ -5,8 +5,11 @@
   is in force (said, with the date the first takes effect), between the two the 2018 text,
   after both the 2024 one; 第三条第一項第八号 lost 婦人補導院 in 2024 and shows it.
 - `cite_provisions` follows the survey's link to the laws: every procedure under 番号法 (26) and
-  under 行政手続法 (38) finds its provisions, each cited with its locator; references that find
+  under 行政手続法 (38) finds its provisions, each law cited once; references that find
   nothing are counted by reason; `tally check` checks the link.
+- A broad cite (every procedure) comes a page at a time within the result's token budget, with
+  a signed cursor; the pages are one unbounded call's provisions exactly once; an edited cursor
+  is refused; a page verifies `identical` in the server and in another process (issue 37).
 """
 
 import json
@@ -137,7 +140,8 @@ async def test_procedures_find_the_provisions_they_rest_on(datasets):
         assert law == BANGO and "個人番号" in text and uri == "https://laws.e-gov.go.jp/law/425AC0000000027"
         assert records == 2
         for row, [ref] in zip(data["rows"], data["rowSourceRefs"]):
-            assert sources[ref]["locator"] == row[1] and sources[ref]["sourceType"] == "law"
+            # The row names the provision; its source is the law it was read from, cited once.
+            assert sources[ref]["uri"] == row[4] and sources[ref]["title"] == row[0] and sources[ref]["sourceType"] == "law"
         assert sum(row[5] for row in data["rows"]) >= 26
 
         gyosei = await ok(c, "cite_provisions", {"dataset_id": "survey", "where": {"法令名": ["行政手続法"]}, "group_by": ["所管府省庁"], "limit": 200})
@@ -170,6 +174,138 @@ async def test_procedures_find_the_provisions_they_rest_on(datasets):
 
         r = await c.call_tool("cite_provisions", {"dataset_id": "laws"})
         assert r.is_error and "links to no other dataset" in r.content[0].text
+
+
+def estimated_tokens(text: str) -> int:
+    """Tokens as the server estimates them (host/engine meta.rs `estimated_tokens`): about four
+    ASCII characters a token, one a character of other scripts."""
+    ascii = sum(1 for ch in text if ord(ch) < 128)
+    return -(-ascii // 4) + (len(text) - ascii)
+
+
+def row_tokens(rows: list) -> int:
+    return sum(estimated_tokens(json.dumps(r, ensure_ascii=False, separators=(",", ":"))) + 1 for r in rows)
+
+
+def law_sources(env: dict) -> list:
+    return [s for s in env["provenance"]["sources"] if s["sourceType"] == "law"]
+
+
+def each_law_cited_once(env: dict):
+    """Every source id once, every law (its text: URI and content hash) once, each row's source
+    its law, and no source no row of the page needs."""
+    sources = env["provenance"]["sources"]
+    ids = [s["id"] for s in sources]
+    assert len(ids) == len(set(ids)), ids
+    laws = [(s["uri"], s.get("contentHash")) for s in law_sources(env)]
+    assert len(laws) == len(set(laws)), f"a law cited more than once: {laws}"
+    by_id = {s["id"]: s for s in sources}
+    data = env["data"]
+    law_at = data["columns"].index("law")
+    referenced = set()
+    for row, refs in zip(data["rows"], data["rowSourceRefs"]):
+        [ref] = refs
+        assert by_id[ref]["uri"] == row[law_at + 4] and by_id[ref]["title"] == row[law_at], (row, by_id[ref])
+        referenced.add(ref)
+    assert {s["id"] for s in law_sources(env)} == referenced
+
+
+BUDGET = 6000  # the default --max-result-tokens
+EVERYTHING = {"dataset_id": "survey", "limit": 10000}
+
+
+async def test_a_broad_cite_comes_in_pages_within_the_budget(datasets, tmp_path):
+    """Every procedure, all provisions asked for at once: about 85,000 characters before issue 37
+    (more than half of it a full source per provision). Now a page within the token budget, each law cited
+    once, a cursor for the rest; the pages, walked, are one unbounded call's rows exactly."""
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    params = stdio(datasets)
+    params.args += cache
+    async with Client(params, mode="legacy", cache=None, read_timeout_seconds=300) as c:
+        pages, args = [], dict(EVERYTHING)
+        while True:
+            r = await c.call_tool("cite_provisions", args)
+            assert not r.is_error, r.content[0].text
+            pages.append((len(r.content[0].text), body(r)))
+            cursor = pages[-1][1]["data"]["next_cursor"]
+            if cursor is None:
+                break
+            assert len(pages) < 50, "paging does not end"
+            args = {**EVERYTHING, "cursor": cursor}
+        first = pages[0][1]
+        total = first["data"]["total_provisions"]
+        assert len(pages) > 1 and first["data"]["returned"] < total, first["data"]["returned"]
+        warnings = " ".join(first["provenance"]["warnings"])
+        assert "context budget" in warnings and "next_cursor" in warnings, warnings
+        rows, offset = [], 0
+        for size, page in pages:
+            data = page["data"]
+            assert data["offset"] == offset and data["total_provisions"] == total
+            assert row_tokens(data["rows"]) <= BUDGET, (data["offset"], row_tokens(data["rows"]))
+            each_law_cited_once(page)
+            rows += data["rows"]
+            offset += data["returned"]
+        assert offset == total
+
+        # A page is asked again with its cursor: verify_answer finds it identical.
+        second = pages[1][1]
+        assert second["provenance"]["query"]["arguments"]["cursor"] == first["data"]["next_cursor"]
+        r = await c.call_tool("verify_answer", {"envelope": second})
+        assert r.structured_content["data"]["status"] == "identical", r.structured_content["data"]
+
+        # An edited cursor (its offset rewritten) is refused, not answered with other rows.
+        import base64
+
+        b, tag = first["data"]["next_cursor"].split(".")
+        payload = json.loads(base64.urlsafe_b64decode(b + "=" * (-len(b) % 4)))
+        payload["o"] = 1
+        forged = base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode().rstrip("=")
+        r = await c.call_tool("cite_provisions", {**EVERYTHING, "cursor": f"{forged}.{tag}"})
+        assert r.is_error and "invalid_cursor" in r.content[0].text and "edited" in r.content[0].text, r.content[0].text
+        # Another call's cursor (another `where`) too.
+        r = await c.call_tool("cite_provisions", {**EVERYTHING, "where": {"法令名": [BANGO]}, "cursor": first["data"]["next_cursor"]})
+        assert r.is_error and "different query" in r.content[0].text, r.content[0].text
+
+    # The same page checked by `tally verify` in another process (the cursor key of the cache).
+    page_file = tmp_path / "page.json"
+    page_file.write_text(json.dumps(second, ensure_ascii=False), encoding="utf-8")
+    p = subprocess.run([tally_bin(), "verify", str(page_file), "--datasets", str(datasets), *cache],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and json.loads(p.stdout)["data"]["status"] == "identical", p.stdout + p.stderr
+
+    # One unbounded call (the budget raised): the same rows, in the same order.
+    params = stdio(datasets)
+    params.args += ["--max-result-tokens", "10000000", "--no-cache"]
+    async with Client(params, mode="legacy", cache=None, read_timeout_seconds=300) as c:
+        r = await c.call_tool("cite_provisions", EVERYTHING)
+        whole = body(r)
+        assert whole["data"]["next_cursor"] is None and whole["data"]["returned"] == total
+        assert rows == whole["data"]["rows"], "the pages, end to end, are the unbounded call's rows"
+        each_law_cited_once(whole)
+    chars = lambda v: len(json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+    print(
+        f"\ncite_provisions over every procedure ({total} provisions): unbounded {len(r.content[0].text):,} characters "
+        f"(provenance {chars(whole['provenance']):,}, {len(whole['provenance']['sources'])} sources); "
+        f"first page {pages[0][0]:,} characters (provenance {chars(first['provenance']):,}, rows {row_tokens(first['data']['rows']):,} "
+        f"estimated tokens, {first['data']['returned']} provisions); {len(pages)} pages, the largest {max(s for s, _ in pages):,} characters"
+    )
+
+
+async def test_a_cite_states_its_where_groups_and_date(datasets):
+    """The `where` filter, the groups and the date read are steps of the answer, and each law
+    is cited once however many of its provisions the rows hold."""
+    async with Client(stdio(datasets), mode="legacy", cache=None, read_timeout_seconds=120) as c:
+        got = await ok(c, "cite_provisions", {"dataset_id": "survey", "where": {"法令名": ["行政手続法"]}, "group_by": ["所管府省庁"], "as_of": "2020-01-01"})
+        filters = steps(got, "filter")
+        assert "kept records of `survey` where 法令名" in filters and "行政手続法" in filters and ": 38 matched" in filters, filters
+        assert "kept the revisions in force on 2020-01-01" in filters, filters
+        assert "`所管府省庁` (group_by)" in steps(got, "aggregate"), steps(got, "aggregate")
+        each_law_cited_once(got)
+        assert len(law_sources(got)) == 1 and len(got["data"]["rows"]) > 1, "one law, many provisions, one source"
+
+        bango = await ok(c, "cite_provisions", {"dataset_id": "survey", "where": {"法令名": [BANGO]}})
+        each_law_cited_once(bango)
+        assert len(law_sources(bango)) == 1 and len(bango["data"]["rows"]) == 21, bango["data"]["returned"]
 
 
 def test_cite_from_the_command_line_and_check_the_link(datasets, tmp_path):

@@ -7,9 +7,14 @@
 //! read as the provisions it names, in any common form (`第５条の２第３項`, `第5の2条`, lists
 //! such as `第20条第1項及び第3項`), as a `locator: law` field reads them. Each provision found is
 //! one row: the law, the provision, its text (trimmed), its revision, its e-Gov URI and the
-//! records that rest on it, cited in provenance with its locator. Records whose reference
-//! finds nothing are counted and listed by why: the law is not served, the provision is not in
-//! it, or the reference cannot be read. Every number is computed here.
+//! records that rest on it; each law (revision) a page's rows come from is cited once in
+//! provenance, and the rows point at it. Records whose reference finds nothing are counted and
+//! listed by why: the law is not served, the provision is not in it, or the reference cannot
+//! be read. Every number is computed here.
+//!
+//! The provisions come a page at a time, as `query_records`' records do: at most `limit`, cut
+//! to the result's budget (`meta::cap_rows_within`), with a signed cursor for the rest
+//! (`cursor`), bound to this call and to the versions of both datasets.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,6 +31,7 @@ use tally_semantic::resolve::{CitePlan, Filter};
 
 use crate::Engine;
 use crate::call::{Asked, Call};
+use crate::cursor;
 use crate::dataset::{Dataset, ROW_COL};
 use crate::envelope::{Provenance, Source, TransformationType};
 use crate::error::EngineError;
@@ -148,6 +154,15 @@ pub async fn run(
     let text_there = tdef.field_index(&text_field);
     let as_of = tally_semantic::resolve::resolve_as_of(tdef, plan.as_of.as_deref(), &[])
         .map_err(EngineError::Request)?;
+    // A page belongs to this call as asked (before its values are matched to the data) and to
+    // the versions of both datasets: the provisions and their order depend on both.
+    let version = format!("{}+{}", ds.version, target.version);
+    let fingerprint = cursor::fingerprint(&identity(&plan, def));
+    if let Some(c) = &plan.cursor {
+        // An edited, foreign or stale cursor is refused before any work; its offset is checked
+        // against the provisions once they are counted.
+        cursor::decode(c, &version, &fingerprint, usize::MAX)?;
+    }
 
     // 1. The matching records, counted per group and distinct reference.
     let call = Call::open(
@@ -426,7 +441,8 @@ pub async fn run(
         }
     }
 
-    // 4. The provisions, most records first, each with its text and source.
+    // 4. The provisions, most records first (ties by group, law and provision: a total
+    // order, so pages never overlap or skip), this page's with their text and law.
     let (mut provenance, source_id) = call.provenance();
     let (target_source, warning) = crate::envelope::dataset_source(target, &tcall.prepared.files);
     let target_source_id = provenance.cite(target_source);
@@ -436,10 +452,16 @@ pub async fn run(
     let mut ordered: Vec<_> = found.into_iter().collect();
     ordered.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(&b.0)));
     let total_provisions = ordered.len();
+    let offset = match &plan.cursor {
+        Some(c) => cursor::decode(c, &version, &fingerprint, total_provisions)?,
+        None => 0,
+    };
     let texts: HashMap<u64, &Provisional> = laws.values().flatten().map(|p| (p.row, p)).collect();
     let mut rows = Vec::new();
-    let mut row_refs = Vec::new();
-    for ((group, _law, locator), (n, law_rows, revision)) in ordered.into_iter().take(limit) {
+    let mut laws_of_rows = Vec::new();
+    for ((group, _law, locator), (n, law_rows, revision)) in
+        ordered.into_iter().skip(offset).take(limit)
+    {
         let text = law_rows
             .iter()
             .filter_map(|r| texts.get(r))
@@ -448,13 +470,10 @@ pub async fn run(
             .join(" ");
         let source = law_rows
             .first()
-            .and_then(|r| row_source(&tcall, &provenance, &target_source_id, *r, &locator));
-        let (title, uri, source_ref) = match source {
-            Some(s) => {
-                let (title, uri) = (s.title.clone(), s.uri.clone());
-                (title, uri, provenance.cite(s))
-            }
-            None => (tdef.title.clone(), String::new(), target_source_id.clone()),
+            .and_then(|r| law_source(&tcall, &provenance, &target_source_id, *r));
+        let (title, uri) = match &source {
+            Some(s) => (s.title.clone(), s.uri.clone()),
+            None => (tdef.title.clone(), String::new()),
         };
         let mut row: Vec<Value> = group
             .into_iter()
@@ -469,8 +488,24 @@ pub async fn run(
             Value::from(n),
         ]);
         rows.push(row);
-        row_refs.push(vec![source_ref]);
+        laws_of_rows.push(source);
     }
+    let limits = engine.limits();
+    let cut = meta::cap_rows_within(&mut rows, limits.max_result_bytes, limits.max_result_tokens);
+    laws_of_rows.truncate(rows.len());
+    // Each law (revision) once, however many of the page's provisions it holds: the row says
+    // which provision, the source which text it was read from.
+    let row_refs: Vec<Vec<String>> = laws_of_rows
+        .into_iter()
+        .map(|source| match source {
+            Some(s) => vec![provenance.cite(s)],
+            None => vec![target_source_id.clone()],
+        })
+        .collect();
+    let returned = rows.len();
+    let next_offset = offset + returned;
+    let next_cursor = (next_offset < total_provisions)
+        .then(|| cursor::encode(&version, &fingerprint, next_offset));
     let mut unmatched = Vec::new();
     for (why, refs) in misses {
         let mut listed: Vec<_> = refs.into_iter().collect();
@@ -522,21 +557,41 @@ pub async fn run(
         &plan.records.resolved_fields,
     )
     .await?;
+    let conditions_said: Vec<String> = records.filters.iter().map(|f| f.describe(def)).collect();
+    provenance.step(
+        TransformationType::Filter,
+        format!(
+            "kept records of `{}` where {}: {records_total} matched",
+            def.id,
+            if conditions_said.is_empty() {
+                "(no condition)".to_string()
+            } else {
+                conditions_said.join(" and ")
+            }
+        ),
+    );
     provenance.step(
         TransformationType::Aggregate,
         format!(
-            "counted the {records_total} matching records of `{}` per distinct {}{}",
+            "counted the {records_total} matching records of `{}` per {}distinct {}",
             def.id,
+            if groups.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "group of {} (group_by) and ",
+                    groups
+                        .iter()
+                        .map(|g| format!("`{}`", def.fields[*g].name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            },
             link.on
                 .iter()
                 .map(|(h, _)| format!("`{h}`"))
                 .collect::<Vec<_>>()
                 .join(" and "),
-            if groups.is_empty() {
-                String::new()
-            } else {
-                " and group".to_string()
-            }
         ),
     );
     provenance.step(
@@ -561,14 +616,26 @@ pub async fn run(
     provenance.step(
         TransformationType::Aggregate,
         format!(
-            "{total_provisions} provisions found for {records_matched} of {records_total} records; a record whose reference names several provisions counts under each"
+            "{total_provisions} provisions found for {records_matched} of {records_total} records; a record whose reference names several provisions counts under each; returned provisions {}–{next_offset}, most records first (ties by group, law and provision)",
+            if returned == 0 { offset } else { offset + 1 },
         ),
     );
-    if total_provisions > rows.len() {
+    if let Some(cut) = cut {
+        provenance.warn(match cut {
+            meta::Cut::Tokens => format!(
+                "the page was cut to {returned} provisions to fit the result's context budget (about {} tokens); pass next_cursor for the rest",
+                limits.max_result_tokens
+            ),
+            meta::Cut::Bytes => format!(
+                "the page was cut to {returned} provisions to stay within the result size budget ({} bytes); pass next_cursor for the rest",
+                limits.max_result_bytes
+            ),
+        });
+    }
+    if next_cursor.is_some() {
         provenance.warn(format!(
-            "{} of {total_provisions} provisions returned (limit {}); raise limit or narrow `where` to see the rest",
-            rows.len(),
-            limit
+            "{returned} of {total_provisions} provisions returned ({}–{next_offset}); pass next_cursor, with the same other arguments, for the next page",
+            if returned == 0 { offset } else { offset + 1 },
         ));
     }
     if records_missing > 0 {
@@ -583,9 +650,11 @@ pub async fn run(
         linked_dataset: tdef.id.clone(),
         as_of,
         columns,
-        returned: rows.len(),
+        returned,
         rows,
         total_provisions,
+        offset,
+        next_cursor,
         records_total,
         records_matched,
         unmatched,
@@ -594,14 +663,25 @@ pub async fn run(
     Ok((data, provenance))
 }
 
-/// The own source of row `row` of the linked dataset, narrowed to `locator` (the provision
-/// cited, which may be the article a paragraph belongs to).
-fn row_source(
+/// The part of a call that names its provisions and their order (not its page size or page):
+/// what a cursor is bound to.
+fn identity(plan: &CitePlan, def: &tally_semantic::DatasetDef) -> Value {
+    let mut v = plan.to_call(def);
+    if let Some(m) = v.as_object_mut() {
+        m.remove("limit");
+        m.remove("cursor");
+    }
+    v
+}
+
+/// The source of the law (revision) row `row` of the linked dataset was read from: its own
+/// source without the row's locator, so that every provision of one law cites one source.
+/// Its id is made of the law's URI and content hash, the same on every page.
+fn law_source(
     call: &Call<'_>,
     provenance: &Provenance,
     dataset_source_id: &str,
     row: u64,
-    locator: &str,
 ) -> Option<Source> {
     let table = call.prepared.row_sources.as_ref()?;
     let s = table
@@ -612,17 +692,20 @@ fn row_source(
         .iter()
         .find(|c| c.id == dataset_source_id)?;
     Some(meta::cited_row_source(
-        format!("{dataset_source_id}#{}", locator_id(&s.uri, locator)),
+        format!(
+            "{dataset_source_id}#{}",
+            law_id(&s.uri, s.content_hash.as_deref().unwrap_or(""))
+        ),
         s,
         dataset_source,
-        Some(locator.to_string()),
+        None,
     ))
 }
 
-/// A short, stable id part for a provision of a law (`uri` + locator).
-fn locator_id(uri: &str, locator: &str) -> String {
+/// A short, stable id part for a law's text (`uri` + content hash).
+fn law_id(uri: &str, content_hash: &str) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("{uri}\u{0}{locator}").as_bytes());
+    let digest = Sha256::digest(format!("{uri}\u{0}{content_hash}").as_bytes());
     digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 

@@ -672,6 +672,12 @@ pub struct CiteResult {
     pub rows: Vec<Vec<Value>>,
     pub returned: usize,
     pub total_provisions: usize,
+    /// How many provisions come before this page's first (0 on the first page).
+    pub offset: usize,
+    /// Pass it as `cursor`, with the same other arguments, for the provisions after this
+    /// page; null on the last page. A page holds at most `limit` provisions and is cut to the
+    /// result's context budget (a warning says so).
+    pub next_cursor: Option<String>,
     /// The records matching `where`.
     pub records_total: u64,
     /// Of those, the records whose reference found at least one provision.

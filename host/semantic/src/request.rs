@@ -125,6 +125,7 @@ impl Tool {
             Parameter::new("link", Text),
             Parameter::new("as_of", Text),
             Parameter::new("limit", SUMMARIZE_LIMIT),
+            Parameter::new("cursor", Text),
             FORMAT,
         ];
         const VERIFY: &[Parameter] = &[Parameter::required("envelope", Answer)];
@@ -391,6 +392,8 @@ pub struct CiteArgs {
     /// Read the provisions in force on this date (`YYYY-MM-DD`).
     pub as_of: Option<String>,
     pub limit: usize,
+    /// The `next_cursor` of the page before: the provisions after it.
+    pub cursor: Option<String>,
     pub notices: Vec<Notice>,
 }
 
@@ -454,6 +457,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             link: args.text("link")?,
             as_of: args.text("as_of")?,
             limit: args.limit()?,
+            cursor: args.cursor()?,
             notices: std::mem::take(&mut args.notices),
         }),
         Tool::VerifyAnswer => Request::VerifyAnswer(VerifyArgs {

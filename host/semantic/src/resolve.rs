@@ -1139,6 +1139,9 @@ pub struct CitePlan {
     pub link: crate::definition::Link,
     /// Checked against the linked dataset (its `revisions`) by whoever opens it.
     pub as_of: Option<String>,
+    /// The page asked for: a `next_cursor` as returned, checked by the engine (signed, for
+    /// this call and these datasets' versions).
+    pub cursor: Option<String>,
 }
 
 impl CitePlan {
@@ -1153,6 +1156,10 @@ impl CitePlan {
         });
         if let Some(date) = &self.as_of {
             call["as_of"] = json!(date);
+        }
+        // A page is asked again with its cursor (`tally verify` re-runs that page).
+        if let Some(cursor) = &self.cursor {
+            call["cursor"] = json!(cursor);
         }
         call
     }
@@ -1236,6 +1243,7 @@ pub fn resolve_cite(
         records,
         link,
         as_of,
+        cursor: args.cursor,
     })
 }
 

@@ -11,6 +11,7 @@ mod lows;
 mod paging;
 mod partitions;
 mod provenance;
+mod provisions;
 mod reference;
 mod snapshots;
 mod streaming;
