@@ -32,7 +32,8 @@ fields:
 - {name: unit, role: dim, desc: 行の単位（項または号）, codelist: [paragraph, item]}
 - {name: law_id, role: dim, desc: e-Gov 法令ID}
 - {name: law_num, role: attr, desc: 法令番号}
-- {name: law_title, role: dim, desc: 法令名}
+- {name: law_title, role: dim, desc: 法令名（略称・法令番号でも指定できる）, aliases: [law_abbrev, law_num]}
+- {name: law_abbrev, role: attr, desc: 法令の略称（e-Gov の Abbrev、複数はカンマ区切り）, multi_value: {separator: ","}}
 - {name: revision_id, role: dim, desc: 改正履歴ID, notes: [改正を指定しないときは各法令の最新の版だけを数える]}
 - {name: revision_date, role: dim, desc: 改正の施行日}
 - {name: law_id_from, role: attr, desc: 法令IDの読み取り元}
@@ -171,6 +172,41 @@ async def test_filters_are_applied_by_the_plugin(law_server):
             assert sources[GYOSEI] == "file name" and sources["411AC0000000128"] == "xml"
             warnings = " ".join(env["provenance"]["warnings"])
             assert "was read from its file name" in warnings and "does not say which revision" in warnings
+
+
+async def test_a_law_is_found_by_its_short_title_and_its_law_number(law_server):
+    """Regression (issue 37, "law short titles"): 不正アクセス禁止法, the e-Gov short title
+    (LawTitle's Abbrev) of 不正アクセス行為の禁止等に関する法律, found no record, and the hint
+    blamed no condition. The title declares `aliases: [law_abbrev, law_num]`: the short title
+    and the law number, in kanji or in digits, find the same records, disclosed."""
+    full = "不正アクセス行為の禁止等に関する法律"
+    with anyio.fail_after(TIMEOUT):
+        async with connect(law_server) as c:
+            args = {"dataset_id": "laws", "select": ["law_title", "locator"], "limit": 500}
+            env = ok(await c.call_tool("query_records", {**args, "where": {"law_title": [full]}}))
+            total, rows = env["data"]["total"], env["data"]["rows"]
+            assert total > 20 and env["data"]["resolved_fields"] == []
+            for typed, read in [
+                ("不正アクセス禁止法", f"{full} (its law_abbrev)"),
+                ("平成十一年法律第百二十八号", f"{full} (its law_num)"),
+                ("平成11年法律第128号", f"{full} (its law_num 平成十一年法律第百二十八号)"),
+            ]:
+                env = ok(await c.call_tool("query_records", {**args, "where": {"law_title": [typed]}}))
+                assert env["data"]["total"] == total and env["data"]["rows"] == rows, typed
+                assert env["data"]["resolved_fields"] == [{"parameter": "where.law_title value", "input": typed, "canonical": read}]
+                env = ok(await c.call_tool("summarize_records", {"dataset_id": "laws", "where": {"law_title": [typed]}, "group_by": ["law_title"]}))
+                assert env["data"]["rows"] == [[full, total]], typed
+            print(f"{full}: {total} records by its title, its short title and its law number")
+
+            # A name no law has: the condition that excludes every record is named, and the
+            # short titles are among the values offered.
+            env = ok(await c.call_tool("query_records", {"dataset_id": "laws", "where": {"law_title": ["不正アクセス法"], "unit": ["item"]}}))
+            hints = env["data"]["hints"]
+            print(json.dumps(hints, ensure_ascii=False))
+            assert env["data"]["total"] == 0
+            assert any(h.startswith('`law_title in ["不正アクセス法"]` alone matches no record') for h in hints), hints
+            assert any("`不正アクセス禁止法` (the law_abbrev of" in h for h in hints), hints
+            assert not any("no single condition" in h for h in hints), hints
 
 
 async def test_locator_forms_find_the_same_provision(law_server):

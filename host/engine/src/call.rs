@@ -16,7 +16,7 @@ use crate::dataset::{Dataset, Prepared};
 use crate::envelope::Provenance;
 use crate::error::EngineError;
 use crate::meta::{self, unknown_value_hints};
-use crate::plan::{Planner, conjunction};
+use crate::plan::Planner;
 use crate::results::Context;
 
 /// A call's data and the means to plan over it.
@@ -90,6 +90,8 @@ impl<'a> Call<'a> {
         as_of: Option<&str>,
     ) -> Result<Call<'a>, EngineError> {
         let def = &ds.def;
+        // Before the backend is handed the conditions: it compares a title as it is.
+        crate::aliases::read_aliases(engine, ds, filters, resolved).await?;
         let prepared = ds.prepared_for(engine, &ds.pushdown(filters)).await?;
         let ctx = engine.call_context(prepared.rows)?;
         let value_warnings =
@@ -189,26 +191,47 @@ impl<'a> Call<'a> {
         provenance: &mut Provenance,
         asked: Asked<'_>,
     ) -> Result<Vec<String>, EngineError> {
+        // Values the backend matched itself were looked for in what it returned: an empty
+        // subset holds no value to offer, so the nearest values come from the whole table.
+        let whole = if asked.nothing_matched && !self.prepared.pushed.is_empty() {
+            Some(self.ds.prepared(self.engine).await?)
+        } else {
+            None
+        };
         let mut hints = unknown_value_hints(
             &self.ctx,
-            &self.prepared,
+            whole.as_ref().unwrap_or(&self.prepared),
             self.def(),
             asked.filters,
             asked.nothing_matched,
         )
         .await?;
         if asked.ask_conditions {
-            // Conditions the backend applied itself shaped the table searched; which
-            // condition excludes everything is asked of all the data.
-            // With revisions picked by date, the data searched is theirs: a condition is not
-            // blamed for what the date left out.
-            let all = if self.prepared.pushed.is_empty() || self.in_force.is_some() {
+            // Conditions the backend applied itself shaped the table searched (a law plugin
+            // returns nothing for a title it does not hold): which condition excludes
+            // everything is asked of all the data, and of the revisions in force in it when
+            // revisions are picked by date (a condition is not blamed for what the date left
+            // out).
+            let all = if self.prepared.pushed.is_empty() {
                 self.base.clone()
             } else {
-                self.ctx
-                    .read_table(self.ds.prepared(self.engine).await?.table().provider)?
+                let whole = self
+                    .ctx
+                    .read_table(self.ds.prepared(self.engine).await?.table().provider)?;
+                match (&self.def().revisions, &self.in_force) {
+                    (Some(revisions), Some(in_force)) => {
+                        revisions_in_force(whole, revisions, in_force.as_of.as_deref())
+                            .await
+                            .map_err(|e| EngineError::computing(&self.def().id, e))?
+                            .0
+                    }
+                    _ => whole,
+                }
             };
-            hints.extend(zero_hit_hints(&self.planner, asked.plan, &all, asked.conditions).await?);
+            let labels = asked.plan.labels(self.def());
+            hints.extend(
+                meta::zero_hit_hints(&self.def().id, &labels, &all, asked.conditions).await?,
+            );
         }
         for h in &hints {
             provenance.warn(h.clone());
@@ -427,46 +450,6 @@ fn say_in_force(provenance: &mut Provenance, in_force: &InForce) {
             "{what}: its text does not say from which date it is in force (its revision is unknown), so it is left out of this answer, which reads the revisions in force on a date"
         ));
     }
-}
-
-/// When nothing matched: which single condition, if dropped, would let records through.
-async fn zero_hit_hints(
-    planner: &Planner<'_>,
-    plan: &(dyn HasConditions + Sync),
-    base: &DataFrame,
-    conditions: &[Expr],
-) -> Result<Vec<String>, EngineError> {
-    let labels = plan.labels(planner.def);
-    let mut hints = Vec::new();
-    if conditions.len() == 1 {
-        hints.push(format!(
-            "no record matches {}; loosen or remove it",
-            labels[0]
-        ));
-        return Ok(hints);
-    }
-    for (i, label) in labels.iter().enumerate() {
-        let others: Vec<_> = conditions
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, e)| e.clone())
-            .collect();
-        let df = match conjunction(others) {
-            Some(e) => base.clone().filter(e)?,
-            None => base.clone(),
-        };
-        let n = df.count().await?;
-        if n > 0 {
-            hints.push(format!(
-                "without {label} the other conditions match {n} records"
-            ));
-        }
-    }
-    if hints.is_empty() {
-        hints.push("no single condition explains the empty result; several conditions exclude every record".to_string());
-    }
-    Ok(hints)
 }
 
 /// Labels of a plan's conditions, in the order their expressions were built.

@@ -10,6 +10,7 @@
 //! The one entry point for callers (CLI and MCP alike) is [`Engine::call`]: a tool name and
 //! its JSON arguments in, an envelope (`{"data", "provenance"}`) out.
 
+pub mod aliases;
 pub mod backend;
 pub mod cache;
 pub mod call;

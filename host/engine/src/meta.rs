@@ -134,7 +134,9 @@ pub fn cap_rows_within(
 /// Values no record has: not an error (the answer is simply zero), but said, with the closest
 /// values that do exist, because a guessed value is the usual reason. For each exact value the
 /// data does not hold (and, when the call found nothing, each substring no value contains) on
-/// a text field without static codes, the nearest values the field does hold, with counts.
+/// a text field without static codes, the nearest values the field does hold, with counts; on
+/// a field with `aliases`, the nearest of its values and of its aliases' (a short title is
+/// offered as such: it names the record too).
 pub async fn unknown_value_hints(
     ctx: &datafusion::prelude::SessionContext,
     prepared: &crate::dataset::Prepared,
@@ -165,6 +167,17 @@ pub async fn unknown_value_hints(
             Op::Contains(t) if nothing_found => (vec![t.clone()], true),
             _ => continue,
         };
+        // The field's values, and those of its aliases, as candidates: (value, as shown).
+        let mut pool: Vec<(String, String)> = existing
+            .iter()
+            .map(|(e, n)| (e.clone(), format!("`{e}` ({n} records)")))
+            .collect();
+        for &alias in &field.aliases {
+            let name = &def.fields[alias].name;
+            for (e, n) in prepared.distinct_values(ctx, def, alias).await?.iter() {
+                pool.push((e.clone(), format!("`{e}` (the {name} of {n} records)")));
+            }
+        }
         for v in values {
             let found = if substring {
                 let wanted = fold(&v).into_owned();
@@ -177,26 +190,37 @@ pub async fn unknown_value_hints(
             if found {
                 continue;
             }
-            let ranked = tally_semantic::names::rank(&v, existing.iter().map(|(e, _)| e.as_str()));
-            let closest: Vec<String> = ranked
+            let ranked = tally_semantic::names::rank(&v, pool.iter().map(|(e, _)| e.as_str()));
+            let mut closest: Vec<String> = Vec::new();
+            for name in ranked {
+                if closest.len() == 5 {
+                    break;
+                }
+                if let Some((_, shown)) = pool
+                    .iter()
+                    .find(|(e, shown)| e == name && !closest.contains(shown))
+                {
+                    closest.push(shown.clone());
+                }
+            }
+            let aliases: Vec<&str> = field
+                .aliases
                 .iter()
-                .take(5)
-                .map(|name| {
-                    let n = existing
-                        .iter()
-                        .find(|(e, _)| e == name)
-                        .map_or(0, |(_, n)| *n);
-                    format!("`{name}` ({n} records)")
-                })
+                .map(|a| def.fields[*a].name.as_str())
                 .collect();
             hints.push(format!(
-                "no record has {} as {}; closest existing values: {}",
+                "no record has {} as {}{}; closest existing values: {}",
                 if substring {
                     format!("a value containing `{v}`")
                 } else {
                     format!("`{v}`")
                 },
                 field.name,
+                if aliases.is_empty() {
+                    String::new()
+                } else {
+                    format!(" nor as its {}", aliases.join(" or "))
+                },
                 if closest.is_empty() {
                     "none".to_string()
                 } else {
@@ -204,6 +228,135 @@ pub async fn unknown_value_hints(
                 }
             ));
         }
+    }
+    Ok(hints)
+}
+
+/// How many conditions of a call that found nothing are counted one by one at most (each
+/// alone, and the others without it): the counts are one pass over the data, whose cost grows
+/// with the square of the conditions counted.
+pub const MAX_CONDITIONS_COUNTED: usize = 12;
+
+/// When nothing matched: which condition excludes every record by itself, and which one, left
+/// out, would let records through. `labels` and `conditions` are the call's, in one order;
+/// `base` is the data searched before any condition. Every count is made in one pass over
+/// `base` with the planner's own expressions, so a hint never blames a condition the call
+/// did not apply as written.
+pub async fn zero_hit_hints(
+    dataset: &str,
+    labels: &[String],
+    base: &datafusion::prelude::DataFrame,
+    conditions: &[datafusion::logical_expr::Expr],
+) -> Result<Vec<String>, crate::error::EngineError> {
+    use datafusion::functions_aggregate::expr_fn::{count, sum};
+    use datafusion::logical_expr::{lit, when};
+    let n = labels.len().min(conditions.len());
+    match n {
+        0 => return Ok(Vec::new()),
+        1 => {
+            return Ok(vec![format!(
+                "no record matches {}; loosen or remove it",
+                labels[0]
+            )]);
+        }
+        _ => {}
+    }
+    let counted = n.min(MAX_CONDITIONS_COUNTED);
+    // The sets of conditions to count: none (the records searched), each alone, and each
+    // left out. With two conditions "the first alone" is "the second left out": each set is
+    // counted once.
+    let mut sets: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut alone = Vec::with_capacity(counted);
+    let mut without = Vec::with_capacity(counted);
+    let index_of =
+        |set: Vec<usize>, sets: &mut Vec<Vec<usize>>| match sets.iter().position(|s| *s == set) {
+            Some(i) => i,
+            None => {
+                sets.push(set);
+                sets.len() - 1
+            }
+        };
+    for i in 0..counted {
+        alone.push(index_of(vec![i], &mut sets));
+        without.push(index_of((0..n).filter(|j| *j != i).collect(), &mut sets));
+    }
+    let aggregates: Vec<datafusion::logical_expr::Expr> = sets
+        .iter()
+        .enumerate()
+        .map(
+            |(k, set)| -> datafusion::error::Result<datafusion::logical_expr::Expr> {
+                let matched =
+                    crate::plan::conjunction(set.iter().map(|&i| conditions[i].clone()).collect());
+                Ok(match matched {
+                    None => count(lit(1i64)).alias(format!("s{k}")),
+                    // A condition that is null for a record (three-valued logic) does not match
+                    // it, as in a filter.
+                    Some(e) => sum(when(e, lit(1i64)).otherwise(lit(0i64))?).alias(format!("s{k}")),
+                })
+            },
+        )
+        .collect::<Result<_, _>>()
+        .map_err(|e| crate::error::EngineError::computing(dataset, e))?;
+    let batches = base
+        .clone()
+        .aggregate(vec![], aggregates)?
+        .collect()
+        .await
+        .map_err(|e| crate::error::EngineError::computing(dataset, e))?;
+    let mut counts = vec![0u64; sets.len()];
+    if let Some(b) = batches.iter().find(|b| b.num_rows() > 0) {
+        for (k, c) in counts.iter_mut().enumerate() {
+            let column = datafusion::arrow::compute::cast(
+                b.column(k),
+                &datafusion::arrow::datatypes::DataType::UInt64,
+            )
+            .map_err(|e| crate::error::EngineError::backend(dataset, e))?;
+            use datafusion::arrow::array::{Array, AsArray};
+            let column = column.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+            *c = if column.is_valid(0) {
+                column.value(0)
+            } else {
+                0
+            };
+        }
+    }
+    if counts[0] == 0 {
+        return Ok(vec![
+            "no record was searched before any condition applied (see the warnings), so no condition excludes anything: loosening them finds nothing either".to_string(),
+        ]);
+    }
+    let mut hints = Vec::new();
+    for i in 0..counted {
+        if counts[alone[i]] == 0 {
+            hints.push(format!(
+                "{} alone matches no record: it excludes every record by itself; loosen or remove it",
+                labels[i]
+            ));
+        }
+    }
+    for i in 0..counted {
+        let m = counts[without[i]];
+        if m > 0 {
+            hints.push(format!(
+                "without {} the other conditions match {m} records",
+                labels[i]
+            ));
+        }
+    }
+    if hints.is_empty() {
+        let each: Vec<String> = (0..counted)
+            .map(|i| format!("{}: {} records", labels[i], counts[alone[i]]))
+            .collect();
+        hints.push(format!(
+            "no single condition excludes every record: each alone matches some ({}), and leaving any one out still matches none; several conditions together exclude every record",
+            each.join(", ")
+        ));
+    }
+    if counted < n {
+        hints.push(format!(
+            "the last {} of the {n} conditions were not counted one by one (at most {MAX_CONDITIONS_COUNTED} are)",
+            n - counted
+        ));
     }
     Ok(hints)
 }

@@ -507,6 +507,12 @@ pub struct Field {
     /// exactly is read as a law reference in any common form and matches the provision and
     /// everything inside it.
     pub locator: Option<LocatorKind>,
+    /// Fields of the same record holding other names of what this field names (`aliases:
+    /// [law_abbrev, law_num]` on a law's title: its short titles and its law number). A value
+    /// compared exactly with this field that is none of its values, but is (NFKC, numbers in
+    /// kanji or digits alike, see [`crate::names::alias_key`]) a value of one of these, is read
+    /// as the values of this field of the records holding it, disclosed.
+    pub aliases: Vec<FieldId>,
     /// Where the field is declared (for later diagnostics).
     pub pos: Pos,
 }
@@ -753,6 +759,7 @@ pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded
     let mut reader = Reader {
         file: file.to_string(),
         diagnostics: Vec::new(),
+        aliases: Vec::new(),
     };
     let root = match yaml::parse(text) {
         Ok(root) => root,
@@ -835,6 +842,7 @@ const FIELD_KEYS: &[&str] = &[
     "csv_col_index",
     "group",
     "locator",
+    "aliases",
 ];
 const MULTI_VALUE_KEYS: &[&str] = &["separator"];
 const MEASURE_KEYS: &[&str] = &[
@@ -851,6 +859,17 @@ const MAX_NAME_CHARS: usize = 200;
 struct Reader {
     file: String,
     diagnostics: Vec<Diagnostic>,
+    /// `aliases` as written on each field, resolved to field ids once every field is read.
+    aliases: Vec<AliasesWritten>,
+}
+
+/// A field's `aliases`, as written: the field, where the key is, and each name with its
+/// position and key path.
+struct AliasesWritten {
+    field: String,
+    pos: Pos,
+    path: String,
+    names: Vec<(String, Pos, String)>,
 }
 
 /// A mapping being read: remembers which keys were consumed so the rest can be reported.
@@ -1268,7 +1287,7 @@ impl Reader {
         };
         let data_url = self.data_url(&map, &backend);
 
-        let fields = match map.get("fields") {
+        let mut fields = match map.get("fields") {
             Some(node) => self.fields(node),
             None => {
                 let fix = match suggest_present(&map, "fields") {
@@ -1282,6 +1301,8 @@ impl Reader {
                 Vec::new()
             }
         };
+
+        self.resolve_aliases(&mut fields);
 
         let id_field = self.string(
             &map,
@@ -1800,6 +1821,7 @@ impl Reader {
                 None
             }
         };
+        self.aliases_written(&map, &name, path);
         let notes = self.string_list(&map, "notes", path);
         let csv_col_index = match map.get("csv_col_index").map(|n| (n, &n.value)) {
             Some((_, Value::Int(i))) if *i >= 0 => u32::try_from(*i).ok(),
@@ -1827,10 +1849,136 @@ impl Reader {
             multi_value,
             groupable,
             locator,
+            aliases: Vec::new(),
             notes,
             csv_col_index,
             pos: node.pos,
         })
+    }
+
+    /// Reads a field's `aliases` as written (one name, or a list of names); they are checked
+    /// and resolved by [`Reader::resolve_aliases`] once every field is known.
+    fn aliases_written(&mut self, map: &MapView<'_>, field: &str, path: &str) {
+        let Some(node) = map.get("aliases") else {
+            return;
+        };
+        let key_path = join(path, "aliases");
+        let fix = "write the fields holding other names of this field's values, e.g. `aliases: [law_abbrev, law_num]`";
+        let items: Vec<&Node> = match &node.value {
+            Value::Null => return,
+            Value::Str(_) => vec![node],
+            Value::Seq(items) => items.iter().collect(),
+            _ => {
+                self.error(
+                    node.pos,
+                    &key_path,
+                    format!(
+                        "`aliases` must be a list of field names, found {}",
+                        node.kind()
+                    ),
+                    fix,
+                );
+                return;
+            }
+        };
+        let mut names = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            let item_path = if matches!(node.value, Value::Seq(_)) {
+                format!("{key_path}[{i}]")
+            } else {
+                key_path.clone()
+            };
+            match &item.value {
+                Value::Str(s) => names.push((s.clone(), item.pos, item_path)),
+                _ => self.error(
+                    item.pos,
+                    &item_path,
+                    format!("expected a field name, found {}", item.kind()),
+                    fix,
+                ),
+            }
+        }
+        self.aliases.push(AliasesWritten {
+            field: field.to_string(),
+            pos: map.key_pos("aliases"),
+            path: key_path,
+            names,
+        });
+    }
+
+    /// Checks every field's `aliases` against the fields declared and resolves them to ids:
+    /// the field itself must be a single-valued text field whose values are compared as they
+    /// are (no static codes, no provisions), and each alias a distinct other text field.
+    fn resolve_aliases(&mut self, fields: &mut [Field]) {
+        let written = std::mem::take(&mut self.aliases);
+        for w in written {
+            let Some(at) = fields.iter().position(|f| f.name == w.field) else {
+                continue;
+            };
+            let f = &fields[at];
+            let why_not = if f.role == Role::Measure || f.data_type.is_numeric() {
+                Some("it holds numbers")
+            } else if f.multi_value.is_some() {
+                Some("it is multi-valued")
+            } else if matches!(f.codelist, Some(Codelist::Static(_))) {
+                Some("its values are declared codes, which have their own names (their labels)")
+            } else if f.locator.is_some() {
+                Some("it holds provisions, read by `locator`")
+            } else {
+                None
+            };
+            if let Some(why) = why_not {
+                self.error(
+                    w.pos,
+                    &w.path,
+                    format!("`{}` cannot have aliases: {why}", w.field),
+                    "declare `aliases` on the single-valued text field that names things (e.g. a law's title), or remove the key",
+                );
+                continue;
+            }
+            let mut ids: Vec<FieldId> = Vec::with_capacity(w.names.len());
+            for (name, pos, path) in &w.names {
+                let Some(id) = fields.iter().position(|f| &f.name == name) else {
+                    let fix = match suggest(name, fields.iter().map(|f| f.name.as_str())) {
+                        Some(near) => format!(
+                            "did you mean `{near}`? name a field declared under `fields` that holds other names of `{}`",
+                            w.field
+                        ),
+                        None => format!(
+                            "name a field declared under `fields` that holds other names of `{}`",
+                            w.field
+                        ),
+                    };
+                    self.error(*pos, path, format!("`{name}` is not a declared field"), fix);
+                    continue;
+                };
+                let alias = &fields[id];
+                let problem = if id == at {
+                    Some(format!("`{name}` names the field itself"))
+                } else if alias.data_type.is_numeric() {
+                    Some(format!(
+                        "`{name}` holds numbers; an alias is a name, held as text"
+                    ))
+                } else if ids.contains(&FieldId::at(id)) {
+                    Some(format!("`{name}` is listed twice"))
+                } else {
+                    None
+                };
+                match problem {
+                    Some(message) => self.error(
+                        *pos,
+                        path,
+                        message,
+                        format!(
+                            "list other text fields of the same record holding other names of `{}` (short titles, numbers), each once",
+                            w.field
+                        ),
+                    ),
+                    None => ids.push(FieldId::at(id)),
+                }
+            }
+            fields[at].aliases = ids;
+        }
     }
 
     fn codelist(&mut self, node: &Node, path: &str) -> Option<Codelist> {

@@ -95,6 +95,88 @@ pub fn nfkc_value(s: &str) -> String {
     s.nfkc().collect::<String>().trim().to_string()
 }
 
+/// The comparison form of a value matched against the other names a record is known by (a
+/// field's `aliases`, such as a law's short title and its law number): [`nfkc_value`], with
+/// every number written where a number is counted read as that number, in kanji or in digits
+/// alike: a run of numerals after `第` or before `年` or `号` (`平成十一年法律第百二十八号` and
+/// `平成11年法律第128号` are one law number, `元年` is year 1). Numerals elsewhere are kept as
+/// written (`一般` stays `一般`), and a run too long to be a number is kept too.
+pub fn alias_key(s: &str) -> String {
+    let chars: Vec<char> = nfkc_value(s).chars().collect();
+    let mut out = String::with_capacity(chars.len() * 3);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '元' && chars.get(i + 1) == Some(&'年') {
+            out.push('1');
+            i += 1;
+            continue;
+        }
+        if !is_numeral(c) {
+            out.push(c);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && is_numeral(chars[i]) {
+            i += 1;
+        }
+        let run = &chars[start..i];
+        let counted =
+            (start > 0 && chars[start - 1] == '第') || matches!(chars.get(i), Some('年' | '号'));
+        match numeral_value(run).filter(|_| counted) {
+            Some(n) => out.push_str(&n.to_string()),
+            None => out.extend(run),
+        }
+    }
+    out
+}
+
+fn kanji_digit(c: char) -> Option<u64> {
+    "〇一二三四五六七八九"
+        .chars()
+        .position(|k| k == c)
+        .map(|p| p as u64)
+}
+
+fn is_numeral(c: char) -> bool {
+    c.is_ascii_digit() || kanji_digit(c).is_some() || matches!(c, '十' | '百' | '千' | '万')
+}
+
+/// A run of numerals as a number: ASCII digits, or kanji written with units (`百二十八`) or
+/// digit by digit (`一二八`); `None` for a mix of both, or past `u64`.
+fn numeral_value(run: &[char]) -> Option<u64> {
+    if run.iter().all(char::is_ascii_digit) {
+        return run.iter().try_fold(0u64, |n, c| {
+            n.checked_mul(10)?.checked_add(u64::from(c.to_digit(10)?))
+        });
+    }
+    if run.iter().any(char::is_ascii_digit) {
+        return None;
+    }
+    let (mut total, mut section, mut digit): (u64, u64, Option<u64>) = (0, 0, None);
+    for &c in run {
+        if let Some(d) = kanji_digit(c) {
+            digit = Some(digit.unwrap_or(0).checked_mul(10)?.checked_add(d)?);
+            continue;
+        }
+        let unit = match c {
+            '十' => 10,
+            '百' => 100,
+            '千' => 1000,
+            _ => {
+                // 万: what came before it counts ten-thousands.
+                let man = section.checked_add(digit.take().unwrap_or(0))?.max(1);
+                total = total.checked_add(man.checked_mul(10_000)?)?;
+                section = 0;
+                continue;
+            }
+        };
+        section = section.checked_add(digit.take().unwrap_or(1).checked_mul(unit)?)?;
+    }
+    total.checked_add(section)?.checked_add(digit.unwrap_or(0))
+}
+
 /// Lowest similarity at which a name is corrected.
 pub const FUZZY_THRESHOLD: f64 = 0.75;
 /// How much the best candidate must beat the second best by to be corrected.
@@ -509,6 +591,36 @@ mod tests {
         );
         assert_eq!(reachable(10, 20), 0.5);
         assert_eq!(reachable(0, 0), 1.0);
+    }
+
+    #[test]
+    fn alias_keys_read_counted_numbers_in_kanji_and_digits_alike() {
+        let egov = alias_key("平成十一年法律第百二十八号");
+        assert_eq!(egov, "平成11年法律第128号");
+        assert_eq!(alias_key("平成11年法律第128号"), egov);
+        assert_eq!(alias_key("平成１１年法律第１２８号"), egov);
+        assert_eq!(alias_key(" 平成十一年法律第一二八号 "), egov);
+        assert_eq!(alias_key("令和元年法律第二号"), "令和1年法律第2号");
+        assert_eq!(
+            alias_key("昭和二十五年法律第二百一号"),
+            "昭和25年法律第201号"
+        );
+        assert_eq!(
+            alias_key("平成二十六年特定個人情報保護委員会規則第一号"),
+            "平成26年特定個人情報保護委員会規則第1号"
+        );
+        assert_eq!(alias_key("第一万二千三号"), "第12003号");
+        // Numerals that count nothing are kept; different numbers stay different.
+        assert_eq!(alias_key("一般社団法人法"), "一般社団法人法");
+        assert_eq!(alias_key("不正アクセス禁止法"), "不正アクセス禁止法");
+        assert_ne!(
+            alias_key("平成十一年法律第百二十八号"),
+            alias_key("平成十一年法律第百二十九号")
+        );
+        // A run no number fits in is kept as written, never wrapped.
+        let long = format!("第{}号", "9".repeat(40));
+        assert_eq!(alias_key(&long), long);
+        assert_eq!(alias_key("第1二号"), "第1二号");
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! v1 wrapper `DataRoot/ApplData/LawFullText/Law`. The law id comes from the XML
 //! (`ApplData/LawId`) when it is there, else from the file name; the revision (its id
 //! `<YYYYMMDD>_<amending law id>` and date) from the file name when it follows e-Gov's
-//! pattern. The `law_id_from` column says which was used.
+//! pattern. The `law_id_from` column says which was used. `law_abbrev` holds the short
+//! titles e-Gov gives the law (`LawTitle`'s `Abbrev`, e.g. 不正アクセス禁止法), and `law_num`
+//! its law number: a definition declares them as `aliases` of `law_title`, so a call may name
+//! a law by either (docs/laws.md).
 //!
 //! Several revisions of one law may sit side by side. Unless the host pushes down a
 //! condition on `revision_id` or `revision_date` (or the config says `revisions: all`), only
@@ -45,6 +48,10 @@ impl SourcePlugin for Laws {
         .column(Column::text(
             "law_title",
             "The law's title, e.g. 行政手続法",
+        ))
+        .column(Column::text(
+            "law_abbrev",
+            "The law's short titles as e-Gov gives them (LawTitle's Abbrev), separated by commas, e.g. マイナンバー法,個人番号法,番号法; empty when the file gives none",
         ))
         .column(Column::text(
             "revision_id",
@@ -173,6 +180,7 @@ impl SourcePlugin for Laws {
                         Cell::text(id.law_id.clone()),
                         Cell::opt_text(law.number.clone()),
                         Cell::text(law.title.clone()),
+                        Cell::opt_text((!law.abbrevs.is_empty()).then(|| law.abbrevs.join(","))),
                         Cell::opt_text(id.revision_id.clone()),
                         Cell::opt_text(id.revision_date.clone()),
                         Cell::text(id.law_id_from),

@@ -19,6 +19,9 @@ pub struct Identity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Law {
     pub title: String,
+    /// The short titles e-Gov gives the law (`LawTitle`'s `Abbrev` attribute, e.g.
+    /// 不正アクセス禁止法; several are written `マイナンバー法,個人番号法,番号法`), in order.
+    pub abbrevs: Vec<String>,
     pub number: Option<String>,
     /// The promulgation date (`YYYY-MM-DD`) when the root element gives it.
     pub promulgated: Option<String>,
@@ -213,6 +216,10 @@ pub fn parse(text: &str) -> Result<Law, String> {
         .ok_or("no <Law> element with a <LawBody>: not e-Gov law XML")?;
     let body = child(law, "LawBody").ok_or("no <LawBody>")?;
     let title = child_text(body, "LawTitle").ok_or("the law has no <LawTitle>")?;
+    let abbrevs = child(body, "LawTitle")
+        .and_then(|t| t.attribute("Abbrev"))
+        .map(short_titles)
+        .unwrap_or_default();
     let number = child_text(law, "LawNum");
     let mut units = Vec::new();
     if let Some(main) = child(body, "MainProvision") {
@@ -232,10 +239,23 @@ pub fn parse(text: &str) -> Result<Law, String> {
     }
     Ok(Law {
         title,
+        abbrevs,
         number,
         promulgated: promulgated(law),
         units,
     })
+}
+
+/// `マイナンバー法,個人番号法,番号法` → each short title once, trimmed, in order. e-Gov
+/// separates them with a comma; a full-width one is read alike.
+fn short_titles(abbrev: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in abbrev.split([',', '，']).map(str::trim) {
+        if !a.is_empty() && !out.iter().any(|o| o == a) {
+            out.push(a.to_string());
+        }
+    }
+    out
 }
 
 fn promulgated(law: Node) -> Option<String> {
@@ -369,6 +389,7 @@ mod tests {
     fn paragraphs_and_items_with_locators() {
         let law = parse(BARE).expect("parses");
         assert_eq!(law.title, "行政手続法");
+        assert!(law.abbrevs.is_empty(), "the title states no short title");
         assert_eq!(law.number.as_deref(), Some("平成五年法律第八十八号"));
         assert_eq!(law.promulgated.as_deref(), Some("1993-11-12"));
         let got: Vec<(&str, &str, Option<&str>, &str)> = law
@@ -429,6 +450,17 @@ mod tests {
         assert_eq!(law.units[0].article.as_deref(), Some("第二条"));
         assert_eq!(law.units[2].item.as_deref(), Some("第六号の二"));
         assert!(law.units[5].supplementary);
+    }
+
+    #[test]
+    fn short_titles_from_the_abbrev_attribute() {
+        let with = BARE.replace(
+            r#"<LawTitle Kana="x">"#,
+            r#"<LawTitle Kana="x" Abbrev="マイナンバー法, 個人番号法,番号法,,番号法" AbbrevKana="ま,こ,ば">"#,
+        );
+        let law = parse(&with).expect("parses");
+        assert_eq!(law.title, "行政手続法");
+        assert_eq!(law.abbrevs, vec!["マイナンバー法", "個人番号法", "番号法"]);
     }
 
     #[test]

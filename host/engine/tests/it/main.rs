@@ -1,5 +1,6 @@
 //! Integration tests of the engine: one binary, data-driven.
 
+mod aliases;
 mod architecture;
 mod cache;
 mod cases;

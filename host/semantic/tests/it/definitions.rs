@@ -140,3 +140,24 @@ fn folder_name_that_is_not_a_valid_id_is_refused() {
     }
     assert!(load_definition("datasets/ok-1.x/dataset.yaml", "ok-1.x", text).is_ok());
 }
+
+#[test]
+fn aliases_resolve_to_the_fields_they_name() {
+    let text =
+        std::fs::read_to_string(data_dir("definitions").join("aliases.yaml")).expect("readable");
+    let def = load_definition("aliases/dataset.yaml", "aliases", &text)
+        .expect("valid")
+        .dataset;
+    let names = |field: &str| -> Vec<&str> {
+        def.field(field)
+            .expect("declared")
+            .aliases
+            .iter()
+            .map(|id| def.fields[*id].name.as_str())
+            .collect()
+    };
+    assert_eq!(names("law_title"), ["law_abbrev", "law_num"]);
+    // One name alone is a list of one.
+    assert_eq!(names("law_title_kana"), ["law_title"]);
+    assert!(names("law_num").is_empty());
+}
