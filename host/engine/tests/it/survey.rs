@@ -403,10 +403,11 @@ pub fn answers_a_model_gets_right(open: &dyn Fn(&Path) -> tally_engine::Engine) 
             .await
             .unwrap_or_else(|e| panic!("{}", e.to_json()));
         let warnings = inspected["data"]["definition_warnings"].to_string();
-        // Read from the files at every call, the extract step says which row groups.
+        // Read from the files at every call (by this server or by a cluster's executors),
+        // the extract step says so.
         let streamed = out["provenance"]["transformations"]
             .to_string()
-            .contains("row group");
+            .contains("read from the files at this call");
         for multi in [
             field,
             "添付書類等への電子署名",
