@@ -270,10 +270,11 @@ pub enum Op {
 
 /// Every operator, as written in `where` and `having`. (A bare array is short for `$in`, a
 /// bare string for `$contains`, a bare number or boolean for `$eq`.)
-pub const OPERATORS: [&str; 10] = [
+pub const OPERATORS: [&str; 11] = [
     "$eq",
     "$in",
     "$ne",
+    "$nin",
     "$contains",
     "$not_contains",
     "$gt",
@@ -1054,6 +1055,23 @@ fn parse_condition(cond: &Value, path: &str) -> Result<Vec<Op>, RequestError> {
             let mut out = Vec::with_capacity(ops.len());
             for (name, operand) in ops {
                 let op_path = format!("{path}.{name}");
+                if name == "$nin" {
+                    // None of the values: `$ne` of each, ANDed, so every form and code rule of
+                    // `$ne` holds for each (records without a value are kept, as by `$ne`).
+                    let listed = values(operand, &op_path)?;
+                    if listed.len() > MAX_CONDITIONS {
+                        return Err(RequestError::invalid(
+                            op_path,
+                            format!(
+                                "{} values listed; `$nin` accepts at most {MAX_CONDITIONS}",
+                                listed.len()
+                            ),
+                        )
+                        .hint("list the values to keep with `$in` instead"));
+                    }
+                    out.extend(listed.into_iter().map(Op::Ne));
+                    continue;
+                }
                 let op = match name.as_str() {
                     "$eq" => Op::Eq(scalar(operand, &op_path)?),
                     "$ne" => Op::Ne(scalar(operand, &op_path)?),

@@ -457,9 +457,11 @@ impl<'d> Resolver<'d> {
             // Two conditions of one kind on one field (a name written two ways) would be one
             // condition too many to write back as the call resolved (`provenance.query`), and
             // say something the caller may not mean: refused, with what to do.
-            if out
-                .iter()
-                .any(|f: &Filter| f.field == field && f.op.name() == op.name())
+            // Several `$ne` of one field are `$nin` (written back as such), never a conflict.
+            if !matches!(op, Op::Ne(_))
+                && out
+                    .iter()
+                    .any(|f: &Filter| f.field == field && f.op.name() == op.name())
             {
                 return Err(RequestError::invalid(
                     format!("where.{}", cond.target),
@@ -1628,6 +1630,20 @@ fn conditions<'a>(items: impl Iterator<Item = (&'a str, &'a Op)>) -> serde_json:
             .entry(column.to_string())
             .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
         if let serde_json::Value::Object(ops) = entry {
+            // Several `$ne` of one column are written back as the `$nin` they came from.
+            if name == "$ne" {
+                if let Some(serde_json::Value::Array(listed)) = ops.get_mut("$nin") {
+                    listed.push(operand);
+                    continue;
+                }
+                if let Some(first) = ops.remove("$ne") {
+                    ops.insert(
+                        "$nin".into(),
+                        serde_json::Value::Array(vec![first, operand]),
+                    );
+                    continue;
+                }
+            }
             ops.insert(name, operand);
         }
     }

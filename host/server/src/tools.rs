@@ -130,7 +130,7 @@ impl Examples {
 
 fn where_text(ex: &Examples) -> String {
     let mut text = format!(
-        "ANDed: {{\"F\": [\"a\"]}} exact; {{\"F\": \"text\"}} substring (a code's label or number: that code); {{\"F\": 10}} equal; $eq $in $ne $contains $not_contains $gt $gte $lt $lte $not_empty, e.g. {{\"{}\": {{\"$gte\": 100}}}}.",
+        "ANDed: {{\"F\": [\"a\"]}} exact; {{\"F\": \"text\"}} substring (a code's label or number: that code); {{\"F\": 10}} equal; $eq $in $ne $nin $contains $not_contains $gt $gte $lt $lte $not_empty, e.g. {{\"{}\": {{\"$gte\": 100}}}}.",
         ex.measure()
     );
     if ex.law.is_some() {

@@ -3,6 +3,7 @@
 mod aliases;
 mod architecture;
 mod cache;
+mod calls;
 mod cases;
 mod differential;
 mod fixture;

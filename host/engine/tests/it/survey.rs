@@ -69,7 +69,7 @@ async fn sql_rows(ctx: &SessionContext, sql: &str) -> Vec<(String, i64, f64)> {
 
 /// A datasets directory holding the real survey as `survey` (its published definition and
 /// data), and the reference Parquet file; `None` (said) when the reference is absent.
-fn survey_folder() -> Option<(tempfile::TempDir, PathBuf)> {
+pub(crate) fn survey_folder() -> Option<(tempfile::TempDir, PathBuf)> {
     let reference = reference_dir()?;
     let tmp = tempfile::tempdir().expect("tmp");
     let folder = tmp.path().join("survey");
@@ -198,7 +198,7 @@ pub fn matches_plain_sql(open: &dyn Fn(&Path) -> tally_engine::Engine) {
 }
 
 /// One count from plain SQL.
-async fn sql_count(ctx: &SessionContext, sql: &str) -> i64 {
+pub(crate) async fn sql_count(ctx: &SessionContext, sql: &str) -> i64 {
     let batches = ctx
         .sql(sql)
         .await
