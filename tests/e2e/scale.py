@@ -240,6 +240,16 @@ def files_only(args):
     if duck:
         print()
         print(f"DuckDB process peak RSS: {mib(duck['peak'])}")
+        totals_agree([(label, (total, duck["results"][i]["total"])) for i, ((label, _, _), (_, total)) in enumerate(zip(WORKLOADS, tally))])
+
+
+def totals_agree(rows):
+    """The figures compare the same work only if every path answered with the same total: a
+    disagreement ends the run with an error instead of a table that reads as a comparison."""
+    wrong = [f"{label}: {' / '.join(str(t) for t in totals)}" for label, totals in rows if len(set(totals)) != 1]
+    if wrong:
+        sys.exit("the totals disagree, so these times do not compare the same work:\n" + "\n".join(wrong))
+    print(f"totals agree on all {len(rows)} workloads")
 
 
 def duckdb_figures(args):
@@ -341,6 +351,10 @@ def main():
     if duck is not None:
         print()
         print(f"DuckDB process peak RSS: {mib(duck['peak'])}")
+    totals_agree([
+        (label, (total, s_total) + ((duck["results"][i]["total"],) if duck is not None else ()))
+        for i, ((label, _, _), (_, total), (_, s_total)) in enumerate(zip(WORKLOADS, tally, streamed))
+    ])
 
 
 if __name__ == "__main__":

@@ -331,8 +331,12 @@ impl Guard {
 
     /// Takes one request from the caller's bucket; `Err(seconds)` until the next is allowed.
     fn take(&self, caller: &str) -> Result<(), u64> {
+        self.take_at(caller, Instant::now())
+    }
+
+    /// [`Guard::take`] at the instant `now` (tests give the clock).
+    fn take_at(&self, caller: &str, now: Instant) -> Result<(), u64> {
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
         let (tokens, last) = buckets
             .entry(caller.to_string())
             .or_insert((self.burst, now));
@@ -794,15 +798,31 @@ mod tests {
 
     #[test]
     fn the_bucket_refills() {
+        use std::time::Duration;
+        // A burst of 2 at 1,000 a second, on a clock the test gives.
         let g = Guard::new(Tokens::default(), vec![], vec![], 1000.0, 2.0, 1, 1024);
-        assert!(g.take("x").is_ok());
-        assert!(g.take("x").is_ok());
-        assert!(g.take("x").is_err() || g.take("x").is_ok());
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        assert!(g.take("x").is_ok(), "refilled");
+        let t0 = Instant::now();
+        assert_eq!(g.take_at("x", t0), Ok(()));
+        assert_eq!(g.take_at("x", t0), Ok(()));
+        assert_eq!(g.take_at("x", t0), Err(1), "the burst is spent");
+        assert_eq!(
+            g.take_at("x", t0 + Duration::from_micros(500)),
+            Err(1),
+            "half a token is not one"
+        );
+        assert_eq!(
+            g.take_at("x", t0 + Duration::from_millis(1)),
+            Ok(()),
+            "refilled"
+        );
+        // Never more than the burst, however long the caller was away.
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(g.take_at("x", later), Ok(()));
+        assert_eq!(g.take_at("x", later), Ok(()));
+        assert_eq!(g.take_at("x", later), Err(1), "the burst caps the refill");
         let slow = Guard::new(Tokens::default(), vec![], vec![], 0.5, 1.0, 1, 1024);
-        assert!(slow.take("y").is_ok());
-        assert_eq!(slow.take("y"), Err(2), "Retry-After rounds up");
-        assert!(slow.take("z").is_ok(), "callers have their own buckets");
+        assert_eq!(slow.take_at("y", t0), Ok(()));
+        assert_eq!(slow.take_at("y", t0), Err(2), "Retry-After rounds up");
+        assert_eq!(slow.take_at("z", t0), Ok(()), "callers have their own buckets");
     }
 }

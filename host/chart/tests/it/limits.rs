@@ -41,19 +41,56 @@ fn notes(chart: &Chart) -> Vec<String> {
     }
 }
 
+/// view.js as the server serves it: its `LIMITS` object and the pie threshold of
+/// `chooseChart`, read from the file (a change to either side alone fails here).
+fn view_js() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/ui/view.js"),
+    )
+    .expect("host/server/ui/view.js")
+}
+
+/// The number after `key:` in `text`.
+fn number_after(text: &str, key: &str) -> usize {
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("view.js has no `{key}`"))
+        + key.len();
+    let digits: String = text[at..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("`{key}` is followed by no number in view.js"))
+}
+
 #[test]
 fn the_limits_are_the_views() {
+    let js = view_js();
+    let start = js.find("var LIMITS = {").expect("view.js declares LIMITS");
+    let end = start + js[start..].find('}').expect("the LIMITS object ends");
+    let object = &js[start..end];
+    for (key, rust) in [
+        ("bars:", LIMITS.bars),
+        ("stackedCategories:", LIMITS.stacked_categories),
+        ("stackedSeries:", LIMITS.stacked_series),
+        ("heatmapRows:", LIMITS.heatmap_rows),
+        ("heatmapColumns:", LIMITS.heatmap_columns),
+        ("treemapTiles:", LIMITS.treemap_tiles),
+    ] {
+        assert_eq!(number_after(object, key), rust, "view.js LIMITS.{key}");
+    }
+    // chooseChart: `rows.length <= N ? 'pie' : 'treemap'`.
+    let pie = js
+        .find("? 'pie' : 'treemap'")
+        .expect("view.js chooses a pie or a treemap");
+    let threshold = &js[js[..pie].rfind("<=").expect("a pie threshold")..pie];
     assert_eq!(
-        (
-            LIMITS.bars,
-            LIMITS.stacked_categories,
-            LIMITS.stacked_series,
-            LIMITS.heatmap_rows,
-            LIMITS.heatmap_columns,
-            LIMITS.treemap_tiles,
-            LIMITS.pie_slices
-        ),
-        (100, 60, 12, 60, 40, 200, 7)
+        number_after(threshold, "<="),
+        LIMITS.pie_slices,
+        "view.js pie threshold"
     );
 }
 
