@@ -1,5 +1,5 @@
 """One gate for what a caller may see (issue 36): a token scoped to one dataset walks every
-MCP method the server answers — from the server's own method table (`host/server/src/methods.rs`,
+MCP method the server answers — from the server's own method table (`host/mcp/src/methods.rs`,
 handed over by the cargo test as `methods.json`), checked against every method of the
 protocol the official SDK knows — in both protocol eras, and nothing of a hidden dataset (its
 id, title, fields, codes, counts) appears in any answer or notification, while the catalog

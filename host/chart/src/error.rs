@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::choice::Kind;
+use crate::kind::Kind;
 
 /// What went wrong, named by who must act: the caller's input (`NotASummary`, `NoSuchMetric`,
 /// `UnknownKind`, `KindNotAvailable`), the shape of the result (`TooManyGroups`, `NoRows`), a

@@ -1,7 +1,7 @@
 //! Server-side charts of a `summarize_records` result.
 //!
 //! The chart is chosen from the result's shape by the same rules as the HTML view
-//! (`chooseChart` in `host/server/ui/view.js`, ported in `src/choice.rs`; [`choose`] here
+//! (`chooseChart` in `host/mcp/ui/view.js`, ported in `src/choice.rs`; [`choose`] here
 //! reads the envelope and applies them): no grouping → figures ([`Kind::Card`]); one
 //! grouping field → the parts of a whole as a [`Kind::Pie`] (up to 7) or [`Kind::Treemap`],
 //! anything else as [`Kind::Bar`]s; two → [`Kind::Stacked`] bars or a [`Kind::Heatmap`]; more →
@@ -53,6 +53,7 @@
 mod choice;
 mod draw;
 mod error;
+mod kind;
 mod limits;
 mod raster;
 mod summary;
@@ -60,8 +61,9 @@ mod text;
 
 use serde_json::Value;
 
-pub use choice::{Choice, Kind, MetricKind};
+pub use choice::Choice;
 pub use error::ChartError;
+pub use kind::{Kind, MetricKind};
 pub use limits::{LIMITS, Limits, MAX_PNG_PIXEL_BYTES};
 pub use raster::{Fonts, Raster, png};
 

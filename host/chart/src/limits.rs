@@ -4,7 +4,7 @@
 //! is about 260,000 px tall and its PNG about 3 GB. Past these limits a chart draws the first
 //! (or largest) ones and says in its notes what it left out; the result's table has them all.
 //!
-//! **The same as view.js `LIMITS`** (`host/server/ui/view.js`, `drawSummary`), so that the
+//! **The same as view.js `LIMITS`** (`host/mcp/ui/view.js`, `drawSummary`), so that the
 //! image and the view show the same groups. Change both together.
 
 /// The most a chart of each kind draws. [`LIMITS`] is the one value used.

@@ -4,7 +4,7 @@
 //!
 //! The scheduler decodes a plan to split it into stages and never executes a scan; an
 //! executor decodes its stage's plan and, when it runs a scan, rebuilds the table from the
-//! description (`tally_engine::cluster`).
+//! description (`tally_storage::cluster`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -19,10 +19,11 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use prost::Message;
-use tally_engine::cluster::{ScanExec, SourceFile, TableSource};
 use tally_engine::groups::{CAPPED_COUNT, Caps, capped_count, caps_of};
-use tally_engine::memory::Budget;
-use tally_engine::udf::Functions;
+use tally_storage::cluster::ScanExec;
+use tally_storage::memory::Budget;
+use tally_storage::source::{SourceFile, TableSource};
+use tally_storage::udf::Functions;
 
 /// The first bytes of a Tally node (Ballista's own nodes are protobuf messages, which never
 /// start with them).

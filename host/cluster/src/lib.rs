@@ -1,7 +1,7 @@
 //! Tally on an Apache Arrow Ballista cluster.
 //!
 //! The server plans each call as it does alone; a plan that scans files
-//! (`tally_engine::cluster::ScanExec`) is sent whole, as a physical plan, to the Ballista
+//! (`tally_storage::cluster::ScanExec`) is sent whole, as a physical plan, to the Ballista
 //! scheduler, which splits it into stages and hands their tasks to the executors. The
 //! answer streams back to the server, which shapes it into the envelope as for any call.
 //!
@@ -30,8 +30,8 @@ use datafusion::physical_plan::{
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::physical_plan::AsExecutionPlan;
 use datafusion_proto::protobuf::PhysicalPlanNode;
-use tally_engine::cluster::{Cluster, ClusterCall};
-use tally_engine::memory::Budget;
+use tally_storage::cluster::{Cluster, ClusterCall};
+use tally_storage::memory::Budget;
 
 pub use codec::TallyCodec;
 
@@ -252,7 +252,7 @@ impl ExecutionPlan for ClusterExec {
             };
             // Each task of a scan runs on its own copy of the plan (ScanExec's marker says
             // which partitions): nothing is shared between the partitions of one task.
-            let config = tally_engine::cluster::partitions_alone(
+            let config = tally_storage::cluster::partitions_alone(
                 SessionConfig::new_with_ballista().with_target_partitions(partitions),
             );
             let stream =

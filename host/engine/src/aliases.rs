@@ -21,9 +21,9 @@ use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, Resolution};
 
 use crate::Engine;
-use crate::dataset::{Dataset, Prepared};
 use crate::error::EngineError;
 use crate::plan::Planner;
+use tally_storage::dataset::{Dataset, Prepared};
 
 /// Titles a value found through an alias: (the field's value, the alias field, the alias as
 /// the data holds it).

@@ -12,12 +12,12 @@ use tally_semantic::DatasetDef;
 use tally_semantic::resolve::{Filter, Resolution};
 
 use crate::Engine;
-use crate::dataset::{Dataset, Prepared};
 use crate::envelope::Provenance;
 use crate::error::EngineError;
 use crate::meta::{self, unknown_value_hints};
 use crate::plan::Planner;
 use crate::results::Context;
+use tally_storage::dataset::{Dataset, Prepared};
 
 /// A call's data and the means to plan over it.
 pub struct Call<'a> {
@@ -30,7 +30,7 @@ pub struct Call<'a> {
     /// The call's table before its conditions.
     pub base: DataFrame,
     /// The table it reads (with what its scans read of files, when it reads them).
-    pub table: crate::dataset::CallTable,
+    pub table: tally_storage::dataset::CallTable,
     /// What matching the call's values to the data corrected or found missing.
     value_warnings: Vec<String>,
     /// Which revisions the call read, where its dataset declares `revisions`.
@@ -171,7 +171,7 @@ impl<'a> Call<'a> {
             .ctx
             .state()
             .config()
-            .get_extension::<crate::cluster::ClusterCall>();
+            .get_extension::<tally_storage::cluster::ClusterCall>();
         meta::read_and_normalized(
             provenance,
             self.ds,

@@ -43,7 +43,7 @@ pub fn derive_key(seed: &[u8]) {
 }
 
 /// Signs cursors with `key` (the one kept in the cache directory, see
-/// [`crate::cache::Cache::cursor_key`]), so that every process of one datasets directory
+/// [`tally_storage::cache::Cache::cursor_key`]), so that every process of one datasets directory
 /// accepts the cursors of the others. Must be called before the first cursor is made; later
 /// calls are ignored.
 pub fn set_key(key: [u8; 32]) {

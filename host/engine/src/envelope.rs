@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tally_plugin_api::provenance::SourceType;
 
-use crate::backend::ServedFile;
-use crate::dataset::{Dataset, Retrieved};
+use tally_storage::backend::ServedFile;
+use tally_storage::dataset::{Dataset, Retrieved};
 
 /// The version written into every transformation.
 pub fn tool_version() -> String {

@@ -4,6 +4,7 @@ use datafusion::error::DataFusionError;
 use serde_json::{Value, json};
 use tally_semantic::definition::Diagnostic;
 use tally_semantic::{ErrorCode, RequestError};
+use tally_storage::StorageError;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum EngineError {
@@ -103,51 +104,6 @@ impl EngineError {
     }
 }
 
-/// The memory refusal inside a DataFusion error, found by its variant however it was
-/// wrapped (context, shared, collected, or carried through Arrow as an external error).
-fn exhausted(e: &DataFusionError) -> Option<&str> {
-    match e {
-        DataFusionError::ResourcesExhausted(message) => Some(message),
-        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
-            exhausted(inner)
-        }
-        DataFusionError::Shared(inner) => exhausted(inner),
-        DataFusionError::Collection(errors) => errors.iter().find_map(exhausted),
-        DataFusionError::External(inner) => {
-            inner.downcast_ref::<DataFusionError>().and_then(exhausted)
-        }
-        DataFusionError::ArrowError(arrow, _) => match arrow.as_ref() {
-            datafusion::arrow::error::ArrowError::ExternalError(inner) => {
-                inner.downcast_ref::<DataFusionError>().and_then(exhausted)
-            }
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// A full memory pool is the caller's budget (or the server's, shared by every call), not a
-/// broken backend. Which budget it was, the call pool says in its refusal
-/// ([`crate::memory::Refused`]).
-fn memory_limit(e: &DataFusionError) -> Option<EngineError> {
-    let message = exhausted(e)?;
-    Some(match crate::memory::Refused::of(message) {
-        crate::memory::Refused::CallerShare => EngineError::Limit {
-            message: "your other calls in flight hold your share of the server's memory (half of its budget), so this call was stopped".to_string(),
-            hint: "wait for your other calls to finish, or make narrower calls (filters, fewer groups)".to_string(),
-        },
-        crate::memory::Refused::ServerBudget => EngineError::Limit {
-            message: "the server's memory budget is taken by other calls and datasets right now, so this call was stopped".to_string(),
-            hint: "try again in a moment; a narrower call (filters, fewer groups) needs less memory".to_string(),
-        },
-        crate::memory::Refused::CallBudget => EngineError::Limit {
-            message: "the call needed more memory than its budget and was stopped".to_string(),
-            hint: "narrow the call: add filters, group by fewer or coarser fields, or lower limit"
-                .to_string(),
-        },
-    })
-}
-
 impl EngineError {
     /// A DataFusion error met while computing on `dataset`: a cap or a budget is the caller's
     /// limit, anything else the backend's failure.
@@ -164,27 +120,42 @@ impl EngineError {
                 },
             };
         }
-        if let Some(limit) = memory_limit(&e) {
-            return limit;
-        }
-        EngineError::backend(dataset, e)
+        StorageError::computing(dataset, e).into()
     }
 }
 
-/// An engine error a table provider or plan raised inside DataFusion (a damaged cache entry,
-/// a file replaced while it was read), unwrapped.
+/// An engine error a plan raised inside DataFusion, or a storage error a table provider
+/// raised (a damaged cache entry, a file replaced while it was read), unwrapped.
 fn carried(e: &DataFusionError) -> Option<EngineError> {
     let mut current: &dyn std::error::Error = e;
     loop {
         if let Some(found) = current.downcast_ref::<EngineError>() {
             return Some(found.clone());
         }
-        if let Some(DataFusionError::External(inner)) = current.downcast_ref::<DataFusionError>()
-            && let Some(found) = inner.downcast_ref::<EngineError>()
-        {
-            return Some(found.clone());
+        if let Some(found) = current.downcast_ref::<StorageError>() {
+            return Some(found.clone().into());
+        }
+        if let Some(DataFusionError::External(inner)) = current.downcast_ref::<DataFusionError>() {
+            if let Some(found) = inner.downcast_ref::<EngineError>() {
+                return Some(found.clone());
+            }
+            if let Some(found) = inner.downcast_ref::<StorageError>() {
+                return Some(found.clone().into());
+            }
         }
         current = current.source()?;
+    }
+}
+
+/// Each storage error is the engine error of the same meaning.
+impl From<StorageError> for EngineError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Backend { dataset, message } => EngineError::Backend { dataset, message },
+            StorageError::Stale { dataset, message } => EngineError::Stale { dataset, message },
+            StorageError::Limit { message, hint } => EngineError::Limit { message, hint },
+            StorageError::Internal(message) => EngineError::Internal(message),
+        }
     }
 }
 
@@ -196,6 +167,6 @@ impl From<DataFusionError> for EngineError {
         if crate::groups::stopped(&e).is_some() {
             return EngineError::computing("", e);
         }
-        memory_limit(&e).unwrap_or_else(|| EngineError::Internal(e.to_string()))
+        StorageError::from(e).into()
     }
 }

@@ -11,7 +11,6 @@ use serde_json::Value;
 use tally_semantic::definition::{Codelist, FieldId, Role};
 
 use crate::Engine;
-use crate::dataset::Dataset;
 use crate::error::EngineError;
 use crate::plan::Planner;
 use crate::results::{
@@ -20,6 +19,7 @@ use crate::results::{
     TopValues, ValueCount,
 };
 use crate::summarize::{AVG_DECIMALS, RATIO_DECIMALS};
+use tally_storage::dataset::Dataset;
 
 /// How many values of an `auto` codelist are shown.
 pub const TOP_VALUES: usize = 30;
@@ -50,7 +50,7 @@ pub const MAX_LISTED_DISTINCT: usize = 200;
 /// first, the values equal under NFKC counted together (`variants` lists the spellings).
 async fn observed_values(
     ctx: &datafusion::prelude::SessionContext,
-    prepared: &crate::dataset::Prepared,
+    prepared: &tally_storage::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
     field: FieldId,
 ) -> Result<Vec<ValueCount>, EngineError> {
@@ -364,7 +364,7 @@ async fn auto_codelist(
 /// field, or of one with few distinct values, are listed most frequent first.
 async fn listed_values(
     ctx: &datafusion::prelude::SessionContext,
-    prepared: &crate::dataset::Prepared,
+    prepared: &tally_storage::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
     field: FieldId,
 ) -> Option<TopValues> {

@@ -11,31 +11,21 @@
 //! its JSON arguments in, an envelope (`{"data", "provenance"}`) out.
 
 pub mod aliases;
-pub mod backend;
-pub mod cache;
 pub mod call;
-pub mod catalog;
-pub mod cluster;
 pub mod cursor;
-pub mod dataset;
 pub mod envelope;
 pub mod error;
 pub mod groups;
 pub mod inspect;
 pub mod json;
-pub mod memory;
 pub mod meta;
 pub mod multicode;
-pub mod object;
-pub mod parquet;
 pub mod plan;
 pub mod provisions;
 pub mod query;
 pub mod results;
 pub mod schema;
-pub mod store;
 pub mod summarize;
-pub mod udf;
 pub mod values;
 pub mod verify;
 pub mod watch;
@@ -50,10 +40,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use serde_json::Value;
 use tally_semantic::request::{self, ListArgs, Request, Tool};
 use tally_semantic::resolve::{Resolution, resolve_dataset, resolve_query, resolve_summarize};
+use tally_storage::{Backends, Catalog, Dataset, cache, catalog, cluster, dataset, memory, udf};
 
-pub use backend::{Backend, BackendFactory, Backends};
-pub use catalog::Catalog;
-pub use dataset::Dataset;
 pub use envelope::{Envelope, Provenance};
 pub use error::EngineError;
 
@@ -175,6 +163,25 @@ pub struct Engine {
     rescanning: std::sync::Mutex<()>,
     /// Where the physical work of calls over files goes, with the partitions it is split in.
     cluster: Option<(Arc<dyn cluster::Cluster>, usize)>,
+}
+
+/// What storage draws on to prepare a dataset, the engine's own.
+impl tally_storage::Resources for Engine {
+    fn budget(&self) -> &Arc<memory::Budget> {
+        &self.budget
+    }
+    fn cache(&self) -> Option<&Arc<cache::Cache>> {
+        self.cache.as_ref()
+    }
+    fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+    fn preparations(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.preparations
+    }
+    fn serving(&self) -> dataset::Serving {
+        self.limits.serving
+    }
 }
 
 tokio::task_local! {
@@ -928,7 +935,7 @@ impl Engine {
         resolution: Option<Resolution>,
         full: bool,
     ) -> Result<(InspectResult, Provenance), EngineError> {
-        let body = ds.inspect_cached(|| inspect::compute(self, ds)).await?;
+        let body = ds.memo(|| inspect::compute(self, ds)).await?;
         let mut data = if full { body } else { inspect::compact(body) };
         let prepared = ds.prepared_for_every_value(self).await?;
         let mut provenance = Provenance::default();

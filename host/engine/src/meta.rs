@@ -139,7 +139,7 @@ pub fn cap_rows_within(
 /// offered as such: it names the record too).
 pub async fn unknown_value_hints(
     ctx: &datafusion::prelude::SessionContext,
-    prepared: &crate::dataset::Prepared,
+    prepared: &tally_storage::dataset::Prepared,
     def: &DatasetDef,
     filters: &[tally_semantic::resolve::Filter],
     nothing_found: bool,
@@ -365,16 +365,16 @@ pub async fn zero_hit_hints(
 /// the names read in another form than typed.
 pub fn read_and_normalized(
     provenance: &mut Provenance,
-    ds: &crate::dataset::Dataset,
-    prepared: &crate::dataset::Prepared,
-    table: &crate::dataset::CallTable,
+    ds: &tally_storage::dataset::Dataset,
+    prepared: &tally_storage::dataset::Prepared,
+    table: &tally_storage::dataset::CallTable,
     resolved: &[Resolution],
-    cluster: Option<&crate::cluster::ClusterCall>,
+    cluster: Option<&tally_storage::cluster::ClusterCall>,
 ) {
     let def = &ds.def;
     use crate::envelope::TransformationType;
     let files: Vec<&str> = prepared.files.iter().map(|f| f.path.as_str()).collect();
-    use crate::dataset::Served;
+    use tally_storage::dataset::Served;
     let path = match (prepared.served, &table.counts) {
         (Served::Memory, _) => "prepared in memory".to_string(),
         (Served::Written, _) => "prepared and kept in the cache".to_string(),
@@ -459,7 +459,7 @@ fn plans(n: usize) -> String {
 
 /// What the extract step says of objects read from object storage: the version of each
 /// (its ETag, named in every read), and whether the bytes were hashed.
-fn objects_read(files: &[crate::backend::ServedFile]) -> String {
+fn objects_read(files: &[tally_storage::backend::ServedFile]) -> String {
     let objects: Vec<String> = files
         .iter()
         .filter_map(|f| {
@@ -497,8 +497,8 @@ fn objects_read(files: &[crate::backend::ServedFile]) -> String {
 /// A dataset result's provenance to start from: the dataset's source cited (with its date
 /// warning, if any) and the preparation's notes. Returns it and the source's id.
 pub fn dataset_provenance(
-    ds: &crate::dataset::Dataset,
-    prepared: &crate::dataset::Prepared,
+    ds: &tally_storage::dataset::Dataset,
+    prepared: &tally_storage::dataset::Prepared,
 ) -> (Provenance, String) {
     let mut provenance = Provenance::default();
     let (source, warning) = crate::envelope::dataset_source(ds, &prepared.files);
@@ -516,7 +516,7 @@ pub fn dataset_provenance(
 /// say (retrieval date, license, publisher, dataset version) it inherits from its dataset's.
 pub fn cited_row_source(
     id: String,
-    s: &crate::backend::RowSource,
+    s: &tally_storage::backend::RowSource,
     dataset_source: &crate::envelope::Source,
     locator: Option<String>,
 ) -> crate::envelope::Source {
@@ -546,7 +546,7 @@ pub fn cited_row_source(
 /// publisher).
 pub fn row_source_refs(
     out: &mut Provenance,
-    prepared: &crate::dataset::Prepared,
+    prepared: &tally_storage::dataset::Prepared,
     dataset_source_id: &str,
     page_rows: &[u64],
 ) -> Option<Vec<Vec<String>>> {

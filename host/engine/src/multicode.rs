@@ -11,8 +11,8 @@
 use tally_semantic::DatasetDef;
 use tally_semantic::definition::{Codelist, FieldId};
 
-use crate::dataset::Prepared;
 use crate::error::EngineError;
+use tally_storage::dataset::Prepared;
 
 /// The separator such cells use (the default of `multi_value`).
 pub const SEPARATOR: char = ';';

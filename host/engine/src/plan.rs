@@ -21,7 +21,7 @@ use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{FieldId, Filter};
 use tally_semantic::{ErrorCode, RequestError};
 
-use crate::udf::Functions;
+use tally_storage::udf::Functions;
 
 /// Builds expressions for one dataset.
 #[derive(Debug)]

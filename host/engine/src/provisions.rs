@@ -32,12 +32,12 @@ use tally_semantic::resolve::{CitePlan, Filter};
 use crate::Engine;
 use crate::call::{Asked, Call};
 use crate::cursor;
-use crate::dataset::{Dataset, ROW_COL};
 use crate::envelope::{Provenance, Source, TransformationType};
 use crate::error::EngineError;
 use crate::meta::{self, echo};
 use crate::plan::conjunction;
 use crate::results::{CiteResult, Unmatched, UnmatchedReference};
+use tally_storage::dataset::{Dataset, ROW_COL};
 
 /// A provision's text, as shown, at most this many characters.
 const TEXT_CHARS: usize = 200;
@@ -114,6 +114,10 @@ fn trimmed(text: &str) -> String {
     out
 }
 
+/// `cite_provisions`, in phases: the link's fields on each side ([`Sides`]), the matching
+/// records counted per reference ([`count_references`]), the linked dataset read for the laws
+/// they name ([`read_linked`]), each reference matched to provisions ([`match_references`]),
+/// a page of provisions ([`page_of`]), and what was done said in provenance ([`say_steps`]).
 pub async fn run(
     engine: &Engine,
     ds: &Dataset,
@@ -122,36 +126,7 @@ pub async fn run(
 ) -> Result<(CiteResult, Provenance), EngineError> {
     let def = &ds.def;
     let tdef = &target.def;
-    let link = plan.link.clone();
-    // The fields on each side: those compared as they are, and the one read as provisions.
-    let mut equal: Vec<(FieldId, FieldId)> = Vec::new();
-    let mut located: Option<(FieldId, FieldId)> = None;
-    for (here, there) in &link.on {
-        let (Some(h), Some(t)) = (def.field_index(here), tdef.field_index(there)) else {
-            return Err(link_broken(
-                def,
-                &link.to,
-                &format!("`{here}` or `{there}` is not a declared field"),
-            ));
-        };
-        if tdef.fields[t].locator == Some(LocatorKind::Law) {
-            located = Some((h, t));
-        } else {
-            equal.push((h, t));
-        }
-    }
-    let Some((ref_here, loc_there)) = located else {
-        return Err(link_broken(
-            def,
-            &link.to,
-            &format!(
-                "none of its fields of `{}` is a provision (`locator: law`)",
-                link.to
-            ),
-        ));
-    };
-    let text_field = link.text.clone().unwrap_or_else(|| "text".to_string());
-    let text_there = tdef.field_index(&text_field);
+    let sides = Sides::of(def, tdef, &plan.link)?;
     let as_of = tally_semantic::resolve::resolve_as_of(tdef, plan.as_of.as_deref(), &[])
         .map_err(EngineError::Request)?;
     // A page belongs to this call as asked (before its values are matched to the data) and to
@@ -164,7 +139,6 @@ pub async fn run(
         cursor::decode(c, &version, &fingerprint, usize::MAX)?;
     }
 
-    // 1. The matching records, counted per group and distinct reference.
     let call = Call::open(
         engine,
         ds,
@@ -173,23 +147,251 @@ pub async fn run(
         None,
     )
     .await?;
+    let groups = plan.records.group_by.clone();
+    let link_here = sides.here();
+    let counted =
+        count_references(engine, &call, &plan.records.filters, &groups, &link_here).await?;
+
+    let mut target_filters = sides.wanted(&counted.distinct, groups.len());
+    let mut target_resolved = Vec::new();
+    let tcall = Call::open(
+        engine,
+        target,
+        &mut target_filters,
+        &mut target_resolved,
+        as_of.as_deref(),
+    )
+    .await?;
+    let linked = read_linked(&tcall, &target_filters, &sides, as_of.is_some()).await?;
+    let matched = match_references(&counted.distinct, groups.len(), sides.equal.len(), &linked);
+
+    let (mut provenance, source_id) = call.provenance();
+    let target_source_id = cite_target(&mut provenance, target, &tcall);
+    let at = PageAt {
+        cursor: plan.cursor.as_deref(),
+        limit: plan.records.limit,
+        version: &version,
+        fingerprint: &fingerprint,
+    };
+    let page = page_of(
+        engine,
+        &tcall,
+        &mut provenance,
+        &target_source_id,
+        matched.found,
+        &linked.laws,
+        &at,
+    )?;
+    let (total_provisions, offset, returned) = (page.total, page.offset, page.rows.len());
+    let unmatched = unmatched(
+        matched.misses,
+        &matched.missed_records,
+        &tdef.id,
+        as_of.as_deref(),
+    );
+    let mut columns: Vec<String> = groups.iter().map(|g| def.fields[*g].name.clone()).collect();
+    columns.extend(["law", "provision", "text", "revision", "uri", "records"].map(String::from));
+
+    // What was done, and the caveats.
+    let mut context = context_of(
+        &mut provenance,
+        &call,
+        &plan,
+        &counted,
+        &link_here,
+        source_id,
+    )
+    .await?;
+    let figures = Figures::of(
+        &counted,
+        matched.records_matched,
+        matched.records_missing,
+        &page,
+    );
+    say_steps(
+        &mut provenance,
+        engine,
+        def,
+        &plan,
+        &sides,
+        &tcall,
+        &figures,
+    );
+    context.row_source_refs = Some(page.row_refs);
+    let data = CiteResult {
+        dataset_id: def.id.clone(),
+        linked_dataset: tdef.id.clone(),
+        as_of,
+        columns,
+        returned,
+        rows: page.rows,
+        total_provisions,
+        offset,
+        next_cursor: page.next_cursor,
+        records_total: counted.total,
+        records_matched: matched.records_matched,
+        unmatched,
+        context,
+    };
+    Ok((data, provenance))
+}
+
+/// The call's context (fields, resolutions, notices) and what every dataset result cites:
+/// the call as resolved, the dataset's source, hints when nothing matched.
+async fn context_of(
+    provenance: &mut Provenance,
+    call: &Call<'_>,
+    plan: &CitePlan,
+    counted: &Counted,
+    link_here: &[FieldId],
+    source_id: String,
+) -> Result<crate::results::Context, EngineError> {
+    let def = call.def();
     let records = &plan.records;
-    let limit = records.limit;
+    let mut used: Vec<FieldId> = records.group_by.clone();
+    used.extend(records.filters.iter().map(|f| f.field));
+    used.extend(link_here);
+    let mut context = meta::context(
+        provenance,
+        def,
+        &used,
+        &records.resolved_fields,
+        &records.notices,
+    );
+    let asked = Asked {
+        plan: records,
+        filters: &records.filters,
+        conditions: &counted.conditions,
+        ask_conditions: counted.total == 0 && !counted.conditions.is_empty(),
+        nothing_matched: counted.total == 0,
+    };
+    call.cite(
+        provenance,
+        &mut context,
+        asked,
+        echo(plan.to_call(def)),
+        source_id,
+        &records.resolved_fields,
+    )
+    .await?;
+    Ok(context)
+}
+
+/// The fields a link compares: on each side those compared as they are, the reference here
+/// and the provision there (`locator: law`), and the linked dataset's text and revision.
+struct Sides {
+    equal: Vec<(FieldId, FieldId)>,
+    ref_here: FieldId,
+    loc_there: FieldId,
+    text_there: Option<FieldId>,
+    revision_there: Option<FieldId>,
+}
+
+impl Sides {
+    fn of(
+        def: &tally_semantic::DatasetDef,
+        tdef: &tally_semantic::DatasetDef,
+        link: &tally_semantic::definition::Link,
+    ) -> Result<Sides, EngineError> {
+        let mut equal: Vec<(FieldId, FieldId)> = Vec::new();
+        let mut located: Option<(FieldId, FieldId)> = None;
+        for (here, there) in &link.on {
+            let (Some(h), Some(t)) = (def.field_index(here), tdef.field_index(there)) else {
+                return Err(link_broken(
+                    def,
+                    &link.to,
+                    &format!("`{here}` or `{there}` is not a declared field"),
+                ));
+            };
+            if tdef.fields[t].locator == Some(LocatorKind::Law) {
+                located = Some((h, t));
+            } else {
+                equal.push((h, t));
+            }
+        }
+        let Some((ref_here, loc_there)) = located else {
+            return Err(link_broken(
+                def,
+                &link.to,
+                &format!(
+                    "none of its fields of `{}` is a provision (`locator: law`)",
+                    link.to
+                ),
+            ));
+        };
+        let text_field = link.text.clone().unwrap_or_else(|| "text".to_string());
+        let revision_there = tdef
+            .revisions
+            .as_ref()
+            .and_then(|r| r.id.as_ref())
+            .and_then(|id| tdef.field_index(id));
+        Ok(Sides {
+            equal,
+            ref_here,
+            loc_there,
+            text_there: tdef.field_index(&text_field),
+            revision_there,
+        })
+    }
+
+    /// The link's fields on this side: the compared ones, then the reference.
+    fn here(&self) -> Vec<FieldId> {
+        self.equal
+            .iter()
+            .map(|(h, _)| *h)
+            .chain(std::iter::once(self.ref_here))
+            .collect()
+    }
+
+    /// Conditions on the linked dataset: the values the references' compared fields name.
+    fn wanted(&self, distinct: &[(Vec<Option<String>>, u64)], groups: usize) -> Vec<Filter> {
+        let mut wanted: Vec<Vec<String>> = vec![Vec::new(); self.equal.len()];
+        for (values, _) in distinct {
+            for (i, w) in wanted.iter_mut().enumerate() {
+                if let Some(v) = &values[groups + i]
+                    && !w.contains(v)
+                {
+                    w.push(v.clone());
+                }
+            }
+        }
+        self.equal
+            .iter()
+            .zip(&wanted)
+            .map(|((_, t), values)| Filter {
+                field: *t,
+                op: Op::In(values.iter().map(|v| Scalar::Str(v.clone())).collect()),
+            })
+            .collect()
+    }
+}
+
+/// The matching records, counted per group and distinct reference.
+struct Counted {
+    /// The call's conditions, as planned.
+    conditions: Vec<datafusion::prelude::Expr>,
+    /// Group values then link values, and the records that have them.
+    distinct: Vec<(Vec<Option<String>>, u64)>,
+    total: u64,
+}
+
+async fn count_references(
+    engine: &Engine,
+    call: &Call<'_>,
+    filters: &[Filter],
+    groups: &[FieldId],
+    link_here: &[FieldId],
+) -> Result<Counted, EngineError> {
+    let def = call.def();
     let computing = |e| EngineError::computing(&def.id, e);
     let mut conditions = Vec::new();
-    for f in &records.filters {
+    for f in filters {
         conditions.push(call.planner.filter(f)?);
     }
     let filtered = match conjunction(conditions.clone()) {
         Some(e) => call.base.clone().filter(e)?,
         None => call.base.clone(),
     };
-    let groups = records.group_by.clone();
-    let link_here: Vec<FieldId> = equal
-        .iter()
-        .map(|(h, _)| *h)
-        .chain(std::iter::once(ref_here))
-        .collect();
     let mut keys = Vec::new();
     for (i, f) in groups.iter().chain(link_here.iter()).enumerate() {
         keys.push(cast(call.planner.column(*f), DataType::Utf8).alias(format!("k{i}")));
@@ -221,63 +423,49 @@ pub async fn run(
             hint: "add conditions in `where` (e.g. one law), or group by fewer fields".into(),
         });
     }
-    let records_total: u64 = distinct.iter().map(|(_, n)| n).sum();
+    let total = distinct.iter().map(|(_, n)| n).sum();
+    Ok(Counted {
+        conditions,
+        distinct,
+        total,
+    })
+}
 
-    // 2. The linked dataset, for the laws the references name.
-    let mut wanted: Vec<Vec<String>> = vec![Vec::new(); equal.len()];
-    for (values, _) in &distinct {
-        for (i, w) in wanted.iter_mut().enumerate() {
-            if let Some(v) = &values[groups.len() + i]
-                && !w.contains(v)
-            {
-                w.push(v.clone());
-            }
-        }
-    }
-    let mut target_filters: Vec<Filter> = equal
-        .iter()
-        .zip(&wanted)
-        .map(|((_, t), values)| Filter {
-            field: *t,
-            op: Op::In(values.iter().map(|v| Scalar::Str(v.clone())).collect()),
-        })
-        .collect();
-    let mut target_resolved = Vec::new();
-    let tcall = Call::open(
-        engine,
-        target,
-        &mut target_filters,
-        &mut target_resolved,
-        as_of.as_deref(),
-    )
-    .await?;
+/// The linked dataset's provisions, by the folded values of the compared fields (its laws),
+/// and the laws it has but not in force on the date asked.
+struct Linked {
+    laws: HashMap<Vec<String>, Vec<Provisional>>,
+    in_force_elsewhere: std::collections::HashSet<Vec<String>>,
+}
+
+async fn read_linked(
+    tcall: &Call<'_>,
+    target_filters: &[Filter],
+    sides: &Sides,
+    dated: bool,
+) -> Result<Linked, EngineError> {
+    let tdef = tcall.def();
     let tcomputing = |e| EngineError::computing(&tdef.id, e);
     let mut tconditions = Vec::new();
-    for f in &target_filters {
+    for f in target_filters {
         tconditions.push(tcall.planner.filter(f)?);
     }
-    let tframe = match conjunction(tconditions) {
+    let tframe = match conjunction(tconditions.clone()) {
         Some(e) => tcall.base.clone().filter(e)?,
         None => tcall.base.clone(),
     };
-    let mut columns: Vec<datafusion::prelude::Expr> = equal
+    let text_or_null = |field: Option<FieldId>| match field {
+        Some(t) => cast(tcall.planner.column(t), DataType::Utf8),
+        None => lit(datafusion::common::ScalarValue::Utf8(None)),
+    };
+    let mut columns: Vec<datafusion::prelude::Expr> = sides
+        .equal
         .iter()
         .map(|(_, t)| cast(tcall.planner.column(*t), DataType::Utf8))
         .collect();
-    columns.push(cast(tcall.planner.column(loc_there), DataType::Utf8));
-    columns.push(match text_there {
-        Some(t) => cast(tcall.planner.column(t), DataType::Utf8),
-        None => lit(datafusion::common::ScalarValue::Utf8(None)),
-    });
-    let revision_there = tdef
-        .revisions
-        .as_ref()
-        .and_then(|r| r.id.as_ref())
-        .and_then(|id| tdef.field_index(id));
-    columns.push(match revision_there {
-        Some(t) => cast(tcall.planner.column(t), DataType::Utf8),
-        None => lit(datafusion::common::ScalarValue::Utf8(None)),
-    });
+    columns.push(cast(tcall.planner.column(sides.loc_there), DataType::Utf8));
+    columns.push(text_or_null(sides.text_there));
+    columns.push(text_or_null(sides.revision_there));
     columns.push(ident(ROW_COL));
     let batches = tframe
         .select(columns)?
@@ -286,7 +474,7 @@ pub async fn run(
         .await
         .map_err(tcomputing)?;
     let mut laws: HashMap<Vec<String>, Vec<Provisional>> = HashMap::new();
-    let e = equal.len();
+    let e = sides.equal.len();
     let read: usize = batches.iter().map(|b| b.num_rows()).sum();
     if read > MAX_LINKED_ROWS {
         return Err(EngineError::Limit {
@@ -319,17 +507,14 @@ pub async fn run(
 
     // Laws the linked dataset has, but not in force on `as_of`: said as such, not as absent.
     let mut in_force_elsewhere: std::collections::HashSet<Vec<String>> = Default::default();
-    if as_of.is_some() && e > 0 {
+    if dated && e > 0 {
         let all = tcall.ctx.read_table(tcall.prepared.table().provider)?;
-        let mut all_conditions = Vec::new();
-        for f in &target_filters {
-            all_conditions.push(tcall.planner.filter(f)?);
-        }
-        let all = match conjunction(all_conditions) {
+        let all = match conjunction(tconditions) {
             Some(c) => all.filter(c)?,
             None => all,
         };
-        let keys: Vec<datafusion::prelude::Expr> = equal
+        let keys: Vec<datafusion::prelude::Expr> = sides
+            .equal
             .iter()
             .map(|(_, t)| cast(tcall.planner.column(*t), DataType::Utf8))
             .collect();
@@ -349,22 +534,45 @@ pub async fn run(
             }
         }
     }
+    Ok(Linked {
+        laws,
+        in_force_elsewhere,
+    })
+}
 
-    // 3. Each reference read as provisions, and found.
-    // (group values, law key, provision) → records, and the rows it stands for.
-    let mut found: BTreeMap<ProvisionKey, Found> = BTreeMap::new();
-    let mut misses: BTreeMap<Miss, BTreeMap<MissedReference, u64>> = BTreeMap::new();
-    // Records per reason, each record once (a reference naming two missing provisions is one
-    // record under "provision not found").
-    let mut missed_records: BTreeMap<Miss, u64> = BTreeMap::new();
-    let mut records_missing = 0u64;
-    let mut records_matched = 0u64;
-    for (values, n) in &distinct {
-        let group: Vec<Option<String>> = values[..groups.len()].to_vec();
-        let link_values = &values[groups.len()..];
+/// Each reference read as provisions, and found or missed.
+struct Matched {
+    /// (group values, law key, provision) → records, and the rows it stands for.
+    found: BTreeMap<ProvisionKey, Found>,
+    misses: BTreeMap<Miss, BTreeMap<MissedReference, u64>>,
+    /// Records per reason, each record once (a reference naming two missing provisions is
+    /// one record under "provision not found").
+    missed_records: BTreeMap<Miss, u64>,
+    records_missing: u64,
+    records_matched: u64,
+}
+
+fn match_references(
+    distinct: &[(Vec<Option<String>>, u64)],
+    groups: usize,
+    e: usize,
+    linked: &Linked,
+) -> Matched {
+    let mut m = Matched {
+        found: BTreeMap::new(),
+        misses: BTreeMap::new(),
+        missed_records: BTreeMap::new(),
+        records_missing: 0,
+        records_matched: 0,
+    };
+    for (values, n) in distinct {
+        let n = *n;
+        let group: Vec<Option<String>> = values[..groups].to_vec();
+        let link_values = &values[groups..];
         let law_values = &link_values[..e];
         let reference = link_values[e].clone();
         let mut reasons: Vec<Miss> = Vec::new();
+        let misses = &mut m.misses;
         let mut miss = |why: Miss, provision: Option<String>| {
             *misses
                 .entry(why)
@@ -381,31 +589,31 @@ pub async fn run(
             || reference.as_deref().is_none_or(|r| r.trim().is_empty())
         {
             miss(Miss::NoReference, None);
-            *missed_records.entry(Miss::NoReference).or_insert(0) += n;
-            records_missing += n;
+            *m.missed_records.entry(Miss::NoReference).or_insert(0) += n;
+            m.records_missing += n;
             continue;
         }
         let key: Vec<String> = law_values
             .iter()
             .map(|v| folded(v.as_deref().unwrap_or("")))
             .collect();
-        let Some(provisions) = laws.get(&key) else {
-            if in_force_elsewhere.contains(&key) {
+        let Some(provisions) = linked.laws.get(&key) else {
+            if linked.in_force_elsewhere.contains(&key) {
                 miss(Miss::NotInForce, None);
             } else {
                 miss(Miss::LawNotServed, None);
             }
             for why in reasons {
-                *missed_records.entry(why).or_insert(0) += n;
+                *m.missed_records.entry(why).or_insert(0) += n;
             }
-            records_missing += n;
+            m.records_missing += n;
             continue;
         };
         let named = normalize_references(reference.as_deref().unwrap_or(""));
         if named.is_empty() {
             miss(Miss::Unparsable, None);
-            *missed_records.entry(Miss::Unparsable).or_insert(0) += n;
-            records_missing += n;
+            *m.missed_records.entry(Miss::Unparsable).or_insert(0) += n;
+            m.records_missing += n;
             continue;
         }
         let mut any = false;
@@ -419,7 +627,8 @@ pub async fn run(
                 continue;
             }
             any = true;
-            let entry = found
+            let entry = m
+                .found
                 .entry((group.clone(), key.clone(), locator))
                 .or_insert_with(|| {
                     (
@@ -431,31 +640,59 @@ pub async fn run(
             entry.0 += n;
         }
         if any {
-            records_matched += n;
+            m.records_matched += n;
         }
         if !reasons.is_empty() {
             for why in reasons {
-                *missed_records.entry(why).or_insert(0) += n;
+                *m.missed_records.entry(why).or_insert(0) += n;
             }
-            records_missing += n;
+            m.records_missing += n;
         }
     }
+    m
+}
 
-    // 4. The provisions, most records first (ties by group, law and provision: a total
-    // order, so pages never overlap or skip), this page's with their text and law.
-    let (mut provenance, source_id) = call.provenance();
-    let (target_source, warning) = crate::envelope::dataset_source(target, &tcall.prepared.files);
-    let target_source_id = provenance.cite(target_source);
-    if let Some(w) = warning {
-        provenance.warn(w);
-    }
+/// A page of provisions: its rows, each row's law (revision) cited once in provenance, and
+/// whether the page was cut to the result's budget.
+struct Page {
+    rows: Vec<Vec<Value>>,
+    row_refs: Vec<Vec<String>>,
+    cut: Option<meta::Cut>,
+    /// Provisions found in all, and where this page starts among them.
+    total: usize,
+    offset: usize,
+    next_cursor: Option<String>,
+}
+
+/// Which page: the cursor given (if any), the page size, and what a cursor is bound to (the
+/// versions of both datasets and the call as asked).
+struct PageAt<'a> {
+    cursor: Option<&'a str>,
+    limit: usize,
+    version: &'a str,
+    fingerprint: &'a str,
+}
+
+/// The provisions of the page `at` asks (most records first, ties by group, law and
+/// provision: a total order, so pages never overlap or skip), with their text and law.
+fn page_of(
+    engine: &Engine,
+    tcall: &Call<'_>,
+    provenance: &mut Provenance,
+    target_source_id: &str,
+    found: BTreeMap<ProvisionKey, Found>,
+    laws: &HashMap<Vec<String>, Vec<Provisional>>,
+    at: &PageAt<'_>,
+) -> Result<Page, EngineError> {
+    let tdef = tcall.def();
     let mut ordered: Vec<_> = found.into_iter().collect();
     ordered.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(&b.0)));
-    let total_provisions = ordered.len();
-    let offset = match &plan.cursor {
-        Some(c) => cursor::decode(c, &version, &fingerprint, total_provisions)?,
+    let total = ordered.len();
+    let offset = match at.cursor {
+        Some(c) => cursor::decode(c, at.version, at.fingerprint, total)?,
         None => 0,
     };
+    let limit = at.limit;
     let texts: HashMap<u64, &Provisional> = laws.values().flatten().map(|p| (p.row, p)).collect();
     let mut rows = Vec::new();
     let mut laws_of_rows = Vec::new();
@@ -470,7 +707,7 @@ pub async fn run(
             .join(" ");
         let source = law_rows
             .first()
-            .and_then(|r| law_source(&tcall, &provenance, &target_source_id, *r));
+            .and_then(|r| law_source(tcall, provenance, target_source_id, *r));
         let (title, uri) = match &source {
             Some(s) => (s.title.clone(), s.uri.clone()),
             None => (tdef.title.clone(), String::new()),
@@ -499,19 +736,35 @@ pub async fn run(
         .into_iter()
         .map(|source| match source {
             Some(s) => vec![provenance.cite(s)],
-            None => vec![target_source_id.clone()],
+            None => vec![target_source_id.to_string()],
         })
         .collect();
-    let returned = rows.len();
-    let next_offset = offset + returned;
-    let next_cursor = (next_offset < total_provisions)
-        .then(|| cursor::encode(&version, &fingerprint, next_offset));
+    let next_offset = offset + rows.len();
+    let next_cursor =
+        (next_offset < total).then(|| cursor::encode(at.version, at.fingerprint, next_offset));
+    Ok(Page {
+        rows,
+        row_refs,
+        cut,
+        total,
+        offset,
+        next_cursor,
+    })
+}
+
+/// The references that found no provision, by why, the most frequent first.
+fn unmatched(
+    misses: BTreeMap<Miss, BTreeMap<MissedReference, u64>>,
+    missed_records: &BTreeMap<Miss, u64>,
+    target: &str,
+    as_of: Option<&str>,
+) -> Vec<Unmatched> {
     let mut unmatched = Vec::new();
     for (why, refs) in misses {
         let mut listed: Vec<_> = refs.into_iter().collect();
         listed.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         unmatched.push(Unmatched {
-            reason: why.reason(&tdef.id, as_of.as_deref()),
+            reason: why.reason(target, as_of),
             records: missed_records.get(&why).copied().unwrap_or(0),
             references: listed
                 .into_iter()
@@ -527,37 +780,68 @@ pub async fn run(
                 .collect(),
         });
     }
-    let mut columns: Vec<String> = groups.iter().map(|g| def.fields[*g].name.clone()).collect();
-    columns.extend(["law", "provision", "text", "revision", "uri", "records"].map(String::from));
+    unmatched
+}
 
-    // 5. What was done, and the caveats.
-    let mut used: Vec<FieldId> = groups.clone();
-    used.extend(records.filters.iter().map(|f| f.field));
-    used.extend(&link_here);
-    let mut context = meta::context(
-        &mut provenance,
-        def,
-        &used,
-        &records.resolved_fields,
-        &records.notices,
-    );
-    let asked = Asked {
-        plan: &plan.records,
-        filters: &plan.records.filters,
-        conditions: &conditions,
-        ask_conditions: records_total == 0 && !conditions.is_empty(),
-        nothing_matched: records_total == 0,
-    };
-    call.cite(
-        &mut provenance,
-        &mut context,
-        asked,
-        echo(plan.to_call(def)),
-        source_id,
-        &plan.records.resolved_fields,
-    )
-    .await?;
-    let conditions_said: Vec<String> = records.filters.iter().map(|f| f.describe(def)).collect();
+/// The counts a call's provenance states.
+struct Figures {
+    records_total: u64,
+    records_matched: u64,
+    records_missing: u64,
+    total_provisions: usize,
+    offset: usize,
+    returned: usize,
+    next_offset: usize,
+    paged: bool,
+    cut: Option<meta::Cut>,
+}
+
+impl Figures {
+    fn of(counted: &Counted, records_matched: u64, records_missing: u64, page: &Page) -> Figures {
+        Figures {
+            records_total: counted.total,
+            records_matched,
+            records_missing,
+            total_provisions: page.total,
+            offset: page.offset,
+            returned: page.rows.len(),
+            next_offset: page.offset + page.rows.len(),
+            paged: page.next_cursor.is_some(),
+            cut: page.cut,
+        }
+    }
+}
+
+/// The linked dataset's source, cited (with its warning, if any): its id.
+fn cite_target(provenance: &mut Provenance, target: &Dataset, tcall: &Call<'_>) -> String {
+    let (source, warning) = crate::envelope::dataset_source(target, &tcall.prepared.files);
+    let id = provenance.cite(source);
+    if let Some(w) = warning {
+        provenance.warn(w);
+    }
+    id
+}
+
+/// The steps of a call (filter, count, read references, read the linked dataset, match) and
+/// its caveats (a page cut or continued, references that found nothing).
+fn say_steps(
+    provenance: &mut Provenance,
+    engine: &Engine,
+    def: &tally_semantic::DatasetDef,
+    plan: &CitePlan,
+    sides: &Sides,
+    tcall: &Call<'_>,
+    f: &Figures,
+) {
+    let tdef = tcall.def();
+    let records_total = f.records_total;
+    let groups = &plan.records.group_by;
+    let conditions_said: Vec<String> = plan
+        .records
+        .filters
+        .iter()
+        .map(|c| c.describe(def))
+        .collect();
     provenance.step(
         TransformationType::Filter,
         format!(
@@ -587,7 +871,8 @@ pub async fn run(
                         .join(", ")
                 )
             },
-            link.on
+            plan.link
+                .on
                 .iter()
                 .map(|(h, _)| format!("`{h}`"))
                 .collect::<Vec<_>>()
@@ -598,29 +883,33 @@ pub async fn run(
         TransformationType::Normalize,
         format!(
             "read each `{}` as the provisions it names (any common form: full-width digits, 第5の2条, lists joined by 及び or 、) and matched {} to `{}` of dataset `{}`",
-            def.fields[ref_here].name,
-            equal.iter().map(|(h, t)| format!("`{}` (NFKC, trimmed) to `{}`", def.fields[*h].name, tdef.fields[*t].name)).collect::<Vec<_>>().join(", "),
-            tdef.fields[loc_there].name,
+            def.fields[sides.ref_here].name,
+            sides.equal.iter().map(|(h, t)| format!("`{}` (NFKC, trimmed) to `{}`", def.fields[*h].name, tdef.fields[*t].name)).collect::<Vec<_>>().join(", "),
+            tdef.fields[sides.loc_there].name,
             tdef.id
         ),
     );
     meta::read_and_normalized(
-        &mut provenance,
-        target,
+        provenance,
+        tcall.ds,
         &tcall.prepared,
         &tcall.table,
         &[],
         None,
     );
-    tcall.say_revisions(&mut provenance);
+    tcall.say_revisions(provenance);
+    let (offset, returned, next_offset) = (f.offset, f.returned, f.next_offset);
     provenance.step(
         TransformationType::Aggregate,
         format!(
-            "{total_provisions} provisions found for {records_matched} of {records_total} records; a record whose reference names several provisions counts under each; returned provisions {}–{next_offset}, most records first (ties by group, law and provision)",
+            "{} provisions found for {} of {records_total} records; a record whose reference names several provisions counts under each; returned provisions {}–{next_offset}, most records first (ties by group, law and provision)",
+            f.total_provisions,
+            f.records_matched,
             if returned == 0 { offset } else { offset + 1 },
         ),
     );
-    if let Some(cut) = cut {
+    let limits = engine.limits();
+    if let Some(cut) = f.cut {
         provenance.warn(match cut {
             meta::Cut::Tokens => format!(
                 "the page was cut to {returned} provisions to fit the result's context budget (about {} tokens); pass next_cursor for the rest",
@@ -632,35 +921,21 @@ pub async fn run(
             ),
         });
     }
-    if next_cursor.is_some() {
+    if f.paged {
         provenance.warn(format!(
-            "{returned} of {total_provisions} provisions returned ({}–{next_offset}); pass next_cursor, with the same other arguments, for the next page",
+            "{returned} of {} provisions returned ({}–{next_offset}); pass next_cursor, with the same other arguments, for the next page",
+            f.total_provisions,
             if returned == 0 { offset } else { offset + 1 },
         ));
     }
-    if records_missing > 0 {
+    if f.records_missing > 0 {
         provenance.warn(format!(
-            "{records_missing} records have a reference that found no provision ({} of them found others); `unmatched` lists them by why",
-            records_missing.saturating_sub(records_total - records_matched)
+            "{} records have a reference that found no provision ({} of them found others); `unmatched` lists them by why",
+            f.records_missing,
+            f.records_missing
+                .saturating_sub(records_total - f.records_matched)
         ));
     }
-    context.row_source_refs = Some(row_refs);
-    let data = CiteResult {
-        dataset_id: def.id.clone(),
-        linked_dataset: tdef.id.clone(),
-        as_of,
-        columns,
-        returned,
-        rows,
-        total_provisions,
-        offset,
-        next_cursor,
-        records_total,
-        records_matched,
-        unmatched,
-        context,
-    };
-    Ok((data, provenance))
 }
 
 /// The part of a call that names its provisions and their order (not its page size or page):

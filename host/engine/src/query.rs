@@ -16,12 +16,12 @@ use tally_semantic::resolve::QueryPlan;
 use crate::Engine;
 use crate::call::{Asked, Call, HasConditions};
 use crate::cursor;
-use crate::dataset::{Dataset, ROW_COL};
 use crate::envelope::{Provenance, TransformationType};
 use crate::error::EngineError;
 use crate::meta::{self, echo, field_meta, is_uninformative};
 use crate::plan::conjunction;
 use crate::results::{OmittedColumn, QueryResult};
+use tally_storage::dataset::{Dataset, ROW_COL};
 
 /// The part of a plan that identifies its result set and order (not its page size).
 fn identity(plan: &QueryPlan, def: &tally_semantic::DatasetDef) -> Value {

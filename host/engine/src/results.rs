@@ -9,7 +9,7 @@ use serde_json::Value;
 use tally_semantic::definition::{BackendKind, DataType, Role};
 use tally_semantic::resolve::Resolution;
 
-use crate::catalog::Broken;
+use tally_storage::catalog::Broken;
 
 /// The schema of a closed vocabulary, from its one table.
 fn vocabulary<'a>(values: impl IntoIterator<Item = &'a str>) -> Schema {
@@ -457,62 +457,7 @@ pub struct MetricsGuide {
     pub rounding: String,
 }
 
-/// A plugin's sandbox, as it runs.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct Sandbox {
-    pub files: &'static str,
-    pub network: bool,
-    pub deadline_ms: u64,
-    pub memory_bytes: u64,
-    pub output_bytes: u64,
-}
-
-/// Where the records come from: the kind of backend and, for plugins, the plugin, its
-/// version, its code's hash and its sandbox.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct BackendDescription {
-    #[schemars(schema_with = "backend_kinds")]
-    pub kind: BackendKind,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub plugin: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub plugin_version: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub summary: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub component: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub component_sha256: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub library: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub library_sha256: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trust: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub filters_applied_by_plugin: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Sandbox>,
-}
-
-impl BackendDescription {
-    /// A backend described by its kind alone.
-    pub fn of(kind: BackendKind) -> BackendDescription {
-        BackendDescription {
-            kind,
-            plugin: None,
-            plugin_version: None,
-            summary: None,
-            component: None,
-            component_sha256: None,
-            library: None,
-            library_sha256: None,
-            trust: None,
-            filters_applied_by_plugin: None,
-            sandbox: None,
-        }
-    }
-}
+pub use tally_storage::backend::{BackendDescription, Sandbox};
 
 /// `inspect_dataset`: what every field means and how well it is filled.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

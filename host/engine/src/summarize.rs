@@ -23,12 +23,12 @@ use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
 use crate::Engine;
 use crate::call::{Asked, Call, HasConditions};
-use crate::dataset::{Codes, Dataset, Prepared, code_column, share_column};
 use crate::envelope::{Provenance, TransformationType};
 use crate::error::EngineError;
 use crate::meta::{self, echo, field_meta};
 use crate::plan::{Planner, conjunction};
 use crate::results::{CountsByName, MetricMeta, SummaryResult};
+use tally_storage::dataset::{Codes, Dataset, Prepared, code_column, share_column};
 
 /// Hidden result column: records per group (before exploding, the matched total is its sum).
 const ROWS_COL: &str = "__tally_rows";
@@ -437,7 +437,7 @@ pub async fn run(
             .iter()
             .any(|g| call.def().fields[*g].name == h.column)
     });
-    let indexes: Vec<Option<std::sync::Arc<crate::udf::PartIndex>>> = plan
+    let indexes: Vec<Option<std::sync::Arc<tally_storage::udf::PartIndex>>> = plan
         .explode
         .iter()
         .map(|e| {
@@ -470,7 +470,7 @@ fn explode(
     plan: &SummarizePlan,
     mut df: DataFrame,
     part_filters: &[&Filter],
-    indexes: &[Option<std::sync::Arc<crate::udf::PartIndex>>],
+    indexes: &[Option<std::sync::Arc<tally_storage::udf::PartIndex>>],
 ) -> Result<DataFrame, EngineError> {
     for (k, &e) in plan.explode.iter().enumerate() {
         let parts = match &indexes[k] {
@@ -522,7 +522,7 @@ async fn aggregate(
     plan: &SummarizePlan,
     df: DataFrame,
     caps: crate::groups::Caps,
-    indexes: &[Option<std::sync::Arc<crate::udf::PartIndex>>],
+    indexes: &[Option<std::sync::Arc<tally_storage::udf::PartIndex>>],
 ) -> Result<Grouped, EngineError> {
     let def = call.def();
     let group_names: Vec<String> = plan
@@ -804,10 +804,10 @@ async fn cite(
 #[allow(clippy::type_complexity)]
 fn group_keys(
     planner: &Planner<'_>,
-    prepared: &crate::dataset::Prepared,
+    prepared: &tally_storage::dataset::Prepared,
     plan: &SummarizePlan,
     having_on_keys: bool,
-    indexes: &[Option<std::sync::Arc<crate::udf::PartIndex>>],
+    indexes: &[Option<std::sync::Arc<tally_storage::udf::PartIndex>>],
 ) -> (Vec<Option<Codes>>, Vec<Expr>) {
     let def = planner.def;
     let part_of = |field: FieldId| {
@@ -952,7 +952,7 @@ async fn count_before_exploding(
     plan: &SummarizePlan,
     df: &datafusion::dataframe::DataFrame,
     caps: crate::groups::Caps,
-    indexes: &[Option<std::sync::Arc<crate::udf::PartIndex>>],
+    indexes: &[Option<std::sync::Arc<tally_storage::udf::PartIndex>>],
 ) -> Result<(Option<usize>, Vec<(String, u64)>), EngineError> {
     let def = planner.def;
     let mut without_value: Vec<(String, u64)> = Vec::new();

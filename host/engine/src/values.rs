@@ -15,8 +15,8 @@ use tally_semantic::names::{fold, nfkc_value};
 use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, Resolution};
 
-use crate::dataset::Prepared;
 use crate::error::EngineError;
+use tally_storage::dataset::Prepared;
 
 /// Rewrites exact text comparisons to every form of their values the data holds (NFKC-equal),
 /// disclosing each rewrite in `resolved`, and returns the warnings about substrings matching

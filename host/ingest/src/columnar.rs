@@ -11,7 +11,7 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::error::IngestError;
-use crate::read::{Cell, Flow, Input, Row};
+use crate::input::{Cell, Flow, Input, Row};
 
 pub fn scan_parquet(
     input: &Input,
@@ -30,11 +30,11 @@ pub fn scan_parquet(
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| bad(&e))?;
     let columns = builder.schema().fields().len();
     if columns > input.max_columns {
-        return Err(crate::read::too_many_columns(
+        return Err(crate::input::too_many_columns(
             input.place(),
             format!(
                 "the file has {} columns",
-                crate::infer::count_text(columns as u64)
+                crate::input::count_text(columns as u64)
             ),
             input.max_columns,
         ));
@@ -216,12 +216,12 @@ pub fn scan_json_lines(
                 ));
             }
             if keys.len() >= cap {
-                return Err(crate::read::too_many_columns(
+                return Err(crate::input::too_many_columns(
                     input.place().row(line),
                     format!(
                         "the key {:?} makes the objects' keys number {} (each key is a column)",
                         key.chars().take(40).collect::<String>(),
-                        crate::infer::count_text(keys.len() as u64 + 1)
+                        crate::input::count_text(keys.len() as u64 + 1)
                     ),
                     cap,
                 ));
@@ -278,7 +278,7 @@ fn each_line(input: &Input, f: &mut LineVisitor<'_>) -> Result<(), IngestError> 
     loop {
         line.clear();
         // One line is one record: held whole, so bounded like a CSV record.
-        let limit = crate::read::MAX_RECORD_BYTES + 1;
+        let limit = crate::input::MAX_RECORD_BYTES + 1;
         let n = (&mut reader)
             .take(limit)
             .read_until(b'\n', &mut line)
@@ -292,7 +292,7 @@ fn each_line(input: &Input, f: &mut LineVisitor<'_>) -> Result<(), IngestError> 
                 input.place().row(number),
                 format!(
                     "the line is longer than {} MiB",
-                    crate::read::MAX_RECORD_BYTES >> 20
+                    crate::input::MAX_RECORD_BYTES >> 20
                 ),
                 "write one JSON object per line, each of at most a few megabytes",
             ));
@@ -401,11 +401,11 @@ impl<'de> serde::de::Visitor<'de> for ObjectSeed<'_, '_> {
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             n += 1;
             if n > self.cap {
-                *self.refusal = Some(crate::read::too_many_columns(
+                *self.refusal = Some(crate::input::too_many_columns(
                     self.input.place().row(self.line),
                     format!(
                         "the object has more than {} keys (each key is a column)",
-                        crate::infer::count_text(self.cap as u64)
+                        crate::input::count_text(self.cap as u64)
                     ),
                     self.cap,
                 ));

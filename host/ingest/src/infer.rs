@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 
 use tally_semantic::definition::Code;
 
-use crate::read::Cell;
+use crate::input::{Cell, count_text};
 use crate::values::{Kind, NULL_MARKER_CANDIDATES, Shape, shape};
 
 /// Distinct values kept per column (for codelists and multi-value detection); past it the
@@ -239,18 +239,6 @@ pub enum Codelist {
     Static(Vec<String>),
     Auto,
     AutoSplit,
-}
-
-pub(crate) fn count_text(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Guesses every column's type and role. `rows` is the number of data rows; the first

@@ -25,6 +25,7 @@ mod columnar;
 pub mod error;
 pub mod fetch;
 mod infer;
+mod input;
 pub mod read;
 mod sheet;
 pub mod skeleton;
@@ -36,7 +37,7 @@ pub use read::{Format, ReadOptions};
 pub use sheet::DEFAULT_MAX_UNPACKED;
 
 use crate::infer::Statistics;
-use crate::read::{Cell, Flow, Input, Row};
+use crate::input::{Cell, Flow, Input, Row};
 use crate::values::{Kind, Value};
 use crate::write::{OutColumn, Sink};
 
@@ -1088,7 +1089,7 @@ fn skeleton_text(
             format!(
                 "{}: a {DEFINITION_FILE} declaring its {} columns {what}, so none is written",
                 input.path.display(),
-                infer::count_text(columns.len() as u64)
+                input::count_text(columns.len() as u64)
             ),
             "split the columns into several files (a dataset each), shorten long column names, or lower --max-columns to refuse such files sooner",
         )

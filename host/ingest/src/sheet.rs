@@ -11,7 +11,7 @@ use std::path::Path;
 use calamine::{DataRef, Reader, Xlsx, XlsxError};
 
 use crate::error::{IngestError, Place};
-use crate::read::{Cell, Flow, Input, Row};
+use crate::input::{Cell, Flow, Input, Row};
 
 /// Default cap on what a workbook may expand to.
 pub const DEFAULT_MAX_UNPACKED: u64 = 2 * 1024 * 1024 * 1024;
@@ -137,9 +137,9 @@ fn held_too_much(path: &Path, held: &Held, cap: &str) -> IngestError {
     if held.strings > 0 || held.declared > 0 {
         parts.push(format!(
             "{} shared strings{} with {} of text",
-            crate::infer::count_text(held.strings),
+            crate::input::count_text(held.strings),
             if held.declared > held.strings {
-                format!(" (it declares {})", crate::infer::count_text(held.declared))
+                format!(" (it declares {})", crate::input::count_text(held.declared))
             } else {
                 String::new()
             },
@@ -149,13 +149,13 @@ fn held_too_much(path: &Path, held: &Held, cap: &str) -> IngestError {
     if held.styles > 0 {
         parts.push(format!(
             "{} style records",
-            crate::infer::count_text(held.styles)
+            crate::input::count_text(held.styles)
         ));
     }
     if held.entries > 0 {
         parts.push(format!(
             "{} sheets, names and relationships",
-            crate::infer::count_text(held.entries)
+            crate::input::count_text(held.entries)
         ));
     }
     IngestError::limit(
@@ -475,11 +475,11 @@ pub fn scan(
             if value.is_empty() {
                 continue;
             }
-            return Err(crate::read::too_many_columns(
+            return Err(crate::input::too_many_columns(
                 input.place().row(u64::from(r) + 1).column(c, None),
                 format!(
                     "the sheet has a value in column {}",
-                    crate::infer::count_text(c as u64 + 1)
+                    crate::input::count_text(c as u64 + 1)
                 ),
                 input.max_columns,
             ));

@@ -1,7 +1,7 @@
 //! Reading one cell as the type its column has: strict for inference, lenient (but never
 //! lossy) for conversion.
 
-use crate::read::Cell;
+use crate::input::Cell;
 
 /// Candidate null markers: values publishers write for "no value". They are listed as
 /// questions and never converted unless the person says so (`--null-marker`,

@@ -56,7 +56,7 @@ impl CodeCache {
     /// The component compiled earlier, if a sound entry is there; a damaged or incompatible
     /// one is removed (`Err` says why, for the log).
     pub fn load(&self, engine: &Engine, sha256: &str) -> Result<Option<Component>, String> {
-        tally_engine::cache::check_private(&self.dir)?;
+        tally_storage::cache::check_private(&self.dir)?;
         let path = self.path(engine, sha256);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -96,9 +96,9 @@ impl CodeCache {
         sha256: &str,
         component: &Component,
     ) -> Result<(), String> {
-        tally_engine::cache::create_private(&self.dir)
+        tally_storage::cache::create_private(&self.dir)
             .map_err(|e| format!("{} cannot be created: {e}", self.dir.display()))?;
-        tally_engine::cache::check_private(&self.dir)?;
+        tally_storage::cache::check_private(&self.dir)?;
         let code = component.serialize().map_err(|e| e.to_string())?;
         let path = self.path(engine, sha256);
         let mut nonce = [0u8; 8];
@@ -192,7 +192,7 @@ mod tests {
         let engine = Engine::new(&config).expect("engine");
         let name = tally_wasm_plugins::builtin_names()[0];
         let bytes = tally_wasm_plugins::builtin(name).expect("built-in");
-        let sha = tally_engine::backend::sha256_hex(bytes);
+        let sha = tally_storage::backend::sha256_hex(bytes);
         let component = Component::new(&engine, bytes).expect("compiled");
         (engine, sha, component)
     }
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(names(&loaded), names(&component));
 
         // Another component's code is not looked for under this one's name.
-        let other = tally_engine::backend::sha256_hex(b"another component");
+        let other = tally_storage::backend::sha256_hex(b"another component");
         assert!(cache.load(&engine, &other).expect("nothing").is_none());
 
         // One byte changed in the code: refused and removed, never run.
@@ -285,7 +285,7 @@ mod tests {
         let cache = CodeCache::new(tmp.path().join("code"));
         let (engine, sha, component) = compiled();
         // Old entries of other components (as a plugin rebuilt many times leaves them).
-        tally_engine::cache::create_private(cache.dir()).expect("dir");
+        tally_storage::cache::create_private(cache.dir()).expect("dir");
         let old = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
         for i in 0..(KEEP + 5) {
             let path = cache.dir().join(format!("{i:040}-0000000000000000.cwasm"));

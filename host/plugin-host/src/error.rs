@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use tally_engine::catalog::{Problem, Refusal};
+use tally_storage::problem::{Problem, Refusal};
 
 /// Why a plugin call failed, in words for the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]

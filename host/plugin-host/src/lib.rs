@@ -10,15 +10,15 @@
 //! ([`backends`]); the engine knows neither.
 //!
 //! Architecture invariant: the only crate that links wasmtime, libloading or datafusion-ffi.
-//! Everything a plugin reports reaches the engine as a [`tally_engine::Backend`]: a schema, a
+//! Everything a plugin reports reaches the engine as a [`tally_storage::Backend`]: a schema, a
 //! fingerprint and rows with their sources.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use tally_engine::backend::{Backend, BackendFactory, Backends};
-use tally_engine::catalog::{Problem, Refusal};
 use tally_semantic::definition::{BackendKind, DatasetDef, PluginRef};
+use tally_storage::backend::{Backend, BackendFactory, Backends};
+use tally_storage::problem::{Problem, Refusal};
 
 pub mod code_cache;
 pub mod error;

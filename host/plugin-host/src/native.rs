@@ -33,9 +33,9 @@ use tally_plugin_api::{PLUGIN_API_VERSION, PLUGIN_API_VERSION_PARTS};
 use tally_semantic::definition::BackendKind;
 
 use crate::error::PluginError;
-use tally_engine::EngineError;
-use tally_engine::backend::{Backend, LoadedData, Pushed, ServedFile, sha256_hex};
-use tally_engine::results::BackendDescription;
+use tally_storage::StorageError;
+use tally_storage::backend::BackendDescription;
+use tally_storage::backend::{Backend, LoadedData, Pushed, ServedFile, sha256_hex};
 
 /// A library that passed the checks, kept loaded for the life of the process.
 #[derive(Debug)]
@@ -361,7 +361,7 @@ impl Backend for NativeBackend {
 
     fn fingerprint(&self) -> Vec<u8> {
         let mut f = self.library.sha256.clone().into_bytes();
-        tally_engine::backend::stamp_files(&mut f, &self.files);
+        tally_storage::backend::stamp_files(&mut f, &self.files);
         f
     }
 
@@ -391,9 +391,9 @@ impl Backend for NativeBackend {
         &self,
         columns: &[String],
         pushed: &[Pushed],
-        meter: &tally_engine::memory::Meter,
-    ) -> Result<LoadedData, EngineError> {
-        let fail = |e: &dyn std::fmt::Display| EngineError::Backend {
+        meter: &tally_storage::memory::Meter,
+    ) -> Result<LoadedData, StorageError> {
+        let fail = |e: &dyn std::fmt::Display| StorageError::Backend {
             dataset: self.dataset.clone(),
             message: format!("{} failed: {e}", self.label),
         };

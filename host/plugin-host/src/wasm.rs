@@ -274,7 +274,7 @@ impl Runtime {
         bytes: &[u8],
         code: Option<&CodeCache>,
     ) -> Result<Arc<Compiled>, PluginError> {
-        let sha256 = tally_engine::backend::sha256_hex(bytes);
+        let sha256 = tally_storage::backend::sha256_hex(bytes);
         if let Ok(cache) = self.compiled.lock()
             && let Some(c) = cache.get(&sha256)
         {

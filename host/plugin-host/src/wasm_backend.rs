@@ -22,11 +22,11 @@ use crate::wasm::{
     self, ColumnType, Compiled, Description, FilterOp, PluginError, PluginLimits, Runtime,
     ScanRequest,
 };
-use tally_engine::EngineError;
-use tally_engine::backend::{
+use tally_storage::StorageError;
+use tally_storage::backend::{
     Backend, LoadedData, Pushed, RowSource, RowSources, ServedFile, sha256_hex,
 };
-use tally_engine::results::{BackendDescription, Sandbox};
+use tally_storage::backend::{BackendDescription, Sandbox};
 
 /// A dataset served by a wasm component.
 #[derive(Debug)]
@@ -213,7 +213,7 @@ fn schema_of(label: &str, d: &Description) -> Result<SchemaRef, PluginError> {
     let mut seen = std::collections::HashSet::new();
     let mut fields = Vec::with_capacity(d.columns.len());
     for c in &d.columns {
-        if c.name.trim().is_empty() || c.name.starts_with(tally_engine::dataset::RESERVED_PREFIX) {
+        if c.name.trim().is_empty() || c.name.starts_with(tally_storage::dataset::RESERVED_PREFIX) {
             return Err(PluginError::new(
                 format!("{label} describes a column named `{}`", c.name),
                 "column names must be non-empty and not start with `__tally_`",
@@ -382,7 +382,7 @@ impl Backend for WasmBackend {
     fn fingerprint(&self) -> Vec<u8> {
         let mut f = self.compiled.sha256.clone().into_bytes();
         f.extend_from_slice(self.config.as_bytes());
-        tally_engine::backend::stamp_files(&mut f, &self.files);
+        tally_storage::backend::stamp_files(&mut f, &self.files);
         f
     }
 
@@ -399,8 +399,8 @@ impl Backend for WasmBackend {
         &self,
         columns: &[String],
         pushed: &[Pushed],
-        meter: &tally_engine::memory::Meter,
-    ) -> Result<LoadedData, EngineError> {
+        meter: &tally_storage::memory::Meter,
+    ) -> Result<LoadedData, StorageError> {
         let (request, applied) = self.scan_request(columns, pushed);
         let runtime = Arc::clone(&self.runtime);
         let compiled = Arc::clone(&self.compiled);
@@ -412,7 +412,7 @@ impl Backend for WasmBackend {
         let meter = meter.clone();
         // The plugin runs on a blocking thread: a scan is CPU work bounded by its deadline.
         tokio::task::spawn_blocking(move || {
-            let fail = |message: String| EngineError::Backend {
+            let fail = |message: String| StorageError::Backend {
                 dataset: dataset.clone(),
                 message,
             };
@@ -462,7 +462,7 @@ impl Backend for WasmBackend {
             })
         })
         .await
-        .map_err(EngineError::internal)?
+        .map_err(StorageError::internal)?
         .map(|mut loaded| {
             loaded.notes.dedup();
             loaded
@@ -527,9 +527,9 @@ fn decode(
     ipc: &[u8],
     schema: &SchemaRef,
     projection: &[String],
-    meter: &tally_engine::memory::Meter,
-    fail: &dyn Fn(String) -> EngineError,
-) -> Result<(SchemaRef, Vec<RecordBatch>), EngineError> {
+    meter: &tally_storage::memory::Meter,
+    fail: &dyn Fn(String) -> StorageError,
+) -> Result<(SchemaRef, Vec<RecordBatch>), StorageError> {
     let reader = StreamReader::try_new(std::io::Cursor::new(ipc), None).map_err(|e| {
         fail(format!(
             "{label} returned rows that are not an Arrow IPC stream: {e}"

@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use tally_engine::catalog::{self, DEFINITION_FILE, Problem};
 use tally_semantic::definition::{Diagnostic, load_definition, quote_name};
+use tally_storage::catalog::{self, DEFINITION_FILE};
+use tally_storage::problem::Problem;
 
 /// `println!` that ends quietly when stdout is closed (`tally check | head`).
 macro_rules! say {
@@ -18,15 +19,15 @@ macro_rules! say {
 }
 
 /// Exit code when a dataset cannot be served.
-const EXIT_INVALID: u8 = crate::exit::BAD_INPUT;
+const EXIT_INVALID: u8 = tally_mcp::exit::BAD_INPUT;
 /// Exit code when the directory itself cannot be read.
-const EXIT_UNREADABLE: u8 = crate::exit::CONFIG;
+const EXIT_UNREADABLE: u8 = tally_mcp::exit::CONFIG;
 
 /// What `check` was asked to do.
 #[derive(Debug)]
 pub struct CheckOptions {
     /// The backends datasets may name (native libraries only when allowed).
-    pub backends: tally_engine::Backends,
+    pub backends: tally_storage::Backends,
     /// Scan every plugin dataset once through its plugin (bounded by the plugin limits).
     pub scan: bool,
     /// Prepare every dataset as a first call would (every page of every data file is read
@@ -80,12 +81,15 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
         if !yaml.is_file() {
             continue;
         }
-        if let Some(p) = catalog::outside(dir, &folder) {
+        if let Some(p) = tally_storage::problem::outside(dir, &folder) {
             print_problem(&label, &p);
             broken += 1;
             continue;
         }
-        let text = match catalog::read_small(&yaml, tally_semantic::yaml::MAX_DOCUMENT_BYTES) {
+        let text = match tally_storage::problem::read_small(
+            &yaml,
+            tally_semantic::yaml::MAX_DOCUMENT_BYTES,
+        ) {
             Ok(t) => t,
             Err(e) => {
                 say!("{label}: error: {e}");
@@ -162,7 +166,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
         // Prepare each dataset as the server's first call would: through its backend (a
         // plugin's scan included), within the memory budget.
         let Some(runtime) = crate::runtime() else {
-            return ExitCode::from(crate::exit::FAILED);
+            return ExitCode::from(tally_mcp::exit::FAILED);
         };
         let mut limits = options.limits;
         // A deep check may take as long as the data needs.
@@ -173,7 +177,7 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             options.backends.clone(),
         ));
         for (id, label) in served {
-            let view = crate::view::View::of(&engine, crate::view::Caller::operator());
+            let view = tally_mcp::view::View::of(&engine, tally_mcp::view::Caller::operator());
             let plugin = view.dataset(&id).is_some_and(|ds| {
                 ds.def.backend.kind != tally_semantic::definition::BackendKind::Parquet
             });
@@ -331,8 +335,8 @@ fn link_problems(
 /// within the memory budget. Registration reads footers only and page headers are checked
 /// when pages are read, so without this a file whose pages are corrupt would pass the check
 /// and fail every query.
-fn every_page(ds: &tally_engine::Dataset, limits: &tally_engine::Limits) -> Result<(), Problem> {
-    let budget = tally_engine::memory::Budget::new(limits.memory_budget_bytes);
+fn every_page(ds: &tally_storage::Dataset, limits: &tally_engine::Limits) -> Result<(), Problem> {
+    let budget = tally_storage::memory::Budget::new(limits.memory_budget_bytes);
     catalog::read_every_page(ds, &budget).map_err(|reason| Problem {
         line: None,
         key: if ds.def.data_url.is_some() {

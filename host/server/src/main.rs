@@ -1,38 +1,21 @@
-//! The `tally` binary: the command line and (with the MCP issue) the MCP server.
+//! The `tally` binary: the command line, wired to the MCP layer (`tally-mcp`) for serving.
 //!
-//! Architecture invariant: this is the only crate that knows MCP; it holds no query logic. The
-//! CLI turns flags into the same JSON arguments an MCP client sends and prints the same
-//! envelope, through the one entry point `Engine::call`.
+//! Architecture invariant: thin. It parses flags, builds the engine and its backends (plugins
+//! included), and hands serving to `tally_mcp::serve`; the CLI's data commands turn flags into
+//! the same JSON arguments an MCP client sends and print the same envelope, through the
+//! caller's view (`tally_mcp::view`) and the engine's one entry point `Engine::call`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use tally_mcp::{audit, exit, serve};
 
-mod audit;
-mod bounds;
-mod chart;
 mod check;
 mod cli;
 mod cluster;
-mod events;
-mod exit;
-mod guard;
 mod ingest;
-mod listen;
-mod logging;
-mod mcp;
-mod methods;
 mod plugin;
-mod progress;
-mod prompts;
-mod serve;
-mod session;
-mod stdio;
-mod subscriptions;
-mod tools;
-mod ui;
-mod view;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -71,7 +54,7 @@ impl Common {
     pub fn limits(&self) -> tally_engine::Limits {
         let mut limits = self.budgets.limits();
         if self.cluster.cluster.is_some() && self.budgets.streaming == StreamingArg::Auto {
-            limits.serving = tally_engine::dataset::Serving::Streaming;
+            limits.serving = tally_storage::dataset::Serving::Streaming;
         }
         limits
     }
@@ -152,7 +135,7 @@ impl Budgets {
     /// The backends datasets may name: Parquet, wasm components in their sandbox, and native
     /// libraries when allowed. With a `cache` of prepared data, compiled wasm components
     /// are kept in it too (its `code` folder).
-    pub fn backends(&self, cache: Option<&tally_engine::cache::Cache>) -> tally_engine::Backends {
+    pub fn backends(&self, cache: Option<&tally_storage::cache::Cache>) -> tally_storage::Backends {
         tally_plugin_host::backends(tally_plugin_host::PluginOptions {
             code_cache: cache.map(|c| tally_plugin_host::CodeCache::new(c.dir().join("code"))),
             limits: tally_plugin_host::PluginLimits {
@@ -169,7 +152,7 @@ impl Budgets {
     /// a folder of the user's cache directory kept for this datasets directory (two
     /// directories with a dataset of the same name never evict each other's entries); none
     /// with `--no-cache`, or when there is no cache directory to use.
-    pub fn cache(&self, datasets: &std::path::Path) -> Option<tally_engine::cache::Cache> {
+    pub fn cache(&self, datasets: &std::path::Path) -> Option<tally_storage::cache::Cache> {
         if self.no_cache {
             return None;
         }
@@ -178,11 +161,11 @@ impl Budgets {
             .as_ref()
             .filter(|d| !d.as_os_str().is_empty())
         {
-            return Some(tally_engine::cache::Cache::new(dir));
+            return Some(tally_storage::cache::Cache::new(dir));
         }
-        let root = tally_engine::cache::Cache::default_dir()?;
-        Some(tally_engine::cache::Cache::new(
-            root.join(tally_engine::cache::Cache::folder_for(datasets)),
+        let root = tally_storage::cache::Cache::default_dir()?;
+        Some(tally_storage::cache::Cache::new(
+            root.join(tally_storage::cache::Cache::folder_for(datasets)),
         ))
     }
 
@@ -195,14 +178,14 @@ impl Budgets {
             memory_budget_bytes: self
                 .memory_budget
                 .map(|m| m.max(16) * 1024 * 1024)
-                .unwrap_or_else(tally_engine::memory::default_budget),
+                .unwrap_or_else(tally_storage::memory::default_budget),
             max_groups: self.max_groups.max(1),
             max_explode_rows: self.max_explode_rows.max(1),
             max_envelope_bytes: self.max_envelope_bytes.max(1024),
             serving: match self.streaming {
-                StreamingArg::Auto => tally_engine::dataset::Serving::Auto,
-                StreamingArg::Always => tally_engine::dataset::Serving::Streaming,
-                StreamingArg::Never => tally_engine::dataset::Serving::Prepared,
+                StreamingArg::Auto => tally_storage::dataset::Serving::Auto,
+                StreamingArg::Always => tally_storage::dataset::Serving::Streaming,
+                StreamingArg::Never => tally_storage::dataset::Serving::Prepared,
             },
             ..tally_engine::Limits::default()
         }
@@ -569,7 +552,7 @@ fn serve(
         tracing::info!(folder = %removed.display(), "removed the staging folder of an add that did not finish");
     }
     let Some(runtime) = crate::runtime() else {
-        return ExitCode::from(crate::exit::FAILED);
+        return ExitCode::from(tally_mcp::exit::FAILED);
     };
     let cache = common.budgets.cache(&common.datasets);
     // Cursors signed with the key kept in the cache: a page is asked for again after a
@@ -590,7 +573,7 @@ fn serve(
             return ExitCode::from(exit::CONFIG);
         }
     };
-    let view = view::View::of(&engine, view::Caller::operator());
+    let view = tally_mcp::view::View::of(&engine, tally_mcp::view::Caller::operator());
     tracing::info!(
         datasets = view.datasets().count(),
         broken = view.broken().count(),

@@ -13,7 +13,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use clap::{Args, Subcommand};
 
-use crate::exit;
+use tally_mcp::exit;
 
 const TARGET: &str = "wasm32-wasip2";
 const TEMPLATE_LIB: &str = include_str!("../../../examples/plugin-template/src/lib.rs");
@@ -610,7 +610,7 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
             ..Default::default()
         }),
     ));
-    let view = crate::view::View::of(&engine, crate::view::Caller::operator());
+    let view = tally_mcp::view::View::of(&engine, tally_mcp::view::Caller::operator());
     for broken in view.broken().filter(|b| b.folder == def.id) {
         for p in &broken.problems {
             let at = if p.key.is_empty() {

@@ -35,7 +35,7 @@ pub(crate) const FONT_FAMILY: &str = "\"Noto Sans CJK JP\", \"Noto Sans JP\", \"
 /// Outer margin.
 pub(crate) const PAD: f64 = 16.0;
 
-// The HTML view's light theme (host/server/ui/view.css), so that both read alike.
+// The HTML view's light theme (host/mcp/ui/view.css), so that both read alike.
 pub(crate) const FG: RGBColor = RGBColor(0x1d, 0x24, 0x30);
 pub(crate) const MUTED: RGBColor = RGBColor(0x5b, 0x64, 0x74);
 pub(crate) const LINE: RGBColor = RGBColor(0xdd, 0xe2, 0xea);

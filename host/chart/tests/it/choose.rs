@@ -1,4 +1,4 @@
-//! The choice of chart: the rules of `chooseChart` in host/server/ui/view.js, case by case.
+//! The choice of chart: the rules of `chooseChart` in host/mcp/ui/view.js, case by case.
 
 use serde_json::{Value, json};
 use tally_chart::{ChartError, Kind, MetricKind, choose};

@@ -45,9 +45,9 @@ fn notes(chart: &Chart) -> Vec<String> {
 /// `chooseChart`, read from the file (a change to either side alone fails here).
 fn view_js() -> String {
     std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/ui/view.js"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../mcp/ui/view.js"),
     )
-    .expect("host/server/ui/view.js")
+    .expect("host/mcp/ui/view.js")
 }
 
 /// The number after `key:` in `text`.

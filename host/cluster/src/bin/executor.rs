@@ -47,7 +47,7 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ballista=info")),
         )
         .init();
-    let budget = tally_engine::memory::Budget::new(opt.memory_budget);
+    let budget = tally_storage::memory::Budget::new(opt.memory_budget);
     let mut config: ExecutorProcessConfig = match opt.ballista.try_into() {
         Ok(c) => c,
         Err(e) => {

@@ -62,7 +62,7 @@ async fn serve(opt: Config) -> Result<(), String> {
     let mut config: SchedulerConfig = opt.try_into().map_err(|e| format!("{e}"))?;
     // The scheduler decodes plans to split them into stages; it never runs a scan.
     config.override_physical_codec = Some(Arc::new(TallyCodec::new(
-        tally_engine::memory::Budget::new(0),
+        tally_storage::memory::Budget::new(0),
     )));
     let cluster = BallistaCluster::new_from_config(&config)
         .await

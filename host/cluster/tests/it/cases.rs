@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tally_cluster::{Address, BallistaCluster};
-use tally_engine::{Engine, Limits, dataset::Serving};
+use tally_engine::{Engine, Limits};
+use tally_storage::dataset::Serving;
 
 use crate::golden::{as_if_prepared, run_golden};
 use crate::local::LocalCluster;

@@ -6,9 +6,9 @@
 //! `tests/e2e/test_laws.py`.
 
 use serde_json::{Value, json};
-use tally_engine::dataset::Serving;
 use tally_engine::{Engine, Limits};
 use tally_semantic::Tool;
+use tally_storage::dataset::Serving;
 
 use crate::fixture::{block_on, write_dataset};
 

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tally_engine::Engine;
-use tally_engine::cache::Cache;
 use tally_semantic::Tool;
+use tally_storage::cache::Cache;
 
 use crate::fixture::{block_on, fixture_rows, fixture_yaml, write_dataset};
 
@@ -406,7 +406,7 @@ fn a_widened_number_column_without_nulls_in_a_chunk_matches_its_checksum() {
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::parquet::arrow::ArrowWriter;
     use std::sync::Arc;
-    use tally_engine::store::CHUNK_ROWS;
+    use tally_storage::store::CHUNK_ROWS;
 
     const YAML: &str = r#"
 title: narrow

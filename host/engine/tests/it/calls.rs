@@ -9,8 +9,8 @@
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use serde_json::Value;
 use tally_engine::Engine;
-use tally_engine::dataset::Serving;
 use tally_semantic::Tool;
+use tally_storage::dataset::Serving;
 
 use crate::fixture::{block_on, data_dir};
 use crate::survey::{sql_count, survey_folder};

@@ -26,7 +26,7 @@ fn golden_cases_read_from_the_files_at_every_call() {
     let streaming = tally_engine::Engine::open_with(
         crate::fixture::datasets_dir(),
         tally_engine::Limits {
-            serving: tally_engine::dataset::Serving::Streaming,
+            serving: tally_storage::dataset::Serving::Streaming,
             ..Default::default()
         },
     );

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tally_engine::catalog::{Options, register};
 use tally_engine::{Engine, EngineError, Limits};
 use tally_semantic::request::Tool;
+use tally_storage::catalog::{Options, register};
 
 use crate::fixture::datasets_dir;
 
@@ -387,7 +387,7 @@ async fn hostile_parquet_files_generated() {
             let streaming = Arc::new(Engine::open_with(
                 dir.path(),
                 Limits {
-                    serving: tally_engine::dataset::Serving::Streaming,
+                    serving: tally_storage::dataset::Serving::Streaming,
                     ..limits()
                 },
             ));

@@ -231,15 +231,15 @@ fn a_corrupt_page_fails_reading_every_page_with_its_file_and_column() {
     )
     .expect("yaml");
     write_corrupt_page(&folder.join("data.parquet"));
-    let options = tally_engine::catalog::Options {
+    let options = tally_storage::catalog::Options {
         memory_budget: 256 << 20,
         ..Default::default()
     };
-    let ds = tally_engine::catalog::register(&folder, "corrupt", "corrupt/dataset.yaml", &options)
+    let ds = tally_storage::catalog::register(&folder, "corrupt", "corrupt/dataset.yaml", &options)
         .expect("the footer is sound")
         .expect("served");
-    let budget = tally_engine::memory::Budget::new(256 << 20);
-    let reason = tally_engine::catalog::read_every_page(&ds, &budget).expect_err("a corrupt page");
+    let budget = tally_storage::memory::Budget::new(256 << 20);
+    let reason = tally_storage::catalog::read_every_page(&ds, &budget).expect_err("a corrupt page");
     assert!(reason.contains("data.parquet"), "{reason}");
     assert!(reason.contains("column `n`"), "{reason}");
     assert!(reason.contains("does not decode"), "{reason}");
@@ -374,10 +374,10 @@ fn inspect_of_a_bomb_being_prepared_describes_it_from_its_table() {
 #[test]
 fn the_cursor_key_is_kept_private_in_the_cache_and_read_back() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let cache = tally_engine::cache::Cache::new(dir.path().join("cache"));
+    let cache = tally_storage::cache::Cache::new(dir.path().join("cache"));
     let first = cache.cursor_key().expect("a key is made");
     assert_eq!(cache.cursor_key(), Some(first), "the same key read back");
-    let again = tally_engine::cache::Cache::new(dir.path().join("cache"));
+    let again = tally_storage::cache::Cache::new(dir.path().join("cache"));
     assert_eq!(
         again.cursor_key(),
         Some(first),
@@ -394,6 +394,6 @@ fn the_cursor_key_is_kept_private_in_the_cache_and_read_back() {
         let open = dir.path().join("open");
         std::fs::create_dir(&open).expect("dir");
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-        assert_eq!(tally_engine::cache::Cache::new(&open).cursor_key(), None);
+        assert_eq!(tally_storage::cache::Cache::new(&open).cursor_key(), None);
     }
 }

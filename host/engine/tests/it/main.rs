@@ -10,6 +10,7 @@ mod fixture;
 mod golden;
 mod hostile;
 mod lows;
+mod modules;
 mod paging;
 mod partitions;
 mod provenance;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tally_engine::Engine;
-use tally_engine::backend::sha256_hex;
 use tally_semantic::Tool;
+use tally_storage::backend::sha256_hex;
 
 use crate::fixture::{block_on, fixture_rows, fixture_yaml, write_dataset, write_parquet};
 
@@ -125,7 +125,7 @@ fn a_set_of_files_answers_as_the_same_rows_in_one_file() {
     let streaming = Engine::open_with(
         &datasets,
         tally_engine::Limits {
-            serving: tally_engine::dataset::Serving::Streaming,
+            serving: tally_storage::dataset::Serving::Streaming,
             ..Default::default()
         },
     );
@@ -300,7 +300,7 @@ fn conditions_on_partition_columns_leave_the_other_files_unread() {
     let streaming = Engine::open_with(
         &datasets,
         tally_engine::Limits {
-            serving: tally_engine::dataset::Serving::Streaming,
+            serving: tally_storage::dataset::Serving::Streaming,
             ..Default::default()
         },
     );
@@ -333,8 +333,8 @@ fn ranges_on_integer_partition_columns_leave_files_unread() {
     let in_2023 = files_matching(&files, &["年度=2023/"]).len();
     assert!(in_2024 > 0 && in_2023 > 0, "{files:?}");
     for serving in [
-        tally_engine::dataset::Serving::Auto,
-        tally_engine::dataset::Serving::Streaming,
+        tally_storage::dataset::Serving::Auto,
+        tally_storage::dataset::Serving::Streaming,
     ] {
         // A fresh engine each time: nothing prepared whole, so the condition shapes what is read.
         let engine = || {

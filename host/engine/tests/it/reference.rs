@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use tally_engine::dataset::Serving;
 use tally_engine::{Engine, Limits};
+use tally_storage::dataset::Serving;
 
 fn opened(serving: Serving) -> impl Fn(&Path) -> Engine {
     move |dir| {

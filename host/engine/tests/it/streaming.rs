@@ -4,9 +4,9 @@
 //! conditions leave row groups unread, which the extract step says.
 
 use serde_json::{Value, json};
-use tally_engine::dataset::Serving;
 use tally_engine::{Engine, Limits};
 use tally_semantic::Tool;
+use tally_storage::dataset::Serving;
 
 use crate::differential::{YAML, as_json, random_rows};
 use crate::fixture::{block_on, write_parquet_with};
@@ -97,7 +97,7 @@ fn partitions_answer_as_one() {
         .build();
     answers_agree(
         7,
-        3 * tally_engine::store::CHUNK_ROWS + 500,
+        3 * tally_storage::store::CHUNK_ROWS + 500,
         groups,
         &[
             (Serving::Prepared, 3),
@@ -326,7 +326,7 @@ fn conditions_leave_row_groups_unread() {
 /// any number of records; a table of more records than the explode cap is not refused).
 #[test]
 fn the_caps_hold_across_partitions_and_count_exploded_rows_only() {
-    let chunk = tally_engine::store::CHUNK_ROWS;
+    let chunk = tally_storage::store::CHUNK_ROWS;
     let count = 3 * chunk + 10;
     let rows = random_rows(5, count);
     let tmp = tempfile::tempdir().expect("tmp");

@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The server's table of MCP methods and their probes, compiled here from the server's own
+/// The server's table of MCP methods and their probes, compiled here from the MCP layer's own
 /// source and handed to the scoped walk (`tests/e2e/test_gate.py`) as `methods.json`.
-#[path = "../../src/methods.rs"]
+#[path = "../../../mcp/src/methods.rs"]
 mod methods;
 
 fn workspace_root() -> PathBuf {

@@ -823,6 +823,10 @@ mod tests {
         let slow = Guard::new(Tokens::default(), vec![], vec![], 0.5, 1.0, 1, 1024);
         assert_eq!(slow.take_at("y", t0), Ok(()));
         assert_eq!(slow.take_at("y", t0), Err(2), "Retry-After rounds up");
-        assert_eq!(slow.take_at("z", t0), Ok(()), "callers have their own buckets");
+        assert_eq!(
+            slow.take_at("z", t0),
+            Ok(()),
+            "callers have their own buckets"
+        );
     }
 }

@@ -41,7 +41,7 @@ use datafusion::physical_plan::{
 };
 use tally_semantic::definition::{DataType as FieldType, DatasetDef, FieldId, MeasureId};
 
-use crate::error::EngineError;
+use crate::error::StorageError;
 
 /// Hidden column: the record's position in file order (the default order).
 pub const ROW_COL: &str = "__tally_row";
@@ -128,7 +128,7 @@ impl Share {
     }
 
     /// 1.0 for each record of a text column that counts, else 0.0 (a null never counts).
-    pub fn column(&self, text: &dyn Array) -> Result<ArrayRef, EngineError> {
+    pub fn column(&self, text: &dyn Array) -> Result<ArrayRef, StorageError> {
         let n = text.len();
         let out: Float64Array = if let Some(dict) = text.as_dictionary_opt::<UInt32Type>() {
             let values = dict.values().as_string::<i32>();
@@ -138,7 +138,7 @@ impl Share {
             share_of_codes(dict, &mask)
         } else {
             let text = datafusion::arrow::compute::cast(text, &DataType::Utf8)
-                .map_err(|e| EngineError::internal(format!("a share column: {e}")))?;
+                .map_err(|e| StorageError::internal(format!("a share column: {e}")))?;
             let strings = text.as_string::<i32>();
             (0..n)
                 .map(|r| {
@@ -190,7 +190,7 @@ pub struct Layout {
 
 /// A column of the table, as the scan makes it.
 #[derive(Debug, Clone, Copy)]
-enum Out {
+pub(crate) enum Out {
     Field(usize),
     Row,
     Code(usize),
@@ -200,7 +200,7 @@ enum Out {
 impl Layout {
     /// The layout of data read from its files at every call: text as plain `Utf8` (there is
     /// no dictionary for the whole table), no code columns.
-    pub fn streamed(def: &DatasetDef, source: &Schema) -> Result<Layout, EngineError> {
+    pub fn streamed(def: &DatasetDef, source: &Schema) -> Result<Layout, StorageError> {
         let mut layout = Layout::of(def, source)?;
         for t in &mut layout.targets {
             if matches!(t, DataType::Dictionary(_, _)) {
@@ -227,20 +227,20 @@ impl Layout {
     }
 
     /// The layout of `def` over data whose columns have the types of `source`.
-    pub fn of(def: &DatasetDef, source: &Schema) -> Result<Layout, EngineError> {
+    pub fn of(def: &DatasetDef, source: &Schema) -> Result<Layout, StorageError> {
         let id = def.id.as_str();
         let mut targets: Vec<DataType> = Vec::with_capacity(def.fields.len());
         for f in &def.fields {
             let source_type = source
                 .field_with_name(&f.name)
                 .map_err(|_| {
-                    EngineError::backend(id, format!("column `{}` vanished from the data", f.name))
+                    StorageError::backend(id, format!("column `{}` vanished from the data", f.name))
                 })?
                 .data_type()
                 .clone();
             targets.push(
                 canonical_type(f.data_type, &source_type)
-                    .map_err(|m| EngineError::backend(id, format!("`{}` {m}", f.name)))?,
+                    .map_err(|m| StorageError::backend(id, format!("`{}` {m}", f.name)))?,
             );
         }
         // Dimensions and coded attributes are what summaries group by.
@@ -319,7 +319,7 @@ impl Layout {
             .collect()
     }
 
-    fn out(&self, column: usize) -> Option<Out> {
+    pub(crate) fn out(&self, column: usize) -> Option<Out> {
         let fields = self.targets.len();
         let codes = self.coded.len();
         match column {
@@ -463,7 +463,7 @@ fn encode(interner: &mut Interner, column: &ArrayRef) -> Result<UInt32Array, Str
 /// Where a finished chunk goes.
 pub trait ChunkSink {
     /// Takes a chunk of stored columns (the layout's `stored` schema).
-    fn chunk(&mut self, batch: RecordBatch) -> Result<(), EngineError>;
+    fn chunk(&mut self, batch: RecordBatch) -> Result<(), StorageError>;
 }
 
 /// Chunks kept in memory.
@@ -474,7 +474,7 @@ pub struct InMemory {
 }
 
 impl ChunkSink for InMemory {
-    fn chunk(&mut self, batch: RecordBatch) -> Result<(), EngineError> {
+    fn chunk(&mut self, batch: RecordBatch) -> Result<(), StorageError> {
         self.bytes += batch.get_array_memory_size();
         self.chunks.push(batch);
         Ok(())
@@ -539,7 +539,7 @@ impl Builder {
         &mut self,
         batch: &RecordBatch,
         sink: &mut dyn ChunkSink,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), StorageError> {
         let id = self.dataset.clone();
         let n = batch.num_rows();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.layout.targets.len());
@@ -547,7 +547,7 @@ impl Builder {
             match &mut self.interners[i] {
                 Some(interner) => {
                     let codes = encode(interner, c).map_err(|m| {
-                        EngineError::backend(
+                        StorageError::backend(
                             &id,
                             format!(
                                 "`{}` cannot be prepared: {m}",
@@ -559,7 +559,7 @@ impl Builder {
                 }
                 None => columns.push(
                     datafusion::arrow::compute::cast(c, target)
-                        .map_err(|e| EngineError::backend(&id, e))?,
+                        .map_err(|e| StorageError::backend(&id, e))?,
                 ),
             }
         }
@@ -568,7 +568,7 @@ impl Builder {
             columns,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )
-        .map_err(|e| EngineError::backend(&id, e))?;
+        .map_err(|e| StorageError::backend(&id, e))?;
         self.rows += n as u64;
         self.pending_rows += n;
         self.pending.push(stored);
@@ -578,7 +578,7 @@ impl Builder {
         Ok(())
     }
 
-    fn flush(&mut self, sink: &mut dyn ChunkSink) -> Result<(), EngineError> {
+    fn flush(&mut self, sink: &mut dyn ChunkSink) -> Result<(), StorageError> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -588,7 +588,7 @@ impl Builder {
             batches.into_iter().next().unwrap_or_else(|| unreachable!())
         } else {
             datafusion::arrow::compute::concat_batches(&self.layout.stored, &batches)
-                .map_err(|e| EngineError::backend(&self.dataset, e))?
+                .map_err(|e| StorageError::backend(&self.dataset, e))?
         };
         sink.chunk(chunk)
     }
@@ -598,7 +598,7 @@ impl Builder {
     pub fn finish(
         mut self,
         sink: &mut dyn ChunkSink,
-    ) -> Result<Vec<Option<StringArray>>, EngineError> {
+    ) -> Result<Vec<Option<StringArray>>, StorageError> {
         self.flush(sink)?;
         Ok(self
             .interners
@@ -656,7 +656,7 @@ impl Store {
         layout: Arc<Layout>,
         chunks: Vec<RecordBatch>,
         values: Vec<Option<StringArray>>,
-    ) -> Result<Store, EngineError> {
+    ) -> Result<Store, StorageError> {
         let fields = layout.targets.len();
         let shared: Vec<Option<ArrayRef>> = values
             .into_iter()
@@ -672,7 +672,7 @@ impl Store {
                 let stored = Arc::clone(chunk.column(f));
                 column.push(match &shared[f] {
                     Some(v) => {
-                        dictionary(stored, v).map_err(|m| EngineError::backend(dataset, m))?
+                        dictionary(stored, v).map_err(|m| StorageError::backend(dataset, m))?
                     }
                     None => stored,
                 });
@@ -735,38 +735,38 @@ impl Store {
         self.damaged.load(Ordering::Relaxed)
     }
 
-    fn damage(&self, what: &str, why: String) -> EngineError {
+    fn damage(&self, what: &str, why: String) -> StorageError {
         self.damaged.store(true, Ordering::Relaxed);
         if let Some(source) = &self.source {
             source.damaged();
         }
         tracing::warn!(dataset = %self.dataset, "the cached prepared data is damaged ({what}: {why}); it is prepared anew");
-        EngineError::Stale {
+        StorageError::Stale {
             dataset: self.dataset.clone(),
             message: format!("its cached prepared data is damaged ({what}); it is prepared anew"),
         }
     }
 
     /// The dictionary values of a text field (code 0 is `""`).
-    pub fn values(&self, field: FieldId) -> Result<StringArray, EngineError> {
+    pub fn values(&self, field: FieldId) -> Result<StringArray, StorageError> {
         let shared = self.shared_values(field)?;
         shared
             .as_string_opt::<i32>()
             .cloned()
-            .ok_or_else(|| EngineError::internal("a dictionary that is not text"))
+            .ok_or_else(|| StorageError::internal("a dictionary that is not text"))
     }
 
     /// The array every chunk's dictionary of a text field shares.
-    pub fn shared_values(&self, field: FieldId) -> Result<ArrayRef, EngineError> {
+    pub fn shared_values(&self, field: FieldId) -> Result<ArrayRef, StorageError> {
         let f = field.index();
         let mut slot = self.values[f]
             .lock()
-            .map_err(|_| EngineError::internal("a dictionary lock is poisoned"))?;
+            .map_err(|_| StorageError::internal("a dictionary lock is poisoned"))?;
         if let Some(v) = &*slot {
             return Ok(Arc::clone(v));
         }
         let Some(source) = &self.source else {
-            return Err(EngineError::internal(format!(
+            return Err(StorageError::internal(format!(
                 "field {f} has no dictionary in the prepared table"
             )));
         };
@@ -780,11 +780,11 @@ impl Store {
     }
 
     /// A declared field's column in every chunk (text: dictionary arrays).
-    pub fn column(&self, field: FieldId) -> Result<Arc<Vec<ArrayRef>>, EngineError> {
+    pub fn column(&self, field: FieldId) -> Result<Arc<Vec<ArrayRef>>, StorageError> {
         let f = field.index();
         if let Some(c) = &*self.columns[f]
             .lock()
-            .map_err(|_| EngineError::internal("a column lock is poisoned"))?
+            .map_err(|_| StorageError::internal("a column lock is poisoned"))?
         {
             return Ok(Arc::clone(c));
         }
@@ -795,12 +795,12 @@ impl Store {
         };
         let mut slot = self.columns[f]
             .lock()
-            .map_err(|_| EngineError::internal("a column lock is poisoned"))?;
+            .map_err(|_| StorageError::internal("a column lock is poisoned"))?;
         if let Some(c) = &*slot {
             return Ok(Arc::clone(c));
         }
         let Some(source) = &self.source else {
-            return Err(EngineError::internal(format!(
+            return Err(StorageError::internal(format!(
                 "field {f} is missing from the prepared table"
             )));
         };
@@ -840,7 +840,7 @@ impl Store {
         rows: &[u64],
         fields: &[FieldId],
         names: &[String],
-    ) -> Result<RecordBatch, EngineError> {
+    ) -> Result<RecordBatch, StorageError> {
         let mut at: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
         for &r in rows {
             let c = self.chunks.partition_point(|(first, _)| *first <= r);
@@ -848,9 +848,11 @@ impl Store {
                 .checked_sub(1)
                 .and_then(|c| self.chunks.get(c))
                 .copied()
-                .ok_or_else(|| EngineError::internal(format!("no record {r} in the table")))?;
+                .ok_or_else(|| StorageError::internal(format!("no record {r} in the table")))?;
             if r >= first + n as u64 {
-                return Err(EngineError::internal(format!("no record {r} in the table")));
+                return Err(StorageError::internal(format!(
+                    "no record {r} in the table"
+                )));
             }
             at.push((c - 1, (r - first) as usize));
         }
@@ -885,13 +887,13 @@ impl Store {
                     .map(|d| d.keys() as &dyn Array)
                     .collect();
                 let keys = datafusion::arrow::compute::interleave(&keys, &at)
-                    .map_err(|e| EngineError::backend(&self.dataset, e))?;
+                    .map_err(|e| StorageError::backend(&self.dataset, e))?;
                 dictionary(keys, &self.shared_values(*f)?)
-                    .map_err(|m| EngineError::backend(&self.dataset, m))?
+                    .map_err(|m| StorageError::backend(&self.dataset, m))?
             } else {
                 let refs: Vec<&dyn Array> = used.iter().map(|c| arrays[*c].as_ref()).collect();
                 datafusion::arrow::compute::interleave(&refs, &at)
-                    .map_err(|e| EngineError::backend(&self.dataset, e))?
+                    .map_err(|e| StorageError::backend(&self.dataset, e))?
             };
             schema.push(ArrowField::new(name, taken.data_type().clone(), true));
             columns.push(taken);
@@ -901,14 +903,14 @@ impl Store {
             columns,
             &RecordBatchOptions::new().with_row_count(Some(rows.len())),
         )
-        .map_err(|e| EngineError::backend(&self.dataset, e))
+        .map_err(|e| StorageError::backend(&self.dataset, e))
     }
 
     /// Whether each value of a share's field counts.
-    fn mask(&self, share: usize) -> Result<Arc<Vec<bool>>, EngineError> {
+    fn mask(&self, share: usize) -> Result<Arc<Vec<bool>>, StorageError> {
         let mut slot = self.masks[share]
             .lock()
-            .map_err(|_| EngineError::internal("a share lock is poisoned"))?;
+            .map_err(|_| StorageError::internal("a share lock is poisoned"))?;
         if let Some(m) = &*slot {
             return Ok(Arc::clone(m));
         }
@@ -1036,7 +1038,7 @@ impl PreparedTable {
     }
 }
 
-fn external(e: EngineError) -> DataFusionError {
+pub(crate) fn external(e: StorageError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
@@ -1415,178 +1417,6 @@ impl ExecutionPlan for MapExec {
                 stream,
             ),
         ))
-    }
-}
-
-/// The table of data read from its files ([`crate::backend::Streaming`]): the backend's table
-/// (the declared fields, then the row number) with the share columns of the layout made per
-/// batch, as a prepared table has them.
-#[derive(Debug)]
-pub struct StreamedTable {
-    inner: Arc<dyn TableProvider>,
-    layout: Arc<Layout>,
-    /// What an executor rebuilds this table from, when a call sends its scans to a cluster.
-    source: Option<Arc<crate::cluster::TableSource>>,
-}
-
-impl StreamedTable {
-    pub fn new(inner: Arc<dyn TableProvider>, layout: Arc<Layout>) -> StreamedTable {
-        StreamedTable {
-            inner,
-            layout,
-            source: None,
-        }
-    }
-
-    /// The table whose scans a call in cluster mode can send to the cluster.
-    pub fn with_source(mut self, source: Option<Arc<crate::cluster::TableSource>>) -> Self {
-        self.source = source;
-        self
-    }
-}
-
-#[async_trait]
-impl TableProvider for StreamedTable {
-    fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.layout.schema)
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> DfResult<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
-        use datafusion::logical_expr::TableProviderFilterPushDown;
-        // The backend's table prunes with conditions on its own columns; shares are ours.
-        let inner = self.inner.schema();
-        let own: Vec<bool> = filters
-            .iter()
-            .map(|f| {
-                f.column_refs()
-                    .iter()
-                    .all(|c| inner.index_of(&c.name).is_ok())
-            })
-            .collect();
-        let asked: Vec<&Expr> = filters
-            .iter()
-            .zip(&own)
-            .filter(|(_, o)| **o)
-            .map(|(f, _)| *f)
-            .collect();
-        let mut answers = self.inner.supports_filters_pushdown(&asked)?.into_iter();
-        Ok(own
-            .iter()
-            .map(|o| {
-                if *o {
-                    answers
-                        .next()
-                        .unwrap_or(TableProviderFilterPushDown::Unsupported)
-                } else {
-                    TableProviderFilterPushDown::Unsupported
-                }
-            })
-            .collect())
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let layout = &self.layout;
-        let fields = layout.targets.len();
-        let all: Vec<usize> = (0..layout.schema.fields().len()).collect();
-        let indices = projection.unwrap_or(&all);
-        // The backend's columns to read (its own indices: the fields, then the row), and per
-        // output column where it comes from.
-        let mut read: Vec<usize> = Vec::new();
-        let at = |i: usize, read: &mut Vec<usize>| match read.iter().position(|r| *r == i) {
-            Some(p) => p,
-            None => {
-                read.push(i);
-                read.len() - 1
-            }
-        };
-        let mut outs: Vec<(Out, usize)> = Vec::with_capacity(indices.len());
-        for &c in indices {
-            let out = layout.out(c).ok_or_else(|| {
-                DataFusionError::Internal(format!("no column {c} in the streamed table"))
-            })?;
-            let from = match out {
-                Out::Field(f) => at(f, &mut read),
-                Out::Row => at(fields, &mut read),
-                Out::Share(s) => at(layout.shares[s].field.index(), &mut read),
-                Out::Code(_) => {
-                    return Err(DataFusionError::Internal(
-                        "a streamed table has no code columns".into(),
-                    ));
-                }
-            };
-            outs.push((out, from));
-        }
-        let inner_schema = self.inner.schema();
-        let pushable: Vec<Expr> = filters
-            .iter()
-            .filter(|f| {
-                f.column_refs()
-                    .iter()
-                    .all(|c| inner_schema.index_of(&c.name).is_ok())
-            })
-            .cloned()
-            .collect();
-        let scan = self
-            .inner
-            .scan(state, Some(&read), &pushable, limit)
-            .await?;
-        let schema = Arc::new(
-            layout
-                .schema
-                .project(indices)
-                .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))?,
-        );
-        let out_schema = Arc::clone(&schema);
-        let shares = layout.shares.clone();
-        let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {
-            let mut columns: Vec<ArrayRef> = Vec::with_capacity(outs.len());
-            for (out, from) in &outs {
-                columns.push(match out {
-                    Out::Share(s) => shares[*s]
-                        .column(batch.column(*from).as_ref())
-                        .map_err(external)?,
-                    _ => Arc::clone(batch.column(*from)),
-                });
-            }
-            RecordBatch::try_new_with_options(
-                Arc::clone(&out_schema),
-                columns,
-                &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-            )
-            .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
-        };
-        let plan: Arc<dyn ExecutionPlan> = Arc::new(MapExec::new(
-            "StreamedTable: share columns",
-            scan,
-            schema,
-            Arc::new(map),
-        ));
-        // In cluster mode the scan goes as its description: an executor rebuilds this table
-        // and makes this same scan.
-        match (&self.source, crate::cluster::of_session(state)) {
-            (Some(source), Some(_)) => Ok(Arc::new(crate::cluster::ScanExec::local(
-                Arc::clone(source),
-                projection.cloned(),
-                filters.to_vec(),
-                limit,
-                state.config().target_partitions(),
-                plan,
-            ))),
-            _ => Ok(plan),
-        }
     }
 }
 

@@ -22,9 +22,9 @@ use tally_semantic::names::fold;
 use crate::backend::{
     Backend, BackendFactory, LoadedData, Pushed, ServedFile, sha256_file, sha256_hex,
 };
-use crate::catalog::{Problem, Refusal};
-use crate::error::EngineError;
+use crate::error::StorageError;
 use crate::memory::Meter;
+use crate::problem::{Problem, Refusal};
 
 pub(crate) mod stream;
 pub(crate) use stream::reopen;
@@ -136,7 +136,7 @@ impl ParquetBackend {
         let mut parts = Vec::with_capacity(files.parts.len());
         for part in files.parts {
             // A file of a set may be a symbolic link; never to a place outside the folder.
-            if let Some(problem) = crate::catalog::outside(folder, &folder.join(&part.relative)) {
+            if let Some(problem) = crate::problem::outside(folder, &folder.join(&part.relative)) {
                 return Err(vec![problem].into());
             }
             let footer =
@@ -342,7 +342,7 @@ impl ParquetBackend {
         fields: &[(String, DataType)],
         pushed: &[Pushed],
         budget: &Arc<crate::memory::Budget>,
-    ) -> Result<Arc<dyn crate::backend::Streaming>, EngineError> {
+    ) -> Result<Arc<dyn crate::backend::Streaming>, StorageError> {
         let mut offset = 0u64;
         let mut offsets = Vec::with_capacity(self.parts.len());
         for p in &self.parts {
@@ -387,8 +387,8 @@ impl ParquetBackend {
                 .collect::<Result<Vec<_>, _>>()
         })
         .await
-        .map_err(EngineError::internal)?
-        .map_err(|(i, message)| EngineError::Stale {
+        .map_err(StorageError::internal)?
+        .map_err(|(i, message)| StorageError::Stale {
             dataset: dataset.clone(),
             message: format!("{message} (`{}`)", self.parts[i].relative),
         })?;
@@ -799,8 +799,8 @@ impl Backend for ParquetBackend {
         self.listing.clone()
     }
 
-    fn describe(&self) -> crate::results::BackendDescription {
-        let mut d = crate::results::BackendDescription::of(BackendKind::Parquet);
+    fn describe(&self) -> crate::backend::BackendDescription {
+        let mut d = crate::backend::BackendDescription::of(BackendKind::Parquet);
         if self.listing.is_some() {
             d.summary = Some(format!(
                 "{} Parquet object{} at {}, read through the S3 API by byte ranges (footers at registration; listed again at every --object-poll)",
@@ -831,7 +831,7 @@ impl Backend for ParquetBackend {
         fields: &[(String, DataType)],
         pushed: &[Pushed],
         budget: &Arc<crate::memory::Budget>,
-    ) -> Option<Result<Arc<dyn crate::backend::Streaming>, EngineError>> {
+    ) -> Option<Result<Arc<dyn crate::backend::Streaming>, StorageError>> {
         Some(self.streamed(fields, pushed, budget).await)
     }
 
@@ -840,7 +840,7 @@ impl Backend for ParquetBackend {
         columns: &[String],
         pushed: &[Pushed],
         meter: &Meter,
-    ) -> Result<LoadedData, EngineError> {
+    ) -> Result<LoadedData, StorageError> {
         let file_schema = self.parts[0].footer.schema.clone();
         let indices: Vec<usize> = columns
             .iter()
@@ -911,7 +911,7 @@ impl Backend for ParquetBackend {
             hashed
                 .into_iter()
                 .map(|(relative, path, size, modified)| {
-                    let stale = |message: &str| EngineError::Stale {
+                    let stale = |message: &str| StorageError::Stale {
                         dataset: dataset.clone(),
                         message: format!("{message} (`{relative}`)"),
                     };
@@ -925,10 +925,10 @@ impl Backend for ParquetBackend {
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                             return Err(stale("its data file was removed"));
                         }
-                        Err(e) => return Err(EngineError::backend(&dataset, e)),
+                        Err(e) => return Err(StorageError::backend(&dataset, e)),
                     }
                     let sha256 =
-                        sha256_file(&path).map_err(|e| EngineError::backend(&dataset, e))?;
+                        sha256_file(&path).map_err(|e| StorageError::backend(&dataset, e))?;
                     Ok(ServedFile {
                         path: relative,
                         size,
@@ -940,7 +940,7 @@ impl Backend for ParquetBackend {
                 .collect::<Result<Vec<_>, _>>()
         })
         .await
-        .map_err(EngineError::internal)??;
+        .map_err(StorageError::internal)??;
         // A dataset is all local files or all objects.
         let files = if object_files.is_empty() {
             files
@@ -949,7 +949,7 @@ impl Backend for ParquetBackend {
         };
         let decoded = match reads.first() {
             Some(r) => tally_plugin_parquet::groups::decoded_schema(&r.footer, Text::Dictionary)
-                .map_err(|e| EngineError::backend(&self.dataset, e))?,
+                .map_err(|e| StorageError::backend(&self.dataset, e))?,
             None => file_schema.clone(),
         };
         let projected = Schema::new(
@@ -1115,7 +1115,7 @@ struct ReadJob {
 
 impl ReadJob {
     fn run(self, tx: tokio::sync::mpsc::Sender<datafusion::common::Result<RecordBatch>>) {
-        let external = |e: EngineError| datafusion::error::DataFusionError::External(Box::new(e));
+        let external = |e: StorageError| datafusion::error::DataFusionError::External(Box::new(e));
         for read in self.reads.iter() {
             let sent = read.run(&self.dataset, &self.read, &self.meter, &mut |batch| {
                 let n = batch.num_rows();
@@ -1155,8 +1155,8 @@ impl Read {
         indices: &[usize],
         meter: &Meter,
         each: &mut dyn FnMut(RecordBatch) -> Result<(), String>,
-    ) -> Result<(), EngineError> {
-        let stale = |message: &str| EngineError::Stale {
+    ) -> Result<(), StorageError> {
+        let stale = |message: &str| StorageError::Stale {
             dataset: dataset.to_string(),
             message: format!("{message} (`{}`)", self.relative),
         };
@@ -1201,12 +1201,12 @@ impl Read {
                 Err(stale("its data file was removed"))
             }
             Err(tally_plugin_parquet::Error::Stopped(m)) => {
-                Err(meter.refusal().unwrap_or(EngineError::Limit {
+                Err(meter.refusal().unwrap_or(StorageError::Limit {
                     message: m,
                     hint: "see --memory-budget".into(),
                 }))
             }
-            Err(e) => Err(EngineError::backend(dataset, e)),
+            Err(e) => Err(StorageError::backend(dataset, e)),
         }
     }
 }
@@ -1257,14 +1257,14 @@ fn object_version(o: &crate::object::ObjectFile) -> crate::backend::ObjectVersio
 /// An object-store failure as the engine reports it: an object removed or rewritten since
 /// it was registered is a dataset being replaced (the call reloads and retries); the
 /// rest is the backend failing, said with what to do.
-pub(crate) fn object_error(dataset: &str, e: crate::object::ObjectError) -> EngineError {
+pub(crate) fn object_error(dataset: &str, e: crate::object::ObjectError) -> StorageError {
     use crate::object::ObjectError;
     match e {
-        ObjectError::Missing(m) | ObjectError::Changed(m) => EngineError::Stale {
+        ObjectError::Missing(m) | ObjectError::Changed(m) => StorageError::Stale {
             dataset: dataset.to_string(),
             message: m,
         },
-        other => EngineError::backend(dataset, format!("{other} ({})", other.fix())),
+        other => StorageError::backend(dataset, format!("{other} ({})", other.fix())),
     }
 }
 

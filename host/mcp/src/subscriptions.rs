@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tally_engine::catalog::Changes;
+use tally_storage::catalog::Changes;
 
 use crate::bounds::{
     MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTION_BYTES_TOTAL, MAX_SUBSCRIPTIONS, Refusal,

@@ -1,6 +1,6 @@
 //! What Tally shows: one MCP Apps view per tool (`ui://tally/<tool>`, the
 //! `io.modelcontextprotocol/ui` extension) and the browser front `tally serve --http` serves
-//! at `/`. Both are built from the files in `host/server/ui/`, embedded at build time: no
+//! at `/`. Both are built from the files in `host/mcp/ui/`, embedded at build time: no
 //! request leaves the page.
 //!
 //! A client that does not announce the extension sees none of this: no `_meta.ui` on the

@@ -11,10 +11,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use datafusion::common::{DataFusionError, Result as DfResult};
+use datafusion::common::Result as DfResult;
 use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
 
-use crate::error::EngineError;
+use crate::error::{Refused, StorageError};
 
 const MIB: usize = 1024 * 1024;
 
@@ -115,12 +115,12 @@ impl Reservation {
     }
 
     /// Grows the reservation by `bytes`, or says why it cannot.
-    pub fn grow(&mut self, bytes: usize) -> Result<(), EngineError> {
+    pub fn grow(&mut self, bytes: usize) -> Result<(), StorageError> {
         if self.budget.try_take(bytes) {
             self.bytes += bytes;
             return Ok(());
         }
-        Err(EngineError::Limit {
+        Err(StorageError::Limit {
             message: format!(
                 "{} needs more memory than the server's memory budget allows: {} MiB more on top of the {} MiB it holds, while {} MiB of the budget of {} MiB are in use",
                 self.purpose,
@@ -134,7 +134,7 @@ impl Reservation {
     }
 
     /// Sets the reservation to exactly `bytes` (shrinking always succeeds).
-    pub fn resize(&mut self, bytes: usize) -> Result<(), EngineError> {
+    pub fn resize(&mut self, bytes: usize) -> Result<(), StorageError> {
         if bytes >= self.bytes {
             self.grow(bytes - self.bytes)
         } else {
@@ -174,7 +174,7 @@ struct MeterInner {
     cancel: Arc<std::sync::atomic::AtomicBool>,
     progress: Arc<Progress>,
     /// Why metering refused, kept whole for the caller (a backend may only pass on text).
-    refusal: std::sync::Mutex<Option<EngineError>>,
+    refusal: std::sync::Mutex<Option<StorageError>>,
 }
 
 impl Meter {
@@ -194,16 +194,18 @@ impl Meter {
     }
 
     /// Reserves `bytes` more for data being read (`rows` of it), or refuses.
-    pub fn account(&self, bytes: usize, rows: usize) -> Result<(), EngineError> {
+    pub fn account(&self, bytes: usize, rows: usize) -> Result<(), StorageError> {
         if self.inner.cancel.load(Ordering::Relaxed) {
-            return Err(self.refuse(EngineError::Limit {
+            return Err(self.refuse(StorageError::Limit {
                 message: "the preparation was stopped: its dataset version was replaced or its time ran out".into(),
                 hint: "call again; the current version of the dataset is prepared anew".into(),
             }));
         }
         let grown = match self.inner.reservation.lock() {
             Ok(mut r) => r.grow(bytes),
-            Err(_) => Err(EngineError::internal("the memory meter's lock is poisoned")),
+            Err(_) => Err(StorageError::internal(
+                "the memory meter's lock is poisoned",
+            )),
         };
         grown.map_err(|e| self.refuse(e))?;
         self.inner
@@ -219,7 +221,7 @@ impl Meter {
         self.account(bytes, rows).map_err(|e| e.to_string())
     }
 
-    fn refuse(&self, e: EngineError) -> EngineError {
+    fn refuse(&self, e: StorageError) -> StorageError {
         if let Ok(mut slot) = self.inner.refusal.lock() {
             *slot = Some(e.clone());
         }
@@ -227,7 +229,7 @@ impl Meter {
     }
 
     /// The error that stopped metering, if any.
-    pub fn refusal(&self) -> Option<EngineError> {
+    pub fn refusal(&self) -> Option<StorageError> {
         self.inner.refusal.lock().ok().and_then(|s| s.clone())
     }
 
@@ -237,10 +239,12 @@ impl Meter {
     }
 
     /// Sets what is held to `bytes` (after data is dropped or measured exactly).
-    pub fn resize(&self, bytes: usize) -> Result<(), EngineError> {
+    pub fn resize(&self, bytes: usize) -> Result<(), StorageError> {
         match self.inner.reservation.lock() {
             Ok(mut r) => r.resize(bytes).map_err(|e| self.refuse(e)),
-            Err(_) => Err(EngineError::internal("the memory meter's lock is poisoned")),
+            Err(_) => Err(StorageError::internal(
+                "the memory meter's lock is poisoned",
+            )),
         }
     }
 
@@ -299,42 +303,6 @@ impl CallPool {
                 Some(h.saturating_sub(bytes))
             });
         }
-    }
-}
-
-/// Which budget refused a call's memory. The call pool answers DataFusion with its
-/// `ResourcesExhausted` error (so operators behave as with any full pool) whose message
-/// starts with the refusal's tag; [`Refused::of`] reads the tag back. Tags and reading live
-/// here together, so no other module depends on the wording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// The call's own budget (`--call-memory-mb`).
-    CallBudget,
-    /// The caller's other calls in flight hold its share of the server's budget.
-    CallerShare,
-    /// The server's budget is in use by other work.
-    ServerBudget,
-}
-
-impl Refused {
-    fn tag(self) -> &'static str {
-        match self {
-            Refused::CallBudget => "[tally:call-budget]",
-            Refused::CallerShare => "[tally:caller-share]",
-            Refused::ServerBudget => "[tally:server-budget]",
-        }
-    }
-
-    /// The refusal a pool's message carries (a full pool that is not ours: the call's).
-    pub fn of(message: &str) -> Refused {
-        [Refused::CallerShare, Refused::ServerBudget]
-            .into_iter()
-            .find(|r| message.starts_with(r.tag()))
-            .unwrap_or(Refused::CallBudget)
-    }
-
-    fn error(self, detail: String) -> DataFusionError {
-        DataFusionError::ResourcesExhausted(format!("{} {detail}", self.tag()))
     }
 }
 
@@ -433,6 +401,7 @@ impl Drop for CallPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::common::DataFusionError;
 
     #[test]
     fn reservations_are_bounded_and_released() {
@@ -475,7 +444,7 @@ mod tests {
             Box::new(DataFusionError::Shared(Arc::new(err))),
         );
         assert!(
-            matches!(crate::EngineError::from(wrapped), crate::EngineError::Limit { ref message, .. } if message.contains("server's memory budget")),
+            matches!(crate::StorageError::from(wrapped), crate::StorageError::Limit { ref message, .. } if message.contains("server's memory budget")),
         );
         drop(r);
         r2.try_grow(4 * MIB)

@@ -37,7 +37,7 @@ use datafusion::arrow::ipc::{Block, MetadataVersion, root_as_footer};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{ServedFile, sha256_file, sha256_hex};
-use crate::error::EngineError;
+use crate::error::StorageError;
 
 /// What a cache file holds and how; a file of another format is not read.
 const FORMAT: &str = "tally-prepared/2";
@@ -539,15 +539,15 @@ impl Drop for Writer {
 }
 
 impl crate::store::ChunkSink for Writer {
-    fn chunk(&mut self, batch: RecordBatch) -> Result<(), EngineError> {
+    fn chunk(&mut self, batch: RecordBatch) -> Result<(), StorageError> {
         let ipc = self
             .ipc
             .as_mut()
-            .ok_or_else(|| EngineError::internal("a cache entry written after its end"))?;
+            .ok_or_else(|| StorageError::internal("a cache entry written after its end"))?;
         self.digests
             .push(batch.columns().iter().map(|c| digest(c.as_ref())).collect());
         ipc.write(&batch).map_err(|e| {
-            EngineError::internal(format!(
+            StorageError::internal(format!(
                 "the prepared data could not be kept in the cache: {e}"
             ))
         })?;

@@ -19,9 +19,9 @@ use sha2::{Digest, Sha256};
 
 use tally_semantic::definition::{BackendKind, DatasetDef};
 
-use crate::catalog::{Problem, Refusal};
-use crate::error::EngineError;
+use crate::error::StorageError;
 use crate::memory::Meter;
+use crate::problem::{Problem, Refusal};
 
 /// A file a result was computed from, as the envelope cites it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,14 +194,14 @@ pub trait Streaming: Send + Sync + fmt::Debug {
     /// The records it reads.
     fn rows(&self) -> usize;
     /// Where its files are, for an executor of a cluster to read them itself
-    /// ([`crate::cluster::TableSource`]): the partition keys served, the files, and each
+    /// ([`crate::source::TableSource`]): the partition keys served, the files, and each
     /// file's key values. `None`: its reads cannot be sent elsewhere.
     #[allow(clippy::type_complexity)]
     fn source_files(
         &self,
     ) -> Option<(
         Vec<String>,
-        Vec<crate::cluster::SourceFile>,
+        Vec<crate::source::SourceFile>,
         Vec<Vec<datafusion::common::ScalarValue>>,
     )> {
         None
@@ -233,7 +233,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         columns: &[String],
         pushed: &[Pushed],
         meter: &Meter,
-    ) -> Result<LoadedData, EngineError>;
+    ) -> Result<LoadedData, StorageError>;
     /// The columns on which the backend applies equality conditions itself.
     fn pushdown_columns(&self) -> Vec<String> {
         Vec::new()
@@ -272,8 +272,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
     /// What `inspect_dataset` says about the backend.
-    fn describe(&self) -> crate::results::BackendDescription {
-        crate::results::BackendDescription::of(self.kind())
+    fn describe(&self) -> crate::backend::BackendDescription {
+        crate::backend::BackendDescription::of(self.kind())
     }
     /// Decodes every page of every column of the data once and lets it go (`tally check`):
     /// a page that does not decode is an error naming its file and column, so a file every
@@ -298,7 +298,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         _fields: &[(String, datafusion::arrow::datatypes::DataType)],
         _pushed: &[Pushed],
         _budget: &Arc<crate::memory::Budget>,
-    ) -> Option<Result<Arc<dyn Streaming>, EngineError>> {
+    ) -> Option<Result<Arc<dyn Streaming>, StorageError>> {
         None
     }
 }
@@ -320,20 +320,13 @@ pub struct Backends {
     factories: std::collections::BTreeMap<BackendKind, Arc<dyn BackendFactory>>,
 }
 
-impl Default for Backends {
-    /// The built-in backends only (Parquet).
-    fn default() -> Self {
-        Backends::builtin()
-    }
-}
-
 impl Backends {
-    /// The backends every engine has: Parquet files.
-    pub fn builtin() -> Backends {
+    /// No backend at all; [`Backends::builtin`] (the crate root's) adds the Parquet one,
+    /// which is defined above this module.
+    pub fn empty() -> Backends {
         Backends {
             factories: Default::default(),
         }
-        .with(ParquetFactory)
     }
 
     /// Adds (or replaces) the factory of its kind.
@@ -372,8 +365,6 @@ impl Backends {
         }
     }
 }
-
-pub use crate::parquet::{ParquetBackend, ParquetFactory};
 
 /// Appends each file's path, size and modification time: bytes that change whenever a file of
 /// a plugin's folder does (part of a plugin dataset's version).
@@ -417,4 +408,67 @@ pub(crate) fn hex_digest(digest: &[u8]) -> String {
         out.push_str(&format!("{b:02x}"));
     }
     out
+}
+
+/// A plugin's sandbox, as it runs.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct Sandbox {
+    pub files: &'static str,
+    pub network: bool,
+    pub deadline_ms: u64,
+    pub memory_bytes: u64,
+    pub output_bytes: u64,
+}
+
+/// Where the records come from: the kind of backend and, for plugins, the plugin, its
+/// version, its code's hash and its sandbox.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct BackendDescription {
+    #[schemars(schema_with = "backend_kinds")]
+    pub kind: BackendKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trust: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filters_applied_by_plugin: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+}
+
+impl BackendDescription {
+    /// A backend described by its kind alone.
+    pub fn of(kind: BackendKind) -> BackendDescription {
+        BackendDescription {
+            kind,
+            plugin: None,
+            plugin_version: None,
+            summary: None,
+            component: None,
+            component_sha256: None,
+            library: None,
+            library_sha256: None,
+            trust: None,
+            filters_applied_by_plugin: None,
+            sandbox: None,
+        }
+    }
+}
+
+/// The kinds of backend, as a JSON Schema vocabulary.
+fn backend_kinds(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let kinds: Vec<&str> = BackendKind::ALL.map(BackendKind::as_str).to_vec();
+    schemars::json_schema!({ "enum": kinds })
 }

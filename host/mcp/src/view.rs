@@ -22,9 +22,10 @@ use rmcp::ErrorData;
 use rmcp::RoleServer;
 use rmcp::service::{NotificationContext, RequestContext};
 use serde_json::{Value, json};
-use tally_engine::catalog::{Broken, Changes};
-use tally_engine::{Catalog, Dataset, Engine, EngineError, Scope};
+use tally_engine::{Engine, EngineError, Scope};
 use tally_semantic::Tool;
+use tally_storage::catalog::{Broken, Changes};
+use tally_storage::{Catalog, Dataset};
 
 /// Who is calling, as the tools see it (never the token itself).
 #[derive(Debug, Clone)]

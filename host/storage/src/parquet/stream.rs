@@ -45,7 +45,7 @@ use tally_plugin_parquet::Footer;
 use tally_plugin_parquet::groups::read_at;
 
 use crate::backend::{ReadCounts, ServedFile, Streaming};
-use crate::error::EngineError;
+use crate::error::StorageError;
 use crate::memory::{Budget, Reservation};
 use crate::store::{MapExec, ROW_COL};
 
@@ -150,7 +150,7 @@ impl ParquetStream {
         served: Vec<ServedFile>,
         extract: Option<String>,
         budget: &Arc<Budget>,
-    ) -> Result<ParquetStream, EngineError> {
+    ) -> Result<ParquetStream, StorageError> {
         let mut file_fields: Vec<Field> = Vec::new();
         let mut key_fields: Vec<(usize, Field)> = Vec::new();
         let mut sources = Vec::with_capacity(fields.len());
@@ -204,14 +204,14 @@ impl ParquetStream {
 }
 
 impl ParquetStream {
-    /// The files as an executor of a cluster opens them ([`crate::cluster::TableSource`]):
+    /// The files as an executor of a cluster opens them ([`crate::source::TableSource`]):
     /// the keys served (in the order of each file's values), then per file where it is, the
     /// version registered and its partition values.
     pub(crate) fn source_files(
         &self,
     ) -> (
         Vec<String>,
-        Vec<crate::cluster::SourceFile>,
+        Vec<crate::source::SourceFile>,
         Vec<Vec<ScalarValue>>,
     ) {
         let keys = self.shared.partition_fields[1..]
@@ -221,7 +221,7 @@ impl ParquetStream {
         let mut files = Vec::with_capacity(self.shared.files.len());
         let mut values = Vec::with_capacity(self.shared.files.len());
         for f in &self.shared.files {
-            let object = f.object.as_ref().map(|o| crate::cluster::SourceObject {
+            let object = f.object.as_ref().map(|o| crate::source::SourceObject {
                 url: o.url.clone(),
                 etag: o.etag.clone(),
                 version: o.version.clone(),
@@ -237,7 +237,7 @@ impl ParquetStream {
                     .to_string_lossy()
                     .into_owned()
             });
-            files.push(crate::cluster::SourceFile {
+            files.push(crate::source::SourceFile {
                 relative: f.relative.clone(),
                 path,
                 object,
@@ -256,8 +256,8 @@ impl ParquetStream {
 /// registered: the same size and the same footer (an object: the same ETag, named in every
 /// read). Footers are read on blocking threads, a few files at a time.
 pub(crate) async fn reopen(
-    source: &crate::cluster::TableSource,
-) -> Result<Vec<StreamFile>, EngineError> {
+    source: &crate::source::TableSource,
+) -> Result<Vec<StreamFile>, StorageError> {
     let dataset = source.dataset.clone();
     let mut out = Vec::with_capacity(source.files.len());
     for (file, values) in source.files.iter().zip(&source.values) {
@@ -266,12 +266,12 @@ pub(crate) async fn reopen(
         let stale = {
             let dataset = dataset.clone();
             let relative = file.relative.clone();
-            move |message: &str| EngineError::Stale {
+            move |message: &str| StorageError::Stale {
                 dataset: dataset.clone(),
                 message: format!("{message} (`{relative}`, on this executor)"),
             }
         };
-        let opened = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
+        let opened = tokio::task::spawn_blocking(move || -> Result<_, StorageError> {
             match (&file.object, &file.path) {
                 (Some(o), _) => {
                     let object = crate::object::reopen(
@@ -289,29 +289,29 @@ pub(crate) async fn reopen(
                         &object,
                         object.modified,
                     )
-                    .map_err(|e| EngineError::backend(&dataset, e))?;
+                    .map_err(|e| StorageError::backend(&dataset, e))?;
                     Ok((footer, Some(Arc::new(object)), file))
                 }
                 (None, Some(path)) => {
                     let footer = match tally_plugin_parquet::read_footer(std::path::Path::new(path)) {
                         Ok(f) => f,
                         Err(e) if !std::path::Path::new(path).exists() => {
-                            return Err(EngineError::Stale {
+                            return Err(StorageError::Stale {
                                 dataset: dataset.clone(),
                                 message: format!(
                                     "its data file is not at {path} on this executor ({e}); executors must reach the server's files at the same paths, or read the data from object storage"
                                 ),
                             });
                         }
-                        Err(e) => return Err(EngineError::backend(&dataset, e)),
+                        Err(e) => return Err(StorageError::backend(&dataset, e)),
                     };
                     Ok((footer, None, file))
                 }
-                (None, None) => Err(EngineError::internal("a file with neither path nor object")),
+                (None, None) => Err(StorageError::internal("a file with neither path nor object")),
             }
         })
         .await
-        .map_err(EngineError::internal)??;
+        .map_err(StorageError::internal)??;
         let (footer, object, file) = opened;
         let same = footer.size == file.size
             && footer.num_rows == file.rows
@@ -368,7 +368,7 @@ impl Streaming for ParquetStream {
         &self,
     ) -> Option<(
         Vec<String>,
-        Vec<crate::cluster::SourceFile>,
+        Vec<crate::source::SourceFile>,
         Vec<Vec<ScalarValue>>,
     )> {
         Some(ParquetStream::source_files(self))
@@ -640,7 +640,7 @@ struct CheckedFactory {
     counts: Arc<ReadCounts>,
 }
 
-fn external(e: EngineError) -> DataFusionError {
+fn external(e: StorageError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
@@ -659,7 +659,7 @@ impl ParquetFileReaderFactory for CheckedFactory {
             .ok_or_else(|| DataFusionError::Internal("a file the stream does not know".into()))?;
         let shared = &self.shared;
         let file = &shared.files[index];
-        let stale = |message: &str| EngineError::Stale {
+        let stale = |message: &str| StorageError::Stale {
             dataset: shared.dataset.clone(),
             message: format!("{message} (`{}`)", file.relative),
         };
@@ -681,12 +681,12 @@ impl ParquetFileReaderFactory for CheckedFactory {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(external(stale("its data file was removed")));
             }
-            Err(e) => return Err(external(EngineError::backend(&shared.dataset, e))),
+            Err(e) => return Err(external(StorageError::backend(&shared.dataset, e))),
         };
         // The file must be the version registered: the same size and the same footer.
         let size = opened
             .metadata()
-            .map_err(|e| external(EngineError::backend(&shared.dataset, e)))?
+            .map_err(|e| external(StorageError::backend(&shared.dataset, e)))?
             .len();
         let footer = file.footer.footer_bytes.len() as u64;
         let mut tail = vec![0u8; file.footer.footer_bytes.len()];
@@ -725,13 +725,13 @@ impl CheckedReader {
     /// Checks the ranges asked for and holds their size from the memory budget.
     fn admit(&mut self, ranges: &[Range<u64>]) -> Result<(), ParquetError> {
         let file = &self.shared.files[self.index];
-        let refuse = |e: EngineError| ParquetError::External(Box::new(e));
+        let refuse = |e: StorageError| ParquetError::External(Box::new(e));
         let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
         if ranges
             .iter()
             .any(|r| r.end < r.start || r.end > file.footer.size)
         {
-            return Err(refuse(EngineError::backend(
+            return Err(refuse(StorageError::backend(
                 &self.shared.dataset,
                 format!("`{}`: a read past the end of the file", file.relative),
             )));
@@ -747,7 +747,7 @@ impl CheckedReader {
         if let Some((g, c, _)) = file.chunk_of(range) {
             let column = file.footer.metadata.row_group(g).column(c);
             tally_plugin_parquet::pages::check_pages(buf, column, g).map_err(|m| {
-                ParquetError::External(Box::new(EngineError::backend(
+                ParquetError::External(Box::new(StorageError::backend(
                     &self.shared.dataset,
                     format!(
                         "`{}` has a footer that cannot be trusted: {m}",
@@ -773,7 +773,7 @@ impl CheckedReader {
         for range in ranges {
             let mut buf = vec![0u8; (range.end - range.start) as usize];
             read_at(opened, &mut buf, range.start).map_err(|e| {
-                ParquetError::External(Box::new(EngineError::backend(&self.shared.dataset, e)))
+                ParquetError::External(Box::new(StorageError::backend(&self.shared.dataset, e)))
             })?;
             self.accept(range, &buf)?;
             out.push(Bytes::from(buf));
@@ -792,7 +792,7 @@ impl CheckedReader {
         })?;
         for (range, bytes) in ranges.iter().zip(&got) {
             if bytes.len() as u64 != range.end - range.start {
-                return Err(ParquetError::External(Box::new(EngineError::backend(
+                return Err(ParquetError::External(Box::new(StorageError::backend(
                     &self.shared.dataset,
                     format!("{} answered fewer bytes than asked for", object.url),
                 ))));

@@ -14,10 +14,13 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::common::{DataFusionError, Result as DfResult};
+use datafusion::datasource::TableType;
 use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
@@ -25,10 +28,11 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion::prelude::SessionConfig;
-use serde::{Deserialize, Serialize};
 
-use crate::error::EngineError;
+use crate::error::StorageError;
 use crate::memory::Budget;
+use crate::source::TableSource;
+use crate::store::{Layout, MapExec, Out, external};
 
 /// A cluster the server sends the physical work of calls to.
 pub trait Cluster: Send + Sync + fmt::Debug {
@@ -139,49 +143,6 @@ fn scans_files(plan: &Arc<dyn ExecutionPlan>) -> bool {
         Ok(TreeNodeRecursion::Continue)
     });
     found
-}
-
-/// Where a file of a streamed dataset is, as an executor opens it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct SourceFile {
-    /// As messages name it (relative to the dataset folder, or the object's URL).
-    pub relative: String,
-    /// The local path (absolute), when it is a file.
-    pub path: Option<String>,
-    /// The object, when it is one in object storage.
-    pub object: Option<SourceObject>,
-    pub size: u64,
-    /// The position of its first record among all the files of the dataset.
-    pub offset: u64,
-    pub rows: u64,
-    /// SHA-256 of its footer as registered: an executor refuses another version.
-    pub footer_sha256: String,
-}
-
-/// An object's version, as registered.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct SourceObject {
-    pub url: String,
-    pub etag: Option<String>,
-    pub version: Option<String>,
-    /// Milliseconds since the epoch.
-    pub modified_ms: Option<i64>,
-}
-
-/// What an executor rebuilds a streamed table from: the dataset's definition and source
-/// schema (its layout follows), the fields read and their types, and the files.
-#[derive(Debug, Clone)]
-pub struct TableSource {
-    pub dataset: String,
-    /// The definition file's text, as registered.
-    pub definition: Arc<str>,
-    /// The columns of the data, as the backend reads them.
-    pub source_schema: SchemaRef,
-    /// The partition keys the files carry values of, in the order of `values`.
-    pub keys: Vec<String>,
-    pub files: Vec<SourceFile>,
-    /// Per file, its partition key values (in the order of `keys`).
-    pub values: Vec<Vec<ScalarValue>>,
 }
 
 /// One scan of a streamed table in cluster mode: the scan of the single-node path, and the
@@ -516,14 +477,14 @@ pub fn partitions_alone(mut config: SessionConfig) -> SessionConfig {
 async fn rebuild_table(
     source: &TableSource,
     budget: &Arc<Budget>,
-) -> Result<Arc<dyn TableProvider>, EngineError> {
+) -> Result<Arc<dyn TableProvider>, StorageError> {
     let loaded = tally_semantic::definition::load_definition(
         "dataset.yaml",
         &source.dataset,
         &source.definition,
     )
     .map_err(|e| {
-        EngineError::backend(
+        StorageError::backend(
             &source.dataset,
             format!("the definition sent with the plan does not load here: {e:?}"),
         )
@@ -547,7 +508,179 @@ async fn rebuild_table(
         budget,
     )?;
     let (inner, _counts) = crate::backend::Streaming::table(&stream);
-    Ok(Arc::new(crate::store::StreamedTable::new(inner, layout)))
+    Ok(Arc::new(crate::cluster::StreamedTable::new(inner, layout)))
+}
+
+/// The table of data read from its files ([`crate::backend::Streaming`]): the backend's table
+/// (the declared fields, then the row number) with the share columns of the layout made per
+/// batch, as a prepared table has them.
+#[derive(Debug)]
+pub struct StreamedTable {
+    inner: Arc<dyn TableProvider>,
+    layout: Arc<Layout>,
+    /// What an executor rebuilds this table from, when a call sends its scans to a cluster.
+    source: Option<Arc<crate::source::TableSource>>,
+}
+
+impl StreamedTable {
+    pub fn new(inner: Arc<dyn TableProvider>, layout: Arc<Layout>) -> StreamedTable {
+        StreamedTable {
+            inner,
+            layout,
+            source: None,
+        }
+    }
+
+    /// The table whose scans a call in cluster mode can send to the cluster.
+    pub fn with_source(mut self, source: Option<Arc<crate::source::TableSource>>) -> Self {
+        self.source = source;
+        self
+    }
+}
+
+#[async_trait]
+impl TableProvider for StreamedTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.layout.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
+        use datafusion::logical_expr::TableProviderFilterPushDown;
+        // The backend's table prunes with conditions on its own columns; shares are ours.
+        let inner = self.inner.schema();
+        let own: Vec<bool> = filters
+            .iter()
+            .map(|f| {
+                f.column_refs()
+                    .iter()
+                    .all(|c| inner.index_of(&c.name).is_ok())
+            })
+            .collect();
+        let asked: Vec<&Expr> = filters
+            .iter()
+            .zip(&own)
+            .filter(|(_, o)| **o)
+            .map(|(f, _)| *f)
+            .collect();
+        let mut answers = self.inner.supports_filters_pushdown(&asked)?.into_iter();
+        Ok(own
+            .iter()
+            .map(|o| {
+                if *o {
+                    answers
+                        .next()
+                        .unwrap_or(TableProviderFilterPushDown::Unsupported)
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let layout = &self.layout;
+        let fields = layout.targets.len();
+        let all: Vec<usize> = (0..layout.schema.fields().len()).collect();
+        let indices = projection.unwrap_or(&all);
+        // The backend's columns to read (its own indices: the fields, then the row), and per
+        // output column where it comes from.
+        let mut read: Vec<usize> = Vec::new();
+        let at = |i: usize, read: &mut Vec<usize>| match read.iter().position(|r| *r == i) {
+            Some(p) => p,
+            None => {
+                read.push(i);
+                read.len() - 1
+            }
+        };
+        let mut outs: Vec<(Out, usize)> = Vec::with_capacity(indices.len());
+        for &c in indices {
+            let out = layout.out(c).ok_or_else(|| {
+                DataFusionError::Internal(format!("no column {c} in the streamed table"))
+            })?;
+            let from = match out {
+                Out::Field(f) => at(f, &mut read),
+                Out::Row => at(fields, &mut read),
+                Out::Share(s) => at(layout.shares[s].field.index(), &mut read),
+                Out::Code(_) => {
+                    return Err(DataFusionError::Internal(
+                        "a streamed table has no code columns".into(),
+                    ));
+                }
+            };
+            outs.push((out, from));
+        }
+        let inner_schema = self.inner.schema();
+        let pushable: Vec<Expr> = filters
+            .iter()
+            .filter(|f| {
+                f.column_refs()
+                    .iter()
+                    .all(|c| inner_schema.index_of(&c.name).is_ok())
+            })
+            .cloned()
+            .collect();
+        let scan = self
+            .inner
+            .scan(state, Some(&read), &pushable, limit)
+            .await?;
+        let schema = Arc::new(
+            layout
+                .schema
+                .project(indices)
+                .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))?,
+        );
+        let out_schema = Arc::clone(&schema);
+        let shares = layout.shares.clone();
+        let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {
+            let mut columns: Vec<ArrayRef> = Vec::with_capacity(outs.len());
+            for (out, from) in &outs {
+                columns.push(match out {
+                    Out::Share(s) => shares[*s]
+                        .column(batch.column(*from).as_ref())
+                        .map_err(external)?,
+                    _ => Arc::clone(batch.column(*from)),
+                });
+            }
+            RecordBatch::try_new_with_options(
+                Arc::clone(&out_schema),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+            )
+            .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
+        };
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(MapExec::new(
+            "StreamedTable: share columns",
+            scan,
+            schema,
+            Arc::new(map),
+        ));
+        // In cluster mode the scan goes as its description: an executor rebuilds this table
+        // and makes this same scan.
+        match (&self.source, crate::cluster::of_session(state)) {
+            (Some(source), Some(_)) => Ok(Arc::new(crate::cluster::ScanExec::local(
+                Arc::clone(source),
+                projection.cloned(),
+                filters.to_vec(),
+                limit,
+                state.config().target_partitions(),
+                plan,
+            ))),
+            _ => Ok(plan),
+        }
+    }
 }
 
 #[cfg(test)]

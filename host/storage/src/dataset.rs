@@ -13,9 +13,9 @@ use tokio::sync::OnceCell;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::Engine;
+use crate::Resources;
 use crate::backend::{Backend, LoadedData, Pushed, RowSources, ServedFile};
-use crate::error::EngineError;
+use crate::error::StorageError;
 use crate::memory::{Budget, Meter, Progress};
 use crate::store::{Builder, ChunkSink, InMemory, Layout, PreparedTable, Store};
 
@@ -70,7 +70,9 @@ pub struct Dataset {
     /// The files read at every call, by condition set (a few, most recent last).
     #[allow(clippy::type_complexity)]
     streams: std::sync::Mutex<Vec<(Vec<Pushed>, Arc<OnceCell<Arc<Prepared>>>)>>,
-    inspect: OnceCell<crate::results::InspectResult>,
+    /// What the layer above computed once for this version (the engine keeps its
+    /// `inspect_dataset` answer here), dropped with the version.
+    memo: OnceCell<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// A prepared table, built once, in the background, by a task of its own: a call waits for
@@ -97,7 +99,7 @@ impl Drop for PreparedCell {
 #[derive(Clone)]
 struct Preparing(
     futures::future::Shared<
-        futures::future::BoxFuture<'static, Result<Arc<Prepared>, EngineError>>,
+        futures::future::BoxFuture<'static, Result<Arc<Prepared>, StorageError>>,
     >,
 );
 
@@ -120,7 +122,7 @@ enum PrepState {
     /// A failure that would repeat: the same bytes fail the same way, and a dataset over
     /// the memory budget stays over it while the budget is as full (`free` bytes then).
     Failed {
-        error: EngineError,
+        error: StorageError,
         free: usize,
     },
 }
@@ -206,7 +208,7 @@ pub struct Prepared {
     pub pushed: Vec<Pushed>,
     /// What an executor of a cluster rebuilds the table from (data read at every call from
     /// files it can reach), if it can.
-    pub cluster_source: Option<Arc<crate::cluster::TableSource>>,
+    pub cluster_source: Option<Arc<crate::source::TableSource>>,
     pub served: Served,
     /// Distinct values (parts, for multi-value fields) with their record counts, per field,
     /// computed when first needed.
@@ -300,7 +302,7 @@ impl Prepared {
         layout: Arc<Layout>,
         pushed: Vec<Pushed>,
         memory: Meter,
-        cluster_source: Option<Arc<crate::cluster::TableSource>>,
+        cluster_source: Option<Arc<crate::source::TableSource>>,
     ) -> Prepared {
         Prepared {
             stored_table: None,
@@ -334,7 +336,7 @@ impl Prepared {
                 let (inner, counts) = streaming.table();
                 CallTable {
                     provider: Arc::new(
-                        crate::store::StreamedTable::new(inner, Arc::clone(&self.layout))
+                        crate::cluster::StreamedTable::new(inner, Arc::clone(&self.layout))
                             .with_source(self.cluster_source.clone()),
                     ),
                     counts: Some(counts),
@@ -392,7 +394,7 @@ impl Prepared {
         rows: &[u64],
         fields: &[FieldId],
         names: &[String],
-    ) -> Option<Result<RecordBatch, EngineError>> {
+    ) -> Option<Result<RecordBatch, StorageError>> {
         let store = self.store()?;
         Some(store.take_rows(rows, fields, names))
     }
@@ -414,7 +416,7 @@ impl Prepared {
     /// Whether a declared text field has any missing value (null or ""); numbers: any null.
     /// Read from the files, a field is taken to have some (the answer is the same, found a
     /// little slower).
-    pub fn has_missing(&self, field: FieldId) -> Result<bool, EngineError> {
+    pub fn has_missing(&self, field: FieldId) -> Result<bool, StorageError> {
         let Some(store) = self.store() else {
             return Ok(true);
         };
@@ -432,7 +434,7 @@ impl Prepared {
         ctx: &SessionContext,
         def: &DatasetDef,
         field: FieldId,
-    ) -> Result<Variants, EngineError> {
+    ) -> Result<Variants, StorageError> {
         if let Ok(cache) = self.variants.lock()
             && let Some(v) = cache.get(&field)
         {
@@ -480,7 +482,7 @@ impl Prepared {
         ctx: &SessionContext,
         def: &DatasetDef,
         field: FieldId,
-    ) -> Result<ValueCounts, EngineError> {
+    ) -> Result<ValueCounts, StorageError> {
         if let Ok(cache) = self.values.lock()
             && let Some(v) = cache.get(&field)
         {
@@ -526,20 +528,20 @@ impl Prepared {
                     )?
                     .collect()
                     .await
-                    .map_err(|e| EngineError::computing(&def.id, e))?;
+                    .map_err(|e| StorageError::computing(&def.id, e))?;
                 let mut pairs: Vec<(String, usize)> = Vec::new();
                 for b in &batches {
                     let text = datafusion::arrow::compute::cast(
                         b.column(0),
                         &datafusion::arrow::datatypes::DataType::Utf8,
                     )
-                    .map_err(|e| EngineError::backend(&def.id, e))?;
+                    .map_err(|e| StorageError::backend(&def.id, e))?;
                     let text = text.as_string::<i32>();
                     let n = datafusion::arrow::compute::cast(
                         b.column(1),
                         &datafusion::arrow::datatypes::DataType::UInt64,
                     )
-                    .map_err(|e| EngineError::backend(&def.id, e))?;
+                    .map_err(|e| StorageError::backend(&def.id, e))?;
                     let n = n.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
                     for r in 0..b.num_rows() {
                         if text.is_valid(r) {
@@ -633,7 +635,7 @@ impl Dataset {
             prepared: PreparedCell::default(),
             subsets: std::sync::Mutex::new(Vec::new()),
             streams: std::sync::Mutex::new(Vec::new()),
-            inspect: OnceCell::new(),
+            memo: OnceCell::new(),
         }
     }
 
@@ -670,7 +672,7 @@ impl Dataset {
 
     /// The data of this dataset version for a call without conditions the backend applies:
     /// the prepared table, or the files read at this call (see [`Dataset::prepared_for`]).
-    pub async fn prepared(&self, engine: &Engine) -> Result<Arc<Prepared>, EngineError> {
+    pub async fn prepared(&self, engine: &dyn Resources) -> Result<Arc<Prepared>, StorageError> {
         self.prepared_for(engine, &[]).await
     }
 
@@ -686,9 +688,9 @@ impl Dataset {
     /// larger than memory is described as it is queried.
     pub async fn prepared_for_every_value(
         &self,
-        engine: &Engine,
-    ) -> Result<Arc<Prepared>, EngineError> {
-        if !self.backend.streams() || engine.limits().serving != Serving::Auto {
+        engine: &dyn Resources,
+    ) -> Result<Arc<Prepared>, StorageError> {
+        if !self.backend.streams() || engine.serving() != Serving::Auto {
             return self.prepared(engine).await;
         }
         if let Some(p) = self.ready() {
@@ -705,7 +707,10 @@ impl Dataset {
 
     /// The whole prepared table, built on first use and kept for this dataset version
     /// (waiting for its preparation, up to the caller's deadline).
-    pub async fn prepared_whole(&self, engine: &Engine) -> Result<Arc<Prepared>, EngineError> {
+    pub async fn prepared_whole(
+        &self,
+        engine: &dyn Resources,
+    ) -> Result<Arc<Prepared>, StorageError> {
         self.prepared_in(&self.prepared, engine, &[]).await
     }
 
@@ -725,7 +730,7 @@ impl Dataset {
     }
 
     /// The whole table, when it is prepared and sound.
-    pub(crate) fn ready(&self) -> Option<Arc<Prepared>> {
+    pub fn ready(&self) -> Option<Arc<Prepared>> {
         match &*self.prepared.state.lock().ok()? {
             PrepState::Ready(p) if !p.is_damaged() => Some(Arc::clone(p)),
             _ => None,
@@ -733,10 +738,10 @@ impl Dataset {
     }
 
     /// Whether preparing the whole table failed for the memory budget, and would again.
-    fn over_budget(&self, engine: &Engine) -> bool {
+    fn over_budget(&self, engine: &dyn Resources) -> bool {
         match self.prepared.state.lock().as_deref() {
             Ok(PrepState::Failed {
-                error: EngineError::Limit { .. },
+                error: StorageError::Limit { .. },
                 free,
             }) => engine.budget().free() < free.saturating_add(64 << 20),
             _ => false,
@@ -747,7 +752,7 @@ impl Dataset {
     /// with a cache (the table is written to disk as it is prepared, then mapped), the whole
     /// budget. A table larger than the budget is read from its files at every call, with or
     /// without a cache, so no cache entry grows past the budget.
-    fn fits(&self, engine: &Engine) -> bool {
+    fn fits(&self, engine: &dyn Resources) -> bool {
         let room = if engine.cache().is_some() {
             engine.budget().limit()
         } else {
@@ -760,11 +765,11 @@ impl Dataset {
     /// reads the files at every call, or the table is not prepared, not in the cache and
     /// would not fit the budget (a large table being prepared is read from its files too,
     /// meanwhile: see [`Dataset::prepared_for`]).
-    pub fn read_from_files(&self, engine: &Engine) -> bool {
+    pub fn read_from_files(&self, engine: &dyn Resources) -> bool {
         if !self.backend.streams() {
             return false;
         }
-        match engine.limits().serving {
+        match engine.serving() {
             Serving::Streaming => true,
             Serving::Prepared => false,
             Serving::Auto => {
@@ -797,9 +802,9 @@ impl Dataset {
     async fn prepared_in(
         &self,
         cell: &PreparedCell,
-        engine: &Engine,
+        engine: &dyn Resources,
         pushed: &[Pushed],
-    ) -> Result<Arc<Prepared>, EngineError> {
+    ) -> Result<Arc<Prepared>, StorageError> {
         match self.start(cell, engine, pushed)? {
             Started::Ready(p) => Ok(p),
             Started::Running(done) => done.0.await,
@@ -811,13 +816,13 @@ impl Dataset {
     fn start(
         &self,
         cell: &PreparedCell,
-        engine: &Engine,
+        engine: &dyn Resources,
         pushed: &[Pushed],
-    ) -> Result<Started, EngineError> {
+    ) -> Result<Started, StorageError> {
         let mut state = cell
             .state
             .lock()
-            .map_err(|_| EngineError::internal("the preparation lock is poisoned"))?;
+            .map_err(|_| StorageError::internal("the preparation lock is poisoned"))?;
         match &*state {
             PrepState::Ready(p) if !p.is_damaged() => return Ok(Started::Ready(Arc::clone(p))),
             PrepState::Running { done, .. } => return Ok(Started::Running(done.clone())),
@@ -855,7 +860,7 @@ impl Dataset {
                     // Only a dataset over the memory budget fails the same way again (while
                     // the budget is as full); anything else (a replaced file, an I/O error, a
                     // slow plugin) is tried again by the next call.
-                    Err(error @ EngineError::Limit { .. }) => PrepState::Failed {
+                    Err(error @ StorageError::Limit { .. }) => PrepState::Failed {
                         error: error.clone(),
                         free: budget.free(),
                     },
@@ -867,7 +872,7 @@ impl Dataset {
         let future: futures::future::BoxFuture<'static, _> = Box::pin(async move {
             match task.await {
                 Ok(result) => result,
-                Err(e) => Err(EngineError::Internal(format!(
+                Err(e) => Err(StorageError::Internal(format!(
                     "the preparation of the data failed unexpectedly: {e}"
                 ))),
             }
@@ -884,14 +889,14 @@ impl Dataset {
     /// The files read at every call, for the conditions `pushed` (kept per condition set).
     async fn streamed(
         &self,
-        engine: &Engine,
+        engine: &dyn Resources,
         pushed: &[Pushed],
-    ) -> Result<Arc<Prepared>, EngineError> {
+    ) -> Result<Arc<Prepared>, StorageError> {
         let cell = {
             let mut streams = self
                 .streams
                 .lock()
-                .map_err(|_| EngineError::internal("the stream cache lock is poisoned"))?;
+                .map_err(|_| StorageError::internal("the stream cache lock is poisoned"))?;
             match streams.iter().position(|(k, _)| k.as_slice() == pushed) {
                 Some(i) => {
                     let entry = streams.remove(i);
@@ -924,7 +929,7 @@ impl Dataset {
                     .stream(&fields, pushed, engine.budget())
                     .await
                     .ok_or_else(|| {
-                        EngineError::internal("the dataset's backend cannot read it at every call")
+                        StorageError::internal("the dataset's backend cannot read it at every call")
                     })??;
                 let memory = Meter::new(
                     engine
@@ -934,7 +939,7 @@ impl Dataset {
                     Arc::new(Progress::default()),
                 );
                 let cluster_source = streaming.source_files().map(|(keys, files, values)| {
-                    Arc::new(crate::cluster::TableSource {
+                    Arc::new(crate::source::TableSource {
                         dataset: self.def.id.clone(),
                         definition: Arc::clone(&self.definition_text),
                         source_schema: self.backend.schema(),
@@ -943,7 +948,7 @@ impl Dataset {
                         values,
                     })
                 });
-                Ok::<_, EngineError>(Arc::new(Prepared::streamed(
+                Ok::<_, StorageError>(Arc::new(Prepared::streamed(
                     streaming,
                     layout,
                     pushed.to_vec(),
@@ -1027,13 +1032,13 @@ impl Dataset {
     /// background: its first answers do not wait for the preparation.
     pub async fn prepared_for(
         &self,
-        engine: &Engine,
+        engine: &dyn Resources,
         pushed: &[Pushed],
-    ) -> Result<Arc<Prepared>, EngineError> {
+    ) -> Result<Arc<Prepared>, StorageError> {
         if self.read_from_files(engine) {
             return self.streamed(engine, pushed).await;
         }
-        if self.backend.streams() && engine.limits().serving == Serving::Auto {
+        if self.backend.streams() && engine.serving() == Serving::Auto {
             if let Some(p) = self.ready() {
                 return Ok(p);
             }
@@ -1070,7 +1075,7 @@ impl Dataset {
             let mut subsets = self
                 .subsets
                 .lock()
-                .map_err(|_| EngineError::internal("the subset cache lock is poisoned"))?;
+                .map_err(|_| StorageError::internal("the subset cache lock is poisoned"))?;
             match subsets.iter().position(|(k, _)| k.as_slice() == pushed) {
                 Some(i) => {
                     let entry = subsets.remove(i);
@@ -1091,16 +1096,26 @@ impl Dataset {
         self.prepared_in(&cell, engine, pushed).await
     }
 
-    /// The cached `inspect_dataset` body, computed once per version.
-    pub async fn inspect_cached<F, Fut>(
-        &self,
-        compute: F,
-    ) -> Result<crate::results::InspectResult, EngineError>
+    /// A value the layer above computes once per version (the engine's `inspect_dataset`
+    /// answer): computed by the first call, shared by the later ones. One type per version is
+    /// kept; a call asking another type computes its value without keeping it.
+    pub async fn memo<T, E, F, Fut>(&self, compute: F) -> Result<T, E>
     where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<crate::results::InspectResult, EngineError>>,
+        T: Clone + Send + Sync + 'static,
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
     {
-        self.inspect.get_or_try_init(compute).await.cloned()
+        let kept = self
+            .memo
+            .get_or_try_init(|| async {
+                let value = compute().await?;
+                Ok::<_, E>(Arc::new(value) as Arc<dyn std::any::Any + Send + Sync>)
+            })
+            .await?;
+        match kept.downcast_ref::<T>() {
+            Some(value) => Ok(value.clone()),
+            None => compute().await,
+        }
     }
 }
 
@@ -1126,14 +1141,14 @@ struct Job {
 }
 
 impl Job {
-    async fn run(self) -> Result<Arc<Prepared>, EngineError> {
+    async fn run(self) -> Result<Arc<Prepared>, StorageError> {
         let id = self.def.id.clone();
         let _slot = Arc::clone(&self.slots)
             .acquire_owned()
             .await
-            .map_err(|_| EngineError::internal("the preparation slots are closed"))?;
+            .map_err(|_| StorageError::internal("the preparation slots are closed"))?;
         if self.cancel.load(Ordering::Relaxed) {
-            return Err(EngineError::Stale {
+            return Err(StorageError::Stale {
                 dataset: id,
                 message: "the dataset version was replaced before its data was prepared".into(),
             });
@@ -1172,7 +1187,7 @@ impl Job {
                     let _ = meter.resize(0);
                     prepare(&self, &handle, &meter, false).map_err(|e| match e {
                         Failed::Engine(e) => e,
-                        Failed::Cache(why) => EngineError::internal(why),
+                        Failed::Cache(why) => StorageError::internal(why),
                     })
                 }
             }
@@ -1184,11 +1199,11 @@ impl Job {
                 .await
             {
                 Ok(joined) => joined.unwrap_or_else(|e| {
-                    Err(EngineError::Internal(format!(
+                    Err(StorageError::Internal(format!(
                         "the preparation of dataset `{id}` failed unexpectedly: {e}"
                     )))
                 }),
-                Err(_) => Err(EngineError::Limit {
+                Err(_) => Err(StorageError::Limit {
                     message: format!(
                         "reading dataset `{id}` did not finish within {} s",
                         PREPARE_TIME.as_secs()
@@ -1273,7 +1288,7 @@ enum Sink {
 }
 
 impl ChunkSink for Sink {
-    fn chunk(&mut self, batch: RecordBatch) -> Result<(), EngineError> {
+    fn chunk(&mut self, batch: RecordBatch) -> Result<(), StorageError> {
         match self {
             Sink::Memory(m) => m.chunk(batch),
             Sink::Cache(w) => w.chunk(batch),
@@ -1295,11 +1310,11 @@ impl Sink {
 enum Failed {
     /// The cache entry could not be written (the disk, its permissions): prepare in memory.
     Cache(String),
-    Engine(EngineError),
+    Engine(StorageError),
 }
 
-impl From<EngineError> for Failed {
-    fn from(e: EngineError) -> Failed {
+impl From<StorageError> for Failed {
+    fn from(e: StorageError) -> Failed {
         Failed::Engine(e)
     }
 }
@@ -1331,7 +1346,7 @@ fn prepare(
                 .select(names.iter().map(ident).collect::<Vec<Expr>>())?
                 .execute_stream(),
         )
-        .map_err(|e| EngineError::computing(id, e))?;
+        .map_err(|e| StorageError::computing(id, e))?;
 
     // What the prepared table holds is reserved apart from what reading held, which is
     // given back once the table is built.
@@ -1354,9 +1369,9 @@ fn prepare(
     };
     let mut builder = Builder::new(id, Arc::clone(&layout));
     while let Some(batch) = handle.block_on(futures::StreamExt::next(&mut stream)) {
-        let batch = batch.map_err(|e| EngineError::computing(id, e))?;
+        let batch = batch.map_err(|e| StorageError::computing(id, e))?;
         if meter.cancelled() {
-            return Err(EngineError::Limit {
+            return Err(StorageError::Limit {
                 message: format!(
                     "the preparation of dataset `{id}` was stopped: its version was replaced or it ran longer than {} s",
                     PREPARE_TIME.as_secs()
@@ -1385,7 +1400,7 @@ fn prepare(
     if let Some(r) = &loaded.row_sources
         && r.index.len() != rows
     {
-        return Err(EngineError::backend(
+        return Err(StorageError::backend(
             id,
             format!(
                 "the backend gave {} row sources for {rows} rows",

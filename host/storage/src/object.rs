@@ -816,7 +816,7 @@ fn home_files(env: &BTreeMap<String, String>) -> ProfileFiles {
             .map(PathBuf::from)
             .or_else(|| home.as_ref().map(|h| h.join(".aws").join(default)))
     };
-    let read = |p: Option<PathBuf>| p.and_then(|p| crate::catalog::read_small(&p, 1 << 20).ok());
+    let read = |p: Option<PathBuf>| p.and_then(|p| crate::problem::read_small(&p, 1 << 20).ok());
     ProfileFiles {
         credentials: read(path("AWS_SHARED_CREDENTIALS_FILE", "credentials")),
         config: read(path("AWS_CONFIG_FILE", "config")),

@@ -1,0 +1,372 @@
+//! The layering of the workspace, read from its sources: no crate has files that import each
+//! other in a loop (a module's `crate::` and `super::` paths are its arrows), the engine holds
+//! no storage code, and the layers depend on each other in one direction only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The workspace's root, two folders above this crate.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the engine lives two folders below the workspace root")
+        .to_path_buf()
+}
+
+/// Every crate of the workspace with Rust sources: folders holding `Cargo.toml` and `src/`.
+fn crates(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for group in ["host", "plugins", "tools", "examples", "tests/plugins", "."] {
+        let Ok(entries) = std::fs::read_dir(root.join(group)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            if dir.join("Cargo.toml").is_file() && dir.join("src").is_dir() {
+                found.push(dir);
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Each `.rs` file under `src` (binaries of `src/bin` excepted: each is a crate of its own),
+/// by module path: `parquet/stream` for `src/parquet/stream.rs`, `draw` for `src/draw/mod.rs`.
+fn modules(src: &Path) -> BTreeMap<String, String> {
+    fn walk(dir: &Path, src: &Path, out: &mut BTreeMap<String, String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path != src.join("bin") {
+                    walk(&path, src, out);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let relative = path
+                .strip_prefix(src)
+                .expect("under src")
+                .with_extension("")
+                .to_string_lossy()
+                .replace('\\', "/");
+            let name = relative
+                .strip_suffix("/mod")
+                .map_or(relative.clone(), str::to_string);
+            let text = std::fs::read_to_string(&path).expect("a source file reads");
+            out.insert(name, text);
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(src, src, &mut out);
+    out
+}
+
+/// The text without line comments (doc comments name modules without importing them).
+fn code(text: &str) -> String {
+    text.lines()
+        .map(|line| match line.find("//") {
+            // A `//` inside a string ("https://...") is rare on a line that also imports.
+            Some(i) if !line[..i].contains('"') => &line[..i],
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first segment of each path in a `{a::b, c, d::{e, f}}` group (the text after `{`).
+fn group_heads(rest: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let mut depth = 0usize;
+    let mut current = String::new();
+    let mut at_head = true;
+    for c in rest.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                at_head = false;
+            }
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                heads.push(std::mem::take(&mut current));
+                at_head = true;
+            }
+            ':' => at_head = false,
+            c if at_head && (c.is_alphanumeric() || c == '_') => current.push(c),
+            _ => {}
+        }
+    }
+    heads.push(current);
+    heads.into_iter().filter(|h| !h.is_empty()).collect()
+}
+
+/// The identifier (and the one after it, for `a::b`) that follows each `prefix` in `text`.
+fn after<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = text[from..].find(prefix) {
+        let start = from + i;
+        from = start + prefix.len();
+        let before = text[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        out.push(&text[from..]);
+    }
+    out
+}
+
+fn ident(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    &text[..end]
+}
+
+/// The arrows between the modules of one crate.
+fn arrows(modules: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let known = |name: &str| modules.contains_key(name) && name != "lib" && name != "main";
+    for (module, text) in modules {
+        let text = code(text);
+        let mut targets = Vec::new();
+        for rest in after(&text, "crate::") {
+            if let Some(group) = rest.strip_prefix('{') {
+                targets.extend(group_heads(group));
+                continue;
+            }
+            let head = ident(rest);
+            let tail = rest[head.len()..]
+                .strip_prefix("::")
+                .map(ident)
+                .unwrap_or_default();
+            let nested = format!("{head}/{tail}");
+            targets.push(if known(&nested) {
+                nested
+            } else {
+                head.to_string()
+            });
+        }
+        if let Some((parent, _)) = module.rsplit_once('/') {
+            for rest in after(&text, "super::") {
+                let name = ident(rest);
+                let sibling = format!("{parent}/{name}");
+                targets.push(if known(&sibling) {
+                    sibling
+                } else {
+                    parent.to_string()
+                });
+            }
+        }
+        for target in targets {
+            if known(&target) && &target != module {
+                edges.entry(module.clone()).or_default().insert(target);
+            }
+        }
+    }
+    edges
+}
+
+/// The groups of modules that import each other in a loop (strongly connected components
+/// of more than one module), by Tarjan's algorithm.
+fn loops(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct State<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        next: usize,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        s.index.insert(v, s.next);
+        s.low.insert(v, s.next);
+        s.next += 1;
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        if let Some(targets) = s.edges.get(v) {
+            for w in targets {
+                let w = w.as_str();
+                if !s.index.contains_key(w) {
+                    visit(s, w);
+                    let low = s.low[v].min(s.low[w]);
+                    s.low.insert(v, low);
+                } else if s.on_stack.contains(w) {
+                    let low = s.low[v].min(s.index[w]);
+                    s.low.insert(v, low);
+                }
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut group = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                group.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if group.len() > 1 {
+                group.sort();
+                s.found.push(group);
+            }
+        }
+    }
+    let mut state = State {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    let nodes: BTreeSet<&str> = edges
+        .iter()
+        .flat_map(|(k, v)| std::iter::once(k.as_str()).chain(v.iter().map(String::as_str)))
+        .collect();
+    for node in nodes {
+        if !state.index.contains_key(node) {
+            visit(&mut state, node);
+        }
+    }
+    state.found
+}
+
+#[test]
+fn no_crate_has_files_that_import_each_other_in_a_loop() {
+    let root = workspace();
+    let crates = crates(&root);
+    assert!(
+        crates.iter().any(|c| c.ends_with("host/storage")) && crates.len() >= 10,
+        "the workspace's crates were found: {crates:?}"
+    );
+    let mut failures = Vec::new();
+    let mut arrows_seen = 0;
+    for krate in &crates {
+        let modules = modules(&krate.join("src"));
+        let edges = arrows(&modules);
+        arrows_seen += edges.values().map(BTreeSet::len).sum::<usize>();
+        for group in loops(&edges) {
+            let inside: Vec<String> = group
+                .iter()
+                .flat_map(|m| {
+                    edges[m]
+                        .iter()
+                        .filter(|t| group.contains(t))
+                        .map(move |t| format!("{m} -> {t}"))
+                })
+                .collect();
+            failures.push(format!(
+                "{}: {} import each other ({})",
+                krate.strip_prefix(&root).unwrap_or(krate).display(),
+                group.join(", "),
+                inside.join("; ")
+            ));
+        }
+    }
+    assert!(
+        arrows_seen > 100,
+        "the imports were read: {arrows_seen} arrows"
+    );
+    assert!(
+        failures.is_empty(),
+        "import loops between files (move what both need into a module below them):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_reader_finds_a_loop_when_there_is_one() {
+    let mut modules = BTreeMap::new();
+    modules.insert("a".to_string(), "use crate::{b::X, c};\n".to_string());
+    modules.insert("b".to_string(), "fn f() { crate::c::g() }\n".to_string());
+    modules.insert(
+        "c".to_string(),
+        "// crate::a in a comment is no arrow\nuse crate::a::Y;\n".to_string(),
+    );
+    modules.insert("d".to_string(), "use crate::a;\n".to_string());
+    modules.insert("d/e".to_string(), "use super::f;\n".to_string());
+    modules.insert("d/f".to_string(), "use super::super::a;\n".to_string());
+    let edges = arrows(&modules);
+    assert_eq!(
+        loops(&edges),
+        vec![vec!["a".to_string(), "b".to_string(), "c".to_string()]]
+    );
+    assert!(edges["d/e"].contains("d/f"), "{edges:?}");
+    modules.insert("c".to_string(), "// crate::a\n".to_string());
+    assert!(loops(&arrows(&modules)).is_empty());
+}
+
+/// The dependencies a crate declares in its manifest (names before `.workspace` or `=`).
+fn declared(manifest: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).expect("a manifest reads");
+    let mut names = BTreeSet::new();
+    let mut in_deps = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+            continue;
+        }
+        if in_deps && let Some(name) = line.split(['.', '=', ' ']).next() {
+            if !name.is_empty() && !name.starts_with('#') {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_engine_holds_no_storage_code_and_layers_point_down() {
+    let root = workspace();
+    let engine = modules(&root.join("host/engine/src"));
+    let storage = modules(&root.join("host/storage/src"));
+    let shared: Vec<&String> = engine
+        .keys()
+        .filter(|m| storage.contains_key(*m) && !["lib", "error"].contains(&m.as_str()))
+        .collect();
+    // Each layer has its own `error` (converted at the boundary); nothing else is in both.
+    assert!(shared.is_empty(), "modules in both layers: {shared:?}");
+    for module in [
+        "backend", "catalog", "dataset", "store", "parquet", "object", "cache", "memory",
+    ] {
+        assert!(storage.contains_key(module), "storage keeps `{module}`");
+    }
+    let engine_deps = declared(&root.join("host/engine/Cargo.toml"));
+    assert!(engine_deps.contains("tally-storage"), "{engine_deps:?}");
+    for storage_only in [
+        "object_store",
+        "memmap2",
+        "tally-plugin-parquet",
+        "crc32fast",
+    ] {
+        assert!(
+            !engine_deps.contains(storage_only),
+            "the engine reads no files itself, yet depends on {storage_only}"
+        );
+    }
+    let storage_deps = declared(&root.join("host/storage/Cargo.toml"));
+    let plugin_host_deps = declared(&root.join("host/plugin-host/Cargo.toml"));
+    for (layer, deps) in [
+        ("storage", &storage_deps),
+        ("plugin-host", &plugin_host_deps),
+    ] {
+        for above in ["tally-engine", "tally-mcp", "tally"] {
+            assert!(
+                !deps.contains(above),
+                "{layer} depends on {above}, a layer above it"
+            );
+        }
+    }
+}

@@ -1,0 +1,59 @@
+#![recursion_limit = "256"]
+//! Tally's storage layer: the catalog of dataset folders and their versions, the registry of
+//! backend kinds and the `Backend` trait plugins implement, the built-in Parquet backend (local
+//! files and object storage), prepared tables and their cache across restarts, the
+//! server-wide memory budget, and the cluster's sendable scan.
+//!
+//! Architecture invariant: knows nothing of tools, requests or answers. It hands the engine
+//! above it DataFusion tables of a dataset version (prepared, or read from the files at every
+//! call), the version's provenance facts (files, hashes, retrieval), and its own errors
+//! ([`StorageError`]), which the engine converts into its own at the boundary. No module of
+//! this crate imports one that imports it back (a test reads the module graph).
+
+pub mod backend;
+pub mod cache;
+pub mod catalog;
+pub mod cluster;
+pub mod dataset;
+pub mod error;
+pub mod memory;
+pub mod object;
+pub mod parquet;
+pub mod problem;
+pub mod source;
+pub mod store;
+pub mod udf;
+
+use std::sync::Arc;
+
+use datafusion::prelude::SessionContext;
+
+pub use backend::{Backend, BackendFactory, Backends};
+pub use catalog::Catalog;
+pub use dataset::{Dataset, Serving};
+pub use error::StorageError;
+
+/// What a dataset's preparation draws on, owned by the layer that serves calls (the engine):
+/// the server-wide memory budget, the cache of prepared tables, the shared session, the slots
+/// preparations take, and whether datasets are prepared or read at every call.
+pub trait Resources: Send + Sync {
+    fn budget(&self) -> &Arc<memory::Budget>;
+    fn cache(&self) -> Option<&Arc<cache::Cache>>;
+    fn context(&self) -> &SessionContext;
+    fn preparations(&self) -> &Arc<tokio::sync::Semaphore>;
+    fn serving(&self) -> Serving;
+}
+
+impl Default for Backends {
+    /// The built-in backends only (Parquet).
+    fn default() -> Self {
+        Backends::builtin()
+    }
+}
+
+impl Backends {
+    /// The backends every engine has: Parquet files.
+    pub fn builtin() -> Backends {
+        Backends::empty().with(parquet::ParquetFactory)
+    }
+}

@@ -1,0 +1,121 @@
+//! What is wrong with a dataset folder, said so that its owner can fix it: the problems a
+//! registration meets (line, key, reason, fix), and the reading of the small files a folder
+//! holds (definitions, fetch records), bounded before they are read.
+
+use std::path::Path;
+
+use serde::Serialize;
+use tally_semantic::definition::Diagnostic;
+
+/// One problem of a dataset folder: where, what is wrong, and what would work.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Problem {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    pub reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub fix: String,
+}
+
+impl Problem {
+    pub(crate) fn from_diagnostic(d: &Diagnostic) -> Problem {
+        Problem {
+            line: Some(d.line),
+            key: d.path.clone(),
+            reason: d.message.clone(),
+            fix: d.fix.clone(),
+        }
+    }
+
+    pub fn plain(reason: impl Into<String>, fix: impl Into<String>) -> Problem {
+        Problem {
+            line: None,
+            key: String::new(),
+            reason: reason.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// Why a folder could not be registered.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub problems: Vec<Problem>,
+    /// The file may still be being written (YAML that does not parse, a Parquet file without
+    /// a complete footer): retried once writes settle, not reported before.
+    pub maybe_incomplete: bool,
+}
+
+impl From<Vec<Problem>> for Refusal {
+    fn from(problems: Vec<Problem>) -> Self {
+        Refusal {
+            problems,
+            maybe_incomplete: false,
+        }
+    }
+}
+
+/// A problem when `path` (a dataset folder, or a file of one) resolves, through symbolic
+/// links, to a place outside `root`.
+pub fn outside(root: &Path, path: &Path) -> Option<Problem> {
+    let (Ok(root), Ok(resolved)) = (root.canonicalize(), path.canonicalize()) else {
+        return None;
+    };
+    if resolved.starts_with(&root) {
+        return None;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some(Problem::plain(
+        format!(
+            "{} is a symbolic link to a place outside {}; Tally serves only what lies inside it",
+            tally_semantic::definition::quote_name(&name),
+            if path.is_dir() {
+                "the datasets directory"
+            } else {
+                "its dataset folder"
+            }
+        ),
+        "copy the data into the folder instead of linking to it",
+    ))
+}
+
+/// Reads a small file whole, refusing one larger than `limit` before reading it (a definition
+/// or a sidecar is a few kilobytes; a huge one is a mistake or an attack).
+pub fn read_small(path: &Path, limit: usize) -> Result<String, ReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(ReadError::Unreadable)?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > limit as u64 {
+        return Err(ReadError::TooLarge {
+            size: Some(size),
+            limit,
+        });
+    }
+    let mut text = String::new();
+    file.take(limit as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(ReadError::NotText)?;
+    if text.len() > limit {
+        return Err(ReadError::TooLarge { size: None, limit });
+    }
+    Ok(text)
+}
+
+/// Why a small file (a definition, a fetch record) could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read the file: {0}")]
+    Unreadable(std::io::Error),
+    #[error("cannot read the file as UTF-8 text: {0}")]
+    NotText(std::io::Error),
+    #[error("{}", match size {
+        Some(size) => format!("the file is {size} bytes; at most {limit} bytes are read"),
+        None => format!("the file is larger than {limit} bytes"),
+    })]
+    TooLarge { size: Option<u64>, limit: usize },
+}
