@@ -1309,73 +1309,9 @@ impl Gen<'_> {
         let floor = |name: &str| -> Result<i64> { Ok(self.col(name)?.min.unwrap_or(0).max(0)) };
         let (total_min, online_min, offline_min) = (floor(TOTAL)?, floor(ONLINE)?, floor(OFFLINE)?);
 
-        // Which counts are known: online and offline counts are only known
-        // where the total is, and online counts mostly for online procedures.
-        let total_tiers: Vec<Tier> = (0..self.n)
-            .map(|row| {
-                let p = match self.kind[row] {
-                    Some(kind::APPLY | kind::NOTICE_ON_REQUEST | kind::PRIVATE_DELIVERY) => 0.85,
-                    Some(kind::NOTICE_EX_OFFICIO) => 0.6,
-                    Some(kind::INSPECTION) => 0.35,
-                    Some(_) => 0.25,
-                    None => 0.5,
-                } + if self.is_online(row) { 0.1 } else { 0.0 };
-                Tier::from(!rng.chance(p))
-            })
-            .collect();
-        let known_total = self.exact_rows(TOTAL, &mut rng, total_tiers)?;
-        let known_online = self.non_null_rows(ONLINE, &mut rng, |row| {
-            match (known_total[row], self.is_online(row)) {
-                (false, _) => NEVER,
-                (true, true) => 0,
-                (true, false) => 1,
-            }
-        })?;
-        let offline_tiers: Vec<Tier> = known_total
-            .iter()
-            .map(|&known| {
-                if known {
-                    Tier::from(rng.chance(0.01))
-                } else {
-                    NEVER
-                }
-            })
-            .collect();
-        let known_offline = self.exact_rows(OFFLINE, &mut rng, offline_tiers)?;
+        let (known_total, known_online, known_offline) = self.known_counts(&mut rng)?;
 
-        let mantissa_weights: Vec<f64> = (10..100).map(|m| 1.0 / m as f64).collect();
-        let digit_weights: Vec<f64> = (1..10).map(|m| 1.0 / m as f64).collect();
-        // Share of procedures per order of magnitude (1–9, 10–99, …): a heavy
-        // tail where a handful of procedures reach hundreds of millions. The
-        // largest volumes are the ones that went online (tax returns, social
-        // insurance), so online procedures get the heavier tail.
-        let online_decades = [
-            12000.0, 18000.0, 22000.0, 21000.0, 15000.0, 7000.0, 1000.0, 150.0, 12.0,
-        ];
-        let offline_decades = [
-            18000.0, 24000.0, 25000.0, 19000.0, 10000.0, 2000.0, 120.0, 4.0, 0.0,
-        ];
-        let draw_total = |rng: &mut Rng, online: bool| -> i64 {
-            if rng.chance(0.12) {
-                return 0;
-            }
-            let decades = if online {
-                &online_decades
-            } else {
-                &offline_decades
-            };
-            loop {
-                let d = rng.weighted(decades).unwrap_or(0) as u32;
-                let v = if d == 0 {
-                    1 + rng.weighted(&digit_weights).unwrap_or(0) as i64
-                } else {
-                    (10 + rng.weighted(&mantissa_weights).unwrap_or(0) as i64) * 10i64.pow(d - 1)
-                };
-                if v <= total_cap {
-                    return v;
-                }
-            }
-        };
+        let draws = TotalDraws::new(total_cap);
 
         let mut total = vec![None; self.n];
         let mut online = vec![None; self.n];
@@ -1384,7 +1320,7 @@ impl Gen<'_> {
             if !known_total[row] {
                 continue;
             }
-            let t = draw_total(&mut rng, self.is_online(row));
+            let t = draws.draw(&mut rng, self.is_online(row));
             let permille: i64 = if self.is_online(row) {
                 // Big procedures are the ones people actually file online.
                 match rng.below(100) {
@@ -1422,6 +1358,46 @@ impl Gen<'_> {
         self.out.insert(ONLINE, Column::Count(online));
         self.out.insert(OFFLINE, Column::Count(offline));
         Ok(())
+    }
+
+    /// Which counts are known: online and offline counts are only known where the total is,
+    /// and online counts mostly for online procedures.
+    fn known_counts(&mut self, rng: &mut Rng) -> Result<(Vec<bool>, Vec<bool>, Vec<bool>)> {
+        const TOTAL: &str = "総手続件数";
+        const ONLINE: &str = "オンライン手続件数";
+        const OFFLINE: &str = "非オンライン手続件数";
+        let total_tiers: Vec<Tier> = (0..self.n)
+            .map(|row| {
+                let p = match self.kind[row] {
+                    Some(kind::APPLY | kind::NOTICE_ON_REQUEST | kind::PRIVATE_DELIVERY) => 0.85,
+                    Some(kind::NOTICE_EX_OFFICIO) => 0.6,
+                    Some(kind::INSPECTION) => 0.35,
+                    Some(_) => 0.25,
+                    None => 0.5,
+                } + if self.is_online(row) { 0.1 } else { 0.0 };
+                Tier::from(!rng.chance(p))
+            })
+            .collect();
+        let known_total = self.exact_rows(TOTAL, rng, total_tiers)?;
+        let known_online = self.non_null_rows(ONLINE, rng, |row| {
+            match (known_total[row], self.is_online(row)) {
+                (false, _) => NEVER,
+                (true, true) => 0,
+                (true, false) => 1,
+            }
+        })?;
+        let offline_tiers: Vec<Tier> = known_total
+            .iter()
+            .map(|&known| {
+                if known {
+                    Tier::from(rng.chance(0.01))
+                } else {
+                    NEVER
+                }
+            })
+            .collect();
+        let known_offline = self.exact_rows(OFFLINE, rng, offline_tiers)?;
+        Ok((known_total, known_online, known_offline))
     }
 
     /// 0 individual, 1 business, 2 public body: decides which vocabulary an
@@ -1756,6 +1732,56 @@ impl Gen<'_> {
             .collect();
         self.put_text(name, receivers);
         Ok(())
+    }
+}
+
+/// Draws a procedure's total count: zero now and then, else a heavy tail by order of
+/// magnitude (1–9, 10–99, …) where a handful of procedures reach hundreds of millions, never
+/// past the published maximum.
+struct TotalDraws {
+    mantissa_weights: Vec<f64>,
+    digit_weights: Vec<f64>,
+    total_cap: i64,
+}
+
+impl TotalDraws {
+    fn new(total_cap: i64) -> TotalDraws {
+        TotalDraws {
+            mantissa_weights: (10..100).map(|m| 1.0 / m as f64).collect(),
+            digit_weights: (1..10).map(|m| 1.0 / m as f64).collect(),
+            total_cap,
+        }
+    }
+
+    fn draw(&self, rng: &mut Rng, online: bool) -> i64 {
+        // Share of procedures per order of magnitude: the largest volumes are the ones that
+        // went online (tax returns, social insurance), so online procedures get the heavier
+        // tail.
+        let online_decades = [
+            12000.0, 18000.0, 22000.0, 21000.0, 15000.0, 7000.0, 1000.0, 150.0, 12.0,
+        ];
+        let offline_decades = [
+            18000.0, 24000.0, 25000.0, 19000.0, 10000.0, 2000.0, 120.0, 4.0, 0.0,
+        ];
+        if rng.chance(0.12) {
+            return 0;
+        }
+        let decades = if online {
+            &online_decades
+        } else {
+            &offline_decades
+        };
+        loop {
+            let d = rng.weighted(decades).unwrap_or(0) as u32;
+            let v = if d == 0 {
+                1 + rng.weighted(&self.digit_weights).unwrap_or(0) as i64
+            } else {
+                (10 + rng.weighted(&self.mantissa_weights).unwrap_or(0) as i64) * 10i64.pow(d - 1)
+            };
+            if v <= self.total_cap {
+                return v;
+            }
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 
 use crate::rng::Rng;
 use crate::sampling::apportion;
-use crate::stats::Stats;
+use crate::stats::{ColumnStats, Stats};
 use crate::text::{era_year, kanji};
 use crate::vocab::{self, LawKind, Ministry};
 use std::collections::HashSet;
@@ -223,6 +223,9 @@ fn tail_weights(rng: &mut Rng, k: usize) -> Vec<u64> {
         .collect()
 }
 
+/// The law catalogue the generated rows cite, in phases: the ministries with their rows, the
+/// published top laws ([`top_laws`]), the unnumbered instruments ([`unnumbered_laws`]), the
+/// long tail per ministry ([`tail_laws`]), and each row's law ([`rows_by_ministry`]).
 pub fn build(stats: &Stats, seed: u64) -> Result<Catalogue, String> {
     let mut rng = Rng::stream(seed, "laws");
     let n_rows = stats.record_count;
@@ -247,8 +250,6 @@ pub fn build(stats: &Stats, seed: u64) -> Result<Catalogue, String> {
 
     let name_stats = stats.column("法令名")?;
     let number_stats = stats.column("法令番号")?;
-    let dash_rows = number_stats.top_count(DASH).unwrap_or(0);
-    let null_rows = number_stats.null_count;
     let top_numbers: Vec<(&str, usize)> = number_stats
         .top_values
         .iter()
@@ -277,8 +278,51 @@ pub fn build(stats: &Stats, seed: u64) -> Result<Catalogue, String> {
     for (number, _) in &top_numbers {
         factory.used_numbers.insert((*number).to_string());
     }
+    let mut plan = Plan {
+        ministries: &ministries,
+        residual: &mut residual,
+        laws: Vec::new(),
+        cap,
+    };
+    top_laws(&mut plan, &mut factory, name_stats, &top_numbers)?;
+    unnumbered_laws(&mut plan, &mut factory, name_stats, number_stats)?;
+    tail_laws(&mut plan, &mut factory, name_stats)?;
+    let laws = plan.laws;
+    if let Some(m) = residual.iter().position(|&r| r > 0) {
+        return Err(format!(
+            "{} rows of {} were left without a law",
+            residual[m], ministries[m].name
+        ));
+    }
+    let row_law = rows_by_ministry(&mut factory, &ministries, &laws);
+    debug_assert_eq!(row_law.len(), n_rows);
+    Ok(Catalogue {
+        ministries,
+        laws,
+        row_law,
+    })
+}
 
-    let mut laws: Vec<Law> = Vec::new();
+/// What the phases of [`build`] share: the ministries, the rows each has left to give a law,
+/// the laws so far, and the most rows an invented law may have.
+struct Plan<'a> {
+    ministries: &'a [MinistryInfo],
+    residual: &'a mut Vec<usize>,
+    laws: Vec<Law>,
+    cap: usize,
+}
+
+/// The published top laws, each given to its own ministry when known (else the roomiest), with
+/// its real number or an unused published number of the same count.
+fn top_laws(
+    plan: &mut Plan<'_>,
+    factory: &mut NameFactory<'_>,
+    name_stats: &ColumnStats,
+    top_numbers: &[(&str, usize)],
+) -> Result<(), String> {
+    let ministries = plan.ministries;
+    let residual = &mut *plan.residual;
+    let laws = &mut plan.laws;
     let mut taken_numbers: HashSet<&str> = HashSet::new();
     for t in &name_stats.top_values {
         let known = vocab::known_law(&t.value);
@@ -321,9 +365,22 @@ pub fn build(stats: &Stats, seed: u64) -> Result<Catalogue, String> {
             max_article: (40 + t.count as u64 / 3).min(400),
         });
     }
+    Ok(())
+}
 
-    // Unnumbered instruments: one distinct name each, sharing `-` or null,
-    // which is what makes the distinct counts of names and numbers differ.
+/// Unnumbered instruments: one distinct name each, sharing `-` or null, which is what makes
+/// the distinct counts of names and numbers differ.
+fn unnumbered_laws(
+    plan: &mut Plan<'_>,
+    factory: &mut NameFactory<'_>,
+    name_stats: &ColumnStats,
+    number_stats: &ColumnStats,
+) -> Result<(), String> {
+    let (ministries, cap) = (plan.ministries, plan.cap);
+    let residual = &mut *plan.residual;
+    let laws = &mut plan.laws;
+    let dash_rows = number_stats.top_count(DASH).unwrap_or(0);
+    let null_rows = number_stats.null_count;
     let numbered_distinct =
         number_stats.distinct_count - usize::from(null_rows > 0) - usize::from(dash_rows > 0);
     let n_unnumbered = name_stats.distinct_count.saturating_sub(numbered_distinct);
@@ -354,8 +411,19 @@ pub fn build(stats: &Stats, seed: u64) -> Result<Catalogue, String> {
             });
         }
     }
+    Ok(())
+}
 
-    // The long tail, spread over ministries by their remaining rows.
+/// The long tail, spread over ministries by their remaining rows; a ministry's top acts bring
+/// their implementing orders and ordinances first.
+fn tail_laws(
+    plan: &mut Plan<'_>,
+    factory: &mut NameFactory<'_>,
+    name_stats: &ColumnStats,
+) -> Result<(), String> {
+    let (ministries, cap) = (plan.ministries, plan.cap);
+    let residual = &mut *plan.residual;
+    let laws = &mut plan.laws;
     let n_tail = name_stats
         .distinct_count
         .saturating_sub(laws.len())
@@ -422,15 +490,17 @@ pub fn build(stats: &Stats, seed: u64) -> Result<Catalogue, String> {
         }
         residual[m] = 0;
     }
-    if let Some(m) = residual.iter().position(|&r| r > 0) {
-        return Err(format!(
-            "{} rows of {} were left without a law",
-            residual[m], ministries[m].name
-        ));
-    }
+    Ok(())
+}
 
-    // Rows grouped by ministry (in the statistics' order), laws shuffled
-    // inside each ministry.
+/// Each row's law: rows grouped by ministry (in the statistics' order), laws shuffled inside
+/// each ministry.
+fn rows_by_ministry(
+    factory: &mut NameFactory<'_>,
+    ministries: &[MinistryInfo],
+    laws: &[Law],
+) -> Vec<usize> {
+    let n_rows = laws.iter().map(|l| l.rows).sum();
     let mut row_law = Vec::with_capacity(n_rows);
     for m in 0..ministries.len() {
         let mut ids: Vec<usize> = (0..laws.len()).filter(|&i| laws[i].ministry == m).collect();
@@ -439,12 +509,7 @@ pub fn build(stats: &Stats, seed: u64) -> Result<Catalogue, String> {
             row_law.extend(std::iter::repeat_n(i, laws[i].rows));
         }
     }
-    debug_assert_eq!(row_law.len(), n_rows);
-    Ok(Catalogue {
-        ministries,
-        laws,
-        row_law,
-    })
+    row_law
 }
 
 fn split_unnumbered(n: usize, dash_rows: usize, null_rows: usize) -> (usize, usize) {
