@@ -83,6 +83,19 @@ pub type CreateFn = unsafe extern "C" fn(
     error_len: *mut usize,
 ) -> i32;
 
+/// The native plugin ABI this host speaks (major, minor, 0): the layout of [`Descriptor`] and
+/// the `create` call. It is versioned apart from [`crate::PLUGIN_API_VERSION`], which follows
+/// the WIT package of wasm plugins: an addition to the WIT changes that version and leaves
+/// every native plugin loadable. A host loads a plugin of the same major and a minor up to its
+/// own (a minor adds to the descriptor's end, which an older plugin does not have and a newer
+/// host does not read from it); any other is refused, naming both.
+pub const NATIVE_ABI_VERSION: [u32; 3] = [1, 0, 0];
+
+/// Whether a host of [`NATIVE_ABI_VERSION`] can load a plugin built for `plugin`.
+pub fn abi_compatible(plugin: [u32; 3]) -> bool {
+    plugin[0] == NATIVE_ABI_VERSION[0] && plugin[1] <= NATIVE_ABI_VERSION[1]
+}
+
 /// The plain integers every descriptor starts with, in every version: a host reads these
 /// (and only these) before it forms any reference to the whole [`Descriptor`], whose later
 /// fields may differ in a library built for another version.
@@ -91,8 +104,8 @@ pub type CreateFn = unsafe extern "C" fn(
 pub struct Header {
     /// [`MAGIC`].
     pub magic: u64,
-    /// The plugin API version (major, minor, patch) the plugin was built against.
-    pub api_version: [u32; 3],
+    /// The native ABI (major, minor, 0) the plugin was built for ([`NATIVE_ABI_VERSION`]).
+    pub abi_version: [u32; 3],
     /// The DataFusion major version of the plugin's datafusion-ffi.
     pub datafusion_major: u32,
 }
@@ -103,8 +116,8 @@ pub struct Header {
 pub struct Descriptor {
     /// [`MAGIC`].
     pub magic: u64,
-    /// The plugin API version (major, minor, patch) the plugin was built against.
-    pub api_version: [u32; 3],
+    /// The native ABI (major, minor, 0) the plugin was built for ([`NATIVE_ABI_VERSION`]).
+    pub abi_version: [u32; 3],
     /// The DataFusion major version of the plugin's datafusion-ffi.
     pub datafusion_major: u32,
     /// The plugin's name, UTF-8, NUL-padded.
@@ -117,7 +130,7 @@ pub struct Descriptor {
 impl fmt::Debug for Descriptor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Descriptor")
-            .field("api_version", &self.api_version)
+            .field("abi_version", &self.abi_version)
             .field("datafusion_major", &self.datafusion_major)
             .field("name", &text(&self.name))
             .finish()
@@ -142,9 +155,9 @@ pub const fn padded<const N: usize>(s: &str) -> [u8; N] {
     out
 }
 
-/// The plugin API version as numbers.
-pub const fn api_version() -> [u32; 3] {
-    crate::PLUGIN_API_VERSION_PARTS
+/// The native ABI this crate builds plugins for.
+pub const fn abi_version() -> [u32; 3] {
+    NATIVE_ABI_VERSION
 }
 
 /// What the host hands a constructor: the dataset, its folder and its `backend.config`.
@@ -300,7 +313,7 @@ macro_rules! export_native_plugin {
 
             static DESCRIPTOR: Descriptor = Descriptor {
                 magic: $crate::native::MAGIC,
-                api_version: $crate::native::api_version(),
+                abi_version: $crate::native::abi_version(),
                 datafusion_major: $crate::native::DATAFUSION_MAJOR,
                 name: $crate::native::padded($name),
                 version: $crate::native::padded(env!("CARGO_PKG_VERSION")),
@@ -594,12 +607,28 @@ mod tests {
     }
 
     #[test]
+    fn the_abi_admits_older_minors_of_its_major_only() {
+        let [major, minor, _] = NATIVE_ABI_VERSION;
+        assert!(abi_compatible(NATIVE_ABI_VERSION));
+        assert!(abi_compatible([major, 0, 0]));
+        assert!(!abi_compatible([major, minor + 1, 0]), "a newer minor");
+        assert!(!abi_compatible([major + 1, 0, 0]), "another major");
+        assert!(!abi_compatible([9, 0, 0]));
+        // The ABI is not the WIT's version: a WIT addition must not refuse native plugins.
+        let wit: Vec<u32> = crate::PLUGIN_API_VERSION
+            .split('.')
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        assert_eq!(wit.len(), 3, "{}", crate::PLUGIN_API_VERSION);
+    }
+
+    #[test]
     fn the_header_is_the_start_of_every_descriptor() {
         use std::mem::offset_of;
         assert_eq!(offset_of!(Header, magic), offset_of!(Descriptor, magic));
         assert_eq!(
-            offset_of!(Header, api_version),
-            offset_of!(Descriptor, api_version)
+            offset_of!(Header, abi_version),
+            offset_of!(Descriptor, abi_version)
         );
         assert_eq!(
             offset_of!(Header, datafusion_major),

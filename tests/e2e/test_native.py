@@ -196,7 +196,7 @@ async def test_panics_and_misfits_fail_alone(tmp_path):
                 broken = {b["folder"]: " ".join(p["reason"] for p in b["problems"]) for b in listed["broken_datasets"]}
                 print(json.dumps(broken, ensure_ascii=False, indent=1))
                 assert "panicked while it was being built: hostile native plugin: panic while being built" in broken["construct"]
-                assert "built for plugin API 9.0.0 and DataFusion 54, but this Tally runs plugin API 0.1.0 and DataFusion 55" in broken["future"]
+                assert "built for native plugin ABI 9.0 and DataFusion 54, but this Tally runs native plugin ABI 1.0 and DataFusion 55" in broken["future"]
                 assert "has no entry point `tally_native_plugin_v0`" in broken["no-entry"]
                 assert "is not a loadable shared library" in broken["junk"]
                 for name, needle in {

@@ -113,7 +113,7 @@ impl EngineError {
         }
         if let Some(stopped) = crate::groups::stopped(&e) {
             return EngineError::Limit {
-                message: stopped.to_string(),
+                message: stopped.message(),
                 hint: match stopped {
                     crate::groups::Stopped::Groups { .. } => "group by fewer or coarser fields (each multi-value field multiplies the groups by its parts), add filters in `where`, or summarize the fields one at a time".to_string(),
                     crate::groups::Stopped::Rows { .. } => "explode fewer multi-value fields at once, or add filters in `where`".to_string(),

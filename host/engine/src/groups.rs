@@ -38,18 +38,39 @@ pub enum Stopped {
     Rows { cap: u64 },
 }
 
-impl std::fmt::Display for Stopped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Stopped {
+    /// What the caller is told.
+    pub fn message(&self) -> String {
         match self {
-            Stopped::Groups { cap, seen, rows } => write!(
-                f,
+            Stopped::Groups { cap, seen, rows } => format!(
                 "the summary would produce more than {cap} groups (it had {seen} after reading {rows} rows, and was stopped there)"
             ),
-            Stopped::Rows { cap } => write!(
-                f,
+            Stopped::Rows { cap } => format!(
                 "exploding the multi-value fields would produce more than {cap} rows (every combination of their parts is one row), so the summary was stopped"
             ),
         }
+    }
+
+    /// The stop as a tag of fixed form, which its error text carries out of another process
+    /// (a cluster's executor, whose errors reach the server as text) and
+    /// [`Stopped::from_message`] reads back: written and read here only, so no other code
+    /// depends on the wording of [`Stopped::message`].
+    fn tag(&self) -> String {
+        match self {
+            Stopped::Groups { cap, seen, rows } => {
+                format!("{TAG}groups:{cap}:{seen}:{rows}]")
+            }
+            Stopped::Rows { cap } => format!("{TAG}rows:{cap}]"),
+        }
+    }
+}
+
+/// How the tag of a stop begins.
+const TAG: &str = "[tally:stopped:";
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.message(), self.tag())
     }
 }
 
@@ -83,27 +104,23 @@ pub fn caps_of(udaf: &AggregateUDF) -> Option<Caps> {
 }
 
 impl Stopped {
-    /// The stop whose message is `text` (or is inside it), as an error from another process
-    /// (a cluster's executor) carries it: only its words cross.
+    /// The stop whose tag is inside `text`, as an error from another process (a cluster's
+    /// executor) carries it: only its text crosses, and the tag is read, never the words.
     pub fn from_message(text: &str) -> Option<Stopped> {
-        let number_after = |marker: &str| -> Option<u64> {
-            let at = text.find(marker)? + marker.len();
-            let digits: String = text[at..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            digits.parse().ok()
-        };
-        if text.contains("exploding the multi-value fields would produce more than ") {
-            return Some(Stopped::Rows {
-                cap: number_after("exploding the multi-value fields would produce more than ")?,
-            });
+        let at = text.find(TAG)? + TAG.len();
+        let tag = &text[at..at + text[at..].find(']')?];
+        let mut parts = tag.split(':');
+        let kind = parts.next()?;
+        let mut number = || parts.next()?.parse::<u64>().ok();
+        match kind {
+            "groups" => Some(Stopped::Groups {
+                cap: usize::try_from(number()?).ok()?,
+                seen: usize::try_from(number()?).ok()?,
+                rows: number()?,
+            }),
+            "rows" => Some(Stopped::Rows { cap: number()? }),
+            _ => None,
         }
-        Some(Stopped::Groups {
-            cap: number_after("the summary would produce more than ")? as usize,
-            seen: number_after("(it had ")? as usize,
-            rows: number_after(" after reading ")?,
-        })
     }
 }
 
@@ -328,6 +345,11 @@ mod tests {
             assert_eq!(Stopped::from_message(&carried), Some(stop));
         }
         assert_eq!(Stopped::from_message("another failure"), None);
+        // The words alone are not read: only the tag the stop writes is.
+        let words = Stopped::Rows { cap: 5 }.message();
+        assert_eq!(Stopped::from_message(&words), None);
+        assert_eq!(Stopped::from_message("[tally:stopped:rows:x]"), None);
+        assert_eq!(Stopped::from_message("[tally:stopped:groups:1:2"), None);
     }
 
     #[test]

@@ -26,10 +26,11 @@ use datafusion::logical_expr::{Expr, col, lit};
 use datafusion::physical_plan::{ExecutionPlan, displayable};
 use datafusion::prelude::SessionContext;
 use datafusion_ffi::execution_plan::ForeignExecutionPlan;
+use tally_plugin_api::PLUGIN_API_VERSION;
 use tally_plugin_api::native::{
     Descriptor, ENTRY_POINT, FFI_LogicalExtensionCodec, FFI_TableProvider, Header, MAGIC, text,
 };
-use tally_plugin_api::{PLUGIN_API_VERSION, PLUGIN_API_VERSION_PARTS};
+use tally_plugin_api::native::{NATIVE_ABI_VERSION, abi_compatible};
 use tally_semantic::definition::BackendKind;
 
 use crate::error::PluginError;
@@ -50,8 +51,8 @@ static LOADED: OnceLock<Mutex<HashMap<String, Arc<Library>>>> = OnceLock::new();
 
 fn versions(d: &Header) -> String {
     format!(
-        "plugin API {}.{}.{} and DataFusion {}",
-        d.api_version[0], d.api_version[1], d.api_version[2], d.datafusion_major
+        "native plugin ABI {}.{} and DataFusion {}",
+        d.abi_version[0], d.abi_version[1], d.datafusion_major
     )
 }
 
@@ -139,10 +140,12 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
         ));
     }
     let ours = format!(
-        "plugin API {PLUGIN_API_VERSION} and DataFusion {}",
+        "native plugin ABI {}.{} and DataFusion {}",
+        NATIVE_ABI_VERSION[0],
+        NATIVE_ABI_VERSION[1],
         tally_plugin_api::native::DATAFUSION_MAJOR
     );
-    if header.api_version != PLUGIN_API_VERSION_PARTS
+    if !abi_compatible(header.abi_version)
         || header.datafusion_major != tally_plugin_api::native::DATAFUSION_MAJOR
     {
         // Nothing else of it is touched; it stays mapped like every library once loaded.

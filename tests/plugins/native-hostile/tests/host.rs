@@ -85,7 +85,7 @@ fn libraries_that_do_not_fit_are_refused() {
         .expect_err("refused");
     assert_eq!(
         err.message,
-        "`future.so` was built for plugin API 9.0.0 and DataFusion 54, but this Tally runs plugin API 0.1.0 and DataFusion 55"
+        "`future.so` was built for native plugin ABI 9.0 and DataFusion 54, but this Tally runs native plugin ABI 1.0 and DataFusion 55"
     );
 
     let err =

@@ -1,4 +1,4 @@
-//! Says it was built for plugin API 9.0.0 and DataFusion 54: the host must refuse it, naming
+//! Says it was built for native plugin ABI 9.0 and DataFusion 54: the host must refuse it, naming
 //! both versions, before calling anything in it.
 
 #![allow(unsafe_code)]
@@ -21,7 +21,7 @@ unsafe extern "C" fn create(
 
 static DESCRIPTOR: Descriptor = Descriptor {
     magic: MAGIC,
-    api_version: [9, 0, 0],
+    abi_version: [9, 0, 0],
     datafusion_major: 54,
     name: padded("from-the-future"),
     version: padded("9.0.0"),
