@@ -396,7 +396,7 @@ fn unnumbered_laws(
         let sizes = apportion(rows as u64, &weights, 1, cap as u64)?;
         for size in sizes {
             let size = size as usize;
-            let ministry = pick_roomy_ministry(factory.rng, &residual, size)
+            let ministry = pick_roomy_ministry(factory.rng, residual, size)
                 .ok_or("no ministry has room for an unnumbered law")?;
             residual[ministry] -= size;
             let (name, _, subject) = factory.invent(&ministries[ministry], true);

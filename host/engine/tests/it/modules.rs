@@ -318,10 +318,12 @@ fn declared(manifest: &Path) -> BTreeSet<String> {
             in_deps = line == "[dependencies]";
             continue;
         }
-        if in_deps && let Some(name) = line.split(['.', '=', ' ']).next() {
-            if !name.is_empty() && !name.starts_with('#') {
-                names.insert(name.to_string());
-            }
+        if in_deps
+            && let Some(name) = line.split(['.', '=', ' ']).next()
+            && !name.is_empty()
+            && !name.starts_with('#')
+        {
+            names.insert(name.to_string());
         }
     }
     names
