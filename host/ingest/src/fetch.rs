@@ -524,6 +524,109 @@ fn read_record(folder: &Path) -> Option<FetchRecord> {
 /// Fetches the dataset's current file from its publisher and converts it.
 pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSummary, IngestError> {
     let id = &options.dataset_id;
+    let Setup {
+        folder,
+        def,
+        page,
+        hosts,
+        agent,
+    } = set_up(options)?;
+
+    // The file: found on the page by its pattern, or the URL itself when no pattern is given.
+    let found = match &def.source.asset_pattern {
+        Some(pattern) => find_on_page(&agent, &hosts, &page, pattern, &def)?,
+        None => Found {
+            page_url: None,
+            asset: page.clone(),
+            candidates: vec![page.to_string()],
+        },
+    };
+    let asset = found.asset.clone();
+
+    // Download, conditionally when the data served was converted, with this definition, from
+    // the same file fetched from the same link.
+    let Served {
+        definition_sha256,
+        current,
+        previous,
+    } = served_now(options, &folder, &def, &asset);
+    let conditional = conditional_headers(previous.as_ref());
+    let (final_asset, mut resp) = get(&agent, &hosts, &asset, "the file", &conditional)?;
+    let status = resp.status().as_u16();
+    if status == 304 {
+        let message = format!(
+            "{} is unchanged since it was fetched at {} (HTTP 304); nothing was changed",
+            file_name(&asset),
+            previous
+                .as_ref()
+                .map(|p| p.retrieved_at.as_str())
+                .unwrap_or("?")
+        );
+        return Ok(found.summary(id, "unchanged", message, previous, None));
+    }
+    let length = resp.body().content_length();
+    check_answer(&final_asset, status, length, options.max_bytes)?;
+    let etag = header(&resp, "etag");
+    let last_modified = header(&resp, "last-modified");
+    let content_type = header(&resp, "content-type");
+    let name = file_name(&asset);
+    let staging = crate::Staging::new(&options.datasets, &format!("fetch-{id}"))?;
+    let download = staging.dir.join(safe_file_name(&name));
+    let (size, sha256) = download_to(
+        &download,
+        &mut resp,
+        &final_asset,
+        length,
+        options.max_bytes,
+        progress,
+    )?;
+    verify_kind(&download, &name, content_type.as_deref())?;
+    let retrieved_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let record = FetchRecord {
+        fetched_at: retrieved_at.clone(),
+        fetched_from: asset.to_string(),
+        retrieved_at,
+        page_url: found.page_url.clone(),
+        asset_url: asset.to_string(),
+        sha256: sha256.clone(),
+        size,
+        etag,
+        last_modified,
+        content_type,
+        tally_version: env!("CARGO_PKG_VERSION").to_string(),
+        definition_sha256,
+    };
+    let unchanged_bytes = current.as_ref().is_some_and(|r| r.sha256 == sha256);
+    if unchanged_bytes {
+        let message =
+            format!("{name} has the same bytes ({sha256}) as the data served; nothing was changed");
+        return Ok(found.summary(id, "unchanged", message, current, None));
+    }
+
+    let added = convert_and_record(options, &staging, &download, &folder, &record, progress)?;
+    drop(staging);
+    let message = format!(
+        "{name} ({size} bytes) downloaded, converted to {} rows, and recorded in {FETCH_RECORD}",
+        added.rows
+    );
+    Ok(found.summary(id, "updated", message, Some(record), Some(added)))
+}
+
+/// What a fetch works from: the dataset's folder and definition, the publisher's page, and
+/// how it may be reached.
+struct Setup {
+    folder: PathBuf,
+    def: tally_semantic::DatasetDef,
+    /// `source.url`.
+    page: Url,
+    hosts: Hosts,
+    agent: ureq::Agent,
+}
+
+/// Reads the dataset's definition and its page, and sets up the origins that may be talked
+/// to and the agent that talks to them.
+fn set_up(options: &FetchOptions) -> Result<Setup, IngestError> {
+    let id = &options.dataset_id;
     crate::check_id(id)?;
     crate::remove_stale_staging(&options.datasets);
     let folder = options.datasets.join(id);
@@ -551,95 +654,173 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
     }
     let hosts = Hosts { allowed };
     let agent = agent(options)?;
+    Ok(Setup {
+        folder,
+        def,
+        page,
+        hosts,
+        agent,
+    })
+}
 
-    // The file: found on the page by its pattern, or the URL itself when no pattern is given.
-    let (page_url, asset, candidates) = match &def.source.asset_pattern {
-        Some(pattern) => {
-            let re = regex::Regex::new(pattern).map_err(|e| {
-                IngestError::dataset(
-                    format!("source.asset_pattern {pattern:?} is not a regular expression: {e}"),
-                    "write a regular expression for the file's name, e.g. _outline_02\\.(xlsx|csv)$",
-                )
-            })?;
-            let (final_page, mut resp) = get(&agent, &hosts, &page, "the page", &[])?;
-            let status = resp.status().as_u16();
-            if status != 200 {
-                return Err(refused(
-                    format!("the page {final_page} answered HTTP {status}"),
-                    "check source.url in dataset.yaml, or try again later",
-                ));
-            }
-            let charset = header(&resp, "content-type").and_then(|t| {
-                t.split("charset=")
-                    .nth(1)
-                    .map(|c| c.trim_matches(['"', ' ', ';']).to_string())
-            });
-            let mut body = Vec::new();
-            resp.body_mut()
-                .with_config()
-                .limit(MAX_PAGE_BYTES)
-                .reader()
-                .read_to_end(&mut body)
-                .map_err(|e| {
-                    refused(
-                        format!("reading the page {final_page} failed: {e}"),
-                        "try again later",
-                    )
-                })?;
-            let enc = charset
-                .and_then(|c| encoding_rs::Encoding::for_label(c.as_bytes()))
-                .unwrap_or(encoding_rs::UTF_8);
-            let (html, _, _) = enc.decode(&body);
-            let all = links(&html, &final_page);
-            let matching: Vec<Url> = all
-                .iter()
-                .filter(|u| re.is_match(&file_name(u)) || re.is_match(u.as_str()))
-                .cloned()
-                .collect();
-            if matching.is_empty() {
-                let shown: Vec<String> = all
-                    .iter()
-                    .take(15)
-                    .map(|u| format!("  - {}", file_name(u)))
-                    .collect();
-                return Err(refused(
-                    format!(
-                        "no link on {final_page} matches source.asset_pattern {pattern:?}; the page links {} files{}\n{}",
-                        all.len(),
-                        if all.len() > 15 {
-                            ", the first 15:"
-                        } else {
-                            ":"
-                        },
-                        shown.join("\n")
-                    ),
-                    "the publisher may have renamed the file: update asset_pattern in dataset.yaml",
-                ));
-            }
-            let chosen = choose(&matching, def.source.csv_filename.as_deref())?;
-            (
-                Some(final_page.to_string()),
-                chosen,
-                matching.iter().map(Url::to_string).collect(),
-            )
+/// The file to download, and where it was found.
+struct Found {
+    /// The page the file was found on (after redirects), when it was looked for on one.
+    page_url: Option<String>,
+    asset: Url,
+    /// Links on the page that matched `asset_pattern` (the URL itself when none is given).
+    candidates: Vec<String>,
+}
+
+impl Found {
+    /// What the fetch of this file did.
+    fn summary(
+        self,
+        id: &str,
+        status: &'static str,
+        message: String,
+        record: Option<FetchRecord>,
+        added: Option<Summary>,
+    ) -> FetchSummary {
+        FetchSummary {
+            dataset_id: id.to_string(),
+            status,
+            message,
+            page_url: self.page_url,
+            asset_url: self.asset.to_string(),
+            candidates: self.candidates,
+            record,
+            added,
         }
-        None => (None, page.clone(), vec![page.to_string()]),
-    };
+    }
+}
 
-    // Download, conditionally when the data served was converted, with this definition, from
-    // the same file fetched from the same link.
+/// Finds the file on the publisher's page: the links whose name (or URL) matches
+/// `pattern`, and of those the one [`choose`] picks.
+fn find_on_page(
+    agent: &ureq::Agent,
+    hosts: &Hosts,
+    page: &Url,
+    pattern: &str,
+    def: &tally_semantic::DatasetDef,
+) -> Result<Found, IngestError> {
+    let re = regex::Regex::new(pattern).map_err(|e| {
+        IngestError::dataset(
+            format!("source.asset_pattern {pattern:?} is not a regular expression: {e}"),
+            "write a regular expression for the file's name, e.g. _outline_02\\.(xlsx|csv)$",
+        )
+    })?;
+    let (final_page, html) = read_page(agent, hosts, page)?;
+    let all = links(&html, &final_page);
+    let matching: Vec<Url> = all
+        .iter()
+        .filter(|u| re.is_match(&file_name(u)) || re.is_match(u.as_str()))
+        .cloned()
+        .collect();
+    if matching.is_empty() {
+        let shown: Vec<String> = all
+            .iter()
+            .take(15)
+            .map(|u| format!("  - {}", file_name(u)))
+            .collect();
+        return Err(refused(
+            format!(
+                "no link on {final_page} matches source.asset_pattern {pattern:?}; the page links {} files{}\n{}",
+                all.len(),
+                if all.len() > 15 {
+                    ", the first 15:"
+                } else {
+                    ":"
+                },
+                shown.join("\n")
+            ),
+            "the publisher may have renamed the file: update asset_pattern in dataset.yaml",
+        ));
+    }
+    let chosen = choose(&matching, def.source.csv_filename.as_deref())?;
+    Ok(Found {
+        page_url: Some(final_page.to_string()),
+        asset: chosen,
+        candidates: matching.iter().map(Url::to_string).collect(),
+    })
+}
+
+/// GETs the publisher's page and decodes it (in the charset its `Content-Type` names, else
+/// UTF-8); returns where it was found after redirects, and its text.
+fn read_page(agent: &ureq::Agent, hosts: &Hosts, page: &Url) -> Result<(Url, String), IngestError> {
+    let (final_page, mut resp) = get(agent, hosts, page, "the page", &[])?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        return Err(refused(
+            format!("the page {final_page} answered HTTP {status}"),
+            "check source.url in dataset.yaml, or try again later",
+        ));
+    }
+    let charset = header(&resp, "content-type").and_then(|t| {
+        t.split("charset=")
+            .nth(1)
+            .map(|c| c.trim_matches(['"', ' ', ';']).to_string())
+    });
+    let mut body = Vec::new();
+    resp.body_mut()
+        .with_config()
+        .limit(MAX_PAGE_BYTES)
+        .reader()
+        .read_to_end(&mut body)
+        .map_err(|e| {
+            refused(
+                format!("reading the page {final_page} failed: {e}"),
+                "try again later",
+            )
+        })?;
+    let enc = charset
+        .and_then(|c| encoding_rs::Encoding::for_label(c.as_bytes()))
+        .unwrap_or(encoding_rs::UTF_8);
+    let (html, _, _) = enc.decode(&body);
+    let html = html.into_owned();
+    Ok((final_page, html))
+}
+
+/// The data served now and where it came from.
+struct Served {
+    /// The SHA-256 of the folder's `dataset.yaml`.
+    definition_sha256: Option<String>,
+    /// The folder's fetch record, when the data served was converted from the file it
+    /// records, with this definition (and `--force` is not given).
+    current: Option<FetchRecord>,
+    /// That record, when it is of the same link.
+    previous: Option<FetchRecord>,
+}
+
+/// What is served now: the fetch record that still describes the data, if any.
+fn served_now(
+    options: &FetchOptions,
+    folder: &Path,
+    def: &tally_semantic::DatasetDef,
+    asset: &Url,
+) -> Served {
     let definition_sha256 = std::fs::read(folder.join(DEFINITION_FILE))
         .ok()
         .map(|b| sha256_text(&b));
     let served = served_source_hash(&folder.join(&def.data_file));
-    let current = read_record(&folder).filter(|r| {
+    let current = read_record(folder).filter(|r| {
         !options.force
             && served.as_deref() == Some(r.sha256.as_str())
             && r.definition_sha256 == definition_sha256
     });
     let previous = current.clone().filter(|r| r.asset_url == asset.as_str());
+    Served {
+        definition_sha256,
+        current,
+        previous,
+    }
+}
+
+/// The headers that make the download conditional on the file having changed since the
+/// previous fetch.
+fn conditional_headers(previous: Option<&FetchRecord>) -> Vec<(&'static str, String)> {
     let mut conditional: Vec<(&str, String)> = Vec::new();
-    if let Some(p) = &previous {
+    if let Some(p) = previous {
         if let Some(e) = &p.etag {
             conditional.push(("If-None-Match", e.clone()));
         }
@@ -647,50 +828,38 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
             conditional.push(("If-Modified-Since", m.clone()));
         }
     }
-    let (final_asset, mut resp) = get(&agent, &hosts, &asset, "the file", &conditional)?;
-    let status = resp.status().as_u16();
-    if status == 304 {
-        return Ok(FetchSummary {
-            dataset_id: id.clone(),
-            status: "unchanged",
-            message: format!(
-                "{} is unchanged since it was fetched at {} (HTTP 304); nothing was changed",
-                file_name(&asset),
-                previous
-                    .as_ref()
-                    .map(|p| p.retrieved_at.as_str())
-                    .unwrap_or("?")
-            ),
-            page_url,
-            asset_url: asset.to_string(),
-            candidates,
-            record: previous,
-            added: None,
-        });
-    }
+    conditional
+}
+
+/// Refuses an answer other than 200, and a file whose `Content-Length` is past `--max-bytes`.
+fn check_answer(
+    final_asset: &Url,
+    status: u16,
+    length: Option<u64>,
+    max_bytes: u64,
+) -> Result<(), IngestError> {
     if status != 200 {
         return Err(refused(
             format!("{final_asset} answered HTTP {status}; nothing was changed"),
             "try again later, or check the link on the publisher's page",
         ));
     }
-    let length = resp.body().content_length();
     if let Some(n) = length
-        && n > options.max_bytes
+        && n > max_bytes
     {
         return Err(IngestError::limit(
             format!(
-                "{final_asset} is {n} bytes, more than --max-bytes {}; nothing was downloaded",
-                options.max_bytes
+                "{final_asset} is {n} bytes, more than --max-bytes {max_bytes}; nothing was downloaded"
             ),
             "raise --max-bytes if the file is expected to be this large",
         ));
     }
-    let etag = header(&resp, "etag");
-    let last_modified = header(&resp, "last-modified");
-    let content_type = header(&resp, "content-type");
-    let name = file_name(&asset);
-    let staging = crate::Staging::new(&options.datasets, &format!("fetch-{id}"))?;
+    Ok(())
+}
+
+/// The file's name as it may be written in the staging folder: no separators or control
+/// characters, and not hidden.
+fn safe_file_name(name: &str) -> String {
     let safe_name: String = name
         .chars()
         .map(|c| {
@@ -701,13 +870,24 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
             }
         })
         .collect();
-    let safe_name = if safe_name.is_empty() || safe_name.starts_with('.') {
+    if safe_name.is_empty() || safe_name.starts_with('.') {
         format!("download{safe_name}")
     } else {
         safe_name
-    };
-    let download = staging.dir.join(&safe_name);
-    let mut file = std::fs::File::create(&download)
+    }
+}
+
+/// Writes the body of `resp` to `download` (synced), stopping past `max_bytes`; refuses a
+/// body shorter than its `Content-Length`. Returns its size and SHA-256.
+fn download_to(
+    download: &Path,
+    resp: &mut ureq::http::Response<ureq::Body>,
+    final_asset: &Url,
+    length: Option<u64>,
+    max_bytes: u64,
+    progress: &dyn Progress,
+) -> Result<(u64, String), IngestError> {
+    let mut file = std::fs::File::create(download)
         .map_err(|e| IngestError::io(format!("cannot write {}", download.display()), e))?;
     let mut hasher = sha2::Sha256::new();
     let mut size: u64 = 0;
@@ -716,7 +896,7 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
         let mut reader = resp
             .body_mut()
             .with_config()
-            .limit(options.max_bytes.saturating_add(1))
+            .limit(max_bytes.saturating_add(1))
             .reader();
         let mut buf = vec![0u8; 1 << 16];
         loop {
@@ -724,7 +904,7 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
                 let text = e.to_string();
                 if text.contains("limit") || text.contains("exceeds") {
                     IngestError::limit(
-                        format!("{final_asset} sends more than --max-bytes {}; the download was stopped and nothing was changed", options.max_bytes),
+                        format!("{final_asset} sends more than --max-bytes {max_bytes}; the download was stopped and nothing was changed"),
                         "raise --max-bytes if the file is expected to be this large",
                     )
                 } else {
@@ -738,11 +918,10 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
                 break;
             }
             size += n as u64;
-            if size > options.max_bytes {
+            if size > max_bytes {
                 return Err(IngestError::limit(
                     format!(
-                        "{final_asset} sends more than --max-bytes {}; the download was stopped and nothing was changed",
-                        options.max_bytes
+                        "{final_asset} sends more than --max-bytes {max_bytes}; the download was stopped and nothing was changed"
                     ),
                     "raise --max-bytes if the file is expected to be this large",
                 ));
@@ -767,65 +946,32 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
             "try again later",
         ));
     }
-    let sha256 = format!("sha256:{:x}", hasher.finalize());
-    verify_kind(&download, &name, content_type.as_deref())?;
-    let retrieved_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let record = FetchRecord {
-        fetched_at: retrieved_at.clone(),
-        fetched_from: asset.to_string(),
-        retrieved_at,
-        page_url: page_url.clone(),
-        asset_url: asset.to_string(),
-        sha256: sha256.clone(),
-        size,
-        etag,
-        last_modified,
-        content_type,
-        tally_version: env!("CARGO_PKG_VERSION").to_string(),
-        definition_sha256,
-    };
-    let unchanged_bytes = current.as_ref().is_some_and(|r| r.sha256 == sha256);
-    if unchanged_bytes {
-        return Ok(FetchSummary {
-            dataset_id: id.clone(),
-            status: "unchanged",
-            message: format!(
-                "{name} has the same bytes ({sha256}) as the data served; nothing was changed"
-            ),
-            page_url,
-            asset_url: asset.to_string(),
-            candidates,
-            record: current,
-            added: None,
-        });
-    }
+    Ok((size, format!("sha256:{:x}", hasher.finalize())))
+}
 
+/// Converts the downloaded file through [`add`](crate::add), then writes the fetch record
+/// beside the data.
+fn convert_and_record(
+    options: &FetchOptions,
+    staging: &crate::Staging,
+    download: &Path,
+    folder: &Path,
+    record: &FetchRecord,
+    progress: &dyn Progress,
+) -> Result<Summary, IngestError> {
     // Convert, then record: the data is in place before the record that describes it.
     let mut add = options.add.clone();
-    add.dataset_id = id.clone();
+    add.dataset_id = options.dataset_id.clone();
     add.datasets = options.datasets.clone();
-    add.file = download.clone();
+    add.file = download.to_path_buf();
     add.keep_fetch_record = true;
     let added = crate::add(&add, progress)?;
-    let text = serde_json::to_string_pretty(&record)
+    let text = serde_json::to_string_pretty(record)
         .map_err(|e| IngestError::io("cannot write the fetch record", std::io::Error::other(e)))?;
     let staged = staging.dir.join(FETCH_RECORD);
     crate::write_synced(&staged, &format!("{text}\n"))?;
     crate::rename(&staged, &folder.join(FETCH_RECORD))?;
-    drop(staging);
-    Ok(FetchSummary {
-        dataset_id: id.clone(),
-        status: "updated",
-        message: format!(
-            "{name} ({size} bytes) downloaded, converted to {} rows, and recorded in {FETCH_RECORD}",
-            added.rows
-        ),
-        page_url,
-        asset_url: asset.to_string(),
-        candidates,
-        record: Some(record),
-        added: Some(added),
-    })
+    Ok(added)
 }
 
 #[cfg(test)]

@@ -663,6 +663,113 @@ struct Failures {
 /// Converts `options.file` into the dataset folder `options.datasets/<id>`.
 pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, IngestError> {
     let started = Instant::now();
+    let opened = open(options)?;
+    let (folder, def, input, header) = (&opened.folder, &opened.def, &opened.input, &opened.header);
+    let mut warnings = header_warnings(header, opened.given_rows);
+    let sha256 = sha256_file(&input.path)?;
+    let file_name = input
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+
+    // The columns to write and, without a definition, the skeleton's guesses.
+    let mut questions = Vec::new();
+    let (columns, skeleton) = plan_columns(
+        options,
+        &opened,
+        &file_name,
+        &mut warnings,
+        &mut questions,
+        progress,
+    )?;
+
+    // Convert and write.
+    let staging = Staging::new(&options.datasets, &options.dataset_id)?;
+    let staged_data = staging.dir.join(&opened.data_file);
+    let record = ingest_record(input, header, &file_name, &sha256);
+    let mut sink = Sink::create(
+        &staged_data,
+        &columns,
+        vec![("tally.ingest".to_string(), record)],
+    )?;
+    let tallies = convert_rows(&opened, &columns, &mut sink, progress)?;
+    check_values(options, &opened, &columns, &tallies, &mut warnings)?;
+    let written = sink.finish()?;
+    conversion_warnings(&opened, &columns, &tallies, &mut warnings);
+
+    if let Some(sk) = &skeleton
+        && sk.rows != written
+    {
+        return Err(IngestError::input(
+            input.place(),
+            format!(
+                "the file changed while it was converted ({} data rows on the first read, {written} on the second)",
+                sk.rows
+            ),
+            "wait until the file is completely written (or convert a copy) and run tally add again",
+        ));
+    }
+    let mut id_field = def.as_ref().and_then(|d| d.id_field.clone());
+    if let Some(sk) = &skeleton {
+        id_field = sk.id.map(|i| columns[i].name.clone());
+    }
+    let yaml = skeleton.as_ref().map(|sk| sk.text.clone());
+
+    let target_data = put_in_place(
+        options,
+        &opened,
+        staging,
+        yaml.as_deref(),
+        &file_name,
+        &mut warnings,
+    )?;
+
+    let summary_columns =
+        column_summaries(&columns, skeleton.as_ref(), def.as_ref(), &tallies.nulls);
+    Ok(Summary {
+        dataset_id: options.dataset_id.clone(),
+        data_file: target_data,
+        definition: if yaml.is_some() { "written" } else { "kept" },
+        definition_file: folder.join(DEFINITION_FILE),
+        input: InputSummary {
+            file: file_name,
+            format: input.format.name(),
+            encoding: input.encoding.map(|e| e.name()),
+            encoding_detection: input.encoding_source,
+            sheet: input.sheet.clone(),
+            header_rows: header.header_rows,
+            bytes: input.size,
+            sha256,
+        },
+        rows: written,
+        columns: summary_columns,
+        id_field,
+        warnings,
+        questions,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// An add's input, opened, and what it is checked against.
+struct Opened {
+    /// The dataset's folder in the datasets directory (not there yet for a new dataset).
+    folder: PathBuf,
+    /// The folder's definition, when it has one.
+    def: Option<DatasetDef>,
+    /// The name of the Parquet file in the folder.
+    data_file: String,
+    input: Input,
+    header: Header,
+    /// Header rows given by `--header-rows` or `source.csv_header_rows`.
+    given_rows: Option<u32>,
+    /// `--null-markers` and `source.null_markers`, sorted, each once.
+    null_markers: Vec<String>,
+}
+
+/// Checks the dataset id and the datasets directory, reads the folder's definition, and opens
+/// the file and reads its header.
+fn open(options: &AddOptions) -> Result<Opened, IngestError> {
     check_id(&options.dataset_id)?;
     if !options.datasets.is_dir() {
         return Err(IngestError::dataset(
@@ -683,25 +790,7 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         None
     };
     let data_file = data_file_of(def.as_ref())?;
-    let mut read_options = options.read.clone();
-    if read_options.max_unpacked_bytes == 0 {
-        read_options.max_unpacked_bytes = DEFAULT_MAX_UNPACKED;
-    }
-    let input = Input::open(&options.file, &read_options).map_err(|e| match e {
-        IngestError::Input {
-            mut place,
-            message,
-            hint,
-        } if place.file.as_os_str().is_empty() => {
-            place.file = options.file.clone();
-            IngestError::Input {
-                place,
-                message,
-                hint,
-            }
-        }
-        other => other,
-    })?;
+    let input = open_input(options)?;
     let given_rows = options
         .header_rows
         .or_else(|| def.as_ref().and_then(|d| d.source.csv_header_rows));
@@ -730,7 +819,42 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
     }
     null_markers.sort();
     null_markers.dedup();
+    Ok(Opened {
+        folder,
+        def,
+        data_file,
+        input,
+        header,
+        given_rows,
+        null_markers,
+    })
+}
 
+/// Opens `options.file` for reading, naming it in an error that names no file.
+fn open_input(options: &AddOptions) -> Result<Input, IngestError> {
+    let mut read_options = options.read.clone();
+    if read_options.max_unpacked_bytes == 0 {
+        read_options.max_unpacked_bytes = DEFAULT_MAX_UNPACKED;
+    }
+    Input::open(&options.file, &read_options).map_err(|e| match e {
+        IngestError::Input {
+            mut place,
+            message,
+            hint,
+        } if place.file.as_os_str().is_empty() => {
+            place.file = options.file.clone();
+            IngestError::Input {
+                place,
+                message,
+                hint,
+            }
+        }
+        other => other,
+    })
+}
+
+/// The warnings about how the header was read: names cleaned, and a title row skipped.
+fn header_warnings(header: &Header, given_rows: Option<u32>) -> Vec<String> {
     let mut warnings: Vec<String> = Vec::new();
     for (raw, name) in &header.cleaned {
         warnings.push(format!(
@@ -743,22 +867,27 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
             header.row
         ));
     }
-    let sha256 = sha256_file(&input.path)?;
-    let file_name = input
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    warnings
+}
 
-    // The columns to write and, without a definition, the skeleton's guesses.
-    let mut questions = Vec::new();
-    let (columns, skeleton) = match &def {
+/// The columns to write: the definition's when there is one, else guessed in a first read,
+/// with the skeleton written from the guesses and their questions gathered.
+fn plan_columns(
+    options: &AddOptions,
+    opened: &Opened,
+    file_name: &str,
+    warnings: &mut Vec<String>,
+    questions: &mut Vec<String>,
+    progress: &dyn Progress,
+) -> Result<(Vec<OutColumn>, Option<Skeleton>), IngestError> {
+    let (input, header) = (&opened.input, &opened.header);
+    Ok(match &opened.def {
         Some(d) => (
-            map_definition(&input, &header, d, options.accept_drift, &mut warnings)?,
+            map_definition(input, header, d, options.accept_drift, warnings)?,
             None,
         ),
         None => {
-            let (columns, mut sk) = infer_columns(&input, &header, &null_markers, progress)?;
+            let (columns, mut sk) = infer_columns(input, header, &opened.null_markers, progress)?;
             for g in &sk.guesses {
                 questions.extend(g.questions.iter().cloned());
             }
@@ -766,22 +895,23 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
             // refused before the work of writing its data.
             sk.text = skeleton_text(
                 &options.dataset_id,
-                &input,
-                &header,
-                &file_name,
-                &null_markers,
+                input,
+                header,
+                file_name,
+                &opened.null_markers,
                 &columns,
                 &sk,
-                &data_file,
-                &mut warnings,
+                &opened.data_file,
+                warnings,
             )?;
             (columns, Some(sk))
         }
-    };
+    })
+}
 
-    // Convert and write.
-    let staging = Staging::new(&options.datasets, &options.dataset_id)?;
-    let staged_data = staging.dir.join(&data_file);
+/// The record of the conversion kept in the Parquet file's metadata (`tally.ingest`): the
+/// file converted, its hash, and how it was read.
+fn ingest_record(input: &Input, header: &Header, file_name: &str, sha256: &str) -> String {
     let converted_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let record = serde_json::json!({
         "tool": "tally add",
@@ -795,11 +925,34 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         "sheet": input.sheet,
         "header_rows": header.header_rows,
     });
-    let mut sink = Sink::create(
-        &staged_data,
-        &columns,
-        vec![("tally.ingest".to_string(), record.to_string())],
-    )?;
+    record.to_string()
+}
+
+/// What converting the rows counted.
+struct Tallies {
+    /// Data rows read.
+    rows: u64,
+    /// Cells of each column that could not be read as its type.
+    failures: Vec<Failures>,
+    /// Cells of each column stored as empty.
+    nulls: Vec<u64>,
+    /// Cells of each column that held a null marker.
+    marked: Vec<u64>,
+    /// Spreadsheet error values kept as text.
+    errors_kept: u64,
+    /// Blank rows skipped.
+    blank: u64,
+}
+
+/// Reads the file's data rows, converts each cell to its column's type, and pushes the rows
+/// to `sink`.
+fn convert_rows(
+    opened: &Opened,
+    columns: &[OutColumn],
+    sink: &mut Sink,
+    progress: &dyn Progress,
+) -> Result<Tallies, IngestError> {
+    let (input, header, null_markers) = (&opened.input, &opened.header, &opened.null_markers);
     let mut failures: Vec<Failures> = vec![Failures::default(); columns.len()];
     let mut nulls: Vec<u64> = vec![0; columns.len()];
     let mut marked: Vec<u64> = vec![0; columns.len()];
@@ -807,14 +960,14 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
     let mut blank = 0;
     progress.begin("converting", input.size);
     let mut values: Vec<Value> = Vec::with_capacity(columns.len());
-    let rows = scan_data(&input, &header, progress, &mut blank, &mut |row| {
+    let rows = scan_data(input, header, progress, &mut blank, &mut |row| {
         values.clear();
         for (i, c) in columns.iter().enumerate() {
             let cell = c
                 .source
                 .and_then(|s| row.cells.get(s))
                 .unwrap_or(&Cell::Empty);
-            let v = if is_null_marker(cell, &null_markers) {
+            let v = if is_null_marker(cell, null_markers) {
                 marked[i] += 1;
                 Value::Null
             } else {
@@ -846,18 +999,39 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         sink.push(values.drain(..))
     })?;
     progress.end();
-    if rows == 0 {
+    Ok(Tallies {
+        rows,
+        failures,
+        nulls,
+        marked,
+        errors_kept,
+        blank,
+    })
+}
+
+/// Refuses a file without data rows, and one with values that cannot be read as their
+/// column's type (the file drifted from its definition, or changed between the two reads);
+/// with `--accept-drift`, such values are stored as empty, with a warning.
+fn check_values(
+    options: &AddOptions,
+    opened: &Opened,
+    columns: &[OutColumn],
+    tallies: &Tallies,
+    warnings: &mut Vec<String>,
+) -> Result<(), IngestError> {
+    let (input, def) = (&opened.input, &opened.def);
+    if tallies.rows == 0 {
         return Err(IngestError::input(
             input.place(),
             format!(
                 "the file has a header (row {}) but no rows of data",
-                header.row
+                opened.header.row
             ),
             "give a file with data, or check --header-rows",
         ));
     }
     let mut differences = Vec::new();
-    for (c, f) in columns.iter().zip(&failures) {
+    for (c, f) in columns.iter().zip(&tallies.failures) {
         if let Some((place, value)) = &f.first {
             differences.push(format!(
                 "{}: {} value{} cannot be read as {} (declared data_type); the first, at {place}, is {value:?}",
@@ -888,56 +1062,62 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         } else {
             return Err(IngestError::Drift {
                 file: input.path.clone(),
-                definition: folder.join(DEFINITION_FILE),
+                definition: opened.folder.join(DEFINITION_FILE),
                 differences,
             });
         }
     }
-    let written = sink.finish()?;
+    Ok(())
+}
+
+/// The warnings about what converting did to cells: blank rows skipped, error values kept,
+/// null markers stored as empty.
+fn conversion_warnings(
+    opened: &Opened,
+    columns: &[OutColumn],
+    tallies: &Tallies,
+    warnings: &mut Vec<String>,
+) {
+    let blank = tallies.blank;
     if blank > 0 {
         warnings.push(format!("{blank} blank rows were skipped"));
     }
+    let errors_kept = tallies.errors_kept;
     if errors_kept > 0 {
         warnings.push(format!("{errors_kept} cells hold a spreadsheet error value (such as #N/A) and were kept as that text"));
     }
-    for (c, n) in columns.iter().zip(&marked) {
+    for (c, n) in columns.iter().zip(&tallies.marked) {
         if *n > 0 {
             warnings.push(format!(
                 "{}: {n} cells holding a null marker ({}) were stored as empty",
                 c.name,
-                null_markers.join(", ")
+                opened.null_markers.join(", ")
             ));
         }
     }
+}
 
-    if let Some(sk) = &skeleton
-        && sk.rows != written
-    {
-        return Err(IngestError::input(
-            input.place(),
-            format!(
-                "the file changed while it was converted ({} data rows on the first read, {written} on the second)",
-                sk.rows
-            ),
-            "wait until the file is completely written (or convert a copy) and run tally add again",
-        ));
-    }
-    let mut id_field = def.as_ref().and_then(|d| d.id_field.clone());
-    if let Some(sk) = &skeleton {
-        id_field = sk.id.map(|i| columns[i].name.clone());
-    }
-    let yaml = skeleton.as_ref().map(|sk| sk.text.clone());
-
+/// Moves the staged data, and a skeleton written, into the dataset's folder, and returns
+/// where the data is now.
+fn put_in_place(
+    options: &AddOptions,
+    opened: &Opened,
+    mut staging: Staging,
+    yaml: Option<&str>,
+    file_name: &str,
+    warnings: &mut Vec<String>,
+) -> Result<PathBuf, IngestError> {
+    let folder = &opened.folder;
+    let staged_data = staging.dir.join(&opened.data_file);
     // Into place: a new folder appears whole; an existing one gets its data first and then
     // the definition (a folder without one is not served, so it is never seen half-made).
-    let target_data = folder.join(&data_file);
-    let mut staging = staging;
+    let target_data = folder.join(&opened.data_file);
     if !folder.exists() {
-        if let Some(text) = &yaml {
+        if let Some(text) = yaml {
             write_synced(&staging.dir.join(DEFINITION_FILE), text)?;
         }
         staging.release_lock();
-        rename(&staging.dir, &folder)?;
+        rename(&staging.dir, folder)?;
         staging.keep = true;
     } else {
         rename(&staged_data, &target_data)?;
@@ -954,20 +1134,30 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
                 )),
             }
         }
-        if let Some(text) = &yaml {
+        if let Some(text) = yaml {
             let staged_yaml = staging.dir.join(DEFINITION_FILE);
             write_synced(&staged_yaml, text)?;
             rename(&staged_yaml, &folder.join(DEFINITION_FILE))?;
         }
     }
     drop(staging);
+    Ok(target_data)
+}
 
-    let summary_columns = columns
+/// Each column written, for the summary: its type and role (guessed or declared) and how
+/// many of its cells are empty.
+fn column_summaries(
+    columns: &[OutColumn],
+    skeleton: Option<&Skeleton>,
+    def: Option<&DatasetDef>,
+    nulls: &[u64],
+) -> Vec<ColumnSummary> {
+    columns
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let guess = skeleton.as_ref().map(|sk| &sk.guesses[i]);
-            let declared = def.as_ref().and_then(|d| d.field(&c.name));
+            let guess = skeleton.map(|sk| &sk.guesses[i]);
+            let declared = def.and_then(|d| d.field(&c.name));
             ColumnSummary {
                 name: c.name.clone(),
                 data_type: c.kind.data_type(),
@@ -985,29 +1175,7 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
                 }),
             }
         })
-        .collect();
-    Ok(Summary {
-        dataset_id: options.dataset_id.clone(),
-        data_file: target_data,
-        definition: if yaml.is_some() { "written" } else { "kept" },
-        definition_file: folder.join(DEFINITION_FILE),
-        input: InputSummary {
-            file: file_name,
-            format: input.format.name(),
-            encoding: input.encoding.map(|e| e.name()),
-            encoding_detection: input.encoding_source,
-            sheet: input.sheet.clone(),
-            header_rows: header.header_rows,
-            bytes: input.size,
-            sha256,
-        },
-        rows: written,
-        columns: summary_columns,
-        id_field,
-        warnings,
-        questions,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+        .collect()
 }
 
 fn write_synced(path: &Path, text: &str) -> Result<(), IngestError> {
@@ -1188,45 +1356,126 @@ fn map_definition(
     warnings: &mut Vec<String>,
 ) -> Result<Vec<OutColumn>, IngestError> {
     let names = &header.names;
-    let norm = |s: &str| tally_semantic::names::normalize(s);
-    // Every name's columns, as written and normalised, looked up once per field: a search of
-    // the header for each of thousands of fields would be quadratic.
-    let mut by_exact: HashMap<&str, Vec<usize>> = HashMap::new();
-    let mut by_norm: HashMap<String, Vec<usize>> = HashMap::new();
-    let normalized: Vec<String> = names.iter().map(|n| norm(n)).collect();
-    for (i, n) in names.iter().enumerate() {
-        if n.is_empty() {
-            continue;
-        }
-        by_exact.entry(n.as_str()).or_default().push(i);
-        by_norm.entry(normalized[i].clone()).or_default().push(i);
-    }
-    let find = |name: &str| -> Vec<usize> {
-        if let Some(exact) = by_exact.get(name) {
-            return exact.clone();
-        }
-        by_norm.get(&norm(name)).cloned().unwrap_or_default()
-    };
-    let place = |i: usize| {
-        if input.format.is_sheet() {
-            format!("column {}", error::column_letters(i))
-        } else {
-            format!("column {}", i + 1)
-        }
-    };
+    let index = HeaderIndex::new(input, names);
     let mut differences = Vec::new();
     let mut used = vec![false; names.len()];
     let mut columns = Vec::new();
     for f in &def.fields {
-        let by_name = find(&f.name);
-        let field_norm = norm(&f.name);
-        let source = match f.csv_col_index.map(|i| i as usize) {
-            Some(i) if i < names.len() && (names[i] == f.name || normalized[i] == field_norm) => {
+        let source = index.locate(f, &mut differences);
+        if let Some(s) = source {
+            used[s] = true;
+            if names[s] != f.name {
+                warnings.push(format!(
+                    "{}: the file heads it {:?} (read as the same name)",
+                    f.name, names[s]
+                ));
+            }
+        } else if accept_drift {
+            warnings.push(format!(
+                "{}: not in the file; written as an empty column (--accept-drift)",
+                f.name
+            ));
+        }
+        columns.push(OutColumn {
+            name: f.name.clone(),
+            kind: Kind::from_definition(f.data_type),
+            source,
+            dictionary: f.role != tally_semantic::definition::Role::Id,
+            bloom: def.id_field.as_deref() == Some(f.name.as_str()),
+        });
+    }
+    index.add_undeclared(
+        &used,
+        accept_drift,
+        &mut columns,
+        &mut differences,
+        warnings,
+    );
+    if !differences.is_empty() && !accept_drift {
+        return Err(IngestError::Drift {
+            file: input.path.clone(),
+            definition: PathBuf::from(format!("{}/{DEFINITION_FILE}", def.id)),
+            differences,
+        });
+    }
+    Ok(columns)
+}
+
+/// The header's columns, looked up by name as written and as normalised, and placed as a
+/// person finds them in the file.
+struct HeaderIndex<'a> {
+    input: &'a Input,
+    names: &'a [String],
+    /// Each column's name, normalised.
+    normalized: Vec<String>,
+    by_exact: HashMap<&'a str, Vec<usize>>,
+    by_norm: HashMap<String, Vec<usize>>,
+}
+
+impl<'a> HeaderIndex<'a> {
+    /// Indexes the header's names.
+    fn new(input: &'a Input, names: &'a [String]) -> HeaderIndex<'a> {
+        let norm = |s: &str| tally_semantic::names::normalize(s);
+        // Every name's columns, as written and normalised, looked up once per field: a search
+        // of the header for each of thousands of fields would be quadratic.
+        let mut by_exact: HashMap<&str, Vec<usize>> = HashMap::new();
+        let mut by_norm: HashMap<String, Vec<usize>> = HashMap::new();
+        let normalized: Vec<String> = names.iter().map(|n| norm(n)).collect();
+        for (i, n) in names.iter().enumerate() {
+            if n.is_empty() {
+                continue;
+            }
+            by_exact.entry(n.as_str()).or_default().push(i);
+            by_norm.entry(normalized[i].clone()).or_default().push(i);
+        }
+        HeaderIndex {
+            input,
+            names,
+            normalized,
+            by_exact,
+            by_norm,
+        }
+    }
+
+    /// The columns named `name`: exactly so, else once normalised.
+    fn find(&self, name: &str) -> Vec<usize> {
+        if let Some(exact) = self.by_exact.get(name) {
+            return exact.clone();
+        }
+        self.by_norm
+            .get(&tally_semantic::names::normalize(name))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// A column as a person finds it: by letter in a sheet, by number otherwise.
+    fn place(&self, i: usize) -> String {
+        if self.input.format.is_sheet() {
+            format!("column {}", error::column_letters(i))
+        } else {
+            format!("column {}", i + 1)
+        }
+    }
+
+    /// The column a declared field is read from: at its `csv_col_index` when that column
+    /// bears its name, else the one column of its name; a mismatch is noted in `differences`.
+    fn locate(
+        &self,
+        f: &tally_semantic::definition::Field,
+        differences: &mut Vec<String>,
+    ) -> Option<usize> {
+        let names = self.names;
+        let by_name = self.find(&f.name);
+        let field_norm = tally_semantic::names::normalize(&f.name);
+        match f.csv_col_index.map(|i| i as usize) {
+            Some(i)
+                if i < names.len() && (names[i] == f.name || self.normalized[i] == field_norm) =>
+            {
                 Some(i)
             }
             Some(i) => {
                 let at = if i < names.len() {
-                    format!("{} is headed {:?}", place(i), names[i])
+                    format!("{} is headed {:?}", self.place(i), names[i])
                 } else {
                     format!("the file has only {} columns", names.len())
                 };
@@ -1236,7 +1485,7 @@ fn map_definition(
                             "{}: declared at csv_col_index {i}, but {at}; {:?} is {} now",
                             f.name,
                             f.name,
-                            place(*k)
+                            self.place(*k)
                         ));
                         Some(*k)
                     }
@@ -1264,70 +1513,56 @@ fn map_definition(
                         f.name,
                         many.len(),
                         many.iter()
-                            .map(|k| place(*k))
+                            .map(|k| self.place(*k))
                             .collect::<Vec<_>>()
                             .join(", ")
                     ));
                     None
                 }
             },
-        };
-        if let Some(s) = source {
-            used[s] = true;
-            if names[s] != f.name {
-                warnings.push(format!(
-                    "{}: the file heads it {:?} (read as the same name)",
-                    f.name, names[s]
-                ));
+        }
+    }
+
+    /// Notes each named column no field was read from as a difference; with
+    /// `--accept-drift`, keeps it in the data as text unless its name is taken.
+    fn add_undeclared(
+        &self,
+        used: &[bool],
+        accept_drift: bool,
+        columns: &mut Vec<OutColumn>,
+        differences: &mut Vec<String>,
+        warnings: &mut Vec<String>,
+    ) {
+        let mut written: HashSet<String> = columns
+            .iter()
+            .map(|c| tally_semantic::names::normalize(&c.name))
+            .collect();
+        for (i, n) in self.names.iter().enumerate() {
+            if used[i] || n.is_empty() {
+                continue;
             }
-        } else if accept_drift {
-            warnings.push(format!(
-                "{}: not in the file; written as an empty column (--accept-drift)",
-                f.name
+            differences.push(format!(
+                "{} {n:?} is in the file but not declared in dataset.yaml",
+                self.place(i)
             ));
-        }
-        columns.push(OutColumn {
-            name: f.name.clone(),
-            kind: Kind::from_definition(f.data_type),
-            source,
-            dictionary: f.role != tally_semantic::definition::Role::Id,
-            bloom: def.id_field.as_deref() == Some(f.name.as_str()),
-        });
-    }
-    let mut written: HashSet<String> = columns.iter().map(|c| norm(&c.name)).collect();
-    for (i, n) in names.iter().enumerate() {
-        if used[i] || n.is_empty() {
-            continue;
-        }
-        differences.push(format!(
-            "{} {n:?} is in the file but not declared in dataset.yaml",
-            place(i)
-        ));
-        let taken = !written.insert(normalized[i].clone());
-        if accept_drift && taken {
-            warnings.push(format!(
-                "{} {n:?}: not declared, and its name is taken by a column written; left out",
-                place(i)
-            ));
-        } else if accept_drift {
-            warnings.push(format!(
-                "{n}: not declared; kept in the data as text (not served until it is declared)"
-            ));
-            columns.push(OutColumn {
-                name: n.clone(),
-                kind: Kind::Text,
-                source: Some(i),
-                dictionary: true,
-                bloom: false,
-            });
+            let taken = !written.insert(self.normalized[i].clone());
+            if accept_drift && taken {
+                warnings.push(format!(
+                    "{} {n:?}: not declared, and its name is taken by a column written; left out",
+                    self.place(i)
+                ));
+            } else if accept_drift {
+                warnings.push(format!(
+                    "{n}: not declared; kept in the data as text (not served until it is declared)"
+                ));
+                columns.push(OutColumn {
+                    name: n.clone(),
+                    kind: Kind::Text,
+                    source: Some(i),
+                    dictionary: true,
+                    bloom: false,
+                });
+            }
         }
     }
-    if !differences.is_empty() && !accept_drift {
-        return Err(IngestError::Drift {
-            file: input.path.clone(),
-            definition: PathBuf::from(format!("{}/{DEFINITION_FILE}", def.id)),
-            differences,
-        });
-    }
-    Ok(columns)
 }
