@@ -1163,6 +1163,90 @@ impl Reader {
         }
         let map = self.map(root, "", DATASET_KEYS)?;
 
+        let schema_version = self.schema_version(root, &map);
+        let id = self.dataset_id(&map, folder_id);
+        let title = self.title(&map, &id);
+        let description = self.string(&map, "description", "", "write `description: \"…\"`");
+        let publisher = self.string(&map, "publisher", "", "write `publisher: \"…\"`");
+        let license = self.string(
+            &map,
+            "license",
+            "",
+            "write `license: \"CC-BY-4.0\"` or similar",
+        );
+        let as_of_date = self.date(&map, "as_of_date", "");
+        let published_at = self.date(&map, "published_at", "");
+        let retrieved_at = self.date(&map, "retrieved_at", "");
+        let source = match map.get("source") {
+            Some(node) if node.value != Value::Null => self.source(node),
+            _ => SourceDef::default(),
+        };
+        let tags = self.string_list(&map, "tags", "");
+        let enabled = self.boolean(&map, "enabled", "").unwrap_or(true);
+        let generic_values = self.string_list(&map, "generic_values", "");
+        let notes = self.string_list(&map, "notes", "");
+        let data_file = match (
+            map.get("data_file"),
+            self.string(&map, "data_file", "", "write `data_file: data.parquet`"),
+        ) {
+            (Some(node), Some(value)) => self
+                .relative_path(node, &value, "data_file", "data_file")
+                .unwrap_or_default(),
+            _ => "data.parquet".to_string(),
+        };
+        let backend = match map.get("backend") {
+            Some(node) if node.value != Value::Null => self.backend(node),
+            _ => BackendDef::default(),
+        };
+        let data_url = self.data_url(&map, &backend);
+
+        let mut fields = self.dataset_fields(&map);
+
+        self.resolve_aliases(&mut fields);
+
+        let id_field = self.id_field(&map, &fields);
+
+        let computed_measures = match map.get("computed_measures") {
+            Some(node) => self.computed_measures(node, &fields),
+            None => Vec::new(),
+        };
+        let revisions = map
+            .get("revisions")
+            .and_then(|node| self.revisions(node, &fields));
+        let links = match map.get("links") {
+            Some(node) => self.links(node, &fields),
+            None => Vec::new(),
+        };
+
+        Some(DatasetDef {
+            id,
+            schema_version,
+            title,
+            description,
+            publisher,
+            license,
+            as_of_date,
+            published_at,
+            retrieved_at,
+            source,
+            tags,
+            enabled,
+            id_field,
+            generic_values,
+            notes,
+            data_file,
+            data_url,
+            backend,
+            fields,
+            computed_measures,
+            undeclared: Vec::new(),
+            revisions,
+            links,
+        })
+    }
+
+    /// Reads `schema_version` (this server's when absent), warning when it is newer.
+    fn schema_version(&mut self, root: &Node, map: &MapView<'_>) -> String {
         let schema_version = match map.get("schema_version").map(|n| &n.value) {
             None | Some(Value::Null) => SCHEMA_VERSION.to_string(),
             Some(Value::Str(s)) => s.clone(),
@@ -1188,9 +1272,13 @@ impl Reader {
                 "upgrade Tally, or write `schema_version: \"1\"` if the file uses only version 1 keys",
             );
         }
+        schema_version
+    }
 
+    /// Reads `id` (the folder name when absent) and checks it, and the folder name, as an id.
+    fn dataset_id(&mut self, map: &MapView<'_>, folder_id: &str) -> String {
         let id = match self.string(
-            &map,
+            map,
             "id",
             "",
             "write `id: my-dataset` (letters, digits, `-`, `_`)",
@@ -1233,15 +1321,19 @@ impl Reader {
                 "rename the folder: 1–64 characters, letters, digits, `-`, `_` or `.`, not starting with `.`",
             );
         }
+        id
+    }
 
-        let title = match self.string(&map, "title", "", "write `title: \"…\"`") {
+    /// Reads `title`, the id when it is missing or not a string.
+    fn title(&mut self, map: &MapView<'_>, id: &str) -> String {
+        match self.string(map, "title", "", "write `title: \"…\"`") {
             Some(t) if !t.trim().is_empty() => t,
             // A title of the wrong type was reported above.
             _ if map
                 .get("title")
                 .is_some_and(|n| !matches!(n.value, Value::Null | Value::Str(_))) =>
             {
-                id.clone()
+                id.to_string()
             }
             _ => {
                 self.warning(
@@ -1250,47 +1342,17 @@ impl Reader {
                     format!("`title` is missing; the dataset is listed as `{id}`"),
                     "add `title: \"…\"` so people and models can tell what the data is",
                 );
-                id.clone()
+                id.to_string()
             }
-        };
-        let description = self.string(&map, "description", "", "write `description: \"…\"`");
-        let publisher = self.string(&map, "publisher", "", "write `publisher: \"…\"`");
-        let license = self.string(
-            &map,
-            "license",
-            "",
-            "write `license: \"CC-BY-4.0\"` or similar",
-        );
-        let as_of_date = self.date(&map, "as_of_date", "");
-        let published_at = self.date(&map, "published_at", "");
-        let retrieved_at = self.date(&map, "retrieved_at", "");
-        let source = match map.get("source") {
-            Some(node) if node.value != Value::Null => self.source(node),
-            _ => SourceDef::default(),
-        };
-        let tags = self.string_list(&map, "tags", "");
-        let enabled = self.boolean(&map, "enabled", "").unwrap_or(true);
-        let generic_values = self.string_list(&map, "generic_values", "");
-        let notes = self.string_list(&map, "notes", "");
-        let data_file = match (
-            map.get("data_file"),
-            self.string(&map, "data_file", "", "write `data_file: data.parquet`"),
-        ) {
-            (Some(node), Some(value)) => self
-                .relative_path(node, &value, "data_file", "data_file")
-                .unwrap_or_default(),
-            _ => "data.parquet".to_string(),
-        };
-        let backend = match map.get("backend") {
-            Some(node) if node.value != Value::Null => self.backend(node),
-            _ => BackendDef::default(),
-        };
-        let data_url = self.data_url(&map, &backend);
+        }
+    }
 
-        let mut fields = match map.get("fields") {
+    /// Reads `fields`, reporting it when missing.
+    fn dataset_fields(&mut self, map: &MapView<'_>) -> Vec<Field> {
+        match map.get("fields") {
             Some(node) => self.fields(node),
             None => {
-                let fix = match suggest_present(&map, "fields") {
+                let fix = match suggest_present(map, "fields") {
                     Some(near) => format!(
                         "list the data's columns under `fields:`, each with `name` and `role` (found `{near}`: is it a misspelling of `fields`?)"
                     ),
@@ -1300,12 +1362,13 @@ impl Reader {
                 self.error(map.pos, "fields", "`fields` is missing", fix);
                 Vec::new()
             }
-        };
+        }
+    }
 
-        self.resolve_aliases(&mut fields);
-
+    /// Reads `id_field`, checked to name a declared field.
+    fn id_field(&mut self, map: &MapView<'_>, fields: &[Field]) -> Option<String> {
         let id_field = self.string(
-            &map,
+            map,
             "id_field",
             "",
             "write `id_field: <name of a declared field>`",
@@ -1327,44 +1390,7 @@ impl Reader {
                 fix,
             );
         }
-
-        let computed_measures = match map.get("computed_measures") {
-            Some(node) => self.computed_measures(node, &fields),
-            None => Vec::new(),
-        };
-        let revisions = map
-            .get("revisions")
-            .and_then(|node| self.revisions(node, &fields));
-        let links = match map.get("links") {
-            Some(node) => self.links(node, &fields),
-            None => Vec::new(),
-        };
-
-        Some(DatasetDef {
-            id,
-            schema_version,
-            title,
-            description,
-            publisher,
-            license,
-            as_of_date,
-            published_at,
-            retrieved_at,
-            source,
-            tags,
-            enabled,
-            id_field,
-            generic_values,
-            notes,
-            data_file,
-            data_url,
-            backend,
-            fields,
-            computed_measures,
-            undeclared: Vec::new(),
-            revisions,
-            links,
-        })
+        id_field
     }
 
     /// `data: s3://bucket/prefix/`: checked here for its form only (the bucket is asked when
@@ -1545,34 +1571,7 @@ impl Reader {
                 );
             }
         }
-        let plugin = plugin_key.and_then(|key| {
-            let path = format!("backend.{key}");
-            let fix =
-                format!("write `{key}: <file in the dataset folder>` or `{key}: builtin:<name>`");
-            let value = self.required_string(&map, key, "backend", &fix)?;
-            let node = map.get(key)?;
-            match value.strip_prefix("builtin:") {
-                Some(name) => {
-                    if name.is_empty()
-                        || !name
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-                    {
-                        self.error(
-                            node.pos,
-                            &path,
-                            format!("`{value}` is not a valid built-in plugin name"),
-                            "write `builtin:<name>` with letters, digits, `-` or `_`",
-                        );
-                        return None;
-                    }
-                    Some(PluginRef::Builtin(name.to_string()))
-                }
-                None => self
-                    .relative_path(node, &value, &path, key)
-                    .map(PluginRef::File),
-            }
-        });
+        let plugin = plugin_key.and_then(|key| self.plugin(&map, key));
         let config = match map.get("config") {
             None => serde_json::Value::Object(Default::default()),
             Some(n) => match &n.value {
@@ -1593,6 +1592,36 @@ impl Reader {
             kind,
             plugin,
             config,
+        }
+    }
+
+    /// Reads a backend's plugin under `key` (`component` or `library`): a built-in name or
+    /// a file in the dataset folder.
+    fn plugin(&mut self, map: &MapView<'_>, key: &str) -> Option<PluginRef> {
+        let path = format!("backend.{key}");
+        let fix = format!("write `{key}: <file in the dataset folder>` or `{key}: builtin:<name>`");
+        let value = self.required_string(map, key, "backend", &fix)?;
+        let node = map.get(key)?;
+        match value.strip_prefix("builtin:") {
+            Some(name) => {
+                if name.is_empty()
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                {
+                    self.error(
+                        node.pos,
+                        &path,
+                        format!("`{value}` is not a valid built-in plugin name"),
+                        "write `builtin:<name>` with letters, digits, `-` or `_`",
+                    );
+                    return None;
+                }
+                Some(PluginRef::Builtin(name.to_string()))
+            }
+            None => self
+                .relative_path(node, &value, &path, key)
+                .map(PluginRef::File),
         }
     }
 
@@ -1647,8 +1676,66 @@ impl Reader {
 
     fn field(&mut self, node: &Node, path: &str) -> Option<Field> {
         let map = self.map(node, path, FIELD_KEYS)?;
+        let name = self.field_name(&map, path)?;
+        let role = self.role(&map, path)?;
+        let data_type = self.data_type(&map, path, role);
+        let codelist = map
+            .get("codelist")
+            .and_then(|n| self.codelist(n, &join(path, "codelist")));
+        if codelist.is_some() && role == Role::Measure {
+            self.error(
+                map.key_pos("codelist"),
+                &join(path, "codelist"),
+                "a measure cannot have a codelist",
+                "remove `codelist`, or change the role to `dim` or `attr`",
+            );
+        }
+        let multi_value = self.multi_value(&map, path)?;
+        if multi_value.is_some() && role == Role::Measure {
+            self.error(
+                map.key_pos("multi_value"),
+                &join(path, "multi_value"),
+                "a measure cannot be multi-valued",
+                "remove `multi_value`, or change the role to `attr`",
+            );
+        }
+        if let Some(Codelist::AutoSplit) = codelist
+            && multi_value.is_none()
+        {
+            self.error(
+                    map.key_pos("codelist"),
+                    &join(path, "codelist"),
+                    "`codelist: auto_split` lists the parts of multi-value cells, but the field is not multi-valued",
+                    "add `multi_value: true`, or use `codelist: auto`",
+                );
+        }
+        let groupable = self.groupable(&map, path, role);
+        let _filterable = self.boolean(&map, "filterable", path);
+        let locator = self.locator(&map, path, data_type, multi_value.as_deref());
+        self.aliases_written(&map, &name, path);
+        let notes = self.string_list(&map, "notes", path);
+        let csv_col_index = self.csv_col_index(&map, path);
+        Some(Field {
+            desc: self.string(&map, "desc", path, "write `desc: \"…\"`"),
+            group: self.string(&map, "group", path, "write `group: \"…\"`"),
+            name,
+            role,
+            data_type,
+            codelist,
+            multi_value,
+            groupable,
+            locator,
+            aliases: Vec::new(),
+            notes,
+            csv_col_index,
+            pos: node.pos,
+        })
+    }
+
+    /// Reads a field's `name`, refused when too long or holding control characters.
+    fn field_name(&mut self, map: &MapView<'_>, path: &str) -> Option<String> {
         let name = self.required_string(
-            &map,
+            map,
             "name",
             path,
             "give the column's name as it appears in the data: `name: …`",
@@ -1662,12 +1749,14 @@ impl Reader {
             );
             return None;
         }
+        Some(name)
+    }
+
+    /// Reads a field's `role`; `None` when it is missing or unknown (reported).
+    fn role(&mut self, map: &MapView<'_>, path: &str) -> Option<Role> {
         let roles: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
         let role_fix = format!("write `role:` as one of {}", roles.join(", "));
-        let role = match self
-            .required_string(&map, "role", path, &role_fix)?
-            .as_str()
-        {
+        let role = match self.required_string(map, "role", path, &role_fix)?.as_str() {
             "id" => Role::Id,
             "dim" | "dimension" => Role::Dim,
             "measure" => Role::Measure,
@@ -1686,8 +1775,13 @@ impl Reader {
                 return None;
             }
         };
+        Some(role)
+    }
+
+    /// Reads a field's `data_type` (the role's default when absent), numeric for a measure.
+    fn data_type(&mut self, map: &MapView<'_>, path: &str, role: Role) -> DataType {
         let data_type = match self.string(
-            &map,
+            map,
             "data_type",
             path,
             "write `data_type: integer` (or string, number, boolean, date)",
@@ -1724,18 +1818,13 @@ impl Reader {
                 "use `data_type: integer` or `data_type: number`, or change the role to `attr`",
             );
         }
-        let codelist = map
-            .get("codelist")
-            .and_then(|n| self.codelist(n, &join(path, "codelist")));
-        if codelist.is_some() && role == Role::Measure {
-            self.error(
-                map.key_pos("codelist"),
-                &join(path, "codelist"),
-                "a measure cannot have a codelist",
-                "remove `codelist`, or change the role to `dim` or `attr`",
-            );
-        }
-        let multi_value = match map.get("multi_value") {
+        data_type
+    }
+
+    /// Reads a field's `multi_value`: its separator, `None` when single-valued. The outer
+    /// `None` gives the field up (a `multi_value` mapping that could not be read).
+    fn multi_value(&mut self, map: &MapView<'_>, path: &str) -> Option<Option<String>> {
+        Some(match map.get("multi_value") {
             None => None,
             Some(n) => match &n.value {
                 Value::Bool(true) => Some(DEFAULT_SEPARATOR.to_string()),
@@ -1767,27 +1856,13 @@ impl Reader {
                     None
                 }
             },
-        };
-        if multi_value.is_some() && role == Role::Measure {
-            self.error(
-                map.key_pos("multi_value"),
-                &join(path, "multi_value"),
-                "a measure cannot be multi-valued",
-                "remove `multi_value`, or change the role to `attr`",
-            );
-        }
-        if let Some(Codelist::AutoSplit) = codelist
-            && multi_value.is_none()
-        {
-            self.error(
-                    map.key_pos("codelist"),
-                    &join(path, "codelist"),
-                    "`codelist: auto_split` lists the parts of multi-value cells, but the field is not multi-valued",
-                    "add `multi_value: true`, or use `codelist: auto`",
-                );
-        }
+        })
+    }
+
+    /// Reads a field's `groupable` (dimensions and attributes by default); never a measure.
+    fn groupable(&mut self, map: &MapView<'_>, path: &str, role: Role) -> bool {
         let groupable_default = matches!(role, Role::Dim | Role::Attr);
-        let groupable = match self.boolean(&map, "groupable", path) {
+        match self.boolean(map, "groupable", path) {
             Some(true) if role == Role::Measure => {
                 self.error(
                     map.key_pos("groupable"),
@@ -1799,9 +1874,18 @@ impl Reader {
             }
             Some(g) => g,
             None => groupable_default,
-        };
-        let _filterable = self.boolean(&map, "filterable", path);
-        let locator = match map.get("locator").map(|n| (n, &n.value)) {
+        }
+    }
+
+    /// Reads a field's `locator`: `law`, on a single-valued text field only.
+    fn locator(
+        &mut self,
+        map: &MapView<'_>,
+        path: &str,
+        data_type: DataType,
+        multi_value: Option<&str>,
+    ) -> Option<LocatorKind> {
+        match map.get("locator").map(|n| (n, &n.value)) {
             None | Some((_, Value::Null)) => None,
             Some((_, Value::Str(s)))
                 if s == "law" && !data_type.is_numeric() && multi_value.is_none() =>
@@ -1820,10 +1904,12 @@ impl Reader {
                 );
                 None
             }
-        };
-        self.aliases_written(&map, &name, path);
-        let notes = self.string_list(&map, "notes", path);
-        let csv_col_index = match map.get("csv_col_index").map(|n| (n, &n.value)) {
+        }
+    }
+
+    /// Reads a field's `csv_col_index`, a non-negative integer.
+    fn csv_col_index(&mut self, map: &MapView<'_>, path: &str) -> Option<u32> {
+        match map.get("csv_col_index").map(|n| (n, &n.value)) {
             Some((_, Value::Int(i))) if *i >= 0 => u32::try_from(*i).ok(),
             Some((_, Value::Null)) | None => None,
             Some((n, _)) => {
@@ -1838,22 +1924,7 @@ impl Reader {
                 );
                 None
             }
-        };
-        Some(Field {
-            desc: self.string(&map, "desc", path, "write `desc: \"…\"`"),
-            group: self.string(&map, "group", path, "write `group: \"…\"`"),
-            name,
-            role,
-            data_type,
-            codelist,
-            multi_value,
-            groupable,
-            locator,
-            aliases: Vec::new(),
-            notes,
-            csv_col_index,
-            pos: node.pos,
-        })
+        }
     }
 
     /// Reads a field's `aliases` as written (one name, or a list of names); they are checked
@@ -2006,47 +2077,8 @@ impl Reader {
                 let mut codes: Vec<Code> = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
                     let item_path = format!("{path}[{i}]");
-                    let code = match &item.value {
-                        Value::Str(s) => Code {
-                            value: s.clone(),
-                            description: None,
-                        },
-                        Value::Int(n) => Code {
-                            value: n.to_string(),
-                            description: None,
-                        },
-                        Value::Map(entries) if entries.len() == 1 => {
-                            let (key, value) = &entries[0];
-                            let description = match &value.value {
-                                Value::Str(s) => Some(s.clone()),
-                                Value::Null => None,
-                                _ => {
-                                    self.error(
-                                        value.pos,
-                                        &item_path,
-                                        format!("the description of code `{}` must be a string, found {}", key.name, value.kind()),
-                                        "write `- \"code\": description text`",
-                                    );
-                                    None
-                                }
-                            };
-                            Code {
-                                value: key.name.clone(),
-                                description,
-                            }
-                        }
-                        _ => {
-                            self.error(
-                                item.pos,
-                                &item_path,
-                                format!(
-                                    "expected a code (a string, or `code: description`), found {}",
-                                    item.kind()
-                                ),
-                                fix,
-                            );
-                            continue;
-                        }
+                    let Some(code) = self.code(item, &item_path, fix) else {
+                        continue;
                     };
                     if code.value.trim().is_empty() {
                         self.error(
@@ -2090,6 +2122,56 @@ impl Reader {
                 None
             }
         }
+    }
+
+    /// Reads one entry of a codelist: a code, or `code: description`.
+    fn code(&mut self, item: &Node, item_path: &str, fix: &str) -> Option<Code> {
+        Some(match &item.value {
+            Value::Str(s) => Code {
+                value: s.clone(),
+                description: None,
+            },
+            Value::Int(n) => Code {
+                value: n.to_string(),
+                description: None,
+            },
+            Value::Map(entries) if entries.len() == 1 => {
+                let (key, value) = &entries[0];
+                let description = match &value.value {
+                    Value::Str(s) => Some(s.clone()),
+                    Value::Null => None,
+                    _ => {
+                        self.error(
+                            value.pos,
+                            item_path,
+                            format!(
+                                "the description of code `{}` must be a string, found {}",
+                                key.name,
+                                value.kind()
+                            ),
+                            "write `- \"code\": description text`",
+                        );
+                        None
+                    }
+                };
+                Code {
+                    value: key.name.clone(),
+                    description,
+                }
+            }
+            _ => {
+                self.error(
+                    item.pos,
+                    item_path,
+                    format!(
+                        "expected a code (a string, or `code: description`), found {}",
+                        item.kind()
+                    ),
+                    fix,
+                );
+                return None;
+            }
+        })
     }
 
     /// A field name at `path` that must be declared, or the error that says which are.
@@ -2289,111 +2371,123 @@ impl Reader {
         let mut out: Vec<ComputedMeasure> = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let path = format!("computed_measures[{i}]");
-            let Some(map) = self.map(item, &path, MEASURE_KEYS) else {
-                continue;
-            };
-            let Some(name) = self.required_string(&map, "name", &path, "write `name: …`") else {
-                continue;
-            };
-            if fields
-                .iter()
-                .any(|f| normalize(&f.name) == normalize(&name))
-            {
-                self.error(
-                    map.key_pos("name"),
-                    &join(&path, "name"),
-                    format!("computed measure `{name}` has the name of a field"),
-                    "give the computed measure a name of its own",
-                );
-                continue;
+            if let Some(measure) = self.computed_measure(item, &path, fields, &out) {
+                out.push(measure);
             }
-            if out.iter().any(|m| normalize(&m.name) == normalize(&name)) {
-                self.error(
-                    map.key_pos("name"),
-                    &join(&path, "name"),
-                    format!("computed measure `{name}` is declared twice"),
-                    "remove the duplicate entry or rename it",
-                );
-                continue;
-            }
-            let desc = self.string(&map, "desc", &path, "write `desc: \"…\"`");
-            let mode_fix = "write `mode: count_where` (with condition_field, condition_values) or `mode: sum_ratio` (with numerator, denominator)";
-            let Some(mode) = self.required_string(&map, "mode", &path, mode_fix) else {
-                continue;
-            };
-            let formula = match mode.as_str() {
-                "count_where" => {
-                    let field = self.field_ref(&map, "condition_field", &path, fields, None);
-                    let values = self.string_list(&map, "condition_values", &path);
-                    if map.get("condition_values").is_none() || values.is_empty() {
-                        self.error(
-                            map.key_pos("condition_values"),
-                            &join(&path, "condition_values"),
-                            "`condition_values` is missing or empty",
-                            "list the values that count, e.g. `condition_values: [\"1 実施済\"]`",
-                        );
-                    }
-                    let Some((field_id, field)) = field else {
-                        continue;
-                    };
-                    if let Some(codes) = field.static_codes() {
-                        for (j, v) in values.iter().enumerate() {
-                            if !codes.iter().any(|c| &c.value == v) {
-                                let listed: Vec<&str> =
-                                    codes.iter().map(|c| c.value.as_str()).collect();
-                                self.error(
-                                    map.get("condition_values")
-                                        .map(|n| n.pos)
-                                        .unwrap_or(map.pos),
-                                    &format!("{path}.condition_values[{j}]"),
-                                    format!("`{v}` is not a code of `{}`", field.name),
-                                    format!(
-                                        "use codes as written in the codelist: {}",
-                                        listed.join(", ")
-                                    ),
-                                );
-                            }
-                        }
-                    }
-                    Formula::CountWhere {
-                        condition_field: field_id,
-                        condition_values: values,
-                    }
-                }
-                "sum_ratio" => {
-                    let numerator =
-                        self.field_ref(&map, "numerator", &path, fields, Some(Role::Measure));
-                    let denominator =
-                        self.field_ref(&map, "denominator", &path, fields, Some(Role::Measure));
-                    let (Some((n, _)), Some((d, _))) = (numerator, denominator) else {
-                        continue;
-                    };
-                    Formula::SumRatio {
-                        numerator: n,
-                        denominator: d,
-                    }
-                }
-                other => {
-                    let fix = match suggest(other, ["count_where", "sum_ratio"]) {
-                        Some(near) => format!("did you mean `{near}`? {mode_fix}"),
-                        None => mode_fix.to_string(),
-                    };
-                    self.error(
-                        map.key_pos("mode"),
-                        &join(&path, "mode"),
-                        format!("unknown mode `{other}`"),
-                        fix,
-                    );
-                    continue;
-                }
-            };
-            out.push(ComputedMeasure {
-                name,
-                desc,
-                formula,
-            });
         }
         out
+    }
+
+    /// Reads one computed measure, its name unlike any field's or earlier measure's; `None`
+    /// when it is given up (reported).
+    fn computed_measure(
+        &mut self,
+        item: &Node,
+        path: &str,
+        fields: &[Field],
+        earlier: &[ComputedMeasure],
+    ) -> Option<ComputedMeasure> {
+        let map = self.map(item, path, MEASURE_KEYS)?;
+        let name = self.required_string(&map, "name", path, "write `name: …`")?;
+        if fields
+            .iter()
+            .any(|f| normalize(&f.name) == normalize(&name))
+        {
+            self.error(
+                map.key_pos("name"),
+                &join(path, "name"),
+                format!("computed measure `{name}` has the name of a field"),
+                "give the computed measure a name of its own",
+            );
+            return None;
+        }
+        if earlier
+            .iter()
+            .any(|m| normalize(&m.name) == normalize(&name))
+        {
+            self.error(
+                map.key_pos("name"),
+                &join(path, "name"),
+                format!("computed measure `{name}` is declared twice"),
+                "remove the duplicate entry or rename it",
+            );
+            return None;
+        }
+        let desc = self.string(&map, "desc", path, "write `desc: \"…\"`");
+        let mode_fix = "write `mode: count_where` (with condition_field, condition_values) or `mode: sum_ratio` (with numerator, denominator)";
+        let mode = self.required_string(&map, "mode", path, mode_fix)?;
+        let formula = match mode.as_str() {
+            "count_where" => self.count_where(&map, path, fields)?,
+            "sum_ratio" => {
+                let numerator =
+                    self.field_ref(&map, "numerator", path, fields, Some(Role::Measure));
+                let denominator =
+                    self.field_ref(&map, "denominator", path, fields, Some(Role::Measure));
+                let (Some((n, _)), Some((d, _))) = (numerator, denominator) else {
+                    return None;
+                };
+                Formula::SumRatio {
+                    numerator: n,
+                    denominator: d,
+                }
+            }
+            other => {
+                let fix = match suggest(other, ["count_where", "sum_ratio"]) {
+                    Some(near) => format!("did you mean `{near}`? {mode_fix}"),
+                    None => mode_fix.to_string(),
+                };
+                self.error(
+                    map.key_pos("mode"),
+                    &join(path, "mode"),
+                    format!("unknown mode `{other}`"),
+                    fix,
+                );
+                return None;
+            }
+        };
+        Some(ComputedMeasure {
+            name,
+            desc,
+            formula,
+        })
+    }
+
+    /// Reads the formula of a `count_where` measure: its field, and values that are codes of
+    /// that field when it has a static codelist.
+    fn count_where(&mut self, map: &MapView<'_>, path: &str, fields: &[Field]) -> Option<Formula> {
+        let field = self.field_ref(map, "condition_field", path, fields, None);
+        let values = self.string_list(map, "condition_values", path);
+        if map.get("condition_values").is_none() || values.is_empty() {
+            self.error(
+                map.key_pos("condition_values"),
+                &join(path, "condition_values"),
+                "`condition_values` is missing or empty",
+                "list the values that count, e.g. `condition_values: [\"1 実施済\"]`",
+            );
+        }
+        let (field_id, field) = field?;
+        if let Some(codes) = field.static_codes() {
+            for (j, v) in values.iter().enumerate() {
+                if !codes.iter().any(|c| &c.value == v) {
+                    let listed: Vec<&str> = codes.iter().map(|c| c.value.as_str()).collect();
+                    self.error(
+                        map.get("condition_values")
+                            .map(|n| n.pos)
+                            .unwrap_or(map.pos),
+                        &format!("{path}.condition_values[{j}]"),
+                        format!("`{v}` is not a code of `{}`", field.name),
+                        format!(
+                            "use codes as written in the codelist: {}",
+                            listed.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        Some(Formula::CountWhere {
+            condition_field: field_id,
+            condition_values: values,
+        })
     }
 
     /// A key whose value must name a declared field (of a given role, if any).

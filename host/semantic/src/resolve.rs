@@ -745,20 +745,7 @@ impl<'d> Resolver<'d> {
             (Some(f), None) => format!("sum:{f}"),
             (None, None) => "count".to_string(),
         };
-        let kind = match names::resolve(&kind, MetricKind::ALL.map(MetricKind::as_str)) {
-            Ok(r) => Some(MetricKind::ALL[r.index]),
-            Err(_) => MetricKind::synonym(&kind),
-        };
-        let Some(kind) = kind else {
-            let err = RequestError::new(ErrorCode::UnknownMetric, format!("unknown metric `{input}`"))
-                .at("metrics")
-                .candidates(
-                    self.ranked_metric_candidates(input).into_iter().take(MAX_CANDIDATES).collect(),
-                    self.metric_candidates().len(),
-                )
-                .hint("a metric is `count`, or `sum:F`, `avg:F`, `min:F`, `max:F` with F a measure, or `avg:<computed measure>`");
-            return Err(self.example_with(err, "metrics", &example_metric));
-        };
+        let kind = self.metric_kind(input, &kind, &example_metric)?;
         if kind == MetricKind::Count {
             if target.is_some() {
                 let err = RequestError::new(
@@ -784,45 +771,107 @@ impl<'d> Resolver<'d> {
             );
             return Err(self.example_with(err, "metrics", &example_metric));
         };
-        if kind != MetricKind::Count {
-            let computed = def.computed_measures.iter().map(|m| m.name.as_str());
-            let outcome = names::resolve(&target, computed);
-            let declared = def.field(&target).is_some();
-            if !declared
-                && let Some(err) =
-                    self.undeclared(&target, "metrics", outcome.as_ref().ok().copied())
-            {
-                return Err(err);
-            }
-            if let Ok(r) = outcome {
-                let index = r.index;
-                if kind != MetricKind::Avg {
-                    let err = RequestError::new(
-                        ErrorCode::RoleMismatch,
-                        format!("`{input}`: `{}` is a computed measure (a ratio); it can only be averaged", r.canonical),
-                    )
-                    .at("metrics")
-                    .candidates(vec![Candidate::new(format!("avg:{}", r.canonical))], 1)
-                    .hint(format!("use `avg:{}`", r.canonical));
-                    return Err(self.example_with(err, "metrics", &format!("avg:{}", r.canonical)));
-                }
-                return Ok(Metric::AvgComputed(MeasureId::at(index)));
-            }
+        if kind != MetricKind::Count
+            && let Some(computed) = self.computed_metric(input, kind, &target)?
+        {
+            return Ok(computed);
         }
-        let field_names = def.fields.iter().map(|f| f.name.as_str());
-        let outcome = names::resolve(&target, field_names);
-        if let Some(err) = self.undeclared(&target, "metrics", outcome.as_ref().ok().copied()) {
+        let field = self.measure_field(input, kind, &target, &measures, &example_metric)?;
+        self.check_measure_role(input, kind, field, &measures, &example_metric)?;
+        Ok(match kind {
+            MetricKind::Sum => Metric::Sum(field),
+            MetricKind::Avg => Metric::Avg(field),
+            MetricKind::Min => Metric::Min(field),
+            MetricKind::Max => Metric::Max(field),
+            // Answered above: `count` takes no field.
+            MetricKind::Count => Metric::Count,
+        })
+    }
+
+    /// The kind of a metric (`count`, `sum`, …) named by `kind`, the part before its `:`.
+    fn metric_kind(
+        &self,
+        input: &str,
+        kind: &str,
+        example_metric: &str,
+    ) -> Result<MetricKind, RequestError> {
+        let kind = match names::resolve(kind, MetricKind::ALL.map(MetricKind::as_str)) {
+            Ok(r) => Some(MetricKind::ALL[r.index]),
+            Err(_) => MetricKind::synonym(kind),
+        };
+        let Some(kind) = kind else {
+            let err = RequestError::new(ErrorCode::UnknownMetric, format!("unknown metric `{input}`"))
+                .at("metrics")
+                .candidates(
+                    self.ranked_metric_candidates(input).into_iter().take(MAX_CANDIDATES).collect(),
+                    self.metric_candidates().len(),
+                )
+                .hint("a metric is `count`, or `sum:F`, `avg:F`, `min:F`, `max:F` with F a measure, or `avg:<computed measure>`");
+            return Err(self.example_with(err, "metrics", example_metric));
+        };
+        Ok(kind)
+    }
+
+    /// The computed measure `target` names, if any: only averaged; `None` when it names none.
+    fn computed_metric(
+        &self,
+        input: &str,
+        kind: MetricKind,
+        target: &str,
+    ) -> Result<Option<Metric>, RequestError> {
+        let def = self.def;
+        let computed = def.computed_measures.iter().map(|m| m.name.as_str());
+        let outcome = names::resolve(target, computed);
+        let declared = def.field(target).is_some();
+        if !declared
+            && let Some(err) = self.undeclared(target, "metrics", outcome.as_ref().ok().copied())
+        {
             return Err(err);
         }
-        let field = match outcome {
-            Ok(r) => FieldId::at(r.index),
+        if let Ok(r) = outcome {
+            let index = r.index;
+            if kind != MetricKind::Avg {
+                let err = RequestError::new(
+                    ErrorCode::RoleMismatch,
+                    format!(
+                        "`{input}`: `{}` is a computed measure (a ratio); it can only be averaged",
+                        r.canonical
+                    ),
+                )
+                .at("metrics")
+                .candidates(vec![Candidate::new(format!("avg:{}", r.canonical))], 1)
+                .hint(format!("use `avg:{}`", r.canonical));
+                return Err(self.example_with(err, "metrics", &format!("avg:{}", r.canonical)));
+            }
+            return Ok(Some(Metric::AvgComputed(MeasureId::at(index))));
+        }
+        Ok(None)
+    }
+
+    /// The declared field `target` names, refused with the measures ranked when none fits.
+    fn measure_field(
+        &self,
+        input: &str,
+        kind: MetricKind,
+        target: &str,
+        measures: &[&str],
+        example_metric: &str,
+    ) -> Result<FieldId, RequestError> {
+        let def = self.def;
+        let field_names = def.fields.iter().map(|f| f.name.as_str());
+        let outcome = names::resolve(target, field_names);
+        if let Some(err) = self.undeclared(target, "metrics", outcome.as_ref().ok().copied()) {
+            return Err(err);
+        }
+        match outcome {
+            Ok(r) => Ok(FieldId::at(r.index)),
             Err(_) => {
                 let pool: Vec<&str> = measures
                     .iter()
                     .copied()
                     .chain(def.computed_measures.iter().map(|m| m.name.as_str()))
                     .collect();
-                let ranked = names::rank(&target, pool.iter().copied());
+                let ranked = names::rank(target, pool.iter().copied());
                 let candidates = ranked
                     .iter()
                     .take(MAX_CANDIDATES)
@@ -838,11 +887,22 @@ impl<'d> Resolver<'d> {
                 let best = ranked
                     .first()
                     .map(|b| format!("{kind}:{b}"))
-                    .unwrap_or(example_metric);
-                return Err(self.example_with(err, "metrics", &best));
+                    .unwrap_or_else(|| example_metric.to_string());
+                Err(self.example_with(err, "metrics", &best))
             }
-        };
-        let f = &def.fields[field];
+        }
+    }
+
+    /// Refuses a field that is not a measure: only measures are aggregated.
+    fn check_measure_role(
+        &self,
+        input: &str,
+        kind: MetricKind,
+        field: FieldId,
+        measures: &[&str],
+        example_metric: &str,
+    ) -> Result<(), RequestError> {
+        let f = &self.def.fields[field];
         if f.role != Role::Measure {
             let err = RequestError::new(
                 ErrorCode::RoleMismatch,
@@ -861,16 +921,9 @@ impl<'d> Resolver<'d> {
                 "to count rows per value of `{}`, group by it: \"group_by\": [\"{}\"], \"metrics\": [\"count\"]",
                 f.name, f.name
             ));
-            return Err(self.example_with(err, "metrics", &example_metric));
+            return Err(self.example_with(err, "metrics", example_metric));
         }
-        Ok(match kind {
-            MetricKind::Sum => Metric::Sum(field),
-            MetricKind::Avg => Metric::Avg(field),
-            MetricKind::Min => Metric::Min(field),
-            MetricKind::Max => Metric::Max(field),
-            // Answered above: `count` takes no field.
-            MetricKind::Count => Metric::Count,
-        })
+        Ok(())
     }
 
     /// Every valid metric, closest to `input` first.
@@ -1284,123 +1337,262 @@ pub fn resolve_summarize(
     } else {
         args.metrics
     };
-    let mut metrics: Vec<Metric> = Vec::new();
-    for input in &metric_inputs {
-        let m = r.metric(input)?;
-        let column = m.column(def);
-        if column != *input {
-            r.resolved.push(Resolution {
-                parameter: "metrics".into(),
-                input: input.clone(),
-                canonical: column,
-            });
-        }
-        if !metrics.contains(&m) {
-            metrics.push(m);
-        }
-    }
+    let metrics = r.summary_metrics(&metric_inputs)?;
 
     let mut group_by = r.fields(&args.group_by, "group_by")?;
-    for &g in &group_by {
-        let f = &def.fields[g];
-        if !f.groupable {
-            let groupable: Vec<Candidate> = def
-                .fields
-                .iter()
-                .filter(|f| f.groupable)
-                .map(|f| Candidate::described(f.name.clone(), f.desc.as_deref()))
-                .collect();
-            let total = groupable.len();
-            let names = names::rank(&f.name, groupable.iter().map(|c| c.name.as_str()));
-            let best = names.first().map(|s| s.to_string()).unwrap_or_default();
-            let ranked: Vec<Candidate> = names
-                .iter()
-                .take(MAX_CANDIDATES)
-                .filter_map(|n| groupable.iter().find(|c| c.name == *n).cloned())
-                .collect();
-            let why = match f.role {
-                Role::Measure => {
-                    "it is a measure: aggregate it with sum:/avg:/min:/max: instead".to_string()
-                }
-                Role::Id => "it identifies single records".to_string(),
-                _ => "its definition says `groupable: false`".to_string(),
-            };
-            let err = RequestError::new(
-                ErrorCode::RoleMismatch,
-                format!("`{}` cannot be grouped by: {why}", f.name),
-            )
-            .at("group_by")
-            .candidates(ranked, total);
-            return Err(r.example_with(err, "group_by", &best));
-        }
-    }
+    r.check_groupable(&group_by)?;
 
-    let mut explode = r.fields(&args.explode, "explode")?;
-    for &e in &explode {
-        let f = &def.fields[e];
-        if !f.is_multi_value() {
-            let multi: Vec<Candidate> = def
-                .fields
-                .iter()
-                .filter(|f| f.is_multi_value())
-                .map(|f| Candidate::described(f.name.clone(), f.desc.as_deref()))
-                .collect();
-            let total = multi.len();
-            let best = multi.first().map(|c| c.name.clone()).unwrap_or_default();
-            let err = RequestError::new(
-                ErrorCode::RoleMismatch,
-                format!(
-                    "`{}` holds one value per record; only multi-value fields can be exploded",
-                    f.name
-                ),
-            )
-            .at("explode")
-            .candidates(multi.into_iter().take(SAMPLE_SIZE).collect(), total);
-            return Err(r.example_with(err, "explode", &best));
-        }
-        if !group_by.contains(&e) {
-            group_by.push(e);
-            r.notices.push(Notice {
-                parameter: "explode".into(),
-                message: format!(
-                    "`{}` was added to group_by: exploding splits its parts into groups",
-                    f.name
-                ),
-            });
-        }
-    }
-    for &g in &group_by {
-        let f = &def.fields[g];
-        if f.is_multi_value() && !explode.contains(&g) {
-            explode.push(g);
-            r.notices.push(Notice {
-                parameter: "explode".into(),
-                message: format!(
-                    "`{}` holds several values per record; each part was counted in its own group (explode)",
-                    f.name
-                ),
-            });
-        }
-    }
+    let explode = r.explode(&args.explode, &mut group_by)?;
 
     let filters = r.filters(args.conditions)?;
 
-    let mut columns: Vec<String> = Vec::new();
-    for m in &metrics {
-        columns.push(m.column(def));
-        if let Some(c) = m.null_excluded_column(def)
-            && !columns.contains(&c)
-        {
-            columns.push(c);
+    let result = SummaryColumns::new(def, &metric_inputs, &metrics, &group_by);
+    let having = r.having(args.having, &result)?;
+    let order_by = r.order_by(&args.order_by, &result)?;
+
+    let as_of = resolve_as_of(def, args.as_of.as_deref(), &filters)?;
+    Ok(SummarizePlan {
+        dataset_id: def.id.clone(),
+        metrics,
+        group_by,
+        filters,
+        having,
+        explode,
+        order_by,
+        limit: args.limit,
+        as_of,
+        resolved_fields: r.resolved,
+        notices: r.notices,
+    })
+}
+
+impl Resolver<'_> {
+    /// Resolves a summary's metrics, each once, recording those typed in another form.
+    fn summary_metrics(&mut self, metric_inputs: &[String]) -> Result<Vec<Metric>, RequestError> {
+        let def = self.def;
+        let mut metrics: Vec<Metric> = Vec::new();
+        for input in metric_inputs {
+            let m = self.metric(input)?;
+            let column = m.column(def);
+            if column != *input {
+                self.resolved.push(Resolution {
+                    parameter: "metrics".into(),
+                    input: input.clone(),
+                    canonical: column,
+                });
+            }
+            if !metrics.contains(&m) {
+                metrics.push(m);
+            }
+        }
+        Ok(metrics)
+    }
+
+    /// Refuses a `group_by` field that cannot be grouped by, naming those that can.
+    fn check_groupable(&self, group_by: &[FieldId]) -> Result<(), RequestError> {
+        let def = self.def;
+        for &g in group_by {
+            let f = &def.fields[g];
+            if !f.groupable {
+                let groupable: Vec<Candidate> = def
+                    .fields
+                    .iter()
+                    .filter(|f| f.groupable)
+                    .map(|f| Candidate::described(f.name.clone(), f.desc.as_deref()))
+                    .collect();
+                let total = groupable.len();
+                let names = names::rank(&f.name, groupable.iter().map(|c| c.name.as_str()));
+                let best = names.first().map(|s| s.to_string()).unwrap_or_default();
+                let ranked: Vec<Candidate> = names
+                    .iter()
+                    .take(MAX_CANDIDATES)
+                    .filter_map(|n| groupable.iter().find(|c| c.name == *n).cloned())
+                    .collect();
+                let why = match f.role {
+                    Role::Measure => {
+                        "it is a measure: aggregate it with sum:/avg:/min:/max: instead".to_string()
+                    }
+                    Role::Id => "it identifies single records".to_string(),
+                    _ => "its definition says `groupable: false`".to_string(),
+                };
+                let err = RequestError::new(
+                    ErrorCode::RoleMismatch,
+                    format!("`{}` cannot be grouped by: {why}", f.name),
+                )
+                .at("group_by")
+                .candidates(ranked, total);
+                return Err(self.example_with(err, "group_by", &best));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves the fields to explode, refusing single-value ones; adds each to `group_by`, and
+    /// explodes every multi-value field grouped by, saying so in a notice.
+    fn explode(
+        &mut self,
+        inputs: &[String],
+        group_by: &mut Vec<FieldId>,
+    ) -> Result<Vec<FieldId>, RequestError> {
+        let def = self.def;
+        let mut explode = self.fields(inputs, "explode")?;
+        for &e in &explode {
+            let f = &def.fields[e];
+            if !f.is_multi_value() {
+                let multi: Vec<Candidate> = def
+                    .fields
+                    .iter()
+                    .filter(|f| f.is_multi_value())
+                    .map(|f| Candidate::described(f.name.clone(), f.desc.as_deref()))
+                    .collect();
+                let total = multi.len();
+                let best = multi.first().map(|c| c.name.clone()).unwrap_or_default();
+                let err = RequestError::new(
+                    ErrorCode::RoleMismatch,
+                    format!(
+                        "`{}` holds one value per record; only multi-value fields can be exploded",
+                        f.name
+                    ),
+                )
+                .at("explode")
+                .candidates(multi.into_iter().take(SAMPLE_SIZE).collect(), total);
+                return Err(self.example_with(err, "explode", &best));
+            }
+            if !group_by.contains(&e) {
+                group_by.push(e);
+                self.notices.push(Notice {
+                    parameter: "explode".into(),
+                    message: format!(
+                        "`{}` was added to group_by: exploding splits its parts into groups",
+                        f.name
+                    ),
+                });
+            }
+        }
+        for &g in group_by.iter() {
+            let f = &def.fields[g];
+            if f.is_multi_value() && !explode.contains(&g) {
+                explode.push(g);
+                self.notices.push(Notice {
+                    parameter: "explode".into(),
+                    message: format!(
+                        "`{}` holds several values per record; each part was counted in its own group (explode)",
+                        f.name
+                    ),
+                });
+            }
+        }
+        Ok(explode)
+    }
+
+    /// Resolves `having` conditions against the summary's result columns.
+    fn having(
+        &mut self,
+        conditions: Vec<Condition>,
+        result: &SummaryColumns<'_>,
+    ) -> Result<Vec<HavingFilter>, RequestError> {
+        let mut having = Vec::with_capacity(conditions.len());
+        for cond in conditions {
+            let canonical = result_column(
+                self.def,
+                &cond.target,
+                &result.columns,
+                &result.metric_columns,
+            )
+            .map_err(|ranked| result.unknown_column("having", &cond.target, ranked))?;
+            if canonical != cond.target {
+                self.resolved.push(Resolution {
+                    parameter: "having".into(),
+                    input: cond.target.clone(),
+                    canonical: canonical.clone(),
+                });
+            }
+            having.push(HavingFilter {
+                column: canonical,
+                op: cond.op,
+            });
+        }
+        Ok(having)
+    }
+
+    /// Resolves `order_by` keys against the summary's result columns, each column once.
+    fn order_by(
+        &mut self,
+        keys: &[String],
+        result: &SummaryColumns<'_>,
+    ) -> Result<Vec<ColumnSort>, RequestError> {
+        let mut order_by = Vec::with_capacity(keys.len());
+        for key in keys {
+            let (name, descending) = parse_order_key(key);
+            let canonical = result_column(self.def, name, &result.columns, &result.metric_columns)
+                .map_err(|ranked| result.unknown_column("order_by", name, ranked))?;
+            if canonical != name {
+                self.resolved.push(Resolution {
+                    parameter: "order_by".into(),
+                    input: key.clone(),
+                    canonical: format!("{}{canonical}", if descending { "-" } else { "" }),
+                });
+            }
+            if !order_by.iter().any(|s: &ColumnSort| s.column == canonical) {
+                order_by.push(ColumnSort {
+                    column: canonical,
+                    descending,
+                });
+            }
+        }
+        Ok(order_by)
+    }
+}
+
+/// The columns of a summary's result, which `having` and `order_by` name.
+struct SummaryColumns<'a> {
+    def: &'a DatasetDef,
+    /// The metrics as typed (or `count` when none), for the example of an error.
+    metric_inputs: &'a [String],
+    /// Every column of the result: metrics, the columns they exclude nulls on, group keys.
+    columns: Vec<String>,
+    metric_columns: Vec<String>,
+    group_names: Vec<String>,
+}
+
+impl<'a> SummaryColumns<'a> {
+    /// Lists the result's columns from the resolved metrics and groups.
+    fn new(
+        def: &'a DatasetDef,
+        metric_inputs: &'a [String],
+        metrics: &[Metric],
+        group_by: &[FieldId],
+    ) -> Self {
+        let mut columns: Vec<String> = Vec::new();
+        for m in metrics {
+            columns.push(m.column(def));
+            if let Some(c) = m.null_excluded_column(def)
+                && !columns.contains(&c)
+            {
+                columns.push(c);
+            }
+        }
+        columns.extend(group_by.iter().map(|g| def.fields[*g].name.clone()));
+        let metric_columns: Vec<String> = metrics.iter().map(|m| m.column(def)).collect();
+        let group_names: Vec<String> = group_by
+            .iter()
+            .map(|g| def.fields[*g].name.clone())
+            .collect();
+        SummaryColumns {
+            def,
+            metric_inputs,
+            columns,
+            metric_columns,
+            group_names,
         }
     }
-    columns.extend(group_by.iter().map(|g| def.fields[*g].name.clone()));
-    let metric_columns: Vec<String> = metrics.iter().map(|m| m.column(def)).collect();
-    let group_names: Vec<String> = group_by
-        .iter()
-        .map(|g| def.fields[*g].name.clone())
-        .collect();
-    let unknown_column = |parameter: &str, target: &str, ranked: Vec<&str>| {
+
+    /// The error for a `having` or `order_by` name that is no column of the result.
+    fn unknown_column(&self, parameter: &str, target: &str, ranked: Vec<&str>) -> RequestError {
+        let def = self.def;
+        let metric_columns = &self.metric_columns;
+        let group_names = &self.group_names;
+        let metric_inputs = self.metric_inputs;
         // A field that several metrics asked for carry (`sum:F` and `avg:F`): say so.
         let owners: Vec<&String> = metric_columns
             .iter()
@@ -1446,60 +1638,10 @@ pub fn resolve_summarize(
         };
         RequestError::new(ErrorCode::UnknownColumn, message)
         .at(format!("{parameter}.{target}"))
-        .candidates(candidates, columns.len())
+        .candidates(candidates, self.columns.len())
         .hint(format!("{parameter} names a column of the result: a metric you asked for (e.g. `count`, or a metric's field without its `avg:`/`sum:` prefix when only one metric has it) or a group_by field"))
         .example("summarize_records", example)
-    };
-    let mut having = Vec::with_capacity(args.having.len());
-    for cond in args.having {
-        let canonical = result_column(def, &cond.target, &columns, &metric_columns)
-            .map_err(|ranked| unknown_column("having", &cond.target, ranked))?;
-        if canonical != cond.target {
-            r.resolved.push(Resolution {
-                parameter: "having".into(),
-                input: cond.target.clone(),
-                canonical: canonical.clone(),
-            });
-        }
-        having.push(HavingFilter {
-            column: canonical,
-            op: cond.op,
-        });
     }
-    let mut order_by = Vec::with_capacity(args.order_by.len());
-    for key in &args.order_by {
-        let (name, descending) = parse_order_key(key);
-        let canonical = result_column(def, name, &columns, &metric_columns)
-            .map_err(|ranked| unknown_column("order_by", name, ranked))?;
-        if canonical != name {
-            r.resolved.push(Resolution {
-                parameter: "order_by".into(),
-                input: key.clone(),
-                canonical: format!("{}{canonical}", if descending { "-" } else { "" }),
-            });
-        }
-        if !order_by.iter().any(|s: &ColumnSort| s.column == canonical) {
-            order_by.push(ColumnSort {
-                column: canonical,
-                descending,
-            });
-        }
-    }
-
-    let as_of = resolve_as_of(def, args.as_of.as_deref(), &filters)?;
-    Ok(SummarizePlan {
-        dataset_id: def.id.clone(),
-        metrics,
-        group_by,
-        filters,
-        having,
-        explode,
-        order_by,
-        limit: args.limit,
-        as_of,
-        resolved_fields: r.resolved,
-        notices: r.notices,
-    })
 }
 
 /// A column of a summary's result named in `having` or `order_by`: exact or NFKC; a metric
