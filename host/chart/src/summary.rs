@@ -106,83 +106,11 @@ pub(crate) struct Summary<'a> {
 
 impl<'a> Summary<'a> {
     pub fn read(envelope: &'a Value) -> Result<Self, ChartError> {
-        let top = envelope
-            .as_object()
-            .ok_or_else(|| not_a_summary(format!("got {}", describe(envelope))))?;
-        let Some(data) = top.get("data") else {
-            let problem = if top.contains_key("columns") && top.contains_key("metrics") {
-                "this looks like the `data` part alone; pass the whole envelope, with its \
-                 `provenance`"
-                    .to_owned()
-            } else {
-                format!("got {} without `data`", describe(envelope))
-            };
-            return Err(not_a_summary(problem));
-        };
-        let data = data
-            .as_object()
-            .ok_or_else(|| not_a_summary(format!("`data` is {}", describe(data))))?;
-        if !data.contains_key("metrics") {
-            let problem = if data.contains_key("total") {
-                "this is a query_records result (it has `total` and no `metrics`)".to_owned()
-            } else {
-                format!("`data` has no `metrics` (its keys: {})", keys(data))
-            };
-            return Err(not_a_summary(problem));
-        }
-
+        let data = summary_data(envelope)?;
         let columns: Vec<String> = strings(data, "columns")?;
-        let rows = array(data, "rows")?
-            .iter()
-            .enumerate()
-            .map(|(i, r)| match r.as_array() {
-                Some(cells) if cells.len() == columns.len() => Ok(cells.as_slice()),
-                Some(cells) => Err(not_a_summary(format!(
-                    "row {i} has {} cells for {} columns",
-                    cells.len(),
-                    columns.len()
-                ))),
-                None => Err(not_a_summary(format!("row {i} is {}", describe(r)))),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-
-        let mut metrics = Vec::new();
-        for (i, m) in array(data, "metrics")?.iter().enumerate() {
-            let column = m
-                .get("column")
-                .and_then(Value::as_str)
-                .ok_or_else(|| not_a_summary(format!("metrics[{i}] has no `column`")))?;
-            let index = columns.iter().position(|c| c == column).ok_or_else(|| {
-                not_a_summary(format!("metric `{column}` is not one of the columns"))
-            })?;
-            let null_excluded = m.get("null_excluded_column").is_some_and(|v| !v.is_null());
-            let share = m.get("share").and_then(Value::as_bool).unwrap_or(false);
-            metrics.push(Metric {
-                column: column.to_owned(),
-                index,
-                kind: metric_kind(column, null_excluded, share),
-                description: str_field(m, "description").unwrap_or_default(),
-                decimals: m.get("rounded_to_decimals").and_then(Value::as_i64),
-            });
-        }
-
-        // Group columns: named in field_metadata and not a metric (helpers such as
-        // `x:null_excluded` are neither).
-        let field_names: Vec<&str> = array(data, "field_metadata")?
-            .iter()
-            .filter_map(|f| f.get("name").and_then(Value::as_str))
-            .collect();
-        let groups = columns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| {
-                !metrics.iter().any(|m| &m.column == *c) && field_names.contains(&c.as_str())
-            })
-            .map(|(index, c)| Group {
-                name: c.clone(),
-                index,
-            })
-            .collect();
+        let rows = rows(data, &columns)?;
+        let metrics = metrics(data, &columns)?;
+        let groups = groups(data, &columns, &metrics)?;
 
         let params = data.get("parameters").and_then(Value::as_object);
         let listed = |key: &str| params.is_some_and(|p| !parameter_list(p.get(key)).is_empty());
@@ -285,6 +213,106 @@ fn parameter_list(v: Option<&Value>) -> Vec<&Value> {
         Some(Value::Array(a)) => a.iter().collect(),
         Some(other) => vec![other],
     }
+}
+
+/// The envelope's `data`, checked to be a summary's: refuses anything else, saying what it is.
+fn summary_data(envelope: &Value) -> Result<&Map<String, Value>, ChartError> {
+    let top = envelope
+        .as_object()
+        .ok_or_else(|| not_a_summary(format!("got {}", describe(envelope))))?;
+    let Some(data) = top.get("data") else {
+        let problem = if top.contains_key("columns") && top.contains_key("metrics") {
+            "this looks like the `data` part alone; pass the whole envelope, with its \
+             `provenance`"
+                .to_owned()
+        } else {
+            format!("got {} without `data`", describe(envelope))
+        };
+        return Err(not_a_summary(problem));
+    };
+    let data = data
+        .as_object()
+        .ok_or_else(|| not_a_summary(format!("`data` is {}", describe(data))))?;
+    if !data.contains_key("metrics") {
+        let problem = if data.contains_key("total") {
+            "this is a query_records result (it has `total` and no `metrics`)".to_owned()
+        } else {
+            format!("`data` has no `metrics` (its keys: {})", keys(data))
+        };
+        return Err(not_a_summary(problem));
+    }
+    Ok(data)
+}
+
+/// The rows of `data`, each checked to have a cell per column.
+fn rows<'a>(
+    data: &'a Map<String, Value>,
+    columns: &[String],
+) -> Result<Vec<&'a [Value]>, ChartError> {
+    array(data, "rows")?
+        .iter()
+        .enumerate()
+        .map(|(i, r)| match r.as_array() {
+            Some(cells) if cells.len() == columns.len() => Ok(cells.as_slice()),
+            Some(cells) => Err(not_a_summary(format!(
+                "row {i} has {} cells for {} columns",
+                cells.len(),
+                columns.len()
+            ))),
+            None => Err(not_a_summary(format!("row {i} is {}", describe(r)))),
+        })
+        .collect::<Result<Vec<_>, _>>()
+}
+
+/// The metrics of `data`, each found among the columns.
+fn metrics(data: &Map<String, Value>, columns: &[String]) -> Result<Vec<Metric>, ChartError> {
+    let mut metrics = Vec::new();
+    for (i, m) in array(data, "metrics")?.iter().enumerate() {
+        let column = m
+            .get("column")
+            .and_then(Value::as_str)
+            .ok_or_else(|| not_a_summary(format!("metrics[{i}] has no `column`")))?;
+        let index = columns
+            .iter()
+            .position(|c| c == column)
+            .ok_or_else(|| not_a_summary(format!("metric `{column}` is not one of the columns")))?;
+        let null_excluded = m.get("null_excluded_column").is_some_and(|v| !v.is_null());
+        let share = m.get("share").and_then(Value::as_bool).unwrap_or(false);
+        metrics.push(Metric {
+            column: column.to_owned(),
+            index,
+            kind: metric_kind(column, null_excluded, share),
+            description: str_field(m, "description").unwrap_or_default(),
+            decimals: m.get("rounded_to_decimals").and_then(Value::as_i64),
+        });
+    }
+    Ok(metrics)
+}
+
+/// The grouping columns of `data`.
+fn groups(
+    data: &Map<String, Value>,
+    columns: &[String],
+    metrics: &[Metric],
+) -> Result<Vec<Group>, ChartError> {
+    // Group columns: named in field_metadata and not a metric (helpers such as
+    // `x:null_excluded` are neither).
+    let field_names: Vec<&str> = array(data, "field_metadata")?
+        .iter()
+        .filter_map(|f| f.get("name").and_then(Value::as_str))
+        .collect();
+    let groups = columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            !metrics.iter().any(|m| &m.column == *c) && field_names.contains(&c.as_str())
+        })
+        .map(|(index, c)| Group {
+            name: c.clone(),
+            index,
+        })
+        .collect();
+    Ok(groups)
 }
 
 fn source(v: &Value) -> Source {

@@ -55,6 +55,36 @@ pub async fn run(
     config: &SessionConfig,
 ) -> DfResult<SendableRecordBatchStream> {
     let schema = plan.schema();
+    let encoded = encode(address, plan, codec)?;
+    let (job_id, version) = submit(address, &mut scheduler, encoded, session, config).await?;
+    // The job runs from here: until its answer is read, dropping this cancels it.
+    let mut job = Job {
+        scheduler: scheduler.clone(),
+        id: Some(job_id.clone()),
+    };
+    if let Err(why) = ballista_core::version::check_compatibility(
+        Some(ballista_core::BALLISTA_VERSION),
+        version.as_deref(),
+    ) {
+        return Err(failed(address, why));
+    }
+    let (locations, proxy) = follow(address, &mut scheduler, &job_id, &mut job).await?;
+    let address = address.clone();
+    let partitions = futures::stream::iter(locations)
+        .then(move |location| fetch(address.clone(), location, proxy.clone()))
+        .try_flatten();
+    Ok(Box::pin(RecordBatchStreamAdapter::new(
+        SchemaRef::clone(&schema),
+        partitions,
+    )))
+}
+
+/// The physical plan as the scheduler reads it.
+fn encode(
+    address: &Address,
+    plan: Arc<dyn ExecutionPlan>,
+    codec: &TallyCodec,
+) -> DfResult<Vec<u8>> {
     let mut encoded = Vec::new();
     PhysicalPlanNode::try_from_physical_plan(plan, codec)
         .and_then(|node| {
@@ -62,6 +92,18 @@ pub async fn run(
                 .map_err(|e| DataFusionError::Internal(e.to_string()))
         })
         .map_err(|e| failed(address, format!("the plan could not be encoded: {e}")))?;
+    Ok(encoded)
+}
+
+/// Submits the `encoded` plan with the session's settings: the id of the job the scheduler
+/// took, and the Ballista version it answered with.
+async fn submit(
+    address: &Address,
+    scheduler: &mut SchedulerGrpcClient<Channel>,
+    encoded: Vec<u8>,
+    session: &str,
+    config: &SessionConfig,
+) -> DfResult<(String, Option<String>)> {
     let settings = config
         .options()
         .entries()
@@ -98,37 +140,33 @@ pub async fn run(
         }
         None => return Err(failed(address, "it answered the job with nothing".into())),
     };
-    // The job runs from here: until its answer is read, dropping this cancels it.
-    let mut job = Job {
-        scheduler: scheduler.clone(),
-        id: Some(accepted.job_id.clone()),
-    };
-    if let Err(why) = ballista_core::version::check_compatibility(
-        Some(ballista_core::BALLISTA_VERSION),
-        version.as_deref(),
-    ) {
-        return Err(failed(address, why));
-    }
+    Ok((accepted.job_id, version))
+}
+
+/// Follows the job `job_id` until it ends: where the partitions of its answer are, and the
+/// proxy to read them through, or why it failed. `job` is marked ended once it has.
+async fn follow(
+    address: &Address,
+    scheduler: &mut SchedulerGrpcClient<Channel>,
+    job_id: &str,
+    job: &mut Job,
+) -> DfResult<(Vec<PartitionLocation>, Option<FlightProxy>)> {
     let mut poll = POLL_FIRST;
     // A job the scheduler does not know (after it restarted, or expired the job) has no
     // status. A new job has none either while it is planned: one that had a status and lost
     // it, or that has none for long, is lost.
     let mut unknown = 0u32;
     let mut started = false;
-    let (locations, proxy) = loop {
+    loop {
         let status = scheduler
             .get_job_status(GetJobStatusParams {
-                job_id: accepted.job_id.clone(),
+                job_id: job_id.to_string(),
             })
             .await
             .map_err(|e| {
                 failed(
                     address,
-                    format!(
-                        "it stopped answering about job {}: {}",
-                        accepted.job_id,
-                        e.message()
-                    ),
+                    format!("it stopped answering about job {job_id}: {}", e.message()),
                 )
             })?
             .into_inner();
@@ -136,10 +174,7 @@ pub async fn run(
             None if started || unknown >= LOST_AFTER => {
                 return Err(failed(
                     address,
-                    format!(
-                        "its scheduler no longer knows job {} (was it restarted?)",
-                        accepted.job_id
-                    ),
+                    format!("its scheduler no longer knows job {job_id} (was it restarted?)"),
                 ));
             }
             None => {
@@ -154,22 +189,14 @@ pub async fn run(
             }
             Some(Status::Failed(failure)) => {
                 job.ended();
-                return Err(job_failed(address, &accepted.job_id, &failure.error));
+                return Err(job_failed(address, job_id, &failure.error));
             }
             Some(Status::Successful(done)) => {
                 job.ended();
-                break (done.partition_location, status.flight_proxy);
+                return Ok((done.partition_location, status.flight_proxy));
             }
         }
-    };
-    let address = address.clone();
-    let partitions = futures::stream::iter(locations)
-        .then(move |location| fetch(address.clone(), location, proxy.clone()))
-        .try_flatten();
-    Ok(Box::pin(RecordBatchStreamAdapter::new(
-        SchemaRef::clone(&schema),
-        partitions,
-    )))
+    }
 }
 
 /// A connection to the scheduler, within [`CONNECT_TIMEOUT`], or why there is none.

@@ -16,7 +16,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::array_value_to_string;
 
 use crate::PluginError;
-use crate::wasm::{self, CallStats, ColumnType, FilterOp, PluginLimits, ScanRequest, ScanResult};
+use crate::wasm::{
+    self, CallStats, ColumnType, Compiled, Description, FilterOp, PluginLimits, Runtime,
+    ScanRequest, ScanResult,
+};
 
 /// A filterable column tried with one value.
 #[derive(Debug, Clone)]
@@ -94,35 +97,18 @@ pub fn probe(
     let config_text = config.to_string();
     let described = runtime.describe(label, &compiled, folder, limits, &config_text)?;
     let describe_stats = wasm::last_call_stats().unwrap_or_default();
-    let label = format!("plugin `{}` {}", described.name, described.version);
-    let mut problems = Vec::new();
-    let columns: Vec<(String, ColumnType)> = described
-        .columns
-        .iter()
-        .map(|c| (c.name.clone(), c.data_type))
-        .collect();
-    let filterable: Vec<String> = described
-        .filters
-        .iter()
-        .filter(|f| f.ops.contains(&FilterOp::Eq) || f.ops.contains(&FilterOp::InList))
-        .map(|f| f.column.clone())
-        .collect();
-    for f in &described.filters {
-        if !columns.iter().any(|(n, _)| n == &f.column) {
-            problems.push(format!(
-                "{label}, describe: it declares a filter on `{}`, which is not one of its columns",
-                f.column
-            ));
-        }
-    }
-    let request = |filters: Vec<wasm::Filter>| ScanRequest {
-        dataset: dataset.to_string(),
-        config: config_text.clone(),
-        projection: None,
-        filters,
-        limit: None,
+    let plugin = Plugin {
+        runtime: &runtime,
+        compiled: &compiled,
+        label: format!("plugin `{}` {}", described.name, described.version),
+        folder,
+        limits,
+        dataset,
+        config_text,
     };
-    let scanned = runtime.scan(&label, &compiled, folder, limits, &request(Vec::new()));
+    let label = &plugin.label;
+    let (columns, filterable, mut problems) = declared(label, &described);
+    let scanned = plugin.scan(&plugin.request(Vec::new()));
     // What is known so far; the scans below fill in the rest.
     let mut probe = Probe {
         name: described.name,
@@ -154,23 +140,113 @@ pub fn probe(
         }
     };
     let (columns, filterable) = (probe.columns.clone(), probe.filterable.clone());
-    let batches = check_output(&label, &full, &columns, &mut problems);
+    let batches = check_output(label, &full, &columns, &mut problems);
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    check_sources(&label, &full, rows, folder, &mut problems);
+    check_sources(label, &full, rows, folder, &mut problems);
     let (sample, sample_sources) = sample_of(&batches, &full, &columns, sample_rows);
 
-    // A scan with a limit: the server does not send one (every answer says how many records
-    // matched in all, and a scan is kept for the dataset version), but the contract has it.
     let mut notes = full.notes.clone();
     if rows > 1 {
+        plugin.scan_limited(&columns, &mut problems, &mut notes);
+    }
+    let filters = plugin.scan_filtered(&filterable, &columns, &batches, &mut problems);
+    probe.rows = rows;
+    probe.output_bytes = full.ipc.len();
+    probe.sample = sample;
+    probe.sample_sources = sample_sources;
+    probe.sources = full.sources.len();
+    probe.files = full.files;
+    probe.notes = notes;
+    probe.filters = filters;
+    probe.problems = problems;
+    Ok(probe)
+}
+
+/// What `describe` declares: the columns, those that can be filtered on, and the filters
+/// declared on columns it does not have, as problems.
+fn declared(
+    label: &str,
+    described: &Description,
+) -> (Vec<(String, ColumnType)>, Vec<String>, Vec<String>) {
+    let mut problems = Vec::new();
+    let columns: Vec<(String, ColumnType)> = described
+        .columns
+        .iter()
+        .map(|c| (c.name.clone(), c.data_type))
+        .collect();
+    let filterable: Vec<String> = described
+        .filters
+        .iter()
+        .filter(|f| f.ops.contains(&FilterOp::Eq) || f.ops.contains(&FilterOp::InList))
+        .map(|f| f.column.clone())
+        .collect();
+    for f in &described.filters {
+        if !columns.iter().any(|(n, _)| n == &f.column) {
+            problems.push(format!(
+                "{label}, describe: it declares a filter on `{}`, which is not one of its columns",
+                f.column
+            ));
+        }
+    }
+    (columns, filterable, problems)
+}
+
+/// A described plugin, scanned on its dataset folder as the server would.
+struct Plugin<'a> {
+    runtime: &'a Runtime,
+    compiled: &'a Compiled,
+    /// The plugin's name and version, as problems name it.
+    label: String,
+    folder: &'a Path,
+    limits: &'a PluginLimits,
+    dataset: &'a str,
+    /// The dataset's config, as JSON text.
+    config_text: String,
+}
+
+impl Plugin<'_> {
+    /// A scan of the dataset with `filters`.
+    fn request(&self, filters: Vec<wasm::Filter>) -> ScanRequest {
+        ScanRequest {
+            dataset: self.dataset.to_string(),
+            config: self.config_text.clone(),
+            projection: None,
+            filters,
+            limit: None,
+        }
+    }
+
+    /// Runs one scan in the plugin's sandbox.
+    fn scan(&self, request: &ScanRequest) -> Result<ScanResult, PluginError> {
+        self.runtime.scan(
+            &self.label,
+            self.compiled,
+            self.folder,
+            self.limits,
+            request,
+        )
+    }
+
+    /// Scans with a limit of 1 row, adding what is wrong to `problems` and a note when it
+    /// returns more rows.
+    fn scan_limited(
+        &self,
+        columns: &[(String, ColumnType)],
+        problems: &mut Vec<String>,
+        notes: &mut Vec<String>,
+    ) {
+        let label = &self.label;
+        // A scan with a limit: the server does not send one (every answer says how many
+        // records matched in all, and a scan is kept for the dataset version), but the
+        // contract has it.
         let limited = ScanRequest {
             limit: Some(1),
-            ..request(Vec::new())
+            ..self.request(Vec::new())
         };
-        match runtime.scan(&label, &compiled, folder, limits, &limited) {
+        match self.scan(&limited) {
             Ok(result) => {
                 let mut found = Vec::new();
-                let got: usize = check_output(&label, &result, &columns, &mut found)
+                let got: usize = check_output(label, &result, columns, &mut found)
                     .iter()
                     .map(RecordBatch::num_rows)
                     .sum();
@@ -185,60 +261,62 @@ pub fn probe(
         }
     }
 
-    // One scan per filterable column, with the first value the full scan holds.
-    let mut filters = Vec::new();
-    for column in &filterable {
-        let Some(column_type) = columns.iter().find(|(n, _)| n == column).map(|(_, t)| *t) else {
-            continue;
-        };
-        let Some(value) = first_value(&batches, column) else {
-            continue;
-        };
-        let expected = count_value(&batches, column, &value);
-        let Some(typed) = crate::wasm_backend::typed_value(column_type, &value) else {
-            continue;
-        };
-        let filter = wasm::Filter {
-            column: column.clone(),
-            op: FilterOp::Eq,
-            values: vec![typed],
-        };
-        match runtime.scan(&label, &compiled, folder, limits, &request(vec![filter])) {
-            Ok(result) => {
-                let mut found = Vec::new();
-                let batches = check_output(&label, &result, &columns, &mut found);
-                problems.extend(found);
-                let got = count_value(&batches, column, &value);
-                let returned = batches.iter().map(RecordBatch::num_rows).sum();
-                if got < expected {
-                    problems.push(format!(
-                        "{label}, scan with the filter {column} = `{value}`: it returned {got} rows with that value, but a scan without the filter has {expected}; a plugin may return more rows than asked, never fewer"
-                    ));
+    /// Scans once per filterable column, with the first value the full scan (`batches`)
+    /// holds, adding what is wrong to `problems`: each column tried.
+    fn scan_filtered(
+        &self,
+        filterable: &[String],
+        columns: &[(String, ColumnType)],
+        batches: &[RecordBatch],
+        problems: &mut Vec<String>,
+    ) -> Vec<FilterCheck> {
+        let label = &self.label;
+        let mut filters = Vec::new();
+        for column in filterable {
+            let Some(column_type) = columns.iter().find(|(n, _)| n == column).map(|(_, t)| *t)
+            else {
+                continue;
+            };
+            let Some(value) = first_value(batches, column) else {
+                continue;
+            };
+            let expected = count_value(batches, column, &value);
+            let Some(typed) = crate::wasm_backend::typed_value(column_type, &value) else {
+                continue;
+            };
+            let filter = wasm::Filter {
+                column: column.clone(),
+                op: FilterOp::Eq,
+                values: vec![typed],
+            };
+            match self.scan(&self.request(vec![filter])) {
+                Ok(result) => {
+                    let mut found = Vec::new();
+                    let batches = check_output(label, &result, columns, &mut found);
+                    problems.extend(found);
+                    let got = count_value(&batches, column, &value);
+                    let returned = batches.iter().map(RecordBatch::num_rows).sum();
+                    if got < expected {
+                        problems.push(format!(
+                            "{label}, scan with the filter {column} = `{value}`: it returned {got} rows with that value, but a scan without the filter has {expected}; a plugin may return more rows than asked, never fewer"
+                        ));
+                    }
+                    filters.push(FilterCheck {
+                        column: column.clone(),
+                        value,
+                        expected,
+                        got,
+                        returned,
+                    });
                 }
-                filters.push(FilterCheck {
-                    column: column.clone(),
-                    value,
-                    expected,
-                    got,
-                    returned,
-                });
+                Err(e) => problems.push(format!(
+                    "{} (with the filter {column} = `{value}`)",
+                    e.message
+                )),
             }
-            Err(e) => problems.push(format!(
-                "{} (with the filter {column} = `{value}`)",
-                e.message
-            )),
         }
+        filters
     }
-    probe.rows = rows;
-    probe.output_bytes = full.ipc.len();
-    probe.sample = sample;
-    probe.sample_sources = sample_sources;
-    probe.sources = full.sources.len();
-    probe.files = full.files;
-    probe.notes = notes;
-    probe.filters = filters;
-    probe.problems = problems;
-    Ok(probe)
 }
 
 /// The rows of a scan, checked against what the plugin described: an Arrow IPC stream with

@@ -280,23 +280,7 @@ impl Runtime {
         {
             return Ok(Arc::clone(c));
         }
-        if !bytes.starts_with(b"\0asm") {
-            return Err(PluginError {
-                maybe_incomplete: true,
-                ..PluginError::new(
-                    format!(
-                        "{label} is not WebAssembly (it does not start with the bytes `\\0asm`)"
-                    ),
-                    "name a .wasm component built for wasm32-wasip2",
-                )
-            });
-        }
-        if bytes.len() >= 8 && bytes[4..8] == [1, 0, 0, 0] {
-            return Err(PluginError::new(
-                format!("{label} is a core WebAssembly module, not a component"),
-                "build the plugin for the wasm32-wasip2 target, which produces a component",
-            ));
-        }
+        check_component_bytes(label, bytes)?;
         let started = Instant::now();
         let kept = match code.map(|c| c.load(&self.engine, &sha256)) {
             Some(Ok(kept)) => kept,
@@ -384,6 +368,41 @@ impl Runtime {
         f: impl FnOnce(&mut Store<State>, &Instance) -> wasmtime::Result<Result<R, String>>,
     ) -> Result<R, PluginError> {
         let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
+        let mut store = self.sandbox(label, folder, limits, &stderr)?;
+        let started = Instant::now();
+        let outcome = compiled
+            .pre
+            .instantiate(&mut store)
+            .and_then(|plugin| f(&mut store, &plugin));
+        LAST_CALL.with(|last| {
+            last.set(Some(CallStats {
+                elapsed: started.elapsed(),
+                peak_memory: store.data().limits.peak,
+            }))
+        });
+        let call = Call {
+            label,
+            what,
+            limits,
+            stderr,
+            started,
+        };
+        match outcome {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(message)) => Err(call.refused(&message)),
+            Err(e) => Err(call.stopped(store.data().limits.refused, &e)),
+        }
+    }
+
+    /// A fresh store for one call over `folder`: WASI with the folder read-only at `/` and
+    /// stderr kept in `stderr`, with the memory limit and the epoch deadline of `limits`.
+    fn sandbox(
+        &self,
+        label: &str,
+        folder: &Path,
+        limits: &PluginLimits,
+        stderr: &MemoryOutputPipe,
+    ) -> Result<Store<State>, PluginError> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone())
             .allow_tcp(false)
@@ -415,87 +434,7 @@ impl Runtime {
         let ticks = (limits.deadline.as_millis() / TICK.as_millis()).max(1) as u64;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        let started = Instant::now();
-        let outcome = compiled
-            .pre
-            .instantiate(&mut store)
-            .and_then(|plugin| f(&mut store, &plugin));
-        LAST_CALL.with(|last| {
-            last.set(Some(CallStats {
-                elapsed: started.elapsed(),
-                peak_memory: store.data().limits.peak,
-            }))
-        });
-        let stderr_text = || {
-            let bytes = stderr.contents();
-            // Rust's advice to set RUST_BACKTRACE cannot be followed inside the sandbox.
-            let text: String = String::from_utf8_lossy(&bytes)
-                .lines()
-                .filter(|l| !l.contains("RUST_BACKTRACE"))
-                .collect::<Vec<_>>()
-                .join("\n")
-                .trim()
-                .to_string();
-            if text.is_empty() {
-                String::new()
-            } else {
-                format!("; it wrote: {}", last_chars(&text, 600))
-            }
-        };
-        match outcome {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(message)) => Err(PluginError::new(
-                format!("{label} could not {what}: {message}"),
-                if message.starts_with(tally_plugin_api::PLUGIN_FAULT) {
-                    "this is a fault in the plugin: its author can reproduce it on this dataset folder with `tally plugin test`"
-                } else {
-                    "fix the dataset's files or backend.config as the message says; if they are right, the plugin's author can reproduce it with `tally plugin test`"
-                },
-            )),
-            Err(e) => {
-                if let Some(asked) = store.data().limits.refused {
-                    return Err(PluginError::new(
-                        format!(
-                            "{label} was stopped while trying to {what}: it exceeded its memory limit of {} (it asked for {})",
-                            mib(limits.memory_bytes),
-                            mib(asked)
-                        ),
-                        "the plugin needs less memory for this data, or the server a higher --plugin-memory-mb",
-                    ));
-                }
-                match e.downcast_ref::<Trap>() {
-                    Some(Trap::Interrupt) => Err(PluginError::new(
-                        format!(
-                            "{label} was stopped while trying to {what}: it did not finish within its deadline of {:.1} s (ran {:.1} s){}",
-                            limits.deadline.as_secs_f64(),
-                            started.elapsed().as_secs_f64(),
-                            stderr_text()
-                        ),
-                        "the plugin must work faster on this data, or the server needs a longer --plugin-deadline-ms",
-                    )),
-                    Some(trap) => Err(PluginError::new(
-                        match panic_message(&stderr.contents()) {
-                            Some(panic) => {
-                                format!("{label} panicked while trying to {what}: {panic}")
-                            }
-                            None => format!(
-                                "{label} failed while trying to {what}: it trapped ({trap}){}",
-                                stderr_text()
-                            ),
-                        },
-                        "this is a fault in the plugin (a panic or a trap): its author can reproduce it on this dataset folder with `tally plugin test`, which shows what the plugin wrote to stderr",
-                    )),
-                    None => Err(PluginError::new(
-                        format!(
-                            "{label} failed while trying to {what}: {}{}",
-                            root_cause(&e),
-                            stderr_text()
-                        ),
-                        "this is a fault in the plugin or in what it was given",
-                    )),
-                }
-            }
-        }
+        Ok(store)
     }
 
     /// `describe` for a dataset's config.
@@ -550,6 +489,124 @@ impl Runtime {
             ));
         }
         Ok(result)
+    }
+}
+
+/// Refuses bytes that are not a WebAssembly component before wasmtime reads them, saying
+/// what they are instead.
+fn check_component_bytes(label: &str, bytes: &[u8]) -> Result<(), PluginError> {
+    if !bytes.starts_with(b"\0asm") {
+        return Err(PluginError {
+            maybe_incomplete: true,
+            ..PluginError::new(
+                format!("{label} is not WebAssembly (it does not start with the bytes `\\0asm`)"),
+                "name a .wasm component built for wasm32-wasip2",
+            )
+        });
+    }
+    if bytes.len() >= 8 && bytes[4..8] == [1, 0, 0, 0] {
+        return Err(PluginError::new(
+            format!("{label} is a core WebAssembly module, not a component"),
+            "build the plugin for the wasm32-wasip2 target, which produces a component",
+        ));
+    }
+    Ok(())
+}
+
+/// One plugin call, as its errors describe it.
+struct Call<'a> {
+    label: &'a str,
+    /// What the plugin was asked to do, e.g. "scan".
+    what: &'a str,
+    limits: &'a PluginLimits,
+    /// What the plugin wrote to stderr, up to `limits.stderr_bytes`.
+    stderr: MemoryOutputPipe,
+    started: Instant,
+}
+
+impl Call<'_> {
+    /// The error of a call the plugin answered with an error `message`.
+    fn refused(&self, message: &str) -> PluginError {
+        let Call { label, what, .. } = *self;
+        PluginError::new(
+            format!("{label} could not {what}: {message}"),
+            if message.starts_with(tally_plugin_api::PLUGIN_FAULT) {
+                "this is a fault in the plugin: its author can reproduce it on this dataset folder with `tally plugin test`"
+            } else {
+                "fix the dataset's files or backend.config as the message says; if they are right, the plugin's author can reproduce it with `tally plugin test`"
+            },
+        )
+    }
+
+    /// The error of a call the sandbox stopped: past its memory limit (`asked` is what it
+    /// asked for), past its deadline, or a trap or another failure `e`.
+    fn stopped(&self, asked: Option<usize>, e: &wasmtime::Error) -> PluginError {
+        let Call {
+            label,
+            what,
+            limits,
+            ref stderr,
+            started,
+        } = *self;
+        if let Some(asked) = asked {
+            return PluginError::new(
+                format!(
+                    "{label} was stopped while trying to {what}: it exceeded its memory limit of {} (it asked for {})",
+                    mib(limits.memory_bytes),
+                    mib(asked)
+                ),
+                "the plugin needs less memory for this data, or the server a higher --plugin-memory-mb",
+            );
+        }
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => PluginError::new(
+                format!(
+                    "{label} was stopped while trying to {what}: it did not finish within its deadline of {:.1} s (ran {:.1} s){}",
+                    limits.deadline.as_secs_f64(),
+                    started.elapsed().as_secs_f64(),
+                    self.stderr_text()
+                ),
+                "the plugin must work faster on this data, or the server needs a longer --plugin-deadline-ms",
+            ),
+            Some(trap) => PluginError::new(
+                match panic_message(&stderr.contents()) {
+                    Some(panic) => {
+                        format!("{label} panicked while trying to {what}: {panic}")
+                    }
+                    None => format!(
+                        "{label} failed while trying to {what}: it trapped ({trap}){}",
+                        self.stderr_text()
+                    ),
+                },
+                "this is a fault in the plugin (a panic or a trap): its author can reproduce it on this dataset folder with `tally plugin test`, which shows what the plugin wrote to stderr",
+            ),
+            None => PluginError::new(
+                format!(
+                    "{label} failed while trying to {what}: {}{}",
+                    root_cause(e),
+                    self.stderr_text()
+                ),
+                "this is a fault in the plugin or in what it was given",
+            ),
+        }
+    }
+
+    /// What the plugin wrote to stderr, as the end of an error message ("" when nothing).
+    fn stderr_text(&self) -> String {
+        let bytes = self.stderr.contents();
+        // Rust's advice to set RUST_BACKTRACE cannot be followed inside the sandbox.
+        let text: String = String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|l| !l.contains("RUST_BACKTRACE"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim()
+            .to_string();
+        if text.is_empty() {
+            String::new()
+        } else {
+            format!("; it wrote: {}", last_chars(&text, 600))
+        }
     }
 }
 

@@ -33,29 +33,98 @@ fn mix(t: f64) -> RGBColor {
     RGBColor(c(LOW.0, HIGH.0), c(LOW.1, HIGH.1), c(LOW.2, HIGH.2))
 }
 
+/// Where the grid's parts go across the chart.
+struct Layout {
+    /// The chart's width: the width asked for, or wider when the cells need it.
+    width: u32,
+    /// The width of the row labels' column.
+    label_w: f64,
+    /// Where the first column of cells starts.
+    plot_x0: f64,
+    cell_w: f64,
+}
+
+impl Layout {
+    /// Lays out the row labels and the cells across `width`.
+    fn new(summary: &Summary<'_>, grid: &Grid<'_>, width: u32) -> Self {
+        let cols = grid.second.len();
+        let w = f64::from(width);
+        let title_w = text_width(&summary.groups[0].name, 12.0).max(40.0);
+        let label_w = label_column(&grid.first, LABEL_PX, title_w, (w * 0.3).min(220.0));
+        let plot_x0 = PAD + label_w + 10.0;
+        // Cells share the width, between 28 and 96 pixels; with many columns the chart grows
+        // wider rather than the cells becoming unreadable.
+        let cell_w = ((w - PAD - plot_x0) / cols as f64).clamp(28.0, 96.0);
+        let width = width.max((plot_x0 + cell_w * cols as f64 + PAD).ceil() as u32);
+        Layout {
+            width,
+            label_w,
+            plot_x0,
+            cell_w,
+        }
+    }
+}
+
 pub(crate) fn draw(
     summary: &Summary<'_>,
     metric: &Metric,
     width: u32,
 ) -> Result<Chart, ChartError> {
     let grid = Grid::new(summary, metric, LIMITS.heatmap_rows, LIMITS.heatmap_columns);
-    let (rows, cols) = (grid.first.len(), grid.second.len());
-    let w = f64::from(width);
-    let title_w = text_width(&summary.groups[0].name, 12.0).max(40.0);
-    let label_w = label_column(&grid.first, LABEL_PX, title_w, (w * 0.3).min(220.0));
-    let plot_x0 = PAD + label_w + 10.0;
-    // Cells share the width, between 28 and 96 pixels; with many columns the chart grows
-    // wider rather than the cells becoming unreadable.
-    let cell_w = ((w - PAD - plot_x0) / cols as f64).clamp(28.0, 96.0);
-    let width = width.max((plot_x0 + cell_w * cols as f64 + PAD).ceil() as u32);
+    let rows = grid.first.len();
+    let layout = Layout::new(summary, &grid, width);
+    let width = layout.width;
 
     let mut canvas = open(width, summary, &what(metric, summary))?;
 
+    let mut frame = Layer::new(width);
+    headers(&mut frame, &mut canvas, summary, &grid, &layout)?;
+    let top = canvas.y;
+    row_labels(&mut frame, &grid, &layout, top)?;
+
+    let values: Vec<f64> = grid.cells.iter().filter_map(|c| c.2.as_f64()).collect();
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (marks, labels, count) = cells(&grid, metric, &layout, top, min, max)?;
+    canvas.plot(Kind::Heatmap.as_str(), frame, marks, count, labels);
+    canvas.y = top + ROW * rows as f64 + 12.0;
+
+    if !values.is_empty() {
+        colour_scale(&mut canvas, metric, min, max, layout.plot_x0)?;
+    }
+    let left_out = grid.left_out_note("rows", "columns", false);
+    let chart_notes: Vec<String> = left_out
+        .into_iter()
+        .chain(rate_note(metric, summary))
+        .collect();
+    close(
+        canvas,
+        Kind::Heatmap,
+        summary,
+        &what(metric, summary),
+        &chart_notes,
+    )
+}
+
+/// Draws the fields' names and the column headers into `frame`, and moves `canvas.y` below
+/// them, to the top of the cells.
+fn headers(
+    frame: &mut Layer,
+    canvas: &mut Canvas,
+    summary: &Summary<'_>,
+    grid: &Grid<'_>,
+    layout: &Layout,
+) -> Result<(), ChartError> {
+    let Layout {
+        label_w,
+        plot_x0,
+        cell_w,
+        ..
+    } = *layout;
     // The columns' field centred over the columns; the rows' field over the row labels, on
     // the line of the column headers.
-    let mut frame = Layer::new(width);
     let bold = Font::new(12.0).bold();
-    let columns_w = cell_w * cols as f64;
+    let columns_w = cell_w * grid.second.len() as f64;
     frame.text(
         &truncate(&summary.groups[1].name, columns_w.max(120.0), 12.0),
         plot_x0 + columns_w / 2.0,
@@ -107,8 +176,22 @@ pub(crate) fn draw(
         bold.anchor(HPos::Right, VPos::Bottom),
     )?;
     canvas.y += header_h;
-    let top = canvas.y;
+    Ok(())
+}
 
+/// Draws the row labels and, under where the cells go, the grey grid into `frame`.
+fn row_labels(
+    frame: &mut Layer,
+    grid: &Grid<'_>,
+    layout: &Layout,
+    top: f64,
+) -> Result<(), ChartError> {
+    let Layout {
+        label_w,
+        plot_x0,
+        cell_w,
+        ..
+    } = *layout;
     let label_font = Font::new(LABEL_PX).anchor(HPos::Right, VPos::Center);
     for (a, name) in grid.first.iter().enumerate() {
         let y = top + ROW * a as f64;
@@ -123,14 +206,30 @@ pub(crate) fn draw(
     frame.rect(
         plot_x0,
         top,
-        plot_x0 + cell_w * cols as f64,
-        top + ROW * rows as f64,
+        plot_x0 + cell_w * grid.second.len() as f64,
+        top + ROW * grid.first.len() as f64,
         ABSENT,
     )?;
+    Ok(())
+}
 
-    let values: Vec<f64> = grid.cells.iter().filter_map(|c| c.2.as_f64()).collect();
-    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+/// Draws a cell for every value, coloured by where it lies from `min` to `max`, with the
+/// value in it when the cells are few enough to read: the marks, the value labels and how
+/// many marks.
+fn cells(
+    grid: &Grid<'_>,
+    metric: &Metric,
+    layout: &Layout,
+    top: f64,
+    min: f64,
+    max: f64,
+) -> Result<(Layer, Layer, usize), ChartError> {
+    let Layout {
+        width,
+        plot_x0,
+        cell_w,
+        ..
+    } = *layout;
     let t = |v: f64| {
         if max > min {
             (v - min) / (max - min)
@@ -138,7 +237,7 @@ pub(crate) fn draw(
             1.0
         }
     };
-    let show_values = rows * cols <= MAX_LABELLED_CELLS;
+    let show_values = grid.first.len() * grid.second.len() <= MAX_LABELLED_CELLS;
     let mut marks = Layer::new(width);
     let mut labels = Layer::new(width);
     let mut count = 0;
@@ -165,24 +264,7 @@ pub(crate) fn draw(
             labels.text(&value, x + cell_w / 2.0, y + ROW / 2.0, font)?;
         }
     }
-    canvas.plot(Kind::Heatmap.as_str(), frame, marks, count, labels);
-    canvas.y = top + ROW * rows as f64 + 12.0;
-
-    if !values.is_empty() {
-        colour_scale(&mut canvas, metric, min, max, plot_x0)?;
-    }
-    let left_out = grid.left_out_note("rows", "columns", false);
-    let chart_notes: Vec<String> = left_out
-        .into_iter()
-        .chain(rate_note(metric, summary))
-        .collect();
-    close(
-        canvas,
-        Kind::Heatmap,
-        summary,
-        &what(metric, summary),
-        &chart_notes,
-    )
+    Ok((marks, labels, count))
 }
 
 /// The colours from the smallest value to the largest, in steps (plotters draws no gradient).
