@@ -240,142 +240,226 @@ impl<'a> Call<'a> {
     }
 }
 
-/// The records of the revisions in force on `as_of` (or the latest), and which those were.
+/// The records of the revisions in force on `as_of` (or the latest), and which those were:
+/// the records kept ([`RevisionColumns::kept`]), then which revisions they are
+/// ([`RevisionColumns::read`]), what had none in force yet ([`RevisionColumns::not_yet`]) and
+/// what states no date ([`RevisionColumns::undated`]).
 async fn revisions_in_force(
     base: DataFrame,
     revisions: &tally_semantic::definition::Revisions,
     as_of: Option<&str>,
 ) -> datafusion::error::Result<(DataFrame, InForce)> {
-    use datafusion::common::JoinType;
-    use datafusion::functions::string::expr_fn::btrim;
-    use datafusion::functions::unicode::expr_fn::left;
-    use datafusion::functions_aggregate::expr_fn::{max, min};
-    use datafusion::prelude::{cast, ident, lit};
-    let text = |name: &str| cast(ident(name), datafusion::arrow::datatypes::DataType::Utf8);
-    // The day a revision takes effect: a date, or a date-time's day, as `YYYY-MM-DD` text (so
-    // a revision in force from the `as_of` day itself is in force on it).
-    let effective = left(text(&revisions.effective), lit(10i64));
-    let dated_expr = effective
-        .clone()
-        .is_not_null()
-        .and(btrim(vec![effective.clone()]).not_eq(lit("")));
-    let dated = base.clone().filter(dated_expr.clone())?;
-    let eligible = match as_of {
-        // In force on the day: a date up to it, or a date-time on it (`2020-01-01T09:00` sorts
-        // after `2020-01-01`, before `2020-01-01` followed by the last character there is).
-        Some(date) => dated
-            .clone()
-            .filter(effective.clone().lt(lit(format!("{date}\u{10FFFF}"))))?,
-        None => dated.clone(),
-    };
-    let latest = eligible.clone().aggregate(
-        vec![text(&revisions.key).alias("__tally_key")],
-        vec![max(effective.clone()).alias("__tally_in_force")],
-    )?;
-    let eligible = eligible.with_column("__tally_effective", effective.clone())?;
-    let mut reduced = eligible
-        .join(
-            latest,
-            JoinType::LeftSemi,
-            &[revisions.key.as_str(), "__tally_effective"],
-            &["__tally_key", "__tally_in_force"],
-            None,
-        )?
-        .drop_columns(&["__tally_effective"])?;
-    if let Some(id) = &revisions.id {
-        // Two revisions taking effect on the same day: the one with the greater id (e-Gov's
-        // ids end with the amending law, numbered in order) is the one in force.
-        let last = reduced.clone().aggregate(
-            vec![text(&revisions.key).alias("__tally_key")],
-            vec![max(text(id)).alias("__tally_last")],
-        )?;
-        let reduced_id = reduced.with_column("__tally_id", text(id))?;
-        reduced = reduced_id
-            .join(
-                last,
-                JoinType::LeftSemi,
-                &[revisions.key.as_str(), "__tally_id"],
-                &["__tally_key", "__tally_last"],
-                None,
-            )?
-            .drop_columns(&["__tally_id"])?;
-    }
-    let undated = base
-        .clone()
-        .filter(std::ops::Not::not(dated_expr.clone()))?;
-    if as_of.is_none() {
-        // Without a date, what states no date for its only revision is that revision (an
-        // unknown date is older than any known one, as the law plugin orders them).
-        let dated_keys = dated
-            .clone()
-            .aggregate(vec![text(&revisions.key).alias("__tally_key")], vec![])?;
-        let alone = undated.clone().join(
-            dated_keys,
-            JoinType::LeftAnti,
-            &[revisions.key.as_str()],
-            &["__tally_key"],
-            None,
-        )?;
-        reduced = reduced.union(alone)?;
-    }
-    let label = |_: &DataFrame| -> datafusion::error::Result<Expr> {
-        Ok(match &revisions.title {
-            Some(t) => text(t),
-            None => text(&revisions.key),
-        })
-    };
+    let columns = RevisionColumns::of(revisions);
+    let Kept {
+        reduced,
+        dated,
+        undated,
+    } = columns.kept(base, as_of)?;
     let mut report = InForce {
         as_of: as_of.map(str::to_string),
         ..Default::default()
     };
-    let cell = |a: &datafusion::arrow::array::ArrayRef, i: usize| -> Option<String> {
-        use datafusion::arrow::array::Array;
-        let a = datafusion::arrow::compute::cast(a, &datafusion::arrow::datatypes::DataType::Utf8)
-            .ok()?;
-        let a = a
-            .as_any()
-            .downcast_ref::<datafusion::arrow::array::StringArray>()?;
-        (!a.is_null(i)).then(|| a.value(i).to_string())
-    };
-    let id = match &revisions.id {
-        Some(id) => text(id),
-        None => lit(datafusion::common::ScalarValue::Utf8(None)),
-    };
-    for batch in reduced
-        .clone()
-        .aggregate(
-            vec![
-                label(&reduced)?.alias("l"),
-                id.alias("i"),
-                effective.clone().alias("e"),
-            ],
-            vec![],
-        )?
-        .sort(vec![
-            ident("l").sort(true, true),
-            ident("e").sort(true, true),
-        ])?
-        .limit(0, Some(100))?
-        .collect()
-        .await?
-    {
-        for r in 0..batch.num_rows() {
-            report.read.push((
-                cell(batch.column(0), r).unwrap_or_default(),
-                cell(batch.column(1), r),
-                cell(batch.column(2), r),
-            ));
+    report.read = columns.read(&reduced).await?;
+    if let Some(date) = as_of {
+        report.not_yet = columns.not_yet(&dated, date).await?;
+    }
+    if as_of.is_none() {
+        // Read as they are: nothing is left out for want of a date.
+        return Ok((reduced, report));
+    }
+    report.undated = columns.undated(undated).await?;
+    Ok((reduced, report))
+}
+
+/// The records a call reads of a dataset with `revisions`, and those set apart on the way.
+struct Kept {
+    /// The records of the revisions in force.
+    reduced: DataFrame,
+    /// The records that state the day their revision takes effect.
+    dated: DataFrame,
+    /// The records that do not.
+    undated: DataFrame,
+}
+
+/// The columns `revisions` names, as expressions over a dataset's records.
+struct RevisionColumns<'r> {
+    revisions: &'r tally_semantic::definition::Revisions,
+    /// The day a revision takes effect: a date, or a date-time's day, as `YYYY-MM-DD` text (so
+    /// a revision in force from the `as_of` day itself is in force on it).
+    effective: Expr,
+}
+
+/// A column as text.
+fn text(name: &str) -> Expr {
+    use datafusion::prelude::{cast, ident};
+    cast(ident(name), datafusion::arrow::datatypes::DataType::Utf8)
+}
+
+/// Text of a cell (null, or a value that cannot be read as text, as None).
+fn cell(a: &datafusion::arrow::array::ArrayRef, i: usize) -> Option<String> {
+    use datafusion::arrow::array::Array;
+    let a =
+        datafusion::arrow::compute::cast(a, &datafusion::arrow::datatypes::DataType::Utf8).ok()?;
+    let a = a
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::StringArray>()?;
+    (!a.is_null(i)).then(|| a.value(i).to_string())
+}
+
+impl<'r> RevisionColumns<'r> {
+    fn of(revisions: &'r tally_semantic::definition::Revisions) -> RevisionColumns<'r> {
+        use datafusion::functions::unicode::expr_fn::left;
+        use datafusion::prelude::lit;
+        RevisionColumns {
+            revisions,
+            effective: left(text(&revisions.effective), lit(10i64)),
         }
     }
-    if let Some(date) = as_of {
+
+    /// What is revised, as people name it: its title, or else its key.
+    fn label(&self) -> Expr {
+        match &self.revisions.title {
+            Some(t) => text(t),
+            None => text(&self.revisions.key),
+        }
+    }
+
+    /// Keeps of `base` the records of the revision of each thing in force on `as_of` (or the
+    /// latest), setting apart those that state the day they take effect and those that do not.
+    fn kept(&self, base: DataFrame, as_of: Option<&str>) -> datafusion::error::Result<Kept> {
+        use datafusion::common::JoinType;
+        use datafusion::functions::string::expr_fn::btrim;
+        use datafusion::functions_aggregate::expr_fn::max;
+        use datafusion::prelude::lit;
+        let (revisions, effective) = (self.revisions, &self.effective);
+        let dated_expr = effective
+            .clone()
+            .is_not_null()
+            .and(btrim(vec![effective.clone()]).not_eq(lit("")));
+        let dated = base.clone().filter(dated_expr.clone())?;
+        let eligible = match as_of {
+            // In force on the day: a date up to it, or a date-time on it (`2020-01-01T09:00` sorts
+            // after `2020-01-01`, before `2020-01-01` followed by the last character there is).
+            Some(date) => dated
+                .clone()
+                .filter(effective.clone().lt(lit(format!("{date}\u{10FFFF}"))))?,
+            None => dated.clone(),
+        };
+        let latest = eligible.clone().aggregate(
+            vec![text(&revisions.key).alias("__tally_key")],
+            vec![max(effective.clone()).alias("__tally_in_force")],
+        )?;
+        let eligible = eligible.with_column("__tally_effective", effective.clone())?;
+        let mut reduced = eligible
+            .join(
+                latest,
+                JoinType::LeftSemi,
+                &[revisions.key.as_str(), "__tally_effective"],
+                &["__tally_key", "__tally_in_force"],
+                None,
+            )?
+            .drop_columns(&["__tally_effective"])?;
+        if let Some(id) = &revisions.id {
+            // Two revisions taking effect on the same day: the one with the greater id (e-Gov's
+            // ids end with the amending law, numbered in order) is the one in force.
+            let last = reduced.clone().aggregate(
+                vec![text(&revisions.key).alias("__tally_key")],
+                vec![max(text(id)).alias("__tally_last")],
+            )?;
+            let reduced_id = reduced.with_column("__tally_id", text(id))?;
+            reduced = reduced_id
+                .join(
+                    last,
+                    JoinType::LeftSemi,
+                    &[revisions.key.as_str(), "__tally_id"],
+                    &["__tally_key", "__tally_last"],
+                    None,
+                )?
+                .drop_columns(&["__tally_id"])?;
+        }
+        let undated = base
+            .clone()
+            .filter(std::ops::Not::not(dated_expr.clone()))?;
+        if as_of.is_none() {
+            // Without a date, what states no date for its only revision is that revision (an
+            // unknown date is older than any known one, as the law plugin orders them).
+            let dated_keys = dated
+                .clone()
+                .aggregate(vec![text(&revisions.key).alias("__tally_key")], vec![])?;
+            let alone = undated.clone().join(
+                dated_keys,
+                JoinType::LeftAnti,
+                &[revisions.key.as_str()],
+                &["__tally_key"],
+                None,
+            )?;
+            reduced = reduced.union(alone)?;
+        }
+        Ok(Kept {
+            reduced,
+            dated,
+            undated,
+        })
+    }
+
+    /// The revisions `reduced` holds (at most 100): what each revises, its id, its date.
+    async fn read(
+        &self,
+        reduced: &DataFrame,
+    ) -> datafusion::error::Result<Vec<(String, Option<String>, Option<String>)>> {
+        use datafusion::prelude::{ident, lit};
+        let mut read = Vec::new();
+        let id = match &self.revisions.id {
+            Some(id) => text(id),
+            None => lit(datafusion::common::ScalarValue::Utf8(None)),
+        };
+        for batch in reduced
+            .clone()
+            .aggregate(
+                vec![
+                    self.label().alias("l"),
+                    id.alias("i"),
+                    self.effective.clone().alias("e"),
+                ],
+                vec![],
+            )?
+            .sort(vec![
+                ident("l").sort(true, true),
+                ident("e").sort(true, true),
+            ])?
+            .limit(0, Some(100))?
+            .collect()
+            .await?
+        {
+            for r in 0..batch.num_rows() {
+                read.push((
+                    cell(batch.column(0), r).unwrap_or_default(),
+                    cell(batch.column(1), r),
+                    cell(batch.column(2), r),
+                ));
+            }
+        }
+        Ok(read)
+    }
+
+    /// What had no revision in force on `date` among the `dated` records (at most 100), with
+    /// the day its first revision takes effect.
+    async fn not_yet(
+        &self,
+        dated: &DataFrame,
+        date: &str,
+    ) -> datafusion::error::Result<Vec<(String, String)>> {
+        use datafusion::functions_aggregate::expr_fn::{max, min};
+        use datafusion::prelude::{ident, lit};
+        let mut not_yet = Vec::new();
         // By what is revised, not by its name: a title may change between revisions.
         for batch in dated
             .clone()
             .aggregate(
-                vec![text(&revisions.key).alias("k")],
+                vec![text(&self.revisions.key).alias("k")],
                 vec![
-                    max(label(&dated)?).alias("l"),
-                    min(effective.clone()).alias("first"),
+                    max(self.label()).alias("l"),
+                    min(self.effective.clone()).alias("first"),
                 ],
             )?
             .select(vec![ident("l"), ident("first")])?
@@ -388,29 +472,32 @@ async fn revisions_in_force(
             for r in 0..batch.num_rows() {
                 if let (Some(l), Some(first)) = (cell(batch.column(0), r), cell(batch.column(1), r))
                 {
-                    report.not_yet.push((l, first));
+                    not_yet.push((l, first));
                 }
             }
         }
+        Ok(not_yet)
     }
-    if as_of.is_none() {
-        // Read as they are: nothing is left out for want of a date.
-        return Ok((reduced, report));
-    }
-    for batch in undated
-        .aggregate(vec![label(&dated)?.alias("l")], vec![])?
-        .sort(vec![ident("l").sort(true, true)])?
-        .limit(0, Some(100))?
-        .collect()
-        .await?
-    {
-        for r in 0..batch.num_rows() {
-            if let Some(l) = cell(batch.column(0), r) {
-                report.undated.push(l);
+
+    /// What the `undated` records revise (at most 100): left out of a call with `as_of`.
+    async fn undated(&self, undated: DataFrame) -> datafusion::error::Result<Vec<String>> {
+        use datafusion::prelude::ident;
+        let mut left_out = Vec::new();
+        for batch in undated
+            .aggregate(vec![self.label().alias("l")], vec![])?
+            .sort(vec![ident("l").sort(true, true)])?
+            .limit(0, Some(100))?
+            .collect()
+            .await?
+        {
+            for r in 0..batch.num_rows() {
+                if let Some(l) = cell(batch.column(0), r) {
+                    left_out.push(l);
+                }
             }
         }
+        Ok(left_out)
     }
-    Ok((reduced, report))
 }
 
 /// The revisions a call read, as a step of its provenance; what had none in force, and

@@ -360,21 +360,13 @@ pub fn dataset_source(ds: &Dataset, files: &[ServedFile]) -> (Source, Option<Str
 pub fn prov_jsonld(envelope: &Value) -> Value {
     use serde_json::json;
     let p = &envelope["provenance"];
-    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-    let hash = text(p, "resultHash").unwrap_or_default();
+    let hash = text_of(p, "resultHash").unwrap_or_default();
     let short: String = hash
         .trim_start_matches("sha256:")
         .chars()
         .take(16)
         .collect();
-    let time = |t: &str| {
-        if t.len() == 10 {
-            json!({ "@value": t, "@type": "xsd:date" })
-        } else {
-            json!({ "@value": t, "@type": "xsd:dateTime" })
-        }
-    };
-    let version = text(&p["query"], "toolVersion").unwrap_or_else(tool_version);
+    let version = text_of(&p["query"], "toolVersion").unwrap_or_else(tool_version);
     let agent = format!("urn:tally:agent:{}", version.replace(' ', "-"));
     let result = format!("urn:tally:result:{short}");
     let mut graph = vec![json!({
@@ -382,17 +374,65 @@ pub fn prov_jsonld(envelope: &Value) -> Value {
         "@type": ["prov:SoftwareAgent"],
         "rdfs:label": version,
     })];
+    let sources = prov_sources(p, &short, &mut graph);
+    let last_activity = prov_activities(p, &short, &agent, &sources, &mut graph);
+    let mut result_node = json!({
+        "@id": result,
+        "@type": "prov:Entity",
+        "rdfs:label": format!("the answer of {}", text_of(&p["query"], "tool").unwrap_or_else(|| "a tool".into())),
+        "prov:wasDerivedFrom": sources.iter().map(|(id, _)| json!({ "@id": id })).collect::<Vec<_>>(),
+        "prov:wasAttributedTo": { "@id": agent },
+        "tally:resultHash": hash,
+    });
+    if let Some(at) = text_of(p, "generatedAt") {
+        result_node["prov:generatedAtTime"] = prov_time(&at);
+    }
+    if let Some(activity) = last_activity {
+        result_node["prov:wasGeneratedBy"] = json!({ "@id": activity });
+    }
+    graph.insert(0, result_node);
+    json!({
+        "@context": {
+            "prov": "http://www.w3.org/ns/prov#",
+            "xsd": "http://www.w3.org/2001/XMLSchema#",
+            "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
+            "dcterms": "http://purl.org/dc/terms/",
+            "tally": "urn:tally:vocabulary#",
+        },
+        "@graph": graph,
+    })
+}
+
+/// The text at `key` of `v`, if it is text.
+fn text_of(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+/// A date (`YYYY-MM-DD`) or a date-time, typed as such in JSON-LD.
+fn prov_time(t: &str) -> Value {
+    use serde_json::json;
+    if t.len() == 10 {
+        json!({ "@value": t, "@type": "xsd:date" })
+    } else {
+        json!({ "@value": t, "@type": "xsd:dateTime" })
+    }
+}
+
+/// Adds to `graph` each source of provenance `p` (with its publisher, once, and its
+/// retrieval), and returns each source's node id and URI, in order.
+fn prov_sources(p: &Value, short: &str, graph: &mut Vec<Value>) -> Vec<(String, String)> {
+    use serde_json::json;
     let mut publishers: Vec<String> = Vec::new();
     let mut sources = Vec::new();
     for (i, s) in p["sources"].as_array().into_iter().flatten().enumerate() {
-        let uri = text(s, "uri").unwrap_or_default();
+        let uri = text_of(s, "uri").unwrap_or_default();
         // The copy read is an entity of its own, apart from the publisher's resource it was
         // retrieved from (the URI): at its locator where it has one.
-        let id = match text(s, "locator") {
+        let id = match text_of(s, "locator") {
             Some(locator) if !uri.contains('#') => format!("{uri}#{}", uri_of(&locator)),
             _ => format!(
                 "urn:tally:source:{short}:{}",
-                uri_of(&text(s, "id").unwrap_or_else(|| i.to_string()))
+                uri_of(&text_of(s, "id").unwrap_or_else(|| i.to_string()))
             ),
         };
         let id = if sources
@@ -403,7 +443,7 @@ pub fn prov_jsonld(envelope: &Value) -> Value {
         } else {
             id
         };
-        let publisher = text(s, "publisher").unwrap_or_default();
+        let publisher = text_of(s, "publisher").unwrap_or_default();
         let publisher_id = format!("urn:tally:publisher:{}", uri_of(&publisher));
         if !publishers.contains(&publisher) {
             graph.push(json!({
@@ -420,39 +460,58 @@ pub fn prov_jsonld(envelope: &Value) -> Value {
             "rdfs:label": "retrieval",
             "prov:used": { "@id": uri },
         });
-        if let Some(at) = text(s, "retrievedAt") {
-            retrieval_node["prov:endedAtTime"] = time(&at);
+        if let Some(at) = text_of(s, "retrievedAt") {
+            retrieval_node["prov:endedAtTime"] = prov_time(&at);
         }
         graph.push(retrieval_node);
-        let mut node = json!({
-            "@id": id,
-            "@type": "prov:Entity",
-            "dcterms:title": text(s, "title").unwrap_or_default(),
-            "dcterms:source": { "@id": uri },
-            "prov:wasAttributedTo": { "@id": publisher_id },
-            "prov:wasGeneratedBy": { "@id": retrieval },
-            "tally:sourceId": text(s, "id").unwrap_or_default(),
-            "tally:sourceType": text(s, "sourceType").unwrap_or_default(),
-        });
-        for (key, term) in [
-            ("locator", "tally:locator"),
-            ("contentHash", "tally:contentHash"),
-            ("datasetVersion", "tally:datasetVersion"),
-            ("license", "dcterms:license"),
-        ] {
-            if let Some(v) = text(s, key) {
-                node[term] = Value::String(v);
-            }
-        }
-        if let Some(d) = text(s, "publishedAt") {
-            node["dcterms:issued"] = time(&d);
-        }
-        if let Some(d) = text(s, "effectiveAt") {
-            node["tally:effectiveAt"] = time(&d);
-        }
-        graph.push(node);
+        graph.push(prov_source(s, &id, &uri, &publisher_id, &retrieval));
         sources.push((id, uri));
     }
+    sources
+}
+
+/// The entity of source `s`: its title, where it came from and how, and what is known of it.
+fn prov_source(s: &Value, id: &str, uri: &str, publisher_id: &str, retrieval: &str) -> Value {
+    use serde_json::json;
+    let mut node = json!({
+        "@id": id,
+        "@type": "prov:Entity",
+        "dcterms:title": text_of(s, "title").unwrap_or_default(),
+        "dcterms:source": { "@id": uri },
+        "prov:wasAttributedTo": { "@id": publisher_id },
+        "prov:wasGeneratedBy": { "@id": retrieval },
+        "tally:sourceId": text_of(s, "id").unwrap_or_default(),
+        "tally:sourceType": text_of(s, "sourceType").unwrap_or_default(),
+    });
+    for (key, term) in [
+        ("locator", "tally:locator"),
+        ("contentHash", "tally:contentHash"),
+        ("datasetVersion", "tally:datasetVersion"),
+        ("license", "dcterms:license"),
+    ] {
+        if let Some(v) = text_of(s, key) {
+            node[term] = Value::String(v);
+        }
+    }
+    if let Some(d) = text_of(s, "publishedAt") {
+        node["dcterms:issued"] = prov_time(&d);
+    }
+    if let Some(d) = text_of(s, "effectiveAt") {
+        node["tally:effectiveAt"] = prov_time(&d);
+    }
+    node
+}
+
+/// Adds to `graph` each transformation of provenance `p` as an activity that used what the
+/// one before generated (the first, the `sources`), and returns the last activity's id.
+fn prov_activities(
+    p: &Value,
+    short: &str,
+    agent: &str,
+    sources: &[(String, String)],
+    graph: &mut Vec<Value>,
+) -> Option<String> {
+    use serde_json::json;
     let steps = p["transformations"].as_array().cloned().unwrap_or_default();
     let mut used: Vec<Value> = sources.iter().map(|(id, _)| json!({ "@id": id })).collect();
     let mut last_activity = None;
@@ -461,8 +520,8 @@ pub fn prov_jsonld(envelope: &Value) -> Value {
         graph.push(json!({
             "@id": activity,
             "@type": "prov:Activity",
-            "rdfs:label": text(t, "type").unwrap_or_default(),
-            "rdfs:comment": text(t, "description").unwrap_or_default(),
+            "rdfs:label": text_of(t, "type").unwrap_or_default(),
+            "rdfs:comment": text_of(t, "description").unwrap_or_default(),
             "prov:used": used,
             "prov:wasAssociatedWith": { "@id": agent },
         }));
@@ -478,31 +537,7 @@ pub fn prov_jsonld(envelope: &Value) -> Value {
         }
         last_activity = Some(activity);
     }
-    let mut result_node = json!({
-        "@id": result,
-        "@type": "prov:Entity",
-        "rdfs:label": format!("the answer of {}", text(&p["query"], "tool").unwrap_or_else(|| "a tool".into())),
-        "prov:wasDerivedFrom": sources.iter().map(|(id, _)| json!({ "@id": id })).collect::<Vec<_>>(),
-        "prov:wasAttributedTo": { "@id": agent },
-        "tally:resultHash": hash,
-    });
-    if let Some(at) = text(p, "generatedAt") {
-        result_node["prov:generatedAtTime"] = time(&at);
-    }
-    if let Some(activity) = last_activity {
-        result_node["prov:wasGeneratedBy"] = json!({ "@id": activity });
-    }
-    graph.insert(0, result_node);
-    json!({
-        "@context": {
-            "prov": "http://www.w3.org/ns/prov#",
-            "xsd": "http://www.w3.org/2001/XMLSchema#",
-            "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
-            "dcterms": "http://purl.org/dc/terms/",
-            "tally": "urn:tally:vocabulary#",
-        },
-        "@graph": graph,
-    })
+    last_activity
 }
 
 #[cfg(test)]

@@ -54,7 +54,9 @@ struct Page {
 
 /// Orders the groups (first metric descending, nulls last, then the group keys ascending)
 /// in Arrow and turns only the returned page into JSON: a wide grouping never becomes
-/// millions of JSON values.
+/// millions of JSON values. In phases: the sort columns ([`sort_columns`]), the page taken,
+/// its sums past 64 bits named ([`beyond_i64`]), its rows as JSON with codes read as their
+/// values ([`decode_codes`]).
 fn page_groups(
     batches: &[RecordBatch],
     columns: &[String],
@@ -64,7 +66,7 @@ fn page_groups(
     order: &[(usize, bool)],
     limit: usize,
 ) -> Result<Page, datafusion::arrow::error::ArrowError> {
-    use datafusion::arrow::compute::{SortColumn, SortOptions, concat_batches, lexsort_to_indices};
+    use datafusion::arrow::compute::{concat_batches, lexsort_to_indices};
     let Some(first) = batches.first() else {
         return Ok(Page {
             rows: Vec::new(),
@@ -74,16 +76,48 @@ fn page_groups(
     };
     let batch = concat_batches(&first.schema(), batches)?;
     let total = batch.num_rows();
-    let column = |name: &String| {
-        batch.column_by_name(name).cloned().ok_or_else(|| {
-            datafusion::arrow::error::ArrowError::SchemaError(format!("no column {name}"))
-        })
+    let sort = sort_columns(&batch, columns, ranks, keys, order)?;
+    let indices = if sort.is_empty() {
+        UInt32Array::from_iter_values(0..total.min(limit) as u32)
+    } else {
+        lexsort_to_indices(&sort, Some(limit))?
     };
+    let page = datafusion::arrow::compute::take_record_batch(&batch, &indices)?;
+    let beyond_i64 = beyond_i64(&page, columns);
+    let mut rows = crate::json::rows(&[page], columns);
+    decode_codes(&mut rows, coded);
+    Ok(Page {
+        rows,
+        total,
+        beyond_i64,
+    })
+}
+
+/// The column `name` of `batch`.
+fn column_of(
+    batch: &RecordBatch,
+    name: &str,
+) -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
+    batch.column_by_name(name).cloned().ok_or_else(|| {
+        datafusion::arrow::error::ArrowError::SchemaError(format!("no column {name}"))
+    })
+}
+
+/// What the groups are sorted by: the columns `order` names, then the group keys it does not
+/// name, ascending.
+fn sort_columns(
+    batch: &RecordBatch,
+    columns: &[String],
+    ranks: &[Option<std::sync::Arc<Vec<u32>>>],
+    keys: usize,
+    order: &[(usize, bool)],
+) -> Result<Vec<datafusion::arrow::compute::SortColumn>, datafusion::arrow::error::ArrowError> {
+    use datafusion::arrow::compute::{SortColumn, SortOptions};
     // A group key sorts as its text (codes by the rank of their values); a metric as a
     // number, NaN and infinities (shown as null, JSON has no such numbers) with the nulls,
     // last.
     let key_values = |k: usize| -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
-        let values = column(&columns[k])?;
+        let values = column_of(batch, &columns[k])?;
         Ok(
             match (&ranks[k], values.as_any().downcast_ref::<UInt32Array>()) {
                 // Codes are numbered in the order values were met; their ranks order them
@@ -104,7 +138,8 @@ fn page_groups(
         )
     };
     let metric_values = |m: usize| -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
-        let values = datafusion::arrow::compute::cast(&column(&columns[m])?, &DataType::Float64)?;
+        let values =
+            datafusion::arrow::compute::cast(&column_of(batch, &columns[m])?, &DataType::Float64)?;
         Ok(values
             .as_any()
             .downcast_ref::<datafusion::arrow::array::Float64Array>()
@@ -143,12 +178,11 @@ fn page_groups(
             }),
         });
     }
-    let indices = if sort.is_empty() {
-        UInt32Array::from_iter_values(0..total.min(limit) as u32)
-    } else {
-        lexsort_to_indices(&sort, Some(limit))?
-    };
-    let page = datafusion::arrow::compute::take_record_batch(&batch, &indices)?;
+    Ok(sort)
+}
+
+/// The integer sums of `page` that left the 64-bit range in some group (shown as floats).
+fn beyond_i64(page: &RecordBatch, columns: &[String]) -> Vec<String> {
     let mut beyond_i64 = Vec::new();
     for name in columns {
         if let Some(d) = page
@@ -161,8 +195,12 @@ fn page_groups(
             beyond_i64.push(name.clone());
         }
     }
-    let mut rows = crate::json::rows(&[page], columns);
-    for row in &mut rows {
+    beyond_i64
+}
+
+/// Each coded group key of `rows` read as its value.
+fn decode_codes(rows: &mut [Vec<Value>], coded: &[Option<Codes>]) {
+    for row in rows {
         for (k, code) in coded.iter().enumerate() {
             if let Some(values) = code {
                 // Code 0 is a missing value.
@@ -175,11 +213,6 @@ fn page_groups(
             }
         }
     }
-    Ok(Page {
-        rows,
-        total,
-        beyond_i64,
-    })
 }
 
 /// Decimals of averages and of ratios (as the reference server rounds them).
@@ -696,28 +729,9 @@ async fn cite(
     counted: Counted,
 ) -> Result<(SummaryResult, Provenance), EngineError> {
     let def = call.def();
-    let limits = call.engine.limits();
-    let (rows, total_groups, matched) = (page.rows, page.total_groups, counted.matched);
     let (mut provenance, source_id) = call.provenance();
-    if let Some(cut) = page.cut {
-        provenance.warn(match cut {
-            meta::Cut::Tokens => format!(
-                "the result was cut to {} groups to fit its context budget (about {} tokens); order by what matters (order_by), add having or filters, or lower limit",
-                rows.len(),
-                limits.max_result_tokens
-            ),
-            meta::Cut::Bytes => format!(
-                "the result was cut to {} groups to stay within the result size budget ({} bytes); add filters or having, or lower limit",
-                rows.len(),
-                limits.max_result_bytes
-            ),
-        });
-    }
-    for column in &page.beyond_i64 {
-        provenance.warn(format!(
-            "`{column}` exceeds the range of 64-bit integers in some groups; those totals are shown as floating-point numbers, exact to about 15 significant digits"
-        ));
-    }
+    warn_page(&mut provenance, &page, call.engine.limits());
+    let (rows, total_groups, matched) = (page.rows, page.total_groups, counted.matched);
     let exploded = !plan.explode.is_empty();
     let field_metadata: Vec<_> = plan
         .group_by
@@ -729,18 +743,10 @@ async fn cite(
         .iter()
         .map(|m| metric_description(def, m))
         .collect();
-    let mut used: Vec<FieldId> = plan.group_by.clone();
-    used.extend(plan.filters.iter().map(|f| f.field));
-    for m in &plan.metrics {
-        match m {
-            Metric::AvgComputed(k) => used.extend(def.computed_measures[*k].fields()),
-            other => used.extend(other.field()),
-        }
-    }
     let mut context = meta::context(
         &mut provenance,
         def,
-        &used,
+        &fields_used(def, plan),
         &plan.resolved_fields,
         &plan.notices,
     );
@@ -795,6 +801,42 @@ async fn cite(
         context,
     };
     Ok((data, provenance))
+}
+
+/// The page's caveats, as warnings: cut to a budget, sums past the range of 64-bit integers.
+fn warn_page(provenance: &mut Provenance, page: &GroupPage, limits: &crate::Limits) {
+    if let Some(cut) = page.cut {
+        provenance.warn(match cut {
+            meta::Cut::Tokens => format!(
+                "the result was cut to {} groups to fit its context budget (about {} tokens); order by what matters (order_by), add having or filters, or lower limit",
+                page.rows.len(),
+                limits.max_result_tokens
+            ),
+            meta::Cut::Bytes => format!(
+                "the result was cut to {} groups to stay within the result size budget ({} bytes); add filters or having, or lower limit",
+                page.rows.len(),
+                limits.max_result_bytes
+            ),
+        });
+    }
+    for column in &page.beyond_i64 {
+        provenance.warn(format!(
+            "`{column}` exceeds the range of 64-bit integers in some groups; those totals are shown as floating-point numbers, exact to about 15 significant digits"
+        ));
+    }
+}
+
+/// The fields a summary uses: its group keys, the fields of its filters and of its metrics.
+fn fields_used(def: &tally_semantic::DatasetDef, plan: &SummarizePlan) -> Vec<FieldId> {
+    let mut used: Vec<FieldId> = plan.group_by.clone();
+    used.extend(plan.filters.iter().map(|f| f.field));
+    for m in &plan.metrics {
+        match m {
+            Metric::AvgComputed(k) => used.extend(def.computed_measures[*k].fields()),
+            other => used.extend(other.field()),
+        }
+    }
+    used
 }
 
 /// Per group key, the values of its code column when it is grouped on codes, and the key

@@ -156,7 +156,9 @@ fn not_an_envelope(what: &str) -> EngineError {
 
 impl Engine {
     /// Runs the call recorded in `envelope` again for a caller who may see `scope`, and
-    /// compares the answers (module docs).
+    /// compares the answers (module docs), in phases: the envelope read ([`Recorded::of`]),
+    /// its call run again ([`Engine::rerun`]), the two answers compared ([`compare`]) and the
+    /// outcome decided ([`judge`]).
     pub async fn verify(
         &self,
         envelope: &Value,
@@ -176,6 +178,93 @@ impl Engine {
                 other
             }
         };
+        let recorded = Recorded::of(envelope)?;
+        let mut out = VerifyResult {
+            status: VerifyStatus::Identical,
+            summary: String::new(),
+            tool: recorded.tool_name.to_string(),
+            arguments: recorded.arguments.clone(),
+            recorded_with: recorded.recorded_with.clone(),
+            verified_with: tool_version(),
+            result_hash_matches: !recorded.altered,
+            sources: Vec::new(),
+            changes: Vec::new(),
+            changes_total: 0,
+            reasons: Vec::new(),
+        };
+        let Some(now) = self.rerun(&recorded, scope, &mut out).await? else {
+            return Ok((out, checked(recorded.tool_name, None)));
+        };
+        compare(&recorded, &now, &mut out);
+        judge(&mut out, recorded.altered);
+        let provenance = checked(recorded.tool_name, Some(&now["provenance"]));
+        Ok((out, provenance))
+    }
+
+    /// Runs the recorded call again on the data served now: its answer, or `None` with `out`
+    /// said not reproducible where the data of now refuses the call or its page.
+    async fn rerun(
+        &self,
+        recorded: &Recorded<'_>,
+        scope: &Scope,
+        out: &mut VerifyResult,
+    ) -> Result<Option<Value>, EngineError> {
+        // A page asked by cursor runs with its cursor as recorded, through the same check
+        // `query_records` gives every cursor (`cursor::decode`: signed by this process's key,
+        // issued for this dataset version and this query, inside its rows). A cursor that
+        // call would refuse (edited, forged, from another server process, or stale) is
+        // refused here for the same reason, never re-signed and run.
+        match self
+            .call_as(recorded.tool, &recorded.arguments, scope)
+            .await
+        {
+            Ok(now) => Ok(Some(now)),
+            Err(EngineError::Request(e)) if e.code != ErrorCode::InvalidCursor => {
+                out.status = VerifyStatus::NotReproducible;
+                out.reasons.push(format!(
+                    "the call cannot be asked again: {}{}",
+                    e.message,
+                    e.hint
+                        .as_deref()
+                        .map(|h| format!(" ({h})"))
+                        .unwrap_or_default()
+                ));
+                out.summary = format!(
+                    "not reproducible: {} no longer answers this call ({})",
+                    out.verified_with, e.message
+                );
+                Ok(None)
+            }
+            Err(EngineError::Request(e)) if e.code == ErrorCode::InvalidCursor => {
+                out.status = VerifyStatus::NotReproducible;
+                out.reasons.push(format!(
+                    "the page it answers cannot be asked again: {} (verify the first page of the same call instead)",
+                    e.message
+                ));
+                out.summary = "not reproducible: its page cannot be asked again".to_string();
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What an envelope records: its data and provenance, the call it answers (tool, arguments,
+/// the Tally that made it), and whether its data still matches its own `resultHash`.
+struct Recorded<'a> {
+    data: &'a Value,
+    provenance: &'a Value,
+    tool_name: &'a str,
+    tool: Tool,
+    arguments: Value,
+    recorded_with: String,
+    /// The data or the recorded call does not match `resultHash`: edited after Tally made it.
+    altered: bool,
+}
+
+impl<'a> Recorded<'a> {
+    /// Reads the parts of `envelope`, refusing one that lacks any (the first missing named).
+    fn of(envelope: &'a Value) -> Result<Recorded<'a>, EngineError> {
         let data = envelope
             .get("data")
             .ok_or_else(|| not_an_envelope("it has no `data`"))?;
@@ -211,143 +300,112 @@ impl Engine {
             .and_then(Value::as_str)
             .unwrap_or("an unknown Tally")
             .to_string();
-        let verified_with = tool_version();
         let altered = match recorded_hash {
             Some(h) => h != result_hash(data, query),
             None => {
                 return Err(not_an_envelope("its provenance has no `resultHash`"));
             }
         };
-        let mut out = VerifyResult {
-            status: VerifyStatus::Identical,
-            summary: String::new(),
-            tool: tool_name.to_string(),
-            arguments: arguments.clone(),
-            recorded_with: recorded_with.clone(),
-            verified_with: verified_with.clone(),
-            result_hash_matches: !altered,
-            sources: Vec::new(),
-            changes: Vec::new(),
-            changes_total: 0,
-            reasons: Vec::new(),
-        };
-        // A page asked by cursor runs with its cursor as recorded, through the same check
-        // `query_records` gives every cursor (`cursor::decode`: signed by this process's key,
-        // issued for this dataset version and this query, inside its rows). A cursor that
-        // call would refuse (edited, forged, from another server process, or stale) is
-        // refused here for the same reason, never re-signed and run.
-        let now = match self.call_as(tool, &arguments, scope).await {
-            Ok(now) => now,
-            Err(EngineError::Request(e)) if e.code != ErrorCode::InvalidCursor => {
-                out.status = VerifyStatus::NotReproducible;
-                out.reasons.push(format!(
-                    "the call cannot be asked again: {}{}",
-                    e.message,
-                    e.hint
-                        .as_deref()
-                        .map(|h| format!(" ({h})"))
-                        .unwrap_or_default()
-                ));
-                out.summary = format!(
-                    "not reproducible: {} no longer answers this call ({})",
-                    verified_with, e.message
-                );
-                return Ok((out, checked(tool_name, None)));
-            }
-            Err(EngineError::Request(e)) if e.code == ErrorCode::InvalidCursor => {
-                out.status = VerifyStatus::NotReproducible;
-                out.reasons.push(format!(
-                    "the page it answers cannot be asked again: {} (verify the first page of the same call instead)",
-                    e.message
-                ));
-                out.summary = "not reproducible: its page cannot be asked again".to_string();
-                return Ok((out, checked(tool_name, None)));
-            }
-            Err(e) => return Err(e),
-        };
-        out.sources = compare_sources(provenance, &now["provenance"]);
-        let data_changed = out.sources.iter().any(|s| s.changed);
-        let mut changes = Vec::new();
-        let keys = group_keys(tool, &arguments);
-        diff(
+        Ok(Recorded {
             data,
-            &now["data"],
-            data,
-            keys,
-            &mut String::new(),
-            &mut changes,
-        );
-        out.changes_total = changes.len();
-        changes.truncate(MAX_CHANGES);
-        out.changes = changes;
-        let numbers_differ = out.changes_total > 0;
-        let changed_sources = || {
-            out.sources
-                .iter()
-                .filter(|s| s.changed)
-                .map(|s| s.id.clone())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        (out.status, out.summary) = if altered {
-            (
-                VerifyStatus::Altered,
-                format!(
-                    "altered: the envelope's data does not match its resultHash, so it was edited after Tally made it; {} value{} differ from what Tally computes now",
-                    out.changes_total,
-                    if out.changes_total == 1 { "" } else { "s" }
-                ),
-            )
-        } else if data_changed {
-            let numbers = if numbers_differ {
-                format!(
-                    "{} value{} changed",
-                    out.changes_total,
-                    if out.changes_total == 1 { "" } else { "s" }
-                )
-            } else {
-                "no value of this answer changed".to_string()
-            };
-            (
-                VerifyStatus::DataChanged,
-                format!(
-                    "data changed: {} differ{}; {numbers}",
-                    changed_sources(),
-                    if out.sources.iter().filter(|s| s.changed).count() == 1 {
-                        "s"
-                    } else {
-                        ""
-                    }
-                ),
-            )
-        } else if numbers_differ {
-            let reason = if recorded_with != verified_with {
-                format!(
-                    "the numbers differ though every source is unchanged: the semantics changed between {recorded_with} (which made the answer) and {verified_with}"
-                )
-            } else {
-                format!(
-                    "the numbers differ though every source is unchanged and {verified_with} made both answers"
-                )
-            };
-            out.reasons.push(reason.clone());
-            (
-                VerifyStatus::NotReproducible,
-                format!("not reproducible: {reason}"),
+            provenance,
+            tool_name,
+            tool,
+            arguments,
+            recorded_with,
+            altered,
+        })
+    }
+}
+
+/// Each source then and now, and every value of the recorded answer that differs from the
+/// answer of now (all counted, the first [`MAX_CHANGES`] listed).
+fn compare(recorded: &Recorded<'_>, now: &Value, out: &mut VerifyResult) {
+    out.sources = compare_sources(recorded.provenance, &now["provenance"]);
+    let mut changes = Vec::new();
+    let keys = group_keys(recorded.tool, &recorded.arguments);
+    diff(
+        recorded.data,
+        &now["data"],
+        recorded.data,
+        keys,
+        &mut String::new(),
+        &mut changes,
+    );
+    out.changes_total = changes.len();
+    changes.truncate(MAX_CHANGES);
+    out.changes = changes;
+}
+
+/// The outcome of a check, in the order it is decided (module docs), and its summary.
+fn judge(out: &mut VerifyResult, altered: bool) {
+    let data_changed = out.sources.iter().any(|s| s.changed);
+    let numbers_differ = out.changes_total > 0;
+    let changed_sources = || {
+        out.sources
+            .iter()
+            .filter(|s| s.changed)
+            .map(|s| s.id.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    (out.status, out.summary) = if altered {
+        (
+            VerifyStatus::Altered,
+            format!(
+                "altered: the envelope's data does not match its resultHash, so it was edited after Tally made it; {} value{} differ from what Tally computes now",
+                out.changes_total,
+                if out.changes_total == 1 { "" } else { "s" }
+            ),
+        )
+    } else if data_changed {
+        let numbers = if numbers_differ {
+            format!(
+                "{} value{} changed",
+                out.changes_total,
+                if out.changes_total == 1 { "" } else { "s" }
             )
         } else {
-            (
-                VerifyStatus::Identical,
-                format!(
-                    "identical: the same data ({} source{} unchanged) gives the same numbers",
-                    out.sources.len(),
-                    if out.sources.len() == 1 { "" } else { "s" }
-                ),
+            "no value of this answer changed".to_string()
+        };
+        (
+            VerifyStatus::DataChanged,
+            format!(
+                "data changed: {} differ{}; {numbers}",
+                changed_sources(),
+                if out.sources.iter().filter(|s| s.changed).count() == 1 {
+                    "s"
+                } else {
+                    ""
+                }
+            ),
+        )
+    } else if numbers_differ {
+        let (recorded_with, verified_with) = (&out.recorded_with, &out.verified_with);
+        let reason = if recorded_with != verified_with {
+            format!(
+                "the numbers differ though every source is unchanged: the semantics changed between {recorded_with} (which made the answer) and {verified_with}"
+            )
+        } else {
+            format!(
+                "the numbers differ though every source is unchanged and {verified_with} made both answers"
             )
         };
-        let provenance = checked(tool_name, Some(&now["provenance"]));
-        Ok((out, provenance))
-    }
+        out.reasons.push(reason.clone());
+        (
+            VerifyStatus::NotReproducible,
+            format!("not reproducible: {reason}"),
+        )
+    } else {
+        (
+            VerifyStatus::Identical,
+            format!(
+                "identical: the same data ({} source{} unchanged) gives the same numbers",
+                out.sources.len(),
+                if out.sources.len() == 1 { "" } else { "s" }
+            ),
+        )
+    };
 }
 
 /// The provenance of a check: the sources the call of now cites, and what was done.
