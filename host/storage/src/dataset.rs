@@ -6,6 +6,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{AsArray, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::UInt32Type;
 use datafusion::catalog::TableProvider;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::Expr;
 use datafusion::prelude::{SessionContext, ident};
 use tally_semantic::definition::{DatasetDef, DateValue, Diagnostic, FieldId, MeasureId};
@@ -1334,19 +1335,9 @@ fn prepare(
     meter: &Meter,
     to_cache: bool,
 ) -> Result<Prepared, Failed> {
-    let def = &job.def;
-    let id = def.id.as_str();
-    let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
-    let loaded = handle.block_on(job.backend.load(&names, &job.pushed, meter))?;
-    let layout = Arc::new(Layout::of(def, &loaded.provider.schema())?);
-    let mut stream = handle
-        .block_on(
-            job.ctx
-                .read_table(loaded.provider.clone())?
-                .select(names.iter().map(ident).collect::<Vec<Expr>>())?
-                .execute_stream(),
-        )
-        .map_err(|e| StorageError::computing(id, e))?;
+    let run = Preparation { job, handle, meter };
+    let id = job.def.id.as_str();
+    let (loaded, layout, mut stream) = run.open()?;
 
     // What the prepared table holds is reserved apart from what reading held, which is
     // given back once the table is built.
@@ -1357,58 +1348,11 @@ fn prepare(
     );
     job.progress.rows.store(0, Ordering::Relaxed);
     job.progress.preparing.store(true, Ordering::Relaxed);
-    let cache = job.cache.as_ref().filter(|_| to_cache);
-    let mut sink = match cache {
-        Some(cache) => {
-            match cache.writer(crate::cache::Header::new(id, &job.version), &layout.stored) {
-                Ok(w) => Sink::Cache(Box::new(w)),
-                Err(e) => return Err(Failed::Cache(e.to_string())),
-            }
-        }
-        None => Sink::Memory(InMemory::default()),
-    };
+    let mut sink = run.sink(&layout, to_cache)?;
     let mut builder = Builder::new(id, Arc::clone(&layout));
-    while let Some(batch) = handle.block_on(futures::StreamExt::next(&mut stream)) {
-        let batch = batch.map_err(|e| StorageError::computing(id, e))?;
-        if meter.cancelled() {
-            return Err(StorageError::Limit {
-                message: format!(
-                    "the preparation of dataset `{id}` was stopped: its version was replaced or it ran longer than {} s",
-                    PREPARE_TIME.as_secs()
-                ),
-                hint: "call again; a replaced dataset is prepared anew".into(),
-            }
-            .into());
-        }
-        // Reserved before anything is built: what the batch adds in memory (nothing but its
-        // new dictionary values when the chunks go to the cache).
-        let adds = match &sink {
-            Sink::Memory(_) => builder.stored_bytes(batch.num_rows()),
-            Sink::Cache(_) => 0,
-        };
-        kept.resize(builder.bytes() + sink.bytes() + adds + batch.get_array_memory_size())?;
-        job.progress
-            .rows
-            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        match builder.push(&batch, &mut sink) {
-            Ok(()) => {}
-            Err(e) if matches!(sink, Sink::Cache(_)) => return Err(Failed::Cache(e.to_string())),
-            Err(e) => return Err(e.into()),
-        }
-    }
+    run.build(&mut stream, &mut builder, &mut sink, &kept)?;
     let rows = builder.rows as usize;
-    if let Some(r) = &loaded.row_sources
-        && r.index.len() != rows
-    {
-        return Err(StorageError::backend(
-            id,
-            format!(
-                "the backend gave {} row sources for {rows} rows",
-                r.index.len()
-            ),
-        )
-        .into());
-    }
+    run.check_row_sources(&loaded, rows)?;
     let LoadedData {
         provider,
         files,
@@ -1468,6 +1412,116 @@ fn prepare(
                 kept,
             ))
         }
+    }
+}
+
+/// What the phases of one preparation share: its job, the runtime it blocks on, and the
+/// meter of what reading holds.
+struct Preparation<'a> {
+    job: &'a Job,
+    handle: &'a tokio::runtime::Handle,
+    meter: &'a Meter,
+}
+
+impl Preparation<'_> {
+    /// Loads the data through the backend and opens the stream of its fields' batches,
+    /// with the layout of the table they build.
+    fn open(&self) -> Result<(LoadedData, Arc<Layout>, SendableRecordBatchStream), Failed> {
+        let (job, handle) = (self.job, self.handle);
+        let def = &job.def;
+        let id = def.id.as_str();
+        let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
+        let loaded = handle.block_on(job.backend.load(&names, &job.pushed, self.meter))?;
+        let layout = Arc::new(Layout::of(def, &loaded.provider.schema())?);
+        let stream = handle
+            .block_on(
+                job.ctx
+                    .read_table(loaded.provider.clone())?
+                    .select(names.iter().map(ident).collect::<Vec<Expr>>())?
+                    .execute_stream(),
+            )
+            .map_err(|e| StorageError::computing(id, e))?;
+        Ok((loaded, layout, stream))
+    }
+
+    /// Opens where the chunks go: a cache entry when `to_cache` and there is a cache, else
+    /// memory.
+    fn sink(&self, layout: &Layout, to_cache: bool) -> Result<Sink, Failed> {
+        let job = self.job;
+        let id = job.def.id.as_str();
+        let cache = job.cache.as_ref().filter(|_| to_cache);
+        let sink = match cache {
+            Some(cache) => {
+                match cache.writer(crate::cache::Header::new(id, &job.version), &layout.stored) {
+                    Ok(w) => Sink::Cache(Box::new(w)),
+                    Err(e) => return Err(Failed::Cache(e.to_string())),
+                }
+            }
+            None => Sink::Memory(InMemory::default()),
+        };
+        Ok(sink)
+    }
+
+    /// Builds every batch of the stream into the sink, reserving in `kept` what each adds
+    /// before it is built, and stopping when the preparation is cancelled.
+    fn build(
+        &self,
+        stream: &mut SendableRecordBatchStream,
+        builder: &mut Builder,
+        sink: &mut Sink,
+        kept: &Meter,
+    ) -> Result<(), Failed> {
+        let (job, meter) = (self.job, self.meter);
+        let id = job.def.id.as_str();
+        while let Some(batch) = self.handle.block_on(futures::StreamExt::next(stream)) {
+            let batch = batch.map_err(|e| StorageError::computing(id, e))?;
+            if meter.cancelled() {
+                return Err(StorageError::Limit {
+                    message: format!(
+                        "the preparation of dataset `{id}` was stopped: its version was replaced or it ran longer than {} s",
+                        PREPARE_TIME.as_secs()
+                    ),
+                    hint: "call again; a replaced dataset is prepared anew".into(),
+                }
+                .into());
+            }
+            // Reserved before anything is built: what the batch adds in memory (nothing but its
+            // new dictionary values when the chunks go to the cache).
+            let adds = match sink {
+                Sink::Memory(_) => builder.stored_bytes(batch.num_rows()),
+                Sink::Cache(_) => 0,
+            };
+            kept.resize(builder.bytes() + sink.bytes() + adds + batch.get_array_memory_size())?;
+            job.progress
+                .rows
+                .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+            match builder.push(&batch, sink) {
+                Ok(()) => {}
+                Err(e) if matches!(sink, Sink::Cache(_)) => {
+                    return Err(Failed::Cache(e.to_string()));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that the backend gave one row source per row built, when it gave any.
+    fn check_row_sources(&self, loaded: &LoadedData, rows: usize) -> Result<(), Failed> {
+        let id = self.job.def.id.as_str();
+        if let Some(r) = &loaded.row_sources
+            && r.index.len() != rows
+        {
+            return Err(StorageError::backend(
+                id,
+                format!(
+                    "the backend gave {} row sources for {rows} rows",
+                    r.index.len()
+                ),
+            )
+            .into());
+        }
+        Ok(())
     }
 }
 

@@ -352,49 +352,7 @@ impl ParquetBackend {
         let selected: Vec<usize> = (0..self.parts.len())
             .filter(|i| self.selected(&self.parts[*i], pushed))
             .collect();
-        // Hashed in blocks, off the async workers, each file once per version.
-        let unhashed: Vec<(usize, std::path::PathBuf, u64)> = selected
-            .iter()
-            // Objects are read by ranges, never whole: they are cited by their ETags.
-            .filter(|i| self.parts[**i].hash.get().is_none() && self.parts[**i].object.is_none())
-            .map(|i| {
-                (
-                    *i,
-                    self.parts[*i].footer.path.clone(),
-                    self.parts[*i].footer.size,
-                )
-            })
-            .collect();
-        let dataset = self.dataset.clone();
-        let hashed = tokio::task::spawn_blocking(move || {
-            unhashed
-                .into_iter()
-                .map(|(i, path, size)| {
-                    match std::fs::metadata(&path) {
-                        Ok(m) if m.len() == size => {}
-                        Ok(_) => {
-                            return Err((
-                                i,
-                                "its data file changed after this version was registered",
-                            ));
-                        }
-                        Err(_) => return Err((i, "its data file was removed")),
-                    }
-                    sha256_file(&path)
-                        .map(|h| (i, h))
-                        .map_err(|_| (i, "its data file cannot be read"))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await
-        .map_err(StorageError::internal)?
-        .map_err(|(i, message)| StorageError::Stale {
-            dataset: dataset.clone(),
-            message: format!("{message} (`{}`)", self.parts[i].relative),
-        })?;
-        for (i, h) in hashed {
-            let _ = self.parts[i].hash.set(h);
-        }
+        self.hash_selected(&selected).await?;
         let key_names: Vec<String> = self.keys.iter().map(|k| k.name.clone()).collect();
         let mut files = Vec::with_capacity(selected.len());
         let mut served = Vec::with_capacity(selected.len());
@@ -438,6 +396,55 @@ impl ParquetBackend {
             extract,
             budget,
         )?))
+    }
+
+    /// Hashes the selected local files not hashed yet, each once per version, checking
+    /// first that each still has the size registered.
+    async fn hash_selected(&self, selected: &[usize]) -> Result<(), StorageError> {
+        // Hashed in blocks, off the async workers, each file once per version.
+        let unhashed: Vec<(usize, std::path::PathBuf, u64)> = selected
+            .iter()
+            // Objects are read by ranges, never whole: they are cited by their ETags.
+            .filter(|i| self.parts[**i].hash.get().is_none() && self.parts[**i].object.is_none())
+            .map(|i| {
+                (
+                    *i,
+                    self.parts[*i].footer.path.clone(),
+                    self.parts[*i].footer.size,
+                )
+            })
+            .collect();
+        let dataset = self.dataset.clone();
+        let hashed = tokio::task::spawn_blocking(move || {
+            unhashed
+                .into_iter()
+                .map(|(i, path, size)| {
+                    match std::fs::metadata(&path) {
+                        Ok(m) if m.len() == size => {}
+                        Ok(_) => {
+                            return Err((
+                                i,
+                                "its data file changed after this version was registered",
+                            ));
+                        }
+                        Err(_) => return Err((i, "its data file was removed")),
+                    }
+                    sha256_file(&path)
+                        .map(|h| (i, h))
+                        .map_err(|_| (i, "its data file cannot be read"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(StorageError::internal)?
+        .map_err(|(i, message)| StorageError::Stale {
+            dataset: dataset.clone(),
+            message: format!("{message} (`{}`)", self.parts[i].relative),
+        })?;
+        for (i, h) in hashed {
+            let _ = self.parts[i].hash.set(h);
+        }
+        Ok(())
     }
 
     /// How the rows were read when conditions left files unread: which files, and why.
@@ -846,6 +853,52 @@ impl Backend for ParquetBackend {
             .iter()
             .filter_map(|c| file_schema.index_of(c).ok())
             .collect();
+        let (reads, key_fields) = self.reads_of(columns, pushed);
+        // The bytes cited are hashed first, in blocks; reading then checks that each file is
+        // still the one registered (its size, and its footer once read).
+        let object_files = self.hash_objects(&reads).await?;
+        let files = self.hash_local(&reads).await?;
+        // A dataset is all local files or all objects.
+        let files = if object_files.is_empty() {
+            files
+        } else {
+            object_files
+        };
+        let decoded = match reads.first() {
+            Some(r) => tally_plugin_parquet::groups::decoded_schema(&r.footer, Text::Dictionary)
+                .map_err(|e| StorageError::backend(&self.dataset, e))?,
+            None => file_schema.clone(),
+        };
+        let projected = Schema::new(
+            indices
+                .iter()
+                .map(|i| decoded.field(*i).clone())
+                .collect::<Vec<_>>(),
+        );
+        let schema = with_keys(&projected, &key_fields);
+        let table = FilesTable {
+            dataset: self.dataset.clone(),
+            reads: Arc::new(reads),
+            indices,
+            schema,
+            meter: meter.clone(),
+        };
+        // Files left out are said in the extract step (the envelope's transformations).
+        let extract = self.pruned(&files, pushed);
+        Ok(LoadedData {
+            provider: Arc::new(table),
+            files,
+            extract,
+            notes: Vec::new(),
+            row_sources: None,
+        })
+    }
+}
+
+impl ParquetBackend {
+    /// Plans a load: the files the conditions leave, each with the values of the partition
+    /// keys among `columns`, and those keys as fields.
+    fn reads_of(&self, columns: &[String], pushed: &[Pushed]) -> (Vec<Read>, Vec<Field>) {
         let keys: Vec<usize> = (0..self.keys.len())
             .filter(|k| columns.contains(&self.keys[*k].name))
             .collect();
@@ -867,9 +920,11 @@ impl Backend for ParquetBackend {
             .iter()
             .map(|k| Field::new(&self.keys[*k].name, self.keys[*k].data_type.clone(), true))
             .collect();
-        // The bytes cited are hashed first, in blocks; reading then checks that each file is
-        // still the one registered (its size, and its footer once read).
-        let dataset = self.dataset.clone();
+        (reads, key_fields)
+    }
+
+    /// Hashes the objects of a load, as the files it cites.
+    async fn hash_objects(&self, reads: &[Read]) -> Result<Vec<ServedFile>, StorageError> {
         // Objects are hashed as they stream from the store (each read pinned to the ETag
         // registered), a few at a time; nothing of them is held.
         let objects: Vec<Arc<crate::object::ObjectFile>> =
@@ -890,6 +945,13 @@ impl Backend for ParquetBackend {
                 });
             }
         }
+        Ok(object_files)
+    }
+
+    /// Hashes the local files of a load on a blocking thread, as the files it cites,
+    /// checking first that each still has the size registered.
+    async fn hash_local(&self, reads: &[Read]) -> Result<Vec<ServedFile>, StorageError> {
+        let dataset = self.dataset.clone();
         let hashed: Vec<(
             String,
             std::path::PathBuf,
@@ -941,40 +1003,7 @@ impl Backend for ParquetBackend {
         })
         .await
         .map_err(StorageError::internal)??;
-        // A dataset is all local files or all objects.
-        let files = if object_files.is_empty() {
-            files
-        } else {
-            object_files
-        };
-        let decoded = match reads.first() {
-            Some(r) => tally_plugin_parquet::groups::decoded_schema(&r.footer, Text::Dictionary)
-                .map_err(|e| StorageError::backend(&self.dataset, e))?,
-            None => file_schema.clone(),
-        };
-        let projected = Schema::new(
-            indices
-                .iter()
-                .map(|i| decoded.field(*i).clone())
-                .collect::<Vec<_>>(),
-        );
-        let schema = with_keys(&projected, &key_fields);
-        let table = FilesTable {
-            dataset: self.dataset.clone(),
-            reads: Arc::new(reads),
-            indices,
-            schema,
-            meter: meter.clone(),
-        };
-        // Files left out are said in the extract step (the envelope's transformations).
-        let extract = self.pruned(&files, pushed);
-        Ok(LoadedData {
-            provider: Arc::new(table),
-            files,
-            extract,
-            notes: Vec::new(),
-            row_sources: None,
-        })
+        Ok(files)
     }
 }
 

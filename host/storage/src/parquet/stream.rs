@@ -461,11 +461,61 @@ impl TableProvider for StreamTable {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let shared = &self.shared;
         let table_schema = self.table_schema();
+        let all: Vec<usize> = (0..=shared.sources.len()).collect();
+        let wanted = projection.unwrap_or(&all);
+        let (scanned, outputs) = self.columns(wanted);
+        let source = self.source(state, &table_schema, filters)?;
+        // Records asked for by number: per file, a selection of just those rows (the pages
+        // that hold them are read; files without any are left out).
+        let mut wanted_rows: Option<Vec<u64>> = filters.iter().find_map(StreamTable::row_numbers);
+        if let Some(rows) = &mut wanted_rows {
+            rows.sort_unstable();
+            rows.dedup();
+        }
+        let partitioned = self.partitioned(wanted_rows.as_deref());
+        let config =
+            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+                .with_file_group(FileGroup::new(partitioned))
+                .with_projection_indices(Some(scanned.clone()))?
+                .with_limit(limit)
+                .build();
+        let mut scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+        // A call over a large table splits the files by byte ranges, one run of row groups a
+        // partition (the call decided the table is large: the files' size does not matter).
+        let partitions = state.config().target_partitions();
+        if partitions > 1 && wanted_rows.is_none() {
+            let mut options = state.config_options().clone();
+            options.optimizer.repartition_file_min_size = 0;
+            if let Some(split) = scan.repartitioned(partitions, &options)? {
+                scan = split;
+            }
+        }
+        let schema = Arc::new(shared.schema.project(wanted)?);
+        let out_schema = Arc::clone(&schema);
+        let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {
+            shape(&outputs, &out_schema, batch)
+        };
+        Ok(Arc::new(MapExec::new(
+            format!(
+                "ParquetStream: {} files of `{}`",
+                shared.files.len(),
+                shared.dataset
+            ),
+            scan,
+            schema,
+            Arc::new(map),
+        )))
+    }
+}
+
+impl StreamTable {
+    /// Plans the columns of a scan: which it reads (indices into its table schema) and,
+    /// per output wanted, their places among those read.
+    fn columns(&self, wanted: &[usize]) -> (Vec<usize>, Vec<Output>) {
+        let shared = &self.shared;
         let files = shared.file_schema.fields().len();
         let keys = shared.partition_fields.len() - 1;
         let fields = shared.sources.len();
-        let all: Vec<usize> = (0..=fields).collect();
-        let wanted = projection.unwrap_or(&all);
         // Columns of the scan (indices into its table schema) and, per output, their places.
         let mut scanned: Vec<usize> = Vec::new();
         let place = |i: usize, scanned: &mut Vec<usize>| match scanned.iter().position(|s| *s == i)
@@ -490,6 +540,18 @@ impl TableProvider for StreamTable {
                 }
             });
         }
+        (scanned, outputs)
+    }
+
+    /// Makes the Parquet source of a scan: its checked readers, and the conditions it can
+    /// test as its predicate.
+    fn source(
+        &self,
+        state: &dyn Session,
+        table_schema: &TableSchema,
+        filters: &[Expr],
+    ) -> DfResult<ParquetSource> {
+        let shared = &self.shared;
         let mut source = ParquetSource::new(table_schema.clone())
             .with_parquet_file_reader_factory(Arc::new(CheckedFactory {
                 shared: Arc::clone(shared),
@@ -509,13 +571,13 @@ impl TableProvider for StreamTable {
             let predicate = state.create_physical_expr(condition, &df_schema)?;
             source = source.with_predicate(predicate);
         }
-        // Records asked for by number: per file, a selection of just those rows (the pages
-        // that hold them are read; files without any are left out).
-        let mut wanted_rows: Option<Vec<u64>> = filters.iter().find_map(StreamTable::row_numbers);
-        if let Some(rows) = &mut wanted_rows {
-            rows.sort_unstable();
-            rows.dedup();
-        }
+        Ok(source)
+    }
+
+    /// Lists the files a scan reads, each with its partition values and, when records are
+    /// asked for by number (sorted, distinct), the selection of just those rows.
+    fn partitioned(&self, wanted_rows: Option<&[u64]>) -> Vec<PartitionedFile> {
+        let shared = &self.shared;
         let mut partitioned: Vec<PartitionedFile> = Vec::with_capacity(shared.files.len());
         for (i, f) in shared.files.iter().enumerate() {
             let mut pf =
@@ -524,7 +586,7 @@ impl TableProvider for StreamTable {
                 .chain(f.values.iter().cloned())
                 .collect();
             pf.extensions.insert(FileIndex(i));
-            if let Some(rows) = &wanted_rows {
+            if let Some(rows) = wanted_rows {
                 let n = f.footer.num_rows;
                 let local: Vec<u64> = rows
                     .iter()
@@ -542,63 +604,35 @@ impl TableProvider for StreamTable {
             }
             partitioned.push(pf);
         }
-        let config =
-            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
-                .with_file_group(FileGroup::new(partitioned))
-                .with_projection_indices(Some(scanned.clone()))?
-                .with_limit(limit)
-                .build();
-        let mut scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
-        // A call over a large table splits the files by byte ranges, one run of row groups a
-        // partition (the call decided the table is large: the files' size does not matter).
-        let partitions = state.config().target_partitions();
-        if partitions > 1 && wanted_rows.is_none() {
-            let mut options = state.config_options().clone();
-            options.optimizer.repartition_file_min_size = 0;
-            if let Some(split) = scan.repartitioned(partitions, &options)? {
-                scan = split;
-            }
-        }
-        let schema = Arc::new(shared.schema.project(wanted)?);
-        let out_schema = Arc::clone(&schema);
-        let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {
-            let n = batch.num_rows();
-            let mut columns: Vec<ArrayRef> = Vec::with_capacity(outputs.len());
-            for o in &outputs {
-                columns.push(match *o {
-                    Output::Column(p) => Arc::clone(batch.column(p)),
-                    Output::Row { offset, row } => {
-                        let offsets = datafusion::arrow::compute::cast(
-                            batch.column(offset),
-                            &DataType::UInt64,
-                        )?;
-                        let offsets =
-                            offsets.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
-                        let rows = batch.column(row).as_primitive::<Int64Type>();
-                        Arc::new(UInt64Array::from_iter_values(
-                            (0..n).map(|r| offsets.value(r) + rows.value(r).max(0) as u64),
-                        ))
-                    }
-                });
-            }
-            RecordBatch::try_new_with_options(
-                Arc::clone(&out_schema),
-                columns,
-                &RecordBatchOptions::new().with_row_count(Some(n)),
-            )
-            .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
-        };
-        Ok(Arc::new(MapExec::new(
-            format!(
-                "ParquetStream: {} files of `{}`",
-                shared.files.len(),
-                shared.dataset
-            ),
-            scan,
-            schema,
-            Arc::new(map),
-        )))
+        partitioned
     }
+}
+
+/// Shapes a batch of a scan into the columns wanted: each a column scanned, or the record
+/// number made of a file's offset and the row's position in it.
+fn shape(outputs: &[Output], schema: &SchemaRef, batch: RecordBatch) -> DfResult<RecordBatch> {
+    let n = batch.num_rows();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(outputs.len());
+    for o in outputs {
+        columns.push(match *o {
+            Output::Column(p) => Arc::clone(batch.column(p)),
+            Output::Row { offset, row } => {
+                let offsets =
+                    datafusion::arrow::compute::cast(batch.column(offset), &DataType::UInt64)?;
+                let offsets = offsets.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+                let rows = batch.column(row).as_primitive::<Int64Type>();
+                Arc::new(UInt64Array::from_iter_values(
+                    (0..n).map(|r| offsets.value(r) + rows.value(r).max(0) as u64),
+                ))
+            }
+        });
+    }
+    RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(n)),
+    )
+    .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
 }
 
 /// A selection of the given (sorted, distinct) rows of a file of `rows` rows.
