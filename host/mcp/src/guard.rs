@@ -446,137 +446,26 @@ pub async fn check(
     mut request: Request<Body>,
     next: Next,
 ) -> Response {
-    // An absolute-form target (`POST http://other/mcp`) is for proxies; a server that took
-    // its host from there and its Host header from elsewhere could be confused about which
-    // name was asked for.
-    if request.uri().scheme().is_some() || request.uri().authority().is_some() {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "the request target is in absolute form (a URL with a scheme and host)",
-            "send the path only (`POST /mcp`) with the host in the Host header",
-        );
-    }
-    let headers = request.headers();
-    if headers.get_all(header::HOST).iter().count() > 1 {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "the request has more than one Host header",
-            "send exactly one Host header",
-        );
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    if !guard.host_allowed(host) {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            &format!("the Host `{host}` is not one this server answers to"),
-            "call the server by an allowed name (--allow-host adds one)",
-        );
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        if !guard.origins.iter().any(|o| o == origin) {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                &format!("requests from the web origin `{origin}` are not allowed"),
-                "a page may call this server only from an allowed origin (--allow-origin adds one)",
-            );
-        }
+    // The order of the checks is part of what the guard promises: the target and Host, the
+    // origin, then (on `/mcp`) the declared size, authentication, the session's owner, the
+    // rate, the resumed stream's owner, the slots and the body's size.
+    if let Some(refusal) = refuse_target(&guard, &request) {
+        return refusal;
     }
     if request.uri().path() == "/health" {
-        // Open to anyone, but what it tells is the caller's view: counts of datasets only to
-        // a caller that may see them all (no tokens on a loopback server, or a token without
-        // a scope). A token that does not check out is answered as none: nothing but the
-        // status (and no failure counted, since nothing is learned from it).
-        let caller = if guard.tokens.is_empty() {
-            Caller {
-                id: format!("ip:{}", peer.ip()),
-                scope: Scope::All,
-            }
-        } else {
-            bearer(request.headers())
-                .and_then(|t| guard.tokens.find(t))
-                .map(|token| Caller {
-                    id: token.id.clone(),
-                    scope: token.scope.clone(),
-                })
-                .unwrap_or_else(|| Caller {
-                    id: "anonymous".into(),
-                    scope: Scope::Only(Arc::default()),
-                })
-        };
+        let caller = health_caller(&guard, peer, request.headers());
         request.extensions_mut().insert(caller);
         return next.run(request).await;
     }
     if request.uri().path() != "/mcp" {
         return next.run(request).await;
     }
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > guard.max_body) {
-        return refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("the request body is larger than {} bytes", guard.max_body),
-            "send a smaller request (tool arguments are small; --max-body-bytes sets the limit)",
-        );
+    if let Some(refusal) = refuse_declared_size(&guard, request.headers()) {
+        return refusal;
     }
-    let caller = if guard.tokens.is_empty() {
-        Caller {
-            id: format!("ip:{}", peer.ip()),
-            scope: Scope::All,
-        }
-    } else {
-        if let Err(seconds) = guard.may_try(peer.ip()) {
-            let mut r = refuse(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!(
-                    "too many failed authentications from {}: at most {} a minute",
-                    peer.ip(),
-                    guard.auth_failures_per_minute
-                ),
-                &format!("wait {seconds} s (Retry-After) and send a valid bearer token"),
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-            return r;
-        }
-        let presented = bearer(request.headers());
-        let unauthorized = |error: Option<&str>, message: &str| {
-            let mut r = refuse(
-                StatusCode::UNAUTHORIZED,
-                message,
-                "send `Authorization: Bearer <token>` with a token the server was given (--token-file or --token-env)",
-            );
-            let challenge = match error {
-                Some(e) => format!("Bearer realm=\"tally\", error=\"{e}\""),
-                None => "Bearer realm=\"tally\"".to_string(),
-            };
-            if let Ok(v) = HeaderValue::from_str(&challenge) {
-                r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-            }
-            r
-        };
-        match presented {
-            None => {
-                guard.failed(peer.ip());
-                return unauthorized(None, "this server needs a bearer token");
-            }
-            Some(t) => match guard.tokens.find(t) {
-                Some(token) => Caller {
-                    id: token.id.clone(),
-                    scope: token.scope.clone(),
-                },
-                None => {
-                    guard.failed(peer.ip());
-                    return unauthorized(Some("invalid_token"), "the bearer token is not valid");
-                }
-            },
-        }
+    let caller = match authenticate(&guard, peer, request.headers()) {
+        Ok(caller) => caller,
+        Err(refusal) => return refusal,
     };
     // A session belongs to the caller that created it: another token cannot read its
     // notifications, send on it, or end it. Unknown to this caller is answered as unknown.
@@ -585,69 +474,19 @@ pub async fn check(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if let Some(id) = &session {
-        let sessions = guard.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        // Fails closed: a session this guard did not see created (or has forgotten) belongs
-        // to nobody here; the client starts a new one, as MCP says it must on a 404.
-        if sessions.owner.get(id) != Some(&caller.id) {
-            return refuse(
-                StatusCode::NOT_FOUND,
-                "no such session for this caller",
-                "start a session of your own (initialize) with your own token",
-            );
-        }
+    if let Some(refusal) = refuse_session(&guard, session.as_deref(), &caller) {
+        return refusal;
     }
-    if let Err(seconds) = guard.take(&caller.id) {
-        let mut r = refuse(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "too many requests from `{}`: at most {} per second (bursts of {})",
-                caller.id, guard.rate_per_second, guard.burst
-            ),
-            &format!("wait {seconds} s (Retry-After) and send fewer requests"),
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        return r;
+    if let Some(refusal) = refuse_rate(&guard, &caller) {
+        return refusal;
     }
-    // A session's notification stream (`<session id>:common`) is resumed only by the
-    // session's owner; a request's stream has a random id sent only to its caller.
-    if let Some(stream) = request
-        .headers()
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|id| id.rsplit_once('/'))
-        .map(|(stream, _)| stream)
-        && let Some(owner_session) = stream.strip_suffix(":common")
-    {
-        let sessions = guard.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        if sessions.owner.get(owner_session) != Some(&caller.id) {
-            return refuse(
-                StatusCode::NOT_FOUND,
-                "no such stream for this caller",
-                "resume only the streams of your own session (Last-Event-ID as this server sent it to you)",
-            );
-        }
+    if let Some(refusal) = refuse_stream(&guard, request.headers(), &caller) {
+        return refusal;
     }
     // A GET is a long-lived stream of server notifications, not a call: only requests
     // (POST) take a slot.
     if request.method() != axum::http::Method::POST {
-        let deleting = request.method() == axum::http::Method::DELETE;
-        request.extensions_mut().insert(caller);
-        let mut response = next.run(request).await;
-        // A session ended is answered 204 No Content: clients (the Python SDK among them)
-        // take the 202 the transport library sends for a failure to end it.
-        if deleting && response.status() == StatusCode::ACCEPTED {
-            *response.status_mut() = StatusCode::NO_CONTENT;
-            if let Some(id) = &session {
-                guard
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .forget(id);
-            }
-        }
-        return response;
+        return pass_stream(&guard, request, next, caller, session.as_deref()).await;
     }
     let owner = caller.id.clone();
     let Ok(permit) = guard.slots(&caller.id).try_acquire_owned() else {
@@ -664,6 +503,278 @@ pub async fn check(
         return r;
     };
     request.extensions_mut().insert(caller);
+    let response = match pass_request(&guard, request, next).await {
+        Ok(response) => response,
+        Err(answer) => return answer,
+    };
+    if session.is_none()
+        && let Some(created) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        bind_session(&guard, created, &owner).await;
+    }
+    // A response may stream (server-sent events) long after its headers: the slot is held
+    // until the body is done.
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(futures::StreamExt::map(
+        body.into_data_stream(),
+        move |chunk| {
+            let _held = &permit;
+            chunk
+        },
+    ));
+    Response::from_parts(parts, body)
+}
+
+/// Refuses a request whose target or Host header the server does not answer, or whose web
+/// origin is not allowed.
+fn refuse_target(guard: &Guard, request: &Request<Body>) -> Option<Response> {
+    // An absolute-form target (`POST http://other/mcp`) is for proxies; a server that took
+    // its host from there and its Host header from elsewhere could be confused about which
+    // name was asked for.
+    if request.uri().scheme().is_some() || request.uri().authority().is_some() {
+        return Some(refuse(
+            StatusCode::BAD_REQUEST,
+            "the request target is in absolute form (a URL with a scheme and host)",
+            "send the path only (`POST /mcp`) with the host in the Host header",
+        ));
+    }
+    let headers = request.headers();
+    if headers.get_all(header::HOST).iter().count() > 1 {
+        return Some(refuse(
+            StatusCode::BAD_REQUEST,
+            "the request has more than one Host header",
+            "send exactly one Host header",
+        ));
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !guard.host_allowed(host) {
+        return Some(refuse(
+            StatusCode::FORBIDDEN,
+            &format!("the Host `{host}` is not one this server answers to"),
+            "call the server by an allowed name (--allow-host adds one)",
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !guard.origins.iter().any(|o| o == origin) {
+            return Some(refuse(
+                StatusCode::FORBIDDEN,
+                &format!("requests from the web origin `{origin}` are not allowed"),
+                "a page may call this server only from an allowed origin (--allow-origin adds one)",
+            ));
+        }
+    }
+    None
+}
+
+/// The caller `/health` answers: whoever the token names, without counting failures.
+fn health_caller(guard: &Guard, peer: SocketAddr, headers: &axum::http::HeaderMap) -> Caller {
+    // Open to anyone, but what it tells is the caller's view: counts of datasets only to
+    // a caller that may see them all (no tokens on a loopback server, or a token without
+    // a scope). A token that does not check out is answered as none: nothing but the
+    // status (and no failure counted, since nothing is learned from it).
+    if guard.tokens.is_empty() {
+        Caller {
+            id: format!("ip:{}", peer.ip()),
+            scope: Scope::All,
+        }
+    } else {
+        bearer(headers)
+            .and_then(|t| guard.tokens.find(t))
+            .map(|token| Caller {
+                id: token.id.clone(),
+                scope: token.scope.clone(),
+            })
+            .unwrap_or_else(|| Caller {
+                id: "anonymous".into(),
+                scope: Scope::Only(Arc::default()),
+            })
+    }
+}
+
+/// Refuses a request whose declared Content-Length is over the limit, before reading it.
+fn refuse_declared_size(guard: &Guard, headers: &axum::http::HeaderMap) -> Option<Response> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > guard.max_body) {
+        return Some(refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the request body is larger than {} bytes", guard.max_body),
+            "send a smaller request (tool arguments are small; --max-body-bytes sets the limit)",
+        ));
+    }
+    None
+}
+
+/// The caller of an `/mcp` request: its token's, or its address's when the server takes no
+/// tokens; a refusal when the peer has failed too often or the token does not check out.
+fn authenticate(
+    guard: &Guard,
+    peer: SocketAddr,
+    headers: &axum::http::HeaderMap,
+) -> Result<Caller, Response> {
+    if guard.tokens.is_empty() {
+        return Ok(Caller {
+            id: format!("ip:{}", peer.ip()),
+            scope: Scope::All,
+        });
+    }
+    if let Err(seconds) = guard.may_try(peer.ip()) {
+        let mut r = refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "too many failed authentications from {}: at most {} a minute",
+                peer.ip(),
+                guard.auth_failures_per_minute
+            ),
+            &format!("wait {seconds} s (Retry-After) and send a valid bearer token"),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        return Err(r);
+    }
+    match bearer(headers) {
+        None => {
+            guard.failed(peer.ip());
+            Err(unauthorized(None, "this server needs a bearer token"))
+        }
+        Some(t) => match guard.tokens.find(t) {
+            Some(token) => Ok(Caller {
+                id: token.id.clone(),
+                scope: token.scope.clone(),
+            }),
+            None => {
+                guard.failed(peer.ip());
+                Err(unauthorized(
+                    Some("invalid_token"),
+                    "the bearer token is not valid",
+                ))
+            }
+        },
+    }
+}
+
+/// A 401 with the bearer challenge (and its `error`, if any).
+fn unauthorized(error: Option<&str>, message: &str) -> Response {
+    let mut r = refuse(
+        StatusCode::UNAUTHORIZED,
+        message,
+        "send `Authorization: Bearer <token>` with a token the server was given (--token-file or --token-env)",
+    );
+    let challenge = match error {
+        Some(e) => format!("Bearer realm=\"tally\", error=\"{e}\""),
+        None => "Bearer realm=\"tally\"".to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    r
+}
+
+/// Refuses a request on a session that another caller created (or that this guard does not
+/// know).
+fn refuse_session(guard: &Guard, session: Option<&str>, caller: &Caller) -> Option<Response> {
+    let id = session?;
+    let sessions = guard.sessions.lock().unwrap_or_else(|p| p.into_inner());
+    // Fails closed: a session this guard did not see created (or has forgotten) belongs
+    // to nobody here; the client starts a new one, as MCP says it must on a 404.
+    if sessions.owner.get(id) != Some(&caller.id) {
+        return Some(refuse(
+            StatusCode::NOT_FOUND,
+            "no such session for this caller",
+            "start a session of your own (initialize) with your own token",
+        ));
+    }
+    None
+}
+
+/// Takes one request from the caller's rate bucket; a 429 with Retry-After when it is empty.
+fn refuse_rate(guard: &Guard, caller: &Caller) -> Option<Response> {
+    let Err(seconds) = guard.take(&caller.id) else {
+        return None;
+    };
+    let mut r = refuse(
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!(
+            "too many requests from `{}`: at most {} per second (bursts of {})",
+            caller.id, guard.rate_per_second, guard.burst
+        ),
+        &format!("wait {seconds} s (Retry-After) and send fewer requests"),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    Some(r)
+}
+
+/// Refuses resuming a session's notification stream that is not the caller's own.
+fn refuse_stream(
+    guard: &Guard,
+    headers: &axum::http::HeaderMap,
+    caller: &Caller,
+) -> Option<Response> {
+    // A session's notification stream (`<session id>:common`) is resumed only by the
+    // session's owner; a request's stream has a random id sent only to its caller.
+    if let Some(stream) = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|id| id.rsplit_once('/'))
+        .map(|(stream, _)| stream)
+        && let Some(owner_session) = stream.strip_suffix(":common")
+    {
+        let sessions = guard.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions.owner.get(owner_session) != Some(&caller.id) {
+            return Some(refuse(
+                StatusCode::NOT_FOUND,
+                "no such stream for this caller",
+                "resume only the streams of your own session (Last-Event-ID as this server sent it to you)",
+            ));
+        }
+    }
+    None
+}
+
+/// Passes on a request that is not a call (a GET stream, a DELETE of a session), which takes
+/// no slot; a session ended is forgotten.
+async fn pass_stream(
+    guard: &Guard,
+    mut request: Request<Body>,
+    next: Next,
+    caller: Caller,
+    session: Option<&str>,
+) -> Response {
+    let deleting = request.method() == axum::http::Method::DELETE;
+    request.extensions_mut().insert(caller);
+    let mut response = next.run(request).await;
+    // A session ended is answered 204 No Content: clients (the Python SDK among them)
+    // take the 202 the transport library sends for a failure to end it.
+    if deleting && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        if let Some(id) = session {
+            guard
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .forget(id);
+        }
+    }
+    response
+}
+
+/// Reads the (bounded) body of a call and passes the call on; `Err` is the answer to send
+/// as it is: a body too large, or one the transport could not read as a JSON-RPC message.
+async fn pass_request(
+    guard: &Guard,
+    request: Request<Body>,
+    next: Next,
+) -> Result<Response, Response> {
     // The body is kept (it is small and bounded) so that a body the transport cannot read
     // as a JSON-RPC message is answered as the transport spec says: 400 with a JSON-RPC
     // error without id, not the transport library's 415 with plain text.
@@ -682,74 +793,62 @@ pub async fn check(
     let bytes = match axum::body::to_bytes(body, guard.max_body).await {
         Ok(bytes) => bytes,
         Err(_) => {
-            return refuse(
+            return Err(refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 &format!(
                     "the request body is larger than {} bytes, or could not be read",
                     guard.max_body
                 ),
                 "send a smaller request (tool arguments are small; --max-body-bytes sets the limit)",
-            );
+            ));
         }
     };
     let request = Request::from_parts(parts, Body::from(bytes.clone()));
     let response = next.run(request).await;
     if json_body && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        return malformed(&bytes);
+        return Err(malformed(&bytes));
     }
-    if session.is_none()
-        && let Some(created) = response
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-    {
-        let live: std::collections::HashSet<String> = match &guard.live {
-            Some(manager) => manager
-                .sessions
-                .read()
-                .await
-                .keys()
-                .map(|id| id.to_string())
-                .collect(),
-            None => std::collections::HashSet::new(),
-        };
-        let closed = guard
+    Ok(response)
+}
+
+/// Binds a session just created to its caller and closes the oldest sessions past the
+/// bounds on live sessions.
+async fn bind_session(guard: &Guard, created: &str, owner: &str) {
+    let live: std::collections::HashSet<String> = match &guard.live {
+        Some(manager) => manager
             .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .bind(
-                created,
-                &owner,
-                &live,
-                guard.max_sessions_per_caller,
-                guard.max_sessions,
-            );
-        if let (Some(manager), false) = (&guard.live, closed.is_empty()) {
-            tracing::info!(
-                sessions = closed.len(),
-                caller = %owner,
-                "closed the oldest MCP sessions past the bound on live sessions"
-            );
-            let manager = Arc::clone(manager);
-            tokio::spawn(async move {
-                for id in closed {
-                    let id: rmcp::transport::streamable_http_server::session::SessionId = id.into();
-                    let _ = manager.close_session(&id).await;
-                }
-            });
-        }
+            .read()
+            .await
+            .keys()
+            .map(|id| id.to_string())
+            .collect(),
+        None => std::collections::HashSet::new(),
+    };
+    let closed = guard
+        .sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .bind(
+            created,
+            owner,
+            &live,
+            guard.max_sessions_per_caller,
+            guard.max_sessions,
+        );
+    if let (Some(manager), false) = (&guard.live, closed.is_empty()) {
+        tracing::info!(
+            sessions = closed.len(),
+            caller = %owner,
+            "closed the oldest MCP sessions past the bound on live sessions"
+        );
+        let manager = Arc::clone(manager);
+        tokio::spawn(async move {
+            for id in closed {
+                let id: rmcp::transport::streamable_http_server::session::SessionId = id.into();
+                let _ = manager.close_session(&id).await;
+            }
+        });
     }
-    // A response may stream (server-sent events) long after its headers: the slot is held
-    // until the body is done.
-    let (parts, body) = response.into_parts();
-    let body = Body::from_stream(futures::StreamExt::map(
-        body.into_data_stream(),
-        move |chunk| {
-            let _held = &permit;
-            chunk
-        },
-    ));
-    Response::from_parts(parts, body)
 }
 
 #[cfg(test)]

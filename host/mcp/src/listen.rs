@@ -196,19 +196,7 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let mut limits = limits;
-    if let Some(files) = open_file_limit() {
-        let fit = files.saturating_sub(RESERVED_FILES).max(16);
-        if fit < limits.total {
-            tracing::warn!(
-                open_file_limit = files,
-                "--max-connections lowered from {} to {fit} to stay within the open-file limit",
-                limits.total
-            );
-            limits.total = fit;
-        }
-    }
-    let limits = limits;
+    let limits = within_open_files(limits);
     let registry = Arc::new(Mutex::new(Registry::default()));
     // A watch channel, not a notification: a shutdown that comes while nobody waits is not
     // lost.
@@ -218,6 +206,11 @@ pub async fn serve(
         let _ = stopping.send(true);
     });
     let mut stopped = stop.clone();
+    let accepting = Accepting {
+        registry: Arc::clone(&registry),
+        stop,
+        limits,
+    };
     loop {
         let (socket, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -240,6 +233,58 @@ pub async fn serve(
             tokio::spawn(refuse_busy(socket));
             continue;
         };
+        accepting.open(socket, peer, key, place, &app);
+    }
+    // Connections finish what they are doing (each has five seconds once told to stop).
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < deadline
+        && !registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .places
+            .is_empty()
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// The limits with the total number of connections lowered to fit the open-file limit.
+fn within_open_files(limits: ConnectionLimits) -> ConnectionLimits {
+    let mut limits = limits;
+    if let Some(files) = open_file_limit() {
+        let fit = files.saturating_sub(RESERVED_FILES).max(16);
+        if fit < limits.total {
+            tracing::warn!(
+                open_file_limit = files,
+                "--max-connections lowered from {} to {fit} to stay within the open-file limit",
+                limits.total
+            );
+            limits.total = fit;
+        }
+    }
+    limits
+}
+
+/// What the accept loop shares with every connection it opens.
+struct Accepting {
+    registry: Arc<Mutex<Registry>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    limits: ConnectionLimits,
+}
+
+impl Accepting {
+    /// Serves one admitted connection in a task of its own until it ends, is closed to make
+    /// room, falls idle or the server stops; then frees its place.
+    fn open(
+        &self,
+        socket: tokio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        key: u64,
+        place: Place,
+        app: &axum::Router,
+    ) {
+        let limits = self.limits;
         let _ = socket.set_nodelay(true);
         let epoch = place.opened;
         let last = Arc::clone(&place.last);
@@ -274,8 +319,8 @@ pub async fn serve(
                 }
             },
         );
-        let registry = Arc::clone(&registry);
-        let mut stop = stop.clone();
+        let registry = Arc::clone(&self.registry);
+        let mut stop = self.stop.clone();
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -313,18 +358,6 @@ pub async fn serve(
                 .remove(&key);
         });
     }
-    // Connections finish what they are doing (each has five seconds once told to stop).
-    let deadline = Instant::now() + Duration::from_secs(6);
-    while Instant::now() < deadline
-        && !registry
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .places
-            .is_empty()
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 /// Resolves once the server is told to stop (at once if it already was).

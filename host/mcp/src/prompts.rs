@@ -150,201 +150,234 @@ pub fn get(
     arguments: &serde_json::Map<String, Value>,
     view: &View,
 ) -> Result<GetPromptResult, String> {
-    let text = |k: &str| {
-        arguments
-            .get(k)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-    };
-    let dataset = |id: Option<&str>| -> Result<&Dataset, String> {
-        let id = id.ok_or("dataset_id is required (list_datasets names the datasets)")?;
-        view.dataset(id).map(|ds| ds.as_ref()).ok_or_else(|| {
-            let known = view.ids();
-            format!("no dataset `{id}`; the datasets are {}", known.join(", "))
-        })
-    };
+    let args = Arguments { arguments, view };
     match name {
-        "explore_dataset" => {
-            let ds = dataset(text("dataset_id"))?;
-            let group = first_groupable(ds).unwrap_or_default();
-            let body = format!(
-                "I want to understand the dataset `{id}` ({title}) before asking questions about it.\n\
-                 1. Call inspect_dataset with {{\"dataset_id\": \"{id}\"}}: read every field's role, meaning, codes and notes (what null means), and the computed measures.\n\
-                 2. Call summarize_records with {{\"dataset_id\": \"{id}\", \"group_by\": [\"{group}\"]}} for a first breakdown.\n\
-                 3. Tell me in a few lines what the dataset covers, which fields matter for questions, and the caveats I must keep in mind, \
-                 quoting the numbers exactly as Tally computed them and naming the source and its retrieval date from the provenance.",
-                id = ds.id(),
-                title = ds.def.title,
-            );
-            Ok(
-                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
-                    .with_description(format!("Explore {}", ds.def.title)),
-            )
-        }
-        "compare_groups" => {
-            let ds = dataset(text("dataset_id"))?;
-            let group =
-                text("group_by").ok_or("group_by is required: a groupable field of the dataset")?;
-            if !ds.def.fields.iter().any(|f| f.name == group && f.groupable) {
-                return Err(format!(
-                    "`{group}` is not a groupable field of `{}`; they are {}",
-                    ds.id(),
-                    field_names(ds, true).join(", ")
-                ));
-            }
-            let metric = text("metric").unwrap_or("count");
-            let mut metrics = vec![metric.to_string()];
-            if metric != "count" {
-                metrics.push("count".into());
-            }
-            let mut call =
-                json!({ "dataset_id": ds.id(), "group_by": [group], "metrics": metrics });
-            if let Some(parts) = text("explode") {
-                if !ds
-                    .def
-                    .fields
-                    .iter()
-                    .any(|f| f.name == parts && f.is_multi_value())
-                {
-                    return Err(format!(
-                        "`{parts}` is not a multi-value field of `{}`; they are {}",
-                        ds.id(),
-                        or_none(multi_value_names(ds))
-                    ));
-                }
-                call["explode"] = json!([parts]);
-            }
-            let narrowed = match condition(ds, text("where_field"), text("where_value"), false)? {
-                Some((field, value)) => {
-                    call["where"] = json!({ field.clone(): [value.clone()] });
-                    format!(", among the records whose `{field}` is `{value}`")
-                }
-                None => String::new(),
-            };
-            let body = format!(
-                "Compare the groups of `{group}` in `{id}` ({title}) on {metric}{narrowed}.\n\
-                 Call summarize_records with {call} (Tally computes every number; do not compute any yourself). \
-                 Then name the highest and lowest groups with their values as given, say how many records each rests on (count), \
-                 and pass on every note in data.notes and every warning in provenance.warnings, with the source and retrieval date.",
-                id = ds.id(),
-                title = ds.def.title,
-            );
-            Ok(
-                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
-                    .with_description(format!("{} by {group}", ds.def.title)),
-            )
-        }
-        "find_records" => {
-            let ds = dataset(text("dataset_id"))?;
-            let q = text("q").ok_or("q is required: the words to look for")?;
-            let mut call = json!({ "dataset_id": ds.id(), "q": q, "limit": 20 });
-            for (key, allowed) in [
-                ("search_fields", text_field_names(ds)),
-                ("select", field_names(ds, false)),
-            ] {
-                if let Some(name) = text(key) {
-                    if !allowed.iter().any(|a| a == name) {
-                        return Err(format!(
-                            "`{name}` cannot be given as {key} of `{}`; it takes {}",
-                            ds.id(),
-                            or_none(allowed)
-                        ));
-                    }
-                    call[key] = json!([name]);
-                }
-            }
-            if let Some(order) = text("order_by") {
-                let name = order.strip_prefix('-').unwrap_or(order);
-                if !ds.def.fields.iter().any(|f| f.name == name) {
-                    return Err(format!(
-                        "`{name}` is not a field of `{}`; they are {}",
-                        ds.id(),
-                        field_names(ds, false).join(", ")
-                    ));
-                }
-                call["order_by"] = json!([order]);
-            }
-            let body = format!(
-                "Find the records of `{id}` ({title}) that mention “{q}”.\n\
-                 Call query_records with {call} (page on with the cursor it returns if I ask for more). \
-                 List the records as returned, say how many matched in all (data.total), and pass on every note and warning, with the source and its retrieval date. \
-                 Do not count or compute anything yourself: for counts per group, call summarize_records with the same q.",
-                id = ds.id(),
-                title = ds.def.title,
-            );
-            Ok(
-                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
-                    .with_description(format!("Records of {} mentioning {q}", ds.def.title)),
-            )
-        }
-        "find_legal_basis" => {
-            let ds = dataset(text("dataset_id"))?;
-            let (field, value) = condition(ds, text("where_field"), text("where_value"), true)?
-                .ok_or("where_field and where_value are required: they pick the records whose legal basis is sought")?;
-            let laws = law_datasets(view);
-            let law = match text("laws") {
-                Some(id) => laws.iter().find(|l| l.id() == id).copied().ok_or_else(|| {
-                    format!(
-                        "`{id}` is not a law dataset served here; the law datasets are {}",
-                        laws.iter().map(|l| l.id()).collect::<Vec<_>>().join(", ")
-                    )
-                })?,
-                None => match laws.as_slice() {
-                    [only] => *only,
-                    [] => return Err("no law dataset is served (a dataset with a `locator: law` field read by a plugin, e.g. the built-in law plugin)".into()),
-                    many => {
-                        return Err(format!(
-                            "several law datasets are served; name one in `laws`: {}",
-                            many.iter().map(|l| l.id()).collect::<Vec<_>>().join(", ")
-                        ));
-                    }
-                },
-            };
-            let locator = law
-                .def
-                .fields
-                .iter()
-                .find(|f| f.locator == Some(LocatorKind::Law))
-                .map(|f| f.name.clone())
-                .unwrap_or_default();
-            let dims: Vec<String> = law
-                .def
-                .fields
-                .iter()
-                .filter(|f| f.role == FieldRole::Dim)
-                .map(|f| match f.desc.as_deref().map(str::trim) {
-                    Some(desc) if !desc.is_empty() => format!("`{}` ({desc})", f.name),
-                    _ => format!("`{}`", f.name),
-                })
-                .collect();
-            let call = json!({ "dataset_id": ds.id(), "where": { field.clone(): [value.clone()] }, "limit": 20 });
-            let body = format!(
-                "Find the legal basis of the records of `{id}` ({title}) whose `{field}` is `{value}`, and quote it.\n\
-                 1. Call inspect_dataset with {{\"dataset_id\": \"{id}\"}} and find the fields that name the law and the provision (article, paragraph, item) of each record.\n\
-                 2. Call query_records with {call}, selecting those fields (page with the cursor if there are more).\n\
-                 3. For each law and provision, call query_records on `{laws}` ({law_title}) with a condition on the law's name and on `{locator}` (it reads any common form of a provision, e.g. 第5条第1項 or 第五条第一項), \
-                 selecting the text. Its other conditions: {dims}.\n\
-                 4. Answer with each provision's text exactly as returned, its citation (the source link of the provenance), and say which records rest on it. \
-                 Say plainly when a provision was not found, and pass on every warning.",
-                id = ds.id(),
-                title = ds.def.title,
-                laws = law.id(),
-                law_title = law.def.title,
-                dims = dims.join(", "),
-            );
-            Ok(
-                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
-                    .with_description(format!(
-                        "The legal basis of {} where {field} = {value}",
-                        ds.def.title
-                    )),
-            )
-        }
+        "explore_dataset" => explore_dataset(&args),
+        "compare_groups" => compare_groups(&args),
+        "find_records" => find_records(&args),
+        "find_legal_basis" => find_legal_basis(&args),
         other => Err(format!(
             "no prompt `{other}`; the prompts are explore_dataset, compare_groups, find_records and, when a law dataset is served, find_legal_basis"
         )),
     }
+}
+
+/// The arguments of a prompt and the caller's view they are read against.
+struct Arguments<'a> {
+    arguments: &'a serde_json::Map<String, Value>,
+    view: &'a View,
+}
+
+impl<'a> Arguments<'a> {
+    /// The argument `k` as trimmed text, if it is given and not blank.
+    fn text(&self, k: &str) -> Option<&'a str> {
+        self.arguments
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The dataset `id` names, if the caller may see it.
+    fn dataset(&self, id: Option<&str>) -> Result<&'a Dataset, String> {
+        let id = id.ok_or("dataset_id is required (list_datasets names the datasets)")?;
+        self.view.dataset(id).map(|ds| ds.as_ref()).ok_or_else(|| {
+            let known = self.view.ids();
+            format!("no dataset `{id}`; the datasets are {}", known.join(", "))
+        })
+    }
+}
+
+/// The prompt `explore_dataset`: inspect a dataset, then a first breakdown.
+fn explore_dataset(args: &Arguments) -> Result<GetPromptResult, String> {
+    let ds = args.dataset(args.text("dataset_id"))?;
+    let group = first_groupable(ds).unwrap_or_default();
+    let body = format!(
+        "I want to understand the dataset `{id}` ({title}) before asking questions about it.\n\
+         1. Call inspect_dataset with {{\"dataset_id\": \"{id}\"}}: read every field's role, meaning, codes and notes (what null means), and the computed measures.\n\
+         2. Call summarize_records with {{\"dataset_id\": \"{id}\", \"group_by\": [\"{group}\"]}} for a first breakdown.\n\
+         3. Tell me in a few lines what the dataset covers, which fields matter for questions, and the caveats I must keep in mind, \
+         quoting the numbers exactly as Tally computed them and naming the source and its retrieval date from the provenance.",
+        id = ds.id(),
+        title = ds.def.title,
+    );
+    Ok(
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
+            .with_description(format!("Explore {}", ds.def.title)),
+    )
+}
+
+/// The prompt `compare_groups`: one summarize_records call over a groupable field.
+fn compare_groups(args: &Arguments) -> Result<GetPromptResult, String> {
+    let text = |k: &str| args.text(k);
+    let ds = args.dataset(text("dataset_id"))?;
+    let group = text("group_by").ok_or("group_by is required: a groupable field of the dataset")?;
+    if !ds.def.fields.iter().any(|f| f.name == group && f.groupable) {
+        return Err(format!(
+            "`{group}` is not a groupable field of `{}`; they are {}",
+            ds.id(),
+            field_names(ds, true).join(", ")
+        ));
+    }
+    let metric = text("metric").unwrap_or("count");
+    let mut metrics = vec![metric.to_string()];
+    if metric != "count" {
+        metrics.push("count".into());
+    }
+    let mut call = json!({ "dataset_id": ds.id(), "group_by": [group], "metrics": metrics });
+    if let Some(parts) = text("explode") {
+        if !ds
+            .def
+            .fields
+            .iter()
+            .any(|f| f.name == parts && f.is_multi_value())
+        {
+            return Err(format!(
+                "`{parts}` is not a multi-value field of `{}`; they are {}",
+                ds.id(),
+                or_none(multi_value_names(ds))
+            ));
+        }
+        call["explode"] = json!([parts]);
+    }
+    let narrowed = match condition(ds, text("where_field"), text("where_value"), false)? {
+        Some((field, value)) => {
+            call["where"] = json!({ field.clone(): [value.clone()] });
+            format!(", among the records whose `{field}` is `{value}`")
+        }
+        None => String::new(),
+    };
+    let body = format!(
+        "Compare the groups of `{group}` in `{id}` ({title}) on {metric}{narrowed}.\n\
+         Call summarize_records with {call} (Tally computes every number; do not compute any yourself). \
+         Then name the highest and lowest groups with their values as given, say how many records each rests on (count), \
+         and pass on every note in data.notes and every warning in provenance.warnings, with the source and retrieval date.",
+        id = ds.id(),
+        title = ds.def.title,
+    );
+    Ok(
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
+            .with_description(format!("{} by {group}", ds.def.title)),
+    )
+}
+
+/// The prompt `find_records`: one query_records call for some words.
+fn find_records(args: &Arguments) -> Result<GetPromptResult, String> {
+    let text = |k: &str| args.text(k);
+    let ds = args.dataset(text("dataset_id"))?;
+    let q = text("q").ok_or("q is required: the words to look for")?;
+    let mut call = json!({ "dataset_id": ds.id(), "q": q, "limit": 20 });
+    for (key, allowed) in [
+        ("search_fields", text_field_names(ds)),
+        ("select", field_names(ds, false)),
+    ] {
+        if let Some(name) = text(key) {
+            if !allowed.iter().any(|a| a == name) {
+                return Err(format!(
+                    "`{name}` cannot be given as {key} of `{}`; it takes {}",
+                    ds.id(),
+                    or_none(allowed)
+                ));
+            }
+            call[key] = json!([name]);
+        }
+    }
+    if let Some(order) = text("order_by") {
+        let name = order.strip_prefix('-').unwrap_or(order);
+        if !ds.def.fields.iter().any(|f| f.name == name) {
+            return Err(format!(
+                "`{name}` is not a field of `{}`; they are {}",
+                ds.id(),
+                field_names(ds, false).join(", ")
+            ));
+        }
+        call["order_by"] = json!([order]);
+    }
+    let body = format!(
+        "Find the records of `{id}` ({title}) that mention “{q}”.\n\
+         Call query_records with {call} (page on with the cursor it returns if I ask for more). \
+         List the records as returned, say how many matched in all (data.total), and pass on every note and warning, with the source and its retrieval date. \
+         Do not count or compute anything yourself: for counts per group, call summarize_records with the same q.",
+        id = ds.id(),
+        title = ds.def.title,
+    );
+    Ok(
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
+            .with_description(format!("Records of {} mentioning {q}", ds.def.title)),
+    )
+}
+
+/// The prompt `find_legal_basis`: the records' provisions, quoted from a law dataset.
+fn find_legal_basis(args: &Arguments) -> Result<GetPromptResult, String> {
+    let text = |k: &str| args.text(k);
+    let ds = args.dataset(text("dataset_id"))?;
+    let (field, value) = condition(ds, text("where_field"), text("where_value"), true)?
+        .ok_or("where_field and where_value are required: they pick the records whose legal basis is sought")?;
+    let law = law_dataset(args.view, text("laws"))?;
+    let locator = law
+        .def
+        .fields
+        .iter()
+        .find(|f| f.locator == Some(LocatorKind::Law))
+        .map(|f| f.name.clone())
+        .unwrap_or_default();
+    let dims: Vec<String> = law
+        .def
+        .fields
+        .iter()
+        .filter(|f| f.role == FieldRole::Dim)
+        .map(|f| match f.desc.as_deref().map(str::trim) {
+            Some(desc) if !desc.is_empty() => format!("`{}` ({desc})", f.name),
+            _ => format!("`{}`", f.name),
+        })
+        .collect();
+    let call =
+        json!({ "dataset_id": ds.id(), "where": { field.clone(): [value.clone()] }, "limit": 20 });
+    let body = format!(
+        "Find the legal basis of the records of `{id}` ({title}) whose `{field}` is `{value}`, and quote it.\n\
+         1. Call inspect_dataset with {{\"dataset_id\": \"{id}\"}} and find the fields that name the law and the provision (article, paragraph, item) of each record.\n\
+         2. Call query_records with {call}, selecting those fields (page with the cursor if there are more).\n\
+         3. For each law and provision, call query_records on `{laws}` ({law_title}) with a condition on the law's name and on `{locator}` (it reads any common form of a provision, e.g. 第5条第1項 or 第五条第一項), \
+         selecting the text. Its other conditions: {dims}.\n\
+         4. Answer with each provision's text exactly as returned, its citation (the source link of the provenance), and say which records rest on it. \
+         Say plainly when a provision was not found, and pass on every warning.",
+        id = ds.id(),
+        title = ds.def.title,
+        laws = law.id(),
+        law_title = law.def.title,
+        dims = dims.join(", "),
+    );
+    Ok(
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)]).with_description(
+            format!(
+                "The legal basis of {} where {field} = {value}",
+                ds.def.title
+            ),
+        ),
+    )
+}
+
+/// The law dataset `laws` names, or the only one served when it names none.
+fn law_dataset<'a>(view: &'a View, laws_arg: Option<&str>) -> Result<&'a Dataset, String> {
+    let laws = law_datasets(view);
+    Ok(match laws_arg {
+        Some(id) => laws.iter().find(|l| l.id() == id).copied().ok_or_else(|| {
+            format!(
+                "`{id}` is not a law dataset served here; the law datasets are {}",
+                laws.iter().map(|l| l.id()).collect::<Vec<_>>().join(", ")
+            )
+        })?,
+        None => match laws.as_slice() {
+            [only] => *only,
+            [] => return Err("no law dataset is served (a dataset with a `locator: law` field read by a plugin, e.g. the built-in law plugin)".into()),
+            many => {
+                return Err(format!(
+                    "several law datasets are served; name one in `laws`: {}",
+                    many.iter().map(|l| l.id()).collect::<Vec<_>>().join(", ")
+                ));
+            }
+        },
+    })
 }
 
 /// The condition `where_field` = `where_value` of a prompt, checked against the dataset:

@@ -144,31 +144,10 @@ pub async fn http(
     options: HttpOptions,
     audit: Option<crate::audit::Audit>,
 ) -> ExitCode {
-    let mut tokens = crate::guard::Tokens::default();
-    let loaded = options
-        .token_file
-        .as_deref()
-        .map(|f| tokens.read_file(f))
-        .transpose()
-        .and_then(|_| {
-            options
-                .token_env
-                .as_deref()
-                .map(|v| tokens.read_env(v))
-                .transpose()
-        });
-    if let Err(e) = loaded {
-        eprintln!("tally serve: {e}");
-        return ExitCode::from(EXIT_CONFIG);
-    }
-    if !addr.ip().is_loopback() && tokens.is_empty() {
-        eprintln!(
-            "tally serve: refusing to listen on {addr} without authentication: anyone who can reach a non-loopback address could query every dataset. \
-             Give bearer tokens with --token-file FILE or --token-env VAR, or listen on 127.0.0.1:{}.",
-            addr.port()
-        );
-        return ExitCode::from(EXIT_CONFIG);
-    }
+    let tokens = match read_tokens(addr, &options) {
+        Ok(tokens) => tokens,
+        Err(code) => return code,
+    };
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {
@@ -177,22 +156,7 @@ pub async fn http(
         }
     };
     let bound = listener.local_addr().unwrap_or(addr);
-    let mut origins = default_origins(bound);
-    let mut hosts: Vec<String> = vec!["127.0.0.1".into(), "localhost".into(), "::1".into()];
-    if !bound.ip().is_loopback() {
-        hosts.push(bound.ip().to_string());
-    }
-    hosts.extend(options.allow_host.iter().cloned());
-    // The server's own origin under every name it answers to, so that its browser front
-    // (served from that origin) can call `/mcp`. Behind a proxy that adds TLS, the https
-    // origin is given with --allow-origin.
-    for host in &hosts[3..] {
-        let origin = own_origin(host, bound.port());
-        if !origins.contains(&origin) {
-            origins.push(origin);
-        }
-    }
-    origins.extend(extra_origins);
+    let (hosts, origins) = allowed_names(bound, &options, extra_origins);
     // rmcp switches Origin validation off when the allow-list is empty; ours never is, and
     // validation is enforced explicitly. Host and body checks run in rmcp too.
     let config = StreamableHttpServerConfig::default()
@@ -203,61 +167,11 @@ pub async fn http(
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
     let cancel = config.cancellation_token.clone();
     let engine_call_timeout = engine.limits().call_timeout;
-    let shared = Shared::with_audit(Arc::clone(&engine), audit);
-    // Events kept for clients that reconnect with Last-Event-ID (bounded).
-    let sessions = Arc::new(LocalSessionManager::default().with_event_store(Arc::new(
-        crate::events::Store(crate::events::Events::new(Default::default())),
-    )));
-    let service: StreamableHttpService<TallyServer, LocalSessionManager> =
-        StreamableHttpService::new(
-            move || Ok(TallyServer::new(Arc::clone(&shared))),
-            Arc::clone(&sessions),
-            config,
-        );
+    let (service, sessions) = mcp_service(&engine, audit, config);
     let authenticated = !tokens.is_empty();
     let token_count = tokens.len();
-    let mut guard = crate::guard::Guard::new(
-        tokens,
-        hosts.clone(),
-        origins.clone(),
-        options.rate_limit,
-        options.rate_burst,
-        options.max_concurrent,
-        options.max_body_bytes,
-    );
-    guard.auth_failures_per_minute = options.auth_failures_per_minute.max(0.01);
-    guard.max_sessions_per_caller = options.max_sessions_per_caller.max(1);
-    guard.max_sessions = options.max_sessions.max(1);
-    guard.live = Some(sessions);
-    let guard = Arc::new(guard);
-    let health_engine = Arc::clone(&engine);
-    let app = axum::Router::new()
-        .route(
-            "/health",
-            get(move |request: axum::extract::Request| {
-                let engine = Arc::clone(&health_engine);
-                async move {
-                    // The guard names the caller of every request it lets through.
-                    let caller = request
-                        .extensions()
-                        .get::<crate::view::Caller>()
-                        .cloned()
-                        .unwrap_or_else(|| crate::view::Caller {
-                            id: "anonymous".into(),
-                            scope: tally_engine::Scope::Only(Arc::default()),
-                        });
-                    Json(crate::view::View::of(&engine, caller).health())
-                }
-            }),
-        )
-        .route_service("/mcp", service)
-        .route("/", get(front))
-        .route("/index.html", get(front))
-        .route("/app/{file}", get(front))
-        .layer(axum::middleware::from_fn_with_state(
-            guard,
-            crate::guard::check,
-        ));
+    let guard = http_guard(tokens, &hosts, &origins, &options, sessions);
+    let app = router(&engine, service, guard);
     // The address the server actually listens on, for scripts that asked for port 0.
     eprintln!(
         "tally: serving MCP at http://{bound}/mcp (browser front: http://{bound}/, health: http://{bound}/health)"
@@ -288,6 +202,145 @@ pub async fn http(
             ExitCode::from(crate::exit::FAILED)
         }
     }
+}
+
+/// Reads the bearer tokens the options name; refuses a non-loopback address without any.
+fn read_tokens(addr: SocketAddr, options: &HttpOptions) -> Result<crate::guard::Tokens, ExitCode> {
+    let mut tokens = crate::guard::Tokens::default();
+    let loaded = options
+        .token_file
+        .as_deref()
+        .map(|f| tokens.read_file(f))
+        .transpose()
+        .and_then(|_| {
+            options
+                .token_env
+                .as_deref()
+                .map(|v| tokens.read_env(v))
+                .transpose()
+        });
+    if let Err(e) = loaded {
+        eprintln!("tally serve: {e}");
+        return Err(ExitCode::from(EXIT_CONFIG));
+    }
+    if !addr.ip().is_loopback() && tokens.is_empty() {
+        eprintln!(
+            "tally serve: refusing to listen on {addr} without authentication: anyone who can reach a non-loopback address could query every dataset. \
+             Give bearer tokens with --token-file FILE or --token-env VAR, or listen on 127.0.0.1:{}.",
+            addr.port()
+        );
+        return Err(ExitCode::from(EXIT_CONFIG));
+    }
+    Ok(tokens)
+}
+
+/// The names the Host header may carry and the origins a page may call from, for the
+/// address the server is bound to.
+fn allowed_names(
+    bound: SocketAddr,
+    options: &HttpOptions,
+    extra_origins: Vec<String>,
+) -> (Vec<String>, Vec<String>) {
+    let mut origins = default_origins(bound);
+    let mut hosts: Vec<String> = vec!["127.0.0.1".into(), "localhost".into(), "::1".into()];
+    if !bound.ip().is_loopback() {
+        hosts.push(bound.ip().to_string());
+    }
+    hosts.extend(options.allow_host.iter().cloned());
+    // The server's own origin under every name it answers to, so that its browser front
+    // (served from that origin) can call `/mcp`. Behind a proxy that adds TLS, the https
+    // origin is given with --allow-origin.
+    for host in &hosts[3..] {
+        let origin = own_origin(host, bound.port());
+        if !origins.contains(&origin) {
+            origins.push(origin);
+        }
+    }
+    origins.extend(extra_origins);
+    (hosts, origins)
+}
+
+/// The MCP transport over HTTP and the manager of its sessions.
+fn mcp_service(
+    engine: &Arc<Engine>,
+    audit: Option<crate::audit::Audit>,
+    config: StreamableHttpServerConfig,
+) -> (
+    StreamableHttpService<TallyServer, LocalSessionManager>,
+    Arc<LocalSessionManager>,
+) {
+    let shared = Shared::with_audit(Arc::clone(engine), audit);
+    // Events kept for clients that reconnect with Last-Event-ID (bounded).
+    let sessions = Arc::new(LocalSessionManager::default().with_event_store(Arc::new(
+        crate::events::Store(crate::events::Events::new(Default::default())),
+    )));
+    let service: StreamableHttpService<TallyServer, LocalSessionManager> =
+        StreamableHttpService::new(
+            move || Ok(TallyServer::new(Arc::clone(&shared))),
+            Arc::clone(&sessions),
+            config,
+        );
+    (service, sessions)
+}
+
+/// The guard in front of the endpoint, with the options' limits.
+fn http_guard(
+    tokens: crate::guard::Tokens,
+    hosts: &[String],
+    origins: &[String],
+    options: &HttpOptions,
+    sessions: Arc<LocalSessionManager>,
+) -> Arc<crate::guard::Guard> {
+    let mut guard = crate::guard::Guard::new(
+        tokens,
+        hosts.to_vec(),
+        origins.to_vec(),
+        options.rate_limit,
+        options.rate_burst,
+        options.max_concurrent,
+        options.max_body_bytes,
+    );
+    guard.auth_failures_per_minute = options.auth_failures_per_minute.max(0.01);
+    guard.max_sessions_per_caller = options.max_sessions_per_caller.max(1);
+    guard.max_sessions = options.max_sessions.max(1);
+    guard.live = Some(sessions);
+    Arc::new(guard)
+}
+
+/// The routes (`/health`, `/mcp`, the browser front), all behind the guard.
+fn router(
+    engine: &Arc<Engine>,
+    service: StreamableHttpService<TallyServer, LocalSessionManager>,
+    guard: Arc<crate::guard::Guard>,
+) -> axum::Router {
+    let health_engine = Arc::clone(engine);
+    axum::Router::new()
+        .route(
+            "/health",
+            get(move |request: axum::extract::Request| {
+                let engine = Arc::clone(&health_engine);
+                async move {
+                    // The guard names the caller of every request it lets through.
+                    let caller = request
+                        .extensions()
+                        .get::<crate::view::Caller>()
+                        .cloned()
+                        .unwrap_or_else(|| crate::view::Caller {
+                            id: "anonymous".into(),
+                            scope: tally_engine::Scope::Only(Arc::default()),
+                        });
+                    Json(crate::view::View::of(&engine, caller).health())
+                }
+            }),
+        )
+        .route_service("/mcp", service)
+        .route("/", get(front))
+        .route("/index.html", get(front))
+        .route("/app/{file}", get(front))
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::guard::check,
+        ))
 }
 
 /// The browser front: a page and its scripts, the same for everyone (no data is in them; the

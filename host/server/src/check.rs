@@ -64,11 +64,49 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
         serving: options.limits.serving,
         check_objects: false,
     };
-    let (mut ok, mut broken) = (0usize, 0usize);
-    let mut served: Vec<(String, String)> = Vec::new();
-    let mut defs: std::collections::HashMap<String, tally_semantic::DatasetDef> =
-        std::collections::HashMap::new();
+    let mut check = Check::default();
     for folder in folders {
+        check.register(dir, &folder, &register_options, &options.limits);
+    }
+    check.link();
+    if !check.served.is_empty() {
+        if let Err(code) = check.prepare(dir, options) {
+            return code;
+        }
+    } else {
+        for (_, label) in std::mem::take(&mut check.served) {
+            check.ok += 1;
+            say!("{label}: ok");
+        }
+    }
+    let Check { ok, broken, .. } = check;
+    say!("{ok} dataset(s) valid, {broken} invalid");
+    if broken > 0 {
+        ExitCode::from(EXIT_INVALID)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// What a check has found so far: how many datasets are valid and invalid, and the datasets
+/// registered (id and label) with their definitions, still to be linked and prepared.
+#[derive(Default)]
+struct Check {
+    ok: usize,
+    broken: usize,
+    served: Vec<(String, String)>,
+    defs: std::collections::HashMap<String, tally_semantic::DatasetDef>,
+}
+
+impl Check {
+    /// Reads, validates and registers the dataset of one folder, as the server would.
+    fn register(
+        &mut self,
+        dir: &Path,
+        folder: &Path,
+        register_options: &catalog::Options,
+        limits: &tally_engine::Limits,
+    ) {
         let folder_id = folder
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -79,12 +117,12 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
         let shown = shown.trim_matches('`');
         let label = format!("{}/{shown}/{DEFINITION_FILE}", dir.display());
         if !yaml.is_file() {
-            continue;
+            return;
         }
-        if let Some(p) = tally_storage::problem::outside(dir, &folder) {
+        if let Some(p) = tally_storage::problem::outside(dir, folder) {
             print_problem(&label, &p);
-            broken += 1;
-            continue;
+            self.broken += 1;
+            return;
         }
         let text = match tally_storage::problem::read_small(
             &yaml,
@@ -93,8 +131,8 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             Ok(t) => t,
             Err(e) => {
                 say!("{label}: error: {e}");
-                broken += 1;
-                continue;
+                self.broken += 1;
+                return;
             }
         };
         let (valid, diagnostics): (bool, Vec<Diagnostic>) =
@@ -106,17 +144,17 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             say!("{d}");
         }
         if !valid {
-            broken += 1;
-            continue;
+            self.broken += 1;
+            return;
         }
         // The definition must also fit its data: registration reads the data's metadata and
         // checks every declared field against it, exactly as the server does.
-        match catalog::register(&folder, &folder_id, &label, &register_options) {
+        match catalog::register(folder, &folder_id, &label, register_options) {
             Ok(Some(ds)) => {
-                if let Err(p) = every_page(&ds, &options.limits) {
+                if let Err(p) = every_page(&ds, limits) {
                     print_problem(&label, &p);
-                    broken += 1;
-                    continue;
+                    self.broken += 1;
+                    return;
                 }
                 if !ds.def.undeclared.is_empty() {
                     let from = if ds.def.backend.kind
@@ -131,42 +169,55 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
                         ds.def.undeclared.join(", ")
                     );
                 }
-                defs.insert(folder_id.clone(), ds.def.clone());
-                served.push((folder_id.clone(), label));
+                self.defs.insert(folder_id.clone(), ds.def.clone());
+                self.served.push((folder_id.clone(), label));
             }
             Ok(None) => {
-                ok += 1;
+                self.ok += 1;
                 say!("{label}: ok (disabled)");
             }
             Err(refusal) => {
-                broken += 1;
+                self.broken += 1;
                 for p in refusal.problems {
                     print_problem(&label, &p);
                 }
             }
         }
     }
-    // Links between datasets: each needs the other dataset and its fields.
-    served.retain(|(id, label)| {
-        let problems = defs
-            .get(id)
-            .map(|d| link_problems(d, &defs))
-            .unwrap_or_default();
-        for p in &problems {
-            print_problem(label, p);
-        }
-        if problems.is_empty() {
-            true
-        } else {
-            broken += 1;
-            false
-        }
-    });
-    if !served.is_empty() {
+
+    /// Drops the registered datasets whose links do not hold, printing why.
+    fn link(&mut self) {
+        let Check {
+            broken,
+            served,
+            defs,
+            ..
+        } = self;
+        // Links between datasets: each needs the other dataset and its fields.
+        served.retain(|(id, label)| {
+            let problems = defs
+                .get(id)
+                .map(|d| link_problems(d, defs))
+                .unwrap_or_default();
+            for p in &problems {
+                print_problem(label, p);
+            }
+            if problems.is_empty() {
+                true
+            } else {
+                *broken += 1;
+                false
+            }
+        });
+    }
+
+    /// Prepares each registered dataset as the server's first call would, when it is to be
+    /// read; `Err` when no runtime can be started.
+    fn prepare(&mut self, dir: &Path, options: &CheckOptions) -> Result<(), ExitCode> {
         // Prepare each dataset as the server's first call would: through its backend (a
         // plugin's scan included), within the memory budget.
         let Some(runtime) = crate::runtime() else {
-            return ExitCode::from(tally_mcp::exit::FAILED);
+            return Err(ExitCode::from(tally_mcp::exit::FAILED));
         };
         let mut limits = options.limits;
         // A deep check may take as long as the data needs.
@@ -176,79 +227,82 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
             limits,
             options.backends.clone(),
         ));
-        for (id, label) in served {
-            let view = tally_mcp::view::View::of(&engine, tally_mcp::view::Caller::operator());
-            let plugin = view.dataset(&id).is_some_and(|ds| {
-                ds.def.backend.kind != tally_semantic::definition::BackendKind::Parquet
-            });
-            // A coded field declared single-valued may hold several codes in a cell: the
-            // data says so, not the definition, so a dataset with such a field is read
-            // (within a million records without --deep; a check stays quick on large data).
-            let coded_single = view.dataset(&id).is_some_and(|ds| {
-                ds.record_count().is_some_and(|n| n <= 1_000_000)
-                    && ds.def.fields.iter().any(|f| {
-                        !f.is_multi_value()
-                            && matches!(
-                                f.codelist,
-                                Some(tally_semantic::definition::Codelist::Static(_))
-                            )
-                    })
-            });
-            let read = if plugin {
-                options.deep || options.scan
-            } else {
-                options.deep || coded_single
-            };
-            if !read {
-                ok += 1;
-                say!("{label}: ok");
-                continue;
-            }
-            let arguments = serde_json::json!({ "dataset_id": id });
-            let result = runtime.block_on(view.call(
-                &engine,
-                tally_semantic::request::Tool::InspectDataset,
-                arguments,
-            ));
-            let notes: Vec<String> = result
-                .as_ref()
-                .ok()
-                .and_then(|envelope| envelope["data"]["definition_warnings"].as_array())
-                .into_iter()
-                .flatten()
-                .filter_map(|w| w.as_str())
-                .filter(|w| w.contains("declared with one value per cell"))
-                .map(str::to_string)
-                .collect();
-            match result {
-                Ok(_) if plugin => {
-                    ok += 1;
-                    say!("{label}: ok (scanned through its plugin)");
-                }
-                Ok(_) => {
-                    ok += 1;
-                    say!("{label}: ok (every page read)");
-                }
-                Err(e) => {
-                    broken += 1;
-                    say!("{label}: error: {e}");
-                }
-            }
-            for note in notes {
-                say!("{label}: note: {note}");
-            }
+        for (id, label) in std::mem::take(&mut self.served) {
+            self.prepare_one(&runtime, &engine, &id, &label, options);
         }
-    } else {
-        for (_, label) in served {
-            ok += 1;
-            say!("{label}: ok");
-        }
+        Ok(())
     }
-    say!("{ok} dataset(s) valid, {broken} invalid");
-    if broken > 0 {
-        ExitCode::from(EXIT_INVALID)
-    } else {
-        ExitCode::SUCCESS
+
+    /// Reads one dataset through the engine if the options (or its coded fields) ask for it,
+    /// and says how it went.
+    fn prepare_one(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        engine: &std::sync::Arc<tally_engine::Engine>,
+        id: &str,
+        label: &str,
+        options: &CheckOptions,
+    ) {
+        let view = tally_mcp::view::View::of(engine, tally_mcp::view::Caller::operator());
+        let plugin = view.dataset(id).is_some_and(|ds| {
+            ds.def.backend.kind != tally_semantic::definition::BackendKind::Parquet
+        });
+        // A coded field declared single-valued may hold several codes in a cell: the
+        // data says so, not the definition, so a dataset with such a field is read
+        // (within a million records without --deep; a check stays quick on large data).
+        let coded_single = view.dataset(id).is_some_and(|ds| {
+            ds.record_count().is_some_and(|n| n <= 1_000_000)
+                && ds.def.fields.iter().any(|f| {
+                    !f.is_multi_value()
+                        && matches!(
+                            f.codelist,
+                            Some(tally_semantic::definition::Codelist::Static(_))
+                        )
+                })
+        });
+        let read = if plugin {
+            options.deep || options.scan
+        } else {
+            options.deep || coded_single
+        };
+        if !read {
+            self.ok += 1;
+            say!("{label}: ok");
+            return;
+        }
+        let arguments = serde_json::json!({ "dataset_id": id });
+        let result = runtime.block_on(view.call(
+            engine,
+            tally_semantic::request::Tool::InspectDataset,
+            arguments,
+        ));
+        let notes: Vec<String> = result
+            .as_ref()
+            .ok()
+            .and_then(|envelope| envelope["data"]["definition_warnings"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.as_str())
+            .filter(|w| w.contains("declared with one value per cell"))
+            .map(str::to_string)
+            .collect();
+        match result {
+            Ok(_) if plugin => {
+                self.ok += 1;
+                say!("{label}: ok (scanned through its plugin)");
+            }
+            Ok(_) => {
+                self.ok += 1;
+                say!("{label}: ok (every page read)");
+            }
+            Err(e) => {
+                self.broken += 1;
+                say!("{label}: error: {e}");
+            }
+        }
+        for note in notes {
+            say!("{label}: note: {note}");
+        }
     }
 }
 

@@ -447,6 +447,79 @@ fn test(flags: TestFlags) -> ExitCode {
 
 fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
     let folder = &flags.dataset;
+    let Subject { wasm, bytes, def } = read_subject(flags)?;
+    // The plugin under test stands in for the component the definition names (a file, or a
+    // built-in plugin when testing one of those).
+    let component = match &def.backend.plugin {
+        Some(tally_semantic::definition::PluginRef::File(f)) => Some(f.clone()),
+        Some(tally_semantic::definition::PluginRef::Builtin(_)) => None,
+        None => {
+            return Err(Failure::new(
+                exit::CONFIG,
+                "the dataset.yaml names no wasm component",
+                "write backend: {kind: wasm, component: NAME.wasm} (the plugin under test stands in for that file)",
+            ));
+        }
+    };
+    let limits = tally_plugin_host::PluginLimits {
+        deadline: std::time::Duration::from_millis(flags.plugin_deadline_ms.max(10)),
+        memory_bytes: flags.plugin_memory_mb.max(1) * 1024 * 1024,
+        output_bytes: flags.plugin_output_mb.max(1) * 1024 * 1024,
+        ..Default::default()
+    };
+
+    // The plugin on its own, every answer checked.
+    let label = format!(
+        "the component `{}`",
+        wasm.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    );
+    let probe = match tally_plugin_host::probe::probe(
+        &label,
+        &bytes,
+        folder,
+        &def.backend.config,
+        &limits,
+        &def.id,
+        flags.rows,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("FAIL {}", e.message);
+            println!("  fix: {}", e.fix);
+            return Ok(ExitCode::from(exit::BAD_INPUT));
+        }
+    };
+    let mut problems = probe.problems.clone();
+    print_probe(&probe);
+
+    let Some(component) = component else {
+        // A built-in plugin's definition: its fields against what the plugin describes.
+        builtin_fields(&def, &probe, &mut problems);
+        return Ok(verdict(&probe, &problems));
+    };
+    // The definition against the plugin, as the server loads it: a copy of the folder with
+    // the plugin under test as its component.
+    let scratch = scratch_copy(folder, &def.id, &component, &bytes)?;
+    as_served(&scratch, &def.id, limits, &mut problems);
+    drop(scratch);
+
+    Ok(verdict(&probe, &problems))
+}
+
+/// What `tally plugin test` runs: the component (built first from a project) and the
+/// dataset definition it is tested against.
+struct Subject {
+    wasm: PathBuf,
+    bytes: Vec<u8>,
+    def: tally_semantic::DatasetDef,
+}
+
+/// Reads the dataset folder's definition and the component under test, building it first
+/// when a project folder is named.
+fn read_subject(flags: &TestFlags) -> Result<Subject, Failure> {
+    let folder = &flags.dataset;
     let yaml = folder.join("dataset.yaml");
     if !yaml.is_file() {
         return Err(Failure::new(
@@ -496,86 +569,56 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
                 "`tally check` on the folder's parent says what to fix",
             )
         })?;
-    let def = loaded.dataset;
-    // The plugin under test stands in for the component the definition names (a file, or a
-    // built-in plugin when testing one of those).
-    let component = match &def.backend.plugin {
-        Some(tally_semantic::definition::PluginRef::File(f)) => Some(f.clone()),
-        Some(tally_semantic::definition::PluginRef::Builtin(_)) => None,
-        None => {
-            return Err(Failure::new(
-                exit::CONFIG,
-                "the dataset.yaml names no wasm component",
-                "write backend: {kind: wasm, component: NAME.wasm} (the plugin under test stands in for that file)",
-            ));
-        }
-    };
-    let limits = tally_plugin_host::PluginLimits {
-        deadline: std::time::Duration::from_millis(flags.plugin_deadline_ms.max(10)),
-        memory_bytes: flags.plugin_memory_mb.max(1) * 1024 * 1024,
-        output_bytes: flags.plugin_output_mb.max(1) * 1024 * 1024,
-        ..Default::default()
-    };
+    Ok(Subject {
+        wasm,
+        bytes,
+        def: loaded.dataset,
+    })
+}
 
-    // The plugin on its own, every answer checked.
-    let label = format!(
-        "the component `{}`",
-        wasm.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    );
-    let probe = match tally_plugin_host::probe::probe(
-        &label,
-        &bytes,
-        folder,
-        &def.backend.config,
-        &limits,
-        &def.id,
-        flags.rows,
-    ) {
-        Ok(p) => p,
-        Err(e) => {
-            println!("FAIL {}", e.message);
-            println!("  fix: {}", e.fix);
-            return Ok(ExitCode::from(exit::BAD_INPUT));
-        }
-    };
-    let mut problems = probe.problems.clone();
-    print_probe(&probe);
-
-    let Some(component) = component else {
-        // A built-in plugin's definition: its fields against what the plugin describes.
-        for f in &def.fields {
-            match probe.columns.iter().find(|(n, _)| n == &f.name) {
-                None => problems.push(format!(
-                    "dataset.yaml: field `{}` is not one of the columns plugin `{}` {} describes",
-                    f.name, probe.name, probe.version
-                )),
-                Some((_, t))
-                    if f.data_type.is_numeric()
-                        && !matches!(
-                            t,
-                            tally_plugin_host::wasm::ColumnType::Integer
-                                | tally_plugin_host::wasm::ColumnType::Number
-                        ) =>
-                {
-                    problems.push(format!(
-                        "dataset.yaml: field `{}` is declared {} but plugin `{}` {} describes it as {}",
-                        f.name,
-                        f.data_type.as_str(),
-                        probe.name,
-                        probe.version,
-                        tally_plugin_host::probe::column_type_name(*t)
-                    ))
-                }
-                Some(_) => {}
+/// Checks a built-in plugin's definition: each field one of the columns the plugin
+/// describes, a numeric field a numeric column.
+fn builtin_fields(
+    def: &tally_semantic::DatasetDef,
+    probe: &tally_plugin_host::probe::Probe,
+    problems: &mut Vec<String>,
+) {
+    for f in &def.fields {
+        match probe.columns.iter().find(|(n, _)| n == &f.name) {
+            None => problems.push(format!(
+                "dataset.yaml: field `{}` is not one of the columns plugin `{}` {} describes",
+                f.name, probe.name, probe.version
+            )),
+            Some((_, t))
+                if f.data_type.is_numeric()
+                    && !matches!(
+                        t,
+                        tally_plugin_host::wasm::ColumnType::Integer
+                            | tally_plugin_host::wasm::ColumnType::Number
+                    ) =>
+            {
+                problems.push(format!(
+                    "dataset.yaml: field `{}` is declared {} but plugin `{}` {} describes it as {}",
+                    f.name,
+                    f.data_type.as_str(),
+                    probe.name,
+                    probe.version,
+                    tally_plugin_host::probe::column_type_name(*t)
+                ))
             }
+            Some(_) => {}
         }
-        return Ok(verdict(&probe, &problems));
-    };
+    }
+}
 
-    // The definition against the plugin, as the server loads it: a copy of the folder with
-    // the plugin under test as its component.
+/// A scratch copy of the dataset folder (as `<scratch>/<id>`) with the component under test
+/// written where the definition names its component.
+fn scratch_copy(
+    folder: &Path,
+    id: &str,
+    component: &str,
+    bytes: &[u8],
+) -> Result<tempfile::TempDir, Failure> {
     // A fresh private directory (random name, removed when dropped, even on an error).
     let scratch = tempfile::Builder::new()
         .prefix("tally-plugin-test-")
@@ -587,21 +630,32 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
                 "",
             )
         })?;
-    let served = scratch.path().join(&def.id);
+    let served = scratch.path().join(id);
     let copied = copy_folder(folder, &served).and_then(|()| {
-        let target = served.join(&component);
+        let target = served.join(component);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
         }
         // A hard link to the folder's own component must not be written through.
         let _ = std::fs::remove_file(&target);
-        std::fs::write(&target, &bytes)
+        std::fs::write(&target, bytes)
             .map_err(|e| format!("cannot write the component into the copy: {e}"))
     });
     if let Err(e) = copied {
         return Err(Failure::new(exit::FAILED, e, ""));
     }
+    Ok(scratch)
+}
+
+/// Serves the scratch copy as the server would and adds what fails there to `problems`:
+/// the definition's problems, then one query.
+fn as_served(
+    scratch: &tempfile::TempDir,
+    id: &str,
+    limits: tally_plugin_host::PluginLimits,
+    problems: &mut Vec<String>,
+) {
     let engine = std::sync::Arc::new(tally_engine::Engine::open_with_backends(
         scratch.path(),
         tally_engine::Limits::default(),
@@ -611,7 +665,7 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
         }),
     ));
     let view = tally_mcp::view::View::of(&engine, tally_mcp::view::Caller::operator());
-    for broken in view.broken().filter(|b| b.folder == def.id) {
+    for broken in view.broken().filter(|b| b.folder == id) {
         for p in &broken.problems {
             let at = if p.key.is_empty() {
                 String::new()
@@ -626,7 +680,7 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
             ));
         }
     }
-    if let Some(ds) = view.dataset(&def.id) {
+    if let Some(ds) = view.dataset(id) {
         for column in &ds.def.undeclared {
             println!(
                 "note: the plugin produces `{column}`, which dataset.yaml does not declare: it is not served (declare it as a field to serve it)"
@@ -635,7 +689,7 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
         // One query as a client would send it: what the server checks of the rows and their
         // sources (source types, dates, files inside the folder) fails here if it fails there.
         if let Some(runtime) = crate::runtime() {
-            let asked = serde_json::json!({ "dataset_id": def.id, "limit": 1 });
+            let asked = serde_json::json!({ "dataset_id": id, "limit": 1 });
             if let Err(e) = runtime.block_on(view.call(
                 &engine,
                 tally_semantic::request::Tool::QueryRecords,
@@ -651,9 +705,6 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
     }
     drop(view);
     drop(engine);
-    drop(scratch);
-
-    Ok(verdict(&probe, &problems))
 }
 
 fn verdict(probe: &tally_plugin_host::probe::Probe, problems: &[String]) -> ExitCode {
