@@ -93,9 +93,11 @@ class Cluster:
         return memory
 
 
-def measure(binary, datasets, dataset, runs, extra):
+def measure(binary, datasets, dataset, runs, extra, path):
+    """The workloads on one server; every answer's extract step must say `path` (the column's
+    path: read from the files here, or by the cluster), else the run ends."""
     server = Server(binary, datasets, None, extra)
-    out = run_workloads(server, dataset, runs)
+    out = run_workloads(server, dataset, runs, said=path)
     said = server.extract(dataset, WORKLOADS[0][1])
     return out, said, server.stop().get("VmHWM", 0)
 
@@ -111,11 +113,12 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="tally-cluster-bench-")
     try:
-        columns = [("one server", measure(args.bin, args.datasets, args.dataset, args.runs, ["--streaming", "always"]), [])]
+        columns = [("one server", measure(args.bin, args.datasets, args.dataset, args.runs, ["--streaming", "always"], "read from the files"), [])]
         for executors in (1, 2):
             cluster = Cluster(args.scheduler, args.executor, executors, os.path.join(work, str(executors)))
             try:
-                figures = measure(args.bin, args.datasets, args.dataset, args.runs, ["--cluster", cluster.address])
+                figures = measure(args.bin, args.datasets, args.dataset, args.runs, ["--cluster", cluster.address],
+                                  f"by the cluster at {cluster.address}")
             finally:
                 memory = cluster.stop()
             columns.append((f"cluster, {executors} executor{'s' if executors > 1 else ''}", figures, memory))
@@ -125,9 +128,9 @@ def main():
         print("|---|" + "---|" * (len(columns) + 2))
         base = columns[0][1][0]
         for i, (label, _, _) in enumerate(WORKLOADS):
-            totals = {c[1][0][i][1] for c in columns}
-            if len(totals) != 1:
-                raise SystemExit(f"{label}: the totals differ: {totals}")
+            totals = [(c[0], c[1][0][i][1]) for c in columns]
+            if len({total for _, total in totals}) != 1:
+                raise SystemExit(f"{label}: the totals differ: " + ", ".join(f"{name} {total}" for name, total in totals))
             cells = [f"{c[1][0][i][0] * 1000:,.0f} ms" for c in columns]
             ratios = [f"{c[1][0][i][0] / base[i][0]:.2f}" for c in columns[1:]]
             print(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")

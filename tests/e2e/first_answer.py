@@ -29,7 +29,10 @@ def status(pid):
     return fields
 
 
-def first_answer(binary, datasets, dataset, group, cache):
+def first_answer(binary, datasets, dataset, group, cache, expect=None):
+    """Seconds from spawning the server to the answer, and its memory then. `expect`: what the
+    answer's extract step must say of how the data was read (the row "kept entry (mapped)"
+    says it was mapped from the cache); anything else ends the run."""
     args = [binary, "serve", "--datasets", datasets, "--call-timeout-ms", "600000", "--watch", "off"]
     args += ["--cache-dir", cache] if cache else ["--no-cache"]
     start = time.perf_counter()
@@ -61,8 +64,12 @@ def first_answer(binary, datasets, dataset, group, cache):
     send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "summarize_records", "arguments": {"dataset_id": dataset, "group_by": [group], "metrics": ["count"]}}})
     answer = reply(2)
     elapsed = time.perf_counter() - start
-    if answer.get("result", {}).get("isError"):
+    if answer.get("result", {}).get("isError") or "error" in answer:
         raise SystemExit(f"the call failed: {answer}")
+    steps = answer["result"].get("structuredContent", {}).get("provenance", {}).get("transformations", [])
+    said = " ".join(t.get("description", "") for t in steps if t.get("type") == "extract")
+    if expect is not None and expect not in said:
+        raise SystemExit(f"cache {cache or 'none'}: expected the extract step to say {expect!r}, it says: {said or '(no extract step)'}")
     memory = status(proc.pid)
     proc.stdin.close()
     proc.wait(timeout=600)
@@ -89,7 +96,7 @@ def main():
             cold = first_answer(args.bin, args.datasets, args.dataset, args.group, cache)
             # The entry is written in the background after the answer; the server keeps
             # running until it is, so by now it is there.
-            warm = first_answer(args.bin, args.datasets, args.dataset, args.group, cache)
+            warm = first_answer(args.bin, args.datasets, args.dataset, args.group, cache, "mapped from the cache")
             none = first_answer(args.bin, args.datasets, args.dataset, args.group, None)
         finally:
             shutil.rmtree(cache, ignore_errors=True)

@@ -1,5 +1,6 @@
 """Benchmark of `tally add` on the survey as its publisher ships it (not a test: it prints
-figures). Wall time and peak memory (the child's maximum resident set, from wait4) of:
+figures). Wall time and peak memory (the child's own high-water mark, VmHWM, polled from /proc
+while it runs) of:
 
 - the 10 MB XLSX and the 30 MB cp932 CSV with the published definition in place;
 - the same CSV with its data rows repeated ten times (300 MB), to show that memory does not

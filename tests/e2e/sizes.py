@@ -49,11 +49,18 @@ def main():
     proc.stdin.flush()
 
     rows = []
+    failed = []
     tools = request("tools/list")
     rows.append(("tools/list", len(json.dumps(tools["result"], ensure_ascii=False))))
 
     def call(label, name, arguments):
         reply = request("tools/call", {"name": name, "arguments": arguments})
+        # An error's text is not the size of an answer: such a row says the call failed (and
+        # the run exits non-zero after the table) instead of printing the error's length.
+        if "error" in reply or reply["result"].get("isError"):
+            failed.append(f"{label}: {json.dumps(reply, ensure_ascii=False)[:600]}")
+            rows.append((label, None))
+            return
         text = reply["result"]["content"][0]["text"]
         rows.append((label, len(text)))
 
@@ -73,7 +80,9 @@ def main():
     print("| what | characters |")
     print("|---|---|")
     for label, n in rows:
-        print(f"| {label} | {n:,} |")
+        print(f"| {label} | {'the call failed' if n is None else f'{n:,}'} |")
+    if failed:
+        raise SystemExit("calls that failed (their rows are not sizes of answers):\n" + "\n".join(failed))
 
 
 if __name__ == "__main__":

@@ -291,6 +291,30 @@ async def test_a_broad_cite_comes_in_pages_within_the_budget(datasets, tmp_path)
     )
 
 
+async def test_every_tool_answers_its_own_example_and_every_answer_verifies(datasets):
+    """The tool table (tally_semantic::request::TOOLS with Tool::example) is the one place a
+    tool is listed: each tool's description carries an example call written with the names
+    served; each example answers on the real survey and laws, and each answer of a tool
+    whose answers come from data verifies `identical`. A tool added without an example, or
+    whose answers verify_answer cannot check, fails here."""
+    async with Client(stdio(datasets), mode="legacy", cache=None, read_timeout_seconds=300) as c:
+        tools = (await c.list_tools()).tools
+        assert {t.name for t in tools} == {"list_datasets", "inspect_dataset", "query_records", "summarize_records",
+                                           "cite_provisions", "verify_answer"}
+        checked = []
+        for t in tools:
+            text = t.description.split("Example: ", 1)[1]
+            if t.name == "verify_answer":
+                assert text.startswith('{"envelope": <an answer>}'), text
+                continue
+            example, _ = json.JSONDecoder().raw_decode(text)
+            answer = await ok(c, t.name, example)
+            verdict = await ok(c, "verify_answer", {"envelope": answer})
+            assert verdict["data"]["status"] == "identical", (t.name, example, verdict["data"])
+            checked.append(t.name)
+        assert len(checked) == 5, checked
+
+
 async def test_a_cite_states_its_where_groups_and_date(datasets):
     """The `where` filter, the groups and the date read are steps of the answer, and each law
     is cited once however many of its provisions the rows hold."""

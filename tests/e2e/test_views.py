@@ -276,6 +276,53 @@ def browser():
     driver.quit()
 
 
+# ---- the shared table of chart cases, read by the Rust charts too -------------------------
+
+SHARED_CASES = ROOT / "tests" / "cases" / "charts.json"
+CHOOSE_ALL = """
+return arguments[0].map(function (c) {
+  var ch = window.TallyView.chooseChart(c.data, c.metric);
+  var m = ch.metric || null;
+  return { chart: ch.kind, alternatives: ch.kinds, share: !!ch.share,
+           kind: m && m.kind, additive: m && m.additive, unit: m && m.unit };
+});
+"""
+
+
+def shared_summary(metrics: dict, case: dict) -> dict:
+    """A summary's `data` as the table describes it (its `about` says how)."""
+    groups = case["groups"]
+    metas = [metrics[k] for k in case["metrics"]]
+    parameters = {"dataset_id": "procedures", "metrics": [m["column"] for m in metas], "group_by": groups,
+                  "where": [], "having": [], "explode": [], "order_by": [], "limit": 200}
+    parameters.update(case.get("parameters", {}))
+    data = {
+        "columns": groups + [m["column"] for m in metas] + case.get("extra_columns", []),
+        "rows": case["rows"],
+        "metrics": metas,
+        "field_metadata": [{"name": g, "role": "dim", "data_type": "string"} for g in groups],
+        "parameters": parameters,
+    }
+    if "truncated" in case:
+        data["truncated"] = case["truncated"]
+    return data
+
+
+def test_the_shared_chart_cases_choose_as_the_rust_charts_do(browser, tmp_path):
+    """tests/cases/charts.json, the table host/chart's tests read too: view.js chooses the same
+    chart and reads the same metric kind and unit from `metrics[]` in every case."""
+    table = json.loads(SHARED_CASES.read_text(encoding="utf-8"))
+    view_js = (ROOT / "host" / "mcp" / "ui" / "view.js").read_text(encoding="utf-8")
+    page = tmp_path / "view.html"
+    page.write_text("<!doctype html><meta charset=utf-8><body><script>" + view_js + "</script>", encoding="utf-8")
+    browser.get(page.as_uri())
+    cases = table["cases"]
+    assert len(cases) >= 30, len(cases)
+    got = browser.execute_script(CHOOSE_ALL, [{"data": shared_summary(table["metrics"], c), "metric": c["metric"]} for c in cases])
+    differ = [f"{c['name']}: expected {c['expect']}, chose {g}" for c, g in zip(cases, got, strict=True) if g != c["expect"]]
+    assert not differ, "\n".join(differ)
+
+
 def fresh_logs(browser):
     """Forgets what earlier tests left in the browser's console and network logs."""
     browser.get_log("browser")

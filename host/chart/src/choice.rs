@@ -11,8 +11,9 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
+use crate::MetricKind;
 use crate::error::ChartError;
-use crate::kind::{Kind, MetricKind};
+use crate::kind::Kind;
 use crate::limits::LIMITS;
 use crate::summary::Summary;
 use crate::text::cell_label;
@@ -41,8 +42,10 @@ pub struct Choice {
     pub alternatives: Vec<Kind>,
     /// The metric column charted.
     pub metric: String,
-    /// What the metric computes.
+    /// What the metric computes (`metrics[].kind`).
     pub metric_kind: MetricKind,
+    /// What its values are counted in (`metrics[].unit`), when declared.
+    pub metric_unit: Option<String>,
     /// The grouping columns, in the result's order (the first is the bars' axis, the second
     /// the stacks' series or the heatmap's columns).
     pub groups: Vec<String>,
@@ -57,7 +60,8 @@ pub(crate) fn choose(summary: &Summary<'_>, metric_index: usize) -> Result<Choic
         kind,
         alternatives: alternatives.to_vec(),
         metric: m.column.clone(),
-        metric_kind: m.kind.clone(),
+        metric_kind: m.kind,
+        metric_unit: m.unit.clone(),
         groups: summary.groups.iter().map(|g| g.name.clone()).collect(),
         share,
     };

@@ -1,6 +1,7 @@
-//! The vocabulary of charts: the kinds a summary can be drawn as, and what a metric column
-//! computes. Shared by the choice of a chart, its drawing and its errors; imports nothing of
-//! this crate.
+//! The vocabulary of charts: the kinds a summary can be drawn as. Shared by the choice of a
+//! chart, its drawing and its errors; imports nothing of this crate. What a metric column
+//! computes is not guessed here: the summary says it (`metrics[].kind`, read as
+//! [`tally_semantic::resolve::ValueKind`]).
 
 use std::fmt;
 
@@ -53,48 +54,5 @@ impl Kind {
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// What a metric column computes, read from its name and metadata as the view reads it
-/// (`metricInfo` in view.js).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MetricKind {
-    /// `count`.
-    Count,
-    /// `sum:x`.
-    Sum,
-    /// `avg:x` of a field (its nulls counted apart in `null_excluded_column`).
-    Avg,
-    /// `min:x`.
-    Min,
-    /// `max:x`.
-    Max,
-    /// `avg:x` of a computed measure that is a share of records (0..1; the engine marks it
-    /// `"share": true`, a `count_where` measure): shown as a percentage.
-    Rate,
-    /// `avg:x` of any other computed measure (a ratio of sums, say): shown as the number it
-    /// is, with up to 4 decimals. A ratio is not a share; 23.455 is not "2,345.5 %".
-    Ratio,
-    /// A prefix this crate does not know; drawn as a plain number.
-    Other(String),
-}
-
-/// The kind of a metric column: `count`, else its prefix before `:`. An `avg:` without a
-/// `null_excluded_column` averages a computed measure: a rate (a percentage) when its metadata
-/// says `"share": true`, else a plain ratio. `share` on anything else changes nothing, as in
-/// the view.
-pub(crate) fn metric_kind(column: &str, has_null_excluded_column: bool, share: bool) -> MetricKind {
-    if column == "count" {
-        return MetricKind::Count;
-    }
-    match column.split(':').next().unwrap_or(column) {
-        "sum" => MetricKind::Sum,
-        "avg" if has_null_excluded_column => MetricKind::Avg,
-        "avg" if share => MetricKind::Rate,
-        "avg" => MetricKind::Ratio,
-        "min" => MetricKind::Min,
-        "max" => MetricKind::Max,
-        other => MetricKind::Other(other.to_owned()),
     }
 }

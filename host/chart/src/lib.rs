@@ -63,9 +63,11 @@ use serde_json::Value;
 
 pub use choice::Choice;
 pub use error::ChartError;
-pub use kind::{Kind, MetricKind};
+pub use kind::Kind;
 pub use limits::{LIMITS, Limits, MAX_PNG_PIXEL_BYTES};
 pub use raster::{Fonts, Raster, png};
+/// What a metric's value is, as the summary's `metrics[].kind` says it.
+pub use tally_semantic::resolve::ValueKind as MetricKind;
 
 use summary::Summary;
 

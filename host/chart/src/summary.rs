@@ -6,8 +6,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::MetricKind;
 use crate::error::ChartError;
-use crate::kind::{MetricKind, metric_kind};
 use crate::text::{NO_VALUE, format_number, format_percent};
 
 /// One metric column, with what the view needs to show its values.
@@ -17,16 +17,26 @@ pub(crate) struct Metric {
     /// Index in `columns`.
     pub index: usize,
     pub kind: MetricKind,
+    /// What a value is counted in (`metrics[].unit`), when the definition declares it.
+    pub unit: Option<String>,
     pub description: String,
     /// `rounded_to_decimals`; the view shows at most 4 decimals when it is absent.
     pub decimals: Option<i64>,
 }
 
 impl Metric {
+    /// The column with its unit, as titles show it: `sum:手数料 (円)`.
+    pub fn label(&self) -> String {
+        match &self.unit {
+            Some(unit) => format!("{} ({unit})", self.column),
+            None => self.column.clone(),
+        }
+    }
+
     /// Counts and sums add up to a whole; other metrics (averages, extremes, rates, ratios) do
     /// not.
     pub fn additive(&self) -> bool {
-        matches!(self.kind, MetricKind::Count | MetricKind::Sum)
+        self.kind.additive()
     }
 
     /// The value as the HTML view shows it: rates (shares, `"share": true`) as percentages,
@@ -45,7 +55,7 @@ impl Metric {
     }
 
     pub fn format_f64(&self, x: f64) -> String {
-        if self.kind == MetricKind::Rate {
+        if self.kind == MetricKind::Share {
             format_percent(x)
         } else {
             format_number(x, self.max_decimals())
@@ -54,7 +64,7 @@ impl Metric {
 
     /// Axis ticks: the view shows at most 2 decimals there.
     pub fn format_tick(&self, x: f64) -> String {
-        if self.kind == MetricKind::Rate {
+        if self.kind == MetricKind::Share {
             format_percent(x)
         } else {
             format_number(x, 2)
@@ -276,17 +286,32 @@ fn metrics(data: &Map<String, Value>, columns: &[String]) -> Result<Vec<Metric>,
             .iter()
             .position(|c| c == column)
             .ok_or_else(|| not_a_summary(format!("metric `{column}` is not one of the columns")))?;
-        let null_excluded = m.get("null_excluded_column").is_some_and(|v| !v.is_null());
-        let share = m.get("share").and_then(Value::as_bool).unwrap_or(false);
+        let kind = metric_kind(m, i, column)?;
         metrics.push(Metric {
             column: column.to_owned(),
             index,
-            kind: metric_kind(column, null_excluded, share),
+            kind,
+            unit: str_field(m, "unit"),
             description: str_field(m, "description").unwrap_or_default(),
             decimals: m.get("rounded_to_decimals").and_then(Value::as_i64),
         });
     }
     Ok(metrics)
+}
+
+/// `metrics[i].kind`: what the metric's value is, as the engine states it.
+fn metric_kind(m: &Value, i: usize, column: &str) -> Result<MetricKind, ChartError> {
+    let written = m
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| not_a_summary(format!("metrics[{i}] (`{column}`) has no `kind`")))?;
+    MetricKind::parse(written).ok_or_else(|| {
+        let known: Vec<&str> = MetricKind::ALL.map(MetricKind::as_str).to_vec();
+        not_a_summary(format!(
+            "metrics[{i}] (`{column}`) has kind `{written}`, not one of {}",
+            known.join(", ")
+        ))
+    })
 }
 
 /// The grouping columns of `data`.

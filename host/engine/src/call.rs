@@ -102,12 +102,11 @@ impl<'a> Call<'a> {
         // force (on `as_of`, or the latest).
         let mut in_force = None;
         if let Some(revisions) = &def.revisions {
-            let named = filters.iter().any(|f| {
-                let name = &def.fields[f.field].name;
-                *name == revisions.effective || revisions.id.as_ref() == Some(name)
-            });
+            let named = filters
+                .iter()
+                .any(|f| f.field == revisions.effective || revisions.id == Some(f.field));
             if !named {
-                let (reduced, report) = revisions_in_force(base, revisions, as_of)
+                let (reduced, report) = revisions_in_force(base, def, revisions, as_of)
                     .await
                     .map_err(|e| EngineError::computing(&def.id, e))?;
                 base = reduced;
@@ -220,7 +219,7 @@ impl<'a> Call<'a> {
                     .read_table(self.ds.prepared(self.engine).await?.table().provider)?;
                 match (&self.def().revisions, &self.in_force) {
                     (Some(revisions), Some(in_force)) => {
-                        revisions_in_force(whole, revisions, in_force.as_of.as_deref())
+                        revisions_in_force(whole, self.def(), revisions, in_force.as_of.as_deref())
                             .await
                             .map_err(|e| EngineError::computing(&self.def().id, e))?
                             .0
@@ -246,10 +245,11 @@ impl<'a> Call<'a> {
 /// what states no date ([`RevisionColumns::undated`]).
 async fn revisions_in_force(
     base: DataFrame,
+    def: &DatasetDef,
     revisions: &tally_semantic::definition::Revisions,
     as_of: Option<&str>,
 ) -> datafusion::error::Result<(DataFrame, InForce)> {
-    let columns = RevisionColumns::of(revisions);
+    let columns = RevisionColumns::of(def, revisions);
     let Kept {
         reduced,
         dated,
@@ -281,18 +281,29 @@ struct Kept {
     undated: DataFrame,
 }
 
-/// The columns `revisions` names, as expressions over a dataset's records.
+/// The columns `revisions` names, as expressions over a dataset's records, built once from
+/// the fields the definition resolved.
 struct RevisionColumns<'r> {
-    revisions: &'r tally_semantic::definition::Revisions,
+    /// The column of what is revised (joins name it).
+    key_column: &'r str,
+    /// What is revised, as text.
+    key: Expr,
+    /// What is revised, as people name it: its title, or else its key.
+    label: Expr,
+    /// The revision's id, as text, when the definition names a field for it.
+    id: Option<Expr>,
     /// The day a revision takes effect: a date, or a date-time's day, as `YYYY-MM-DD` text (so
     /// a revision in force from the `as_of` day itself is in force on it).
     effective: Expr,
 }
 
-/// A column as text.
-fn text(name: &str) -> Expr {
+/// A field's column as text.
+fn text(def: &DatasetDef, field: tally_semantic::FieldId) -> Expr {
     use datafusion::prelude::{cast, ident};
-    cast(ident(name), datafusion::arrow::datatypes::DataType::Utf8)
+    cast(
+        ident(&def.fields[field].name),
+        datafusion::arrow::datatypes::DataType::Utf8,
+    )
 }
 
 /// Text of a cell (null, or a value that cannot be read as text, as None).
@@ -307,20 +318,18 @@ fn cell(a: &datafusion::arrow::array::ArrayRef, i: usize) -> Option<String> {
 }
 
 impl<'r> RevisionColumns<'r> {
-    fn of(revisions: &'r tally_semantic::definition::Revisions) -> RevisionColumns<'r> {
+    fn of(
+        def: &'r DatasetDef,
+        revisions: &tally_semantic::definition::Revisions,
+    ) -> RevisionColumns<'r> {
         use datafusion::functions::unicode::expr_fn::left;
         use datafusion::prelude::lit;
         RevisionColumns {
-            revisions,
-            effective: left(text(&revisions.effective), lit(10i64)),
-        }
-    }
-
-    /// What is revised, as people name it: its title, or else its key.
-    fn label(&self) -> Expr {
-        match &self.revisions.title {
-            Some(t) => text(t),
-            None => text(&self.revisions.key),
+            key_column: &def.fields[revisions.key].name,
+            key: text(def, revisions.key),
+            label: text(def, revisions.title.unwrap_or(revisions.key)),
+            id: revisions.id.map(|id| text(def, id)),
+            effective: left(text(def, revisions.effective), lit(10i64)),
         }
     }
 
@@ -331,7 +340,7 @@ impl<'r> RevisionColumns<'r> {
         use datafusion::functions::string::expr_fn::btrim;
         use datafusion::functions_aggregate::expr_fn::max;
         use datafusion::prelude::lit;
-        let (revisions, effective) = (self.revisions, &self.effective);
+        let (key, effective) = (&self.key, &self.effective);
         let dated_expr = effective
             .clone()
             .is_not_null()
@@ -346,7 +355,7 @@ impl<'r> RevisionColumns<'r> {
             None => dated.clone(),
         };
         let latest = eligible.clone().aggregate(
-            vec![text(&revisions.key).alias("__tally_key")],
+            vec![key.clone().alias("__tally_key")],
             vec![max(effective.clone()).alias("__tally_in_force")],
         )?;
         let eligible = eligible.with_column("__tally_effective", effective.clone())?;
@@ -354,24 +363,24 @@ impl<'r> RevisionColumns<'r> {
             .join(
                 latest,
                 JoinType::LeftSemi,
-                &[revisions.key.as_str(), "__tally_effective"],
+                &[self.key_column, "__tally_effective"],
                 &["__tally_key", "__tally_in_force"],
                 None,
             )?
             .drop_columns(&["__tally_effective"])?;
-        if let Some(id) = &revisions.id {
+        if let Some(id) = &self.id {
             // Two revisions taking effect on the same day: the one with the greater id (e-Gov's
             // ids end with the amending law, numbered in order) is the one in force.
             let last = reduced.clone().aggregate(
-                vec![text(&revisions.key).alias("__tally_key")],
-                vec![max(text(id)).alias("__tally_last")],
+                vec![key.clone().alias("__tally_key")],
+                vec![max(id.clone()).alias("__tally_last")],
             )?;
-            let reduced_id = reduced.with_column("__tally_id", text(id))?;
+            let reduced_id = reduced.with_column("__tally_id", id.clone())?;
             reduced = reduced_id
                 .join(
                     last,
                     JoinType::LeftSemi,
-                    &[revisions.key.as_str(), "__tally_id"],
+                    &[self.key_column, "__tally_id"],
                     &["__tally_key", "__tally_last"],
                     None,
                 )?
@@ -385,11 +394,11 @@ impl<'r> RevisionColumns<'r> {
             // unknown date is older than any known one, as the law plugin orders them).
             let dated_keys = dated
                 .clone()
-                .aggregate(vec![text(&revisions.key).alias("__tally_key")], vec![])?;
+                .aggregate(vec![key.clone().alias("__tally_key")], vec![])?;
             let alone = undated.clone().join(
                 dated_keys,
                 JoinType::LeftAnti,
-                &[revisions.key.as_str()],
+                &[self.key_column],
                 &["__tally_key"],
                 None,
             )?;
@@ -409,15 +418,15 @@ impl<'r> RevisionColumns<'r> {
     ) -> datafusion::error::Result<Vec<(String, Option<String>, Option<String>)>> {
         use datafusion::prelude::{ident, lit};
         let mut read = Vec::new();
-        let id = match &self.revisions.id {
-            Some(id) => text(id),
+        let id = match &self.id {
+            Some(id) => id.clone(),
             None => lit(datafusion::common::ScalarValue::Utf8(None)),
         };
         for batch in reduced
             .clone()
             .aggregate(
                 vec![
-                    self.label().alias("l"),
+                    self.label.clone().alias("l"),
                     id.alias("i"),
                     self.effective.clone().alias("e"),
                 ],
@@ -456,9 +465,9 @@ impl<'r> RevisionColumns<'r> {
         for batch in dated
             .clone()
             .aggregate(
-                vec![text(&self.revisions.key).alias("k")],
+                vec![self.key.clone().alias("k")],
                 vec![
-                    max(self.label()).alias("l"),
+                    max(self.label.clone()).alias("l"),
                     min(self.effective.clone()).alias("first"),
                 ],
             )?
@@ -484,7 +493,7 @@ impl<'r> RevisionColumns<'r> {
         use datafusion::prelude::ident;
         let mut left_out = Vec::new();
         for batch in undated
-            .aggregate(vec![self.label().alias("l")], vec![])?
+            .aggregate(vec![self.label.clone().alias("l")], vec![])?
             .sort(vec![ident("l").sort(true, true)])?
             .limit(0, Some(100))?
             .collect()

@@ -409,6 +409,7 @@ fn computed_measures(def: &tally_semantic::DatasetDef) -> Vec<MeasureDescription
             formula: m.formula_text(&def.fields),
             metric: format!("avg:{}", m.name),
             rounded_to_decimals: RATIO_DECIMALS,
+            unit: m.unit.clone(),
         })
         .collect()
 }

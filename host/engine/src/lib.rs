@@ -28,7 +28,8 @@ pub mod schema;
 pub mod summarize;
 pub mod values;
 pub mod verify;
-pub mod watch;
+/// Watching the datasets directory lives in storage; the engine is what it reloads.
+pub use tally_storage::watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -187,6 +188,20 @@ impl tally_storage::Resources for Engine {
 tokio::task_local! {
     /// The memory counter of the caller whose call runs on this task.
     static CALLER_MEMORY: Arc<std::sync::atomic::AtomicUsize>;
+}
+
+impl tally_storage::watch::Reload for Engine {
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn rescan_folders(&self, settle: Duration) -> bool {
+        self.reload(settle).1
+    }
+
+    fn rescan_objects(&self, settle: Duration) {
+        self.reload_objects(settle);
+    }
 }
 
 impl std::fmt::Debug for Engine {

@@ -17,6 +17,7 @@ pub fn field_meta(f: &Field) -> FieldMeta {
         description: f.desc.clone(),
         multi_value_separator: f.multi_value.clone(),
         codelist: f.codelist.as_ref().map(CodelistKind::of),
+        unit: f.unit.clone(),
     }
 }
 

@@ -288,21 +288,29 @@ struct Sides {
 }
 
 impl Sides {
+    /// The link's fields resolved once, at the start of the call: those of this dataset were
+    /// resolved with its definition, those of `tdef` by [`Link::resolve`].
+    ///
+    /// [`Link::resolve`]: tally_semantic::definition::Link::resolve
     fn of(
         def: &tally_semantic::DatasetDef,
         tdef: &tally_semantic::DatasetDef,
         link: &tally_semantic::definition::Link,
     ) -> Result<Sides, EngineError> {
+        let linked = link.resolve(tdef);
         let mut equal: Vec<(FieldId, FieldId)> = Vec::new();
         let mut located: Option<(FieldId, FieldId)> = None;
-        for (here, there) in &link.on {
-            let (Some(h), Some(t)) = (def.field_index(here), tdef.field_index(there)) else {
-                return Err(link_broken(
+        for (h, there) in linked.on {
+            let t = there.map_err(|there| {
+                link_broken(
                     def,
                     &link.to,
-                    &format!("`{here}` or `{there}` is not a declared field"),
-                ));
-            };
+                    &format!(
+                        "`{}` or `{there}` is not a declared field",
+                        def.fields[h].name
+                    ),
+                )
+            })?;
             if tdef.fields[t].locator == Some(LocatorKind::Law) {
                 located = Some((h, t));
             } else {
@@ -319,18 +327,12 @@ impl Sides {
                 ),
             ));
         };
-        let text_field = link.text.clone().unwrap_or_else(|| "text".to_string());
-        let revision_there = tdef
-            .revisions
-            .as_ref()
-            .and_then(|r| r.id.as_ref())
-            .and_then(|id| tdef.field_index(id));
         Ok(Sides {
             equal,
             ref_here,
             loc_there,
-            text_there: tdef.field_index(&text_field),
-            revision_there,
+            text_there: linked.text.ok(),
+            revision_there: tdef.revisions.as_ref().and_then(|r| r.id),
         })
     }
 
@@ -874,7 +876,7 @@ fn say_steps(
             plan.link
                 .on
                 .iter()
-                .map(|(h, _)| format!("`{h}`"))
+                .map(|(h, _)| format!("`{}`", def.fields[*h].name))
                 .collect::<Vec<_>>()
                 .join(" and "),
         ),

@@ -6,8 +6,8 @@
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
-use tally_semantic::definition::{BackendKind, DataType, Role};
-use tally_semantic::resolve::Resolution;
+use tally_semantic::definition::{BackendKind, DataType, Mode, Role};
+use tally_semantic::resolve::{Resolution, ValueKind};
 
 use tally_storage::catalog::Broken;
 
@@ -23,6 +23,14 @@ pub(crate) fn roles(_: &mut SchemaGenerator) -> Schema {
 
 pub(crate) fn data_types(_: &mut SchemaGenerator) -> Schema {
     vocabulary(DataType::ALL.map(DataType::as_str))
+}
+
+pub(crate) fn value_kinds(_: &mut SchemaGenerator) -> Schema {
+    vocabulary(ValueKind::ALL.map(ValueKind::as_str))
+}
+
+pub(crate) fn modes(_: &mut SchemaGenerator) -> Schema {
+    vocabulary(Mode::ALL.map(Mode::as_str))
 }
 
 pub(crate) fn backend_kinds(_: &mut SchemaGenerator) -> Schema {
@@ -126,6 +134,9 @@ pub struct FieldMeta {
     pub multi_value_separator: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub codelist: Option<CodelistKind>,
+    /// What a value is counted in, when the definition declares it (measures only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
 }
 
 /// The notes of one field the call used.
@@ -200,10 +211,14 @@ pub struct MetricMeta {
     pub rounded_to_decimals: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub null_excluded_column: Option<String>,
-    /// The value is a share of records, between 0 and 1 (a `count_where` computed measure):
-    /// views show it as a percentage. Absent for every other metric.
-    #[serde(skip_serializing_if = "is_false")]
-    pub share: bool,
+    /// What a value is: `count` and `sum` add up across groups; `share` is a share of
+    /// records between 0 and 1 (views show a percentage); `ratio` is a ratio of sums;
+    /// `average`, `min`, `max` of a measure. Charts and views read this, never the name.
+    #[schemars(schema_with = "value_kinds")]
+    pub kind: ValueKind,
+    /// What a value is counted in, when the definition declares it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
 }
 
 /// Counts by name, sent as a JSON object in the order given.
@@ -441,12 +456,16 @@ pub struct QualitySummary {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct MeasureDescription {
     pub name: String,
-    pub mode: &'static str,
+    #[schemars(schema_with = "modes")]
+    pub mode: Mode,
     pub description: Option<String>,
     pub formula: String,
     /// The metric that asks for it in summarize_records.
     pub metric: String,
     pub rounded_to_decimals: i64,
+    /// What its ratio is counted in, when declared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
 }
 
 /// The metrics summarize_records takes for this dataset.

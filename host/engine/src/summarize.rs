@@ -1101,13 +1101,12 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMet
             (cm.formula_text(&def.fields), Some(RATIO_DECIMALS))
         }
     };
-    let share = matches!(m, Metric::AvgComputed(k)
-        if matches!(def.computed_measures[*k].formula, tally_semantic::definition::Formula::CountWhere { .. }));
     MetricMeta {
         column,
         description,
         rounded_to_decimals: rounding,
         null_excluded_column: m.null_excluded_column(def),
-        share,
+        kind: m.value_kind(def),
+        unit: m.unit(def).map(str::to_owned),
     }
 }

@@ -494,12 +494,7 @@ fn skipped(path: &str, key: &str) -> bool {
 /// and provision of `cite_provisions`; none for records (compared in their order).
 fn group_keys(tool: Tool, arguments: &Value) -> usize {
     let groups = arguments["group_by"].as_array().map_or(0, Vec::len);
-    match tool {
-        Tool::SummarizeRecords => groups,
-        Tool::CiteProvisions => groups + 2,
-        // Every tool named: a new one is a compile error here until its rows' key is said.
-        Tool::QueryRecords | Tool::ListDatasets | Tool::InspectDataset | Tool::VerifyAnswer => 0,
-    }
+    tool.info().key_columns(groups)
 }
 
 /// Every value of `old` that differs from `new`, with its JSON pointer and where it is in

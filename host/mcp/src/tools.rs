@@ -62,6 +62,8 @@ pub struct Examples {
     measure: Option<String>,
     /// A dataset with a law-provision field, and that field.
     law: Option<(String, String)>,
+    /// A dataset with `links`, and its first linking field.
+    linked: Option<(String, String)>,
 }
 
 impl Examples {
@@ -74,6 +76,7 @@ impl Examples {
             metric: "count".into(),
             measure: None,
             law: None,
+            linked: None,
         }
     }
 
@@ -113,6 +116,10 @@ impl Examples {
                 (None, None) => "count".into(),
             };
         }
+        ex.linked = view.datasets().find_map(|d| {
+            let (field, _) = d.def.links.first()?.on.first()?;
+            Some((d.def.id.clone(), d.def.fields[*field].name.clone()))
+        });
         ex.law = view.datasets().find_map(|d| {
             d.def
                 .fields
@@ -125,6 +132,16 @@ impl Examples {
 
     fn measure(&self) -> &str {
         self.measure.as_deref().unwrap_or("<measure>")
+    }
+
+    /// The names the tools' example calls are written with.
+    pub fn names(&self) -> tally_semantic::request::ExampleNames<'_> {
+        tally_semantic::request::ExampleNames {
+            dataset: &self.dataset,
+            field: &self.group,
+            metric: &self.metric,
+            linked: self.linked.as_ref().map(|(d, f)| (d.as_str(), f.as_str())),
+        }
     }
 }
 
@@ -224,47 +241,43 @@ fn input_schema(tool: Tool, ex: &Examples) -> Value {
 }
 
 fn description(tool: Tool, ex: &Examples) -> String {
-    match tool {
-        Tool::ListDatasets => "Step 1: the datasets served (id, title, publisher, records, dates) and folders that cannot be served, with why. \
-Example: {}"
-            .to_string(),
-        Tool::InspectDataset => format!(
-            "Step 2: a dataset's fields (exact names, in its language), roles, meanings, codes or frequent values, fill rates, \
-statistics, caveats (what null means) and computed measures. Use these names in the other tools. Example: {{\"dataset_id\": \"{}\"}}",
-            ex.dataset
-        ),
-        Tool::QueryRecords => {
-            let mut d = format!(
-                "Step 3a: records matching conditions, a page at a time in a stable order; total counts all matches, next_cursor \
-continues. For counts, sums or shares use summarize_records. \
-Example: {{\"dataset_id\": \"{}\", \"where\": {{\"{}\": {{\"$not_empty\": true}}}}, \"limit\": 10}}",
-                ex.dataset, ex.group
-            );
-            if let Some((law, field)) = &ex.law {
-                d.push_str(&format!(
-                    " Rows of a plugin cite their own source (rowSourceRefs). A provision looks up its text: \
-{{\"dataset_id\": \"{law}\", \"where\": {{\"{field}\": \"第5条第1項\"}}}}."
-                ));
-            }
-            d
+    let example = match tool.example(&ex.names()) {
+        Some(call) => call.to_string(),
+        None => "{\"envelope\": <an answer>}".to_string(),
+    };
+    let what = match tool {
+        Tool::ListDatasets => {
+            "Step 1: the datasets served (id, title, publisher, records, dates) and folders that cannot be served, with why."
         }
-        Tool::SummarizeRecords => format!(
+        Tool::InspectDataset => {
+            "Step 2: a dataset's fields (exact names, in its language), roles, meanings, codes or frequent values, fill rates, \
+statistics, caveats (what null means) and computed measures. Use these names in the other tools."
+        }
+        Tool::QueryRecords => {
+            "Step 3a: records matching conditions, a page at a time in a stable order; total counts all matches, next_cursor \
+continues. For counts, sums or shares use summarize_records."
+        }
+        Tool::SummarizeRecords => {
             "Step 3b: counts, sums, averages, extremes and computed measures per group, computed on the server (sums skip nulls \
-and say how many; averages to 2 decimals, ratios to 4); ordered by the first metric, descending, unless order_by. \
-Example: {{\"dataset_id\": \"{}\", \"group_by\": [\"{}\"], \"metrics\": [\"count\", \"{metric}\"], \"limit\": 10}}",
-            ex.dataset,
-            ex.group,
-            metric = ex.metric
-        ),
-        Tool::CiteProvisions => format!(
+and say how many; averages to 2 decimals, ratios to 4); ordered by the first metric, descending, unless order_by."
+        }
+        Tool::CiteProvisions => {
             "Step 4: the provisions of law the matching records rest on (datasets with `links`): per provision its text, \
-revision, e-Gov URI and records; references that find nothing counted in `unmatched`. Example: {{\"dataset_id\": \"{}\", \"where\": {{\"{}\": {{\"$not_empty\": true}}}}, \"limit\": 20}}",
-            ex.dataset, ex.group
-        ),
-        Tool::VerifyAnswer => "Check a whole answer (data and provenance) again on the data served now: identical, \
-data_changed (every changed value), altered (edited) or not_reproducible (why). Example: {\"envelope\": <an answer>}"
-            .to_string(),
+revision, e-Gov URI and records; references that find nothing counted in `unmatched`."
+        }
+        Tool::VerifyAnswer => {
+            "Check a whole answer (data and provenance) again on the data served now: identical, \
+data_changed (every changed value), altered (edited) or not_reproducible (why)."
+        }
+    };
+    let mut d = format!("{what} Example: {example}");
+    if let (Tool::QueryRecords, Some((law, field))) = (tool, &ex.law) {
+        d.push_str(&format!(
+            " Rows of a plugin cite their own source (rowSourceRefs). A provision looks up its text: \
+{{\"dataset_id\": \"{law}\", \"where\": {{\"{field}\": \"第5条第1項\"}}}}."
+        ));
     }
+    d
 }
 
 /// The one argument the server reads itself rather than the engine: how to draw a summary
@@ -281,14 +294,7 @@ fn object(v: Value) -> JsonObject {
 
 /// What a client shows a person for a tool.
 pub fn title(tool: Tool) -> &'static str {
-    match tool {
-        Tool::ListDatasets => "List datasets",
-        Tool::InspectDataset => "Inspect a dataset",
-        Tool::QueryRecords => "Query records",
-        Tool::SummarizeRecords => "Summarize records",
-        Tool::CiteProvisions => "Cite the provisions records rest on",
-        Tool::VerifyAnswer => "Verify an answer",
-    }
+    tool.info().title
 }
 
 /// A small SVG icon as a `data:` URI (MCP icons, 2025-11-25): drawn in one mid-tone that
@@ -374,6 +380,7 @@ mod tests {
             metric: "count".into(),
             measure: Some("m".into()),
             law: Some(("l".into(), "f".into())),
+            linked: Some(("s".into(), "n".into())),
         }
     }
 
@@ -390,6 +397,7 @@ mod tests {
             metric: "avg:オンライン化率".into(),
             measure: Some("オンライン手続件数".into()),
             law: Some(("egov-laws".into(), "条項".into())),
+            linked: Some(("procedures-survey-r6".into(), "法令番号".into())),
         };
         let tools: Vec<McpTool> = Tool::ALL.into_iter().map(|t| mcp_tool(t, &ex)).collect();
         let text = serde_json::to_string(&json!({ "tools": tools })).expect("json");

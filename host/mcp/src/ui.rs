@@ -51,14 +51,8 @@ pub fn uri(tool: Tool) -> String {
 
 /// Whether `tool` has a view.
 pub fn has_view(tool: Tool) -> bool {
-    // Every tool named: a new one is a compile error here until it is said whether view.js
-    // draws it (a test holds view.js to it).
-    match tool {
-        Tool::ListDatasets | Tool::InspectDataset | Tool::QueryRecords | Tool::SummarizeRecords => {
-            true
-        }
-        Tool::VerifyAnswer | Tool::CiteProvisions => false,
-    }
+    // Said in the tool table (`tally_semantic::request::TOOLS`); a test holds view.js to it.
+    tool.info().view.is_some()
 }
 
 /// The tool whose view `uri` names.
@@ -114,14 +108,7 @@ pub fn resource_meta() -> MetaObject {
 
 /// What a view resource is called in `resources/list`.
 pub fn title(tool: Tool) -> String {
-    let what = match tool {
-        Tool::ListDatasets => "dataset cards",
-        Tool::InspectDataset => "fields by role with fill rates and codes",
-        Tool::QueryRecords => "a table of records, paged",
-        Tool::SummarizeRecords => "a chart chosen by the result's shape, or its table",
-        Tool::VerifyAnswer => "the outcome of a check",
-        Tool::CiteProvisions => "the provisions records rest on",
-    };
+    let what = tool.info().view.unwrap_or("its answer, read as text");
     format!("Tally view of {}: {what}", tool.name())
 }
 

@@ -60,21 +60,21 @@
 
   // ---- the shape of a summary --------------------------------------------------------------
 
-  // What a metric column is: its kind (count, sum, avg, min, max, rate) and how to show it.
+  // What a metric column is, as the server states it in `metrics[].kind` (count, sum,
+  // average, min, max, ratio, share; never guessed from the column's name), and how to show
+  // it: a share of records (0 to 1) as a percentage, anything else as the number it is.
   function metricInfo(m) {
-    var column = m.column;
-    var kind = column === 'count' ? 'count' : column.split(':')[0];
-    // A computed measure is the one `avg:` whose nulls are not counted apart (the server
-    // rounds it to 4 decimals): a share of records (`share: true`) is shown as a percentage,
-    // any other ratio as the number it is.
-    if (kind === 'avg' && !m.null_excluded_column) kind = m.share ? 'rate' : 'ratio';
+    var kind = m.kind;
+    var label = m.unit ? m.column + ' (' + m.unit + ')' : m.column;
     return {
-      column: column,
+      column: m.column,
+      label: label,
       kind: kind,
+      unit: m.unit || null,
       description: m.description,
       decimals: m.rounded_to_decimals,
       additive: kind === 'count' || kind === 'sum',
-      format: function (v) { return kind === 'rate' ? fmtPercent(v) : fmtNumber(v, m.rounded_to_decimals); },
+      format: function (v) { return kind === 'share' ? fmtPercent(v) : fmtNumber(v, m.rounded_to_decimals); },
     };
   }
 
@@ -273,9 +273,9 @@
     var rows = (data.rows || []).slice();
     var countCol = shape.column('count');
     var denominator = function (r) {
-      return m.kind === 'rate' && countCol >= 0 && r[countCol] !== null ? ' (n = ' + fmtNumber(r[countCol], 0) + ')' : '';
+      return m.kind === 'share' && countCol >= 0 && r[countCol] !== null ? ' (n = ' + fmtNumber(r[countCol], 0) + ')' : '';
     };
-    var axisFormat = function (v) { return m.kind === 'rate' ? fmtPercent(v) : fmtNumber(v, 2); };
+    var axisFormat = function (v) { return m.kind === 'share' ? fmtPercent(v) : fmtNumber(v, 2); };
     var opt = baseOption();
     var tip = tooltipFormatter(m.format);
     var target;
@@ -301,7 +301,7 @@
         target = mount(container, Math.max(220, items.length * 26 + 70));
         opt.grid = { left: 8, right: 80, top: 30, bottom: 30, containLabel: true };
         opt.tooltip = { trigger: 'item', formatter: tip };
-        opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: axisFormat } };
+        opt.xAxis = { type: 'value', name: m.label, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: axisFormat } };
         opt.yAxis = { type: 'category', inverse: true, data: items.map(function (i) { return i.name; }), name: shape.groups[0].name, nameLocation: 'start', nameTextStyle: { fontWeight: 'bold', align: 'right' }, axisLabel: { width: 220, overflow: 'truncate' } };
         opt.series = [{
           type: 'bar', name: m.column, data: items.map(function (i) { return i.value; }),
@@ -363,7 +363,7 @@
         opt.legend = { type: 'scroll', top: 0 };
         opt.grid = { left: 8, right: 30, top: 60, bottom: 30, containLabel: true };
         opt.tooltip = { trigger: 'item', formatter: tip };
-        opt.xAxis = { type: 'value', name: m.column, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: axisFormat } };
+        opt.xAxis = { type: 'value', name: m.label, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: axisFormat } };
         opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, nameLocation: 'start', nameTextStyle: { fontWeight: 'bold', align: 'right' }, axisLabel: { width: 220, overflow: 'truncate' } };
         var series = secondKeys.map(function (b) {
           return { type: 'bar', stack: 'total', name: b, data: firstKeys.map(function () { return null; }) };
@@ -413,9 +413,9 @@
     var countCol = shape.column('count');
     return h('div', { class: 'cards' }, shape.metrics.map(function (m) {
       var v = row[shape.column(m.column)];
-      var n = m.kind === 'rate' && countCol >= 0 ? 'of ' + fmtNumber(row[countCol], 0) + ' records' : null;
+      var n = m.kind === 'share' && countCol >= 0 ? 'of ' + fmtNumber(row[countCol], 0) + ' records' : null;
       return h('div', { class: 'card', dataset: { metric: m.column } }, [
-        h('div', { class: 'label', text: m.column }),
+        h('div', { class: 'label', text: m.label }),
         h('div', { class: 'figure', text: m.format(v) }),
         h('div', { class: 'label', text: m.description }),
         n && h('div', { class: 'label', text: n }),
@@ -478,8 +478,8 @@
       if (state.kind === 'table') body.appendChild(table(data, formats));
       else if (state.kind === 'card') body.appendChild(cards(data, choice.shape));
       else current = drawSummary(body, data, choice, state.kind);
-      if (choice.metric && (choice.metric.kind === 'rate' || choice.metric.kind === 'ratio')) {
-        var rate = choice.metric.kind === 'rate';
+      if (choice.metric && (choice.metric.kind === 'share' || choice.metric.kind === 'ratio')) {
+        var rate = choice.metric.kind === 'share';
         body.appendChild(h('p', { class: 'muted', text: choice.metric.column + ' = ' + choice.metric.description +
           (rate ? ', shown as a percentage' + (choice.shape.column('count') >= 0 ? '; n = records in the group' : '') : '') }));
       }
@@ -648,6 +648,7 @@
   window.TallyView = {
     render: render,
     chooseChart: chooseChart,
+    metricInfo: metricInfo,
     h: h,
     fmtNumber: fmtNumber,
   };

@@ -36,7 +36,7 @@ use tally_semantic::definition::BackendKind;
 use crate::error::PluginError;
 use tally_storage::StorageError;
 use tally_storage::backend::BackendDescription;
-use tally_storage::backend::{Backend, LoadedData, Pushed, ServedFile, sha256_hex};
+use tally_storage::backend::{Backend, LoadedData, Pushed, ServedFile, Test, sha256_hex};
 
 /// A library that passed the checks, kept loaded for the life of the process.
 #[derive(Debug)]
@@ -405,8 +405,11 @@ impl Backend for NativeBackend {
             .read_table(Arc::clone(&self.provider))
             .map_err(|e| fail(&e))?;
         // Equality only: this backend pushes no ranges (`prunes_ranges` is false).
-        for p in pushed.iter().filter(|p| p.bound.is_none()) {
-            let condition: Expr = match p.values.as_slice() {
+        for p in pushed {
+            let Test::Equals(values) = &p.test else {
+                continue;
+            };
+            let condition: Expr = match values.as_slice() {
                 [one] => col(p.column.as_str()).eq(lit(one.clone())),
                 many => col(p.column.as_str())
                     .in_list(many.iter().map(|v| lit(v.clone())).collect(), false),

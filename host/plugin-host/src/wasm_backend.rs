@@ -24,7 +24,7 @@ use crate::wasm::{
 };
 use tally_storage::StorageError;
 use tally_storage::backend::{
-    Backend, LoadedData, Pushed, RowSource, RowSources, ServedFile, sha256_hex,
+    Backend, LoadedData, Pushed, RowSource, RowSources, ServedFile, Test, sha256_hex,
 };
 use tally_storage::backend::{BackendDescription, Sandbox};
 
@@ -60,15 +60,18 @@ impl WasmBackend {
             .collect();
         let filters: Vec<wasm::Filter> = pushed
             .iter()
-            .filter(|p| p.bound.is_none())
             .filter_map(|p| {
+                // Equality only: this backend pushes no ranges (`prunes_ranges` is false).
+                let Test::Equals(wanted) = &p.test else {
+                    return None;
+                };
                 let ops = &self
                     .description
                     .filters
                     .iter()
                     .find(|f| f.column == p.column)?
                     .ops;
-                let op = if p.values.len() == 1 && ops.contains(&FilterOp::Eq) {
+                let op = if wanted.as_slice().len() == 1 && ops.contains(&FilterOp::Eq) {
                     FilterOp::Eq
                 } else if ops.contains(&FilterOp::InList) {
                     FilterOp::InList
@@ -84,8 +87,7 @@ impl WasmBackend {
                 // Values go as the column's own type; one that does not read as it (an
                 // integer column asked for `abc`) is not pushed: the host's own filter
                 // answers it (no row).
-                let values = p
-                    .values
+                let values = wanted
                     .iter()
                     .map(|v| typed_value(column_type, v))
                     .collect::<Option<Vec<_>>>()?;

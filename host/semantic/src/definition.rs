@@ -64,28 +64,68 @@ pub struct DatasetDef {
 /// each value of
 /// `key` has revisions, each in force from its `effective` date (`YYYY-MM-DD`) until the next
 /// one. Calls read the revision in force on their `as_of` date, or the latest without one.
+///
+/// Its fields are resolved to ids when the definition is read (each must be declared), so a
+/// call never looks one up by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Revisions {
     /// The field that names what is revised (a law).
-    pub key: String,
+    pub key: FieldId,
     /// The field that names it for people (a law's title), when there is one.
-    pub title: Option<String>,
+    pub title: Option<FieldId>,
     /// The field holding the date a revision takes effect.
-    pub effective: String,
+    pub effective: FieldId,
     /// The field naming a revision, when there is one.
-    pub id: Option<String>,
+    pub id: Option<FieldId>,
 }
 
 /// `links: [{to: laws, on: {法令番号: law_num, 根拠条項号: locator}}]`: a record of this
 /// dataset rests on the records of dataset `to` whose fields equal its own, field by field.
+///
+/// The fields of this dataset are resolved to ids when the definition is read; those of `to`
+/// can only be resolved against `to`'s own definition, read apart from this one: by
+/// [`Link::resolve`], once, wherever both are at hand.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Link {
     /// The dataset linked to.
     pub to: String,
-    /// (field of this dataset, field of `to`), in the order written.
-    pub on: Vec<(String, String)>,
+    /// (field of this dataset, name of a field of `to`), in the order written.
+    pub on: Vec<(FieldId, String)>,
     /// The field of `to` holding a provision's text (`text` when not given).
     pub text: Option<String>,
+}
+
+/// The fields of a [`Link`] resolved against the definition of the dataset linked to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkedFields<'l> {
+    /// Per pair of `on`, in the order written: the field of this dataset, and the field of
+    /// `to` (`Err` with its name when `to` declares no field of that name).
+    pub on: Vec<(FieldId, Result<FieldId, &'l str>)>,
+    /// The field of `to` holding a provision's text (`Err` with its name when `to` declares
+    /// none).
+    pub text: Result<FieldId, &'l str>,
+}
+
+impl Link {
+    /// The name of the field of `to` holding a provision's text: `text` unless the link names
+    /// another.
+    pub fn text_field(&self) -> &str {
+        self.text.as_deref().unwrap_or("text")
+    }
+
+    /// The fields of `to` this link names, looked up once in `to`'s definition; every caller
+    /// that follows or checks a link starts from this, and then indexes by id.
+    pub fn resolve<'l>(&'l self, to: &DatasetDef) -> LinkedFields<'l> {
+        let there = |name: &'l str| to.field_index(name).ok_or(name);
+        LinkedFields {
+            on: self
+                .on
+                .iter()
+                .map(|(here, name)| (*here, there(name.as_str())))
+                .collect(),
+            text: there(self.text_field()),
+        }
+    }
 }
 
 impl DatasetDef {
@@ -507,6 +547,9 @@ pub struct Field {
     /// exactly is read as a law reference in any common form and matches the provision and
     /// everything inside it.
     pub locator: Option<LocatorKind>,
+    /// What a value of the field is counted in (`unit: 件`, `円`, `%`), when declared: carried
+    /// with every metric over the field, so a reader and a chart need not guess it from a name.
+    pub unit: Option<String>,
     /// Fields of the same record holding other names of what this field names (`aliases:
     /// [law_abbrev, law_num]` on a law's title: its short titles and its law number). A value
     /// compared exactly with this field that is none of its values, but is (NFKC, numbers in
@@ -543,6 +586,55 @@ pub struct ComputedMeasure {
     pub name: String,
     pub desc: Option<String>,
     pub formula: Formula,
+    /// What the ratio is counted in (`unit: 円/件`), when declared. A `count_where` share has
+    /// none: it is a share of records, between 0 and 1.
+    pub unit: Option<String>,
+}
+
+/// How a computed measure is computed, as `mode:` names it: one table, read by the parser,
+/// its suggestions and messages, `inspect_dataset` and the summaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The share of records whose field is one of some values.
+    CountWhere,
+    /// `sum(numerator) / sum(denominator)`.
+    SumRatio,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::CountWhere, Mode::SumRatio];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::CountWhere => "count_where",
+            Mode::SumRatio => "sum_ratio",
+        }
+    }
+
+    /// The keys the mode reads, as the fix of a message spells them.
+    pub fn keys(self) -> &'static str {
+        match self {
+            Mode::CountWhere => "condition_field, condition_values",
+            Mode::SumRatio => "numerator, denominator",
+        }
+    }
+
+    /// The mode named exactly `name`.
+    pub fn parse(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.as_str() == name)
+    }
+
+    /// Whether a value of the measure is a share of records (between 0 and 1).
+    pub fn is_share(self) -> bool {
+        self == Mode::CountWhere
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -637,10 +729,10 @@ impl std::ops::Index<FieldId> for [Field] {
 }
 
 impl ComputedMeasure {
-    pub fn mode(&self) -> &'static str {
+    pub fn mode(&self) -> Mode {
         match self.formula {
-            Formula::CountWhere { .. } => "count_where",
-            Formula::SumRatio { .. } => "sum_ratio",
+            Formula::CountWhere { .. } => Mode::CountWhere,
+            Formula::SumRatio { .. } => Mode::SumRatio,
         }
     }
 
@@ -843,6 +935,7 @@ const FIELD_KEYS: &[&str] = &[
     "group",
     "locator",
     "aliases",
+    "unit",
 ];
 const MULTI_VALUE_KEYS: &[&str] = &["separator"];
 const MEASURE_KEYS: &[&str] = &[
@@ -853,8 +946,11 @@ const MEASURE_KEYS: &[&str] = &[
     "condition_values",
     "numerator",
     "denominator",
+    "unit",
 ];
 const MAX_NAME_CHARS: usize = 200;
+/// Longest `unit` (`円/件`, `人/km²`).
+const MAX_UNIT_CHARS: usize = 32;
 
 struct Reader {
     file: String,
@@ -1715,6 +1811,13 @@ impl Reader {
         self.aliases_written(&map, &name, path);
         let notes = self.string_list(&map, "notes", path);
         let csv_col_index = self.csv_col_index(&map, path);
+        let unit = self.unit(
+            &map,
+            path,
+            (role != Role::Measure).then_some(
+                "a unit says what a measure's values are counted in: remove `unit`, or change the role to `measure`",
+            ),
+        );
         Some(Field {
             desc: self.string(&map, "desc", path, "write `desc: \"…\"`"),
             group: self.string(&map, "group", path, "write `group: \"…\"`"),
@@ -1725,11 +1828,43 @@ impl Reader {
             multi_value,
             groupable,
             locator,
+            unit,
             aliases: Vec::new(),
             notes,
             csv_col_index,
             pos: node.pos,
         })
+    }
+
+    /// Reads `unit` (`件`, `円`, `%`): short text on one line. `refused` is the fix when the
+    /// entry may not have a unit at all.
+    fn unit(&mut self, map: &MapView<'_>, path: &str, refused: Option<&str>) -> Option<String> {
+        let fix = "write what a value is counted in, e.g. `unit: 件`, `unit: 円` or `unit: \"%\"`";
+        let unit = self.string(map, "unit", path, fix)?;
+        let problem = if let Some(refused) = refused {
+            Some((
+                "this entry takes no `unit`".to_string(),
+                refused.to_string(),
+            ))
+        } else if unit.trim().is_empty() {
+            Some(("`unit` is empty".to_string(), fix.to_string()))
+        } else if unit.chars().count() > MAX_UNIT_CHARS || unit.chars().any(char::is_control) {
+            Some((
+                format!(
+                    "`unit` is longer than {MAX_UNIT_CHARS} characters or holds a control character"
+                ),
+                fix.to_string(),
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some((message, fix)) => {
+                self.error(map.key_pos("unit"), &join(path, "unit"), message, fix);
+                None
+            }
+            None => Some(unit.trim().to_string()),
+        }
     }
 
     /// Reads a field's `name`, refused when too long or holding control characters.
@@ -2174,7 +2309,8 @@ impl Reader {
         })
     }
 
-    /// A field name at `path` that must be declared, or the error that says which are.
+    /// The id of the field named at `path`, which must be declared, or the error that says
+    /// which are.
     fn declared_field(
         &mut self,
         map: &MapView<'_>,
@@ -2182,10 +2318,10 @@ impl Reader {
         path: &str,
         fields: &[Field],
         what: &str,
-    ) -> Option<String> {
+    ) -> Option<FieldId> {
         let name = self.required_string(map, key, path, &format!("write `{key}: <{what}>`"))?;
-        if fields.iter().any(|f| f.name == name) {
-            return Some(name);
+        if let Some(at) = fields.iter().position(|f| f.name == name) {
+            return Some(FieldId::at(at));
         }
         let fix = match suggest(&name, fields.iter().map(|f| f.name.as_str())) {
             Some(near) => format!("did you mean `{near}`? {what} must be a declared field"),
@@ -2236,14 +2372,13 @@ impl Reader {
             )?),
             None => None,
         };
-        if let Some(name) = &effective
-            && let Some(f) = fields.iter().find(|f| &f.name == name)
+        if let Some(f) = effective.map(|id| &fields[id])
             && f.data_type.is_numeric()
         {
             self.error(
                 map.key_pos("effective"),
                 "revisions.effective",
-                format!("`{name}` holds numbers, not dates"),
+                format!("`{}` holds numbers, not dates", f.name),
                 "name the field holding each revision's effective date as YYYY-MM-DD text",
             );
             return None;
@@ -2317,7 +2452,7 @@ impl Reader {
                     );
                     continue;
                 };
-                if !fields.iter().any(|f| f.name == k.name) {
+                let Some(here) = fields.iter().position(|f| f.name == k.name) else {
                     let fix = match suggest(&k.name, fields.iter().map(|f| f.name.as_str())) {
                         Some(near) => format!("did you mean `{near}`?"),
                         None => "name a field declared under `fields`".to_string(),
@@ -2329,8 +2464,8 @@ impl Reader {
                         fix,
                     );
                     continue;
-                }
-                pairs.push((k.name.clone(), there.clone()));
+                };
+                pairs.push((FieldId::at(here), there.clone()));
             }
             if pairs.is_empty() {
                 self.error(
@@ -2414,11 +2549,29 @@ impl Reader {
             return None;
         }
         let desc = self.string(&map, "desc", path, "write `desc: \"…\"`");
-        let mode_fix = "write `mode: count_where` (with condition_field, condition_values) or `mode: sum_ratio` (with numerator, denominator)";
-        let mode = self.required_string(&map, "mode", path, mode_fix)?;
-        let formula = match mode.as_str() {
-            "count_where" => self.count_where(&map, path, fields)?,
-            "sum_ratio" => {
+        let mode_fix = format!(
+            "write {}",
+            Mode::ALL
+                .map(|m| format!("`mode: {m}` (with {})", m.keys()))
+                .join(" or ")
+        );
+        let written = self.required_string(&map, "mode", path, &mode_fix)?;
+        let Some(mode) = Mode::parse(&written) else {
+            let fix = match suggest(&written, Mode::ALL.map(Mode::as_str)) {
+                Some(near) => format!("did you mean `{near}`? {mode_fix}"),
+                None => mode_fix,
+            };
+            self.error(
+                map.key_pos("mode"),
+                &join(path, "mode"),
+                format!("unknown mode `{written}`"),
+                fix,
+            );
+            return None;
+        };
+        let formula = match mode {
+            Mode::CountWhere => self.count_where(&map, path, fields)?,
+            Mode::SumRatio => {
                 let numerator =
                     self.field_ref(&map, "numerator", path, fields, Some(Role::Measure));
                 let denominator =
@@ -2431,24 +2584,18 @@ impl Reader {
                     denominator: d,
                 }
             }
-            other => {
-                let fix = match suggest(other, ["count_where", "sum_ratio"]) {
-                    Some(near) => format!("did you mean `{near}`? {mode_fix}"),
-                    None => mode_fix.to_string(),
-                };
-                self.error(
-                    map.key_pos("mode"),
-                    &join(path, "mode"),
-                    format!("unknown mode `{other}`"),
-                    fix,
-                );
-                return None;
-            }
         };
+        let unit = self.unit(
+            &map,
+            path,
+            mode.is_share()
+                .then_some("a count_where measure is a share of records (0 to 1): remove `unit`"),
+        );
         Some(ComputedMeasure {
             name,
             desc,
             formula,
+            unit,
         })
     }
 

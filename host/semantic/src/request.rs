@@ -62,20 +62,61 @@ impl Tool {
     ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Tool::ListDatasets => "list_datasets",
-            Tool::InspectDataset => "inspect_dataset",
-            Tool::QueryRecords => "query_records",
-            Tool::SummarizeRecords => "summarize_records",
-            Tool::CiteProvisions => "cite_provisions",
-            Tool::VerifyAnswer => "verify_answer",
-        }
+        self.info().name
     }
 
     /// Whether its answers are computed from datasets (and so can be checked again by
     /// [`Tool::VerifyAnswer`]).
     pub fn answers_from_data(self) -> bool {
-        !matches!(self, Tool::VerifyAnswer)
+        self.info().verifiable
+    }
+
+    /// Everything else the tool is, from the one table [`TOOLS`].
+    pub fn info(self) -> &'static ToolInfo {
+        // `TOOLS` is in the order of `Tool::ALL` (a test holds it to that).
+        &TOOLS[self as usize]
+    }
+
+    /// A call of the tool written with `names`, as its description shows it and as the tests
+    /// run it on real data (`None` for [`Tool::VerifyAnswer`], which takes a whole answer).
+    /// Every tool named: a new one is a compile error here until it has an example.
+    pub fn example(self, names: &ExampleNames<'_>) -> Option<Value> {
+        let ExampleNames {
+            dataset,
+            field,
+            metric,
+            linked,
+        } = *names;
+        let present = |field: &str| {
+            let mut condition = Map::new();
+            condition.insert(field.to_owned(), serde_json::json!({ "$not_empty": true }));
+            Value::Object(condition)
+        };
+        Some(match self {
+            Tool::ListDatasets => serde_json::json!({}),
+            Tool::InspectDataset => serde_json::json!({ "dataset_id": dataset }),
+            Tool::QueryRecords => {
+                serde_json::json!({ "dataset_id": dataset, "where": present(field), "limit": 10 })
+            }
+            Tool::SummarizeRecords => {
+                let metrics: Vec<&str> = if metric == "count" {
+                    vec!["count"]
+                } else {
+                    vec!["count", metric]
+                };
+                serde_json::json!({
+                    "dataset_id": dataset,
+                    "group_by": [field],
+                    "metrics": metrics,
+                    "limit": 10,
+                })
+            }
+            Tool::CiteProvisions => {
+                let (dataset, field) = linked.unwrap_or((dataset, field));
+                serde_json::json!({ "dataset_id": dataset, "where": present(field), "limit": 20 })
+            }
+            Tool::VerifyAnswer => return None,
+        })
     }
 
     /// The parameters the tool takes: one table, read by the parser (names, bounds, choices)
@@ -148,6 +189,107 @@ impl Tool {
     pub fn parameter(self, name: &str) -> Option<&'static Parameter> {
         self.spec().iter().find(|p| p.name == name)
     }
+}
+
+/// What a tool is, beyond its parameters ([`Tool::spec`]) and its example
+/// ([`Tool::example`]): the one place a tool is listed. The MCP layer takes its name, title
+/// and view from here, `verify_answer` what it can check and how rows are keyed, the CLI its
+/// command; a test in each of those fails when a tool listed here has no part there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolInfo {
+    pub tool: Tool,
+    pub name: &'static str,
+    /// For people (MCP `title`).
+    pub title: &'static str,
+    /// The CLI's command for it (`tally summarize`).
+    pub command: &'static str,
+    /// What its MCP Apps view (`ui://tally/<name>`, drawn by host/mcp/ui/view.js) shows;
+    /// `None` when its answer is read as text.
+    pub view: Option<&'static str>,
+    /// Its answers are computed from datasets, so `verify_answer` can run them again.
+    pub verifiable: bool,
+    /// How `verify_answer` keys a row of its answers: `None` when rows are compared in their
+    /// order, `Some(n)` when the leading `group_by` columns and `n` more are the key.
+    pub row_key: Option<usize>,
+}
+
+impl ToolInfo {
+    /// How many leading columns of a row are its key, given the call's `group_by` count.
+    pub fn key_columns(&self, group_by: usize) -> usize {
+        self.row_key.map_or(0, |more| group_by + more)
+    }
+}
+
+/// Every tool, in the order of [`Tool::ALL`].
+pub const TOOLS: [ToolInfo; 6] = [
+    ToolInfo {
+        tool: Tool::ListDatasets,
+        name: "list_datasets",
+        title: "List datasets",
+        command: "list",
+        view: Some("dataset cards"),
+        verifiable: true,
+        row_key: None,
+    },
+    ToolInfo {
+        tool: Tool::InspectDataset,
+        name: "inspect_dataset",
+        title: "Inspect a dataset",
+        command: "inspect",
+        view: Some("fields by role with fill rates and codes"),
+        verifiable: true,
+        row_key: None,
+    },
+    ToolInfo {
+        tool: Tool::QueryRecords,
+        name: "query_records",
+        title: "Query records",
+        command: "query",
+        view: Some("a table of records, paged"),
+        verifiable: true,
+        row_key: None,
+    },
+    ToolInfo {
+        tool: Tool::SummarizeRecords,
+        name: "summarize_records",
+        title: "Summarize records",
+        command: "summarize",
+        view: Some("a chart chosen by the result's shape, or its table"),
+        verifiable: true,
+        row_key: Some(0),
+    },
+    ToolInfo {
+        tool: Tool::CiteProvisions,
+        name: "cite_provisions",
+        title: "Cite the provisions records rest on",
+        command: "cite",
+        view: None,
+        verifiable: true,
+        // The groups, then the law and the provision.
+        row_key: Some(2),
+    },
+    ToolInfo {
+        tool: Tool::VerifyAnswer,
+        name: "verify_answer",
+        title: "Verify an answer",
+        command: "verify",
+        view: None,
+        verifiable: false,
+        row_key: None,
+    },
+];
+
+/// The names an example call is written with.
+#[derive(Debug, Clone, Copy)]
+pub struct ExampleNames<'a> {
+    pub dataset: &'a str,
+    /// A field to group by and to test (`$not_empty`).
+    pub field: &'a str,
+    /// A metric besides `count` (`avg:<computed measure>`, `sum:F` or `count`).
+    pub metric: &'a str,
+    /// A dataset with `links` and a field of it (the first linking field), for
+    /// `cite_provisions`; `dataset` and `field` when none is known.
+    pub linked: Option<(&'a str, &'a str)>,
 }
 
 /// One parameter of a tool.

@@ -87,6 +87,93 @@ impl Metric {
             Metric::Count | Metric::AvgComputed(_) => None,
         }
     }
+
+    /// What a value of the metric is, for whoever shows it.
+    pub fn value_kind(&self, def: &DatasetDef) -> ValueKind {
+        match self {
+            Metric::Count => ValueKind::Count,
+            Metric::Sum(_) => ValueKind::Sum,
+            Metric::Avg(_) => ValueKind::Average,
+            Metric::Min(_) => ValueKind::Min,
+            Metric::Max(_) => ValueKind::Max,
+            Metric::AvgComputed(m) if def.computed_measures[*m].mode().is_share() => {
+                ValueKind::Share
+            }
+            Metric::AvgComputed(_) => ValueKind::Ratio,
+        }
+    }
+
+    /// The unit a value of the metric is counted in, as the definition declares it for the
+    /// field or computed measure (none for `count` and for a share).
+    pub fn unit<'d>(&self, def: &'d DatasetDef) -> Option<&'d str> {
+        match self {
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => {
+                def.fields[*f].unit.as_deref()
+            }
+            Metric::AvgComputed(m) => def.computed_measures[*m].unit.as_deref(),
+            Metric::Count => None,
+        }
+    }
+}
+
+/// What a metric's value is, as a summary's `metrics[].kind` says it: the one statement
+/// charts (Rust) and views (JS) read instead of guessing from a column's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueKind {
+    /// A number of records: adds up across groups.
+    Count,
+    /// A sum of a measure: adds up across groups.
+    Sum,
+    /// A mean of a measure over its non-null values.
+    Average,
+    Min,
+    Max,
+    /// A ratio of sums (a `sum_ratio` computed measure): the number it is.
+    Ratio,
+    /// A share of records between 0 and 1 (a `count_where` computed measure): shown as a
+    /// percentage.
+    Share,
+}
+
+impl ValueKind {
+    pub const ALL: [ValueKind; 7] = [
+        ValueKind::Count,
+        ValueKind::Sum,
+        ValueKind::Average,
+        ValueKind::Min,
+        ValueKind::Max,
+        ValueKind::Ratio,
+        ValueKind::Share,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValueKind::Count => "count",
+            ValueKind::Sum => "sum",
+            ValueKind::Average => "average",
+            ValueKind::Min => "min",
+            ValueKind::Max => "max",
+            ValueKind::Ratio => "ratio",
+            ValueKind::Share => "share",
+        }
+    }
+
+    /// The kind named exactly `name`.
+    pub fn parse(name: &str) -> Option<ValueKind> {
+        ValueKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// Whether the values of groups add up to the value of their union (parts of a whole).
+    pub fn additive(self) -> bool {
+        matches!(self, ValueKind::Count | ValueKind::Sum)
+    }
+}
+
+impl std::fmt::Display for ValueKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The metric kinds, as written before the colon: one table, with the words other tools
@@ -1166,10 +1253,9 @@ pub fn resolve_as_of(
         )
         .hint("write the date as YYYY-MM-DD, e.g. \"2020-04-01\""));
     }
-    let picked = [Some(&revisions.effective), revisions.id.as_ref()];
     if let Some(f) = filters
         .iter()
-        .find(|f| picked.contains(&Some(&def.fields[f.field].name)))
+        .find(|f| f.field == revisions.effective || revisions.id == Some(f.field))
     {
         return Err(RequestError::invalid(
             "as_of",

@@ -279,4 +279,10 @@ fn main() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(failed, 0, "failed calls");
+    // The rate limit is set above the run's calls: a 429 means the guard throttled a run
+    // that docs/benchmarks.md reports as unthrottled.
+    assert_eq!(
+        throttled, 0,
+        "{throttled} calls were answered 429 although the rate limit is set above the run"
+    );
 }

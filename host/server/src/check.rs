@@ -334,12 +334,13 @@ fn link_problems(
             });
             continue;
         };
+        let linked = link.resolve(target);
         let mut located = 0;
-        for (here, there) in &link.on {
-            match target.field(there) {
-                None => out.push(Problem {
+        for (here, there) in linked.on {
+            match there {
+                Err(there) => out.push(Problem {
                     line: None,
-                    key: format!("{key}.on.{here}"),
+                    key: format!("{key}.on.{}", def.fields[here].name),
                     reason: format!("`{there}` is not a field of `{}`", link.to),
                     fix: format!(
                         "name one of its fields: {}",
@@ -351,8 +352,8 @@ fn link_problems(
                             .join(", ")
                     ),
                 }),
-                Some(f) if f.locator == Some(LocatorKind::Law) => located += 1,
-                Some(_) => {}
+                Ok(t) if target.fields[t].locator == Some(LocatorKind::Law) => located += 1,
+                Ok(_) => {}
             }
         }
         if located != 1 {
@@ -369,8 +370,7 @@ fn link_problems(
                 ),
             });
         }
-        let text = link.text.as_deref().unwrap_or("text");
-        if target.field(text).is_none() {
+        if let Err(text) = linked.text {
             out.push(Problem {
                 line: None,
                 key: format!("{key}.text"),

@@ -658,6 +658,24 @@ pub fn runtime() -> Option<tokio::runtime::Runtime> {
 mod tests {
     use super::*;
 
+    /// The tool table (`tally_semantic::request::TOOLS`) names the CLI command of each tool:
+    /// a tool added there without a command here fails.
+    #[test]
+    fn every_tool_has_its_cli_command() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        for info in tally_semantic::request::TOOLS {
+            let command = cli.find_subcommand(info.command).unwrap_or_else(|| {
+                panic!("`{}` has no command `tally {}`", info.name, info.command)
+            });
+            assert!(
+                command.get_about().is_some(),
+                "`tally {}` says what it does",
+                info.command
+            );
+        }
+    }
+
     #[test]
     fn object_poll_intervals_are_read_and_bad_ones_refused_with_an_example() {
         let ms = |t: &str| poll_duration(t).map(|p| p.0.map(|d| d.as_millis()));

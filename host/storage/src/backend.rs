@@ -82,24 +82,55 @@ pub struct RowSource {
     pub content_hash: Option<String>,
 }
 
-/// An equality condition the backend applies itself: `column` equals one of `values` (text).
-/// The engine applies every condition again, so a backend that returns more rows than asked
-/// is slower, never wrong.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+/// A condition the backend applies itself, on one column. The engine applies every condition
+/// again, so a backend that returns more rows than asked is slower, never wrong; and a
+/// condition that cannot be said in these terms is simply not pushed.
+///
+/// Compared and hashed as a whole: a set of them is the key a dataset's subsets and streams
+/// are kept by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct Pushed {
     pub column: String,
-    /// Equality with any of these (empty when the condition is a [`Bound`]).
-    pub values: Vec<String>,
-    /// A range condition on a number (only for backends that [`Backend::prunes_ranges`]).
-    pub bound: Option<Bound>,
+    pub test: Test,
+}
+
+/// What a [`Pushed`] condition asks of its column's value. Ranges are declared first: on
+/// the same column they sort before equalities, the order conditions are listed in messages.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum Test {
+    /// `column <op> value` on a numeric column (only for backends that
+    /// [`Backend::prunes_ranges`]).
+    Range(Bound),
+    /// Equal to any of these (text; a number as its number: `2024`, never `"2024.0"`).
+    Equals(Values),
+}
+
+/// The values an equality condition accepts: never empty.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct Values(Vec<String>);
+
+impl Values {
+    /// `None` for no value (a condition no row satisfies is the engine's to say).
+    pub fn new(values: Vec<String>) -> Option<Values> {
+        (!values.is_empty()).then_some(Values(values))
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, String> {
+        self.0.iter()
+    }
 }
 
 /// `column <op> value` on a numeric column: `$gt`, `$gte`, `$lt`, `$lte`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct Bound {
     pub op: BoundOp,
-    /// The number, as the request wrote it (compared as a number).
-    pub value: String,
+    /// The number, parsed once where the condition is made.
+    pub value: Number,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -110,12 +141,70 @@ pub enum BoundOp {
     Lte,
 }
 
+/// A finite number a [`Bound`] compares with.
+///
+/// Kept as the `f64` itself and compared, ordered and hashed by its bits (`f64::to_bits`,
+/// `f64::total_cmp`, which agree): `Eq` and `Hash` stay sound because a NaN, the one value
+/// not equal to itself, is never made (nor an infinity). `0` and `-0` are different keys
+/// then, which only keeps two cache entries for the same rows; both hold for the same
+/// numbers, and each is written as the request wrote it (`-0`).
+#[derive(Debug, Clone, Copy)]
+pub struct Number(f64);
+
+impl Number {
+    /// `None` for a NaN or an infinity.
+    pub fn new(value: f64) -> Option<Number> {
+        value.is_finite().then_some(Number(value))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl PartialEq for Number {
+    fn eq(&self, other: &Number) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Number {}
+
+impl std::hash::Hash for Number {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
+}
+
+impl PartialOrd for Number {
+    fn partial_cmp(&self, other: &Number) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Number {
+    fn cmp(&self, other: &Number) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// As Rust writes the `f64`: `2024`, `2023.5` (how a condition has always been described).
+impl fmt::Display for Number {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl serde::Serialize for Number {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(self.0)
+    }
+}
+
 impl Bound {
-    /// Whether `number` satisfies the bound (a bound that is not a number holds for all).
+    /// Whether `number` satisfies the bound.
     pub fn holds(&self, number: f64) -> bool {
-        let Ok(limit) = self.value.parse::<f64>() else {
-            return true;
-        };
+        let limit = self.value.get();
         match self.op {
             BoundOp::Gt => number > limit,
             BoundOp::Gte => number >= limit,
@@ -126,36 +215,45 @@ impl Bound {
 }
 
 impl Pushed {
-    /// An equality (`values`) condition.
-    pub fn equal(column: impl Into<String>, values: Vec<String>) -> Pushed {
+    /// `column` equal to any of `values`; `None` for no value.
+    pub fn equal(column: impl Into<String>, values: Vec<String>) -> Option<Pushed> {
+        Some(Pushed {
+            column: column.into(),
+            test: Test::Equals(Values::new(values)?),
+        })
+    }
+
+    /// `column <op> value`.
+    pub fn range(column: impl Into<String>, op: BoundOp, value: Number) -> Pushed {
         Pushed {
             column: column.into(),
-            values,
-            bound: None,
+            test: Test::Range(Bound { op, value }),
         }
     }
 
     /// `law_id = "x"`, `law_id in ("x", "y")`, `年度` ≥ 2023.
     pub fn describe(&self) -> String {
-        if let Some(b) = &self.bound {
-            let op = match b.op {
-                BoundOp::Gt => ">",
-                BoundOp::Gte => "≥",
-                BoundOp::Lt => "<",
-                BoundOp::Lte => "≤",
-            };
-            return format!("`{}` {op} {}", self.column, b.value);
-        }
-        match self.values.as_slice() {
-            [one] => format!("`{}` = \"{one}\"", self.column),
-            many => format!(
-                "`{}` in ({})",
-                self.column,
-                many.iter()
-                    .map(|v| format!("\"{v}\""))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+        match &self.test {
+            Test::Range(b) => {
+                let op = match b.op {
+                    BoundOp::Gt => ">",
+                    BoundOp::Gte => "≥",
+                    BoundOp::Lt => "<",
+                    BoundOp::Lte => "≤",
+                };
+                format!("`{}` {op} {}", self.column, b.value)
+            }
+            Test::Equals(values) => match values.as_slice() {
+                [one] => format!("`{}` = \"{one}\"", self.column),
+                many => format!(
+                    "`{}` in ({})",
+                    self.column,
+                    many.iter()
+                        .map(|v| format!("\"{v}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
         }
     }
 }
@@ -239,7 +337,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Vec::new()
     }
     /// Whether range conditions on numeric [`Backend::pushdown_columns`] are pushed too (as
-    /// a [`Pushed::bound`]); a backend that applies equality only leaves them to the engine.
+    /// a [`Test::Range`]); a backend that applies equality only leaves them to the engine.
     fn prunes_ranges(&self) -> bool {
         false
     }
@@ -471,4 +569,93 @@ impl BackendDescription {
 fn backend_kinds(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let kinds: Vec<&str> = BackendKind::ALL.map(BackendKind::as_str).to_vec();
     schemars::json_schema!({ "enum": kinds })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Bound, BoundOp, Number, Pushed, Test};
+
+    fn range(op: BoundOp, value: f64) -> Pushed {
+        Pushed::range("年度", op, Number::new(value).expect("finite"))
+    }
+
+    #[test]
+    fn a_range_compares_its_parsed_bound_as_a_number() {
+        // As text, "9" sorts after "10"; as numbers it is below.
+        let Test::Range(bound) = range(BoundOp::Lt, 10.0).test else {
+            unreachable!()
+        };
+        assert_eq!(bound.value.get(), 10.0);
+        assert!(bound.holds(9.0) && bound.holds(-1e9) && !bound.holds(10.0));
+        let cases = [
+            (BoundOp::Gt, [false, false, true]),
+            (BoundOp::Gte, [false, true, true]),
+            (BoundOp::Lt, [true, false, false]),
+            (BoundOp::Lte, [true, true, false]),
+        ];
+        for (op, expected) in cases {
+            let bound = Bound {
+                op,
+                value: Number::new(2023.5).expect("finite"),
+            };
+            let got = [2023.0, 2023.5, 2024.0].map(|n| bound.holds(n));
+            assert_eq!(got, expected, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn a_number_is_finite_and_equal_and_hashed_by_its_value() {
+        use std::collections::HashSet;
+        assert!(Number::new(f64::NAN).is_none());
+        assert!(Number::new(f64::INFINITY).is_none());
+        assert!(Number::new(f64::NEG_INFINITY).is_none());
+        // Cache keys: the same condition made twice is one key; another bound another.
+        let keys: HashSet<Pushed> = [
+            range(BoundOp::Gte, 2023.0),
+            range(BoundOp::Gte, 2023.0),
+            range(BoundOp::Gte, 2024.0),
+            range(BoundOp::Gt, 2023.0),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(keys.len(), 3);
+        // Ordered as numbers, not as text.
+        assert!(range(BoundOp::Lt, 9.0) < range(BoundOp::Lt, 10.0));
+    }
+
+    #[test]
+    fn an_equality_has_a_value() {
+        assert_eq!(Pushed::equal("law_id", Vec::new()), None);
+    }
+
+    #[test]
+    fn pushed_conditions_are_described_as_before() {
+        let equal = |values: &[&str]| {
+            Pushed::equal("law_id", values.iter().map(|v| v.to_string()).collect())
+                .expect("a value")
+                .describe()
+        };
+        assert_eq!(equal(&["x"]), "`law_id` = \"x\"");
+        assert_eq!(equal(&["x", "y"]), "`law_id` in (\"x\", \"y\")");
+        for (op, value, said) in [
+            (BoundOp::Gt, 2023.5, "`年度` > 2023.5"),
+            (BoundOp::Gte, 2023.0, "`年度` ≥ 2023"),
+            (BoundOp::Lt, 2024.0, "`年度` < 2024"),
+            (BoundOp::Lte, -1.25, "`年度` ≤ -1.25"),
+        ] {
+            assert_eq!(range(op, value).describe(), said);
+        }
+    }
+
+    #[test]
+    fn ranges_sort_before_equalities_on_the_same_column() {
+        let mut pushed = [
+            Pushed::equal("年度", vec!["2024".into()]).expect("a value"),
+            range(BoundOp::Gte, 2023.0),
+            Pushed::equal("a", vec!["x".into()]).expect("a value"),
+        ];
+        pushed.sort();
+        let said: Vec<String> = pushed.iter().map(Pushed::describe).collect();
+        assert_eq!(said, ["`a` = \"x\"", "`年度` ≥ 2023", "`年度` = \"2024\""]);
+    }
 }

@@ -962,63 +962,25 @@ impl Dataset {
     }
 
     /// The conditions of a call that the backend can apply itself: equality on a field it
-    /// declared, not multi-valued (a number as its number: `2024`, never `"2024.0"`).
+    /// declared, not multi-valued (a number as its number: `2024`, never `"2024.0"`), and
+    /// ranges on its numeric fields when it [`Backend::prunes_ranges`].
     pub fn pushdown(&self, filters: &[tally_semantic::resolve::Filter]) -> Vec<Pushed> {
-        use tally_semantic::request::{Op, Scalar};
         let columns = self.backend.pushdown_columns();
         if columns.is_empty() {
             return Vec::new();
         }
-        use crate::backend::{Bound, BoundOp};
         let ranges = self.backend.prunes_ranges();
-        let numeric = |v: &Scalar| v.number().map(|n| n.to_string());
-        let mut out: Vec<Pushed> = Vec::new();
-        for f in filters {
-            let field = &self.def.fields[f.field];
-            if field.is_multi_value() || !columns.contains(&field.name) {
-                continue;
-            }
-            let text = |v: &Scalar| {
-                if field.data_type.is_numeric() {
-                    numeric(v)
-                } else {
-                    Some(v.text())
+        let mut out: Vec<Pushed> = filters
+            .iter()
+            .filter_map(|f| {
+                let field = &self.def.fields[f.field];
+                if field.is_multi_value() || !columns.contains(&field.name) {
+                    return None;
                 }
-            };
-            let bound = |op: BoundOp, v: &Scalar| {
-                (ranges && field.data_type.is_numeric())
-                    .then(|| numeric(v))
-                    .flatten()
-                    .map(|value| Pushed {
-                        column: field.name.clone(),
-                        values: Vec::new(),
-                        bound: Some(Bound { op, value }),
-                    })
-            };
-            let pushed: Option<Pushed> = match &f.op {
-                Op::Eq(v) => text(v).map(|t| Pushed::equal(&field.name, vec![t])),
-                Op::In(vs) if !vs.is_empty() => vs
-                    .iter()
-                    .map(text)
-                    .collect::<Option<Vec<String>>>()
-                    .map(|values| Pushed::equal(&field.name, values)),
-                Op::Gt(v) => bound(BoundOp::Gt, v),
-                Op::Gte(v) => bound(BoundOp::Gte, v),
-                Op::Lt(v) => bound(BoundOp::Lt, v),
-                Op::Lte(v) => bound(BoundOp::Lte, v),
-                _ => continue,
-            };
-            // A value that is not a number on a numeric field matches nothing the engine
-            // keeps either; it is left to the engine to say so.
-            let Some(pushed) = pushed else { continue };
-            out.push(pushed);
-        }
-        out.sort_by(|a, b| {
-            a.column
-                .cmp(&b.column)
-                .then(a.values.cmp(&b.values))
-                .then(a.bound.cmp(&b.bound))
-        });
+                pushed_of(&field.name, field.data_type.is_numeric(), ranges, &f.op)
+            })
+            .collect();
+        out.sort();
         out
     }
 
@@ -1117,6 +1079,43 @@ impl Dataset {
             Some(value) => Ok(value.clone()),
             None => compute().await,
         }
+    }
+}
+
+/// The condition `op` on `column` as its backend applies it, when it can be said so: an
+/// equality (a value of a numeric field as its number, `2024`), or, when the backend
+/// `ranges`, a range on a numeric field with its bound parsed here, once. A value that is
+/// not a number on a numeric field is not pushed: it matches nothing the engine keeps
+/// either, and the engine, which applies every condition again, says so.
+fn pushed_of(
+    column: &str,
+    numeric: bool,
+    ranges: bool,
+    op: &tally_semantic::request::Op,
+) -> Option<Pushed> {
+    use crate::backend::{BoundOp, Number};
+    use tally_semantic::request::{Op, Scalar};
+    let text = |v: &Scalar| {
+        if numeric {
+            v.number().map(|n| n.to_string())
+        } else {
+            Some(v.text())
+        }
+    };
+    let range = |op: BoundOp, v: &Scalar| {
+        (ranges && numeric)
+            .then(|| v.number().and_then(Number::new))
+            .flatten()
+            .map(|value| Pushed::range(column, op, value))
+    };
+    match op {
+        Op::Eq(v) => Pushed::equal(column, vec![text(v)?]),
+        Op::In(vs) => Pushed::equal(column, vs.iter().map(text).collect::<Option<_>>()?),
+        Op::Gt(v) => range(BoundOp::Gt, v),
+        Op::Gte(v) => range(BoundOp::Gte, v),
+        Op::Lt(v) => range(BoundOp::Lt, v),
+        Op::Lte(v) => range(BoundOp::Lte, v),
+        _ => None,
     }
 }
 
@@ -1526,3 +1525,78 @@ impl Preparation<'_> {
 }
 
 use datafusion::arrow::array::Array as _;
+
+#[cfg(test)]
+mod tests {
+    use super::pushed_of;
+    use crate::backend::{BoundOp, Number, Pushed, Test};
+    use tally_semantic::request::{Op, Scalar};
+
+    #[test]
+    fn a_bound_that_is_not_a_number_is_not_pushed() {
+        for op in [
+            Op::Gt(Scalar::Str("abc".into())),
+            Op::Lte(Scalar::Str("".into())),
+            Op::Gte(Scalar::Bool(true)),
+            Op::Lt(Scalar::Str("NaN".into())),
+            Op::Gt(Scalar::Str("inf".into())),
+        ] {
+            assert_eq!(pushed_of("年度", true, true, &op), None, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn a_bound_is_parsed_once_where_it_is_pushed() {
+        let pushed = pushed_of("年度", true, true, &Op::Gte(Scalar::Str(" 2023.5 ".into())));
+        assert_eq!(
+            pushed,
+            Some(Pushed::range(
+                "年度",
+                BoundOp::Gte,
+                Number::new(2023.5).unwrap()
+            ))
+        );
+        let Some(Pushed {
+            test: Test::Range(bound),
+            ..
+        }) = pushed
+        else {
+            unreachable!()
+        };
+        assert_eq!(bound.value.get(), 2023.5);
+        // Written as the number it is, whatever form it was asked in.
+        let int = pushed_of("年度", true, true, &Op::Lt(Scalar::Int(2024)));
+        assert_eq!(int.map(|p| p.describe()).as_deref(), Some("`年度` < 2024"));
+    }
+
+    #[test]
+    fn a_bound_is_pushed_only_on_a_numeric_field_of_a_backend_that_prunes_ranges() {
+        let gt = Op::Gt(Scalar::Int(1));
+        assert!(pushed_of("n", true, true, &gt).is_some());
+        assert_eq!(pushed_of("n", true, false, &gt), None);
+        assert_eq!(pushed_of("name", false, true, &gt), None);
+    }
+
+    #[test]
+    fn pushed_equality_is_text_with_numbers_as_their_numbers() {
+        assert_eq!(
+            pushed_of("年度", true, false, &Op::Eq(Scalar::Float(2024.0))),
+            Pushed::equal("年度", vec!["2024".into()])
+        );
+        assert_eq!(
+            pushed_of("年度", true, false, &Op::Eq(Scalar::Str("abc".into()))),
+            None
+        );
+        assert_eq!(
+            pushed_of(
+                "code",
+                false,
+                false,
+                &Op::In(vec![Scalar::Str("a".into()), Scalar::Int(7)])
+            ),
+            Pushed::equal("code", vec!["a".into(), "7".into()])
+        );
+        // No value: nothing to push (no row satisfies it, which the engine says).
+        assert_eq!(pushed_of("code", false, false, &Op::In(Vec::new())), None);
+    }
+}

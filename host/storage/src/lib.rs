@@ -23,6 +23,7 @@ pub mod problem;
 pub mod source;
 pub mod store;
 pub mod udf;
+pub mod watch;
 
 use std::sync::Arc;
 

@@ -1116,6 +1116,10 @@ mod tests {
     /// reach the caller; the error is classified by kind and said in Tally's words, with at most
     /// the HTTP status and a plain error code.
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one table of store errors, each with the words the caller gets"
+    )]
     fn store_error_text_never_reaches_the_caller() {
         let echo = format!(
             "<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code><Message>echoed Authorization: AWS4-HMAC-SHA256 Credential={KEY_ID}/20260101/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, Signature=abc</Message><StringToSign>secret-ish</StringToSign><RequestId>1</RequestId></Error>"

@@ -20,7 +20,7 @@ use tally_semantic::definition::{BackendKind, DatasetDef};
 use tally_semantic::names::fold;
 
 use crate::backend::{
-    Backend, BackendFactory, LoadedData, Pushed, ServedFile, sha256_file, sha256_hex,
+    Backend, BackendFactory, LoadedData, Pushed, ServedFile, Test, sha256_file, sha256_hex,
 };
 use crate::error::StorageError;
 use crate::memory::Meter;
@@ -316,22 +316,22 @@ impl ParquetBackend {
                 // A null partition value matches no equality and no range.
                 return false;
             };
-            if let Some(bound) = &p.bound {
-                return match (&self.keys[k].data_type, value.parse::<f64>()) {
+            match &p.test {
+                Test::Range(bound) => match (&self.keys[k].data_type, value.parse::<f64>()) {
                     (DataType::Int64, Ok(v)) => bound.holds(v),
                     // Text partition values are not compared as numbers: nothing is pruned.
                     _ => true,
-                };
-            }
-            p.values.iter().any(|wanted| match self.keys[k].data_type {
-                DataType::Int64 => match (value.parse::<f64>(), wanted.parse::<f64>()) {
-                    (Ok(a), Ok(b)) => a == b,
-                    _ => true,
                 },
-                // The engine matches text equal under NFKC (and says so); fold both sides
-                // so no file it would match is left unread.
-                _ => fold(wanted) == fold(value),
-            })
+                Test::Equals(values) => values.iter().any(|wanted| match self.keys[k].data_type {
+                    DataType::Int64 => match (value.parse::<f64>(), wanted.parse::<f64>()) {
+                        (Ok(a), Ok(b)) => a == b,
+                        _ => true,
+                    },
+                    // The engine matches text equal under NFKC (and says so); fold both sides
+                    // so no file it would match is left unread.
+                    _ => fold(wanted) == fold(value),
+                }),
+            }
         })
     }
 

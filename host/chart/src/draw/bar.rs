@@ -55,7 +55,7 @@ impl<'a> Bars<'a> {
             .map(|r| {
                 let v = metric.format(&r[metric.index]);
                 match count_col {
-                    Some(c) if metric.kind == crate::MetricKind::Rate && !r[c].is_null() => {
+                    Some(c) if metric.kind == crate::MetricKind::Share && !r[c].is_null() => {
                         format!(
                             "{v} (n = {})",
                             format_number(r[c].as_f64().unwrap_or(0.0), 0)

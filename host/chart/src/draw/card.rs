@@ -37,7 +37,7 @@ pub(crate) fn draw(summary: &Summary<'_>, width: u32) -> Result<Chart, ChartErro
         frame.outline(x, y, x + card_w, y + CARD_HEIGHT, LINE)?;
         let inner = card_w - 24.0;
         frame.text(
-            &truncate(&m.column, inner, 12.0),
+            &truncate(&m.label(), inner, 12.0),
             x + 12.0,
             y + 10.0,
             Font::new(12.0).muted(),
@@ -56,7 +56,7 @@ pub(crate) fn draw(summary: &Summary<'_>, width: u32) -> Result<Chart, ChartErro
         let of_records = count_col
             .map(value)
             .and_then(Value::as_f64)
-            .filter(|_| m.kind == MetricKind::Rate);
+            .filter(|_| m.kind == MetricKind::Share);
         let mut lines = wrap(
             &m.description,
             inner,

@@ -300,7 +300,7 @@ fn colour_scale(
         y + 6.0,
         font.anchor(HPos::Left, VPos::Center),
     )?;
-    layer.text(&metric.column, x0, y + 16.0, Font::new(11.0).muted())?;
+    layer.text(&metric.label(), x0, y + 16.0, Font::new(11.0).muted())?;
     canvas.group("legend", layer);
     canvas.y += 36.0;
     Ok(())

@@ -561,15 +561,15 @@ pub(crate) fn source(canvas: &mut Canvas, summary: &Summary<'_>) -> Result<(), C
 /// `<metric> by <group> × <group>`.
 pub(crate) fn what(metric: &Metric, summary: &Summary<'_>) -> String {
     let by: Vec<&str> = summary.groups.iter().map(|g| g.name.as_str()).collect();
-    format!("{} by {}", metric.column, by.join(" × "))
+    format!("{} by {}", metric.label(), by.join(" × "))
 }
 
 /// The note that says what a computed measure is, as the view writes it: its formula, and for
 /// a rate that it is shown as a percentage of the group's records.
 pub(crate) fn rate_note(metric: &Metric, summary: &Summary<'_>) -> Option<String> {
-    use crate::MetricKind::{Rate, Ratio};
+    use crate::MetricKind::{Ratio, Share};
     match metric.kind {
-        Rate => Some(format!(
+        Share => Some(format!(
             "{} = {}, shown as a percentage{}",
             metric.column,
             metric.description,
@@ -633,7 +633,7 @@ impl Scale {
         }
         let title = Font::new(12.0).anchor(HPos::Center, VPos::Top);
         let mid = (self.x0 + self.x1) / 2.0;
-        let label = truncate(&metric.column, self.x1 - self.x0, title.px());
+        let label = truncate(&metric.label(), self.x1 - self.x0, title.px());
         layer.text(&label, mid, bottom + 22.0, title)?;
         Ok(42.0)
     }

@@ -1,6 +1,10 @@
-//! The choice of chart: the rules of `chooseChart` in host/mcp/ui/view.js, case by case.
+//! The choice of chart: the rules of `chooseChart` in host/mcp/ui/view.js. The cases are
+//! one table, tests/cases/charts.json, which the view's browser test reads too
+//! (tests/e2e/test_views.py): a rule changed on one side only fails one of them.
 
-use serde_json::{Value, json};
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
 use tally_chart::{ChartError, Kind, MetricKind, choose};
 
 use crate::common::*;
@@ -12,244 +16,133 @@ fn check(envelope: &Value, metric: usize, kind: Kind, alternatives: &[Kind]) {
     assert_eq!(choice.alternatives, alternatives, "{choice:?}");
 }
 
-use Kind::{Bar, Card, Heatmap, Pie, Stacked, Table, Treemap};
+use Kind::Pie;
 
+/// The shared table: every case, the chart and what its metric is, as both sides read them.
 #[test]
-fn one_group_of_counts_is_a_share_of_the_whole() {
-    check(&by_ministry(3), 0, Pie, &[Pie, Bar, Table]);
-    check(&by_ministry(7), 0, Pie, &[Pie, Bar, Table]);
-    check(&by_ministry(8), 0, Treemap, &[Treemap, Bar, Table]);
-    check(&by_ministry(9), 0, Treemap, &[Treemap, Bar, Table]);
-    let choice = choose(&by_ministry(3), 0).unwrap();
-    assert!(choice.share);
-    assert_eq!(choice.metric, "count");
-    assert_eq!(choice.metric_kind, MetricKind::Count);
-    assert_eq!(choice.groups, vec![MINISTRY]);
-}
-
-#[test]
-fn sums_are_shares_too() {
-    let env = envelope(
-        &[MINISTRY],
-        &[sum("総手続件数")],
-        json!([["総務省", 1500], ["法務省", 1400]]),
-    );
-    check(&env, 0, Pie, &[Pie, Bar, Table]);
-}
-
-#[test]
-fn a_null_value_does_not_stop_a_share() {
-    let env = envelope(
-        &[MINISTRY],
-        &[count()],
-        json!([["総務省", 3], [null, null]]),
-    );
-    check(&env, 0, Pie, &[Pie, Bar, Table]);
-}
-
-#[test]
-fn parts_that_do_not_make_a_whole_are_bars() {
-    let cases = [
-        (
-            "truncated",
-            with(by_ministry(3), "/data/truncated", json!(true)),
-        ),
-        (
-            "exploded",
-            with(
-                by_ministry(3),
-                "/data/parameters/explode",
-                json!([MINISTRY]),
-            ),
-        ),
-        (
-            "explode as one value",
-            with(by_ministry(3), "/data/parameters/explode", json!(MINISTRY)),
-        ),
-        (
-            "having",
-            with(
-                by_ministry(3),
-                "/data/parameters/having",
-                json!(["count ≥ 2"]),
-            ),
-        ),
-        ("one group", by_ministry(1)),
-        (
-            "negative",
-            envelope(
-                &[MINISTRY],
-                &[sum("差額")],
-                json!([["総務省", 10], ["法務省", -5]]),
-            ),
-        ),
-        (
-            "average of a field",
-            envelope(
-                &[MINISTRY],
-                &[avg("総手続件数")],
-                json!([["総務省", 10.5], ["法務省", 3]]),
-            ),
-        ),
-        (
-            "rate",
-            envelope(
-                &[MINISTRY],
-                &[rate()],
-                json!([["総務省", 0.5234], ["法務省", 0.1]]),
-            ),
-        ),
-    ];
-    for (name, env) in cases {
-        let choice = choose(&env, 0).unwrap();
-        assert_eq!((name, choice.kind), (name, Bar));
-        assert_eq!(choice.alternatives, vec![Bar, Table], "{name}");
-        assert!(!choice.share, "{name}");
+fn the_shared_cases_choose_as_the_view_does() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/cases/charts.json");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let table: Value = serde_json::from_str(&text).expect("the table is JSON");
+    let cases = table["cases"].as_array().expect("`cases` is a list");
+    assert!(cases.len() >= 30, "{} cases", cases.len());
+    let mut failed = Vec::new();
+    for case in cases {
+        let name = case["name"].as_str().expect("a case has a name");
+        let env = shared_case(&table["metrics"], case);
+        let metric = case["metric"].as_u64().expect("`metric` is an index") as usize;
+        let expect = &case["expect"];
+        let choice = match choose(&env, metric) {
+            Ok(c) => c,
+            Err(e) => {
+                failed.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let names = |kinds: &[Kind]| kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>();
+        let got = json!({
+            "chart": choice.kind.as_str(),
+            "alternatives": names(&choice.alternatives),
+            "share": choice.share,
+            "kind": choice.metric_kind.as_str(),
+            "additive": choice.metric_kind.additive(),
+            "unit": choice.metric_unit,
+        });
+        if &got != expect {
+            failed.push(format!("{name}: expected {expect}, chose {got}"));
+        }
     }
+    assert!(
+        failed.is_empty(),
+        "{} case(s) differ:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
 
-/// The engine always writes `having: []` and `explode: []`; an empty list is no condition.
-/// (The view read `having: []` as a condition and never chose a pie for a real result.)
-#[test]
-fn regression_empty_having_and_explode_lists_are_no_condition() {
-    let env = by_ministry(3);
-    assert_eq!(env["data"]["parameters"]["having"], json!([]));
-    check(&env, 0, Pie, &[Pie, Bar, Table]);
-    check(
-        &with(env.clone(), "/data/parameters/having", Value::Null),
-        0,
-        Pie,
-        &[Pie, Bar, Table],
-    );
-    let absent = {
-        let mut e = env;
-        e["data"]["parameters"]
+/// A summary as the table describes it (see its `about`).
+fn shared_case(metrics: &Value, case: &Value) -> Value {
+    let groups: Vec<&str> = case["groups"]
+        .as_array()
+        .expect("`groups`")
+        .iter()
+        .map(|g| g.as_str().expect("a group is a name"))
+        .collect();
+    let metas: Vec<Value> = case["metrics"]
+        .as_array()
+        .expect("`metrics`")
+        .iter()
+        .map(|m| {
+            let key = m.as_str().expect("a metric is a key of `metrics`");
+            metrics
+                .get(key)
+                .unwrap_or_else(|| panic!("no metric `{key}` in the table"))
+                .clone()
+        })
+        .collect();
+    let mut env = envelope(&groups, &metas, case["rows"].clone());
+    if let Some(extra) = case.get("extra_columns").and_then(Value::as_array) {
+        let columns = env["data"]["columns"].as_array_mut().expect("columns");
+        columns.extend(extra.iter().cloned());
+    }
+    if let Some(truncated) = case.get("truncated") {
+        env["data"]["truncated"] = truncated.clone();
+    }
+    if let Some(Value::Object(given)) = case.get("parameters") {
+        let parameters: &mut Map<String, Value> = env["data"]["parameters"]
             .as_object_mut()
-            .unwrap()
-            .remove("having");
-        e
-    };
-    check(&absent, 0, Pie, &[Pie, Bar, Table]);
+            .expect("parameters");
+        for (k, v) in given {
+            parameters.insert(k.clone(), v.clone());
+        }
+    }
+    env
 }
 
+/// The engine always writes `having: []`; a result without the key at all is no condition
+/// either.
 #[test]
-fn the_metric_charted_decides() {
-    let env = envelope(
-        &[MINISTRY],
-        &[count(), rate()],
-        json!([["総務省", 3, 0.3333], ["法務省", 2, 0.5]]),
-    );
-    check(&env, 0, Pie, &[Pie, Bar, Table]);
-    check(&env, 1, Bar, &[Bar, Table]);
-    assert_eq!(choose(&env, 1).unwrap().metric_kind, MetricKind::Rate);
+fn regression_an_absent_having_is_no_condition() {
+    let mut env = by_ministry(3);
+    env["data"]["parameters"]
+        .as_object_mut()
+        .unwrap()
+        .remove("having");
+    check(&env, 0, Pie, &[Pie, Kind::Bar, Kind::Table]);
 }
 
-/// A percentage only when the metadata says `"share": true` (a count_where measure); any
-/// other computed measure is a ratio. `share` on an average of a field changes nothing, as in
-/// the view.
+/// What a metric is comes from `metrics[].kind`, never from its name: an `avg:` column said
+/// to be a share is drawn as one, and a summary without the statement is refused.
 #[test]
-fn only_a_share_is_a_rate() {
+fn the_metric_kind_is_read_not_guessed() {
     let kind = |m: Value| {
         let env = envelope(
             &[MINISTRY],
             &[m],
             json!([["総務省", 0.5], ["法務省", 0.25]]),
         );
-        choose(&env, 0).unwrap().metric_kind
+        choose(&env, 0).map(|c| c.metric_kind)
     };
-    assert_eq!(kind(rate()), MetricKind::Rate);
-    assert_eq!(kind(ratio()), MetricKind::Ratio);
-    let mut not_a_share = rate();
-    not_a_share["share"] = json!(false);
-    assert_eq!(kind(not_a_share), MetricKind::Ratio);
+    assert_eq!(kind(rate()).unwrap(), MetricKind::Share);
+    assert_eq!(kind(ratio()).unwrap(), MetricKind::Ratio);
     let mut field = avg("総手続件数");
-    field["share"] = json!(true);
-    assert_eq!(kind(field), MetricKind::Avg);
-}
-
-#[test]
-fn two_groups_stack_when_additive_with_few_series() {
-    check(
-        &by_ministry_and_kind(4, &["申請", "届出", "報告"]),
-        0,
-        Stacked,
-        &[Stacked, Heatmap, Table],
+    field["kind"] = json!("share");
+    assert_eq!(kind(field).unwrap(), MetricKind::Share);
+    let mut unsaid = rate();
+    unsaid.as_object_mut().unwrap().remove("kind");
+    let err = kind(unsaid).unwrap_err().to_string();
+    assert!(
+        err.contains("metrics[0] (`avg:オンライン率`) has no `kind`"),
+        "{err}"
     );
-    let twelve: Vec<String> = (1..=12).map(|i| format!("類型{i}")).collect();
-    let twelve: Vec<&str> = twelve.iter().map(String::as_str).collect();
-    check(
-        &by_ministry_and_kind(2, &twelve),
-        0,
-        Stacked,
-        &[Stacked, Heatmap, Table],
+    let mut unknown = rate();
+    unknown["kind"] = json!("rate");
+    let err = kind(unknown).unwrap_err().to_string();
+    assert!(
+        err.contains("has kind `rate`, not one of count, sum, average, min, max, ratio, share"),
+        "{err}"
     );
-    let thirteen: Vec<String> = (1..=13).map(|i| format!("類型{i}")).collect();
-    let thirteen: Vec<&str> = thirteen.iter().map(String::as_str).collect();
-    check(
-        &by_ministry_and_kind(2, &thirteen),
-        0,
-        Heatmap,
-        &[Heatmap, Stacked, Table],
-    );
-}
-
-#[test]
-fn two_groups_of_an_average_are_a_heatmap() {
-    check(
-        &by_ministry_and_kind(4, &["申請", "届出", "報告"]),
-        1,
-        Heatmap,
-        &[Heatmap, Table],
-    );
-}
-
-#[test]
-fn null_and_empty_second_values_are_one_series() {
-    let mut rows = Vec::new();
-    for i in 0..11 {
-        rows.push(json!(["総務省", format!("類型{i}"), 1]));
-    }
-    rows.push(json!(["総務省", null, 1]));
-    rows.push(json!(["法務省", "", 1]));
-    let env = envelope(&[MINISTRY, PROCEDURE_KIND], &[count()], json!(rows));
-    check(&env, 0, Stacked, &[Stacked, Heatmap, Table]);
-}
-
-#[test]
-fn no_grouping_is_a_card() {
-    let env = envelope(&[], &[count(), rate()], json!([[12345, 0.4321]]));
-    check(&env, 0, Card, &[Card, Table]);
-    let empty = envelope(&[], &[count()], json!([]));
-    check(&empty, 0, Card, &[Card, Table]);
-}
-
-#[test]
-fn no_rows_or_three_groups_are_a_table() {
-    check(
-        &envelope(&[MINISTRY], &[count()], json!([])),
-        0,
-        Table,
-        &[Table],
-    );
-    let three = envelope(
-        &[MINISTRY, PROCEDURE_KIND, "年度"],
-        &[count()],
-        json!([["総務省", "申請", "2023", 1]]),
-    );
-    check(&three, 0, Table, &[Table]);
-}
-
-#[test]
-fn helper_columns_are_not_groups() {
-    let mut env = envelope(
-        &[MINISTRY],
-        &[sum("総手続件数")],
-        json!([["総務省", 1500, 1], ["法務省", 1400, 0]]),
-    );
-    env["data"]["columns"] = json!([MINISTRY, "sum:総手続件数", "総手続件数:null_excluded"]);
-    let choice = choose(&env, 0).unwrap();
-    assert_eq!(choice.groups, vec![MINISTRY]);
-    assert_eq!(choice.kind, Pie);
 }
 
 #[test]

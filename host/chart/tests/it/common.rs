@@ -23,7 +23,7 @@ pub const MINISTRIES: [&str; 12] = [
 ];
 
 pub fn count() -> Value {
-    json!({"column": "count", "description": "number of records in the group (of parts, when exploded)"})
+    json!({"column": "count", "description": "number of records in the group (of parts, when exploded)", "kind": "count"})
 }
 
 pub fn sum(field: &str) -> Value {
@@ -31,6 +31,7 @@ pub fn sum(field: &str) -> Value {
         "column": format!("sum:{field}"),
         "description": format!("sum of {field} over records where it is not null"),
         "null_excluded_column": format!("{field}:null_excluded"),
+        "kind": "sum",
     })
 }
 
@@ -40,29 +41,31 @@ pub fn avg(field: &str) -> Value {
         "column": format!("avg:{field}"),
         "description": format!("average of {field} over records where it is not null"),
         "null_excluded_column": format!("{field}:null_excluded"),
+        "kind": "average",
     })
 }
 
 /// An average of a computed measure that is a share of records (a `count_where` measure, which
-/// the engine marks `"share": true`): a rate, shown as a percentage.
+/// the engine marks `"kind": "share"`): shown as a percentage.
 pub fn rate() -> Value {
     json!({
         "column": RATE,
         "description": "count(rows where オンライン化の実施状況 in [1 実施済]) / count(rows); rounded to 4 decimals",
         "rounded_to_decimals": 4,
-        "share": true,
+        "kind": "share",
     })
 }
 
 pub const RATIO: &str = "avg:一件あたり手数料";
 
 /// An average of a computed measure that is not a share (a `sum_ratio` measure: no `share`, no
-/// `null_excluded_column`): a plain ratio.
+/// `null_excluded_column`, `"kind": "ratio"`): a plain ratio.
 pub fn ratio() -> Value {
     json!({
         "column": RATIO,
         "description": "sum(手数料) / sum(件数); rounded to 4 decimals",
         "rounded_to_decimals": 4,
+        "kind": "ratio",
     })
 }
 

@@ -341,7 +341,7 @@ fn the_engine_holds_no_storage_code_and_layers_point_down() {
     // Each layer has its own `error` (converted at the boundary); nothing else is in both.
     assert!(shared.is_empty(), "modules in both layers: {shared:?}");
     for module in [
-        "backend", "catalog", "dataset", "store", "parquet", "object", "cache", "memory",
+        "backend", "catalog", "dataset", "store", "parquet", "object", "cache", "memory", "watch",
     ] {
         assert!(storage.contains_key(module), "storage keeps `{module}`");
     }
@@ -352,6 +352,7 @@ fn the_engine_holds_no_storage_code_and_layers_point_down() {
         "memmap2",
         "tally-plugin-parquet",
         "crc32fast",
+        "notify",
     ] {
         assert!(
             !engine_deps.contains(storage_only),

@@ -268,3 +268,36 @@ fn a_cite_states_its_where_filter_and_groups() {
         all["provenance"]["transformations"]
     );
 }
+
+/// Issue 38: the fields of the dataset linked to are resolved against its own definition once,
+/// when a call starts; a link naming a field it does not declare (it was renamed there) is
+/// refused with the link's fields named, word for word as before.
+#[test]
+fn a_link_to_a_field_the_linked_dataset_lacks_is_refused_by_name() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    datasets(tmp.path());
+    let renamed = LAWS.replace("law_num", "law_no");
+    write_dataset(
+        &tmp.path().join("laws"),
+        &renamed,
+        &[vec![
+            json!(LAW_A),
+            json!("行政手続法"),
+            json!("第一条"),
+            json!("目的"),
+        ]],
+    );
+    let engine = engine(tmp.path(), 10_000_000);
+    match block_on(engine.call(Tool::CiteProvisions, &json!({ "dataset_id": "refs" }))) {
+        Err(tally_engine::EngineError::Dataset {
+            dataset, message, ..
+        }) => {
+            assert_eq!(dataset, "refs");
+            assert_eq!(
+                message,
+                "its link to `laws` cannot be followed: `法令番号` or `law_num` is not a declared field"
+            );
+        }
+        other => panic!("refused as a broken link, got {other:?}"),
+    }
+}

@@ -261,6 +261,10 @@ async fn all_text(ctx: &SessionContext) -> (Vec<String>, Vec<Vec<Option<String>>
 /// is written full-width is found, a code's label counts that code only, a name of an
 /// undeclared column is refused, numbers as text are read, `having` and `order_by` name a
 /// metric by its field, missing keys are null, and a default page fits the token budget.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: the questions a model asks, in order, each checked"
+)]
 pub fn answers_a_model_gets_right(open: &dyn Fn(&Path) -> tally_engine::Engine) {
     use unicode_normalization::UnicodeNormalization;
     let Some((tmp, parquet)) = survey_folder() else {

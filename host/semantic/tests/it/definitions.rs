@@ -161,3 +161,112 @@ fn aliases_resolve_to_the_fields_they_name() {
     assert_eq!(names("law_title_kana"), ["law_title"]);
     assert!(names("law_num").is_empty());
 }
+
+/// Issue 38: the fields `revisions` and `links` name are resolved once, when the definition
+/// is read; each id is the field of that name (and a field of the dataset linked to is
+/// resolved against that dataset's definition, by `Link::resolve`).
+#[test]
+fn revisions_and_links_resolve_to_the_fields_they_name() {
+    let text = std::fs::read_to_string(data_dir("definitions").join("revisions_and_links.yaml"))
+        .expect("readable");
+    let def = load_definition("refs/dataset.yaml", "refs", &text)
+        .expect("valid")
+        .dataset;
+    let name = |id: tally_semantic::FieldId| def.fields[id].name.as_str();
+    let revisions = def.revisions.as_ref().expect("revisions");
+    assert_eq!(name(revisions.key), "law_id");
+    assert_eq!(revisions.title.map(name), Some("law_title"));
+    assert_eq!(name(revisions.effective), "revision_date");
+    assert_eq!(revisions.id.map(name), Some("revision_id"));
+
+    let [link] = def.links.as_slice() else {
+        panic!("one link: {:?}", def.links);
+    };
+    assert_eq!(link.to, "laws");
+    let here: Vec<(&str, &str)> = link
+        .on
+        .iter()
+        .map(|(h, t)| (name(*h), t.as_str()))
+        .collect();
+    assert_eq!(here, [("法令番号", "law_num"), ("根拠条項号", "locator")]);
+
+    // The dataset linked to declares its fields in another order; one of the link's is missing
+    // from a second version of it.
+    let laws = "title: Laws\nfields:\n- {name: text, role: attr}\n- {name: locator, role: attr, locator: law}\n- {name: law_num, role: dim}\n";
+    let laws = load_definition("laws/dataset.yaml", "laws", laws)
+        .expect("valid")
+        .dataset;
+    let linked = link.resolve(&laws);
+    let there: Vec<(&str, Result<&str, &str>)> = linked
+        .on
+        .iter()
+        .map(|(h, t)| (name(*h), t.map(|t| laws.fields[t].name.as_str())))
+        .collect();
+    assert_eq!(
+        there,
+        [("法令番号", Ok("law_num")), ("根拠条項号", Ok("locator"))]
+    );
+    assert_eq!(
+        linked.text.map(|t| laws.fields[t].name.as_str()),
+        Ok("text")
+    );
+
+    let renamed = "title: Laws\nfields:\n- {name: law_no, role: dim}\n- {name: locator, role: attr, locator: law}\n";
+    let renamed = load_definition("laws/dataset.yaml", "laws", renamed)
+        .expect("valid")
+        .dataset;
+    let linked = link.resolve(&renamed);
+    assert_eq!(linked.on[0].1, Err("law_num"));
+    assert_eq!(linked.on[1].1, Ok(tally_semantic::FieldId::at(1)));
+    assert_eq!(linked.text, Err("text"));
+}
+
+/// `unit:` on a measure and on a ratio is kept (trimmed) and travels with every metric over
+/// it, with what the metric is; a share of records has none, and `count` has none.
+#[test]
+fn units_and_what_each_metric_is() {
+    use tally_semantic::definition::Mode;
+    use tally_semantic::resolve::{Metric, ValueKind};
+    let text =
+        std::fs::read_to_string(data_dir("definitions").join("units.yaml")).expect("readable");
+    let def = load_definition("units/dataset.yaml", "units", &text)
+        .expect("valid")
+        .dataset;
+    assert_eq!(def.fields[1].unit.as_deref(), Some("件"));
+    assert_eq!(def.fields[2].unit.as_deref(), Some("円"));
+    assert_eq!(def.fields[0].unit, None);
+    let share = &def.computed_measures[0];
+    let ratio = &def.computed_measures[1];
+    assert_eq!(
+        (share.mode(), ratio.mode()),
+        (Mode::CountWhere, Mode::SumRatio)
+    );
+    assert_eq!(ratio.unit.as_deref(), Some("円/件"));
+    let field = |i: usize| tally_semantic::resolve::FieldId::at(i);
+    let measure = |i: usize| tally_semantic::definition::MeasureId::at(i);
+    let cases = [
+        (Metric::Count, ValueKind::Count, None),
+        (Metric::Sum(field(2)), ValueKind::Sum, Some("円")),
+        (Metric::Avg(field(1)), ValueKind::Average, Some("件")),
+        (Metric::Min(field(1)), ValueKind::Min, Some("件")),
+        (Metric::Max(field(2)), ValueKind::Max, Some("円")),
+        (Metric::AvgComputed(measure(0)), ValueKind::Share, None),
+        (
+            Metric::AvgComputed(measure(1)),
+            ValueKind::Ratio,
+            Some("円/件"),
+        ),
+    ];
+    for (metric, kind, unit) in cases {
+        assert_eq!(metric.value_kind(&def), kind, "{metric:?}");
+        assert_eq!(metric.unit(&def), unit, "{metric:?}");
+        assert_eq!(ValueKind::parse(kind.as_str()), Some(kind));
+        assert_eq!(
+            kind.additive(),
+            matches!(kind, ValueKind::Count | ValueKind::Sum)
+        );
+    }
+    for mode in Mode::ALL {
+        assert_eq!(Mode::parse(mode.as_str()), Some(mode));
+    }
+}

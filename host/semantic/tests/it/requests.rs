@@ -137,3 +137,45 @@ fn law_locator_values_are_normalised() {
         "{err:?}"
     );
 }
+
+/// The tool table lists every tool once, in the order of `Tool::ALL`, with each part a tool
+/// needs said; and each tool's example is a call its own parser and the fixture accept.
+#[test]
+fn the_tool_table_lists_every_tool_with_an_example_that_resolves() {
+    use tally_semantic::request::{ExampleNames, TOOLS};
+    let def = fixture();
+    assert_eq!(TOOLS.len(), Tool::ALL.len());
+    let mut names = std::collections::HashSet::new();
+    let mut commands = std::collections::HashSet::new();
+    for (info, tool) in TOOLS.iter().zip(Tool::ALL) {
+        assert_eq!(info.tool, tool, "TOOLS is in the order of Tool::ALL");
+        assert_eq!(tool.info(), info);
+        assert!(
+            names.insert(info.name) && commands.insert(info.command),
+            "{info:?}"
+        );
+        assert!(!info.title.is_empty() && info.view.is_none_or(|v| !v.is_empty()));
+        assert_eq!(info.verifiable, tool != Tool::VerifyAnswer, "{info:?}");
+        let names = ExampleNames {
+            dataset: "fixture",
+            field: "所管府省庁",
+            metric: "avg:オンライン率",
+            linked: None,
+        };
+        let Some(example) = tool.example(&names) else {
+            assert_eq!(
+                tool,
+                Tool::VerifyAnswer,
+                "only verify_answer has no example"
+            );
+            continue;
+        };
+        let request = parse(tool, &example).unwrap_or_else(|e| panic!("{}: {e:?}", info.name));
+        let resolved = match request {
+            Request::QueryRecords(args) => resolve_query(&def, args).map(|_| ()),
+            Request::SummarizeRecords(args) => resolve_summarize(&def, args).map(|_| ()),
+            _ => Ok(()),
+        };
+        assert!(resolved.is_ok(), "{}: {example} → {resolved:?}", info.name);
+    }
+}

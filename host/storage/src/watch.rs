@@ -6,13 +6,22 @@
 //! events are not delivered (network file systems, some containers), polling rescans on a
 //! fixed interval instead; it is also the fallback when the event watcher cannot start.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
 
-use crate::Engine;
+/// What a watcher reloads: the owner of the catalog (the engine), which rescans it.
+pub trait Reload: Send + Sync + 'static {
+    /// The datasets directory watched.
+    fn dir(&self) -> &Path;
+    /// Rescans the datasets directory; `true` when a folder still being written should be
+    /// tried again once writes settle.
+    fn rescan_folders(&self, settle: Duration) -> bool;
+    /// Lists the objects of every object-store dataset again.
+    fn rescan_objects(&self, settle: Duration);
+}
 
 /// How changes are noticed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +69,7 @@ impl Drop for WatchHandle {
 }
 
 /// Starts watching the engine's datasets directory (must be called within a tokio runtime).
-pub fn spawn(engine: Arc<Engine>, config: WatchConfig) -> WatchHandle {
+pub fn spawn<R: Reload>(engine: Arc<R>, config: WatchConfig) -> WatchHandle {
     let dir: PathBuf = engine.dir().to_path_buf();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let watcher = match config.mode {
@@ -137,12 +146,10 @@ pub fn spawn(engine: Arc<Engine>, config: WatchConfig) -> WatchHandle {
             }
             let engine = Arc::clone(&engine);
             let settle = config.settle;
-            let reloaded = tokio::task::spawn_blocking(move || engine.reload(settle)).await;
+            let reloaded = tokio::task::spawn_blocking(move || engine.rescan_folders(settle)).await;
             retry_at = match reloaded {
-                Ok((_, true)) => {
-                    Some(tokio::time::Instant::now() + config.settle.max(config.debounce))
-                }
-                Ok((_, false)) => None,
+                Ok(true) => Some(tokio::time::Instant::now() + config.settle.max(config.debounce)),
+                Ok(false) => None,
                 Err(e) => {
                     tracing::error!("a reload failed: {e}");
                     None
@@ -159,7 +166,7 @@ pub fn spawn(engine: Arc<Engine>, config: WatchConfig) -> WatchHandle {
 /// Lists the objects of every object-store dataset every `interval` (and retries those that
 /// could not be registered): a bucket sends no file events. A change is validated before it
 /// replaces the version served, as for a folder. Dropping the handle stops it.
-pub fn poll_objects(engine: Arc<Engine>, interval: Duration, settle: Duration) -> PollHandle {
+pub fn poll_objects<R: Reload>(engine: Arc<R>, interval: Duration, settle: Duration) -> PollHandle {
     tracing::info!(
         "listing object-store datasets every {} ms",
         interval.as_millis()
@@ -168,7 +175,7 @@ pub fn poll_objects(engine: Arc<Engine>, interval: Duration, settle: Duration) -
         loop {
             tokio::time::sleep(interval).await;
             let engine = Arc::clone(&engine);
-            if let Err(e) = tokio::task::spawn_blocking(move || engine.reload_objects(settle)).await
+            if let Err(e) = tokio::task::spawn_blocking(move || engine.rescan_objects(settle)).await
             {
                 tracing::error!("listing object-store datasets failed: {e}");
             }
