@@ -1,5 +1,5 @@
 """Tally and DuckDB side by side on one Parquet file of the survey's shape (issue 17's five
-workloads, each returning its total), in one run. Prints Markdown tables
+workloads and issue 39's `$contains` on one field, each returning its total), in one run. Prints Markdown tables
 (docs/benchmarks.md keeps the figures).
 
     python3 tests/e2e/scale.py --bin target/release/tally --datasets DIR --dataset ID \\
@@ -7,9 +7,9 @@ workloads, each returning its total), in one run. Prints Markdown tables
 
 For Tally: a server started with an empty cache directory (its first answer: read from the
 file at once when the dataset is large, while it is prepared into the cache in the
-background), then, once an answer says the table is prepared, the five workloads warm
+background), then, once an answer says the table is prepared, the workloads warm
 (median of --runs after one warm-up); a second server on the kept entry (first answer
-mapped); and a third with `--streaming always`, the five workloads read from the file at
+mapped); and a third with `--streaming always`, the workloads read from the file at
 every call as DuckDB reads it. Memory from /proc (Linux): peak resident, and resident
 anonymous and file-backed memory after the workloads. Talks JSON-RPC over stdio directly
 (no SDK).
@@ -20,13 +20,14 @@ prepared copy), with that process's peak resident memory.
 
 With --files-only (data larger than the memory budget, such as 75M rows): one server with the
 default settings and no cache, which must answer from the files at every call (checked), its
-memory, and the five workloads. --no-duckdb leaves DuckDB out (it takes minutes a query at
+memory, and the workloads. --no-duckdb leaves DuckDB out (it takes minutes a query at
 75M rows).
 """
 
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -35,6 +36,7 @@ import tempfile
 import time
 
 TEXT_SEARCH = "電子"
+CONTAINS = "届出"
 
 WORKLOADS = [
     (
@@ -62,6 +64,12 @@ WORKLOADS = [
         f"q over all text (`{TEXT_SEARCH}`)",
         {"q": TEXT_SEARCH, "limit": 20},
         None,  # built from the text columns of the file
+    ),
+    (
+        f"`$contains` on one field (手続名 `{CONTAINS}`)",
+        {"where": {"手続名": {"$contains": CONTAINS}}, "limit": 20},
+        f"""SELECT *, count(*) OVER () AS total FROM t
+           WHERE lower(手続名) LIKE '%{CONTAINS}%' LIMIT 20""",
     ),
     (
         "filtered, ordered query",
@@ -105,11 +113,13 @@ class Server:
     def __init__(self, binary, datasets, cache, extra=()):
         self.start = time.perf_counter()
         kept = ["--cache-dir", cache] if cache else ["--no-cache"]
+        # The server's log, read for what preparing reported (the text index's size).
+        self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         self.proc = subprocess.Popen(
             [binary, "serve", "--datasets", datasets, "--call-timeout-ms", "600000", "--watch", "off", *kept, *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self.log,
             text=True,
             encoding="utf-8",
         )
@@ -160,6 +170,16 @@ class Server:
         self.proc.stdin.close()
         self.proc.wait(timeout=600)
         return memory
+
+    def logged(self, key):
+        """The last number the log gave for `key` (`key=123` in a log line), or None."""
+        self.log.seek(0)
+        found = None
+        for line in self.log:
+            m = re.search(rf"{key}\W{{0,3}}(\d+)", line)
+            if m:
+                found = int(m.group(1))
+        return found
 
 
 def extract_steps(content):
@@ -282,7 +302,7 @@ def totals_agree(rows):
 
 
 def duckdb_figures(args):
-    """The five workloads in DuckDB, in a process of its own."""
+    """The workloads in DuckDB, in a process of its own."""
     parquet = parquet_of(args.datasets, args.dataset)
     text = text_columns(args.duckdb_python, parquet)
     joined = ", ".join(f'coalesce("{c}", \'\')' for c in text)
@@ -336,6 +356,11 @@ def main():
         prepared_after = time.perf_counter() - server.start
         tally = run_workloads(server, args.dataset, args.runs, said="prepared")
         cold_memory = server.stop()
+        index_bytes = server.logged("search_index_bytes")
+        dictionary_bytes = server.logged("dictionary_bytes")
+        entry_bytes = sum(
+            os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(cache) for f in files
+        )
 
         server = Server(args.bin, args.datasets, cache, extra)
         _, warm_content = server.answer(args.dataset, WORKLOADS[0][1])
@@ -343,6 +368,10 @@ def main():
         must_say(f"kept entry, {WORKLOADS[0][0]}", warm_content, "mapped from the cache")
         warm_data = warm_content.get("data", {})
         warm_total = warm_data.get("total", warm_data.get("total_group_count"))
+        # The first search of a process on the kept entry: its dictionaries and folded forms
+        # read from the map.
+        q_label, q_arguments, _ = next(w for w in WORKLOADS if "q" in w[1])
+        warm_q, _ = server.answer(args.dataset, q_arguments)
         warm_memory = server.stop()
 
         server = Server(args.bin, args.datasets, cache, [*extra, "--streaming", "always"])
@@ -368,6 +397,16 @@ def main():
         print(f"| {label} | {elapsed:.2f} s | {mib(memory.get('VmHWM', 0))} | {mib(memory.get('RssAnon', 0))} | {mib(memory.get('RssFile', 0))} |")
     print()
     print(f"Prepared into the cache {prepared_after:.1f} s after the start.")
+    print(f"Cache entry: {entry_bytes / 1e6:,.0f} MB ({entry_bytes / size:.2f}× the Parquet file).")
+    if index_bytes is not None and dictionary_bytes is not None:
+        print(
+            f"Text index (folded forms beside the dictionaries): {index_bytes / 1e6:,.1f} MB, "
+            f"{index_bytes / max(dictionary_bytes, 1) * 100:.1f} % of the dictionaries ({dictionary_bytes / 1e6:,.1f} MB), "
+            f"{index_bytes / size * 100:.1f} % of the Parquet file; built while preparing."
+        )
+    else:
+        print("Text index size: not reported in the server's log")
+    print(f"First {q_label} on the kept entry (its first search in that process): {warm_q * 1000:,.1f} ms")
     print()
     print("| workload | Tally prepared (median) | Tally read from the file (median) | DuckDB first / median | prepared ÷ DuckDB | from the file ÷ DuckDB | totals: prepared / file / DuckDB |")
     print("|---|---|---|---|---|---|---|")

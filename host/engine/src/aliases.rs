@@ -257,6 +257,7 @@ impl Names<'_> {
         let planner = Planner {
             def: self.def,
             functions: self.engine.functions(),
+            data: None,
         };
         let condition = planner.filter(&Filter {
             field: alias,

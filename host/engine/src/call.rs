@@ -116,11 +116,12 @@ impl<'a> Call<'a> {
         Ok(Call {
             engine,
             ds,
-            prepared,
             planner: Planner {
                 def,
                 functions: engine.functions(),
+                data: Some(Arc::clone(&prepared)),
             },
+            prepared,
             ctx,
             base,
             table,

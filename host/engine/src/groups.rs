@@ -46,7 +46,7 @@ impl Stopped {
                 "the summary would produce more than {cap} groups (it had {seen} after reading {rows} rows, and was stopped there)"
             ),
             Stopped::Rows { cap } => format!(
-                "exploding the multi-value fields would produce more than {cap} rows (every combination of their parts is one row), so the summary was stopped"
+                "exploding the multi-value fields would produce more than {cap} rows beyond one per record (every combination of a record's parts is one row), so the summary was stopped"
             ),
         }
     }

@@ -90,6 +90,7 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
     let planner = Planner {
         def,
         functions: engine.functions(),
+        data: None,
     };
     let ctx = engine.call_context(prepared.rows)?;
     let table = ctx.read_table(prepared.table().provider)?;

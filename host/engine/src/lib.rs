@@ -89,8 +89,8 @@ pub struct Limits {
     pub memory_budget_bytes: usize,
     /// Groups one summary may build; past it the summary stops while aggregating.
     pub max_groups: usize,
-    /// Rows one summary may make by exploding multi-value fields (every combination of parts
-    /// is a row).
+    /// Rows one summary may add by exploding multi-value fields, beyond one row per record
+    /// (every combination of a record's parts is a row).
     pub max_explode_rows: u64,
     /// Whether datasets whose files can be read at every call are prepared, read so, or
     /// either as their size and the budget decide.

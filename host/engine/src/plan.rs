@@ -21,6 +21,9 @@ use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{FieldId, Filter};
 use tally_semantic::{ErrorCode, RequestError};
 
+use std::sync::Arc;
+
+use tally_storage::dataset::{Prepared, ROW_COL};
 use tally_storage::udf::Functions;
 
 /// Builds expressions for one dataset.
@@ -28,6 +31,9 @@ use tally_storage::udf::Functions;
 pub struct Planner<'a> {
     pub def: &'a DatasetDef,
     pub functions: &'a Functions,
+    /// The data the call reads: a prepared table answers text conditions from its
+    /// dictionaries ([`tally_storage::search`]) instead of testing every record's text.
+    pub data: Option<Arc<Prepared>>,
 }
 
 fn numeric_literal(field: &Field, value: &Scalar, op: &str) -> Result<Expr, RequestError> {
@@ -134,8 +140,8 @@ impl<'a> Planner<'a> {
                 .column(id)
                 .is_null()
                 .or(self.column(id).not_eq(text_literal(v))),
-            Op::Contains(t) => self.functions.icontains(self.as_text(id), t),
-            Op::NotContains(t) => self.functions.icontains(self.as_text(id), t).not(),
+            Op::Contains(t) => self.contains(&[id], t),
+            Op::NotContains(t) => self.contains(&[id], t).not(),
             Op::Gt(v) | Op::Gte(v) | Op::Lt(v) | Op::Lte(v) => {
                 let (left, right) = if numeric {
                     (self.as_f64(id), numeric_literal(f, v, filter.op.name())?)
@@ -188,9 +194,51 @@ impl<'a> Planner<'a> {
         } else {
             fields
         };
-        fields
-            .iter()
-            .map(|id| self.functions.icontains(self.as_text(*id), &q))
+        self.contains(fields, &q)
+    }
+
+    /// Whether one of `fields` contains `needle` (case and width folded; null counts as
+    /// `""`). The text fields of a prepared table are searched through their dictionaries,
+    /// once for all of them; others (and data read from files) record by record.
+    fn contains(&self, fields: &[FieldId], needle: &str) -> Expr {
+        let indexed: Vec<FieldId> = match &self.data {
+            Some(data) => fields
+                .iter()
+                .copied()
+                .filter(|f| data.layout.is_text(f.index()))
+                .collect(),
+            None => Vec::new(),
+        };
+        let folded = tally_semantic::names::fold(needle);
+        let found = self
+            .data
+            .as_ref()
+            .filter(|_| !indexed.is_empty())
+            .and_then(|data| match data.text_search(&indexed, &folded)? {
+                Ok(found) => Some(found),
+                Err(e) => {
+                    // The row-by-row test gives the same answer, slower.
+                    tracing::warn!(dataset = %self.def.id, error = %e, "text search through the dictionaries failed; testing every record");
+                    None
+                }
+            });
+        let (by_rows, rest) = match &found {
+            Some(found) => (
+                Some(self.functions.rows_in(ident(ROW_COL), found)),
+                fields
+                    .iter()
+                    .filter(|f| !indexed.contains(f))
+                    .copied()
+                    .collect(),
+            ),
+            None => (None, fields.to_vec()),
+        };
+        by_rows
+            .into_iter()
+            .chain(
+                rest.iter()
+                    .map(|id| self.functions.icontains(self.as_text(*id), needle)),
+            )
             .reduce(Expr::or)
             .unwrap_or(lit(true))
     }

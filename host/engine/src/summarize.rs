@@ -440,8 +440,8 @@ pub async fn run(
         plan.as_of.as_deref(),
     )
     .await?;
-    // The rows cap is on what exploding makes: a summary that explodes nothing reads any
-    // number of records.
+    // The rows cap is on what exploding adds beyond one row per record: a summary that
+    // explodes nothing reads any number of records.
     let caps = crate::groups::Caps {
         groups: engine.limits().max_groups,
         rows: if plan.explode.is_empty() {
@@ -484,6 +484,14 @@ pub async fn run(
     // and the rows exploding would make, counted before any is made.
     let (pre_explode, without_value) =
         count_before_exploding(&call.planner, &plan, &df, caps, &indexes).await?;
+    // While aggregating, the rows are bounded by the records and the cap on what exploding
+    // adds to them.
+    let caps = crate::groups::Caps {
+        rows: pre_explode.map_or(caps.rows, |records| {
+            caps.rows.saturating_add(records as u64)
+        }),
+        ..caps
+    };
     let df = explode(&call.planner, &plan, df, &part_filters, &indexes)?;
     let grouped = aggregate(&call, &plan, df, caps, &indexes).await?;
     let matched = pre_explode.unwrap_or_else(|| records_in(&grouped.batches));
@@ -1031,7 +1039,14 @@ async fn count_before_exploding(
             .map(|(k, &e)| cast(count(k, e), DataType::Float64))
             .reduce(|a, b| a * b)
             .unwrap_or(lit(1.0f64));
-        aggs.push(sum(coalesce(vec![product, lit(0.0f64)])).alias("rows"));
+        // What exploding adds beyond one row per record (a record of one part, or none,
+        // adds nothing): what the cap bounds.
+        aggs.push(
+            sum(when(product.clone().gt(lit(1.0f64)), product - lit(1.0f64))
+                .otherwise(lit(0.0f64))
+                .unwrap_or(lit(0.0f64)))
+            .alias("fanout"),
+        );
         let counted = df
             .clone()
             .aggregate(vec![], aggs)?
@@ -1055,7 +1070,7 @@ async fn count_before_exploding(
                 })
                 .unwrap_or(0.0)
         };
-        if value("rows") > caps.rows as f64 {
+        if value("fanout") > caps.rows as f64 {
             return Err(EngineError::computing(
                 &def.id,
                 datafusion::error::DataFusionError::External(Box::new(

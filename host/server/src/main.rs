@@ -99,7 +99,8 @@ pub struct Budgets {
     /// how to narrow it.
     #[arg(long, global = true, default_value_t = 100_000)]
     max_groups: usize,
-    /// Rows one summary may make by exploding multi-value fields.
+    /// Rows one summary may add by exploding multi-value fields, beyond one row per record
+    /// (a record of three parts adds two).
     #[arg(long, global = true, default_value_t = 10_000_000)]
     max_explode_rows: u64,
     /// Size of an answer `tally verify` or the verify_answer tool checks, in bytes; a larger

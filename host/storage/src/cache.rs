@@ -10,8 +10,9 @@
 //!
 //! ```text
 //! "TALLYPR2" · padding to 64 · chunks: an Arrow IPC file (the stored columns, one record
-//! batch per chunk) · padding · values: an Arrow IPC file (one batch per text field, its
-//! dictionary) · the header as JSON · its length (u64 LE) · "TALLYPR2"
+//! batch per chunk) · padding · values: an Arrow IPC file (one batch per text field: its
+//! dictionary, and each value's folded form where folding changes it, which text search reads)
+//! · the header as JSON · its length (u64 LE) · "TALLYPR2"
 //! ```
 //!
 //! A mapped entry is checked before it is served: the frame (magic at both ends, the header,
@@ -40,7 +41,7 @@ use crate::backend::{ServedFile, sha256_file, sha256_hex};
 use crate::error::StorageError;
 
 /// What a cache file holds and how; a file of another format is not read.
-const FORMAT: &str = "tally-prepared/2";
+const FORMAT: &str = "tally-prepared/3";
 /// The first and last bytes of an entry.
 const MAGIC: &[u8; 8] = b"TALLYPR2";
 /// Sections start at multiples of this (Arrow buffers are aligned to it within a section).
@@ -93,6 +94,8 @@ pub struct Header {
     pub digests: Vec<Vec<u32>>,
     /// Per text field (in `text_fields` order), the checksum of its dictionary.
     pub value_digests: Vec<u32>,
+    /// Per text field (in `text_fields` order), the checksum of its folded values.
+    pub folded_digests: Vec<u32>,
 }
 
 impl Header {
@@ -113,6 +116,7 @@ impl Header {
             values: Section::default(),
             digests: Vec::new(),
             value_digests: Vec::new(),
+            folded_digests: Vec::new(),
         }
     }
 }
@@ -562,7 +566,7 @@ impl Writer {
     /// place; the dataset's other entries and abandoned temporary files are removed.
     pub fn finish(
         mut self,
-        values: &[Option<StringArray>],
+        values: &[Option<crate::store::Dictionary>],
         files: &[ServedFile],
         extract: Option<String>,
         notes: Vec<String>,
@@ -581,21 +585,22 @@ impl Writer {
             };
             pad(&mut out)?;
             let values_at = out.at;
-            let schema = Arc::new(Schema::new(vec![Field::new(
-                "value",
-                DataType::Utf8,
-                false,
-            )]));
+            let schema = values_schema();
             let mut text_fields = Vec::new();
             let mut value_digests = Vec::new();
+            let mut folded_digests = Vec::new();
             let mut ipc = FileWriter::try_new(out, &schema).map_err(std::io::Error::other)?;
             for (f, v) in values.iter().enumerate() {
                 if let Some(v) = v {
                     text_fields.push(f);
-                    value_digests.push(digest(v));
+                    value_digests.push(digest(&v.values));
+                    folded_digests.push(digest(&v.folded));
                     let batch = RecordBatch::try_new(
                         Arc::clone(&schema),
-                        vec![Arc::new(v.clone()) as ArrayRef],
+                        vec![
+                            Arc::new(v.values.clone()) as ArrayRef,
+                            Arc::new(v.folded.clone()) as ArrayRef,
+                        ],
                     )
                     .map_err(std::io::Error::other)?;
                     ipc.write(&batch).map_err(std::io::Error::other)?;
@@ -616,6 +621,7 @@ impl Writer {
                 },
                 digests: std::mem::take(&mut self.digests),
                 value_digests,
+                folded_digests,
                 ..self.header.clone()
             };
             let json = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
@@ -637,6 +643,14 @@ impl Writer {
         self.cache.remove_stale(&self.header.dataset, &self.path);
         Ok(self.path.clone())
     }
+}
+
+/// The schema of the values section: per text field, its dictionary and the folded forms.
+fn values_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("value", DataType::Utf8, false),
+        Field::new("folded", DataType::Utf8, true),
+    ]))
 }
 
 /// A mapped entry, its frame checked: what it says, the data files as they are now, the rows
@@ -667,6 +681,7 @@ pub struct Entry {
     text: std::collections::HashMap<usize, usize>,
     digests: Vec<Vec<u32>>,
     value_digests: Vec<u32>,
+    folded_digests: Vec<u32>,
 }
 
 impl std::fmt::Debug for Entry {
@@ -745,8 +760,7 @@ impl Entry {
         }
         let (values_at, values_schema, values_version, values_blocks) =
             ipc_section(&buffer, header.values, "dictionaries")?;
-        if values_schema.fields().len() != 1
-            || values_schema.field(0).data_type() != &DataType::Utf8
+        if values_schema.fields() != self::values_schema().fields()
             || values_blocks.len() != header.text_fields.len()
         {
             return Err(miss("its dictionaries are not the ones its header lists"));
@@ -767,12 +781,14 @@ impl Entry {
                 .iter()
                 .any(|d| d.len() != stored.fields().len())
             || header.value_digests.len() != header.text_fields.len()
+            || header.folded_digests.len() != header.text_fields.len()
         {
             return Err(miss("its checksums do not cover its columns"));
         }
         Ok(Entry {
             digests: header.digests.clone(),
             value_digests: header.value_digests.clone(),
+            folded_digests: header.folded_digests.clone(),
             text: header
                 .text_fields
                 .iter()
@@ -848,6 +864,33 @@ impl crate::store::Columns for Entry {
     }
 
     fn values(&self, field: usize) -> Result<StringArray, String> {
+        let (at, values) = self.values_column(field, 0)?;
+        if self.value_digests.get(at) != Some(&digest(&values)) {
+            return Err("the dictionary does not match its checksum".into());
+        }
+        if values.is_empty() || !values.value(0).is_empty() || values.null_count() > 0 {
+            return Err("a dictionary that does not start with the empty value".into());
+        }
+        Ok(values)
+    }
+
+    fn folded(&self, field: usize) -> Result<StringArray, String> {
+        let (at, folded) = self.values_column(field, 1)?;
+        if self.folded_digests.get(at) != Some(&digest(&folded)) {
+            return Err("the folded values do not match their checksum".into());
+        }
+        Ok(folded)
+    }
+
+    fn damaged(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Entry {
+    /// Column `column` of text field `field`'s block in the values section, with the block's
+    /// place (its checksums' index).
+    fn values_column(&self, field: usize, column: usize) -> Result<(usize, StringArray), String> {
         let at = *self
             .text
             .get(&field)
@@ -861,24 +904,14 @@ impl crate::store::Columns for Entry {
             &self.values_schema,
             self.values_version,
             block,
-            vec![0],
+            vec![column],
         )?;
         let values = batch
             .column(0)
             .as_string_opt::<i32>()
             .ok_or("a dictionary that is not text")?
             .clone();
-        if self.value_digests.get(at) != Some(&digest(&values)) {
-            return Err("the dictionary does not match its checksum".into());
-        }
-        if values.is_empty() || !values.value(0).is_empty() || values.null_count() > 0 {
-            return Err("a dictionary that does not start with the empty value".into());
-        }
-        Ok(values)
-    }
-
-    fn damaged(&self) {
-        let _ = std::fs::remove_file(&self.path);
+        Ok((at, values))
     }
 }
 

@@ -131,6 +131,10 @@ enum PrepState {
 /// How many pushed-down subsets (and streams) a dataset version keeps.
 const SUBSETS_KEPT: usize = 16;
 
+/// How many text searches (and at most how many bytes of them) a prepared table keeps.
+const SEARCHES_KEPT: usize = 8;
+const SEARCHES_KEPT_BYTES: usize = 64 << 20;
+
 /// Records from which a dataset still being prepared is answered from its files meanwhile
 /// (`--streaming auto`); a smaller one is prepared within a call's wait.
 pub const STREAM_WHILE_PREPARING: u64 = 1_000_000;
@@ -222,6 +226,11 @@ pub struct Prepared {
     ranks: std::sync::Mutex<std::collections::HashMap<FieldId, Arc<Vec<u32>>>>,
     /// Per multi-value field of a prepared table, its parts numbered, made when first needed.
     part_indexes: std::sync::Mutex<std::collections::HashMap<FieldId, Arc<crate::udf::PartIndex>>>,
+    /// The last text searches of a prepared table and the records they found (a few, most
+    /// recent last), so paging through one or summarising it does not search again.
+    #[allow(clippy::type_complexity)]
+    searches:
+        std::sync::Mutex<std::collections::VecDeque<(Vec<FieldId>, String, crate::search::Found)>>,
     /// The `count_where` computed measures with a share column ([`share_column`]).
     pub shares: Vec<MeasureId>,
     /// The table's memory, held from the server's budget while the table lives.
@@ -293,6 +302,7 @@ impl Prepared {
             variants: Default::default(),
             ranks: Default::default(),
             part_indexes: Default::default(),
+            searches: Default::default(),
             memory,
         }
     }
@@ -321,6 +331,7 @@ impl Prepared {
             variants: Default::default(),
             ranks: Default::default(),
             part_indexes: Default::default(),
+            searches: Default::default(),
             memory,
             data: Data::Streamed(streaming),
         }
@@ -386,6 +397,45 @@ impl Prepared {
             cache.insert(field, Arc::clone(&index));
         }
         Some(index)
+    }
+
+    /// The records (by row number) in which one of the text fields `fields` contains `needle`
+    /// (folded already), found through the prepared table's dictionaries ([`crate::search`]);
+    /// `None` when the data is read from its files or one of the fields is not text in it.
+    pub fn text_search(
+        &self,
+        fields: &[FieldId],
+        needle: &str,
+    ) -> Option<Result<crate::search::Found, StorageError>> {
+        let store = self.store()?;
+        if fields.is_empty() || fields.iter().any(|f| !store.layout().is_text(f.index())) {
+            return None;
+        }
+        if let Ok(kept) = self.searches.lock()
+            && let Some((_, _, found)) = kept
+                .iter()
+                .find(|(f, n, _)| f.as_slice() == fields && n == needle)
+        {
+            return Some(Ok(Arc::clone(found)));
+        }
+        let found = match crate::search::search(store, fields, needle) {
+            Ok(found) => Arc::new(found),
+            Err(e) => return Some(Err(e)),
+        };
+        if let Ok(mut kept) = self.searches.lock() {
+            // A few searches, and at most 64 MiB of them.
+            let most = (SEARCHES_KEPT_BYTES / found.bytes().max(1)).clamp(1, SEARCHES_KEPT);
+            while kept.len() >= most {
+                kept.pop_front();
+            }
+            kept.push_back((fields.to_vec(), needle.to_string(), Arc::clone(&found)));
+        }
+        Some(Ok(found))
+    }
+
+    /// How many text searches the table keeps (made through its dictionaries).
+    pub fn searches_kept(&self) -> usize {
+        self.searches.lock().map_or(0, |kept| kept.len())
     }
 
     /// The records with the given row numbers, in that order, with the fields given (named
@@ -1368,6 +1418,17 @@ fn prepare(
         Err(e) if matches!(sink, Sink::Cache(_)) => return Err(Failed::Cache(e.to_string())),
         Err(e) => return Err(e.into()),
     };
+    // What text search reads beside the dictionaries (said in the log; the benchmark reads it).
+    let dictionary_bytes: usize = values
+        .iter()
+        .flatten()
+        .map(|d| d.values.get_buffer_memory_size())
+        .sum();
+    let search_index_bytes: usize = values
+        .iter()
+        .flatten()
+        .map(|d| d.folded.get_buffer_memory_size())
+        .sum();
     let loaded = Loaded {
         files,
         extract,
@@ -1386,7 +1447,13 @@ fn prepare(
                 .map_err(|e| Failed::Cache(e.to_string()))?;
             drop(values);
             drop(kept);
-            tracing::info!(dataset = id, rows, "prepared the data into the cache");
+            tracing::info!(
+                dataset = id,
+                rows,
+                dictionary_bytes,
+                search_index_bytes,
+                "prepared the data into the cache"
+            );
             // Served as a later start serves it: mapped, through the same checks.
             let mut prepared = job
                 .mapped()
@@ -1401,6 +1468,8 @@ fn prepare(
                 dataset = id,
                 rows,
                 memory_mib = store.memory_bytes() >> 20,
+                dictionary_bytes,
+                search_index_bytes,
                 "prepared the data for queries"
             );
             Ok(Prepared::new(

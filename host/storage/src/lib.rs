@@ -20,6 +20,7 @@ pub mod memory;
 pub mod object;
 pub mod parquet;
 pub mod problem;
+pub mod search;
 pub mod source;
 pub mod store;
 pub mod udf;

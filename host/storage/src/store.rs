@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, DictionaryArray, Float64Array, RecordBatch, RecordBatchOptions,
-    StringArray, UInt32Array, UInt64Array,
+    StringArray, StringBuilder, UInt32Array, UInt64Array,
 };
 use datafusion::arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{
@@ -342,6 +342,32 @@ struct Interner {
     state: hashbrown::DefaultHashBuilder,
     offsets: Vec<i32>,
     data: Vec<u8>,
+    /// Per value, its folded form (NFKC, lower case) where folding changes it, else null:
+    /// what text search reads instead of folding every value at every call.
+    folded: StringBuilder,
+    folded_bytes: usize,
+}
+
+/// A text field's dictionary: its values (code 0 is `""`) and, per value, its folded form
+/// ([`tally_semantic::names::fold`]) where folding changes it, null where the value is its own
+/// folded form (most Japanese text).
+#[derive(Debug, Clone)]
+pub struct Dictionary {
+    pub values: StringArray,
+    pub folded: StringArray,
+}
+
+impl Dictionary {
+    /// The dictionary of `values`, each folded here.
+    pub fn of(values: StringArray) -> Dictionary {
+        let folded: StringArray = (0..values.len())
+            .map(|i| match tally_semantic::names::fold(values.value(i)) {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(f) => Some(f),
+            })
+            .collect();
+        Dictionary { values, folded }
+    }
 }
 
 impl Interner {
@@ -351,6 +377,8 @@ impl Interner {
             state: Default::default(),
             offsets: vec![0],
             data: Vec::new(),
+            folded: StringBuilder::new(),
+            folded_bytes: 0,
         };
         let _ = interner.intern("");
         interner
@@ -365,6 +393,8 @@ impl Interner {
             state,
             offsets,
             data,
+            folded,
+            folded_bytes,
         } = self;
         let value = |code: u32| {
             let i = code as usize;
@@ -378,6 +408,16 @@ impl Interner {
             return Err("its distinct values hold more than 2 GiB of text".into());
         }
         let code = (offsets.len() - 1) as u32;
+        match tally_semantic::names::fold(s) {
+            std::borrow::Cow::Borrowed(_) => folded.append_null(),
+            std::borrow::Cow::Owned(f) => {
+                *folded_bytes += f.len();
+                if *folded_bytes > i32::MAX as usize {
+                    return Err("its distinct values hold more than 2 GiB of folded text".into());
+                }
+                folded.append_value(f);
+            }
+        }
         data.extend_from_slice(bytes);
         offsets.push(end as i32);
         let (offsets, data) = (&*offsets, &*data);
@@ -390,13 +430,20 @@ impl Interner {
 
     /// About what it holds.
     fn bytes(&self) -> usize {
-        self.data.capacity() + self.offsets.capacity() * 4 + self.table.capacity() * 5
+        self.data.capacity()
+            + self.offsets.capacity() * 4
+            + self.table.capacity() * 5
+            + self.folded_bytes
+            + self.offsets.len() * 4
     }
 
-    fn finish(self) -> StringArray {
+    fn finish(mut self) -> Dictionary {
         let offsets = OffsetBuffer::new(ScalarBuffer::from(self.offsets));
         // Every value was a `&str`: the bytes are UTF-8 (checked once more by `new`).
-        StringArray::new(offsets, Buffer::from_vec(self.data), None)
+        Dictionary {
+            values: StringArray::new(offsets, Buffer::from_vec(self.data), None),
+            folded: self.folded.finish(),
+        }
     }
 }
 
@@ -593,12 +640,12 @@ impl Builder {
         sink.chunk(chunk)
     }
 
-    /// The last chunk to the sink, and the dictionary values of every text field (by field
-    /// index; `None` for numbers).
+    /// The last chunk to the sink, and the dictionary of every text field (by field index;
+    /// `None` for numbers).
     pub fn finish(
         mut self,
         sink: &mut dyn ChunkSink,
-    ) -> Result<Vec<Option<StringArray>>, StorageError> {
+    ) -> Result<Vec<Option<Dictionary>>, StorageError> {
         self.flush(sink)?;
         Ok(self
             .interners
@@ -617,6 +664,8 @@ pub trait Columns: Send + Sync + fmt::Debug {
     fn column(&self, field: usize) -> Result<Vec<ArrayRef>, String>;
     /// The dictionary of text field `field`, checked.
     fn values(&self, field: usize) -> Result<StringArray, String>;
+    /// The folded forms of that dictionary's values ([`Dictionary::folded`]), checked.
+    fn folded(&self, field: usize) -> Result<StringArray, String>;
     /// Called when something read does not check out: the source is not to be used again.
     fn damaged(&self) {}
 }
@@ -633,6 +682,8 @@ pub struct Store {
     /// Per text field, its dictionary values (one array every chunk's dictionary shares, so
     /// what is worked out per value is worked out once).
     values: Vec<Slot<ArrayRef>>,
+    /// Per text field, the folded forms of its dictionary's values (what search reads).
+    folded: Vec<Slot<Arc<StringArray>>>,
     /// Per share, whether each value of its field's dictionary counts.
     masks: Vec<Slot<Arc<Vec<bool>>>>,
     source: Option<Arc<dyn Columns>>,
@@ -655,13 +706,28 @@ impl Store {
         dataset: &str,
         layout: Arc<Layout>,
         chunks: Vec<RecordBatch>,
-        values: Vec<Option<StringArray>>,
+        dictionaries: Vec<Option<Dictionary>>,
     ) -> Result<Store, StorageError> {
         let fields = layout.targets.len();
-        let shared: Vec<Option<ArrayRef>> = values
-            .into_iter()
-            .map(|v| v.map(|v| Arc::new(v) as ArrayRef))
-            .collect();
+        let mut shared: Vec<Option<ArrayRef>> = Vec::with_capacity(dictionaries.len());
+        let mut folded = Vec::with_capacity(dictionaries.len());
+        for d in dictionaries {
+            match d {
+                Some(d) => {
+                    if d.folded.len() != d.values.len() {
+                        return Err(StorageError::internal(
+                            "a dictionary whose folded forms do not match its values",
+                        ));
+                    }
+                    shared.push(Some(Arc::new(d.values) as ArrayRef));
+                    folded.push(Mutex::new(Some(Arc::new(d.folded))));
+                }
+                None => {
+                    shared.push(None);
+                    folded.push(Mutex::new(None));
+                }
+            }
+        }
         let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(chunks.len()); fields];
         let mut spans = Vec::with_capacity(chunks.len());
         let mut row = 0u64;
@@ -688,6 +754,7 @@ impl Store {
                 .collect(),
             masks: layout.shares.iter().map(|_| Mutex::new(None)).collect(),
             values: shared.into_iter().map(Mutex::new).collect(),
+            folded,
             layout,
             source: None,
             damaged: AtomicBool::new(false),
@@ -714,6 +781,7 @@ impl Store {
             chunks: spans,
             columns: (0..fields).map(|_| Mutex::new(None)).collect(),
             values: (0..fields).map(|_| Mutex::new(None)).collect(),
+            folded: (0..fields).map(|_| Mutex::new(None)).collect(),
             masks: layout.shares.iter().map(|_| Mutex::new(None)).collect(),
             layout,
             source: Some(source),
@@ -777,6 +845,41 @@ impl Store {
         );
         *slot = Some(Arc::clone(&values));
         Ok(values)
+    }
+
+    /// The folded forms of a text field's dictionary values ([`Dictionary::folded`]: null
+    /// where a value is its own folded form), as long as its values.
+    pub fn folded(&self, field: FieldId) -> Result<Arc<StringArray>, StorageError> {
+        let f = field.index();
+        let slot = self
+            .folded
+            .get(f)
+            .ok_or_else(|| StorageError::internal(format!("no field {f} in the table")))?;
+        let mut slot = slot
+            .lock()
+            .map_err(|_| StorageError::internal("a dictionary lock is poisoned"))?;
+        if let Some(v) = &*slot {
+            return Ok(Arc::clone(v));
+        }
+        let Some(source) = &self.source else {
+            return Err(StorageError::internal(format!(
+                "field {f} has no dictionary in the prepared table"
+            )));
+        };
+        let values = self.shared_values(field)?;
+        let what = format!("the folded values of field {f}");
+        let folded = source.folded(f).map_err(|why| self.damage(&what, why))?;
+        if folded.len() != values.len() {
+            return Err(self.damage(&what, "they are not as many as its values".into()));
+        }
+        let folded = Arc::new(folded);
+        *slot = Some(Arc::clone(&folded));
+        Ok(folded)
+    }
+
+    /// The chunks of the table: per chunk, its first row and its rows.
+    pub fn chunks(&self) -> &[(u64, usize)] {
+        &self.chunks
     }
 
     /// A declared field's column in every chunk (text: dictionary arrays).
@@ -944,6 +1047,12 @@ impl Store {
             .sum::<usize>()
             + self
                 .values
+                .iter()
+                .filter_map(|v| v.lock().ok().and_then(|v| v.clone()))
+                .map(|v| v.get_array_memory_size())
+                .sum::<usize>()
+            + self
+                .folded
                 .iter()
                 .filter_map(|v| v.lock().ok().and_then(|v| v.clone()))
                 .map(|v| v.get_array_memory_size())

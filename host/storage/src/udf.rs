@@ -271,15 +271,10 @@ impl ScalarUDFImpl for Parts {
 /// Containment under NFKC and case folding of an already folded needle
 /// ([`tally_semantic::names::fold`]): `e-tax` is found in `（ｅ－Ｔａｘ）`.
 pub fn icontains(haystack: &str, needle_folded: &str) -> bool {
-    if haystack.contains(needle_folded) {
-        return true;
-    }
-    // Folding borrows text that is already folded (most Japanese text): then the plain test
-    // above was the whole answer.
-    match tally_semantic::names::fold(haystack) {
-        std::borrow::Cow::Borrowed(_) => false,
-        std::borrow::Cow::Owned(folded) => folded.contains(needle_folded),
-    }
+    // Folding borrows text that is already folded (most Japanese text), so it costs a look at
+    // each character and no copy. The text as it is cannot be tested first: it may hold the
+    // needle where its folded form does not (`カﾞ` holds `カ`, folded it is `ガ`).
+    tally_semantic::names::fold(haystack).contains(needle_folded)
 }
 
 impl ScalarUDFImpl for IContains {
@@ -485,6 +480,68 @@ impl ScalarUDFImpl for PartCodes {
     }
 }
 
+/// `tally_rows_in(row)`: whether a row number is in a set found beforehand (a text search
+/// through a prepared table's dictionaries, [`crate::search`]). Two calls are the same only
+/// over the same set.
+#[derive(Debug)]
+struct RowsIn {
+    signature: Signature,
+    rows: crate::search::Found,
+}
+
+impl PartialEq for RowsIn {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.rows, &other.rows)
+    }
+}
+impl Eq for RowsIn {}
+impl std::hash::Hash for RowsIn {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.rows), state);
+    }
+}
+
+/// The name of the row-set function.
+pub const ROWS_IN: &str = "tally_rows_in";
+
+impl ScalarUDFImpl for RowsIn {
+    fn name(&self) -> &str {
+        ROWS_IN
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        if arg_types.len() != 1 {
+            return Err(DataFusionError::Plan(format!("{ROWS_IN} takes 1 argument")));
+        }
+        Ok(vec![DataType::UInt64])
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::UInt64Type;
+        let [row] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "{ROWS_IN} takes 1 argument"
+            )));
+        };
+        let array = row.to_array(args.number_rows)?;
+        let rows = array
+            .as_primitive_opt::<UInt64Type>()
+            .ok_or_else(|| DataFusionError::Internal(format!("{ROWS_IN} reads row numbers")))?;
+        let numbers = rows.values();
+        let found = datafusion::arrow::buffer::BooleanBuffer::collect_bool(numbers.len(), |i| {
+            usize::try_from(numbers[i]).is_ok_and(|r| self.rows.contains(r))
+        });
+        Ok(ColumnarValue::Array(Arc::new(BooleanArray::new(
+            found, None,
+        ))))
+    }
+}
+
 /// Builds the functions' expressions. Each expression gets an instance of its own, so what it
 /// keeps of a dictionary lives as long as the plan that uses it.
 #[derive(Debug, Clone, Default)]
@@ -546,6 +603,15 @@ impl Functions {
         .call(vec![text])
     }
 
+    /// Whether a row number (the hidden row column of a prepared table) is among `rows`.
+    pub fn rows_in(&self, row: Expr, rows: &crate::search::Found) -> Expr {
+        ScalarUDF::new_from_impl(RowsIn {
+            signature: user_defined(),
+            rows: Arc::clone(rows),
+        })
+        .call(vec![row])
+    }
+
     /// Substring test under NFKC and case folding; `needle` is folded here.
     pub fn icontains(&self, text: Expr, needle: &str) -> Expr {
         let folded = tally_semantic::names::fold(needle).into_owned();
@@ -574,6 +640,11 @@ mod tests {
             "e-tax"
         ));
         assert!(icontains("押印＋印鑑証明", "押印+印鑑"));
+        // A half-width voiced mark composes with the letter before it: `カﾞ` is `ガ`, which
+        // does not hold `カ`.
+        assert!(!icontains("カﾞ", "カ"));
+        assert!(icontains("カﾞ", "ガ"));
+        assert!(!icontains("e\u{301}", "e"));
     }
 
     fn parts_rows(text: ColumnarValue) -> Vec<Vec<String>> {

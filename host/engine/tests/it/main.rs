@@ -16,6 +16,7 @@ mod partitions;
 mod provenance;
 mod provisions;
 mod reference;
+mod search;
 mod snapshots;
 mod streaming;
 mod survey;

@@ -326,8 +326,9 @@ fn conditions_leave_row_groups_unread() {
 }
 
 /// The caps hold for a whole summary however many partitions it runs in: the groups of all
-/// partitions together, and the rows exploding makes (a summary that explodes nothing reads
-/// any number of records; a table of more records than the explode cap is not refused).
+/// partitions together, and the rows exploding adds beyond one per record (a summary that
+/// explodes nothing reads any number of records, and one whose records have one part each
+/// explodes any number: a table of more records than the explode cap is not refused).
 #[test]
 fn the_caps_hold_across_partitions_and_count_exploded_rows_only() {
     let chunk = tally_storage::store::CHUNK_ROWS;
@@ -343,6 +344,18 @@ fn the_caps_hold_across_partitions_and_count_exploded_rows_only() {
         r[1] = json!(format!("g{i}"));
     }
     write_parquet_with(&folder.join("data.parquet"), YAML, &json_rows, &[], None);
+    // The same records with at most one part each: exploding them adds no row.
+    let single = tmp.path().join("single");
+    std::fs::create_dir_all(&single).expect("folder");
+    std::fs::write(single.join("dataset.yaml"), YAML).expect("yaml");
+    for r in &mut json_rows {
+        r[3] = if r[3].is_null() {
+            json!(null)
+        } else {
+            json!("x")
+        };
+    }
+    write_parquet_with(&single.join("data.parquet"), YAML, &json_rows, &[], None);
     let cap = 2 * chunk;
     for (serving, partitions) in [
         (Serving::Prepared, 1),
@@ -393,8 +406,19 @@ fn the_caps_hold_across_partitions_and_count_exploded_rows_only() {
         assert!(
             err["error"]["message"]
                 .as_str()
-                .is_some_and(|m| m.contains("more than 100 rows")),
+                .is_some_and(|m| m.contains("more than 100 rows beyond one per record")),
             "{err}"
+        );
+        // Far more records than the cap, each of one part: nothing beyond one row per record.
+        let one_each = call(
+            &engine,
+            Tool::SummarizeRecords,
+            &json!({"dataset_id": "single", "group_by": ["tags"], "explode": ["tags"]}),
+        );
+        assert_eq!(
+            one_each["data"]["total_records"],
+            json!(count),
+            "{serving:?}: {one_each}"
         );
     }
 }
