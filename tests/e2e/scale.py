@@ -37,6 +37,8 @@ import time
 
 TEXT_SEARCH = "電子"
 CONTAINS = "届出"
+# How many searches a prepared table keeps (`SEARCHES_KEPT` in host/storage/src/dataset.rs).
+SEARCHES_KEPT = 8
 
 WORKLOADS = [
     (
@@ -372,6 +374,21 @@ def main():
         # read from the map.
         q_label, q_arguments, _ = next(w for w in WORKLOADS if "q" in w[1])
         warm_q, _ = server.answer(args.dataset, q_arguments)
+        # A prepared table keeps its last searches (a repeat, such as the next page, is
+        # answered from them), so the warm medians above of the search workloads are repeats;
+        # here each is timed as a new search: before every run, other searches push it out.
+        unkept = {}
+        for label, arguments, _ in WORKLOADS:
+            if "q" not in arguments and "$contains" not in json.dumps(arguments):
+                continue
+            times = []
+            for run in range(args.runs):
+                for k in range(SEARCHES_KEPT):
+                    server.answer(args.dataset, {"q": f"{run}番{k}", "limit": 1})
+                elapsed, content = server.answer(args.dataset, arguments)
+                must_say(f"kept entry, {label}", content, "mapped from the cache")
+                times.append(elapsed)
+            unkept[label] = statistics.median(times)
         warm_memory = server.stop()
 
         server = Server(args.bin, args.datasets, cache, [*extra, "--streaming", "always"])
@@ -408,6 +425,17 @@ def main():
         print("Text index size: not reported in the server's log")
     print(f"First {q_label} on the kept entry (its first search in that process): {warm_q * 1000:,.1f} ms")
     print()
+    if unkept:
+        print("Searches timed as new ones (not kept from an earlier call), on the kept entry:")
+        print()
+        print("| workload | Tally prepared, a new search (median) | DuckDB median | ÷ DuckDB |")
+        print("|---|---|---|---|")
+        for i, (label, _, _) in enumerate(WORKLOADS):
+            if label in unkept:
+                d = f"{duck['results'][i]['median'] * 1000:,.1f} ms" if duck else ""
+                r = f"{unkept[label] / duck['results'][i]['median']:.3f}" if duck else ""
+                print(f"| {label} | {unkept[label] * 1000:,.1f} ms | {d} | {r} |")
+        print()
     print("| workload | Tally prepared (median) | Tally read from the file (median) | DuckDB first / median | prepared ÷ DuckDB | from the file ÷ DuckDB | totals: prepared / file / DuckDB |")
     print("|---|---|---|---|---|---|---|")
     for i, ((label, _, _), (median, total), (s_median, s_total)) in enumerate(zip(WORKLOADS, tally, streamed)):
