@@ -3,7 +3,7 @@ workloads and issue 39's `$contains` on one field, each returning its total), in
 (docs/benchmarks.md keeps the figures).
 
     python3 tests/e2e/scale.py --bin target/release/tally --datasets DIR --dataset ID \\
-        [--runs 5] [--duckdb-python PYTHON] [--files-only] [--no-duckdb]
+        [--runs 5] [--duckdb-python PYTHON] [--files-only] [--no-duckdb] [--cold-start]
 
 For Tally: a server started with an empty cache directory (its first answer: read from the
 file at once when the dataset is large, while it is prepared into the cache in the
@@ -13,6 +13,11 @@ mapped); and a third with `--streaming always`, the workloads read from the file
 every call as DuckDB reads it. Memory from /proc (Linux): peak resident, and resident
 anonymous and file-backed memory after the workloads. Talks JSON-RPC over stdio directly
 (no SDK).
+
+With --cold-start, first: a server with an empty cache and the default 10 s deadline, asked
+the workloads one after another from its first second until a whole round is answered from
+the prepared table; every call's time and path (read from the files, waited for the
+preparation, prepared), and a run with a refused call fails.
 
 For DuckDB: the same questions in SQL on the same file, in a process of its own (the
 `duckdb` module of --duckdb-python), each run reading the Parquet file (DuckDB keeps no
@@ -112,13 +117,13 @@ def status(pid):
 
 
 class Server:
-    def __init__(self, binary, datasets, cache, extra=()):
+    def __init__(self, binary, datasets, cache, extra=(), timeout_ms=600000):
         self.start = time.perf_counter()
         kept = ["--cache-dir", cache] if cache else ["--no-cache"]
         # The server's log, read for what preparing reported (the text index's size).
         self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--datasets", datasets, "--call-timeout-ms", "600000", "--watch", "off", *kept, *extra],
+            [binary, "serve", "--datasets", datasets, "--call-timeout-ms", str(timeout_ms), "--watch", "off", *kept, *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -236,6 +241,70 @@ def run_workloads(server, dataset, runs, said=None):
     return out
 
 
+def cold_start(args, extra):
+    """Issue 39: calls from the first second of a cold start (empty cache, the default 10 s
+    deadline), the workloads in turn until a whole round is answered from the prepared table.
+    Every call is timed and its path read from its extract step; a refused call is counted,
+    never skipped."""
+    cache = tempfile.mkdtemp(prefix="tally-scale-cold-")
+    calls = []
+    try:
+        server = Server(args.bin, args.datasets, cache, extra, timeout_ms=10000)
+        prepared_rounds = 0
+        while prepared_rounds < 1:
+            paths = []
+            for label, arguments, _ in WORKLOADS:
+                tool = "summarize_records" if "group_by" in arguments or "metrics" in arguments else "query_records"
+                issued = time.perf_counter() - server.start
+                answer = server.request("tools/call", {"name": tool, "arguments": {"dataset_id": args.dataset, **arguments}})
+                took = time.perf_counter() - server.start - issued
+                result = answer.get("result", {})
+                content = result.get("structuredContent", {})
+                said = extract_steps(content)
+                if result.get("isError") or "error" in answer:
+                    path = "refused: " + json.dumps(answer, ensure_ascii=False)[:300]
+                elif "while the table was being prepared" in said:
+                    path = "files"
+                elif "for the table's preparation" in said:
+                    path = "waited"
+                elif "read from the files" in said:
+                    path = "files"
+                else:
+                    path = "prepared"
+                paths.append(path)
+                calls.append((issued, took, label, path))
+            if all(p == "prepared" for p in paths):
+                prepared_rounds += 1
+            if time.perf_counter() - server.start > 900:
+                raise SystemExit("cold start: the table was not prepared within 15 minutes")
+        memory = server.stop()
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return calls, memory
+
+
+def print_cold_start(calls, memory):
+    refused = [c for c in calls if c[3].startswith("refused")]
+    print(f"Cold start (empty cache, default 10 s deadline, calls issued one after another from the first second): "
+          f"{len(calls)} calls, {len(refused)} refused, peak RSS {mib(memory.get('VmHWM', 0))}.")
+    print()
+    print("| path | calls | slowest | median |")
+    print("|---|---|---|---|")
+    for path in ("files", "waited", "prepared"):
+        took = [c[1] for c in calls if c[3] == path]
+        if took:
+            print(f"| {path} | {len(took)} | {max(took):,.2f} s | {statistics.median(took):,.2f} s |")
+    print()
+    for issued, took, label, path in calls:
+        if path != "prepared":
+            print(f"- {issued:6.2f} s + {took:6.2f} s  {label}: {path}")
+    print()
+    for c in refused:
+        print(f"REFUSED: {c}")
+    if refused:
+        raise SystemExit("a call was refused during the cold start")
+
+
 def mib(n):
     return f"{n / (1 << 20):,.0f} MiB"
 
@@ -338,6 +407,11 @@ def main():
     )
     ap.add_argument("--no-duckdb", action="store_true", help="Tally's figures only")
     ap.add_argument("--skip-q", action="store_true", help="leave out the `q` workload (minutes a call for DuckDB at 75M rows)")
+    ap.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="first, calls from the first second of a cold start with the default deadline, until the table is prepared: every call's time and path, and none refused",
+    )
     args = ap.parse_args()
     if args.skip_q:
         WORKLOADS[:] = [w for w in WORKLOADS if w[2] is not None]
@@ -346,6 +420,7 @@ def main():
         return
 
     parquet = parquet_of(args.datasets, args.dataset)
+    cold = cold_start(args, serve_args(args)) if args.cold_start else None
     cache = tempfile.mkdtemp(prefix="tally-scale-cache-")
     try:
         extra = serve_args(args)
@@ -450,6 +525,9 @@ def main():
     if duck is not None:
         print()
         print(f"DuckDB process peak RSS: {mib(duck['peak'])}")
+    if cold is not None:
+        print()
+        print_cold_start(*cold)
     # The kept entry answered the first workload only: its total is compared on that row.
     totals_agree([
         (

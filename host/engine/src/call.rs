@@ -17,7 +17,9 @@ use crate::error::EngineError;
 use crate::meta::{self, unknown_value_hints};
 use crate::plan::Planner;
 use crate::results::Context;
-use tally_storage::dataset::{Dataset, Prepared};
+use tally_semantic::FieldId;
+use tally_semantic::request::Op;
+use tally_storage::dataset::{Dataset, Prepared, Route, Work};
 
 /// A call's data and the means to plan over it.
 pub struct Call<'a> {
@@ -35,6 +37,8 @@ pub struct Call<'a> {
     value_warnings: Vec<String>,
     /// Which revisions the call read, where its dataset declares `revisions`.
     in_force: Option<InForce>,
+    /// How the call was answered while its dataset's table was being prepared.
+    route: Option<Route>,
 }
 
 /// The revisions a call read (`revisions` in the definition): those in force on its `as_of`
@@ -81,18 +85,23 @@ impl std::fmt::Debug for Asked<'_> {
 
 impl<'a> Call<'a> {
     /// Prepares the data for the call's filters and matches their values to the data (a
-    /// value read in another form is recorded in `resolved`).
+    /// value read in another form is recorded in `resolved`). `reads` is what else the call
+    /// reads besides its filters (see [`work`]).
     pub async fn open(
         engine: &'a Engine,
         ds: &'a Dataset,
         filters: &mut Vec<Filter>,
         resolved: &mut Vec<Resolution>,
         as_of: Option<&str>,
+        reads: Reads<'_>,
     ) -> Result<Call<'a>, EngineError> {
         let def = &ds.def;
         // Before the backend is handed the conditions: it compares a title as it is.
         crate::aliases::read_aliases(engine, ds, filters, resolved).await?;
-        let prepared = ds.prepared_for(engine, &ds.pushdown(filters)).await?;
+        let work = work(def, filters, reads);
+        let (prepared, route) = ds
+            .prepared_for_work(engine, &ds.pushdown(filters), work)
+            .await?;
         let ctx = engine.call_context(prepared.rows)?;
         let value_warnings =
             crate::values::match_data(&ctx, &prepared, def, filters, resolved).await?;
@@ -127,6 +136,7 @@ impl<'a> Call<'a> {
             table,
             value_warnings,
             in_force,
+            route,
         })
     }
 
@@ -136,6 +146,11 @@ impl<'a> Call<'a> {
         if let Some(in_force) = &self.in_force {
             say_in_force(provenance, in_force);
         }
+    }
+
+    /// How the call was answered while its dataset's table was being prepared, if it was.
+    pub fn route(&self) -> Option<&Route> {
+        self.route.as_ref()
     }
 
     pub fn def(&self) -> &'a DatasetDef {
@@ -179,6 +194,7 @@ impl<'a> Call<'a> {
             &self.table,
             resolved,
             cluster.as_deref(),
+            self.route.as_ref(),
         );
         Ok(())
     }
@@ -552,4 +568,53 @@ fn say_in_force(provenance: &mut Provenance, in_force: &InForce) {
 /// Labels of a plan's conditions, in the order their expressions were built.
 pub trait HasConditions {
     fn labels(&self, def: &DatasetDef) -> Vec<String>;
+}
+
+/// What a call reads besides its filters, for weighing its dataset's files against a
+/// preparation under way.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reads<'p> {
+    /// Fields read whole: groups, measures, order.
+    pub fields: &'p [FieldId],
+    /// Computed measures read (each reads its own fields).
+    pub computed: usize,
+    /// The fields `q` searches, when the call has a `q` (none named: every text field).
+    pub q: Option<&'p [FieldId]>,
+}
+
+/// The work of a call over `def` with `filters` and `reads`: the fields whose every value it
+/// reads, and of them the text fields searched for a substring.
+pub fn work(def: &DatasetDef, filters: &[Filter], reads: Reads<'_>) -> Work {
+    let mut fields: std::collections::BTreeSet<FieldId> = reads.fields.iter().copied().collect();
+    let mut searched = std::collections::BTreeSet::new();
+    let text = |f: &FieldId| !def.fields[*f].data_type.is_numeric();
+    for f in filters {
+        fields.insert(f.field);
+        if matches!(f.op, Op::Contains(_) | Op::NotContains(_)) && text(&f.field) {
+            searched.insert(f.field);
+        }
+    }
+    if let Some(q) = reads.q {
+        let all: Vec<FieldId>;
+        let q = if q.is_empty() {
+            all = (0..def.fields.len())
+                .map(FieldId::at)
+                .filter(text)
+                .collect();
+            &all
+        } else {
+            q
+        };
+        for f in q {
+            fields.insert(*f);
+            if text(f) {
+                searched.insert(*f);
+            }
+        }
+    }
+    Work {
+        // A computed measure reads two fields (a ratio's parts), at most.
+        fields: fields.len() + 2 * reads.computed,
+        searched: searched.len(),
+    }
 }

@@ -28,10 +28,6 @@ pub enum EngineError {
     /// A per-call budget was exceeded.
     #[error("{message}")]
     Limit { message: String, hint: String },
-    /// The dataset is being read and prepared for its first use; the call stopped waiting at
-    /// its deadline while the preparation goes on.
-    #[error("{message}")]
-    Preparing { dataset: String, message: String },
     /// A bug in Tally.
     #[error("internal error: {0}")]
     Internal(String),
@@ -83,12 +79,6 @@ impl EngineError {
                 "message": format!("dataset `{dataset}` is being replaced: {message}"),
                 "dataset_id": dataset,
                 "hint": "retry the call in a moment",
-            }),
-            EngineError::Preparing { dataset, message } => json!({
-                "code": "dataset_preparing",
-                "message": message,
-                "dataset_id": dataset,
-                "hint": "call again in a few seconds: the preparation goes on in the background, and later calls on this dataset are fast",
             }),
             EngineError::Limit { message, hint } => json!({
                 "code": "limit_exceeded",

@@ -261,7 +261,7 @@ impl Engine {
             budget: memory::Budget::new(limits.memory_budget_bytes),
             callers: Default::default(),
             // Two at a time: preparing is CPU-bound, and the machines Tally targets have
-            // few cores; a third waits (its calls answer `dataset_preparing` meanwhile).
+            // few cores; a third waits its turn (its calls wait for it, or read the files).
             preparations: Arc::new(tokio::sync::Semaphore::new(2)),
             limits,
             backends,
@@ -460,44 +460,48 @@ impl Engine {
         scope: &Scope,
     ) -> Result<Value, EngineError> {
         let timeout = self.limits.call_timeout;
-        let attempt = async {
-            // Files replaced under a live version: take the new catalog and try again. A
-            // folder caught half-removed (its definition still there, its data gone) keeps
-            // its version for a moment; the second retry comes after a short pause, when
-            // such writes are over.
-            let mut tries = 0;
-            loop {
-                match self.run(tool, arguments, scope).await {
-                    Err(EngineError::Stale { dataset, message }) => {
-                        tries += 1;
-                        if tries > 2 {
-                            return Err(EngineError::Stale { dataset, message });
-                        }
-                        if tries == 2 {
-                            tokio::time::sleep(STALE_PAUSE).await;
-                        }
-                        self.rescan_for(&dataset);
-                    }
-                    other => return other,
-                }
-            }
-        };
-        let envelope = match tokio::time::timeout(timeout, attempt).await {
+        // A dataset whose table is being prepared when the call comes: the call is not
+        // refused at its deadline (see below).
+        let named = self.dataset_named(arguments);
+        let was_preparing = named.as_ref().is_some_and(|ds| ds.preparing().is_some());
+        let mut attempt = Box::pin(self.attempt(tool, arguments, scope));
+        let envelope = match tokio::time::timeout(timeout, &mut attempt).await {
             Ok(result) => result?,
-            Err(_) => {
-                if let Some(err) = self.still_preparing(arguments, timeout) {
-                    return Err(err);
+            Err(_)
+                if was_preparing || named.as_ref().is_some_and(|ds| ds.preparing().is_some()) =>
+            {
+                // Past its deadline while its dataset's table is (or was, at the call's
+                // start) being prepared: not refused. The call goes on until the preparation
+                // ends (bounded by the memory budget and its own time), then has a time budget
+                // of its own from there: a call waiting for the prepared table answers from
+                // it; one still reading the files races the same call run again on the
+                // prepared table, and the first to finish answers.
+                let ended = named.and_then(|ds| ds.running_preparation());
+                let ended = async move {
+                    if let Some(ended) = ended {
+                        ended.await;
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    result = &mut attempt => result?,
+                    () = ended => {
+                        let again = self.attempt(tool, arguments, scope);
+                        let first = async {
+                            tokio::select! {
+                                biased;
+                                result = &mut attempt => result,
+                                result = again => result,
+                            }
+                        };
+                        match tokio::time::timeout(timeout, first).await {
+                            Ok(result) => result?,
+                            Err(_) => return Err(past_deadline(tool, timeout)),
+                        }
+                    }
                 }
-                return Err(EngineError::Limit {
-                    message: format!(
-                        "{} took longer than its time budget of {} ms and was stopped",
-                        tool.name(),
-                        timeout.as_millis()
-                    ),
-                    hint: "narrow the call (filters, fewer groups, a smaller limit) or try again"
-                        .into(),
-                });
             }
+            Err(_) => return Err(past_deadline(tool, timeout)),
         };
         let mut envelope = envelope;
         if arguments
@@ -622,26 +626,44 @@ impl Engine {
         let _ = tokio::time::timeout(grace, futures::future::join_all(running)).await;
     }
 
-    /// When a call ran out of time waiting for its dataset's first preparation: the error
-    /// that says so, with how far the preparation has come.
-    fn still_preparing(&self, arguments: &Value, timeout: Duration) -> Option<EngineError> {
+    /// The dataset a call's arguments name (`dataset_id`), if the catalog serves it.
+    fn dataset_named(&self, arguments: &Value) -> Option<Arc<tally_storage::Dataset>> {
         let id = arguments.get("dataset_id")?.as_str()?;
-        let catalog = self.catalog.load_full();
-        let ds = catalog.datasets.get(id.trim())?;
-        let (rows, preparing) = ds.preparing()?;
-        let of = ds
-            .record_count()
-            .map(|n| format!(" of {n}"))
-            .unwrap_or_default();
-        let done = if preparing { "prepared" } else { "read" };
-        Some(EngineError::Preparing {
-            dataset: ds.def.id.clone(),
-            message: format!(
-                "dataset `{}` is still being read and prepared for its first use ({rows}{of} records {done} so far); this call stopped waiting at its time budget of {} ms, and the preparation goes on",
-                ds.def.id,
-                timeout.as_millis()
-            ),
-        })
+        self.catalog.load().datasets.get(id.trim()).cloned()
+    }
+
+    /// Whether the dataset a call names has its table being prepared now.
+    fn is_preparing_for(&self, arguments: &Value) -> bool {
+        self.dataset_named(arguments)
+            .is_some_and(|ds| ds.preparing().is_some())
+    }
+
+    /// One run of a call. Files replaced under a live version: take the new catalog and try
+    /// again. A folder caught half-removed (its definition still there, its data gone) keeps
+    /// its version for a moment; the second retry comes after a short pause, when such writes
+    /// are over.
+    async fn attempt(
+        &self,
+        tool: Tool,
+        arguments: &Value,
+        scope: &Scope,
+    ) -> Result<Value, EngineError> {
+        let mut tries = 0;
+        loop {
+            match self.run(tool, arguments, scope).await {
+                Err(EngineError::Stale { dataset, message }) => {
+                    tries += 1;
+                    if tries > 2 {
+                        return Err(EngineError::Stale { dataset, message });
+                    }
+                    if tries == 2 {
+                        tokio::time::sleep(STALE_PAUSE).await;
+                    }
+                    self.rescan_for(&dataset);
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Like [`Engine::call`], on a task of its own: a panic inside the call is answered as an
@@ -681,23 +703,28 @@ impl Engine {
         // caller answered anyway.
         let backstop = self.limits.call_timeout + Duration::from_secs(2);
         let name = tool.name();
-        match tokio::time::timeout(
-            backstop,
-            guard(CALLER_MEMORY.scope(held, async move {
-                engine.call_as(tool, &arguments, &scope).await
-            })),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(EngineError::Limit {
-                message: format!(
-                    "{name} took longer than its time budget of {} ms and was stopped",
-                    self.limits.call_timeout.as_millis()
-                ),
-                hint: "narrow the call (filters, fewer groups, a smaller limit) or try again"
-                    .into(),
-            }),
+        let named = serde_json::json!({ "dataset_id": arguments.get("dataset_id").cloned().unwrap_or(Value::Null) });
+        let call = guard(CALLER_MEMORY.scope(held, async move {
+            engine.call_as(tool, &arguments, &scope).await
+        }));
+        tokio::pin!(call);
+        // While the call's dataset is being prepared the call waits for it (see
+        // [`Engine::call_as`]): the backstop is a full one past the last moment the preparation
+        // was seen running.
+        let mut deadline = tokio::time::Instant::now() + backstop;
+        loop {
+            let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_secs(1));
+            tokio::select! {
+                result = &mut call => return result,
+                () = tokio::time::sleep(tick) => {
+                    let now = tokio::time::Instant::now();
+                    if self.is_preparing_for(&named) {
+                        deadline = deadline.max(now + backstop);
+                    } else if now >= deadline {
+                        return Err(past_deadline_named(name, self.limits.call_timeout));
+                    }
+                }
+            }
         }
     }
 
@@ -1029,6 +1056,21 @@ where
         Err(e) => Err(EngineError::Internal(format!(
             "the call was cancelled: {e}"
         ))),
+    }
+}
+
+/// The error of a call stopped at its time budget.
+fn past_deadline(tool: Tool, timeout: Duration) -> EngineError {
+    past_deadline_named(tool.name(), timeout)
+}
+
+fn past_deadline_named(name: &str, timeout: Duration) -> EngineError {
+    EngineError::Limit {
+        message: format!(
+            "{name} took longer than its time budget of {} ms and was stopped",
+            timeout.as_millis()
+        ),
+        hint: "narrow the call (filters, fewer groups, a smaller limit) or try again".into(),
     }
 }
 

@@ -159,7 +159,6 @@ pub async fn unknown_value_hints(
         if coded && !matches!(filter.op, Op::Contains(_)) {
             continue;
         }
-        let existing = prepared.distinct_values(ctx, def, filter.field).await?;
         let (values, substring): (Vec<String>, bool) = match &filter.op {
             Op::In(vs) => (vs.iter().map(|v| v.text()).collect(), false),
             Op::Eq(v) | Op::Ne(v) => (vec![v.text()], false),
@@ -168,6 +167,8 @@ pub async fn unknown_value_hints(
             Op::Contains(t) if nothing_found => (vec![t.clone()], true),
             _ => continue,
         };
+        // Counted (and kept) only for a filter that looks its values up.
+        let existing = prepared.distinct_values(ctx, def, filter.field).await?;
         // The field's values, and those of its aliases, as candidates: (value, as shown).
         let mut pool: Vec<(String, String)> = existing
             .iter()
@@ -371,6 +372,7 @@ pub fn read_and_normalized(
     table: &tally_storage::dataset::CallTable,
     resolved: &[Resolution],
     cluster: Option<&tally_storage::cluster::ClusterCall>,
+    route: Option<&tally_storage::dataset::Route>,
 ) {
     let def = &ds.def;
     use crate::envelope::TransformationType;
@@ -425,6 +427,11 @@ pub fn read_and_normalized(
         None => format!("from {} ({path})", files.join(", ")),
     };
     let from = from + &elsewhere;
+    // While the table was being prepared: which path answered, and why.
+    let from = match route {
+        Some(route) => format!("{from}, {route}"),
+        None => from,
+    };
     let hashed = match ds.backend.content_hash(&prepared.files) {
         Some((_, Some(how))) => format!("; {how}"),
         _ => String::new(),

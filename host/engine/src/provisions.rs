@@ -145,6 +145,10 @@ pub async fn run(
         &mut plan.records.filters,
         &mut plan.records.resolved_fields,
         None,
+        crate::call::Reads {
+            fields: &plan.records.group_by,
+            ..Default::default()
+        },
     )
     .await?;
     let groups = plan.records.group_by.clone();
@@ -160,6 +164,7 @@ pub async fn run(
         &mut target_filters,
         &mut target_resolved,
         as_of.as_deref(),
+        crate::call::Reads::default(),
     )
     .await?;
     let linked = read_linked(&tcall, &target_filters, &sides, as_of.is_some()).await?;
@@ -898,6 +903,7 @@ fn say_steps(
         &tcall.table,
         &[],
         None,
+        tcall.route(),
     );
     tcall.say_revisions(provenance);
     let (offset, returned, next_offset) = (f.offset, f.returned, f.next_offset);

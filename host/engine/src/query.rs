@@ -40,12 +40,18 @@ pub async fn run(
     mut plan: QueryPlan,
     select_given: bool,
 ) -> Result<(QueryResult, Provenance), EngineError> {
+    let order: Vec<_> = plan.order_by.iter().map(|s| s.field).collect();
     let call = Call::open(
         engine,
         ds,
         &mut plan.filters,
         &mut plan.resolved_fields,
         plan.as_of.as_deref(),
+        crate::call::Reads {
+            fields: &order,
+            computed: 0,
+            q: plan.q.as_ref().map(|_| plan.search_fields.as_slice()),
+        },
     )
     .await?;
     let mut conditions = Vec::new();

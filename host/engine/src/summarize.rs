@@ -432,12 +432,27 @@ pub async fn run(
     ds: &Dataset,
     mut plan: SummarizePlan,
 ) -> Result<(SummaryResult, Provenance), EngineError> {
+    let mut read = plan.group_by.clone();
+    read.extend(plan.explode.iter().copied());
+    let mut computed = 0;
+    for m in &plan.metrics {
+        match m {
+            Metric::Count => {}
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => read.push(*f),
+            Metric::AvgComputed(_) => computed += 1,
+        }
+    }
     let call = Call::open(
         engine,
         ds,
         &mut plan.filters,
         &mut plan.resolved_fields,
         plan.as_of.as_deref(),
+        crate::call::Reads {
+            fields: &read,
+            computed,
+            q: None,
+        },
     )
     .await?;
     // The rows cap is on what exploding adds beyond one row per record: a summary that

@@ -5,6 +5,8 @@
 //!
 //! The progress value is the time the call has used, in seconds, and the total is its time
 //! budget: a quantity that only grows and a bar that is full when the call would be stopped.
+//! A call whose dataset is being prepared is not stopped at its budget (it waits for the
+//! preparation): its total is the preparation's estimated end, or none until that is known.
 //! The message carries the detail a person can read.
 
 use std::sync::Arc;
@@ -74,10 +76,17 @@ pub fn start(
             if used > last {
                 last = used;
                 let view = View::of(&engine, caller.clone());
-                let message = doing(&view, tool, dataset.as_deref(), started.elapsed());
-                let param = ProgressNotificationParam::new(token.clone(), used)
-                    .with_total(budget)
-                    .with_message(message);
+                let (message, left) = doing(&view, tool, dataset.as_deref(), started.elapsed());
+                let param =
+                    ProgressNotificationParam::new(token.clone(), used).with_message(message);
+                // A call waiting for its dataset's preparation is not stopped at its budget:
+                // its bar runs to the preparation's estimated end, and has no total when that
+                // is not yet known.
+                let param = match left {
+                    Some(left) => param.with_total(budget.max(used + left.as_secs_f64())),
+                    None if used <= budget => param.with_total(budget),
+                    None => param,
+                };
                 if peer.notify_progress(param).await.is_err() {
                     return;
                 }
@@ -94,12 +103,18 @@ pub fn start(
     }
 }
 
-/// What the call is doing now, in one line: of a dataset outside the caller's view it says
-/// no more than of one that does not exist.
-fn doing(view: &View, tool: Tool, dataset: Option<&str>, elapsed: Duration) -> String {
+/// What the call is doing now, in one line, and (while its dataset is being prepared) the
+/// time the preparation is estimated to have left: of a dataset outside the caller's view it
+/// says no more than of one that does not exist.
+fn doing(
+    view: &View,
+    tool: Tool,
+    dataset: Option<&str>,
+    elapsed: Duration,
+) -> (String, Option<Duration>) {
     let seconds = elapsed.as_secs_f64();
     let Some(ds) = dataset.and_then(|id| view.dataset(id)) else {
-        return format!("{}: working ({seconds:.1} s)", tool.name());
+        return (format!("{}: working ({seconds:.1} s)", tool.name()), None);
     };
     if let Some((rows, preparing)) = ds.preparing() {
         let of = ds
@@ -107,13 +122,23 @@ fn doing(view: &View, tool: Tool, dataset: Option<&str>, elapsed: Duration) -> S
             .map(|n| format!(" of {n}"))
             .unwrap_or_default();
         let what = if preparing { "prepared" } else { "read" };
-        return format!(
-            "{}: `{}` is being read and prepared for its first use ({rows}{of} records {what} so far, {seconds:.1} s)",
-            tool.name(),
-            ds.id()
+        let left = ds
+            .weigh(tally_storage::dataset::Work::default())
+            .flatten()
+            .map(|(_, left)| left);
+        let about = left
+            .map(|l| format!(", about {:.0} s left", l.as_secs_f64().ceil()))
+            .unwrap_or_default();
+        return (
+            format!(
+                "{}: `{}` is being read and prepared for its first use ({rows}{of} records {what} so far{about}, {seconds:.1} s)",
+                tool.name(),
+                ds.id()
+            ),
+            left,
         );
     }
-    match (&ds.def.backend.kind, &ds.def.backend.plugin) {
+    let line = match (&ds.def.backend.kind, &ds.def.backend.plugin) {
         (BackendKind::Parquet, _) | (_, None) => {
             format!(
                 "{}: computing over `{}` ({seconds:.1} s)",
@@ -131,5 +156,6 @@ fn doing(view: &View, tool: Tool, dataset: Option<&str>, elapsed: Duration) -> S
                 PluginRef::File(path) => path.as_str(),
             }
         ),
-    }
+    };
+    (line, None)
 }

@@ -158,6 +158,28 @@ pub struct Progress {
     pub rows: std::sync::atomic::AtomicU64,
     /// Whether the rows are being prepared (after reading).
     pub preparing: std::sync::atomic::AtomicBool,
+    /// When the rows began to be prepared: with `rows`, the rate a call weighs the rest by.
+    pub since: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Progress {
+    /// Marks the start of preparing the rows (after reading, or again after a failed start).
+    pub fn preparing_from_now(&self) {
+        self.rows.store(0, Ordering::Relaxed);
+        self.preparing.store(true, Ordering::Relaxed);
+        if let Ok(mut since) = self.since.lock() {
+            *since = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Rows prepared so far and the time they took, once the rows are being prepared.
+    pub fn prepared_so_far(&self) -> Option<(u64, std::time::Duration)> {
+        if !self.preparing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let since = (*self.since.lock().ok()?)?;
+        Some((self.rows.load(Ordering::Relaxed), since.elapsed()))
+    }
 }
 
 /// What a backend reading data, and the preparation after it, account their memory with:
