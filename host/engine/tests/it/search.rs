@@ -205,6 +205,18 @@ fn generated_text_is_found_as_the_record_by_record_test_finds_it() {
         assert!(nonzero > 300, "most needles find something: {nonzero}");
     });
     assert!(searched_the_dictionaries(&prepared, "texts"));
+    // Hundreds of searches made; the table keeps its last eight.
+    let kept = prepared
+        .catalog()
+        .datasets
+        .get("texts")
+        .and_then(|ds| ds.ready())
+        .map(|p| p.searches_kept());
+    assert_eq!(
+        kept,
+        Some(8),
+        "a prepared table keeps its last eight searches"
+    );
 }
 
 /// The real survey: a set of needles a person would type (Japanese without spaces, forms
