@@ -690,3 +690,30 @@ async def test_no_call_is_refused_while_the_data_is_prepared(tmp_path):
                 assert any(m and "is being read and prepared" in m for _, _, m in seen), seen
     finally:
         server.stop()
+
+
+async def test_a_text_search_too_slow_for_the_files_is_told_how_to_narrow(tmp_path):
+    """Issue 39: data read from its files at every call (here forced, as for data over the
+    memory budget) is searched record by record; a `q` that outlasts its deadline is stopped
+    and told why and what fits (fewer fields, conditions first), not just "narrow the call"."""
+    source = need("large.parquet")
+    datasets = tmp_path / "datasets"
+    (datasets / "large").mkdir(parents=True)
+    shutil.copyfile(source, datasets / "large" / "data.parquet")
+    (datasets / "large" / "dataset.yaml").write_text(
+        "title: large\nfields:\n- {name: id, role: id}\n- {name: a, role: dim}\n- {name: b, role: attr}\n"
+        "- {name: c, role: attr}\n- {name: n, role: measure, data_type: integer}\n",
+        encoding="utf-8",
+    )
+    server = HttpServer("--call-timeout-ms", "50", "--streaming", "always", "--no-cache", datasets=str(datasets))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with client(server) as c:
+                r = await c.call_tool("query_records", {"dataset_id": "large", "q": "第17条", "limit": 3})
+                assert r.is_error, body(r)
+                err = body(r)["error"]
+                assert err["code"] == "limit_exceeded", err
+                assert "read from its files at every call" in err["message"] and "1000000 records" in err["message"], err
+                assert "search_fields" in err["hint"], err
+    finally:
+        server.stop()

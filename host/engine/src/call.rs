@@ -102,6 +102,14 @@ impl<'a> Call<'a> {
         let (prepared, route) = ds
             .prepared_for_work(engine, &ds.pushdown(filters), work)
             .await?;
+        // Run again on the prepared table after the first run outlasted its deadline while
+        // the table was being prepared: said as the wait it was.
+        let route = route.or_else(|| {
+            crate::waited_since().map(|since| Route::Waited {
+                waited: since.elapsed(),
+                estimate: None,
+            })
+        });
         let ctx = engine.call_context(prepared.rows)?;
         let value_warnings =
             crate::values::match_data(&ctx, &prepared, def, filters, resolved).await?;

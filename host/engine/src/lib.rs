@@ -188,6 +188,15 @@ impl tally_storage::Resources for Engine {
 tokio::task_local! {
     /// The memory counter of the caller whose call runs on this task.
     static CALLER_MEMORY: Arc<std::sync::atomic::AtomicUsize>;
+    /// Set on a call run again once the preparation its first run outlasted its deadline
+    /// waiting for has ended: when the call began (said in its extract step).
+    static WAITED_SINCE: std::time::Instant;
+}
+
+/// When the call on this task began, if it is a call run again after waiting for its
+/// dataset's preparation.
+pub(crate) fn waited_since() -> Option<std::time::Instant> {
+    WAITED_SINCE.try_with(|since| *since).ok()
 }
 
 impl tally_storage::watch::Reload for Engine {
@@ -460,6 +469,7 @@ impl Engine {
         scope: &Scope,
     ) -> Result<Value, EngineError> {
         let timeout = self.limits.call_timeout;
+        let began = std::time::Instant::now();
         // A dataset whose table is being prepared when the call comes: the call is not
         // refused at its deadline (see below).
         let named = self.dataset_named(arguments);
@@ -486,7 +496,8 @@ impl Engine {
                     biased;
                     result = &mut attempt => result?,
                     () = ended => {
-                        let again = self.attempt(tool, arguments, scope);
+                        let again =
+                            WAITED_SINCE.scope(began, self.attempt(tool, arguments, scope));
                         let first = async {
                             tokio::select! {
                                 biased;
@@ -501,7 +512,7 @@ impl Engine {
                     }
                 }
             }
-            Err(_) => return Err(past_deadline(tool, timeout)),
+            Err(_) => return Err(self.too_slow(tool, arguments, named.as_deref(), timeout)),
         };
         let mut envelope = envelope;
         if arguments
@@ -624,6 +635,37 @@ impl Engine {
             grace.as_secs()
         );
         let _ = tokio::time::timeout(grace, futures::future::join_all(running)).await;
+    }
+
+    /// The error of a call stopped at its deadline, with what would make it fit: a text
+    /// search over data read from its files (over the memory budget, or served so) reads
+    /// every text value at every call, so it is told to name its fields or narrow first.
+    fn too_slow(
+        &self,
+        tool: Tool,
+        arguments: &Value,
+        ds: Option<&tally_storage::Dataset>,
+        timeout: Duration,
+    ) -> EngineError {
+        let searches = arguments.get("q").is_some_and(|q| !q.is_null())
+            || arguments.get("where").is_some_and(|w| {
+                let w = w.to_string();
+                w.contains("\"$contains\"") || w.contains("\"$not_contains\"")
+            });
+        match ds {
+            Some(ds) if searches && ds.read_from_files(self) => EngineError::Limit {
+                message: format!(
+                    "{} took longer than its time budget of {} ms and was stopped: dataset `{}` is read from its files at every call (its prepared table would not fit the memory budget, or the server reads files at every call), so a text search folds and scans every text value of its {} records",
+                    tool.name(),
+                    timeout.as_millis(),
+                    ds.def.id,
+                    ds.record_count()
+                        .map_or_else(|| "many".to_string(), |n| n.to_string())
+                ),
+                hint: "search fewer fields (`search_fields` names the fields `q` searches; `$contains` one field), or add conditions on coded fields or numbers first, which rule out row groups before any text is read".into(),
+            },
+            _ => past_deadline(tool, timeout),
+        }
     }
 
     /// The dataset a call's arguments name (`dataset_id`), if the catalog serves it.
