@@ -590,15 +590,9 @@ def test_cli_output_into_a_closed_pipe_ends_quietly():
     assert code == 0 and "panicked" not in err, (code, err)
 
 
-async def test_no_call_is_refused_while_the_data_is_prepared(tmp_path):
-    """Issue 39: a dataset of a million records, its table prepared in the background after a
-    cold start. Calls of every kind issued from the first second, with a deadline short
-    enough that some of them outlast it, are all answered (from the files, or by waiting
-    for the preparation), never refused, with the same numbers on every path; each says in
-    its provenance which path answered. (`inspect_dataset` waits for the prepared table:
-    test_lows; a debug build describes a million records slower than this test's deadline.)
-    Served prepared only (`--streaming never`), the
-    first call waits for the preparation, told how it goes by progress notifications."""
+def large_dataset(tmp_path: Path) -> Path:
+    """A datasets folder holding `large`: the million records of `large.parquet` (id, a, b, c:
+    text; n: integer), written by the cargo test wrapper."""
     source = need("large.parquet")
     datasets = tmp_path / "datasets"
     (datasets / "large").mkdir(parents=True)
@@ -608,6 +602,19 @@ async def test_no_call_is_refused_while_the_data_is_prepared(tmp_path):
         "- {name: c, role: attr}\n- {name: n, role: measure, data_type: integer}\n",
         encoding="utf-8",
     )
+    return datasets
+
+
+async def test_no_call_is_refused_while_the_data_is_prepared(tmp_path):
+    """Issue 39: a dataset of a million records, its table prepared in the background after a
+    cold start. Calls of every kind issued from the first second, with a deadline short
+    enough that some of them outlast it, are all answered (from the files, or by waiting
+    for the preparation), never refused, with the same numbers on every path; each says in
+    its provenance which path answered. (`inspect_dataset` waits for the prepared table:
+    test_lows; a debug build describes a million records slower than this test's deadline.)
+    Served prepared only (`--streaming never`), the
+    first call waits for the preparation, told how it goes by progress notifications."""
+    datasets = large_dataset(tmp_path)
 
     def extract(out) -> str:
         return out["provenance"]["transformations"][0]["description"]
@@ -696,15 +703,7 @@ async def test_a_text_search_too_slow_for_the_files_is_told_how_to_narrow(tmp_pa
     """Issue 39: data read from its files at every call (here forced, as for data over the
     memory budget) is searched record by record; a `q` that outlasts its deadline is stopped
     and told why and what fits (fewer fields, conditions first), not just "narrow the call"."""
-    source = need("large.parquet")
-    datasets = tmp_path / "datasets"
-    (datasets / "large").mkdir(parents=True)
-    shutil.copyfile(source, datasets / "large" / "data.parquet")
-    (datasets / "large" / "dataset.yaml").write_text(
-        "title: large\nfields:\n- {name: id, role: id}\n- {name: a, role: dim}\n- {name: b, role: attr}\n"
-        "- {name: c, role: attr}\n- {name: n, role: measure, data_type: integer}\n",
-        encoding="utf-8",
-    )
+    datasets = large_dataset(tmp_path)
     server = HttpServer("--call-timeout-ms", "50", "--streaming", "always", "--no-cache", datasets=str(datasets))
     try:
         with anyio.fail_after(TIMEOUT):

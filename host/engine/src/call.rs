@@ -605,10 +605,7 @@ pub fn work(def: &DatasetDef, filters: &[Filter], reads: Reads<'_>) -> Work {
     if let Some(q) = reads.q {
         let all: Vec<FieldId>;
         let q = if q.is_empty() {
-            all = (0..def.fields.len())
-                .map(FieldId::at)
-                .filter(text)
-                .collect();
+            all = crate::plan::searched_by_default(def);
             &all
         } else {
             q

@@ -472,7 +472,7 @@ impl Engine {
         let began = std::time::Instant::now();
         // A dataset whose table is being prepared when the call comes: the call is not
         // refused at its deadline (see below).
-        let named = self.dataset_named(arguments);
+        let named = self.dataset_named(arguments, scope);
         let was_preparing = named.as_ref().is_some_and(|ds| ds.preparing().is_some());
         let mut attempt = Box::pin(self.attempt(tool, arguments, scope));
         let envelope = match tokio::time::timeout(timeout, &mut attempt).await {
@@ -668,16 +668,18 @@ impl Engine {
         }
     }
 
-    /// The dataset a call's arguments name (`dataset_id`), if the catalog serves it.
-    fn dataset_named(&self, arguments: &Value) -> Option<Arc<tally_storage::Dataset>> {
-        let id = arguments.get("dataset_id")?.as_str()?;
-        self.catalog.load().datasets.get(id.trim()).cloned()
-    }
-
-    /// Whether the dataset a call names has its table being prepared now.
-    fn is_preparing_for(&self, arguments: &Value) -> bool {
-        self.dataset_named(arguments)
-            .is_some_and(|ds| ds.preparing().is_some())
+    /// The dataset a call's arguments name (`dataset_id`), if the catalog serves it within
+    /// the caller's `scope` (what a call waits for and says is of datasets the caller sees).
+    fn dataset_named(
+        &self,
+        arguments: &Value,
+        scope: &Scope,
+    ) -> Option<Arc<tally_storage::Dataset>> {
+        let id = arguments.get("dataset_id")?.as_str()?.trim();
+        if !scope.allows(id) {
+            return None;
+        }
+        self.catalog.load().datasets.get(id).cloned()
     }
 
     /// One run of a call. Files replaced under a live version: take the new catalog and try
@@ -745,7 +747,7 @@ impl Engine {
         // caller answered anyway.
         let backstop = self.limits.call_timeout + Duration::from_secs(2);
         let name = tool.name();
-        let named = serde_json::json!({ "dataset_id": arguments.get("dataset_id").cloned().unwrap_or(Value::Null) });
+        let named = self.dataset_named(&arguments, &scope);
         let call = guard(CALLER_MEMORY.scope(held, async move {
             engine.call_as(tool, &arguments, &scope).await
         }));
@@ -760,7 +762,7 @@ impl Engine {
                 result = &mut call => return result,
                 () = tokio::time::sleep(tick) => {
                     let now = tokio::time::Instant::now();
-                    if self.is_preparing_for(&named) {
+                    if named.as_ref().is_some_and(|ds| ds.preparing().is_some()) {
                         deadline = deadline.max(now + backstop);
                     } else if now >= deadline {
                         return Err(past_deadline_named(name, self.limits.call_timeout));

@@ -186,10 +186,7 @@ impl<'a> Planner<'a> {
         let q: String = q.chars().filter(|c| !c.is_control()).collect();
         let all: Vec<FieldId>;
         let fields = if fields.is_empty() {
-            all = (0..self.def.fields.len())
-                .map(FieldId::at)
-                .filter(|f| !self.def.fields[*f].data_type.is_numeric())
-                .collect();
+            all = searched_by_default(self.def);
             &all
         } else {
             fields
@@ -242,6 +239,14 @@ impl<'a> Planner<'a> {
             .reduce(Expr::or)
             .unwrap_or(lit(true))
     }
+}
+
+/// The fields `q` searches when the call names none: every text field.
+pub fn searched_by_default(def: &DatasetDef) -> Vec<FieldId> {
+    (0..def.fields.len())
+        .map(FieldId::at)
+        .filter(|f| !def.fields[*f].data_type.is_numeric())
+        .collect()
 }
 
 /// ANDs expressions; `None` when there are none.
