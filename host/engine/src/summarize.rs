@@ -29,6 +29,7 @@ use crate::meta::{self, echo, field_meta};
 use crate::plan::{Planner, conjunction};
 use crate::results::{CountsByName, MetricMeta, SummaryResult};
 use tally_storage::dataset::{Codes, Dataset, Prepared, code_column, share_column};
+use tally_storage::udf::StreamCodes;
 
 /// Hidden result column: records per group (before exploding, the matched total is its sum).
 const ROWS_COL: &str = "__tally_rows";
@@ -485,14 +486,28 @@ pub async fn run(
             .iter()
             .any(|g| call.def().fields[*g].name == h.column)
     });
-    let indexes: Vec<Option<std::sync::Arc<tally_storage::udf::PartIndex>>> = plan
+    // Read from its files on this server, it is split into parts numbered as the call meets
+    // them, under the same conditions.
+    let on_cluster = on_cluster(&call);
+    let indexes: Vec<Option<Split>> = plan
         .explode
         .iter()
         .map(|e| {
             let filtered = part_filters.iter().any(|f| f.field == *e);
-            (!filtered && !having_on_keys)
-                .then(|| call.prepared.part_index(call.def(), *e))
-                .flatten()
+            if filtered || having_on_keys {
+                return None;
+            }
+            if let Some(index) = call.prepared.part_index(call.def(), *e) {
+                return Some(Split::Index(index));
+            }
+            let field = &call.def().fields[*e];
+            let separator = field.multi_value.clone()?;
+            (!call.prepared.is_prepared() && !on_cluster && !field.data_type.is_numeric()).then(
+                || Split::Streamed {
+                    codes: std::sync::Arc::new(StreamCodes::default()),
+                    separator,
+                },
+            )
         })
         .collect();
     // Records matched before exploding, the records without a part in each exploded field,
@@ -526,11 +541,11 @@ fn explode(
     plan: &SummarizePlan,
     mut df: DataFrame,
     part_filters: &[&Filter],
-    indexes: &[Option<std::sync::Arc<tally_storage::udf::PartIndex>>],
+    indexes: &[Option<Split>],
 ) -> Result<DataFrame, EngineError> {
     for (k, &e) in plan.explode.iter().enumerate() {
         let parts = match &indexes[k] {
-            Some(index) => planner.functions.part_codes(planner.column(e), index),
+            Some(split) => split.codes(planner, e),
             None => planner.parts(e, false),
         };
         df = df
@@ -578,7 +593,7 @@ async fn aggregate(
     plan: &SummarizePlan,
     df: DataFrame,
     caps: crate::groups::Caps,
-    indexes: &[Option<std::sync::Arc<tally_storage::udf::PartIndex>>],
+    indexes: &[Option<Split>],
 ) -> Result<Grouped, EngineError> {
     let def = call.def();
     let group_names: Vec<String> = plan
@@ -587,8 +602,15 @@ async fn aggregate(
         .map(|g| def.fields[*g].name.clone())
         .collect();
     let having_on_keys = plan.having.iter().any(|h| group_names.contains(&h.column));
-    let (coded, group_exprs) =
-        group_keys(&call.planner, &call.prepared, plan, having_on_keys, indexes);
+    let on_cluster = on_cluster(call);
+    let (coded, group_exprs) = group_keys(
+        &call.planner,
+        &call.prepared,
+        plan,
+        having_on_keys,
+        on_cluster,
+        indexes,
+    );
 
     let mut aggregates = Aggregates::new(caps);
     let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
@@ -634,6 +656,20 @@ async fn aggregate(
             )),
         ));
     }
+    // The codes met while aggregating, read once the groups are made.
+    let coded = coded
+        .into_iter()
+        .map(|c| {
+            c.map(|c| match c {
+                KeyCodes::Fixed(codes) => Ok(codes),
+                KeyCodes::Streamed(codes) => codes
+                    .values()
+                    .map(Codes::of)
+                    .map_err(|e| EngineError::computing(&def.id, e)),
+            })
+            .transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Grouped {
         batches,
         schema,
@@ -710,7 +746,7 @@ async fn order_and_page(
         .zip(&coded)
         .map(|(g, code)| {
             code.as_ref().map(|c| {
-                if plan.explode.contains(g) {
+                if plan.explode.contains(g) || !call.prepared.is_prepared() {
                     std::sync::Arc::new(c.ranks())
                 } else {
                     call.prepared.code_ranks(*g)
@@ -862,6 +898,69 @@ fn fields_used(def: &tally_semantic::DatasetDef, plan: &SummarizePlan) -> Vec<Fi
     used
 }
 
+/// Whether the call's physical work is sent to a cluster (whose executors rebuild Tally's
+/// functions by name: none that holds this server's memory can go there).
+fn on_cluster(call: &Call<'_>) -> bool {
+    call.ctx
+        .state()
+        .config()
+        .get_extension::<tally_storage::cluster::ClusterCall>()
+        .is_some()
+}
+
+/// How an exploded field is split into parts numbered by code.
+enum Split {
+    /// A prepared table's index of the field's parts.
+    Index(std::sync::Arc<tally_storage::udf::PartIndex>),
+    /// Data read from its files on this server: parts numbered as the call meets them.
+    Streamed {
+        codes: std::sync::Arc<StreamCodes>,
+        separator: String,
+    },
+}
+
+impl Split {
+    /// The codes of each record's parts (a list).
+    fn codes(&self, planner: &Planner<'_>, field: FieldId) -> Expr {
+        match self {
+            Split::Index(index) => planner.functions.part_codes(planner.column(field), index),
+            Split::Streamed { codes, separator } => {
+                planner
+                    .functions
+                    .stream_part_codes(planner.column(field), codes, separator, false)
+            }
+        }
+    }
+
+    /// How many parts each record has.
+    fn count(&self, planner: &Planner<'_>, field: FieldId) -> Expr {
+        match self {
+            Split::Index(index) => planner.functions.part_count(planner.column(field), index),
+            Split::Streamed { codes, separator } => {
+                planner
+                    .functions
+                    .stream_part_codes(planner.column(field), codes, separator, true)
+            }
+        }
+    }
+
+    /// The values of the codes, as a group key.
+    fn key_codes(&self) -> KeyCodes {
+        match self {
+            Split::Index(index) => KeyCodes::Fixed(Codes::of(index.parts.clone())),
+            Split::Streamed { codes, .. } => KeyCodes::Streamed(std::sync::Arc::clone(codes)),
+        }
+    }
+}
+
+/// How a group key is grouped on integer codes.
+enum KeyCodes {
+    /// The codes of a prepared table's code column (or of an index's parts).
+    Fixed(Codes),
+    /// Codes numbered by the call itself as it reads text from the files.
+    Streamed(std::sync::Arc<StreamCodes>),
+}
+
 /// Per group key, the values of its code column when it is grouped on codes, and the key
 /// expressions. A field with an integer code column is grouped on its codes (integers hash
 /// far faster than strings) and the codes are turned back into values afterwards; a `having`
@@ -872,8 +971,9 @@ fn group_keys(
     prepared: &tally_storage::dataset::Prepared,
     plan: &SummarizePlan,
     having_on_keys: bool,
-    indexes: &[Option<std::sync::Arc<tally_storage::udf::PartIndex>>],
-) -> (Vec<Option<Codes>>, Vec<Expr>) {
+    on_cluster: bool,
+    indexes: &[Option<Split>],
+) -> (Vec<Option<KeyCodes>>, Vec<Expr>) {
     let def = planner.def;
     let part_of = |field: FieldId| {
         plan.explode
@@ -881,13 +981,26 @@ fn group_keys(
             .position(|e| *e == field)
             .map(explode_col)
     };
-    let coded: Vec<Option<Codes>> = plan
+    let coded: Vec<Option<KeyCodes>> = plan
         .group_by
         .iter()
         .map(|g| match plan.explode.iter().position(|e| e == g) {
             // Exploded on part codes: the codes of the field's parts.
-            Some(k) => indexes[k].as_ref().map(|i| Codes::of(i.parts.clone())),
-            None => (!having_on_keys).then(|| prepared.codes(*g)).flatten(),
+            Some(k) => indexes[k].as_ref().map(Split::key_codes),
+            None if having_on_keys => None,
+            None => match prepared.codes(*g) {
+                Some(codes) => Some(KeyCodes::Fixed(codes)),
+                // Text read from its files, on this server: numbered as the call meets it.
+                None if !prepared.is_prepared()
+                    && !on_cluster
+                    && !def.fields[*g].data_type.is_numeric() =>
+                {
+                    Some(KeyCodes::Streamed(std::sync::Arc::new(
+                        StreamCodes::default(),
+                    )))
+                }
+                None => None,
+            },
         })
         .collect();
     let group_exprs: Vec<Expr> = plan
@@ -899,18 +1012,21 @@ fn group_keys(
             let name = &def.fields[g].name;
             // A missing value (null or blank) is the key null, never "" (which reads like a
             // value).
-            match part_of(g) {
+            match (part_of(g), code) {
                 // Exploded parts are never empty.
-                Some(col) => ident(col).alias(name),
-                None if code.is_some() => ident(code_column(g)).alias(name),
+                (Some(col), _) => ident(col).alias(name),
+                (None, Some(KeyCodes::Fixed(_))) => ident(code_column(g)).alias(name),
+                (None, Some(KeyCodes::Streamed(codes))) => {
+                    planner.functions.code(planner.column(g), codes).alias(name)
+                }
                 // A text column without missing values is its own key: no copy of every value.
-                None if text && !prepared.has_missing(g).unwrap_or(true) => {
+                (None, None) if text && !prepared.has_missing(g).unwrap_or(true) => {
                     planner.column(g).alias(name)
                 }
-                None if text => {
+                (None, None) if text => {
                     datafusion::functions::expr_fn::nullif(planner.column(g), lit("")).alias(name)
                 }
-                None => cast(planner.column(g), DataType::Utf8).alias(name),
+                (None, None) => cast(planner.column(g), DataType::Utf8).alias(name),
             }
         })
         .collect();
@@ -1017,7 +1133,7 @@ async fn count_before_exploding(
     plan: &SummarizePlan,
     df: &datafusion::dataframe::DataFrame,
     caps: crate::groups::Caps,
-    indexes: &[Option<std::sync::Arc<tally_storage::udf::PartIndex>>],
+    indexes: &[Option<Split>],
 ) -> Result<(Option<usize>, Vec<(String, u64)>), EngineError> {
     let def = planner.def;
     let mut without_value: Vec<(String, u64)> = Vec::new();
@@ -1029,7 +1145,7 @@ async fn count_before_exploding(
             vec![datafusion::functions_aggregate::expr_fn::count(lit(1i64)).alias("records")];
         // The parts of a record, counted: from the field's index when it has one.
         let count = |k: usize, e: FieldId| match &indexes[k] {
-            Some(index) => planner.functions.part_count(planner.column(e), index),
+            Some(split) => split.count(planner, e),
             None => datafusion::functions_nested::expr_fn::array_length(planner.parts(e, false)),
         };
         for (k, &e) in plan.explode.iter().enumerate() {

@@ -1269,6 +1269,10 @@ fn partition_value(value: Option<&str>, data_type: &DataType) -> datafusion::com
     match (value, data_type) {
         (Some(v), DataType::Int64) => ScalarValue::Int64(v.parse().ok()),
         (Some(v), DataType::Float64) => ScalarValue::Float64(v.parse().ok()),
+        (Some(v), DataType::Utf8View) => ScalarValue::Utf8View(Some(v.to_string())),
+        (Some(v), DataType::Dictionary(k, _)) => {
+            ScalarValue::Dictionary(k.clone(), Box::new(ScalarValue::Utf8(Some(v.to_string()))))
+        }
         (Some(v), _) => ScalarValue::Utf8(Some(v.to_string())),
         (None, t) => ScalarValue::try_from(t).unwrap_or(ScalarValue::Null),
     }

@@ -136,6 +136,34 @@ impl Share {
                 .map(|i| self.counts(values.value(i)))
                 .collect();
             share_of_codes(dict, &mask)
+        } else if let Some(view) = text.as_string_view_opt() {
+            // Read from the files: each distinct view decided once when values repeat.
+            match crate::udf::distinct_views(view) {
+                Some((index, firsts)) => {
+                    let mask: Vec<bool> =
+                        firsts.iter().map(|r| self.counts(view.value(*r))).collect();
+                    index
+                        .values()
+                        .iter()
+                        .map(|i| {
+                            if mask.get(*i as usize).copied().unwrap_or(false) {
+                                1.0
+                            } else {
+                                0.0
+                            }
+                        })
+                        .collect()
+                }
+                None => (0..n)
+                    .map(|r| {
+                        if view.is_valid(r) && self.counts(view.value(r)) {
+                            1.0
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect(),
+            }
         } else {
             let text = datafusion::arrow::compute::cast(text, &DataType::Utf8)
                 .map_err(|e| StorageError::internal(format!("a share column: {e}")))?;
@@ -198,13 +226,14 @@ pub(crate) enum Out {
 }
 
 impl Layout {
-    /// The layout of data read from its files at every call: text as plain `Utf8` (there is
-    /// no dictionary for the whole table), no code columns.
+    /// The layout of data read from its files at every call: text as `Utf8View` (there is no
+    /// dictionary for the whole table; a view decoded from a dictionary page points into the
+    /// page's dictionary instead of copying each value), no code columns.
     pub fn streamed(def: &DatasetDef, source: &Schema) -> Result<Layout, StorageError> {
         let mut layout = Layout::of(def, source)?;
         for t in &mut layout.targets {
             if matches!(t, DataType::Dictionary(_, _)) {
-                *t = DataType::Utf8;
+                *t = DataType::Utf8View;
             }
         }
         layout.coded.clear();

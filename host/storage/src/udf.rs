@@ -144,6 +144,49 @@ fn string_at<'a>(array: &'a ArrayRef) -> Box<dyn Fn(usize) -> Option<&'a str> + 
     }
 }
 
+/// The distinct views of a `Utf8View` array: per row, the number of its view among the
+/// distinct ones (a null row: the number of distinct views), and the first row of each.
+/// A value decoded from a Parquet dictionary page is the same view (buffer, offset, length)
+/// in every row that holds it, and a short value is held in its view, so rows with the same
+/// view hold the same text (the converse need not hold: the same text may be two views).
+/// `None` when most rows are distinct (free text), where working row by row is cheaper.
+pub(crate) fn distinct_views(
+    array: &datafusion::arrow::array::StringViewArray,
+) -> Option<(UInt32Array, Vec<usize>)> {
+    let n = array.len();
+    let most = (n / 2).max(64);
+    let views = array.views();
+    let mut seen: hashbrown::HashMap<u128, u32> = hashbrown::HashMap::with_capacity(64);
+    let mut firsts: Vec<usize> = Vec::new();
+    let mut index: Vec<u32> = Vec::with_capacity(n);
+    let mut any_null = false;
+    for (r, view) in views.iter().enumerate() {
+        if array.is_null(r) {
+            any_null = true;
+            index.push(u32::MAX);
+            continue;
+        }
+        let next = firsts.len() as u32;
+        let i = *seen.entry(*view).or_insert_with(|| {
+            firsts.push(r);
+            next
+        });
+        if firsts.len() > most {
+            return None;
+        }
+        index.push(i);
+    }
+    if any_null {
+        let null = firsts.len() as u32;
+        for i in &mut index {
+            if *i == u32::MAX {
+                *i = null;
+            }
+        }
+    }
+    Some((UInt32Array::from(index), firsts))
+}
+
 /// What a function does with text: given each row's value (`None`: null) and the rows.
 type Each<'f> = dyn for<'a> Fn(&dyn Fn(usize) -> Option<&'a str>, usize) -> Result<ArrayRef> + 'f;
 
@@ -172,8 +215,22 @@ fn over_text(
         }
         None => {
             let strings = strings_of(&array)?;
-            let at = string_at(&strings);
-            each(&*at, strings.len())?
+            // Text read from its files as views: a value decoded from a dictionary page is
+            // one view however many rows hold it, so each distinct view is worked on once.
+            match strings
+                .as_string_view_opt()
+                .and_then(|view| Some((view, distinct_views(view)?)))
+            {
+                Some((view, (index, firsts))) => {
+                    let n = firsts.len();
+                    let per_value = each(&|i| (i < n).then(|| view.value(firsts[i])), n + 1)?;
+                    datafusion::arrow::compute::take(per_value.as_ref(), &index, None)?
+                }
+                None => {
+                    let at = string_at(&strings);
+                    each(&*at, strings.len())?
+                }
+            }
         }
     };
     Ok(match arg {
@@ -480,6 +537,221 @@ impl ScalarUDFImpl for PartCodes {
     }
 }
 
+/// The codes a call gives the text of a field read from its files, numbered as its values
+/// are met (code 0: a missing value, null or `""`). A summary over data read at every call
+/// groups on these integers instead of hashing and comparing every row's text, and reads the
+/// values back from here once the groups are made; each distinct value of a batch is looked
+/// up once ([`distinct_views`]). They live in this server's memory: a plan sent to a cluster
+/// does not use them.
+#[derive(Debug)]
+pub struct StreamCodes(Mutex<CodeTable>);
+
+#[derive(Debug)]
+struct CodeTable {
+    codes: hashbrown::HashMap<String, u32>,
+    values: Vec<String>,
+}
+
+impl Default for StreamCodes {
+    fn default() -> StreamCodes {
+        StreamCodes(Mutex::new(CodeTable {
+            codes: hashbrown::HashMap::new(),
+            values: vec![String::new()],
+        }))
+    }
+}
+
+impl StreamCodes {
+    /// The values numbered so far, by code (code 0 is `""`).
+    pub fn values(&self) -> Result<datafusion::arrow::array::StringArray> {
+        let table = self
+            .0
+            .lock()
+            .map_err(|_| DataFusionError::Internal("the code table's lock is poisoned".into()))?;
+        Ok(table.values.iter().map(Some).collect())
+    }
+
+    /// The code of each value (`None`, `""`: 0), numbering the values not met before.
+    fn code<'a>(&self, values: &dyn Fn(usize) -> Option<&'a str>, n: usize) -> Result<Vec<u32>> {
+        let mut table = self
+            .0
+            .lock()
+            .map_err(|_| DataFusionError::Internal("the code table's lock is poisoned".into()))?;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            out.push(match values(i) {
+                None | Some("") => 0,
+                Some(v) => match table.codes.get(v) {
+                    Some(c) => *c,
+                    None => {
+                        let c = u32::try_from(table.values.len()).map_err(|_| {
+                            DataFusionError::Internal("more than 2^32 distinct values".into())
+                        })?;
+                        table.codes.insert(v.to_string(), c);
+                        table.values.push(v.to_string());
+                        c
+                    }
+                },
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl StreamCodes {
+    /// Per value, the codes of its parts split by `separator` as `tally_parts` splits them
+    /// (trimmed, non-empty), numbering the parts not met before; with `count`, just how many.
+    fn parts<'a>(
+        &self,
+        values: &dyn Fn(usize) -> Option<&'a str>,
+        n: usize,
+        separator: &str,
+        count: bool,
+    ) -> Result<ArrayRef> {
+        use datafusion::arrow::array::{Int64Builder, UInt32Builder};
+        let split = |v: &'a str| v.split(separator).map(str::trim).filter(|p| !p.is_empty());
+        if count {
+            let mut counts = Int64Builder::with_capacity(n);
+            for i in 0..n {
+                counts.append_value(values(i).map_or(0, |v| split(v).count() as i64));
+            }
+            return Ok(Arc::new(counts.finish()));
+        }
+        let mut table = self
+            .0
+            .lock()
+            .map_err(|_| DataFusionError::Internal("the code table's lock is poisoned".into()))?;
+        let mut lists = ListBuilder::new(UInt32Builder::new());
+        for i in 0..n {
+            if let Some(v) = values(i) {
+                for part in split(v) {
+                    let code = match table.codes.get(part) {
+                        Some(c) => *c,
+                        None => {
+                            let c = u32::try_from(table.values.len()).map_err(|_| {
+                                DataFusionError::Internal("more than 2^32 distinct parts".into())
+                            })?;
+                            table.codes.insert(part.to_string(), c);
+                            table.values.push(part.to_string());
+                            c
+                        }
+                    };
+                    lists.values().append_value(code);
+                }
+            }
+            lists.append(true);
+        }
+        Ok(Arc::new(lists.finish()))
+    }
+}
+
+/// `tally_stream_part_codes(text)` (or `…_count`): a multi-value cell's parts as codes in a
+/// call's [`StreamCodes`], for data read from its files (what [`PartIndex`] is for a prepared
+/// table).
+#[derive(Debug)]
+struct StreamPartCodes {
+    signature: Signature,
+    codes: Arc<StreamCodes>,
+    separator: String,
+    count: bool,
+}
+
+impl PartialEq for StreamPartCodes {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.codes, &other.codes)
+            && self.separator == other.separator
+            && self.count == other.count
+    }
+}
+impl Eq for StreamPartCodes {}
+impl std::hash::Hash for StreamPartCodes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.codes), state);
+        self.separator.hash(state);
+        self.count.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for StreamPartCodes {
+    fn name(&self) -> &str {
+        if self.count {
+            "tally_stream_part_count"
+        } else {
+            "tally_stream_part_codes"
+        }
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(if self.count {
+            DataType::Int64
+        } else {
+            PartIndex::codes_type()
+        })
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        text_then(arg_types, &[], self.name())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [text] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "{} takes 1 argument",
+                self.name()
+            )));
+        };
+        let memo = Memo::default();
+        over_text(text, args.number_rows, &memo, "", &|at, n| {
+            self.codes.parts(at, n, &self.separator, self.count)
+        })
+    }
+}
+
+/// `tally_code(text)`: the code of each row's text in a call's [`StreamCodes`].
+#[derive(Debug)]
+struct Code {
+    signature: Signature,
+    codes: Arc<StreamCodes>,
+}
+
+impl PartialEq for Code {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.codes, &other.codes)
+    }
+}
+impl Eq for Code {}
+impl std::hash::Hash for Code {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.codes), state);
+    }
+}
+
+impl ScalarUDFImpl for Code {
+    fn name(&self) -> &str {
+        "tally_code"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::UInt32)
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        text_then(arg_types, &[], "tally_code")
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [text] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(
+                "tally_code takes 1 argument".into(),
+            ));
+        };
+        let memo = Memo::default();
+        over_text(text, args.number_rows, &memo, "", &|at, n| {
+            Ok(Arc::new(UInt32Array::from(self.codes.code(at, n)?)) as ArrayRef)
+        })
+    }
+}
+
 /// `tally_rows_in(row)`: whether a row number is in a set found beforehand (a text search
 /// through a prepared table's dictionaries, [`crate::search`]). Two calls are the same only
 /// over the same set.
@@ -603,6 +875,33 @@ impl Functions {
         .call(vec![text])
     }
 
+    /// The code of each row's text in `codes` (data read from its files; not for a cluster).
+    pub fn code(&self, text: Expr, codes: &Arc<StreamCodes>) -> Expr {
+        ScalarUDF::new_from_impl(Code {
+            signature: user_defined(),
+            codes: Arc::clone(codes),
+        })
+        .call(vec![text])
+    }
+
+    /// The codes of a multi-value cell's parts in `codes`, split by `separator` (data read
+    /// from its files; not for a cluster); with `count`, how many parts it has.
+    pub fn stream_part_codes(
+        &self,
+        text: Expr,
+        codes: &Arc<StreamCodes>,
+        separator: &str,
+        count: bool,
+    ) -> Expr {
+        ScalarUDF::new_from_impl(StreamPartCodes {
+            signature: user_defined(),
+            codes: Arc::clone(codes),
+            separator: separator.to_string(),
+            count,
+        })
+        .call(vec![text])
+    }
+
     /// Whether a row number (the hidden row column of a prepared table) is among `rows`.
     pub fn rows_in(&self, row: Expr, rows: &crate::search::Found) -> Expr {
         ScalarUDF::new_from_impl(RowsIn {
@@ -626,6 +925,7 @@ impl Functions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::array::StringArray;
 
     #[test]
     fn icontains_ignores_case_and_handles_japanese() {
@@ -645,6 +945,109 @@ mod tests {
         assert!(!icontains("カﾞ", "カ"));
         assert!(icontains("カﾞ", "ガ"));
         assert!(!icontains("e\u{301}", "e"));
+    }
+
+    /// Text read from files as views: rows holding the same view are worked on once, and the
+    /// answer per row is the same as row by row (nulls, short values held in their views,
+    /// long ones in a buffer).
+    #[test]
+    fn distinct_views_answer_as_row_by_row() {
+        use datafusion::arrow::array::StringViewArray;
+        let long = "手続が行われるイベント;引越し;結婚";
+        let rows: Vec<Option<&str>> = (0..200)
+            .map(|i| match i % 5 {
+                0 => None,
+                1 => Some("a; b"),
+                2 => Some(long),
+                3 => Some(""),
+                _ => Some("結婚;死亡"),
+            })
+            .collect();
+        // As decoded from a dictionary page: a long value is one view in every row.
+        let mut builder =
+            datafusion::arrow::array::StringViewBuilder::new().with_deduplicate_strings();
+        builder.extend(rows.iter().copied());
+        let view = builder.finish();
+        let (index, firsts) = distinct_views(&view).expect("few distinct views");
+        assert_eq!(firsts.len(), 4, "{firsts:?}");
+        // Each long value a view of its own (as a builder without a dictionary makes them):
+        // still the same answers, through more distinct views.
+        let copied = StringViewArray::from(rows.clone());
+        let (index_copied, firsts_copied) = distinct_views(&copied).expect("under half distinct");
+        assert!(firsts_copied.len() > 4);
+        for (r, want) in rows.iter().enumerate() {
+            let i = index_copied.value(r) as usize;
+            let got = (i < firsts_copied.len()).then(|| copied.value(firsts_copied[i]));
+            assert_eq!(got, *want, "row {r}");
+        }
+        for (r, want) in rows.iter().enumerate() {
+            let i = index.value(r) as usize;
+            let got = (i < firsts.len()).then(|| view.value(firsts[i]));
+            assert_eq!(got, *want, "row {r}");
+        }
+        // Mostly distinct: row by row instead.
+        let free: Vec<String> = (0..200).map(|i| format!("value number {i}")).collect();
+        assert!(distinct_views(&StringViewArray::from_iter_values(free.iter())).is_none());
+        // Parts and codes over views agree with plain strings.
+        let plain = StringArray::from(rows.clone());
+        let as_parts = |a: ArrayRef| parts_rows_of(ColumnarValue::Array(a), rows.len());
+        assert_eq!(
+            as_parts(Arc::new(view.clone())),
+            as_parts(Arc::new(plain.clone()))
+        );
+        let codes = Arc::new(StreamCodes::default());
+        let udf = Code {
+            signature: user_defined(),
+            codes: Arc::clone(&codes),
+        };
+        let run = |a: ArrayRef| -> Vec<Option<String>> {
+            let out = udf
+                .invoke_with_args(ScalarFunctionArgs {
+                    args: vec![ColumnarValue::Array(a)],
+                    arg_fields: vec![Arc::new(Field::new("t", DataType::Utf8View, true))],
+                    number_rows: rows.len(),
+                    return_field: Arc::new(Field::new("c", DataType::UInt32, false)),
+                    config_options: Arc::new(Default::default()),
+                })
+                .expect("codes")
+                .to_array(rows.len())
+                .expect("array");
+            let values = codes.values().expect("values");
+            let out = out.as_any().downcast_ref::<UInt32Array>().expect("u32");
+            out.values()
+                .iter()
+                .map(|c| (*c != 0).then(|| values.value(*c as usize).to_string()))
+                .collect()
+        };
+        let want: Vec<Option<String>> = rows
+            .iter()
+            .map(|v| v.filter(|v| !v.is_empty()).map(str::to_string))
+            .collect();
+        assert_eq!(run(Arc::new(view)), want);
+        assert_eq!(run(Arc::new(plain)), want);
+        assert_eq!(codes.values().expect("values").len(), 4);
+    }
+
+    fn parts_rows_of(text: ColumnarValue, n: usize) -> Vec<Vec<String>> {
+        let memo = Memo::default();
+        let out = over_text(&text, n, &memo, "k", &|at, n| {
+            Ok(parts_of(at, n, ";", true))
+        })
+        .expect("runs");
+        let ColumnarValue::Array(arr) = out else {
+            panic!("array")
+        };
+        let list = arr
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::ListArray>()
+            .expect("list");
+        (0..list.len())
+            .map(|i| {
+                let v = list.value(i);
+                let s = v.as_any().downcast_ref::<StringArray>().expect("strings");
+                (0..s.len()).map(|j| s.value(j).to_string()).collect()
+            })
+            .collect()
     }
 
     fn parts_rows(text: ColumnarValue) -> Vec<Vec<String>> {

@@ -165,6 +165,17 @@ fn answers_agree(
                 d(json!({"group_by": ["status"], "where": {"n": {"$gte": 500}}})),
             ),
             (Tool::SummarizeRecords, d(json!({"group_by": ["tags"]}))),
+            // Keys grouped on codes numbered as the files are read, ordered by their values.
+            (
+                Tool::SummarizeRecords,
+                d(
+                    json!({"group_by": ["tags", "status"], "order_by": ["tags", "-status"], "metrics": ["count", "avg:share"]}),
+                ),
+            ),
+            (
+                Tool::SummarizeRecords,
+                d(json!({"group_by": ["status"], "order_by": ["status"], "limit": 2})),
+            ),
             (
                 Tool::SummarizeRecords,
                 d(
