@@ -140,18 +140,17 @@ impl Share {
             // Read from the files: each distinct view decided once when values repeat.
             match crate::udf::distinct_views(view) {
                 Some((index, firsts)) => {
-                    let mask: Vec<bool> =
-                        firsts.iter().map(|r| self.counts(view.value(*r))).collect();
+                    // Per distinct view its share, then one more for a null (which never
+                    // counts).
+                    let shares: Vec<f64> = firsts
+                        .iter()
+                        .map(|r| f64::from(u8::from(self.counts(view.value(*r)))))
+                        .chain(std::iter::once(0.0))
+                        .collect();
                     index
                         .values()
                         .iter()
-                        .map(|i| {
-                            if mask.get(*i as usize).copied().unwrap_or(false) {
-                                1.0
-                            } else {
-                                0.0
-                            }
-                        })
+                        .map(|i| shares.get(*i as usize).copied().unwrap_or(0.0))
                         .collect()
                 }
                 None => (0..n)

@@ -156,13 +156,13 @@ pub(crate) fn distinct_views(
     let n = array.len();
     let most = (n / 2).max(64);
     let views = array.views();
-    let mut seen: hashbrown::HashMap<u128, u32> = hashbrown::HashMap::with_capacity(64);
+    let mut seen: hashbrown::HashMap<u128, u32> = hashbrown::HashMap::with_capacity(256);
     let mut firsts: Vec<usize> = Vec::new();
     let mut index: Vec<u32> = Vec::with_capacity(n);
-    let mut any_null = false;
+    let nulls = array.nulls().filter(|n| n.null_count() > 0);
+    let any_null = nulls.is_some();
     for (r, view) in views.iter().enumerate() {
-        if array.is_null(r) {
-            any_null = true;
+        if nulls.is_some_and(|n| n.is_null(r)) {
             index.push(u32::MAX);
             continue;
         }
