@@ -24,6 +24,7 @@ pub mod search;
 pub mod source;
 pub mod store;
 pub mod udf;
+mod views;
 pub mod watch;
 
 use std::sync::Arc;

@@ -138,7 +138,7 @@ impl Share {
             share_of_codes(dict, &mask)
         } else if let Some(view) = text.as_string_view_opt() {
             // Read from the files: each distinct view decided once when values repeat.
-            match crate::udf::distinct_views(view) {
+            match crate::views::distinct_views(view) {
                 Some((index, firsts)) => {
                     // Per distinct view its share, then one more for a null (which never
                     // counts).

@@ -144,49 +144,6 @@ fn string_at<'a>(array: &'a ArrayRef) -> Box<dyn Fn(usize) -> Option<&'a str> + 
     }
 }
 
-/// The distinct views of a `Utf8View` array: per row, the number of its view among the
-/// distinct ones (a null row: the number of distinct views), and the first row of each.
-/// A value decoded from a Parquet dictionary page is the same view (buffer, offset, length)
-/// in every row that holds it, and a short value is held in its view, so rows with the same
-/// view hold the same text (the converse need not hold: the same text may be two views).
-/// `None` when most rows are distinct (free text), where working row by row is cheaper.
-pub(crate) fn distinct_views(
-    array: &datafusion::arrow::array::StringViewArray,
-) -> Option<(UInt32Array, Vec<usize>)> {
-    let n = array.len();
-    let most = (n / 2).max(64);
-    let views = array.views();
-    let mut seen: hashbrown::HashMap<u128, u32> = hashbrown::HashMap::with_capacity(256);
-    let mut firsts: Vec<usize> = Vec::new();
-    let mut index: Vec<u32> = Vec::with_capacity(n);
-    let nulls = array.nulls().filter(|n| n.null_count() > 0);
-    let any_null = nulls.is_some();
-    for (r, view) in views.iter().enumerate() {
-        if nulls.is_some_and(|n| n.is_null(r)) {
-            index.push(u32::MAX);
-            continue;
-        }
-        let next = firsts.len() as u32;
-        let i = *seen.entry(*view).or_insert_with(|| {
-            firsts.push(r);
-            next
-        });
-        if firsts.len() > most {
-            return None;
-        }
-        index.push(i);
-    }
-    if any_null {
-        let null = firsts.len() as u32;
-        for i in &mut index {
-            if *i == u32::MAX {
-                *i = null;
-            }
-        }
-    }
-    Some((UInt32Array::from(index), firsts))
-}
-
 /// What a function does with text: given each row's value (`None`: null) and the rows.
 type Each<'f> = dyn for<'a> Fn(&dyn Fn(usize) -> Option<&'a str>, usize) -> Result<ArrayRef> + 'f;
 
@@ -219,7 +176,7 @@ fn over_text(
             // one view however many rows hold it, so each distinct view is worked on once.
             match strings
                 .as_string_view_opt()
-                .and_then(|view| Some((view, distinct_views(view)?)))
+                .and_then(|view| Some((view, crate::views::distinct_views(view)?)))
             {
                 Some((view, (index, firsts))) => {
                     let n = firsts.len();
@@ -541,8 +498,8 @@ impl ScalarUDFImpl for PartCodes {
 /// are met (code 0: a missing value, null or `""`). A summary over data read at every call
 /// groups on these integers instead of hashing and comparing every row's text, and reads the
 /// values back from here once the groups are made; each distinct value of a batch is looked
-/// up once ([`distinct_views`]). They live in this server's memory: a plan sent to a cluster
-/// does not use them.
+/// up once ([`crate::views::distinct_views`]). They live in this server's memory: a plan sent
+/// to a cluster does not use them.
 #[derive(Debug)]
 pub struct StreamCodes(Mutex<CodeTable>);
 
@@ -968,12 +925,13 @@ mod tests {
             datafusion::arrow::array::StringViewBuilder::new().with_deduplicate_strings();
         builder.extend(rows.iter().copied());
         let view = builder.finish();
-        let (index, firsts) = distinct_views(&view).expect("few distinct views");
+        let (index, firsts) = crate::views::distinct_views(&view).expect("few distinct views");
         assert_eq!(firsts.len(), 4, "{firsts:?}");
         // Each long value a view of its own (as a builder without a dictionary makes them):
         // still the same answers, through more distinct views.
         let copied = StringViewArray::from(rows.clone());
-        let (index_copied, firsts_copied) = distinct_views(&copied).expect("under half distinct");
+        let (index_copied, firsts_copied) =
+            crate::views::distinct_views(&copied).expect("under half distinct");
         assert!(firsts_copied.len() > 4);
         for (r, want) in rows.iter().enumerate() {
             let i = index_copied.value(r) as usize;
@@ -987,7 +945,9 @@ mod tests {
         }
         // Mostly distinct: row by row instead.
         let free: Vec<String> = (0..200).map(|i| format!("value number {i}")).collect();
-        assert!(distinct_views(&StringViewArray::from_iter_values(free.iter())).is_none());
+        assert!(
+            crate::views::distinct_views(&StringViewArray::from_iter_values(free.iter())).is_none()
+        );
         // Parts and codes over views agree with plain strings.
         let plain = StringArray::from(rows.clone());
         let as_parts = |a: ArrayRef| parts_rows_of(ColumnarValue::Array(a), rows.len());
