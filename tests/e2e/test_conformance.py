@@ -7,9 +7,11 @@ not installed (`npm install --no-save` there), and fails under CI=true.
 
 tests/e2e/conformance/expected.md names every server scenario of the suite as run or not
 run (with the reason). Each scenario run is run once at every dated protocol version the
-suite tags it with; any failed check fails the test, and so does a scenario the suite lists
-that expected.md does not name (nothing is skipped silently). The suite drives servers over
-HTTP only (it has no stdio mode for servers).
+suite tags it with (an extension's scenarios, tagged `extension`, once at the version the
+suite runs extensions at); any failed check fails the test, except the checks expected.md
+lists as not testable or as needing a fixture of the suite's reference server, and so does a
+scenario the suite lists that expected.md does not name (nothing is skipped silently). The
+suite drives servers over HTTP only (it has no stdio mode for servers).
 """
 
 import json
@@ -32,6 +34,8 @@ EXPECTED = CONFORMANCE / "expected.md"
 # Scenarios run side by side; each is its own client, so they share nothing but the server.
 WORKERS = 4
 SCENARIO_TIMEOUT_MS = 30_000
+# The tag of an extension's scenarios.
+EXTENSION = "extension"
 
 
 def suite_node() -> str:
@@ -59,10 +63,10 @@ def suite_scenarios(node_bin: str) -> dict[str, list[str]]:
     return scenarios
 
 
-def expected_lists() -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """The lists of expected.md: scenarios run, checks not testable (`scenario:check-id` →
-    reason) and scenarios not run (→ reason)."""
-    lists: dict[str, dict[str, str]] = {"Run": {}, "Not testable": {}, "Not run": {}}
+def expected_lists() -> tuple[list[str], dict[str, str], dict[str, str], dict[str, str]]:
+    """The lists of expected.md: scenarios run, checks not testable and checks that need a
+    fixture (`scenario:check-id` → reason), and scenarios not run (→ reason)."""
+    lists: dict[str, dict[str, str]] = {"Run": {}, "Not testable": {}, "Needs a fixture": {}, "Not run": {}}
     section = None
     for line in EXPECTED.read_text(encoding="utf-8").splitlines():
         if line.startswith("## "):
@@ -76,17 +80,19 @@ def expected_lists() -> tuple[list[str], dict[str, str], dict[str, str]]:
         assert all(name not in named for named in lists.values()), f"{name} is named twice in expected.md"
         assert section == "Run" or reason, f"expected.md gives no reason for {name}"
         lists[section][name] = reason
-    return list(lists["Run"]), lists["Not testable"], lists["Not run"]
+    return list(lists["Run"]), lists["Not testable"], lists["Needs a fixture"], lists["Not run"]
 
 
 def run_scenario(node_bin: str, url: str, out: Path, scenario: str, version: str) -> dict:
     """One scenario at one protocol version, in its own process; its checks from the
-    checks.json the suite writes."""
+    checks.json the suite writes. An extension's scenario runs at the version the suite runs
+    extensions at (it skips them when a version is given)."""
     out_dir = out / f"{scenario}@{version}"
     started = time.monotonic()
+    pinned = [] if version == EXTENSION else ["--spec-version", version]
     try:
         done = subprocess.run(
-            [node_bin, str(SUITE), "server", "--url", url, "--scenario", scenario, "--spec-version", version,
+            [node_bin, str(SUITE), "server", "--url", url, "--scenario", scenario, *pinned,
              "--timeout", str(SCENARIO_TIMEOUT_MS), "--output-dir", str(out_dir)],
             capture_output=True,
             text=True,
@@ -108,6 +114,15 @@ def run_scenario(node_bin: str, url: str, out: Path, scenario: str, version: str
     }
 
 
+def names_its_fixture(check: dict, reason: str) -> bool:
+    """Whether a failed check failed for want of the fixture tool its reason names (the last
+    name in backquotes): the server answered that the tool is unknown, or the suite said the
+    fixture is unavailable."""
+    said = check.get("errorMessage") or ""
+    tool = re.findall(r"`([^`]+)`", reason)[-1]
+    return f"unknown tool `{tool}`" in said or "fixture" in said
+
+
 def describe(result: dict, checks: list[dict]) -> str:
     lines = [f"--- {result['scenario']} @ {result['version']} (exit {result['rc']})"]
     if not result["checks"]:
@@ -123,19 +138,21 @@ def describe(result: dict, checks: list[dict]) -> str:
 def test_conformance_suite_server_scenarios():
     node_bin = suite_node()
     scenarios = suite_scenarios(node_bin)
-    run, not_testable, not_run = expected_lists()
+    run, not_testable, fixtures, not_run = expected_lists()
 
     named = set(run) | set(not_run)
     unnamed = sorted(set(scenarios) - named)
     gone = sorted(named - set(scenarios))
     assert not unnamed, f"the suite has server scenarios expected.md neither runs nor excludes: {unnamed}"
     assert not gone, f"expected.md names scenarios the suite does not have: {gone}"
-    stray = sorted(k for k in not_testable if k.split(":", 1)[0] not in run)
+    stray = sorted(k for k in [*not_testable, *fixtures] if k.split(":", 1)[0] not in run)
     assert not stray, f"expected.md lists checks not testable of scenarios it does not run: {stray}"
 
     jobs = []
     for scenario in run:
         versions = [t for t in scenarios[scenario] if re.fullmatch(r"\d{4}-\d{2}-\d{2}", t)]
+        if not versions and EXTENSION in scenarios[scenario]:
+            versions = [EXTENSION]
         assert versions, f"{scenario} is tagged with no protocol version: {scenarios[scenario]}"
         jobs += [(scenario, v) for v in versions]
 
@@ -153,6 +170,7 @@ def test_conformance_suite_server_scenarios():
 
     failures = []
     seen_untestable = set()
+    seen_fixture = set()
     for r in results:
         counts: dict[str, int] = {}
         bad = []
@@ -163,19 +181,26 @@ def test_conformance_suite_server_scenarios():
             if untestable and key in not_testable:
                 seen_untestable.add(key)
                 status = "NOT TESTABLE"
+            elif status == "FAILURE" and key in fixtures and names_its_fixture(c, fixtures[key]):
+                seen_fixture.add(key)
+                status = "NEEDS A FIXTURE"
             elif status in ("FAILURE", "WARNING"):
                 bad.append(c)
             counts[status] = counts.get(status, 0) + 1
         summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no checks"
         print(f"{r['scenario']} @ {r['version']}: {summary} ({r['seconds']:.1f} s)")
-        if bad or not r["checks"] or (r["rc"] != 0 and counts.get("NOT TESTABLE", 0) == 0):
+        excused = counts.get("NOT TESTABLE", 0) + counts.get("NEEDS A FIXTURE", 0)
+        if bad or not r["checks"] or (r["rc"] != 0 and excused == 0):
             failures.append(describe(r, bad))
     stale = sorted(set(not_testable) - seen_untestable)
+    passing = sorted(set(fixtures) - seen_fixture)
     print(
         f"{len(jobs)} runs of {len(run)} scenarios in {elapsed:.1f} s; "
-        f"{len(not_testable)} checks not testable, {len(not_run)} scenarios not run (expected.md)"
+        f"{len(not_testable)} checks not testable, {len(fixtures)} checks need a fixture, "
+        f"{len(not_run)} scenarios not run (expected.md)"
     )
     assert not failures, f"{len(failures)} of {len(jobs)} scenario runs failed or warned:\n" + "\n".join(failures) + (
         "\n--- server log (tail):\n" + "".join(list(server_log)[-40:])
     )
     assert not stale, f"checks listed as not testable in expected.md were tested (or not reported): {stale}"
+    assert not passing, f"checks listed as needing a fixture in expected.md passed (or were not reported): {passing}"

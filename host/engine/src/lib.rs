@@ -15,6 +15,7 @@ pub mod call;
 pub mod cursor;
 pub mod envelope;
 pub mod error;
+pub mod estimate;
 pub mod groups;
 pub mod inspect;
 pub mod json;
@@ -77,6 +78,9 @@ impl Scope {
 pub struct Limits {
     /// Wall-clock time one call may take.
     pub call_timeout: Duration,
+    /// Wall-clock time a call run as an MCP task may take (a client that opted in polls
+    /// for its answer, so it may run past the call's own budget).
+    pub task_timeout: Duration,
     /// Memory the operators of one call may reserve (sorts, aggregations).
     pub call_memory_bytes: usize,
     /// Size of the serialised rows of one result; rows past it are left out and that is said.
@@ -112,6 +116,8 @@ impl Default for Limits {
             // Generous for in-memory data; a call that takes longer is almost surely a bug
             // or an abuse, and a model waiting longer gains nothing.
             call_timeout: Duration::from_secs(10),
+            // A scan of 75M records with a text search takes minutes on two cores.
+            task_timeout: Duration::from_secs(600),
             call_memory_bytes: 512 * 1024 * 1024,
             max_result_bytes: 4 * 1024 * 1024,
             // About 6,000 tokens: a useful page that leaves most of a context window for the
@@ -191,6 +197,9 @@ tokio::task_local! {
     /// Set on a call run again once the preparation its first run outlasted its deadline
     /// waiting for has ended: when the call began (said in its extract step).
     static WAITED_SINCE: std::time::Instant;
+    /// The time budget of the call on this task, when it is not the call's default (a call
+    /// run as a task has the task's).
+    static BUDGET: Duration;
 }
 
 /// When the call on this task began, if it is a call run again after waiting for its
@@ -468,7 +477,7 @@ impl Engine {
         arguments: &Value,
         scope: &Scope,
     ) -> Result<Value, EngineError> {
-        let timeout = self.limits.call_timeout;
+        let timeout = self.time_budget();
         let began = std::time::Instant::now();
         // A dataset whose table is being prepared when the call comes: the call is not
         // refused at its deadline (see below).
@@ -740,17 +749,34 @@ impl Engine {
         scope: Scope,
         caller: &str,
     ) -> Result<Value, EngineError> {
+        self.call_guarded_within(tool, arguments, scope, caller, self.limits.call_timeout)
+            .await
+    }
+
+    /// [`Engine::call_guarded_for`] with a time budget of its own instead of the call's (a
+    /// call run as an MCP task has the task's, [`Limits::task_timeout`]).
+    pub async fn call_guarded_within(
+        self: &Arc<Self>,
+        tool: Tool,
+        arguments: Value,
+        scope: Scope,
+        caller: &str,
+        budget: Duration,
+    ) -> Result<Value, EngineError> {
         let held = self.caller_memory(caller);
         let engine = Arc::clone(self);
         // A backstop a little past the call's own deadline, kept by this (waiting) task: if
         // the call's task were stuck in work that does not yield, it is abandoned and the
         // caller answered anyway.
-        let backstop = self.limits.call_timeout + Duration::from_secs(2);
+        let backstop = budget + Duration::from_secs(2);
         let name = tool.name();
         let named = self.dataset_named(&arguments, &scope);
-        let call = guard(CALLER_MEMORY.scope(held, async move {
-            engine.call_as(tool, &arguments, &scope).await
-        }));
+        let call = guard(BUDGET.scope(
+            budget,
+            CALLER_MEMORY.scope(held, async move {
+                engine.call_as(tool, &arguments, &scope).await
+            }),
+        ));
         tokio::pin!(call);
         // While the call's dataset is being prepared the call waits for it (see
         // [`Engine::call_as`]): the backstop is a full one past the last moment the preparation
@@ -765,11 +791,19 @@ impl Engine {
                     if named.as_ref().is_some_and(|ds| ds.preparing().is_some()) {
                         deadline = deadline.max(now + backstop);
                     } else if now >= deadline {
-                        return Err(past_deadline_named(name, self.limits.call_timeout));
+                        return Err(past_deadline_named(name, budget));
                     }
                 }
             }
         }
+    }
+
+    /// The time budget of the call running on this task: the call's own, unless it runs
+    /// with another (a task's).
+    pub fn time_budget(&self) -> Duration {
+        BUDGET
+            .try_with(|budget| *budget)
+            .unwrap_or(self.limits.call_timeout)
     }
 
     async fn run(

@@ -15,9 +15,10 @@
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams, PaginatedRequestParams,
-    ReadResourceRequestParams, Reference, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequestParams,
+    CallToolRequestParams, CancelTaskParams, CompleteRequestParams, GetPromptRequestParams,
+    GetTaskParams, PaginatedRequestParams, ReadResourceRequestParams, Reference,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    UpdateTaskParams,
 };
 use serde_json::json;
 
@@ -48,6 +49,14 @@ pub const MAX_SUBSCRIPTIONS: usize = 1_000;
 pub const MAX_SUBSCRIPTION_BYTES: usize = 256 * 1024;
 /// The bytes of the subscribed URIs of all sessions together.
 pub const MAX_SUBSCRIPTION_BYTES_TOTAL: usize = 16 * 1024 * 1024;
+/// A task id: the server's are UUIDs (36 characters).
+pub const MAX_TASK_ID_CHARS: usize = 64;
+/// Answers to what a call or a task asked the client (`inputResponses`): how many, and the
+/// bytes of all of them as JSON. The server asks one question at a time.
+pub const MAX_INPUT_RESPONSES: usize = 8;
+pub const MAX_INPUT_RESPONSE_BYTES: usize = 64 * 1024;
+/// The state a client echoes with its answers (`requestState`).
+pub const MAX_REQUEST_STATE_CHARS: usize = 4096;
 /// The `2026-07-28` `subscriptions/listen` stream honours at most this many URIs (and
 /// [`MAX_SUBSCRIPTION_BYTES`] of them); the acknowledgement names those honoured.
 pub const MAX_LISTEN_URIS: usize = MAX_SUBSCRIPTIONS;
@@ -276,11 +285,85 @@ impl Bounded for CompleteRequestParams {
     }
 }
 
-/// A tool call's name; its arguments are bounded by the parser of the tool
-/// (`tally_semantic::request`), which every call goes through.
+/// A tool call's name, and the answers and state it carries back to a question; its
+/// arguments are bounded by the parser of the tool (`tally_semantic::request`), which every
+/// call goes through.
 impl Bounded for CallToolRequestParams {
     fn check(&self) -> Result<(), Refusal> {
-        chars("the tool name", &self.name, MAX_KEY_CHARS, "MAX_KEY_CHARS")
+        chars("the tool name", &self.name, MAX_KEY_CHARS, "MAX_KEY_CHARS")?;
+        if let Some(state) = &self.request_state {
+            chars(
+                "`requestState`",
+                state,
+                MAX_REQUEST_STATE_CHARS,
+                "MAX_REQUEST_STATE_CHARS",
+            )?;
+        }
+        if let Some(responses) = &self.input_responses {
+            input_responses(responses.iter())?;
+        }
+        Ok(())
+    }
+}
+
+fn task_id(id: &str) -> Result<(), Refusal> {
+    chars("the task id", id, MAX_TASK_ID_CHARS, "MAX_TASK_ID_CHARS")
+}
+
+/// Answers to questions: few, each key a short name, all of them small.
+fn input_responses<'a>(
+    responses: impl ExactSizeIterator<Item = (&'a String, &'a serde_json::Value)>,
+) -> Result<(), Refusal> {
+    if responses.len() > MAX_INPUT_RESPONSES {
+        return Err(Refusal::new(
+            format!(
+                "{} answers were sent (`inputResponses`); at most {MAX_INPUT_RESPONSES} are accepted",
+                responses.len()
+            ),
+            "answer only the questions asked (`inputRequests`)",
+            "MAX_INPUT_RESPONSES",
+            MAX_INPUT_RESPONSES,
+        ));
+    }
+    let mut bytes = 0;
+    for (key, value) in responses {
+        chars(
+            "an `inputResponses` key",
+            key,
+            MAX_KEY_CHARS,
+            "MAX_KEY_CHARS",
+        )?;
+        bytes += key.len() + serde_json::to_vec(value).map_or(0, |v| v.len());
+    }
+    if bytes > MAX_INPUT_RESPONSE_BYTES {
+        return Err(Refusal::new(
+            format!(
+                "the answers (`inputResponses`) are {bytes} bytes of JSON; at most {MAX_INPUT_RESPONSE_BYTES} are accepted"
+            ),
+            "answer with the choice asked for, not more",
+            "MAX_INPUT_RESPONSE_BYTES",
+            MAX_INPUT_RESPONSE_BYTES,
+        ));
+    }
+    Ok(())
+}
+
+impl Bounded for GetTaskParams {
+    fn check(&self) -> Result<(), Refusal> {
+        task_id(&self.task_id)
+    }
+}
+
+impl Bounded for CancelTaskParams {
+    fn check(&self) -> Result<(), Refusal> {
+        task_id(&self.task_id)
+    }
+}
+
+impl Bounded for UpdateTaskParams {
+    fn check(&self) -> Result<(), Refusal> {
+        task_id(&self.task_id)?;
+        input_responses(self.input_responses.iter())
     }
 }
 

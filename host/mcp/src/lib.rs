@@ -29,6 +29,7 @@ pub mod serve;
 mod session;
 mod stdio;
 mod subscriptions;
+mod tasks;
 mod tools;
 mod ui;
 pub mod view;

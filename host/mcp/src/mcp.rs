@@ -5,13 +5,16 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, ContentBlock, CreateTaskResult, GetPromptRequestParams,
+    GetPromptResponse, GetTaskParams, GetTaskResult, Implementation, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool as McpTool,
+    ResourceContents, ServerCapabilities, ServerConfig, SubscriptionFilter, TASKS_EXTENSION_ID,
+    Tool as McpTool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::task_manager::TaskExit;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tally_engine::Engine;
@@ -29,6 +32,8 @@ pub struct Shared {
     pub audit: Option<crate::audit::Audit>,
     /// The bytes of subscribed URIs of all sessions together (bounded).
     subscriptions: Arc<crate::subscriptions::Total>,
+    /// Calls run as MCP tasks, of all sessions, each seen by its caller only (bounded).
+    tasks: crate::tasks::Tasks,
 }
 
 impl Shared {
@@ -40,6 +45,7 @@ impl Shared {
             engine,
             audit,
             subscriptions: Arc::default(),
+            tasks: crate::tasks::Tasks::default(),
         });
         count_records(&shared.engine, None);
         // The server's own work, never sent to a caller: the whole catalog's changes.
@@ -179,6 +185,11 @@ impl ServerHandler for TallyServer {
             .extensions
             .get_or_insert_default()
             .insert(crate::ui::EXTENSION.to_string(), Default::default());
+        // Long calls may run as tasks for clients that declare the extension on the call.
+        capabilities
+            .extensions
+            .get_or_insert_default()
+            .insert(TASKS_EXTENSION_ID.to_string(), Default::default());
         ServerConfig::new(capabilities)
             .with_server_info(
                 Implementation::new("tally", env!("CARGO_PKG_VERSION"))
@@ -522,17 +533,20 @@ impl ServerHandler for TallyServer {
                 Some(serde_json::json!({ "tools": names })),
             ));
         };
+        let asked = [request.meta.as_deref(), Some(&*context.meta)]
+            .into_iter()
+            .flatten()
+            .any(|meta| meta.get(crate::tasks::ASK) == Some(&Value::Bool(true)));
         let mut arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         // `chart` is the server's: a picture of the answer for clients without views.
         let chart = match crate::chart::take_argument(tool, &mut arguments) {
             Ok(chart) => chart,
-            Err(refusal) => {
-                let mut r = CallToolResult::default();
-                r.content = vec![ContentBlock::text(text(&refusal))];
-                r.is_error = Some(true);
-                return Ok(r.into());
-            }
+            Err(refusal) => return Ok(refused(&refusal).into()),
         };
+        let views = crate::ui::supported_by(context.client_capabilities().as_ref());
+        if let Some(status) = self.as_task(&context, &view, tool, &arguments, asked) {
+            return Ok(self.start_task(view, tool, arguments, chart, views, status));
+        }
         let started = std::time::Instant::now();
         let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
         // Progress when the caller asked for it (a `progressToken`), until the call ends.
@@ -573,7 +587,166 @@ impl ServerHandler for TallyServer {
         if let Some(reporter) = reporter {
             reporter.finish().await;
         }
-        let elapsed = started.elapsed();
+        self.record(&caller, tool, audited, &result, started.elapsed());
+        if let Ok(envelope) = &result {
+            self.session
+                .log
+                .corrections(&context.peer, tool.name(), envelope)
+                .await;
+        }
+        Ok(answer(tool, result, views, chart).await.into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let view = self.enter(&context, &request)?;
+        let task = self.shared.tasks.get(&view.caller().id, &request.task_id)?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let view = self.enter(&context, &request)?;
+        self.shared
+            .tasks
+            .cancel(&view.caller().id, &request.task_id)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let view = self.enter(&context, &request)?;
+        self.shared
+            .tasks
+            .update(&view.caller().id, &request.task_id, request.input_responses)
+    }
+}
+
+impl TallyServer {
+    /// Whether a call runs as a task, and its first status message: only for a client that
+    /// declared the tasks extension on this request, when it asked for one
+    /// (`_meta: {"tally/task": true}`) or the call is estimated to take more than half its
+    /// time budget.
+    fn as_task(
+        &self,
+        context: &RequestContext<RoleServer>,
+        view: &View,
+        tool: Tool,
+        arguments: &Value,
+        asked: bool,
+    ) -> Option<String> {
+        let declared = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        if !declared {
+            return None;
+        }
+        if asked {
+            return Some(format!("{}: started as a task, as asked", tool.name()));
+        }
+        let estimate = view.estimate(self.engine(), tool, arguments)?;
+        let budget = self.engine().limits().call_timeout;
+        (estimate.time * 2 > budget).then(|| {
+            format!(
+                "{}: started as a task, estimated at {:.1} s against a call's budget of {:.1} s: {}",
+                tool.name(),
+                estimate.time.as_secs_f64(),
+                budget.as_secs_f64(),
+                estimate.why
+            )
+        })
+    }
+
+    /// Runs a call as a task of its caller with the task's time budget: its handle now, its
+    /// status while it runs (what the call is doing), its result when it ends; `tasks/cancel`
+    /// drops the call and the work under it.
+    fn start_task(
+        &self,
+        view: View,
+        tool: Tool,
+        arguments: Value,
+        chart: Option<crate::chart::Image>,
+        views: bool,
+        status: String,
+    ) -> CallToolResponse {
+        let engine = Arc::clone(self.engine());
+        let budget = engine.limits().task_timeout;
+        let caller = view.caller().clone();
+        let owner = caller.id.clone();
+        let server = self.clone();
+        let spawned = self.shared.tasks.spawn(
+            &owner,
+            budget + crate::tasks::KEPT,
+            status,
+            move |task| {
+                Box::pin(async move {
+                    let started = std::time::Instant::now();
+                    let dataset = arguments
+                        .get("dataset_id")
+                        .and_then(Value::as_str)
+                        .map(|s| s.trim().to_string());
+                    let audited = server.shared.audit.as_ref().map(|_| arguments.clone());
+                    let call = view.call_within(&engine, tool, arguments, budget);
+                    tokio::pin!(call);
+                    let result = loop {
+                        tokio::select! {
+                            result = &mut call => break result,
+                            () = task.cancelled() => {
+                                let elapsed = started.elapsed();
+                                tracing::info!(tool = tool.name(), ms = elapsed.as_millis() as u64, "task cancelled by its client; its work was stopped");
+                                if let (Some(audit), Some(arguments)) = (&server.shared.audit, &audited) {
+                                    audit.record_cancelled(&caller.id, tool, arguments, elapsed);
+                                }
+                                return Err(TaskExit::Cancelled);
+                            }
+                            () = tokio::time::sleep(crate::progress::EVERY) => {
+                                task.set_status_message(crate::progress::status(
+                                    &engine, &caller, tool, dataset.as_deref(), started.elapsed(),
+                                ));
+                            }
+                        }
+                    };
+                    let elapsed = started.elapsed();
+                    server.record(&caller, tool, audited, &result, elapsed);
+                    task.set_status_message(format!(
+                        "{}: {} in {:.1} s",
+                        tool.name(),
+                        if result.is_ok() { "answered" } else { "refused" },
+                        elapsed.as_secs_f64()
+                    ));
+                    Ok(crate::tasks::kept(answer(tool, result, views, chart).await))
+                })
+            },
+        );
+        match spawned {
+            Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
+            Err(full) => {
+                let refusal = tally_engine::EngineError::Limit {
+                    message: full.message,
+                    hint: "wait for a task to finish (tasks/get), cancel one (tasks/cancel), or narrow the call so that it answers within its own budget".into(),
+                };
+                refused(&refusal.to_json()).into()
+            }
+        }
+    }
+
+    /// Writes a finished call to the log and, when there is one, to the audit log.
+    fn record(
+        &self,
+        caller: &Caller,
+        tool: Tool,
+        audited: Option<Value>,
+        result: &Result<Value, tally_engine::EngineError>,
+        elapsed: std::time::Duration,
+    ) {
         tracing::info!(
             tool = tool.name(),
             ok = result.is_ok(),
@@ -581,44 +754,46 @@ impl ServerHandler for TallyServer {
             "tool call"
         );
         if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
-            audit.record(&caller.id, tool, &arguments, &result, elapsed);
+            audit.record(&caller.id, tool, &arguments, result, elapsed);
         }
-        let views = crate::ui::supported_by(context.client_capabilities().as_ref());
-        if let Ok(envelope) = &result {
-            self.session
-                .log
-                .corrections(&context.peer, tool.name(), envelope)
-                .await;
-        }
-        Ok(match result {
-            Ok(envelope) => {
-                let mut r = CallToolResult::default();
-                r.content = vec![ContentBlock::text(text(&envelope))];
-                r.structured_content = Some(envelope);
-                r.is_error = Some(false);
-                if views && crate::ui::has_view(tool) {
-                    r.meta = Some(crate::ui::result_meta(tool));
-                }
-                if let (Some(format), Some(envelope)) = (chart, r.structured_content.clone()) {
-                    // Drawing is CPU work of tens of milliseconds: off the async threads.
-                    let block = tokio::task::spawn_blocking(move || {
-                        crate::chart::image_block(format, &envelope)
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(format!("the chart could not be drawn: {e}")));
-                    r.content.push(block.unwrap_or_else(|reason| {
-                        ContentBlock::text(format!("No chart: {reason}"))
-                    }));
-                }
-                r
-            }
-            Err(e) => {
-                let mut r = CallToolResult::default();
-                r.content = vec![ContentBlock::text(text(&e.to_json()))];
-                r.is_error = Some(true);
-                r
-            }
-        }
-        .into())
     }
+}
+
+/// A tool result refusing the call: the refusal's JSON, marked as an error.
+fn refused(refusal: &Value) -> CallToolResult {
+    let mut r = CallToolResult::default();
+    r.content = vec![ContentBlock::text(text(refusal))];
+    r.is_error = Some(true);
+    r
+}
+
+/// The tool result of a call: its envelope as structured content and as text (with the view
+/// for clients that render views, and the chart asked for), or its refusal.
+async fn answer(
+    tool: Tool,
+    result: Result<Value, tally_engine::EngineError>,
+    views: bool,
+    chart: Option<crate::chart::Image>,
+) -> CallToolResult {
+    let envelope = match result {
+        Ok(envelope) => envelope,
+        Err(e) => return refused(&e.to_json()),
+    };
+    let mut r = CallToolResult::default();
+    r.content = vec![ContentBlock::text(text(&envelope))];
+    r.structured_content = Some(envelope);
+    r.is_error = Some(false);
+    if views && crate::ui::has_view(tool) {
+        r.meta = Some(crate::ui::result_meta(tool));
+    }
+    if let (Some(format), Some(envelope)) = (chart, r.structured_content.clone()) {
+        // Drawing is CPU work of tens of milliseconds: off the async threads.
+        let block =
+            tokio::task::spawn_blocking(move || crate::chart::image_block(format, &envelope))
+                .await
+                .unwrap_or_else(|e| Err(format!("the chart could not be drawn: {e}")));
+        r.content
+            .push(block.unwrap_or_else(|reason| ContentBlock::text(format!("No chart: {reason}"))));
+    }
+    r
 }

@@ -117,6 +117,23 @@ pub const METHODS: &[Method] = &[
         eras: &[ERA_2025],
         probes: &[r#"{"level": "debug"}"#],
     },
+    // Calls run as tasks (the tasks extension): a task is its caller's alone, so a task id
+    // of another caller is answered as one that never existed.
+    Method {
+        name: "tasks/get",
+        eras: BOTH,
+        probes: &[r#"{"taskId": "@DATASET@"}"#],
+    },
+    Method {
+        name: "tasks/update",
+        eras: BOTH,
+        probes: &[r#"{"taskId": "@DATASET@", "inputResponses": {}}"#],
+    },
+    Method {
+        name: "tasks/cancel",
+        eras: BOTH,
+        probes: &[r#"{"taskId": "@DATASET@"}"#],
+    },
     // A stream of change notifications; the walk holds one open while the catalog changes.
     Method {
         name: "subscriptions/listen",

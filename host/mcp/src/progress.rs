@@ -103,6 +103,18 @@ pub fn start(
     }
 }
 
+/// What a call of `tool` over `dataset` that began `elapsed` ago is doing now, in one line,
+/// as its caller may be told: the status message of a call run as a task.
+pub fn status(
+    engine: &Engine,
+    caller: &Caller,
+    tool: Tool,
+    dataset: Option<&str>,
+    elapsed: Duration,
+) -> String {
+    doing(&View::of(engine, caller.clone()), tool, dataset, elapsed).0
+}
+
 /// What the call is doing now, in one line, and (while its dataset is being prepared) the
 /// time the preparation is estimated to have left: of a dataset outside the caller's view it
 /// says no more than of one that does not exist.

@@ -154,6 +154,37 @@ impl View {
             .await
     }
 
+    /// [`View::call`] with a time budget of its own (a call run as a task has the task's).
+    #[allow(clippy::disallowed_methods)] // the same entry, with another budget
+    pub async fn call_within(
+        &self,
+        engine: &Arc<Engine>,
+        tool: Tool,
+        arguments: Value,
+        budget: std::time::Duration,
+    ) -> Result<Value, EngineError> {
+        engine
+            .call_guarded_within(
+                tool,
+                arguments,
+                self.caller.scope.clone(),
+                &self.caller.id,
+                budget,
+            )
+            .await
+    }
+
+    /// How long a call is estimated to take, judged from the datasets this caller may see
+    /// only (of another, nothing: it is answered as a dataset that does not exist).
+    pub fn estimate(
+        &self,
+        engine: &Engine,
+        tool: Tool,
+        arguments: &Value,
+    ) -> Option<tally_engine::estimate::Estimate> {
+        engine.estimate(tool, arguments, &self.caller.scope)
+    }
+
     /// The values of a field of a dataset the caller may see (for completing a condition),
     /// at most [`tally_engine::KNOWN_VALUES`]; nothing for any other dataset.
     #[allow(clippy::disallowed_methods)] // values reach a caller only through its view

@@ -66,6 +66,10 @@ pub struct Budgets {
     /// Wall-clock time one call may take, in milliseconds.
     #[arg(long, global = true, default_value_t = 10_000)]
     call_timeout_ms: u64,
+    /// Wall-clock time a call run as an MCP task may take, in milliseconds (a client that
+    /// declares the tasks extension gets a task for a call estimated past half its budget).
+    #[arg(long, global = true, default_value_t = 600_000)]
+    task_timeout_ms: u64,
     /// Memory the operators of one call may reserve, in MiB.
     #[arg(long, global = true, default_value_t = 512)]
     call_memory_mb: usize,
@@ -173,6 +177,7 @@ impl Budgets {
     pub fn limits(&self) -> tally_engine::Limits {
         tally_engine::Limits {
             call_timeout: std::time::Duration::from_millis(self.call_timeout_ms.max(1)),
+            task_timeout: std::time::Duration::from_millis(self.task_timeout_ms.max(1)),
             call_memory_bytes: self.call_memory_mb.max(1) * 1024 * 1024,
             max_result_bytes: self.max_result_bytes.max(1024),
             max_result_tokens: self.max_result_tokens.max(100),

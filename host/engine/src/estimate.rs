@@ -1,0 +1,133 @@
+//! How long a call is likely to take, judged before it runs from what it names and where its
+//! data is: a client that lets long calls run as MCP tasks gets a task for a call estimated
+//! past half its budget, and an answer at once for the rest.
+//!
+//! The rates are this server's measured ones on two cores (docs/benchmarks.md): a summary
+//! read from the files goes through about 75M field values a second, a substring search
+//! through about 4M values a second for each text field it searches, and a first preparation
+//! reads about 400k records a second. They are deliberately plain: an estimate only chooses
+//! between answering now and answering through a task, and either way the answer is the same.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tally_semantic::Tool;
+use tally_storage::Dataset;
+
+use crate::{Engine, Scope};
+
+/// Field values a call read from the files goes through in a second.
+const FIELD_VALUES_PER_SECOND: f64 = 75_000_000.0;
+/// Text values a substring search folds and scans in a second, per searched field.
+const SEARCHED_VALUES_PER_SECOND: f64 = 4_000_000.0;
+/// Records a first preparation reads and prepares in a second.
+const PREPARED_RECORDS_PER_SECOND: f64 = 400_000.0;
+/// What sending a plan to a cluster and collecting its answer costs, whatever its size.
+const CLUSTER_OVERHEAD: Duration = Duration::from_secs(2);
+
+/// A call's estimated time and what it is spent on, in words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub time: Duration,
+    pub why: String,
+}
+
+impl Engine {
+    /// The estimated time of `tool` called with `arguments` by a caller limited to `scope`:
+    /// `None` for calls that read no records (lists, checks of an answer) or name no dataset
+    /// the caller may see, whose time is that of any small call.
+    pub fn estimate(&self, tool: Tool, arguments: &Value, scope: &Scope) -> Option<Estimate> {
+        if !matches!(
+            tool,
+            Tool::InspectDataset | Tool::QueryRecords | Tool::SummarizeRecords
+        ) {
+            return None;
+        }
+        let ds = self.dataset_named(arguments, scope)?;
+        let records = ds.record_count()? as f64;
+        let (fields, searched) = reads(&ds, tool, arguments);
+        let from_files = Duration::from_secs_f64(
+            records * fields as f64 / FIELD_VALUES_PER_SECOND
+                + records * searched as f64 / SEARCHED_VALUES_PER_SECOND,
+        ) + if self.cluster().is_some() {
+            CLUSTER_OVERHEAD
+        } else {
+            Duration::ZERO
+        };
+        let searching = if searched > 0 {
+            format!(", searching {searched} text fields")
+        } else {
+            String::new()
+        };
+        let id = ds.id();
+        if ds.read_from_files(self) {
+            return Some(Estimate {
+                time: from_files,
+                why: format!(
+                    "`{id}` is read from its files at every call: {records} records{searching}{}",
+                    if self.cluster().is_some() {
+                        " on the cluster"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        if ds.ready().is_some() {
+            return None;
+        }
+        // Its table is being prepared, or will be at this call: the call answers from the
+        // files or waits for the preparation, whichever is estimated sooner.
+        let preparing = match ds.weigh(tally_storage::dataset::Work::default()) {
+            Some(Some((_, left))) => left,
+            _ => Duration::from_secs_f64(records / PREPARED_RECORDS_PER_SECOND),
+        };
+        let cached = self.cache().is_some_and(|c| c.holds(ds.id(), &ds.version));
+        if cached {
+            return None;
+        }
+        Some(Estimate {
+            time: preparing.min(from_files.max(Duration::from_millis(1))),
+            why: format!(
+                "`{id}` is being prepared for its first use ({records} records{searching})"
+            ),
+        })
+    }
+}
+
+/// The fields whose every value a call reads, and of those the text fields it searches for a
+/// substring, as far as its arguments say before they are resolved.
+fn reads(ds: &Dataset, tool: Tool, arguments: &Value) -> (usize, usize) {
+    let all = ds.def.fields.len();
+    if tool == Tool::InspectDataset {
+        return (all, 0);
+    }
+    let named = |key: &str| match arguments.get(key) {
+        Some(Value::Array(items)) => items.len(),
+        Some(Value::Object(items)) => items.len(),
+        Some(Value::String(_)) => 1,
+        _ => 0,
+    };
+    let text_fields = ds
+        .def
+        .fields
+        .iter()
+        .filter(|f| !f.data_type.is_numeric())
+        .count();
+    let mut searched = 0;
+    if arguments.get("q").is_some_and(|q| !q.is_null()) {
+        searched += match named("search_fields") {
+            0 => text_fields,
+            n => n,
+        };
+    }
+    if let Some(conditions) = arguments.get("where") {
+        let text = conditions.to_string();
+        searched +=
+            text.matches("\"$contains\"").count() + text.matches("\"$not_contains\"").count();
+    }
+    let fields = (named("group_by") + named("measures") + named("where") + named("order_by") + 1)
+        .max(searched)
+        .min(all.max(1));
+    (fields, searched.min(all))
+}

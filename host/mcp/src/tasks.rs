@@ -1,0 +1,173 @@
+//! Long calls as MCP tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663).
+//!
+//! A client that declares the extension on a `tools/call` may be answered with a task handle
+//! instead of the result: when the call is estimated to take more than half its time budget
+//! (a dataset read from its files at every call, a first preparation, a cluster), or when it
+//! asks for a task with `_meta: {"tally/task": true}`. The call then runs with the task's own
+//! budget (`--task-timeout-ms`, minutes, not the 10 s of a call); the client polls
+//! `tasks/get`, which says what the call is doing (the progress a call reports) and, once it
+//! is over, carries its `CallToolResult` with the validated envelope; `tasks/cancel` stops
+//! its work. A client that did not declare the extension on the request is never given a
+//! task (the specification requires it): its calls keep their budget.
+//!
+//! Bounds (docs/security.md): a task is seen only by the caller that created it (another
+//! caller's id is answered as unknown, as an id that never existed); a caller holds at most
+//! [`PER_CALLER`] tasks and the server [`SERVER_WIDE`], running or kept; a finished task is
+//! kept for [`KEPT`] past its time-to-live's start and its result is at most
+//! [`MAX_RESULT_BYTES`] of JSON.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, DetailedTask, Task};
+use rmcp::task_manager::{TaskContext, TaskFuture, TaskManager, TaskOptions};
+use serde_json::{Value, json};
+
+/// Tasks one caller may hold, running or finished and kept.
+pub const PER_CALLER: usize = 8;
+/// Tasks the whole server may hold.
+pub const SERVER_WIDE: usize = 64;
+/// How long a task is kept past its own time budget: its time-to-live is the budget plus
+/// this, and a finished task stays readable for one more time-to-live at most.
+pub const KEPT: Duration = Duration::from_secs(600);
+/// The largest result a task keeps, as JSON: an answer holds at most `--max-result-bytes`
+/// (4 MiB) of rows, plus its provenance and a chart.
+pub const MAX_RESULT_BYTES: usize = 8 * 1024 * 1024;
+/// How often a client is asked to poll.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// The `_meta` key with which a client asks for a task whatever the estimate.
+pub const ASK: &str = "tally/task";
+
+/// The tasks of all sessions, with the caller that owns each.
+#[derive(Default)]
+pub struct Tasks {
+    manager: TaskManager,
+    owners: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tasks")
+            .field("held", &self.owners.lock().map(|o| o.len()).unwrap_or(0))
+            .finish()
+    }
+}
+
+/// Why a task was refused: too many held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Full {
+    pub message: String,
+}
+
+impl Tasks {
+    /// Runs the future `run` makes as a task of `caller` whose time-to-live is `ttl`: its
+    /// seed state, already readable with [`Tasks::get`]. Refused when the caller or the
+    /// server holds as many tasks as it may.
+    pub fn spawn<F>(
+        &self,
+        caller: &str,
+        ttl: Duration,
+        status: String,
+        run: F,
+    ) -> Result<Task, Full>
+    where
+        F: FnOnce(TaskContext) -> TaskFuture,
+    {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        // Tasks the manager has let go (kept past their time) are no longer held.
+        owners.retain(|id, _| self.manager.get_task(id).is_ok());
+        let mine = owners.values().filter(|c| *c == caller).count();
+        if mine >= PER_CALLER {
+            return Err(Full {
+                message: format!(
+                    "this caller already holds {mine} tasks, the most one caller may hold ({PER_CALLER}); a finished task is let go {} s after its time budget, and `tasks/cancel` ends a running one",
+                    KEPT.as_secs()
+                ),
+            });
+        }
+        if owners.len() >= SERVER_WIDE {
+            return Err(Full {
+                message: format!(
+                    "the server holds {} tasks, the most it may hold ({SERVER_WIDE}); try again when some have finished",
+                    owners.len()
+                ),
+            });
+        }
+        let options = TaskOptions::new()
+            .with_ttl_ms(ttl.as_millis() as u64)
+            .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64)
+            .with_status_message(status);
+        let task = self.manager.spawn(options, run);
+        owners.insert(task.task_id.clone(), caller.to_string());
+        Ok(task)
+    }
+
+    /// The task `id` as its owner sees it; of another caller's task, the same error as of
+    /// one that never existed.
+    pub fn get(&self, caller: &str, id: &str) -> Result<DetailedTask, ErrorData> {
+        self.owned(caller, id)?;
+        self.manager.get_task(id).map_err(|_| unknown(id))
+    }
+
+    /// `tasks/cancel`: asks the task's work to stop (it stops within moments: its call is
+    /// dropped, and the query work under it with it).
+    pub fn cancel(&self, caller: &str, id: &str) -> Result<(), ErrorData> {
+        self.owned(caller, id)?;
+        self.manager.cancel_task(id).map_err(|_| unknown(id))
+    }
+
+    /// `tasks/update`: answers to what the task asked (it never asks today: a choice among
+    /// ambiguous names is asked before a call becomes a task); unknown keys are ignored.
+    pub fn update(
+        &self,
+        caller: &str,
+        id: &str,
+        responses: impl IntoIterator<Item = (String, Value)>,
+    ) -> Result<(), ErrorData> {
+        self.owned(caller, id)?;
+        self.manager
+            .update_task(id, responses)
+            .map_err(|_| unknown(id))
+    }
+
+    fn owned(&self, caller: &str, id: &str) -> Result<(), ErrorData> {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        match owners.get(id) {
+            Some(owner) if owner == caller => Ok(()),
+            _ => Err(unknown(id)),
+        }
+    }
+}
+
+/// The error of a task id this caller has no task under (unknown, let go, or another's).
+fn unknown(id: &str) -> ErrorData {
+    let shown: String = id.chars().take(crate::bounds::MAX_TASK_ID_CHARS).collect();
+    ErrorData::invalid_params(
+        format!(
+            "no task `{shown}` for this caller: it never existed, was let go after its time-to-live, or belongs to another caller"
+        ),
+        Some(json!({ "taskId": shown })),
+    )
+}
+
+/// A finished call's result as a task keeps it: within [`MAX_RESULT_BYTES`], else a tool
+/// error saying how to get a smaller answer.
+pub fn kept(result: CallToolResult) -> CallToolResult {
+    let size = serde_json::to_vec(&result).map_or(0, |v| v.len());
+    if size <= MAX_RESULT_BYTES {
+        return result;
+    }
+    let refusal = tally_engine::error::EngineError::Limit {
+        message: format!(
+            "the answer of this task is {size} bytes of JSON; a task keeps at most {MAX_RESULT_BYTES}"
+        ),
+        hint: "ask for fewer rows or fields (limit, fields), or leave out the chart".into(),
+    }
+    .to_json();
+    let mut r = CallToolResult::default();
+    r.content = vec![ContentBlock::text(refusal.to_string())];
+    r.is_error = Some(true);
+    r
+}
