@@ -162,9 +162,49 @@ pub fn decode(
     Ok(payload.o)
 }
 
+/// `payload` sealed for `purpose` under the process key (a `requestState` the client echoes
+/// back): readable, but any change to it, or its use for another purpose, is detected by
+/// [`open`].
+pub fn seal(purpose: &str, payload: &[u8]) -> String {
+    let tag = mac(&[purpose.as_bytes(), b"\0", payload].concat());
+    format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(payload),
+        URL_SAFE_NO_PAD.encode(&tag[..MAC_BYTES])
+    )
+}
+
+/// The payload [`seal`] sealed for `purpose`, if `sealed` is exactly what this server (its
+/// key) sealed for it.
+pub fn open(purpose: &str, sealed: &str) -> Option<Vec<u8>> {
+    let (body, tag) = sealed.split_once('.')?;
+    let body = URL_SAFE_NO_PAD.decode(body).ok()?;
+    let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+    let expected = mac(&[purpose.as_bytes(), b"\0", &body].concat());
+    let same = tag.len() == MAC_BYTES
+        && tag
+            .iter()
+            .zip(&expected[..MAC_BYTES])
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    same.then_some(body)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sealed_state_opens_only_unchanged_and_for_its_purpose() {
+        let sealed = seal("choice", b"{\"a\":1}");
+        assert_eq!(open("choice", &sealed).as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(open("cursor", &sealed), None);
+        assert_eq!(open("choice", &format!("{sealed}-TAMPERED")), None);
+        let (body, tag) = sealed.split_once('.').unwrap();
+        let edited = URL_SAFE_NO_PAD.encode(b"{\"a\":2}");
+        assert_eq!(open("choice", &format!("{edited}.{tag}")), None);
+        assert_eq!(open("choice", body), None);
+    }
 
     #[test]
     fn round_trip_and_refusals() {

@@ -12,6 +12,7 @@
 
 pub mod aliases;
 pub mod call;
+mod chosen;
 pub mod cursor;
 pub mod envelope;
 pub mod error;
@@ -41,7 +42,9 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde_json::Value;
 use tally_semantic::request::{self, ListArgs, Request, Tool};
-use tally_semantic::resolve::{Resolution, resolve_dataset, resolve_query, resolve_summarize};
+use tally_semantic::resolve::{
+    Choice, Resolution, resolve_dataset, resolve_query, resolve_summarize,
+};
 use tally_storage::{Backends, Catalog, Dataset, cache, catalog, cluster, dataset, memory, udf};
 
 pub use envelope::{Envelope, Provenance};
@@ -749,12 +752,20 @@ impl Engine {
         scope: Scope,
         caller: &str,
     ) -> Result<Value, EngineError> {
-        self.call_guarded_within(tool, arguments, scope, caller, self.limits.call_timeout)
-            .await
+        self.call_guarded_within(
+            tool,
+            arguments,
+            scope,
+            caller,
+            self.limits.call_timeout,
+            Vec::new(),
+        )
+        .await
     }
 
     /// [`Engine::call_guarded_for`] with a time budget of its own instead of the call's (a
-    /// call run as an MCP task has the task's, [`Limits::task_timeout`]).
+    /// call run as an MCP task has the task's, [`Limits::task_timeout`]), and the names its
+    /// user chose for ambiguous ones (said in the answer's `resolved_fields`).
     pub async fn call_guarded_within(
         self: &Arc<Self>,
         tool: Tool,
@@ -762,6 +773,7 @@ impl Engine {
         scope: Scope,
         caller: &str,
         budget: Duration,
+        chosen: Vec<Choice>,
     ) -> Result<Value, EngineError> {
         let held = self.caller_memory(caller);
         let engine = Arc::clone(self);
@@ -771,11 +783,14 @@ impl Engine {
         let backstop = budget + Duration::from_secs(2);
         let name = tool.name();
         let named = self.dataset_named(&arguments, &scope);
-        let call = guard(BUDGET.scope(
-            budget,
-            CALLER_MEMORY.scope(held, async move {
-                engine.call_as(tool, &arguments, &scope).await
-            }),
+        let call = guard(chosen::CHOSEN.scope(
+            Arc::new(chosen),
+            BUDGET.scope(
+                budget,
+                CALLER_MEMORY.scope(held, async move {
+                    engine.call_as(tool, &arguments, &scope).await
+                }),
+            ),
         ));
         tokio::pin!(call);
         // While the call's dataset is being prepared the call waits for it (see
@@ -812,7 +827,14 @@ impl Engine {
         arguments: &Value,
         scope: &Scope,
     ) -> Result<Value, EngineError> {
-        let request = request::parse(tool, arguments)?;
+        let mut request = request::parse(tool, arguments)?;
+        let chosen = chosen::chosen();
+        match &mut request {
+            Request::QueryRecords(args) => args.chosen = chosen.to_vec(),
+            Request::SummarizeRecords(args) => args.chosen = chosen.to_vec(),
+            Request::CiteProvisions(args) => args.chosen = chosen.to_vec(),
+            _ => {}
+        }
         match request {
             Request::ListDatasets(args) => {
                 let mut call = serde_json::Map::new();

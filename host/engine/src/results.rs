@@ -82,6 +82,10 @@ pub struct ResolvedName {
     pub parameter: String,
     pub input: String,
     pub canonical: String,
+    /// Who chose the name when the one typed was ambiguous: `the user`, asked through the
+    /// client (elicitation). Absent when the server matched it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chosen_by: Option<String>,
 }
 
 impl From<&Resolution> for ResolvedName {
@@ -90,13 +94,27 @@ impl From<&Resolution> for ResolvedName {
             parameter: r.parameter.clone(),
             input: r.input.clone(),
             canonical: r.canonical.clone(),
+            chosen_by: None,
         }
     }
 }
 
-/// The resolved names of a call, for its result.
+/// The resolved names of a call, for its result: those its user chose say so.
 pub fn resolved_names(resolved: &[Resolution]) -> Vec<ResolvedName> {
-    resolved.iter().map(ResolvedName::from).collect()
+    let chosen = crate::chosen::chosen();
+    resolved
+        .iter()
+        .map(|r| {
+            let mut name = ResolvedName::from(r);
+            if chosen
+                .iter()
+                .any(|c| c.parameter == r.parameter && c.input == r.input && c.name == r.canonical)
+            {
+                name.chosen_by = Some("the user".to_string());
+            }
+            name
+        })
+        .collect()
 }
 
 /// How a field's values are coded.

@@ -16,6 +16,7 @@
 pub mod audit;
 mod bounds;
 pub mod chart;
+mod choose;
 mod events;
 pub mod exit;
 mod guard;

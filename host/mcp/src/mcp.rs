@@ -480,14 +480,7 @@ impl ServerHandler for TallyServer {
         request: rmcp::model::CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
-        let era = if context
-            .protocol_version()
-            .is_some_and(|v| v.as_str() >= crate::methods::ERA_2026)
-        {
-            crate::methods::ERA_2026
-        } else {
-            crate::methods::ERA_2025
-        };
+        let era = era(&context);
         let answered: Vec<&str> = crate::methods::METHODS
             .iter()
             .filter(|m| m.eras.contains(&era))
@@ -544,57 +537,70 @@ impl ServerHandler for TallyServer {
             Err(refusal) => return Ok(refused(&refusal).into()),
         };
         let views = crate::ui::supported_by(context.client_capabilities().as_ref());
+        let can_ask = crate::choose::can_ask(context.client_capabilities().as_ref());
+        // A 2026-07-28 call made again with the answer to a question asked: the choices so far.
+        let (mut chosen, declined) = resumed(
+            &request.request_state,
+            &request.input_responses,
+            &caller,
+            tool,
+            &arguments,
+        )?;
         if let Some(status) = self.as_task(&context, &view, tool, &arguments, asked) {
-            return Ok(self.start_task(view, tool, arguments, chart, views, status));
+            let asking = Asking {
+                chosen,
+                can_ask: can_ask && !declined,
+            };
+            let form = Form { views, chart };
+            return Ok(self.start_task(view, tool, arguments, form, status, asking));
         }
-        let started = std::time::Instant::now();
-        let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
-        // Progress when the caller asked for it (a `progressToken`), until the call ends.
-        let reporter = context.meta.get_progress_token().map(|token| {
-            crate::progress::start(
-                context.peer.clone(),
-                token,
-                Arc::clone(self.engine()),
-                caller.clone(),
-                tool,
-                &arguments,
-            )
-        });
-        let call = view.call(self.engine(), tool, arguments);
-        // `notifications/cancelled` stops the call: dropping it aborts its task and the
-        // query work under it (a dataset's shared first preparation goes on for the next
-        // call). rmcp sends no answer to a cancelled request.
-        let result = tokio::select! {
-            result = call => result,
-            () = context.ct.cancelled() => {
-                drop(reporter);
-                let elapsed = started.elapsed();
-                tracing::info!(
-                    tool = tool.name(),
-                    ms = elapsed.as_millis() as u64,
-                    "tool call cancelled by the client; its work was stopped"
-                );
-                if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
-                    audit.record_cancelled(&caller.id, tool, &arguments, elapsed);
+        let stateless = era(&context) == crate::methods::ERA_2026;
+        for round in 0..=crate::choose::MAX_QUESTIONS {
+            let result = self
+                .call_now(&context, &view, tool, arguments.clone(), chosen.clone())
+                .await?;
+            let ambiguous = crate::choose::ambiguity(&result);
+            let Some(ambiguous) =
+                ambiguous.filter(|_| can_ask && !declined && round < crate::choose::MAX_QUESTIONS)
+            else {
+                if let Ok(envelope) = &result {
+                    self.session
+                        .log
+                        .corrections(&context.peer, tool.name(), envelope)
+                        .await;
                 }
-                return Err(ErrorData::new(
-                    rmcp::model::ErrorCode(-32800),
-                    "the request was cancelled by the client",
-                    None,
+                return Ok(answer(tool, result, views, chart).await.into());
+            };
+            if stateless {
+                // No request to the client in this era: the question is the answer, and the
+                // client calls again with its user's choice.
+                let state =
+                    crate::choose::State::new(&caller.id, tool, &arguments, chosen, ambiguous);
+                let question = rmcp::model::InputRequest::Elicitation(
+                    rmcp::model::ElicitRequest::new(crate::choose::question(tool, ambiguous)),
+                );
+                let requests = [(crate::choose::KEY.to_string(), question)]
+                    .into_iter()
+                    .collect();
+                return Ok(CallToolResponse::InputRequired(
+                    rmcp::model::InputRequiredResult::new(Some(requests), Some(state.seal())),
                 ));
             }
-        };
-        if let Some(reporter) = reporter {
-            reporter.finish().await;
-        }
-        self.record(&caller, tool, audited, &result, started.elapsed());
-        if let Ok(envelope) = &result {
-            self.session
-                .log
-                .corrections(&context.peer, tool.name(), envelope)
+            let asked = context
+                .peer
+                .create_elicitation(crate::choose::question(tool, ambiguous))
                 .await;
+            let choice = asked
+                .ok()
+                .and_then(|r| serde_json::to_value(r).ok())
+                .and_then(|r| crate::choose::answer(ambiguous, &r).ok().flatten());
+            match choice {
+                Some(choice) => chosen.push(choice),
+                // Declined, dismissed, or not answered: refused as before.
+                None => return Ok(answer(tool, result, views, chart).await.into()),
+            }
         }
-        Ok(answer(tool, result, views, chart).await.into())
+        unreachable!("the last round answers")
     }
 
     async fn get_task(
@@ -630,7 +636,115 @@ impl ServerHandler for TallyServer {
     }
 }
 
+/// The choices of a 2026-07-28 call made again with the answer to the question its
+/// `requestState` says was asked, and whether the user declined to choose (then the call is
+/// refused as before, and not asked again). A call without state has chosen nothing; an
+/// answer missing from `inputResponses` leaves the question open (it is asked again).
+fn resumed(
+    state: &Option<String>,
+    responses: &Option<rmcp::model::InputResponses>,
+    caller: &Caller,
+    tool: Tool,
+    arguments: &Value,
+) -> Result<(Vec<tally_semantic::resolve::Choice>, bool), ErrorData> {
+    let Some(sealed) = state else {
+        return Ok((Vec::new(), false));
+    };
+    let state = crate::choose::State::open(sealed, &caller.id, tool, arguments)?;
+    let answered = responses.as_ref().and_then(|r| r.get(crate::choose::KEY));
+    let mut chosen = state.chosen.clone();
+    match answered {
+        None => Ok((chosen, false)),
+        Some(answer) => match crate::choose::answer(&state.asked(), answer)? {
+            Some(choice) => {
+                chosen.push(choice);
+                Ok((chosen, false))
+            }
+            None => Ok((chosen, true)),
+        },
+    }
+}
+
+/// The protocol era of a request.
+fn era(context: &RequestContext<RoleServer>) -> &'static str {
+    if context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= crate::methods::ERA_2026)
+    {
+        crate::methods::ERA_2026
+    } else {
+        crate::methods::ERA_2025
+    }
+}
+
+/// How a call's answer is given: with its view's metadata, and with the chart asked for.
+pub(crate) struct Form {
+    pub views: bool,
+    pub chart: Option<crate::chart::Image>,
+}
+
+/// What a call run as a task may ask its user: the choices already made, and whether the
+/// client can be asked more.
+pub(crate) struct Asking {
+    pub chosen: Vec<tally_semantic::resolve::Choice>,
+    pub can_ask: bool,
+}
+
 impl TallyServer {
+    /// Runs a call now, within the call's budget: progress when the caller asked for it, and
+    /// `notifications/cancelled` stops it (dropping it aborts its task and the query work
+    /// under it; a dataset's shared first preparation goes on for the next call), answered
+    /// with an error rmcp does not send.
+    async fn call_now(
+        &self,
+        context: &RequestContext<RoleServer>,
+        view: &View,
+        tool: Tool,
+        arguments: Value,
+        chosen: Vec<tally_semantic::resolve::Choice>,
+    ) -> Result<Result<Value, tally_engine::EngineError>, ErrorData> {
+        let caller = view.caller().clone();
+        let started = std::time::Instant::now();
+        let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
+        let reporter = context.meta.get_progress_token().map(|token| {
+            crate::progress::start(
+                context.peer.clone(),
+                token,
+                Arc::clone(self.engine()),
+                caller.clone(),
+                tool,
+                &arguments,
+            )
+        });
+        let budget = self.engine().limits().call_timeout;
+        let call = view.call_within(self.engine(), tool, arguments, budget, chosen);
+        let result = tokio::select! {
+            result = call => result,
+            () = context.ct.cancelled() => {
+                drop(reporter);
+                let elapsed = started.elapsed();
+                tracing::info!(
+                    tool = tool.name(),
+                    ms = elapsed.as_millis() as u64,
+                    "tool call cancelled by the client; its work was stopped"
+                );
+                if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
+                    audit.record_cancelled(&caller.id, tool, &arguments, elapsed);
+                }
+                return Err(ErrorData::new(
+                    rmcp::model::ErrorCode(-32800),
+                    "the request was cancelled by the client",
+                    None,
+                ));
+            }
+        };
+        if let Some(reporter) = reporter {
+            reporter.finish().await;
+        }
+        self.record(&caller, tool, audited, &result, started.elapsed());
+        Ok(result)
+    }
+
     /// Whether a call runs as a task, and its first status message: only for a client that
     /// declared the tasks extension on this request, when it asked for one
     /// (`_meta: {"tally/task": true}`) or the call is estimated to take more than half its
@@ -673,59 +787,58 @@ impl TallyServer {
         view: View,
         tool: Tool,
         arguments: Value,
-        chart: Option<crate::chart::Image>,
-        views: bool,
+        form: Form,
         status: String,
+        asking: Asking,
     ) -> CallToolResponse {
-        let engine = Arc::clone(self.engine());
-        let budget = engine.limits().task_timeout;
-        let caller = view.caller().clone();
-        let owner = caller.id.clone();
+        let budget = self.engine().limits().task_timeout;
+        let owner = view.caller().id.clone();
         let server = self.clone();
-        let spawned = self.shared.tasks.spawn(
-            &owner,
-            budget + crate::tasks::KEPT,
-            status,
-            move |task| {
-                Box::pin(async move {
-                    let started = std::time::Instant::now();
-                    let dataset = arguments
-                        .get("dataset_id")
-                        .and_then(Value::as_str)
-                        .map(|s| s.trim().to_string());
-                    let audited = server.shared.audit.as_ref().map(|_| arguments.clone());
-                    let call = view.call_within(&engine, tool, arguments, budget);
-                    tokio::pin!(call);
-                    let result = loop {
-                        tokio::select! {
-                            result = &mut call => break result,
-                            () = task.cancelled() => {
-                                let elapsed = started.elapsed();
-                                tracing::info!(tool = tool.name(), ms = elapsed.as_millis() as u64, "task cancelled by its client; its work was stopped");
-                                if let (Some(audit), Some(arguments)) = (&server.shared.audit, &audited) {
-                                    audit.record_cancelled(&caller.id, tool, arguments, elapsed);
-                                }
-                                return Err(TaskExit::Cancelled);
+        let spawned =
+            self.shared
+                .tasks
+                .spawn(&owner, budget + crate::tasks::KEPT, status, move |task| {
+                    Box::pin(async move {
+                        let Asking {
+                            mut chosen,
+                            can_ask,
+                        } = asking;
+                        let mut round = 0;
+                        let result = loop {
+                            let result = server
+                                .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
+                                .await?;
+                            let Some(ambiguous) = crate::choose::ambiguity(&result)
+                                .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
+                            else {
+                                break result;
+                            };
+                            // The task waits for its user's choice (`input_required`), which the
+                            // client sends with `tasks/update`.
+                            round += 1;
+                            task.set_status_message(format!(
+                                "{}: waiting for the user to choose what `{}` means",
+                                tool.name(),
+                                ambiguous.input
+                            ));
+                            let question = rmcp::model::InputRequest::Elicitation(
+                                rmcp::model::ElicitRequest::new(crate::choose::question(
+                                    tool, ambiguous,
+                                )),
+                            );
+                            let key = format!("{}-{round}", crate::choose::KEY);
+                            let answered = task.request_input(key, question).await?;
+                            match crate::choose::answer(ambiguous, &answered) {
+                                Ok(Some(choice)) => chosen.push(choice),
+                                // Declined, dismissed, or not an answer: refused as before.
+                                _ => break result,
                             }
-                            () = tokio::time::sleep(crate::progress::EVERY) => {
-                                task.set_status_message(crate::progress::status(
-                                    &engine, &caller, tool, dataset.as_deref(), started.elapsed(),
-                                ));
-                            }
-                        }
-                    };
-                    let elapsed = started.elapsed();
-                    server.record(&caller, tool, audited, &result, elapsed);
-                    task.set_status_message(format!(
-                        "{}: {} in {:.1} s",
-                        tool.name(),
-                        if result.is_ok() { "answered" } else { "refused" },
-                        elapsed.as_secs_f64()
-                    ));
-                    Ok(crate::tasks::kept(answer(tool, result, views, chart).await))
-                })
-            },
-        );
+                        };
+                        Ok(crate::tasks::kept(
+                            answer(tool, result, form.views, form.chart).await,
+                        ))
+                    })
+                });
         match spawned {
             Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
             Err(full) => {
@@ -736,6 +849,60 @@ impl TallyServer {
                 refused(&refusal.to_json()).into()
             }
         }
+    }
+
+    /// One run of a call inside a task, with the task's budget: its status message says what
+    /// it is doing every half second, and `tasks/cancel` drops it (and the work under it).
+    async fn call_in_task(
+        &self,
+        task: &rmcp::task_manager::TaskContext,
+        view: &View,
+        tool: Tool,
+        arguments: Value,
+        chosen: Vec<tally_semantic::resolve::Choice>,
+    ) -> Result<Result<Value, tally_engine::EngineError>, TaskExit> {
+        let engine = Arc::clone(self.engine());
+        let budget = engine.limits().task_timeout;
+        let caller = view.caller().clone();
+        let started = std::time::Instant::now();
+        let dataset = arguments
+            .get("dataset_id")
+            .and_then(Value::as_str)
+            .map(|s| s.trim().to_string());
+        let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
+        let call = view.call_within(&engine, tool, arguments, budget, chosen);
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                result = &mut call => break result,
+                () = task.cancelled() => {
+                    let elapsed = started.elapsed();
+                    tracing::info!(tool = tool.name(), ms = elapsed.as_millis() as u64, "task cancelled by its client; its work was stopped");
+                    if let (Some(audit), Some(arguments)) = (&self.shared.audit, &audited) {
+                        audit.record_cancelled(&caller.id, tool, arguments, elapsed);
+                    }
+                    return Err(TaskExit::Cancelled);
+                }
+                () = tokio::time::sleep(crate::progress::EVERY) => {
+                    task.set_status_message(crate::progress::status(
+                        &engine, &caller, tool, dataset.as_deref(), started.elapsed(),
+                    ));
+                }
+            }
+        };
+        let elapsed = started.elapsed();
+        self.record(&caller, tool, audited, &result, elapsed);
+        task.set_status_message(format!(
+            "{}: {} in {:.1} s",
+            tool.name(),
+            if result.is_ok() {
+                "answered"
+            } else {
+                "refused"
+            },
+            elapsed.as_secs_f64()
+        ));
+        Ok(result)
     }
 
     /// Writes a finished call to the log and, when there is one, to the audit log.

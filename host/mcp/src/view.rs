@@ -154,7 +154,8 @@ impl View {
             .await
     }
 
-    /// [`View::call`] with a time budget of its own (a call run as a task has the task's).
+    /// [`View::call`] with a time budget of its own (a call run as a task has the task's)
+    /// and the names its user chose for ambiguous ones.
     #[allow(clippy::disallowed_methods)] // the same entry, with another budget
     pub async fn call_within(
         &self,
@@ -162,6 +163,7 @@ impl View {
         tool: Tool,
         arguments: Value,
         budget: std::time::Duration,
+        chosen: Vec<tally_semantic::resolve::Choice>,
     ) -> Result<Value, EngineError> {
         engine
             .call_guarded_within(
@@ -170,6 +172,7 @@ impl View {
                 self.caller.scope.clone(),
                 &self.caller.id,
                 budget,
+                chosen,
             )
             .await
     }

@@ -82,6 +82,19 @@ pub struct RequestError {
     /// A call that works, as `{"tool": …, "arguments": …}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub example: Option<serde_json::Value>,
+    /// When the name typed fits several equally: what a client may ask its user to choose
+    /// among (the refusal says the same in `message` and `candidates`).
+    #[serde(skip)]
+    pub ambiguous: Option<Box<Ambiguous>>,
+}
+
+/// A name that fits several names equally: where it was typed, as typed, and the names it
+/// fits, described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ambiguous {
+    pub parameter: String,
+    pub input: String,
+    pub choices: Vec<Candidate>,
 }
 
 impl RequestError {
@@ -95,6 +108,7 @@ impl RequestError {
             sample: Vec::new(),
             hint: None,
             example: None,
+            ambiguous: None,
         }
     }
 

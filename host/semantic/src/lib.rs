@@ -16,6 +16,6 @@ pub mod resolve;
 pub mod yaml;
 
 pub use definition::{DatasetDef, Diagnostic, Loaded, load_definition};
-pub use error::{Candidate, Error, ErrorCode, RequestError};
+pub use error::{Ambiguous, Candidate, Error, ErrorCode, RequestError};
 pub use request::{Request, Tool};
 pub use resolve::{FieldId, Metric, QueryPlan, SummarizePlan};

@@ -314,6 +314,71 @@ fn fuzzy_index<'a>(wanted: &str, names: impl IntoIterator<Item = &'a str>) -> Op
     (eligible && score >= FUZZY_THRESHOLD && score - second >= FUZZY_MARGIN).then_some(i)
 }
 
+/// Names an ambiguity offers at most (a choice a person reads through).
+pub const MAX_CHOICES: usize = 10;
+
+/// The names `input` fits equally well when it fits several and none better than the others
+/// (a name it resolves to is never ambiguous): several names equal to it under NFKC and case
+/// folding, a word found inside several names (`手続件数` in `総手続件数` and
+/// `オンライン手続件数`), or several spellings equally close to it. At most [`MAX_CHOICES`], in
+/// the vocabulary's order; empty when it fits one name or none.
+pub fn ambiguous<'a, I>(input: &str, vocabulary: I) -> Vec<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+    I::IntoIter: Clone,
+{
+    let names = vocabulary.into_iter();
+    let wanted = normalize(input);
+    let length = wanted.chars().count();
+    if length == 0 || length > MAX_FUZZY_CHARS {
+        return Vec::new();
+    }
+    let several = |fits: Vec<&'a str>| {
+        if fits.len() > 1 {
+            fits.into_iter().take(MAX_CHOICES).collect()
+        } else {
+            Vec::new()
+        }
+    };
+    let equal = several(names.clone().filter(|n| normalize(n) == wanted).collect());
+    if !equal.is_empty() || length <= MAX_UNFUZZY_CHARS {
+        return equal;
+    }
+    let containing = several(
+        names
+            .clone()
+            .filter(|n| normalize(n).contains(&wanted))
+            .collect(),
+    );
+    if !containing.is_empty() {
+        return containing;
+    }
+    let scored: Vec<(f64, &'a str)> = names
+        .filter(|n| reachable(length, n.chars().count()) >= FUZZY_THRESHOLD)
+        .map(|n| {
+            let score = strsim::normalized_damerau_levenshtein(
+                &wanted,
+                &normalize(n)
+                    .chars()
+                    .take(MAX_FUZZY_CHARS)
+                    .collect::<String>(),
+            );
+            (score, n)
+        })
+        .collect();
+    let best = scored.iter().map(|(s, _)| *s).fold(0.0, f64::max);
+    if best < FUZZY_THRESHOLD {
+        return Vec::new();
+    }
+    several(
+        scored
+            .into_iter()
+            .filter(|(s, _)| best - s < FUZZY_MARGIN)
+            .map(|(_, n)| n)
+            .collect(),
+    )
+}
+
 fn digits(s: &str) -> String {
     s.chars().filter(char::is_ascii_digit).collect()
 }
@@ -392,6 +457,55 @@ pub fn suggest<'a>(input: &str, vocabulary: impl IntoIterator<Item = &'a str>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_that_fits_several_equally_is_ambiguous_and_one_that_fits_one_is_not() {
+        let fields = [
+            "手続が行われるイベント(個人)",
+            "手続が行われるイベント(法人)",
+            "総手続件数",
+            "オンライン手続件数",
+            "所管府省庁",
+            "region",
+            "Region",
+        ];
+        let names = || fields.iter().copied();
+        // A word inside several names.
+        assert_eq!(
+            ambiguous("手続が行われるイベント", names()),
+            [
+                "手続が行われるイベント(個人)",
+                "手続が行われるイベント(法人)"
+            ]
+        );
+        assert_eq!(
+            ambiguous("手続件数", names()),
+            ["総手続件数", "オンライン手続件数"]
+        );
+        // Equal to several under case folding.
+        assert_eq!(ambiguous("REGION", names()), ["region", "Region"]);
+        // Resolved to one name, or close to none: nothing to choose.
+        assert!(ambiguous("所管府省", names()).is_empty());
+        assert!(ambiguous("府省", names()).is_empty());
+        assert!(ambiguous("budget", names()).is_empty());
+        // Two spellings equally close.
+        assert_eq!(
+            ambiguous("regoin", ["regain", "rejoin", "amount"]),
+            ["regain", "rejoin"]
+        );
+        // At most MAX_CHOICES, however many fit.
+        let many: Vec<String> = (0..30).map(|i| format!("件数{i:02}")).collect();
+        assert_eq!(
+            ambiguous("件数", many.iter().map(String::as_str)).len(),
+            0,
+            "two characters never fit by containment"
+        );
+        let many: Vec<String> = (0..30).map(|i| format!("手続件数{i:02}")).collect();
+        assert_eq!(
+            ambiguous("手続件数", many.iter().map(String::as_str)).len(),
+            MAX_CHOICES
+        );
+    }
 
     #[test]
     fn fold_makes_full_width_and_case_comparable() {

@@ -478,6 +478,15 @@ pub struct InspectArgs {
     pub full: bool,
 }
 
+/// A name its user chose for an ambiguous one: where it was typed, as typed, and the name
+/// chosen (one of those the ambiguity offered).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Choice {
+    pub parameter: String,
+    pub input: String,
+    pub name: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QueryArgs {
     pub dataset_id: String,
@@ -492,6 +501,9 @@ pub struct QueryArgs {
     /// The date whose revisions are read (datasets that declare `revisions`).
     pub as_of: Option<String>,
     pub notices: Vec<Notice>,
+    /// Names the user chose for ambiguous ones (set by the server, never by the caller).
+    #[serde(skip)]
+    pub chosen: Vec<Choice>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -509,6 +521,9 @@ pub struct SummarizeArgs {
     /// The date whose revisions are read (datasets that declare `revisions`).
     pub as_of: Option<String>,
     pub notices: Vec<Notice>,
+    /// Names the user chose for ambiguous ones (set by the server, never by the caller).
+    #[serde(skip)]
+    pub chosen: Vec<Choice>,
 }
 
 /// Parsed arguments of any tool.
@@ -538,6 +553,9 @@ pub struct CiteArgs {
     /// The `next_cursor` of the page before: the provisions after it.
     pub cursor: Option<String>,
     pub notices: Vec<Notice>,
+    /// Names the user chose for ambiguous ones (set by the server, never by the caller).
+    #[serde(skip)]
+    pub chosen: Vec<Choice>,
 }
 
 /// The answer `verify_answer` checks.
@@ -580,6 +598,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             cursor: args.cursor()?,
             as_of: args.text("as_of")?,
             notices: std::mem::take(&mut args.notices),
+            chosen: Vec::new(),
         }),
         Tool::SummarizeRecords => Request::SummarizeRecords(SummarizeArgs {
             dataset_id: args.dataset_id()?,
@@ -592,6 +611,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             limit: args.limit()?,
             as_of: args.text("as_of")?,
             notices: std::mem::take(&mut args.notices),
+            chosen: Vec::new(),
         }),
         Tool::CiteProvisions => Request::CiteProvisions(CiteArgs {
             dataset_id: args.dataset_id()?,
@@ -602,6 +622,7 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             limit: args.limit()?,
             cursor: args.cursor()?,
             notices: std::mem::take(&mut args.notices),
+            chosen: Vec::new(),
         }),
         Tool::VerifyAnswer => Request::VerifyAnswer(VerifyArgs {
             envelope: args.answer("envelope")?,

@@ -329,12 +329,16 @@ fn resolution(parameter: &str, input: &str, r: names::Resolved<'_>) -> Option<Re
     })
 }
 
+pub use crate::request::Choice;
+
 /// Resolves names of one dataset, collecting corrections.
 struct Resolver<'d> {
     def: &'d DatasetDef,
     tool: &'static str,
     resolved: Vec<Resolution>,
     notices: Vec<Notice>,
+    /// Names the user chose for ambiguous ones.
+    chosen: Vec<Choice>,
 }
 
 impl<'d> Resolver<'d> {
@@ -422,6 +426,9 @@ impl<'d> Resolver<'d> {
     }
 
     fn field(&mut self, input: &str, parameter: &str) -> Result<FieldId, RequestError> {
+        if let Some(id) = self.chosen_field(input, parameter) {
+            return Ok(id);
+        }
         let names = self.def.fields.iter().map(|f| f.name.as_str());
         let outcome = names::resolve(input, names);
         if let Some(err) = self.undeclared(input, parameter, outcome.as_ref().ok().copied()) {
@@ -438,6 +445,27 @@ impl<'d> Resolver<'d> {
         }
     }
 
+    /// The field the user chose for `input` typed in `parameter`, when it is one that `input`
+    /// is ambiguous between (a choice of anything else is ignored, and the name refused as
+    /// before).
+    fn chosen_field(&mut self, input: &str, parameter: &str) -> Option<FieldId> {
+        let choice = self
+            .chosen
+            .iter()
+            .find(|c| c.input == input && c.parameter == parameter)?;
+        let fits = names::ambiguous(input, self.def.fields.iter().map(|f| f.name.as_str()));
+        if !fits.contains(&choice.name.as_str()) {
+            return None;
+        }
+        let index = self.def.fields.iter().position(|f| f.name == choice.name)?;
+        self.resolved.push(Resolution {
+            parameter: parameter.to_string(),
+            input: input.to_string(),
+            canonical: choice.name.clone(),
+        });
+        Some(FieldId::at(index))
+    }
+
     fn unknown_field(&self, input: &str, parameter: &str, ranked: &[&str]) -> RequestError {
         let def = self.def;
         let candidates = ranked
@@ -447,21 +475,13 @@ impl<'d> Resolver<'d> {
                 Candidate::described(*name, def.field(name).and_then(|f| f.desc.as_deref()))
             })
             .collect();
-        let wanted = normalize(input);
-        let containing: Vec<&str> = ranked
-            .iter()
-            .copied()
-            .filter(|n| {
-                wanted.chars().count() > names::MAX_UNFUZZY_CHARS && normalize(n).contains(&wanted)
-            })
-            .collect();
-        let message = if containing.len() > 1 {
+        let fits = names::ambiguous(input, def.fields.iter().map(|f| f.name.as_str()));
+        let message = if fits.len() > 1 {
             format!(
                 "`{input}` is ambiguous in dataset `{}`: it fits {} fields ({}); name one exactly",
                 def.id,
-                containing.len(),
-                containing
-                    .iter()
+                fits.len(),
+                fits.iter()
                     .take(MAX_CANDIDATES)
                     .map(|n| format!("`{n}`"))
                     .collect::<Vec<_>>()
@@ -474,6 +494,18 @@ impl<'d> Resolver<'d> {
             .at(parameter.to_string())
             .candidates(candidates, def.fields.len())
             .sample(def.fields.iter().map(|f| f.name.as_str()), SAMPLE_SIZE);
+        if fits.len() > 1 {
+            err.ambiguous = Some(Box::new(crate::error::Ambiguous {
+                parameter: parameter.to_string(),
+                input: input.to_string(),
+                choices: fits
+                    .iter()
+                    .map(|name| {
+                        Candidate::described(*name, def.field(name).and_then(|f| f.desc.as_deref()))
+                    })
+                    .collect(),
+            }));
+        }
         let ascii_guess = input.is_ascii() && def.fields.iter().all(|f| !f.name.is_ascii());
         err = if ascii_guess {
             err.hint(format!(
@@ -1161,6 +1193,7 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
         tool: "query_records",
         resolved: Vec::new(),
         notices: args.notices,
+        chosen: args.chosen,
     };
     let q = args.q.filter(|q| !q.trim().is_empty());
     let search_fields = r.fields(&args.search_fields, "search_fields")?;
@@ -1374,6 +1407,7 @@ pub fn resolve_cite(
             limit: args.limit,
             as_of: None,
             notices: args.notices,
+            chosen: args.chosen,
         },
     )?;
     let as_of = args
@@ -1417,6 +1451,7 @@ pub fn resolve_summarize(
         tool: "summarize_records",
         resolved: Vec::new(),
         notices: args.notices,
+        chosen: args.chosen,
     };
     let metric_inputs = if args.metrics.is_empty() {
         vec!["count".to_string()]
@@ -1754,6 +1789,7 @@ fn result_column<'c>(
             tool: "summarize_records",
             resolved: Vec::new(),
             notices: Vec::new(),
+            chosen: Vec::new(),
         };
         return probe
             .metric(target)

@@ -1,0 +1,233 @@
+//! Asking the user instead of refusing: when a name in a call fits several fields equally
+//! (`手続が行われるイベント` fits the individuals' and the businesses' one), a client that
+//! declared form elicitation is asked to choose among them, each with its description, and the
+//! call runs with the choice, which its answer discloses in `resolved_fields`
+//! (`chosen_by: "the user"`). A client that cannot be asked, or a user who declines, gets
+//! today's refusal with the candidates.
+//!
+//! How the question travels depends on the protocol era: a 2025 session is sent
+//! `elicitation/create` while the call waits; a 2026-07-28 call is answered with an
+//! `input_required` result whose `requestState` carries the choices made so far, sealed under
+//! the server's key and bound to the caller, the tool, the arguments and a deadline, and the
+//! client calls again with the answer (`inputResponses`); a call run as a task asks through
+//! the task (`input_required`, answered with `tasks/update`).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rmcp::ErrorData;
+use rmcp::model::{ClientCapabilities, ElicitRequestParams, ElicitationSchema};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tally_engine::EngineError;
+use tally_semantic::resolve::Choice;
+use tally_semantic::{Ambiguous, Tool};
+
+/// Ambiguous names one call asks about at most; past them it is refused as before.
+pub const MAX_QUESTIONS: usize = 4;
+/// The key of the question in `inputRequests` and of its answer in `inputResponses`.
+pub const KEY: &str = "choice";
+/// How long a question's `requestState` is honoured.
+const STATE_LIFETIME: Duration = Duration::from_secs(600);
+/// What the state is sealed for (a cursor cannot be passed off as one, nor the reverse).
+const PURPOSE: &str = "tally choice state v1";
+
+/// Whether the client declared form elicitation (an empty `elicitation` capability means
+/// form).
+pub fn can_ask(capabilities: Option<&ClientCapabilities>) -> bool {
+    capabilities
+        .and_then(|c| c.elicitation.as_ref())
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+/// The ambiguity a refused call met, if that is why it was refused.
+pub fn ambiguity(result: &Result<Value, EngineError>) -> Option<&Ambiguous> {
+    match result {
+        Err(EngineError::Request(r)) => r.ambiguous.as_deref(),
+        _ => None,
+    }
+}
+
+/// The question for an ambiguity: one choice among the names it fits, each titled with its
+/// description.
+pub fn question(tool: Tool, ambiguous: &Ambiguous) -> ElicitRequestParams {
+    let choices: Vec<Value> = ambiguous
+        .choices
+        .iter()
+        .map(|c| {
+            let title = match &c.description {
+                Some(d) if !d.trim().is_empty() => format!("{} — {}", c.name, d.trim()),
+                _ => c.name.clone(),
+            };
+            json!({ "const": c.name, "title": title })
+        })
+        .collect();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "string",
+                "title": "Field",
+                "description": format!("the field meant by `{}`", ambiguous.input),
+                "oneOf": choices,
+            }
+        },
+        "required": ["name"],
+    });
+    let requested_schema: ElicitationSchema = serde_json::from_value(schema)
+        .unwrap_or_else(|_| ElicitationSchema::new(Default::default()));
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: format!(
+            "`{}` in `{}` of {} fits {} fields equally. Which one is meant?",
+            ambiguous.input,
+            ambiguous.parameter,
+            tool.name(),
+            ambiguous.choices.len()
+        ),
+        requested_schema,
+    }
+}
+
+/// What the user answered: `Ok(Some(choice))` for one of the names offered, `Ok(None)` when
+/// they declined or dismissed the question, an error for an answer that is not one (a name
+/// not offered, a malformed result).
+pub fn answer(ambiguous: &Ambiguous, result: &Value) -> Result<Option<Choice>, ErrorData> {
+    let malformed = |why: &str| {
+        ErrorData::invalid_params(
+            format!(
+                "the answer to the question about `{}` is not one: {why}; answer with {{\"action\": \"accept\", \"content\": {{\"name\": <one of the names offered>}}}}, or decline",
+                ambiguous.input
+            ),
+            None,
+        )
+    };
+    let action = result
+        .get("action")
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed("it has no `action`"))?;
+    match action {
+        "accept" => {}
+        "decline" | "cancel" => return Ok(None),
+        _ => return Err(malformed("its `action` is none of accept, decline, cancel")),
+    }
+    let name = result
+        .get("content")
+        .and_then(|c| c.get("name"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed("it has no `content.name`"))?;
+    if !ambiguous.choices.iter().any(|c| c.name == name) {
+        return Err(malformed("`content.name` is not one of the names offered"));
+    }
+    Ok(Some(Choice {
+        parameter: ambiguous.parameter.clone(),
+        input: ambiguous.input.clone(),
+        name: name.to_string(),
+    }))
+}
+
+/// What a 2026-07-28 question carries to the client and back: the choices made so far, the
+/// question asked, and what binds it to one call of one caller until a deadline.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    caller: String,
+    call: String,
+    expires: u64,
+    pub chosen: Vec<Choice>,
+    asked: Asked,
+}
+
+/// The question a state was sealed with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Asked {
+    parameter: String,
+    input: String,
+    names: Vec<String>,
+}
+
+impl State {
+    pub fn new(
+        caller: &str,
+        tool: Tool,
+        arguments: &Value,
+        chosen: Vec<Choice>,
+        asked: &Ambiguous,
+    ) -> State {
+        State {
+            caller: caller.to_string(),
+            call: digest(tool, arguments),
+            expires: now() + STATE_LIFETIME.as_secs(),
+            chosen,
+            asked: Asked {
+                parameter: asked.parameter.clone(),
+                input: asked.input.clone(),
+                names: asked.choices.iter().map(|c| c.name.clone()).collect(),
+            },
+        }
+    }
+
+    pub fn seal(&self) -> String {
+        tally_engine::cursor::seal(PURPOSE, &serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    /// The state `sealed` as this server sealed it for this caller's same call, before its
+    /// deadline; a JSON-RPC error otherwise (the specification: a tampered state is refused).
+    pub fn open(
+        sealed: &str,
+        caller: &str,
+        tool: Tool,
+        arguments: &Value,
+    ) -> Result<State, ErrorData> {
+        let refused = |why: &str| {
+            ErrorData::invalid_params(
+                format!(
+                    "`requestState` {why}; call again without `requestState` and `inputResponses` to be asked afresh"
+                ),
+                None,
+            )
+        };
+        let body = tally_engine::cursor::open(PURPOSE, sealed)
+            .ok_or_else(|| refused("is not one this server issued, or it was changed"))?;
+        let state: State = serde_json::from_slice(&body)
+            .map_err(|_| refused("is not one this server issued, or it was changed"))?;
+        if state.caller != caller || state.call != digest(tool, arguments) {
+            return Err(refused(
+                "belongs to another call (its tool or arguments differ)",
+            ));
+        }
+        if state.expires < now() {
+            return Err(refused("has expired"));
+        }
+        Ok(state)
+    }
+
+    /// The question this state was sealed with.
+    pub fn asked(&self) -> Ambiguous {
+        Ambiguous {
+            parameter: self.asked.parameter.clone(),
+            input: self.asked.input.clone(),
+            choices: self
+                .asked
+                .names
+                .iter()
+                .map(|n| tally_semantic::Candidate::new(n.clone()))
+                .collect(),
+        }
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A digest of one call: its tool and arguments (as sent, keys in order).
+fn digest(tool: Tool, arguments: &Value) -> String {
+    let hash = Sha256::new()
+        .chain_update(tool.name())
+        .chain_update(b"\0")
+        .chain_update(serde_json::to_vec(arguments).unwrap_or_default())
+        .finalize();
+    hash.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,171 @@
+"""Asking the user instead of refusing (issue 40): a field name that fits two fields equally
+(`手続が行われるイベント` fits the individuals' and the businesses' one) is put to the user
+of a client that declared elicitation, as a choice among the fields with their descriptions;
+the call then runs with the choice, disclosed in `resolved_fields` as chosen by the user.
+
+Driven with the official Python SDK's own elicitation callback: in a 2025 session the server
+sends `elicitation/create` while the call waits; at 2026-07-28 it answers `input_required`
+and the SDK calls again with the answer and the sealed `requestState`; inside a task the task
+waits in `input_required` for `tasks/update`. A user who declines, and a client that cannot be
+asked, get today's refusal."""
+
+import json
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client import advertise
+from mcp.shared.exceptions import MCPError
+import mcp.types as types
+
+from conftest import HttpServer, stdio_params
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 120
+AMBIGUOUS = {"dataset_id": "procedures", "group_by": ["手続が行われるイベント"], "limit": 3}
+PERSONAL = "手続が行われるイベント(個人)"
+BUSINESS = "手続が行われるイベント(法人)"
+
+
+def target(transport: str, server: HttpServer | None):
+    return stdio_params() if transport == "stdio" else server.url
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = HttpServer()
+    yield s
+    s.stop()
+
+
+def body(r) -> dict:
+    return json.loads(r.content[0].text)
+
+
+class User:
+    """A user at the client: answers each question with `choose(offered) -> (action, name)`,
+    and remembers what was asked."""
+
+    def __init__(self, choose):
+        self.choose = choose
+        self.asked: list[types.ElicitRequestParams] = []
+
+    async def __call__(self, context, params: types.ElicitRequestParams):
+        self.asked.append(params)
+        schema = params.requested_schema["properties"]["name"]
+        offered = [o["const"] for o in schema["oneOf"]]
+        action, name = self.choose(offered)
+        if action != "accept":
+            return types.ElicitResult(action=action)
+        return types.ElicitResult(action="accept", content={"name": name})
+
+
+def check_question(user: User):
+    (params,) = user.asked
+    assert "手続が行われるイベント" in params.message and "group_by" in params.message, params.message
+    schema = params.requested_schema
+    assert schema["type"] == "object" and schema["required"] == ["name"], schema
+    options = schema["properties"]["name"]["oneOf"]
+    assert [o["const"] for o in options] == [PERSONAL, BUSINESS], options
+    # Each field is offered with its description.
+    assert all(o["title"].startswith(o["const"] + " — ") for o in options), options
+
+
+def check_chosen(envelope: dict, name: str):
+    resolved = envelope["data"]["resolved_fields"]
+    assert {"parameter": "group_by", "input": "手続が行われるイベント", "canonical": name, "chosen_by": "the user"} in resolved, resolved
+    assert name in envelope["data"]["columns"], envelope["data"]["columns"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_ambiguous_name_is_put_to_the_user(transport, mode, server):
+    user = User(lambda offered: ("accept", offered[1]))
+    with anyio.fail_after(TIMEOUT):
+        async with Client(target(transport, server), mode=mode, cache=None, read_timeout_seconds=TIMEOUT,
+                           elicitation_callback=user) as c:
+            r = await c.call_tool("summarize_records", AMBIGUOUS)
+            assert not r.is_error, r.content[0].text
+            check_question(user)
+            check_chosen(body(r), BUSINESS)
+            # A name that fits one field is never asked about.
+            r = await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["所管府省庁"], "limit": 1})
+            assert not r.is_error and len(user.asked) == 1
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_user_who_declines_gets_the_refusal(mode, server):
+    for action in ("decline", "cancel"):
+        user = User(lambda offered, action=action: (action, None))
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server.url, mode=mode, cache=None, read_timeout_seconds=TIMEOUT,
+                              elicitation_callback=user) as c:
+                r = await c.call_tool("summarize_records", AMBIGUOUS)
+                assert r.is_error and len(user.asked) == 1, (action, r.content[0].text)
+                err = body(r)["error"]
+                assert err["code"] == "unknown_field" and "ambiguous" in err["message"], err
+                assert {c["name"] for c in err["candidates"][:2]} == {PERSONAL, BUSINESS}
+
+
+async def test_the_sealed_state_cannot_be_edited_or_moved(server):
+    """At 2026-07-28 the question's `requestState` is sealed and bound to its call: edited, or
+    sent with other arguments, it is refused with a JSON-RPC error."""
+    with anyio.fail_after(TIMEOUT):
+        async with Client(server.url, mode="2026-07-28", cache=None, read_timeout_seconds=TIMEOUT,
+                          elicitation_callback=User(lambda offered: ("accept", offered[0]))) as c:
+            first = await c.session.call_tool("summarize_records", AMBIGUOUS, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult), first
+            (key,) = first.input_requests
+            state = first.request_state
+            answer = {key: types.ElicitResult(action="accept", content={"name": PERSONAL})}
+            for bad_state, arguments in ((state + "-TAMPERED", AMBIGUOUS), (state, {**AMBIGUOUS, "limit": 4})):
+                with pytest.raises(MCPError) as e:
+                    await c.session.call_tool("summarize_records", arguments, input_responses=answer,
+                                              request_state=bad_state, allow_input_required=True)
+                assert e.value.error.code == -32602 and "requestState" in e.value.error.message, e.value.error
+            # A name that was not offered is not an answer.
+            with pytest.raises(MCPError) as e:
+                await c.session.call_tool(
+                    "summarize_records", AMBIGUOUS, request_state=state, allow_input_required=True,
+                    input_responses={key: types.ElicitResult(action="accept", content={"name": "所管府省庁"})},
+                )
+            assert e.value.error.code == -32602, e.value.error
+            # Without the answer, the question is asked again.
+            again = await c.session.call_tool("summarize_records", AMBIGUOUS, request_state=state, allow_input_required=True)
+            assert isinstance(again, types.InputRequiredResult), again
+            # The answer, as the SDK would send it.
+            done = await c.session.call_tool("summarize_records", AMBIGUOUS, input_responses=answer,
+                                             request_state=state, allow_input_required=True)
+            assert isinstance(done, types.CallToolResult) and not done.is_error, done
+            check_chosen(json.loads(done.content[0].text), PERSONAL)
+
+
+async def test_a_task_waits_for_the_users_choice():
+    """Inside a task the question is the task's `input_required` status; `tasks/update` with
+    the answer lets it go on."""
+    from test_tasks import TASKS, call, raw, settle
+
+    with anyio.fail_after(TIMEOUT):
+        async with Client(stdio_params(), mode="2026-07-28", cache=None, read_timeout_seconds=TIMEOUT,
+                          extensions=[advertise(TASKS)],
+                          elicitation_callback=User(lambda offered: ("accept", offered[0]))) as c:
+            created = await call(c, "summarize_records", AMBIGUOUS, meta={"tally/task": True})
+            task_id = created["taskId"]
+            while True:
+                got = await raw(c, "tasks/get", {"taskId": task_id})
+                if got["status"] != "working":
+                    break
+                await anyio.sleep(0.2)
+            assert got["status"] == "input_required", got
+            ((key, request),) = got["inputRequests"].items()
+            assert request["method"] == "elicitation/create", request
+            assert [o["const"] for o in request["params"]["requestedSchema"]["properties"]["name"]["oneOf"]] == [PERSONAL, BUSINESS]
+            ack = await raw(c, "tasks/update", {"taskId": task_id, "inputResponses": {
+                "unknown-key": {"ignored": True},
+                key: {"action": "accept", "content": {"name": PERSONAL}},
+            }})
+            assert ack == {"resultType": "complete"}, ack
+            done = await settle(c, task_id)
+            assert done["status"] == "completed" and done["result"]["isError"] is False, done
+            check_chosen(done["result"]["structuredContent"], PERSONAL)
