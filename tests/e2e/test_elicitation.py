@@ -169,3 +169,69 @@ async def test_a_task_waits_for_the_users_choice():
             done = await settle(c, task_id)
             assert done["status"] == "completed" and done["result"]["isError"] is False, done
             check_chosen(done["result"]["structuredContent"], PERSONAL)
+
+
+async def test_an_ambiguous_measure_is_put_to_the_user(server):
+    user = User(lambda offered: ("accept", offered[0]))
+    with anyio.fail_after(TIMEOUT):
+        async with Client(server.url, mode="2026-07-28", cache=None, read_timeout_seconds=TIMEOUT,
+                          elicitation_callback=user) as c:
+            r = await c.call_tool("summarize_records", {"dataset_id": "procedures", "metrics": ["sum:手続件数"]})
+            assert not r.is_error, r.content[0].text
+            (params,) = user.asked
+            options = params.requested_schema["properties"]["name"]["oneOf"]
+            assert [o["const"] for o in options] == ["総手続件数", "オンライン手続件数", "非オンライン手続件数"], options
+            assert "measures" in params.message, params.message
+            envelope = body(r)
+            assert {"parameter": "metrics", "input": "手続件数", "canonical": "総手続件数", "chosen_by": "the user"} in envelope["data"]["resolved_fields"]
+            assert "sum:総手続件数" in envelope["data"]["columns"], envelope["data"]["columns"]
+
+
+async def test_an_ambiguous_dataset_is_put_to_the_user(tmp_path):
+    import shutil
+
+    from conftest import ROOT
+
+    for year in ("2023", "2024"):
+        folder = tmp_path / f"guide-{year}"
+        shutil.copytree(ROOT / "datasets" / "guide", folder)
+        definition = folder / "dataset.yaml"
+        definition.write_text(definition.read_text(encoding="utf-8").replace("title: Tally guide", f"title: Tally guide of {year}"), encoding="utf-8")
+    s = HttpServer(datasets=str(tmp_path))
+    try:
+        user = User(lambda offered: ("accept", offered[1]))
+        with anyio.fail_after(TIMEOUT):
+            async with Client(s.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT,
+                              elicitation_callback=user) as c:
+                r = await c.call_tool("inspect_dataset", {"dataset_id": "guide"})
+                assert not r.is_error, r.content[0].text
+                (params,) = user.asked
+                options = params.requested_schema["properties"]["name"]["oneOf"]
+                assert options == [
+                    {"const": "guide-2023", "title": "guide-2023 — Tally guide of 2023"},
+                    {"const": "guide-2024", "title": "guide-2024 — Tally guide of 2024"},
+                ], options
+                envelope = body(r)
+                assert envelope["data"]["dataset_id"] == "guide-2024", envelope["data"].keys()
+                chosen = {"parameter": "dataset_id", "input": "guide", "canonical": "guide-2024", "chosen_by": "the user"}
+                assert chosen in envelope["data"]["resolved_fields"], envelope["data"].get("resolved_fields")
+    finally:
+        s.stop()
+
+
+async def test_an_ambiguous_code_is_put_to_the_user(server):
+    field = "添付書類等提出の撤廃/省略状況"
+    user = User(lambda offered: ("accept", offered[1]))
+    with anyio.fail_after(TIMEOUT):
+        async with Client(server.url, mode="2026-07-28", cache=None, read_timeout_seconds=TIMEOUT,
+                          elicitation_callback=user) as c:
+            r = await c.call_tool("summarize_records", {"dataset_id": "procedures", "where": {field: ["撤廃・省略"]}})
+            assert not r.is_error, r.content[0].text
+            (params,) = user.asked
+            options = [o["const"] for o in params.requested_schema["properties"]["name"]["oneOf"]]
+            assert options == ["1 撤廃・省略済", "2 撤廃・省略予定", "3 撤廃・省略不可"], options
+            resolved = body(r)["data"]["resolved_fields"]
+            assert any(x["input"] == "撤廃・省略" and x["canonical"] == "2 撤廃・省略予定" and x.get("chosen_by") == "the user" for x in resolved), resolved
+            # The same count as naming the code exactly.
+            exact = await c.call_tool("summarize_records", {"dataset_id": "procedures", "where": {field: ["2 撤廃・省略予定"]}})
+            assert body(exact)["data"]["rows"] == body(r)["data"]["rows"], (body(exact)["data"]["rows"], body(r)["data"]["rows"])

@@ -43,7 +43,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use serde_json::Value;
 use tally_semantic::request::{self, ListArgs, Request, Tool};
 use tally_semantic::resolve::{
-    Choice, Resolution, resolve_dataset, resolve_query, resolve_summarize,
+    Choice, Resolution, resolve_dataset_choosing, resolve_query, resolve_summarize,
 };
 use tally_storage::{Backends, Catalog, Dataset, cache, catalog, cluster, dataset, memory, udf};
 
@@ -943,35 +943,37 @@ impl Engine {
                 .filter(|_| scope.allows(id))
                 .map(|d| d.def.title.clone())
         };
-        let (id, resolution) = resolve_dataset(input, &ids, &titles).map_err(|mut e| {
-            if let Some(b) = catalog
-                .broken
-                .iter()
-                .find(|b| b.folder == input && scope.allows(&b.folder))
-            {
-                // Why, in the message itself: a store refusing credentials is not a typo.
-                let reasons = b
-                    .problems
+        let chosen = chosen::chosen();
+        let (id, resolution) =
+            resolve_dataset_choosing(input, &ids, &titles, &chosen).map_err(|mut e| {
+                if let Some(b) = catalog
+                    .broken
                     .iter()
-                    .map(|p| p.reason.clone())
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                let fixes = b
-                    .problems
-                    .iter()
-                    .map(|p| p.fix.clone())
-                    .filter(|f| !f.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                e.message = format!("dataset `{input}` is not served: {reasons}");
-                e.hint = Some(if fixes.is_empty() {
-                    format!("{}: {reasons}", b.file)
-                } else {
-                    format!("{}: {fixes}", b.file)
-                });
-            }
-            e
-        })?;
+                    .find(|b| b.folder == input && scope.allows(&b.folder))
+                {
+                    // Why, in the message itself: a store refusing credentials is not a typo.
+                    let reasons = b
+                        .problems
+                        .iter()
+                        .map(|p| p.reason.clone())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    let fixes = b
+                        .problems
+                        .iter()
+                        .map(|p| p.fix.clone())
+                        .filter(|f| !f.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    e.message = format!("dataset `{input}` is not served: {reasons}");
+                    e.hint = Some(if fixes.is_empty() {
+                        format!("{}: {reasons}", b.file)
+                    } else {
+                        format!("{}: {fixes}", b.file)
+                    });
+                }
+                e
+            })?;
         let ds = catalog
             .datasets
             .get(id)

@@ -67,8 +67,8 @@ pub fn question(tool: Tool, ambiguous: &Ambiguous) -> ElicitRequestParams {
         "properties": {
             "name": {
                 "type": "string",
-                "title": "Field",
-                "description": format!("the field meant by `{}`", ambiguous.input),
+                "title": capitalized(ambiguous.what),
+                "description": format!("the {} meant by `{}`", ambiguous.what, ambiguous.input),
                 "oneOf": choices,
             }
         },
@@ -79,14 +79,23 @@ pub fn question(tool: Tool, ambiguous: &Ambiguous) -> ElicitRequestParams {
     ElicitRequestParams::FormElicitationParams {
         meta: None,
         message: format!(
-            "`{}` in `{}` of {} fits {} fields equally. Which one is meant?",
+            "`{}` in `{}` of {} fits {} {}s equally. Which one is meant?",
             ambiguous.input,
             ambiguous.parameter,
             tool.name(),
-            ambiguous.choices.len()
+            ambiguous.choices.len(),
+            ambiguous.what
         ),
         requested_schema,
     }
+}
+
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// What the user answered: `Ok(Some(choice))` for one of the names offered, `Ok(None)` when
@@ -140,6 +149,7 @@ pub struct State {
 /// The question a state was sealed with.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Asked {
+    what: String,
     parameter: String,
     input: String,
     names: Vec<String>,
@@ -159,6 +169,7 @@ impl State {
             expires: now() + STATE_LIFETIME.as_secs(),
             chosen,
             asked: Asked {
+                what: asked.what.to_string(),
                 parameter: asked.parameter.clone(),
                 input: asked.input.clone(),
                 names: asked.choices.iter().map(|c| c.name.clone()).collect(),
@@ -203,7 +214,12 @@ impl State {
 
     /// The question this state was sealed with.
     pub fn asked(&self) -> Ambiguous {
+        let what = ["field", "measure", "dataset", "code"]
+            .into_iter()
+            .find(|w| *w == self.asked.what)
+            .unwrap_or("name");
         Ambiguous {
+            what,
             parameter: self.asked.parameter.clone(),
             input: self.asked.input.clone(),
             choices: self

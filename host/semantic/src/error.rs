@@ -92,6 +92,8 @@ pub struct RequestError {
 /// fits, described.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ambiguous {
+    /// What kind of name it is: `field`, `measure`, `dataset` or `code`.
+    pub what: &'static str,
     pub parameter: String,
     pub input: String,
     pub choices: Vec<Candidate>,

@@ -293,6 +293,33 @@ pub fn resolve_dataset<'a>(
     ids: &[&'a str],
     titles: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(&'a str, Option<Resolution>), RequestError> {
+    resolve_dataset_choosing(input, ids, titles, &[])
+}
+
+/// [`resolve_dataset`], with the names the user chose for ambiguous ones: an id that fits
+/// several datasets equally is refused with them (a client may ask its user to choose), unless
+/// one of them was chosen.
+pub fn resolve_dataset_choosing<'a>(
+    input: &str,
+    ids: &[&'a str],
+    titles: &dyn Fn(&str) -> Option<String>,
+    chosen: &[Choice],
+) -> Result<(&'a str, Option<Resolution>), RequestError> {
+    let fits = || names::ambiguous(input, ids.iter().copied());
+    if let Some(choice) = chosen
+        .iter()
+        .find(|c| c.parameter == "dataset_id" && c.input == input)
+        && let Some(id) = fits().into_iter().find(|id| *id == choice.name)
+    {
+        return Ok((
+            id,
+            Some(Resolution {
+                parameter: "dataset_id".into(),
+                input: input.to_string(),
+                canonical: id.to_string(),
+            }),
+        ));
+    }
     match names::resolve(input, ids.iter().copied()) {
         Ok(r) => Ok((r.canonical, resolution("dataset_id", input, r))),
         Err(ranked) => {
@@ -304,18 +331,42 @@ pub fn resolve_dataset<'a>(
                     description: titles(id),
                 })
                 .collect();
-            let mut err = RequestError::new(
-                ErrorCode::UnknownDataset,
-                format!("no dataset `{input}` is served"),
-            )
-            .at("dataset_id")
-            .candidates(candidates, ids.len())
-            .sample(ids.iter().copied(), SAMPLE_SIZE)
-            .hint("call list_datasets to see every dataset and its title");
+            let fits = fits();
+            let message = if fits.len() > 1 {
+                format!(
+                    "`{input}` is ambiguous: it fits {} datasets ({}); name one exactly",
+                    fits.len(),
+                    fits.iter()
+                        .map(|id| format!("`{id}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            } else {
+                format!("no dataset `{input}` is served")
+            };
+            let mut err = RequestError::new(ErrorCode::UnknownDataset, message)
+                .at("dataset_id")
+                .candidates(candidates, ids.len())
+                .sample(ids.iter().copied(), SAMPLE_SIZE)
+                .hint("call list_datasets to see every dataset and its title");
             err = match ranked.first() {
                 Some(best) => err.example("inspect_dataset", json!({ "dataset_id": best })),
                 None => err.example("list_datasets", json!({})),
             };
+            if fits.len() > 1 {
+                err.ambiguous = Some(Box::new(crate::error::Ambiguous {
+                    what: "dataset",
+                    parameter: "dataset_id".into(),
+                    input: input.to_string(),
+                    choices: fits
+                        .iter()
+                        .map(|id| Candidate {
+                            name: id.to_string(),
+                            description: titles(id),
+                        })
+                        .collect(),
+                }));
+            }
             Err(err)
         }
     }
@@ -466,6 +517,39 @@ impl<'d> Resolver<'d> {
         Some(FieldId::at(index))
     }
 
+    /// The measure (a measure field or a computed measure) the user chose for `target` named
+    /// in `metrics`, when `target` is ambiguous between it and others; the choice is disclosed.
+    fn chosen_measure(&mut self, target: &str, measures: &[&str]) -> Option<String> {
+        let choice = self
+            .chosen
+            .iter()
+            .find(|c| c.parameter == "metrics" && c.input == target)?;
+        let pool = measures
+            .iter()
+            .copied()
+            .chain(self.def.computed_measures.iter().map(|m| m.name.as_str()));
+        if !names::ambiguous(target, pool).contains(&choice.name.as_str()) {
+            return None;
+        }
+        self.resolved.push(Resolution {
+            parameter: "metrics".into(),
+            input: target.to_string(),
+            canonical: choice.name.clone(),
+        });
+        Some(choice.name.clone())
+    }
+
+    /// What a measure field or a computed measure is, in the definition's words.
+    fn measure_description(&self, name: &str) -> Option<&'d str> {
+        let def = self.def;
+        def.field(name).and_then(|f| f.desc.as_deref()).or_else(|| {
+            def.computed_measures
+                .iter()
+                .find(|m| m.name == name)
+                .and_then(|m| m.desc.as_deref())
+        })
+    }
+
     fn unknown_field(&self, input: &str, parameter: &str, ranked: &[&str]) -> RequestError {
         let def = self.def;
         let candidates = ranked
@@ -496,6 +580,7 @@ impl<'d> Resolver<'d> {
             .sample(def.fields.iter().map(|f| f.name.as_str()), SAMPLE_SIZE);
         if fits.len() > 1 {
             err.ambiguous = Some(Box::new(crate::error::Ambiguous {
+                what: "field",
                 parameter: parameter.to_string(),
                 input: input.to_string(),
                 choices: fits
@@ -794,6 +879,21 @@ impl<'d> Resolver<'d> {
         if codes.iter().any(|c| c.value == text) {
             return Ok(Scalar::Str(text));
         }
+        let fits = || names::ambiguous(&text, codes.iter().map(|c| c.value.as_str()));
+        if let Some(choice) = self
+            .chosen
+            .iter()
+            .find(|c| c.parameter == parameter && c.input == text)
+            && fits().contains(&choice.name.as_str())
+        {
+            let code = choice.name.clone();
+            self.resolved.push(Resolution {
+                parameter: parameter.to_string(),
+                input: text,
+                canonical: code.clone(),
+            });
+            return Ok(Scalar::Str(code));
+        }
         let wanted = normalize(&text);
         match find_code(codes, &text) {
             Some(code) => {
@@ -831,17 +931,43 @@ impl<'d> Resolver<'d> {
                     .first()
                     .map(|c| c.name.clone())
                     .unwrap_or_default();
-                Err(RequestError::new(
-                    ErrorCode::InvalidCode,
-                    format!("`{text}` is not a code of `{}`", field.name),
-                )
-                .at(parameter.to_string())
-                .candidates(candidates, codes.len())
-                .hint("exact comparisons (an array, $eq, $in, $ne) take codes as listed; for a substring search pass a plain string instead")
-                .example(
-                    self.tool,
-                    json!({ "dataset_id": self.def.id, "where": { field.name.clone(): [first] } }),
-                ))
+                let fits = fits();
+                let message = if fits.len() > 1 {
+                    format!(
+                        "`{text}` is ambiguous among the codes of `{}`: it fits {} ({}); name one exactly",
+                        field.name,
+                        fits.len(),
+                        fits.iter()
+                            .map(|c| format!("`{c}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                } else {
+                    format!("`{text}` is not a code of `{}`", field.name)
+                };
+                let mut err = RequestError::new(ErrorCode::InvalidCode, message)
+                    .at(parameter.to_string())
+                    .candidates(candidates, codes.len())
+                    .hint("exact comparisons (an array, $eq, $in, $ne) take codes as listed; for a substring search pass a plain string instead")
+                    .example(
+                        self.tool,
+                        json!({ "dataset_id": self.def.id, "where": { field.name.clone(): [first] } }),
+                    );
+                if fits.len() > 1 {
+                    err.ambiguous = Some(Box::new(crate::error::Ambiguous {
+                        what: "code",
+                        parameter: parameter.to_string(),
+                        input: text.clone(),
+                        choices: fits
+                            .iter()
+                            .filter_map(|v| codes.iter().find(|c| c.value == *v))
+                            .map(|c| {
+                                Candidate::described(c.value.clone(), c.description.as_deref())
+                            })
+                            .collect(),
+                    }));
+                }
+                Err(err)
             }
         }
     }
@@ -890,6 +1016,7 @@ impl<'d> Resolver<'d> {
             );
             return Err(self.example_with(err, "metrics", &example_metric));
         };
+        let target = self.chosen_measure(&target, &measures).unwrap_or(target);
         if kind != MetricKind::Count
             && let Some(computed) = self.computed_metric(input, kind, &target)?
         {
@@ -996,13 +1123,35 @@ impl<'d> Resolver<'d> {
                     .take(MAX_CANDIDATES)
                     .map(|n| Candidate::new(format!("{kind}:{n}")))
                     .collect();
-                let err = RequestError::new(
-                    ErrorCode::UnknownMetric,
-                    format!("`{input}`: dataset `{}` has no measure `{target}`", def.id),
-                )
-                .at("metrics")
-                .candidates(candidates, pool.len())
-                .hint(format!("measures: {}", pool.join(", ")));
+                let fits = names::ambiguous(target, pool.iter().copied());
+                let message = if fits.len() > 1 {
+                    format!(
+                        "`{input}`: `{target}` is ambiguous in dataset `{}`: it fits {} measures ({}); name one exactly",
+                        def.id,
+                        fits.len(),
+                        fits.iter()
+                            .map(|n| format!("`{n}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                } else {
+                    format!("`{input}`: dataset `{}` has no measure `{target}`", def.id)
+                };
+                let mut err = RequestError::new(ErrorCode::UnknownMetric, message)
+                    .at("metrics")
+                    .candidates(candidates, pool.len())
+                    .hint(format!("measures: {}", pool.join(", ")));
+                if fits.len() > 1 {
+                    err.ambiguous = Some(Box::new(crate::error::Ambiguous {
+                        what: "measure",
+                        parameter: "metrics".into(),
+                        input: target.to_string(),
+                        choices: fits
+                            .iter()
+                            .map(|n| Candidate::described(*n, self.measure_description(n)))
+                            .collect(),
+                    }));
+                }
                 let best = ranked
                     .first()
                     .map(|b| format!("{kind}:{b}"))
