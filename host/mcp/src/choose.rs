@@ -27,6 +27,9 @@ use tally_semantic::{Ambiguous, Tool};
 pub const MAX_QUESTIONS: usize = 4;
 /// The key of the question in `inputRequests` and of its answer in `inputResponses`.
 pub const KEY: &str = "choice";
+/// How long a 2025 session's call waits for its user's answer; past it, it is refused as
+/// before.
+pub const WAIT: Duration = Duration::from_secs(600);
 /// How long a question's `requestState` is honoured.
 const STATE_LIFETIME: Duration = Duration::from_secs(600);
 /// What the state is sealed for (a cursor cannot be passed off as one, nor the reverse).

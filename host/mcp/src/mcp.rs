@@ -588,7 +588,10 @@ impl ServerHandler for TallyServer {
             }
             let asked = context
                 .peer
-                .create_elicitation(crate::choose::question(tool, ambiguous))
+                .create_elicitation_with_timeout(
+                    crate::choose::question(tool, ambiguous),
+                    Some(crate::choose::WAIT),
+                )
                 .await;
             let choice = asked
                 .ok()
