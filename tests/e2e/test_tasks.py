@@ -211,15 +211,17 @@ async def test_a_cancelled_task_stops_its_work(server):
             assert done["status"] == "cancelled", done
             assert "result" not in done and "error" not in done, done
             settled = time.monotonic() - cancelled_at
-            # Its work is stopped: the server's CPU time stands still (a busy scan of both
-            # fields would use a core and more).
-            await anyio.sleep(0.5)
+            # Its work is stopped: the server's CPU time all but stands still, where the scan
+            # of both fields would use a core or more the whole time. (A row group being
+            # decoded when the task was cancelled is finished first: the window starts after
+            # it, with room for a machine loaded by other work.)
+            await anyio.sleep(1.5)
             before = cpu_seconds(server.proc.pid)
-            await anyio.sleep(2.0)
+            await anyio.sleep(3.0)
             used = cpu_seconds(server.proc.pid) - before
-            print(f"cancelled task settled {settled:.2f} s after tasks/cancel; the server then used {used:.2f} s of CPU in 2 s")
+            print(f"cancelled task settled {settled:.2f} s after tasks/cancel; the server then used {used:.2f} s of CPU in 3 s")
             assert settled < 2.0, settled
-            assert used < 0.3, used
+            assert used < 0.6, used
             # Cancelling again is acknowledged the same way.
             assert await raw(c, "tasks/cancel", {"taskId": task_id}) == {"resultType": "complete"}
 
@@ -251,6 +253,7 @@ async def test_tasks_are_bounded_per_caller(notes):
                     created = await call(a, "list_datasets", {}, meta={"tally/task": True})
                     assert created.get("resultType") == "task", created
                     held.append(created["taskId"])
+                    assert (await settle(a, created["taskId"]))["status"] == "completed"
                 refused = await call(a, "list_datasets", {}, meta={"tally/task": True})
                 assert refused["isError"] is True, refused
                 error = json.loads(refused["content"][0]["text"])["error"]
@@ -260,6 +263,27 @@ async def test_tasks_are_bounded_per_caller(notes):
                 assert other.get("resultType") == "task", other
     finally:
         s.stop()
+
+
+async def test_running_tasks_are_bounded_per_caller(server):
+    """Two tasks of one caller run at once at most: a third asked for is refused, and a call
+    that would be a task only by its estimate is answered within the call's budget instead."""
+    with anyio.fail_after(TIMEOUT):
+        async with client(server, B_TOKEN) as b:
+            slow = {"dataset_id": "notes", "q": "no such note", "limit": 1}
+            running = [(await call(b, "query_records", slow))["taskId"] for _ in range(2)]
+            refused = await call(b, "query_records", slow, meta={"tally/task": True})
+            assert refused["isError"] is True and "taskId" not in refused, refused
+            error = json.loads(refused["content"][0]["text"])["error"]
+            assert error["code"] == "limit_exceeded" and "(2)" in error["message"], error
+            plain = await call(b, "query_records", slow)
+            assert "taskId" not in plain and plain["isError"] is True, plain
+            assert "time budget of 300 ms" in json.loads(plain["content"][0]["text"])["error"]["message"], plain
+            # (Either may already have ended: two scans of one caller share its half of the
+            # memory budget, and one may be refused for it.)
+            for task_id in running:
+                assert await raw(b, "tasks/cancel", {"taskId": task_id}) == {"resultType": "complete"}
+                assert (await settle(b, task_id))["status"] in ("cancelled", "completed")
 
 
 async def test_without_the_extension_there_is_no_task(server):

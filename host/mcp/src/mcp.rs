@@ -547,21 +547,31 @@ impl ServerHandler for TallyServer {
             &arguments,
         )?;
         if let Some(status) = self.as_task(&context, &view, tool, &arguments, asked) {
-            let asking = Asking {
-                chosen,
-                can_ask: can_ask && !declined,
-            };
-            let form = Form { views, chart };
-            return Ok(self.start_task(view, tool, arguments, form, status, asking));
+            match self.shared.tasks.room(&caller.id) {
+                Ok(()) => {
+                    let asking = Asking {
+                        chosen,
+                        can_ask: can_ask && !declined,
+                    };
+                    let form = Form { views, chart };
+                    return Ok(self.start_task(view, tool, arguments, form, status, asking));
+                }
+                Err(full) if asked => return Ok(no_room(full).into()),
+                // A task only by its estimate: answered within the call's budget instead.
+                Err(full) => {
+                    tracing::info!(reason = %full.message, "no room for a task; the call runs within its own budget")
+                }
+            }
         }
         let stateless = era(&context) == crate::methods::ERA_2026;
-        for round in 0..=crate::choose::MAX_QUESTIONS {
+        loop {
             let result = self
                 .call_now(&context, &view, tool, arguments.clone(), chosen.clone())
                 .await?;
             let ambiguous = crate::choose::ambiguity(&result);
-            let Some(ambiguous) =
-                ambiguous.filter(|_| can_ask && !declined && round < crate::choose::MAX_QUESTIONS)
+            // Questions of one call, counted across a 2026 call's rounds by the choices made.
+            let Some(ambiguous) = ambiguous
+                .filter(|_| can_ask && !declined && chosen.len() < crate::choose::MAX_QUESTIONS)
             else {
                 if let Ok(envelope) = &result {
                     self.session
@@ -575,7 +585,13 @@ impl ServerHandler for TallyServer {
                 // No request to the client in this era: the question is the answer, and the
                 // client calls again with its user's choice.
                 let state =
-                    crate::choose::State::new(&caller.id, tool, &arguments, chosen, ambiguous);
+                    crate::choose::State::new(&caller.id, tool, &arguments, chosen, ambiguous)
+                        .seal();
+                if !crate::bounds::at_most_chars(&state, crate::bounds::MAX_REQUEST_STATE_CHARS) {
+                    // A state the client could not send back within its bound: refused as
+                    // before rather than asked.
+                    return Ok(answer(tool, result, views, chart).await.into());
+                }
                 let question = rmcp::model::InputRequest::Elicitation(
                     rmcp::model::ElicitRequest::new(crate::choose::question(tool, ambiguous)),
                 );
@@ -583,16 +599,23 @@ impl ServerHandler for TallyServer {
                     .into_iter()
                     .collect();
                 return Ok(CallToolResponse::InputRequired(
-                    rmcp::model::InputRequiredResult::new(Some(requests), Some(state.seal())),
+                    rmcp::model::InputRequiredResult::new(Some(requests), Some(state)),
                 ));
             }
-            let asked = context
-                .peer
-                .create_elicitation_with_timeout(
+            // The wait for the answer ends with the call when the client cancels it.
+            let asked = tokio::select! {
+                asked = context.peer.create_elicitation_with_timeout(
                     crate::choose::question(tool, ambiguous),
                     Some(crate::choose::WAIT),
-                )
-                .await;
+                ) => asked,
+                () = context.ct.cancelled() => {
+                    return Err(ErrorData::new(
+                        rmcp::model::ErrorCode(-32800),
+                        "the request was cancelled by the client",
+                        None,
+                    ));
+                }
+            };
             let choice = asked
                 .ok()
                 .and_then(|r| serde_json::to_value(r).ok())
@@ -603,7 +626,6 @@ impl ServerHandler for TallyServer {
                 None => return Ok(answer(tool, result, views, chart).await.into()),
             }
         }
-        unreachable!("the last round answers")
     }
 
     async fn get_task(
@@ -797,60 +819,61 @@ impl TallyServer {
         let budget = self.engine().limits().task_timeout;
         let owner = view.caller().id.clone();
         let server = self.clone();
-        let spawned =
-            self.shared
-                .tasks
-                .spawn(&owner, budget + crate::tasks::KEPT, status, move |task| {
-                    Box::pin(async move {
-                        let Asking {
-                            mut chosen,
-                            can_ask,
-                        } = asking;
-                        let mut round = 0;
-                        let result = loop {
-                            let result = server
-                                .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
-                                .await?;
-                            let Some(ambiguous) = crate::choose::ambiguity(&result)
-                                .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
-                            else {
-                                break result;
-                            };
-                            // The task waits for its user's choice (`input_required`), which the
-                            // client sends with `tasks/update`.
-                            round += 1;
-                            task.set_status_message(format!(
-                                "{}: waiting for the user to choose what `{}` means",
-                                tool.name(),
-                                ambiguous.input
-                            ));
-                            let question = rmcp::model::InputRequest::Elicitation(
-                                rmcp::model::ElicitRequest::new(crate::choose::question(
-                                    tool, ambiguous,
-                                )),
-                            );
-                            let key = format!("{}-{round}", crate::choose::KEY);
-                            let answered = task.request_input(key, question).await?;
-                            match crate::choose::answer(ambiguous, &answered) {
-                                Ok(Some(choice)) => chosen.push(choice),
-                                // Declined, dismissed, or not an answer: refused as before.
-                                _ => break result,
-                            }
-                        };
-                        Ok(crate::tasks::kept(
-                            answer(tool, result, form.views, form.chart).await,
-                        ))
-                    })
-                });
+        // Its budget, the time its user may take to answer its questions, and the time it is
+        // kept.
+        let ttl =
+            budget + crate::choose::WAIT * crate::choose::MAX_QUESTIONS as u32 + crate::tasks::KEPT;
+        let spawned = self.shared.tasks.spawn(&owner, ttl, status, move |task| {
+            Box::pin(async move {
+                let Asking {
+                    mut chosen,
+                    can_ask,
+                } = asking;
+                let mut round = 0;
+                let result = loop {
+                    let result = server
+                        .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
+                        .await?;
+                    let Some(ambiguous) = crate::choose::ambiguity(&result)
+                        .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
+                    else {
+                        break result;
+                    };
+                    // The task waits for its user's choice (`input_required`), which the
+                    // client sends with `tasks/update`.
+                    round += 1;
+                    task.set_status_message(format!(
+                        "{}: waiting for the user to choose what `{}` means",
+                        tool.name(),
+                        ambiguous.input
+                    ));
+                    let question = rmcp::model::InputRequest::Elicitation(
+                        rmcp::model::ElicitRequest::new(crate::choose::question(tool, ambiguous)),
+                    );
+                    let key = format!("{}-{round}", crate::choose::KEY);
+                    let Ok(answered) = tokio::time::timeout(
+                        crate::choose::WAIT,
+                        task.request_input(key, question),
+                    )
+                    .await
+                    else {
+                        // Not answered in time: refused as before.
+                        break result;
+                    };
+                    match crate::choose::answer(ambiguous, &answered?) {
+                        Ok(Some(choice)) => chosen.push(choice),
+                        // Declined, dismissed, or not an answer: refused as before.
+                        _ => break result,
+                    }
+                };
+                Ok(crate::tasks::kept(
+                    answer(tool, result, form.views, form.chart).await,
+                ))
+            })
+        });
         match spawned {
             Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
-            Err(full) => {
-                let refusal = tally_engine::EngineError::Limit {
-                    message: full.message,
-                    hint: "wait for a task to finish (tasks/get), cancel one (tasks/cancel), or narrow the call so that it answers within its own budget".into(),
-                };
-                refused(&refusal.to_json()).into()
-            }
+            Err(full) => no_room(full).into(),
         }
     }
 
@@ -927,6 +950,15 @@ impl TallyServer {
             audit.record(&caller.id, tool, &arguments, result, elapsed);
         }
     }
+}
+
+/// The refusal of a task there is no room for.
+fn no_room(full: crate::tasks::Full) -> CallToolResult {
+    let refusal = tally_engine::EngineError::Limit {
+        message: full.message,
+        hint: "wait for a task to finish (tasks/get), cancel one (tasks/cancel), or narrow the call so that it answers within its own budget".into(),
+    };
+    refused(&refusal.to_json())
 }
 
 /// A tool result refusing the call: the refusal's JSON, marked as an error.

@@ -12,13 +12,16 @@
 //!
 //! Bounds (docs/security.md): a task is seen only by the caller that created it (another
 //! caller's id is answered as unknown, as an id that never existed); a caller holds at most
-//! [`PER_CALLER`] tasks and the server [`SERVER_WIDE`], running or kept; a finished task is
-//! kept for [`KEPT`] past its time-to-live's start and its result is at most
-//! [`MAX_RESULT_BYTES`] of JSON.
+//! [`PER_CALLER`] tasks, of them [`RUNNING_PER_CALLER`] running, and the server
+//! [`SERVER_WIDE`]; a task's time-to-live is its budget, the time its user may take to answer
+//! its questions and [`KEPT`], and it stays readable until one time-to-live after it ended;
+//! its result is at most [`MAX_RESULT_BYTES`] of JSON. A call that would become a task only
+//! by its estimate, when there is no room for one, is answered within the call's budget.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, DetailedTask, Task};
@@ -27,6 +30,9 @@ use serde_json::{Value, json};
 
 /// Tasks one caller may hold, running or finished and kept.
 pub const PER_CALLER: usize = 8;
+/// Of those, tasks of one caller running at once: each may run for the task's budget, past
+/// the call budget that bounds a caller's other calls.
+pub const RUNNING_PER_CALLER: usize = 2;
 /// Tasks the whole server may hold.
 pub const SERVER_WIDE: usize = 64;
 /// How long a task is kept past its own time budget: its time-to-live is the budget plus
@@ -44,7 +50,28 @@ pub const ASK: &str = "tally/task";
 #[derive(Default)]
 pub struct Tasks {
     manager: TaskManager,
-    owners: Mutex<HashMap<String, String>>,
+    owners: Mutex<HashMap<String, Owned>>,
+}
+
+/// A task held for its caller.
+#[derive(Debug)]
+struct Owned {
+    caller: String,
+    created: Instant,
+    ttl: Duration,
+    finished: Arc<AtomicBool>,
+}
+
+impl Owned {
+    /// Whether the manager may still hold it: a task ends by its time-to-live at the latest
+    /// and is kept one time-to-live past its end.
+    fn held(&self) -> bool {
+        self.created.elapsed() < self.ttl * 2
+    }
+
+    fn running(&self) -> bool {
+        !self.finished.load(Ordering::Relaxed) && self.created.elapsed() < self.ttl
+    }
 }
 
 impl std::fmt::Debug for Tasks {
@@ -62,28 +89,31 @@ pub struct Full {
 }
 
 impl Tasks {
-    /// Runs the future `run` makes as a task of `caller` whose time-to-live is `ttl`: its
-    /// seed state, already readable with [`Tasks::get`]. Refused when the caller or the
-    /// server holds as many tasks as it may.
-    pub fn spawn<F>(
-        &self,
-        caller: &str,
-        ttl: Duration,
-        status: String,
-        run: F,
-    ) -> Result<Task, Full>
-    where
-        F: FnOnce(TaskContext) -> TaskFuture,
-    {
+    /// Whether `caller` may start a task now: it holds fewer than [`PER_CALLER`] tasks, of
+    /// them fewer than [`RUNNING_PER_CALLER`] running, and the server fewer than
+    /// [`SERVER_WIDE`].
+    pub fn room(&self, caller: &str) -> Result<(), Full> {
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        Self::room_in(&mut owners, caller)
+    }
+
+    fn room_in(owners: &mut HashMap<String, Owned>, caller: &str) -> Result<(), Full> {
         // Tasks the manager has let go (kept past their time) are no longer held.
-        owners.retain(|id, _| self.manager.get_task(id).is_ok());
-        let mine = owners.values().filter(|c| *c == caller).count();
-        if mine >= PER_CALLER {
+        owners.retain(|_, o| o.held());
+        let mine: Vec<&Owned> = owners.values().filter(|o| o.caller == caller).collect();
+        if mine.len() >= PER_CALLER {
             return Err(Full {
                 message: format!(
-                    "this caller already holds {mine} tasks, the most one caller may hold ({PER_CALLER}); a finished task is let go {} s after its time budget, and `tasks/cancel` ends a running one",
-                    KEPT.as_secs()
+                    "this caller already holds {} tasks, the most one caller may hold ({PER_CALLER}); a finished task stays readable until one time-to-live (`ttlMs`) after it ended, and `tasks/cancel` ends a running one",
+                    mine.len()
+                ),
+            });
+        }
+        let running = mine.iter().filter(|o| o.running()).count();
+        if running >= RUNNING_PER_CALLER {
+            return Err(Full {
+                message: format!(
+                    "this caller already runs {running} tasks, the most one caller may run at once ({RUNNING_PER_CALLER})"
                 ),
             });
         }
@@ -95,12 +125,47 @@ impl Tasks {
                 ),
             });
         }
+        Ok(())
+    }
+
+    /// Runs the future `run` makes as a task of `caller` whose time-to-live is `ttl`: its
+    /// seed state, already readable with [`Tasks::get`]. Refused when there is no
+    /// [`Tasks::room`] for it.
+    pub fn spawn<F>(
+        &self,
+        caller: &str,
+        ttl: Duration,
+        status: String,
+        run: F,
+    ) -> Result<Task, Full>
+    where
+        F: FnOnce(TaskContext) -> TaskFuture,
+    {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        Self::room_in(&mut owners, caller)?;
         let options = TaskOptions::new()
             .with_ttl_ms(ttl.as_millis() as u64)
             .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64)
             .with_status_message(status);
-        let task = self.manager.spawn(options, run);
-        owners.insert(task.task_id.clone(), caller.to_string());
+        let finished = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&finished);
+        let task = self.manager.spawn(options, move |context| {
+            let work = run(context);
+            Box::pin(async move {
+                let result = work.await;
+                done.store(true, Ordering::Relaxed);
+                result
+            })
+        });
+        owners.insert(
+            task.task_id.clone(),
+            Owned {
+                caller: caller.to_string(),
+                created: Instant::now(),
+                ttl,
+                finished,
+            },
+        );
         Ok(task)
     }
 
@@ -108,14 +173,14 @@ impl Tasks {
     /// one that never existed.
     pub fn get(&self, caller: &str, id: &str) -> Result<DetailedTask, ErrorData> {
         self.owned(caller, id)?;
-        self.manager.get_task(id).map_err(|_| unknown(id))
+        self.manager.get_task(id).map_err(|_| self.let_go(id))
     }
 
     /// `tasks/cancel`: asks the task's work to stop (it stops within moments: its call is
     /// dropped, and the query work under it with it).
     pub fn cancel(&self, caller: &str, id: &str) -> Result<(), ErrorData> {
         self.owned(caller, id)?;
-        self.manager.cancel_task(id).map_err(|_| unknown(id))
+        self.manager.cancel_task(id).map_err(|_| self.let_go(id))
     }
 
     /// `tasks/update`: answers to what the task asked (it never asks today: a choice among
@@ -129,13 +194,22 @@ impl Tasks {
         self.owned(caller, id)?;
         self.manager
             .update_task(id, responses)
-            .map_err(|_| unknown(id))
+            .map_err(|_| self.let_go(id))
+    }
+
+    /// Forgets a task the manager no longer holds; the error of an unknown task.
+    fn let_go(&self, id: &str) -> ErrorData {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        unknown(id)
     }
 
     fn owned(&self, caller: &str, id: &str) -> Result<(), ErrorData> {
         let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         match owners.get(id) {
-            Some(owner) if owner == caller => Ok(()),
+            Some(owner) if owner.caller == caller => Ok(()),
             _ => Err(unknown(id)),
         }
     }
