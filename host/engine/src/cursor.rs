@@ -96,6 +96,17 @@ fn mac(message: &[u8]) -> [u8; 32] {
 /// Bytes of the MAC kept in a cursor: 128 bits cannot be guessed.
 const MAC_BYTES: usize = 16;
 
+/// Whether `tag` is the kept part of `expected`, compared in constant time: how many bytes
+/// matched must not show in the time taken.
+fn tag_matches(tag: &[u8], expected: &[u8; 32]) -> bool {
+    tag.len() == MAC_BYTES
+        && tag
+            .iter()
+            .zip(&expected[..MAC_BYTES])
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
 pub fn encode(version: &str, fingerprint: &str, offset: usize) -> String {
     let payload = Payload {
         v: version.to_string(),
@@ -132,14 +143,7 @@ pub fn decode(
     let (body, tag) = cursor.trim().split_once('.').ok_or_else(foreign)?;
     let body = URL_SAFE_NO_PAD.decode(body).map_err(|_| foreign())?;
     let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| foreign())?;
-    let expected = mac(&body);
-    // Constant time: how many bytes matched must not show in the time taken.
-    let same = tag.len() == MAC_BYTES
-        && tag
-            .iter()
-            .zip(&expected[..MAC_BYTES])
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
+    let same = tag_matches(&tag, &mac(&body));
     if !same {
         return Err(invalid(
             "the cursor was not issued by this server process or was edited (cursors are signed; a server restart also ends them)",
@@ -180,13 +184,7 @@ pub fn open(purpose: &str, sealed: &str) -> Option<Vec<u8>> {
     let (body, tag) = sealed.split_once('.')?;
     let body = URL_SAFE_NO_PAD.decode(body).ok()?;
     let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-    let expected = mac(&[purpose.as_bytes(), b"\0", &body].concat());
-    let same = tag.len() == MAC_BYTES
-        && tag
-            .iter()
-            .zip(&expected[..MAC_BYTES])
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
+    let same = tag_matches(&tag, &mac(&[purpose.as_bytes(), b"\0", &body].concat()));
     same.then_some(body)
 }
 

@@ -609,11 +609,7 @@ impl ServerHandler for TallyServer {
                     Some(crate::choose::WAIT),
                 ) => asked,
                 () = context.ct.cancelled() => {
-                    return Err(ErrorData::new(
-                        rmcp::model::ErrorCode(-32800),
-                        "the request was cancelled by the client",
-                        None,
-                    ));
+                    return Err(cancelled_by_client());
                 }
             };
             let choice = asked
@@ -756,11 +752,7 @@ impl TallyServer {
                 if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
                     audit.record_cancelled(&caller.id, tool, &arguments, elapsed);
                 }
-                return Err(ErrorData::new(
-                    rmcp::model::ErrorCode(-32800),
-                    "the request was cancelled by the client",
-                    None,
-                ));
+                return Err(cancelled_by_client());
             }
         };
         if let Some(reporter) = reporter {
@@ -950,6 +942,15 @@ impl TallyServer {
             audit.record(&caller.id, tool, &arguments, result, elapsed);
         }
     }
+}
+
+/// The error of a request the client cancelled (rmcp sends no answer to it).
+fn cancelled_by_client() -> ErrorData {
+    ErrorData::new(
+        rmcp::model::ErrorCode(-32800),
+        "the request was cancelled by the client",
+        None,
+    )
 }
 
 /// The refusal of a task there is no room for.
