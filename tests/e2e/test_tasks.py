@@ -204,7 +204,10 @@ async def test_a_cancelled_task_stops_its_work(server):
     with anyio.fail_after(TIMEOUT):
         async with client(server, A_TOKEN) as c:
             # Both text fields searched for a term no note has: the whole scan, every time.
-            created = await call(c, "query_records", {"dataset_id": "notes", "q": "no such note", "limit": 1})
+            # The id is spelt as a model might (`Notes`): the estimate is of the dataset the
+            # call resolves it to, so the call is still a task by its estimate.
+            created = await call(c, "query_records", {"dataset_id": "Notes", "q": "no such note", "limit": 1})
+            assert created.get("resultType") == "task" and "estimated" in created["statusMessage"], created
             task_id = created["taskId"]
             await anyio.sleep(1.0)
             got = await raw(c, "tasks/get", {"taskId": task_id})

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tally_semantic::Tool;
+use tally_semantic::resolve::Choice;
 use tally_storage::Dataset;
 
 use crate::{Engine, Scope};
@@ -36,14 +37,20 @@ impl Engine {
     /// The estimated time of `tool` called with `arguments` by a caller limited to `scope`:
     /// `None` for calls that read no records (lists, checks of an answer) or name no dataset
     /// the caller may see, whose time is that of any small call.
-    pub fn estimate(&self, tool: Tool, arguments: &Value, scope: &Scope) -> Option<Estimate> {
+    pub fn estimate(
+        &self,
+        tool: Tool,
+        arguments: &Value,
+        scope: &Scope,
+        chosen: &[Choice],
+    ) -> Option<Estimate> {
         if !matches!(
             tool,
             Tool::InspectDataset | Tool::QueryRecords | Tool::SummarizeRecords
         ) {
             return None;
         }
-        let ds = self.dataset_named(arguments, scope)?;
+        let ds = self.dataset_named(arguments, scope, chosen)?;
         let records = ds.record_count()? as f64;
         let (fields, searched) = reads(&ds, tool, arguments);
         let from_files = Duration::from_secs_f64(

@@ -484,7 +484,7 @@ impl Engine {
         let began = std::time::Instant::now();
         // A dataset whose table is being prepared when the call comes: the call is not
         // refused at its deadline (see below).
-        let named = self.dataset_named(arguments, scope);
+        let named = self.dataset_named(arguments, scope, &chosen::chosen());
         let was_preparing = named.as_ref().is_some_and(|ds| ds.preparing().is_some());
         let mut attempt = Box::pin(self.attempt(tool, arguments, scope));
         let envelope = match tokio::time::timeout(timeout, &mut attempt).await {
@@ -680,18 +680,19 @@ impl Engine {
         }
     }
 
-    /// The dataset a call's arguments name (`dataset_id`), if the catalog serves it within
-    /// the caller's `scope` (what a call waits for and says is of datasets the caller sees).
+    /// The dataset a call's arguments name (`dataset_id`) as the call resolves it (a spelling
+    /// corrected, or the one its user `chosen`), if the catalog serves it within the caller's
+    /// `scope` (what a call waits for and says is of datasets the caller sees).
     fn dataset_named(
         &self,
         arguments: &Value,
         scope: &Scope,
+        chosen: &[Choice],
     ) -> Option<Arc<tally_storage::Dataset>> {
-        let id = arguments.get("dataset_id")?.as_str()?.trim();
-        if !scope.allows(id) {
-            return None;
-        }
-        self.catalog.load().datasets.get(id).cloned()
+        let id = arguments.get("dataset_id")?.as_str()?;
+        self.dataset_choosing(id, scope, chosen)
+            .ok()
+            .map(|(ds, _)| ds)
     }
 
     /// One run of a call. Files replaced under a live version: take the new catalog and try
@@ -782,7 +783,7 @@ impl Engine {
         // caller answered anyway.
         let backstop = budget + Duration::from_secs(2);
         let name = tool.name();
-        let named = self.dataset_named(&arguments, &scope);
+        let named = self.dataset_named(&arguments, &scope, &chosen);
         let call = guard(chosen::CHOSEN.scope(
             Arc::new(chosen),
             BUDGET.scope(
@@ -929,6 +930,16 @@ impl Engine {
         input: &str,
         scope: &Scope,
     ) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
+        self.dataset_choosing(input, scope, &chosen::chosen())
+    }
+
+    /// The dataset `input` names for a caller of `scope`, with the names its user `chosen`.
+    fn dataset_choosing(
+        &self,
+        input: &str,
+        scope: &Scope,
+        chosen: &[Choice],
+    ) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
         let catalog = self.catalog.load_full();
         // Names outside the caller's scope are never matched, suggested or described.
         let ids: Vec<&str> = catalog
@@ -943,9 +954,8 @@ impl Engine {
                 .filter(|_| scope.allows(id))
                 .map(|d| d.def.title.clone())
         };
-        let chosen = chosen::chosen();
         let (id, resolution) =
-            resolve_dataset_choosing(input, &ids, &titles, &chosen).map_err(|mut e| {
+            resolve_dataset_choosing(input, &ids, &titles, chosen).map_err(|mut e| {
                 if let Some(b) = catalog
                     .broken
                     .iter()

@@ -41,11 +41,15 @@ impl Shared {
     /// known are counted in the background, now and as they are added or changed. Tool calls
     /// are written to the audit log when there is one.
     pub fn with_audit(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> Arc<Shared> {
+        let tasks = crate::tasks::Tasks::new(
+            Arc::clone(engine.budget()),
+            engine.limits().max_result_bytes,
+        );
         let shared = Arc::new(Shared {
             engine,
             audit,
             subscriptions: Arc::default(),
-            tasks: crate::tasks::Tasks::default(),
+            tasks,
         });
         count_records(&shared.engine, None);
         // The server's own work, never sent to a caller: the whole catalog's changes.
@@ -546,7 +550,7 @@ impl ServerHandler for TallyServer {
             tool,
             &arguments,
         )?;
-        if let Some(status) = self.as_task(&context, &view, tool, &arguments, asked) {
+        if let Some(status) = self.as_task(&context, &view, tool, &arguments, &chosen, asked) {
             match self.shared.tasks.room(&caller.id) {
                 Ok(()) => {
                     let asking = Asking {
@@ -772,6 +776,7 @@ impl TallyServer {
         view: &View,
         tool: Tool,
         arguments: &Value,
+        chosen: &[tally_semantic::resolve::Choice],
         asked: bool,
     ) -> Option<String> {
         let declared = context
@@ -783,7 +788,7 @@ impl TallyServer {
         if asked {
             return Some(format!("{}: started as a task, as asked", tool.name()));
         }
-        let estimate = view.estimate(self.engine(), tool, arguments)?;
+        let estimate = view.estimate(self.engine(), tool, arguments, chosen)?;
         let budget = self.engine().limits().call_timeout;
         (estimate.time * 2 > budget).then(|| {
             format!(
@@ -815,54 +820,57 @@ impl TallyServer {
         // kept.
         let ttl =
             budget + crate::choose::WAIT * crate::choose::MAX_QUESTIONS as u32 + crate::tasks::KEPT;
-        let spawned = self.shared.tasks.spawn(&owner, ttl, status, move |task| {
-            Box::pin(async move {
-                let Asking {
-                    mut chosen,
-                    can_ask,
-                } = asking;
-                let mut round = 0;
-                let result = loop {
-                    let result = server
-                        .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
-                        .await?;
-                    let Some(ambiguous) = crate::choose::ambiguity(&result)
-                        .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
-                    else {
-                        break result;
+        let spawned = self
+            .shared
+            .tasks
+            .spawn(&owner, ttl, status, move |task, keeper| {
+                Box::pin(async move {
+                    let Asking {
+                        mut chosen,
+                        can_ask,
+                    } = asking;
+                    let mut round = 0;
+                    let result = loop {
+                        let result = server
+                            .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
+                            .await?;
+                        let Some(ambiguous) = crate::choose::ambiguity(&result)
+                            .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
+                        else {
+                            break result;
+                        };
+                        // The task waits for its user's choice (`input_required`), which the
+                        // client sends with `tasks/update`.
+                        round += 1;
+                        task.set_status_message(format!(
+                            "{}: waiting for the user to choose what `{}` means",
+                            tool.name(),
+                            ambiguous.input
+                        ));
+                        let question = rmcp::model::InputRequest::Elicitation(
+                            rmcp::model::ElicitRequest::new(crate::choose::question(
+                                tool, ambiguous,
+                            )),
+                        );
+                        let key = format!("{}-{round}", crate::choose::KEY);
+                        let Ok(answered) = tokio::time::timeout(
+                            crate::choose::WAIT,
+                            task.request_input(key, question),
+                        )
+                        .await
+                        else {
+                            // Not answered in time: refused as before.
+                            break result;
+                        };
+                        match crate::choose::answer(ambiguous, &answered?) {
+                            Ok(Some(choice)) => chosen.push(choice),
+                            // Declined, dismissed, or not an answer: refused as before.
+                            _ => break result,
+                        }
                     };
-                    // The task waits for its user's choice (`input_required`), which the
-                    // client sends with `tasks/update`.
-                    round += 1;
-                    task.set_status_message(format!(
-                        "{}: waiting for the user to choose what `{}` means",
-                        tool.name(),
-                        ambiguous.input
-                    ));
-                    let question = rmcp::model::InputRequest::Elicitation(
-                        rmcp::model::ElicitRequest::new(crate::choose::question(tool, ambiguous)),
-                    );
-                    let key = format!("{}-{round}", crate::choose::KEY);
-                    let Ok(answered) = tokio::time::timeout(
-                        crate::choose::WAIT,
-                        task.request_input(key, question),
-                    )
-                    .await
-                    else {
-                        // Not answered in time: refused as before.
-                        break result;
-                    };
-                    match crate::choose::answer(ambiguous, &answered?) {
-                        Ok(Some(choice)) => chosen.push(choice),
-                        // Declined, dismissed, or not an answer: refused as before.
-                        _ => break result,
-                    }
-                };
-                Ok(crate::tasks::kept(
-                    answer(tool, result, form.views, form.chart).await,
-                ))
-            })
-        });
+                    Ok(keeper.keep(answer(tool, result, form.views, form.chart).await))
+                })
+            });
         match spawned {
             Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
             Err(full) => no_room(full).into(),

@@ -15,8 +15,11 @@
 //! [`PER_CALLER`] tasks, of them [`RUNNING_PER_CALLER`] running, and the server
 //! [`SERVER_WIDE`]; a task's time-to-live is its budget, the time its user may take to answer
 //! its questions and [`KEPT`], and it stays readable until one time-to-live after it ended;
-//! its result is at most [`MAX_RESULT_BYTES`] of JSON. A call that would become a task only
-//! by its estimate, when there is no room for one, is answered within the call's budget.
+//! its result is at most `--max-result-bytes` and as much again (at least [`ALLOWANCE`]) of
+//! JSON (rows within that bound, plus the provenance, the fields and a chart), and is held in the server-wide memory budget while it is kept, so
+//! kept answers and the data and calls they compete with never hold more than the budget
+//! together. A call that would become a task only by its estimate, when there is no room for
+//! one, is answered within the call's budget.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +30,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, DetailedTask, Task};
 use rmcp::task_manager::{TaskContext, TaskFuture, TaskManager, TaskOptions};
 use serde_json::{Value, json};
+use tally_storage::memory::{Budget, Reservation};
 
 /// Tasks one caller may hold, running or finished and kept.
 pub const PER_CALLER: usize = 8;
@@ -38,19 +42,21 @@ pub const SERVER_WIDE: usize = 64;
 /// How long a task is kept past its own time budget: its time-to-live is the budget plus
 /// this, and a finished task stays readable for one more time-to-live at most.
 pub const KEPT: Duration = Duration::from_secs(600);
-/// The largest result a task keeps, as JSON: an answer holds at most `--max-result-bytes`
-/// (4 MiB) of rows, plus its provenance and a chart.
-pub const MAX_RESULT_BYTES: usize = 8 * 1024 * 1024;
+/// What a kept result may hold beyond its rows (provenance, fields, a chart), at least.
+pub const ALLOWANCE: usize = 4 * 1024 * 1024;
 /// How often a client is asked to poll.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// The `_meta` key with which a client asks for a task whatever the estimate.
 pub const ASK: &str = "tally/task";
 
 /// The tasks of all sessions, with the caller that owns each.
-#[derive(Default)]
 pub struct Tasks {
     manager: TaskManager,
     owners: Mutex<HashMap<String, Owned>>,
+    /// The server-wide memory budget kept results are held in.
+    budget: Arc<Budget>,
+    /// The largest result a task keeps, as JSON.
+    max_result_bytes: usize,
 }
 
 /// A task held for its caller.
@@ -60,6 +66,8 @@ struct Owned {
     created: Instant,
     ttl: Duration,
     finished: Arc<AtomicBool>,
+    /// The memory its result is held in, once it has one: released when the task is let go.
+    _kept: Arc<Mutex<Option<Reservation>>>,
 }
 
 impl Owned {
@@ -88,7 +96,66 @@ pub struct Full {
     pub message: String,
 }
 
+/// What a task's work keeps its result with: within its bound and held in the memory budget.
+#[derive(Clone)]
+pub struct Keeper {
+    slot: Arc<Mutex<Option<Reservation>>>,
+    budget: Arc<Budget>,
+    max_result_bytes: usize,
+}
+
+impl Keeper {
+    /// A finished call's result as the task keeps it: within the largest result a task keeps
+    /// and held in the server's memory budget, else a tool error saying what would help.
+    pub fn keep(&self, result: CallToolResult) -> CallToolResult {
+        let size = serde_json::to_vec(&result).map_or(0, |v| v.len());
+        if size > self.max_result_bytes {
+            return refusal(
+                format!(
+                    "the answer of this task is {size} bytes of JSON; a task keeps at most {}",
+                    self.max_result_bytes
+                ),
+                "ask for fewer rows or fields (limit, fields), or leave out the chart",
+            );
+        }
+        let mut reservation = self.budget.reservation("the answer of a task");
+        if let Err(e) = reservation.resize(size) {
+            return refusal(
+                format!("the answer of this task ({size} bytes of JSON) cannot be kept: {e}"),
+                "call again when the server holds less, or ask for a smaller answer (limit, fields)",
+            );
+        }
+        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(reservation);
+        result
+    }
+}
+
+/// The result a task keeps in place of an answer it cannot keep.
+fn refusal(message: String, hint: &str) -> CallToolResult {
+    let refusal = tally_engine::error::EngineError::Limit {
+        message,
+        hint: hint.into(),
+    }
+    .to_json();
+    let mut r = CallToolResult::default();
+    r.content = vec![ContentBlock::text(refusal.to_string())];
+    r.is_error = Some(true);
+    r
+}
+
 impl Tasks {
+    /// The tasks of a server whose memory budget is `budget` and whose answers hold at most
+    /// `max_result_bytes` of rows: a task keeps a result of that and as much again (at least
+    /// [`ALLOWANCE`]) at most.
+    pub fn new(budget: Arc<Budget>, max_result_bytes: usize) -> Tasks {
+        Tasks {
+            manager: TaskManager::default(),
+            owners: Mutex::default(),
+            budget,
+            max_result_bytes: max_result_bytes.saturating_add(max_result_bytes.max(ALLOWANCE)),
+        }
+    }
+
     /// Whether `caller` may start a task now: it holds fewer than [`PER_CALLER`] tasks, of
     /// them fewer than [`RUNNING_PER_CALLER`] running, and the server fewer than
     /// [`SERVER_WIDE`].
@@ -139,7 +206,7 @@ impl Tasks {
         run: F,
     ) -> Result<Task, Full>
     where
-        F: FnOnce(TaskContext) -> TaskFuture,
+        F: FnOnce(TaskContext, Keeper) -> TaskFuture,
     {
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         Self::room_in(&mut owners, caller)?;
@@ -149,8 +216,14 @@ impl Tasks {
             .with_status_message(status);
         let finished = Arc::new(AtomicBool::new(false));
         let done = Arc::clone(&finished);
+        let keeper = Keeper {
+            slot: Arc::default(),
+            budget: Arc::clone(&self.budget),
+            max_result_bytes: self.max_result_bytes,
+        };
+        let kept = Arc::clone(&keeper.slot);
         let task = self.manager.spawn(options, move |context| {
-            let work = run(context);
+            let work = run(context, keeper);
             Box::pin(async move {
                 let result = work.await;
                 done.store(true, Ordering::Relaxed);
@@ -164,6 +237,7 @@ impl Tasks {
                 created: Instant::now(),
                 ttl,
                 finished,
+                _kept: kept,
             },
         );
         Ok(task)
@@ -226,22 +300,69 @@ fn unknown(id: &str) -> ErrorData {
     )
 }
 
-/// A finished call's result as a task keeps it: within [`MAX_RESULT_BYTES`], else a tool
-/// error saying how to get a smaller answer.
-pub fn kept(result: CallToolResult) -> CallToolResult {
-    let size = serde_json::to_vec(&result).map_or(0, |v| v.len());
-    if size <= MAX_RESULT_BYTES {
-        return result;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keeper(budget: &Arc<Budget>, max_result_bytes: usize) -> Keeper {
+        Keeper {
+            slot: Arc::default(),
+            budget: Arc::clone(budget),
+            max_result_bytes,
+        }
     }
-    let refusal = tally_engine::error::EngineError::Limit {
-        message: format!(
-            "the answer of this task is {size} bytes of JSON; a task keeps at most {MAX_RESULT_BYTES}"
-        ),
-        hint: "ask for fewer rows or fields (limit, fields), or leave out the chart".into(),
+
+    fn answer(bytes: usize) -> CallToolResult {
+        CallToolResult::success(vec![ContentBlock::text("x".repeat(bytes))])
     }
-    .to_json();
-    let mut r = CallToolResult::default();
-    r.content = vec![ContentBlock::text(refusal.to_string())];
-    r.is_error = Some(true);
-    r
+
+    fn refused(result: &CallToolResult) -> Option<String> {
+        (result.is_error == Some(true)).then(|| format!("{:?}", result.content))
+    }
+
+    #[test]
+    fn a_kept_result_is_held_in_the_memory_budget_until_the_task_is_let_go() {
+        let budget = Budget::new(1 << 20);
+        let keeper = keeper(&budget, 1 << 20);
+        let kept = keeper.keep(answer(10_000));
+        assert!(refused(&kept).is_none());
+        let size = serde_json::to_vec(&kept).unwrap().len();
+        assert_eq!(budget.used(), size);
+        drop(keeper.slot.lock().unwrap().take());
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_result_past_its_bound_or_the_budget_is_kept_as_a_refusal() {
+        let budget = Budget::new(1 << 20);
+        let too_large = keeper(&budget, 1_000).keep(answer(5_000));
+        let message = refused(&too_large).expect("refused");
+        assert!(
+            message.contains("keeps at most 1000") && message.contains("limit_exceeded"),
+            "{message}"
+        );
+        assert_eq!(budget.used(), 0);
+
+        // The budget is held by data but for 2,000 bytes.
+        let mut data = budget.reservation("a prepared table");
+        data.resize((1 << 20) - 2_000).unwrap();
+        let no_room = keeper(&budget, 1 << 20).keep(answer(5_000));
+        let message = refused(&no_room).expect("refused");
+        assert!(message.contains("cannot be kept"), "{message}");
+        assert_eq!(budget.used(), (1 << 20) - 2_000);
+    }
+
+    #[test]
+    fn the_bound_is_the_rows_bound_and_as_much_again() {
+        let budget = Budget::new(1 << 30);
+        assert_eq!(
+            Tasks::new(Arc::clone(&budget), 4 << 20).max_result_bytes,
+            8 << 20
+        );
+        assert_eq!(
+            Tasks::new(Arc::clone(&budget), 1_000).max_result_bytes,
+            1_000 + ALLOWANCE
+        );
+        assert_eq!(Tasks::new(budget, 10 << 20).max_result_bytes, 20 << 20);
+    }
 }

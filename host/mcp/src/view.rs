@@ -184,8 +184,9 @@ impl View {
         engine: &Engine,
         tool: Tool,
         arguments: &Value,
+        chosen: &[tally_semantic::resolve::Choice],
     ) -> Option<tally_engine::estimate::Estimate> {
-        engine.estimate(tool, arguments, &self.caller.scope)
+        engine.estimate(tool, arguments, &self.caller.scope, chosen)
     }
 
     /// The values of a field of a dataset the caller may see (for completing a condition),
