@@ -9,7 +9,8 @@ use datafusion::logical_expr::Expr;
 use datafusion::prelude::{DataFrame, SessionContext};
 use serde_json::Value;
 use tally_semantic::DatasetDef;
-use tally_semantic::resolve::{Filter, Resolution};
+use tally_semantic::request::{Notice, Scalar};
+use tally_semantic::resolve::{Filter, Latest, Resolution};
 
 use crate::Engine;
 use crate::envelope::Provenance;
@@ -146,6 +147,78 @@ impl<'a> Call<'a> {
             in_force,
             route,
         })
+    }
+
+    /// Adds the condition of the latest period of the time field to `filters` (the latest in
+    /// the call's data before its conditions, the revisions it reads aside) and to the call
+    /// as resolved (`call`, so that asked again it asks for that period): disclosed in
+    /// `resolved` when asked for (`"latest"` → `2020`), said in `notices` when it was not (a
+    /// summary that neither filters nor groups by the time field).
+    pub async fn read_latest(
+        &self,
+        latest: Latest,
+        filters: &mut Vec<Filter>,
+        resolved: &mut [Resolution],
+        notices: &mut Vec<Notice>,
+        call: &mut Value,
+    ) -> Result<(), EngineError> {
+        let field = &self.def().fields[latest.field];
+        let name = field.name.clone();
+        let batches = self
+            .base
+            .clone()
+            .aggregate(
+                vec![],
+                vec![
+                    datafusion::functions_aggregate::expr_fn::max(
+                        self.planner.column(latest.field),
+                    )
+                    .alias("latest"),
+                ],
+            )?
+            .collect()
+            .await?;
+        let period = match batches.first().filter(|b| b.num_rows() > 0) {
+            Some(batch) => period_of(&datafusion::common::ScalarValue::try_from_array(
+                batch.column(0),
+                0,
+            )?),
+            None => None,
+        };
+        let Some(period) = period else {
+            notices.push(Notice {
+                parameter: format!("where.{name}"),
+                message: format!(
+                    "`{name}` has no period in the data, so no latest one: the call reads every record"
+                ),
+            });
+            return Ok(());
+        };
+        let shown = period.text();
+        if latest.defaulted {
+            notices.push(Notice {
+                parameter: format!("where.{name}"),
+                message: format!(
+                    "`{name}` is the period of this dataset's records, and this summary neither filters nor groups by it: it is of the latest period, {shown} (group_by `{name}` for every period, or a condition such as {{\"{name}\": {shown}}} or \"2010..{shown}\")"
+                ),
+            });
+        } else if let Some(r) = resolved
+            .iter_mut()
+            .find(|r| r.parameter == format!("where.{name}") && r.canonical == "latest")
+        {
+            r.canonical = shown;
+        }
+        if let Some(Value::Object(conditions)) = call.get_mut("where") {
+            conditions.insert(
+                name,
+                serde_json::json!({ "$eq": serde_json::to_value(&period).unwrap_or(Value::Null) }),
+            );
+        }
+        filters.push(Filter {
+            field: latest.field,
+            op: Op::Eq(period),
+        });
+        Ok(())
     }
 
     /// Says which revisions the call read (a step) and what had none in force (warnings),
@@ -622,4 +695,23 @@ pub fn work(def: &DatasetDef, filters: &[Filter], reads: Reads<'_>) -> Work {
         fields: fields.len() + 2 * reads.computed,
         searched: searched.len(),
     }
+}
+
+/// A period as a condition compares it: a year or month as an integer, a month or date as
+/// text (`2020-04`, `2020-04-01`).
+fn period_of(value: &datafusion::common::ScalarValue) -> Option<Scalar> {
+    use datafusion::common::ScalarValue as V;
+    Some(match value {
+        V::Int8(Some(v)) => Scalar::Int(i64::from(*v)),
+        V::Int16(Some(v)) => Scalar::Int(i64::from(*v)),
+        V::Int32(Some(v)) => Scalar::Int(i64::from(*v)),
+        V::Int64(Some(v)) => Scalar::Int(*v),
+        V::UInt8(Some(v)) => Scalar::Int(i64::from(*v)),
+        V::UInt16(Some(v)) => Scalar::Int(i64::from(*v)),
+        V::UInt32(Some(v)) => Scalar::Int(i64::from(*v)),
+        V::UInt64(Some(v)) => Scalar::Int(i64::try_from(*v).ok()?),
+        V::Utf8(Some(t)) | V::LargeUtf8(Some(t)) | V::Utf8View(Some(t)) => Scalar::Str(t.clone()),
+        V::Date32(Some(_)) | V::Date64(Some(_)) => Scalar::Str(value.to_string()),
+        _ => return None,
+    })
 }

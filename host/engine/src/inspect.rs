@@ -15,7 +15,7 @@ use crate::error::EngineError;
 use crate::plan::Planner;
 use crate::results::{
     CodeDescription, CodelistDescription, CodelistKind, Codes, FieldDescription, InspectResult,
-    LocatorGuide, MeasureDescription, MetricsGuide, NumericStats, Quality, QualitySummary,
+    LocatorGuide, MeasureDescription, MetricsGuide, NumericStats, Periods, Quality, QualitySummary,
     TopValues, ValueCount,
 };
 use crate::summarize::{AVG_DECIMALS, RATIO_DECIMALS};
@@ -106,6 +106,10 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
     for (i, f) in def.fields.iter().enumerate() {
         let id = FieldId::at(i);
         let mut entry = describe_field(f, i, &stats, prepared.rows);
+        entry.weight = f.weight.map(|w| def.fields[w].name.clone());
+        if f.role == Role::Time {
+            entry.periods = periods(&table, def, id).await?;
+        }
         match entry.quality {
             Some(Quality::Fully) => quality_summary.fully += 1,
             Some(Quality::Mostly) => quality_summary.mostly += 1,
@@ -278,7 +282,7 @@ fn describe_field(
             },
         ),
         notes: f.notes.clone(),
-        stats: f.data_type.is_numeric().then(|| NumericStats {
+        stats: (f.data_type.is_numeric() && f.role != Role::Time).then(|| NumericStats {
             min: number("min"),
             max: number("max"),
             mean: number("mean")
@@ -288,7 +292,62 @@ fn describe_field(
         }),
         codelist: None,
         values: None,
+        unit: f.unit.clone(),
+        aggregation: f.aggregation,
+        weight: None,
+        periods: None,
     }
+}
+
+/// Periods listed by [`periods`] at most (the latest ones).
+pub const LISTED_PERIODS: usize = 60;
+
+/// The periods of the time field `id`, with the records of each.
+async fn periods(
+    table: &DataFrame,
+    def: &tally_semantic::DatasetDef,
+    id: FieldId,
+) -> Result<Option<Periods>, EngineError> {
+    let f = &def.fields[id];
+    let Some(grain) = f.grain else {
+        return Ok(None);
+    };
+    let column = ident(&f.name);
+    let batches = table
+        .clone()
+        .filter(column.clone().is_not_null())?
+        .aggregate(
+            vec![column.clone()],
+            vec![count(lit(1i64)).alias("records")],
+        )?
+        .sort(vec![column.sort(true, false)])?
+        .collect()
+        .await?;
+    let mut records: Vec<ValueCount> = Vec::new();
+    for batch in &batches {
+        let values = crate::json::column_values(batch.column(0));
+        let counts = crate::json::column_values(batch.column(1));
+        for (value, n) in values.into_iter().zip(counts) {
+            records.push(ValueCount {
+                value,
+                count: n.as_u64().unwrap_or(0),
+                variants: Vec::new(),
+            });
+        }
+    }
+    let (Some(first), Some(latest)) = (records.first(), records.last()) else {
+        return Ok(None);
+    };
+    let (first, latest, count) = (first.value.clone(), latest.value.clone(), records.len());
+    let records = records.split_off(count.saturating_sub(LISTED_PERIODS));
+    Ok(Some(Periods {
+        grain,
+        first,
+        latest,
+        count,
+        records,
+        conditions: "one period (`2020`), a range (`\"2010..2020\"`), or `\"latest\"`; a summary with neither a condition on this field nor a grouping by it is of the latest period",
+    }))
 }
 
 /// An `auto` (or `auto_split`) codelist: how many distinct values (parts, when split) the

@@ -869,7 +869,8 @@ impl Engine {
                     // The default columns stay the default: asked again, the call is the same.
                     m.remove("select");
                 }
-                let (data, mut provenance) = query::run(self, &ds, plan, select_given).await?;
+                let (data, mut provenance) =
+                    query::run(self, &ds, plan, select_given, &mut call).await?;
                 provenance.query = Some(normalized(tool, call));
                 seal(data, provenance)
             }
@@ -877,8 +878,8 @@ impl Engine {
                 let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
                 let mut plan = resolve_summarize(&ds.def, args)?;
                 plan.resolved_fields.splice(0..0, resolution);
-                let call = plan.to_call(&ds.def);
-                let (data, mut provenance) = summarize::run(self, &ds, plan).await?;
+                let mut call = plan.to_call(&ds.def);
+                let (data, mut provenance) = summarize::run(self, &ds, plan, &mut call).await?;
                 provenance.query = Some(normalized(tool, call));
                 seal(data, provenance)
             }

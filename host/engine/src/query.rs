@@ -39,8 +39,10 @@ pub async fn run(
     ds: &Dataset,
     mut plan: QueryPlan,
     select_given: bool,
+    call_made: &mut Value,
 ) -> Result<(QueryResult, Provenance), EngineError> {
-    let order: Vec<_> = plan.order_by.iter().map(|s| s.field).collect();
+    let mut order: Vec<_> = plan.order_by.iter().map(|s| s.field).collect();
+    order.extend(plan.latest.map(|l| l.field));
     let call = Call::open(
         engine,
         ds,
@@ -54,6 +56,16 @@ pub async fn run(
         },
     )
     .await?;
+    if let Some(latest) = plan.latest {
+        call.read_latest(
+            latest,
+            &mut plan.filters,
+            &mut plan.resolved_fields,
+            &mut plan.notices,
+            call_made,
+        )
+        .await?;
+    }
     let mut conditions = Vec::new();
     for f in &plan.filters {
         conditions.push(call.planner.filter(f)?);

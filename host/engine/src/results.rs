@@ -6,7 +6,7 @@
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
-use tally_semantic::definition::{BackendKind, DataType, Mode, Role};
+use tally_semantic::definition::{Aggregation, BackendKind, DataType, Grain, Mode, Role};
 use tally_semantic::resolve::{Resolution, ValueKind};
 
 use tally_storage::catalog::Broken;
@@ -27,6 +27,14 @@ pub(crate) fn data_types(_: &mut SchemaGenerator) -> Schema {
 
 pub(crate) fn value_kinds(_: &mut SchemaGenerator) -> Schema {
     vocabulary(ValueKind::ALL.map(ValueKind::as_str))
+}
+
+pub(crate) fn grains(_: &mut SchemaGenerator) -> Schema {
+    vocabulary(Grain::ALL.map(Grain::as_str))
+}
+
+pub(crate) fn aggregations(_: &mut SchemaGenerator) -> Schema {
+    vocabulary(Aggregation::ALL.map(Aggregation::as_str))
 }
 
 pub(crate) fn modes(_: &mut SchemaGenerator) -> Schema {
@@ -237,6 +245,12 @@ pub struct MetricMeta {
     /// What a value is counted in, when the definition declares it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
+    /// How the measure adds up, when the definition declares it: `flow` (sums over periods
+    /// and areas), `stock` (a level: sums over areas, not over periods), `rate` (never
+    /// summed; averaged by its weight).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "aggregations")]
+    pub aggregation: Option<Aggregation>,
 }
 
 /// Counts by name, sent as a JSON object in the order given.
@@ -459,6 +473,39 @@ pub struct FieldDescription {
     /// variants together).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub values: Option<TopValues>,
+    /// What a value of a measure is counted in, when the definition declares it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// How a measure adds up, when declared: `flow` sums over periods and areas, `stock` over
+    /// areas only (over periods it is averaged), `rate` is never summed and is averaged only
+    /// by its `weight`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "aggregations")]
+    pub aggregation: Option<Aggregation>,
+    /// The measure a rate is averaged by (`avg:` is weighted by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<String>,
+    /// The time field: its grain and the periods in the data (a summary with no condition on
+    /// it and no grouping by it is of the latest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub periods: Option<Periods>,
+}
+
+/// The periods of the time field.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Periods {
+    #[schemars(schema_with = "grains")]
+    pub grain: Grain,
+    #[schemars(with = "Cell")]
+    pub first: Value,
+    #[schemars(with = "Cell")]
+    pub latest: Value,
+    /// How many distinct periods the data holds.
+    pub count: usize,
+    /// Records per period, oldest first (the latest ones when there are many).
+    pub records: Vec<ValueCount>,
+    /// A condition on the time field reads `2020`, `"2010..2020"` or `"latest"`.
+    pub conditions: &'static str,
 }
 
 /// How many fields are how well filled.

@@ -286,6 +286,11 @@ impl Aggregates {
     }
 }
 
+/// The weight a field is averaged by, if it is a rate that declares one.
+fn plan_def_weight(ds: &Dataset, f: FieldId) -> Option<FieldId> {
+    ds.def.fields[f].weight
+}
+
 fn hidden(i: usize) -> String {
     format!("__tally_agg_{i}")
 }
@@ -325,6 +330,7 @@ fn metric_exprs(
                 Some(cast(nulls(aggs, *f), DataType::Int64)),
             )
         }
+        Metric::Avg(f) if def.fields[*f].weight.is_some() => weighted_avg(planner, aggs, *f),
         Metric::Avg(f) => {
             let mean = aggs.add(format!("avg:{f}"), || {
                 avg(cast(column(*f), DataType::Float64))
@@ -373,7 +379,8 @@ fn metric_exprs(
                 numerator,
                 denominator,
             } => {
-                let num = cast(aggs.sum(planner, *numerator), DataType::Float64);
+                let scale = def.computed_measures[*k].scale.unwrap_or(1.0);
+                let num = cast(aggs.sum(planner, *numerator), DataType::Float64) * lit(scale);
                 let den = cast(aggs.sum(planner, *denominator), DataType::Float64);
                 let null = lit(datafusion::common::ScalarValue::Float64(None));
                 let value = when(
@@ -386,6 +393,45 @@ fn metric_exprs(
             }
         },
     }
+}
+
+/// A rate averaged by its declared weight: sum(rate × weight) / sum(weight) over the records
+/// that have both; a record missing either is left out (and counted so).
+fn weighted_avg(planner: &Planner<'_>, aggs: &mut Aggregates, f: FieldId) -> (Expr, Option<Expr>) {
+    let column = |f: FieldId| planner.column(f);
+    let w = planner.def.fields[f].weight.unwrap_or(f);
+    let both = column(f).is_not_null().and(column(w).is_not_null());
+    let value = cast(column(f), DataType::Float64);
+    let weight = cast(column(w), DataType::Float64);
+    let none = || lit(datafusion::common::ScalarValue::Float64(None));
+    let weighted = aggs.add(format!("weighted:{f}"), || {
+        sum(when(both.clone(), value * weight.clone())
+            .otherwise(none())
+            .unwrap_or(lit(0.0f64)))
+    });
+    let weights = aggs.add(format!("weights:{f}"), || {
+        sum(when(both.clone(), weight)
+            .otherwise(none())
+            .unwrap_or(lit(0.0f64)))
+    });
+    let left_out = aggs.add(format!("unweighted:{f}"), || {
+        sum(when(both, lit(0i64))
+            .otherwise(lit(1i64))
+            .unwrap_or(lit(0i64)))
+    });
+    let mean = when(
+        weights
+            .clone()
+            .is_null()
+            .or(weights.clone().eq(lit(0.0f64))),
+        none(),
+    )
+    .otherwise(round(vec![weighted / weights, lit(AVG_DECIMALS)]))
+    .unwrap_or(none());
+    (
+        mean,
+        Some(cast(coalesce(vec![left_out, lit(0i64)]), DataType::Int64)),
+    )
 }
 
 /// A `having` condition on a result column.
@@ -428,18 +474,28 @@ fn having_expr(planner: &Planner<'_>, h: &HavingFilter, metric: bool) -> Result<
     })
 }
 
+/// Runs a summary; `call` is the call as resolved, completed with what is read while running
+/// (the latest period of the time field).
 pub async fn run(
     engine: &Engine,
     ds: &Dataset,
     mut plan: SummarizePlan,
+    call_made: &mut Value,
 ) -> Result<(SummaryResult, Provenance), EngineError> {
     let mut read = plan.group_by.clone();
     read.extend(plan.explode.iter().copied());
+    read.extend(plan.latest.map(|l| l.field));
     let mut computed = 0;
     for m in &plan.metrics {
         match m {
             Metric::Count => {}
-            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => read.push(*f),
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => {
+                read.push(*f);
+                // A rate averaged by its weight reads the weight too.
+                if matches!(m, Metric::Avg(_)) {
+                    read.extend(plan_def_weight(ds, *f));
+                }
+            }
             Metric::AvgComputed(_) => computed += 1,
         }
     }
@@ -456,6 +512,16 @@ pub async fn run(
         },
     )
     .await?;
+    if let Some(latest) = plan.latest {
+        call.read_latest(
+            latest,
+            &mut plan.filters,
+            &mut plan.resolved_fields,
+            &mut plan.notices,
+            call_made,
+        )
+        .await?;
+    }
     // The rows cap is on what exploding adds beyond one row per record: a summary that
     // explodes nothing reads any number of records.
     let caps = crate::groups::Caps {
@@ -1234,10 +1300,16 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMet
             None,
         ),
         Metric::Avg(f) => (
-            format!(
-                "mean of {} over records where it is not null",
-                def.fields[*f].name
-            ),
+            match def.fields[*f].weight {
+                Some(w) => format!(
+                    "mean of {} weighted by {}: sum({0} × {1}) / sum({1}) over records where both are not null",
+                    def.fields[*f].name, def.fields[w].name
+                ),
+                None => format!(
+                    "mean of {} over records where it is not null",
+                    def.fields[*f].name
+                ),
+            },
             Some(AVG_DECIMALS),
         ),
         Metric::Min(f) => (format!("smallest {}", def.fields[*f].name), None),
@@ -1254,5 +1326,6 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMet
         null_excluded_column: m.null_excluded_column(def),
         kind: m.value_kind(def),
         unit: m.unit(def).map(str::to_owned),
+        aggregation: m.field().and_then(|f| def.fields[f].aggregation),
     }
 }

@@ -144,6 +144,14 @@ impl DatasetDef {
     pub fn computed_measure(&self, name: &str) -> Option<&ComputedMeasure> {
         self.computed_measures.iter().find(|m| m.name == name)
     }
+
+    /// The field whose role is `time`, if the dataset is of several periods.
+    pub fn time_field(&self) -> Option<FieldId> {
+        self.fields
+            .iter()
+            .position(|f| f.role == Role::Time)
+            .map(FieldId::at)
+    }
 }
 
 /// A date as the source gave it: a calendar date stays a date, a date-time stays a date-time.
@@ -431,6 +439,10 @@ pub enum Role {
     Id,
     /// A dimension: groupable and filterable.
     Dim,
+    /// The period a record is of (a year, a fiscal year, a month, a date): groupable and
+    /// filterable; at most one a dataset, with its `grain`. A summary over several periods
+    /// is said, never silent: with no condition on it and no grouping by it, the latest.
+    Time,
     /// A number to aggregate: not groupable.
     Measure,
     /// An attribute: groupable unless `groupable: false`.
@@ -438,15 +450,94 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [Role::Id, Role::Dim, Role::Measure, Role::Attr];
+    pub const ALL: [Role; 5] = [Role::Id, Role::Dim, Role::Time, Role::Measure, Role::Attr];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Id => "id",
             Role::Dim => "dim",
+            Role::Time => "time",
             Role::Measure => "measure",
             Role::Attr => "attr",
         }
+    }
+}
+
+/// What one period of the time field is (`grain:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grain {
+    /// A calendar year, written as an integer (`2020`).
+    Year,
+    /// A fiscal year (年度), written as the integer of the year it starts in (`2020`).
+    FiscalYear,
+    /// A month (`2020-04`, or `202004` as an integer).
+    Month,
+    /// A day (`2020-04-01`).
+    Date,
+}
+
+impl Grain {
+    pub const ALL: [Grain; 4] = [Grain::Year, Grain::FiscalYear, Grain::Month, Grain::Date];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Grain::Year => "year",
+            Grain::FiscalYear => "fiscal_year",
+            Grain::Month => "month",
+            Grain::Date => "date",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Grain> {
+        Grain::ALL.into_iter().find(|g| g.as_str() == name)
+    }
+
+    /// Whether a period is written as an integer (a year).
+    pub fn is_year(self) -> bool {
+        matches!(self, Grain::Year | Grain::FiscalYear)
+    }
+}
+
+impl std::fmt::Display for Grain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a measure adds up over time and over the other dimensions (`aggregation:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregation {
+    /// Counted over a period (出生数, births): sums over periods and over areas alike.
+    Flow,
+    /// A level at a point in time (総人口, population): sums over areas, never over periods
+    /// (the same people would be counted once a period); over periods, averaged.
+    Stock,
+    /// A rate or other ratio (合計特殊出生率): never summed; averaged only weighted by its
+    /// declared `weight`.
+    Rate,
+}
+
+impl Aggregation {
+    pub const ALL: [Aggregation; 3] = [Aggregation::Flow, Aggregation::Stock, Aggregation::Rate];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Aggregation::Flow => "flow",
+            Aggregation::Stock => "stock",
+            Aggregation::Rate => "rate",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Aggregation> {
+        Aggregation::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Aggregation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -550,6 +641,13 @@ pub struct Field {
     /// What a value of the field is counted in (`unit: 件`, `円`, `%`), when declared: carried
     /// with every metric over the field, so a reader and a chart need not guess it from a name.
     pub unit: Option<String>,
+    /// The time field's period (`grain: year`); only on the field whose role is `time`.
+    pub grain: Option<Grain>,
+    /// How a measure adds up (`aggregation: flow | stock | rate`); undeclared, it is summed
+    /// and averaged as any number.
+    pub aggregation: Option<Aggregation>,
+    /// The measure a rate is weighted by when averaged (`weight: 15～49歳女性人口`).
+    pub weight: Option<FieldId>,
     /// Fields of the same record holding other names of what this field names (`aliases:
     /// [law_abbrev, law_num]` on a law's title: its short titles and its law number). A value
     /// compared exactly with this field that is none of its values, but is (NFKC, numbers in
@@ -589,6 +687,9 @@ pub struct ComputedMeasure {
     /// What the ratio is counted in (`unit: 円/件`), when declared. A `count_where` share has
     /// none: it is a share of records, between 0 and 1.
     pub unit: Option<String>,
+    /// What a `sum_ratio` is multiplied by (`scale: 1000` for births per 1,000 people); 1
+    /// when not declared.
+    pub scale: Option<f64>,
 }
 
 /// How a computed measure is computed, as `mode:` names it: one table, read by the parser,
@@ -753,7 +854,13 @@ impl ComputedMeasure {
                 denominator,
             } => {
                 let (n, d) = (name(numerator), name(denominator));
-                format!("sum({n}) / sum({d}); null when sum({d}) is 0; rounded to 4 decimals")
+                let scale = match self.scale {
+                    Some(k) => format!(" × {k}"),
+                    None => String::new(),
+                };
+                format!(
+                    "sum({n}) / sum({d}){scale}; null when sum({d}) is 0; rounded to 4 decimals"
+                )
             }
         }
     }
@@ -852,6 +959,7 @@ pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded
         file: file.to_string(),
         diagnostics: Vec::new(),
         aliases: Vec::new(),
+        weights: Vec::new(),
     };
     let root = match yaml::parse(text) {
         Ok(root) => root,
@@ -936,6 +1044,9 @@ const FIELD_KEYS: &[&str] = &[
     "locator",
     "aliases",
     "unit",
+    "grain",
+    "aggregation",
+    "weight",
 ];
 const MULTI_VALUE_KEYS: &[&str] = &["separator"];
 const MEASURE_KEYS: &[&str] = &[
@@ -947,6 +1058,7 @@ const MEASURE_KEYS: &[&str] = &[
     "numerator",
     "denominator",
     "unit",
+    "scale",
 ];
 const MAX_NAME_CHARS: usize = 200;
 /// Longest `unit` (`円/件`, `人/km²`).
@@ -957,6 +1069,9 @@ struct Reader {
     diagnostics: Vec<Diagnostic>,
     /// `aliases` as written on each field, resolved to field ids once every field is read.
     aliases: Vec<AliasesWritten>,
+    /// `weight` as written on each rate (field, name, position, key path), resolved to a
+    /// field id once every field is read.
+    weights: Vec<(String, String, Pos, String)>,
 }
 
 /// A field's `aliases`, as written: the field, where the key is, and each name with its
@@ -1299,6 +1414,7 @@ impl Reader {
         let mut fields = self.dataset_fields(&map);
 
         self.resolve_aliases(&mut fields);
+        self.resolve_weights_and_time(&mut fields);
 
         let id_field = self.id_field(&map, &fields);
 
@@ -1818,6 +1934,9 @@ impl Reader {
                 "a unit says what a measure's values are counted in: remove `unit`, or change the role to `measure`",
             ),
         );
+        let grain = self.grain(&map, path, role, data_type);
+        let aggregation = self.aggregation(&map, path, role);
+        self.weight_written(&map, &name, path, aggregation);
         Some(Field {
             desc: self.string(&map, "desc", path, "write `desc: \"…\"`"),
             group: self.string(&map, "group", path, "write `group: \"…\"`"),
@@ -1829,6 +1948,9 @@ impl Reader {
             groupable,
             locator,
             unit,
+            grain,
+            aggregation,
+            weight: None,
             aliases: Vec::new(),
             notes,
             csv_col_index,
@@ -1894,6 +2016,7 @@ impl Reader {
         let role = match self.required_string(map, "role", path, &role_fix)?.as_str() {
             "id" => Role::Id,
             "dim" | "dimension" => Role::Dim,
+            "time" => Role::Time,
             "measure" => Role::Measure,
             "attr" | "attribute" => Role::Attr,
             other => {
@@ -1923,6 +2046,14 @@ impl Reader {
         ) {
             None => match role {
                 Role::Measure => DataType::Number,
+                // A year is an integer; a month or a date is read as written.
+                Role::Time => match map.get("grain").map(|n| &n.value) {
+                    Some(Value::Str(g)) if Grain::parse(g).is_some_and(Grain::is_year) => {
+                        DataType::Integer
+                    }
+                    Some(Value::Str(g)) if g == "date" => DataType::Date,
+                    _ => DataType::String,
+                },
                 _ => DataType::String,
             },
             Some(t) => match DataType::parse(&t) {
@@ -1954,6 +2085,202 @@ impl Reader {
             );
         }
         data_type
+    }
+
+    /// Reads a field's `grain`: required on the time field (and only there); a year is an
+    /// integer.
+    fn grain(
+        &mut self,
+        map: &MapView<'_>,
+        path: &str,
+        role: Role,
+        data_type: DataType,
+    ) -> Option<Grain> {
+        let grains = Grain::ALL.map(Grain::as_str).join(", ");
+        let fix = format!("write `grain:` as one of {grains}, e.g. `grain: year`");
+        if role != Role::Time {
+            if map.get("grain").is_some() {
+                self.error(
+                    map.key_pos("grain"),
+                    &join(path, "grain"),
+                    "`grain` says what one period of the time field is, and this field's role is not `time`",
+                    "remove `grain`, or make this the dataset's time field with `role: time`",
+                );
+            }
+            return None;
+        }
+        let written = self.required_string(map, "grain", path, &fix)?;
+        let Some(grain) = Grain::parse(&written) else {
+            let fix = match suggest(&written, Grain::ALL.map(Grain::as_str)) {
+                Some(near) => format!("did you mean `{near}`? {fix}"),
+                None => fix,
+            };
+            self.error(
+                map.key_pos("grain"),
+                &join(path, "grain"),
+                format!("unknown grain `{written}`"),
+                fix,
+            );
+            return None;
+        };
+        let fits = match grain {
+            Grain::Year | Grain::FiscalYear => data_type == DataType::Integer,
+            Grain::Month => matches!(data_type, DataType::Integer | DataType::String),
+            Grain::Date => matches!(data_type, DataType::Date | DataType::String),
+        };
+        if !fits {
+            self.error(
+                map.key_pos("data_type"),
+                &join(path, "data_type"),
+                format!(
+                    "a time field of grain `{grain}` cannot have data_type `{}`",
+                    data_type.as_str()
+                ),
+                match grain {
+                    Grain::Year | Grain::FiscalYear => {
+                        "a year is an integer: write `data_type: integer` (or remove the key)"
+                    }
+                    Grain::Month => "a month is `2020-04` (string) or `202004` (integer)",
+                    Grain::Date => "a date is `data_type: date` or a `2020-04-01` string",
+                },
+            );
+        }
+        Some(grain)
+    }
+
+    /// Reads a measure's `aggregation`: flow, stock or rate.
+    fn aggregation(&mut self, map: &MapView<'_>, path: &str, role: Role) -> Option<Aggregation> {
+        map.get("aggregation")?;
+        let kinds = Aggregation::ALL.map(Aggregation::as_str).join(", ");
+        let fix = format!(
+            "write `aggregation:` as one of {kinds}: flow sums over periods and areas (births), stock sums over areas but not over periods (population), rate is never summed (a fertility rate)"
+        );
+        let written = self.required_string(map, "aggregation", path, &fix)?;
+        if role != Role::Measure {
+            self.error(
+                map.key_pos("aggregation"),
+                &join(path, "aggregation"),
+                "`aggregation` says how a measure adds up, and this field is not a measure",
+                "remove `aggregation`, or change the role to `measure`",
+            );
+            return None;
+        }
+        let Some(aggregation) = Aggregation::parse(&written) else {
+            let fix = match suggest(&written, Aggregation::ALL.map(Aggregation::as_str)) {
+                Some(near) => format!("did you mean `{near}`? {fix}"),
+                None => fix,
+            };
+            self.error(
+                map.key_pos("aggregation"),
+                &join(path, "aggregation"),
+                format!("unknown aggregation `{written}`"),
+                fix,
+            );
+            return None;
+        };
+        Some(aggregation)
+    }
+
+    /// Reads a rate's `weight` as written; resolved by [`Reader::resolve_weights`] once every
+    /// field is known.
+    fn weight_written(
+        &mut self,
+        map: &MapView<'_>,
+        field: &str,
+        path: &str,
+        aggregation: Option<Aggregation>,
+    ) {
+        if map.get("weight").is_none() {
+            return;
+        }
+        let fix =
+            "write `weight: <the measure the rate is of>`, e.g. the population a birth rate is per";
+        let Some(name) = self.string(map, "weight", path, fix) else {
+            return;
+        };
+        if aggregation != Some(Aggregation::Rate) {
+            self.error(
+                map.key_pos("weight"),
+                &join(path, "weight"),
+                "`weight` is what a rate is averaged by, and this field is not declared `aggregation: rate`",
+                "add `aggregation: rate`, or remove `weight`",
+            );
+            return;
+        }
+        self.weights.push((
+            field.to_string(),
+            name,
+            map.key_pos("weight"),
+            join(path, "weight"),
+        ));
+    }
+
+    /// Resolves every rate's `weight` to a measure (another one, itself not a rate), and checks
+    /// that at most one field is the time field.
+    fn resolve_weights_and_time(&mut self, fields: &mut [Field]) {
+        for (field, name, pos, path) in std::mem::take(&mut self.weights) {
+            let Some(at) = fields.iter().position(|f| f.name == field) else {
+                continue;
+            };
+            let found = fields.iter().position(|f| f.name == name);
+            let problem = match found {
+                None => Some(
+                    match suggest(
+                        &name,
+                        fields
+                            .iter()
+                            .filter(|f| f.role == Role::Measure)
+                            .map(|f| f.name.as_str()),
+                    ) {
+                        Some(near) => (
+                            format!("`weight: {name}` is no declared field"),
+                            format!(
+                                "did you mean `{near}`? name a measure declared under `fields`"
+                            ),
+                        ),
+                        None => (
+                            format!("`weight: {name}` is no declared field"),
+                            "name a measure declared under `fields`".to_string(),
+                        ),
+                    },
+                ),
+                Some(w) if w == at => Some((
+                    format!("`{field}` cannot be weighted by itself"),
+                    "name the measure the rate is of (its denominator), e.g. a population"
+                        .to_string(),
+                )),
+                Some(w) if fields[w].role != Role::Measure => Some((
+                    format!("`weight: {name}` is not a measure"),
+                    "name a numeric field with `role: measure`".to_string(),
+                )),
+                Some(w) if fields[w].aggregation == Some(Aggregation::Rate) => Some((
+                    format!("`weight: {name}` is itself a rate"),
+                    "weight a rate by a count or a level (people, households), not by another rate"
+                        .to_string(),
+                )),
+                Some(_) => None,
+            };
+            match problem {
+                Some((message, fix)) => self.error(pos, &path, message, fix),
+                None => fields[at].weight = found.map(FieldId::at),
+            }
+        }
+        let times: Vec<usize> = (0..fields.len())
+            .filter(|i| fields[*i].role == Role::Time)
+            .collect();
+        if let [first, rest @ ..] = times.as_slice() {
+            for i in rest {
+                self.error(
+                    fields[*i].pos,
+                    &format!("fields[{i}].role"),
+                    format!(
+                        "`{}` and `{}` both have `role: time`; a dataset has one time field",
+                        fields[*first].name, fields[*i].name
+                    ),
+                    "keep `role: time` on the field that says which period a record is of, and make the other a `dim`",
+                );
+            }
+        }
     }
 
     /// Reads a field's `multi_value`: its separator, `None` when single-valued. The outer
@@ -1996,7 +2323,7 @@ impl Reader {
 
     /// Reads a field's `groupable` (dimensions and attributes by default); never a measure.
     fn groupable(&mut self, map: &MapView<'_>, path: &str, role: Role) -> bool {
-        let groupable_default = matches!(role, Role::Dim | Role::Attr);
+        let groupable_default = matches!(role, Role::Dim | Role::Attr | Role::Time);
         match self.boolean(map, "groupable", path) {
             Some(true) if role == Role::Measure => {
                 self.error(
@@ -2576,9 +2903,19 @@ impl Reader {
                     self.field_ref(&map, "numerator", path, fields, Some(Role::Measure));
                 let denominator =
                     self.field_ref(&map, "denominator", path, fields, Some(Role::Measure));
-                let (Some((n, _)), Some((d, _))) = (numerator, denominator) else {
+                let (Some((n, nf)), Some((d, df))) = (numerator, denominator) else {
                     return None;
                 };
+                for (key, f) in [("numerator", nf), ("denominator", df)] {
+                    if f.aggregation == Some(Aggregation::Rate) {
+                        self.error(
+                            map.key_pos(key),
+                            &join(path, key),
+                            format!("`{}` is a rate, and a sum of rates means nothing", f.name),
+                            "divide sums of counts or levels (births by population), not of rates",
+                        );
+                    }
+                }
                 Formula::SumRatio {
                     numerator: n,
                     denominator: d,
@@ -2591,12 +2928,48 @@ impl Reader {
             mode.is_share()
                 .then_some("a count_where measure is a share of records (0 to 1): remove `unit`"),
         );
+        let scale = self.scale(&map, path, mode);
         Some(ComputedMeasure {
             name,
             desc,
             formula,
             unit,
+            scale,
         })
+    }
+
+    /// Reads a `sum_ratio`'s `scale`: a positive number the ratio is multiplied by.
+    fn scale(&mut self, map: &MapView<'_>, path: &str, mode: Mode) -> Option<f64> {
+        let node = map.get("scale")?;
+        let fix = "write the number the ratio is multiplied by, e.g. `scale: 1000` for a value per 1,000 (with `unit: ‰`)";
+        let value = match &node.value {
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            _ => None,
+        };
+        let problem = match value {
+            _ if mode != Mode::SumRatio => Some((
+                "`scale` multiplies a `sum_ratio`, and this measure is a share of records"
+                    .to_string(),
+                "remove `scale`".to_string(),
+            )),
+            Some(v) if v.is_finite() && v > 0.0 => None,
+            Some(v) => Some((
+                format!("`scale` must be a positive number, found {v}"),
+                fix.to_string(),
+            )),
+            None => Some((
+                format!("`scale` must be a positive number, found {}", node.kind()),
+                fix.to_string(),
+            )),
+        };
+        match problem {
+            Some((message, fix)) => {
+                self.error(map.key_pos("scale"), &join(path, "scale"), message, fix);
+                None
+            }
+            None => value,
+        }
     }
 
     /// Reads the formula of a `count_where` measure: its field, and values that are codes of

@@ -33,6 +33,9 @@ pub enum ErrorCode {
     /// A field used in a way its role does not allow (grouping a measure, summing a dim).
     RoleMismatch,
     InvalidCursor,
+    /// A metric a measure's `aggregation` forbids: a rate summed or averaged without its
+    /// weight, a stock summed over several periods.
+    NotAdditive,
 }
 
 /// One name the caller could have meant, with what it is.

@@ -9,7 +9,7 @@
 use serde::Serialize;
 use serde_json::json;
 
-use crate::definition::{Codelist, DatasetDef, Field, Role};
+use crate::definition::{Aggregation, Codelist, DatasetDef, Field, Role};
 use crate::error::{Candidate, ErrorCode, RequestError};
 use crate::names::{self, Match, normalize};
 use crate::request::{Condition, Notice, Op, QueryArgs, Scalar, SummarizeArgs};
@@ -256,8 +256,27 @@ pub struct QueryPlan {
     /// Read the revisions in force on this date (`YYYY-MM-DD`), where the dataset declares
     /// `revisions`; `None`: the latest.
     pub as_of: Option<String>,
+    /// Records of the latest period of the time field only (`{"年度": "latest"}`).
+    pub latest: Option<Latest>,
     pub resolved_fields: Vec<Resolution>,
     pub notices: Vec<Notice>,
+}
+
+/// A call read at the latest period of the dataset's time field: the engine finds the period
+/// in the data and adds the condition on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Latest {
+    pub field: FieldId,
+    /// Not asked for: a summary with no condition on the time field and no grouping by it
+    /// is of the latest period, said in a warning (never a silent sum over periods).
+    pub defaulted: bool,
+}
+
+impl Latest {
+    /// The latest period asked for, as a plan's `to_json` shows it.
+    pub fn to_json(&self, def: &DatasetDef) -> serde_json::Value {
+        json!({ "field": def.fields[self.field].name, "defaulted": self.defaulted })
+    }
 }
 
 /// An ordering of summary rows by one result column.
@@ -283,6 +302,9 @@ pub struct SummarizePlan {
     pub limit: usize,
     /// As in [`QueryPlan::as_of`].
     pub as_of: Option<String>,
+    /// As in [`QueryPlan::latest`]; set by default on a dataset with a time field when the
+    /// summary neither filters nor groups by it.
+    pub latest: Option<Latest>,
     pub resolved_fields: Vec<Resolution>,
     pub notices: Vec<Notice>,
 }
@@ -390,6 +412,18 @@ struct Resolver<'d> {
     notices: Vec<Notice>,
     /// Names the user chose for ambiguous ones.
     chosen: Vec<Choice>,
+    /// The time field was asked for its latest period (`{"年度": "latest"}`).
+    latest: Option<FieldId>,
+}
+
+/// A condition on the time field, as [`Resolver::period`] reads it.
+enum Period {
+    /// The latest period in the data.
+    Latest,
+    /// From one period to another, both included.
+    Range(Op, Op),
+    /// Any other condition, as written (or one year written as text, as a number).
+    Other(Condition),
 }
 
 impl<'d> Resolver<'d> {
@@ -652,6 +686,18 @@ impl<'d> Resolver<'d> {
         let mut out = Vec::with_capacity(conditions.len());
         for cond in conditions {
             let field = self.field(&cond.target, &format!("where.{}", cond.target))?;
+            let cond = match self.period(field, cond)? {
+                Period::Latest => {
+                    self.latest = Some(field);
+                    continue;
+                }
+                Period::Range(from, to) => {
+                    out.push(Filter { field, op: from });
+                    out.push(Filter { field, op: to });
+                    continue;
+                }
+                Period::Other(cond) => cond,
+            };
             let op = if cond.plain {
                 self.plain_code(field, cond.op)
             } else {
@@ -681,6 +727,83 @@ impl<'d> Resolver<'d> {
             out.push(Filter { field, op });
         }
         Ok(out)
+    }
+
+    /// A condition on the time field written as a period: `"latest"` (or `最新`), a range
+    /// `"2010..2020"` (a year grain also `2010-2020`, `2010～2020`), one year as text
+    /// (`"2020"`, `"2020年"`, `"2020年度"`). Each reading is disclosed in `resolved_fields`.
+    fn period(&mut self, field_id: FieldId, cond: Condition) -> Result<Period, RequestError> {
+        let field = &self.def.fields[field_id];
+        let Some(grain) = field.grain.filter(|_| field.role == Role::Time) else {
+            return Ok(Period::Other(cond));
+        };
+        let text = match &cond.op {
+            Op::Contains(t) if cond.plain => t.clone(),
+            Op::Eq(Scalar::Str(t)) => t.clone(),
+            _ => return Ok(Period::Other(cond)),
+        };
+        let parameter = format!("where.{}", field.name);
+        let folded: String = crate::names::nfkc_value(&text).to_lowercase();
+        if matches!(
+            folded.as_str(),
+            "latest" | "最新" | "最新年" | "最新年度" | "last"
+        ) {
+            self.resolved.push(Resolution {
+                parameter,
+                input: text,
+                canonical: "latest".into(),
+            });
+            return Ok(Period::Latest);
+        }
+        let value = |t: &str| -> Option<Scalar> {
+            let t = t.trim();
+            if grain.is_year() {
+                let t = t
+                    .strip_suffix("年度")
+                    .or_else(|| t.strip_suffix('年'))
+                    .unwrap_or(t)
+                    .trim();
+                t.parse::<i64>().ok().map(Scalar::Int)
+            } else if field.data_type == crate::definition::DataType::Integer {
+                t.replace('-', "").parse::<i64>().ok().map(Scalar::Int)
+            } else {
+                (!t.is_empty()).then(|| Scalar::Str(t.to_string()))
+            }
+        };
+        let separators: &[&str] = if grain.is_year() {
+            &["..", "～", "~", "〜", "–", "—", "-"]
+        } else {
+            &["..", "～", "~", "〜"]
+        };
+        for sep in separators {
+            if let Some((a, b)) = folded.split_once(sep)
+                && let (Some(from), Some(to)) = (value(a), value(b))
+            {
+                self.resolved.push(Resolution {
+                    parameter,
+                    input: text,
+                    canonical: format!("{}..{}", from.text(), to.text()),
+                });
+                return Ok(Period::Range(Op::Gte(from), Op::Lte(to)));
+            }
+        }
+        if grain.is_year()
+            && let Some(year) = value(&folded)
+        {
+            if year.text() != text {
+                self.resolved.push(Resolution {
+                    parameter,
+                    input: text,
+                    canonical: year.text(),
+                });
+            }
+            return Ok(Period::Other(Condition {
+                target: cond.target,
+                op: Op::Eq(year),
+                plain: false,
+            }));
+        }
+        Ok(Period::Other(cond))
     }
 
     /// Types and codelists: ordering comparisons on numeric fields need numbers; values
@@ -1327,6 +1450,7 @@ pub fn default_projection(
             f.role == Role::Id
                 || def.id_field.as_deref() == Some(f.name.as_str())
                 || f.role == Role::Dim
+                || f.role == Role::Time
                 || name_like(f)
                 || filters.iter().any(|x| x.field == i)
                 || order_by.iter().any(|s| s.field == i)
@@ -1343,6 +1467,7 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
         resolved: Vec::new(),
         notices: args.notices,
         chosen: args.chosen,
+        latest: None,
     };
     let q = args.q.filter(|q| !q.trim().is_empty());
     let search_fields = r.fields(&args.search_fields, "search_fields")?;
@@ -1381,6 +1506,10 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
         select
     };
     let as_of = resolve_as_of(def, args.as_of.as_deref(), &filters)?;
+    let latest = r.latest.map(|field| Latest {
+        field,
+        defaulted: false,
+    });
     Ok(QueryPlan {
         dataset_id: def.id.clone(),
         q,
@@ -1391,6 +1520,7 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
         limit: args.limit,
         cursor: args.cursor,
         as_of,
+        latest,
         resolved_fields: r.resolved,
         notices: r.notices,
     })
@@ -1601,6 +1731,7 @@ pub fn resolve_summarize(
         resolved: Vec::new(),
         notices: args.notices,
         chosen: args.chosen,
+        latest: None,
     };
     let metric_inputs = if args.metrics.is_empty() {
         vec!["count".to_string()]
@@ -1621,6 +1752,24 @@ pub fn resolve_summarize(
     let order_by = r.order_by(&args.order_by, &result)?;
 
     let as_of = resolve_as_of(def, args.as_of.as_deref(), &filters)?;
+    // Over a dataset of several periods, a summary is of one period, or of several told
+    // apart: with no condition on the time field and no grouping by it, the latest.
+    let latest = match (r.latest, def.time_field()) {
+        (Some(field), _) => Some(Latest {
+            field,
+            defaulted: false,
+        }),
+        (None, Some(time))
+            if !group_by.contains(&time) && !filters.iter().any(|f| f.field == time) =>
+        {
+            Some(Latest {
+                field: time,
+                defaulted: true,
+            })
+        }
+        _ => None,
+    };
+    r.check_aggregations(&metrics, &group_by, &filters, latest)?;
     Ok(SummarizePlan {
         dataset_id: def.id.clone(),
         metrics,
@@ -1631,9 +1780,90 @@ pub fn resolve_summarize(
         order_by,
         limit: args.limit,
         as_of,
+        latest,
         resolved_fields: r.resolved,
         notices: r.notices,
     })
+}
+
+impl Resolver<'_> {
+    /// Refuses a metric a measure's `aggregation` forbids, with the reason and the forms that
+    /// are allowed: a rate summed, a rate averaged with no declared weight, a stock summed
+    /// over several periods.
+    fn check_aggregations(
+        &self,
+        metrics: &[Metric],
+        group_by: &[FieldId],
+        filters: &[Filter],
+        latest: Option<Latest>,
+    ) -> Result<(), RequestError> {
+        let def = self.def;
+        let time = def.time_field();
+        // Whether a group may hold records of several periods.
+        let periods = time.filter(|t| {
+            latest.is_none()
+                && !group_by.contains(t)
+                && !filters.iter().any(|f| {
+                    f.field == *t
+                        && match &f.op {
+                            Op::Eq(_) => true,
+                            Op::In(values) => values.len() == 1,
+                            _ => false,
+                        }
+                })
+        });
+        for m in metrics {
+            let (field, summed) = match m {
+                Metric::Sum(f) => (*f, true),
+                Metric::Avg(f) => (*f, false),
+                _ => continue,
+            };
+            let f = &def.fields[field];
+            let name = &f.name;
+            let refusal = match (f.aggregation, summed) {
+                (Some(Aggregation::Rate), true) => Some((
+                    format!(
+                        "`{name}` is a rate: rates are not summed (the rates of two prefectures do not add up to the rate of both)"
+                    ),
+                    match f.weight {
+                        Some(w) => format!(
+                            "`avg:{name}` is its average weighted by `{}`; `min:{name}`/`max:{name}`, or query_records for each record's value",
+                            def.fields[w].name
+                        ),
+                        None => format!(
+                            "`min:{name}`/`max:{name}`, or query_records for each record's value"
+                        ),
+                    },
+                )),
+                (Some(Aggregation::Rate), false) if f.weight.is_none() => Some((
+                    format!(
+                        "`{name}` is a rate, and an unweighted average of rates is wrong (a small prefecture would count as much as a large one); dataset.yaml declares no `weight` to average it by"
+                    ),
+                    format!(
+                        "`min:{name}`/`max:{name}`, or query_records for each record's value; or declare `weight: <the measure the rate is of>` on `{name}` in dataset.yaml"
+                    ),
+                )),
+                (Some(Aggregation::Stock), true) if periods.is_some() => {
+                    let t = &def.fields[periods.unwrap_or(field)].name;
+                    Some((
+                        format!(
+                            "`{name}` is a stock (a level at a point in time): summed over several periods of `{t}` it would count the same things once a period"
+                        ),
+                        format!(
+                            "group_by `{t}`, or a condition on one period (`{{\"{t}\": 2020}}` or `\"latest\"`); `avg:{name}` is its mean level over the periods"
+                        ),
+                    ))
+                }
+                _ => None,
+            };
+            if let Some((message, hint)) = refusal {
+                return Err(RequestError::new(ErrorCode::NotAdditive, message)
+                    .at(format!("metrics.{}", m.column(def)))
+                    .hint(hint));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Resolver<'_> {
@@ -1939,6 +2169,7 @@ fn result_column<'c>(
             resolved: Vec::new(),
             notices: Vec::new(),
             chosen: Vec::new(),
+            latest: None,
         };
         return probe
             .metric(target)
@@ -2085,6 +2316,9 @@ impl QueryPlan {
         if let Some(date) = &self.as_of {
             out["as_of"] = json!(date);
         }
+        if let Some(latest) = &self.latest {
+            out["latest"] = latest.to_json(def);
+        }
         out
     }
 }
@@ -2172,6 +2406,9 @@ impl SummarizePlan {
         });
         if let Some(date) = &self.as_of {
             out["as_of"] = json!(date);
+        }
+        if let Some(latest) = &self.latest {
+            out["latest"] = latest.to_json(def);
         }
         out
     }

@@ -39,9 +39,19 @@ fn outcome(def: &DatasetDef, tool: Tool, arguments: &Value) -> Value {
     }
 }
 
+/// The dataset of periods, stocks, flows and rates (`definitions/statistics.yaml`).
+fn statistics() -> DatasetDef {
+    let text = std::fs::read_to_string(data_dir("definitions").join("statistics.yaml"))
+        .expect("statistics definition");
+    load_definition("statistics/dataset.yaml", "statistics", &text)
+        .expect("statistics definition is valid")
+        .dataset
+}
+
 #[test]
 fn request_cases() {
-    let def = fixture();
+    let fixture = fixture();
+    let statistics = statistics();
     let mut failures = Vec::new();
     for path in cases(&data_dir("requests"), "json") {
         if path.to_string_lossy().ends_with(".expected.json") {
@@ -53,7 +63,12 @@ fn request_cases() {
             .into_iter()
             .find(|t| Some(t.name()) == case["tool"].as_str())
             .unwrap_or_else(|| panic!("{}: unknown tool", path.display()));
-        let out = outcome(&def, tool, &case["arguments"]);
+        let def = if case["arguments"]["dataset_id"] == "statistics" {
+            &statistics
+        } else {
+            &fixture
+        };
+        let out = outcome(def, tool, &case["arguments"]);
 
         // Every refusal says what was wrong; those about names list candidates.
         if let Some(err) = out.get("error") {
