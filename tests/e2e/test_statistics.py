@@ -1,0 +1,183 @@
+"""Statistical tables (issue 41) on the real SSDSE files, served with the definitions written
+for them (tests/data/ssdse: SSDSE-B, 47 prefectures × 2009–2020 with a time field, stocks,
+flows, rates and per-1,000 measures; SSDSE-E, 47 prefectures with a rate weighted by its
+declared weight), driven through the official Python MCP client and checked value by value
+against DuckDB on the same Parquet files.
+
+The mistakes a model makes with such tables are refused or said: the population of a
+prefecture is of the latest year (with a warning), never twelve years added together; a stock
+summed over years, a rate summed and a rate averaged without a weight are refused with the
+reason and what would work. The data files are read from the reference folder beside the
+repository (skipped when absent, failed under CI=true)."""
+
+import json
+import os
+import shutil
+
+import anyio
+import pytest
+from mcp import Client
+
+from conftest import REFERENCE, ROOT, HttpServer
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 120
+SSDSE = REFERENCE / "ssdse"
+FILES = {"ssdse-b": "ssdse_b_2023_prefecture_year.parquet", "ssdse-e": "ssdse_e_2023_prefectures.parquet"}
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    if not all((SSDSE / f).is_file() for f in FILES.values()):
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but the SSDSE reference files are missing")
+        pytest.skip("the SSDSE reference files are absent")
+    root = tmp_path_factory.mktemp("ssdse") / "datasets"
+    for dataset, parquet in FILES.items():
+        (root / dataset).mkdir(parents=True)
+        shutil.copyfile(ROOT / "tests/data/ssdse" / dataset / "dataset.yaml", root / dataset / "dataset.yaml")
+        shutil.copyfile(SSDSE / parquet, root / dataset / "data.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(datasets):
+    s = HttpServer(datasets=str(datasets))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def duck():
+    import duckdb
+
+    con = duckdb.connect()
+    for dataset, parquet in FILES.items():
+        con.execute(f"CREATE VIEW \"{dataset}\" AS SELECT * FROM read_parquet('{SSDSE / parquet}')")
+    return con
+
+
+async def call(server: HttpServer, tool: str, arguments: dict) -> tuple[bool, dict]:
+    with anyio.fail_after(TIMEOUT):
+        async with Client(server.url, mode="2026-07-28", cache=None, read_timeout_seconds=TIMEOUT) as c:
+            r = await c.call_tool(tool, arguments)
+            return bool(r.is_error), json.loads(r.content[0].text)
+
+
+def warnings(envelope: dict) -> list[str]:
+    return [w for w in envelope["provenance"].get("warnings", []) if "retrieval date" not in w]
+
+
+async def test_the_population_of_a_prefecture_is_of_the_latest_year_and_said(server, duck):
+    error, answer = await call(server, "summarize_records", {"dataset_id": "ssdse-b", "metrics": ["sum:総人口"], "where": {"都道府県": ["北海道"]}})
+    assert not error, answer
+    ((value, _nulls),) = answer["data"]["rows"]
+    (expected,) = duck.execute(
+        'SELECT 総人口 FROM "ssdse-b" WHERE 都道府県 = \'北海道\' AND 年度 = (SELECT max(年度) FROM "ssdse-b")'
+    ).fetchone()
+    assert value == expected == 5224614
+    (said,) = [w for w in warnings(answer) if "latest period" in w]
+    assert "年度" in said and "2020" in said, said
+    # The call as answered names the year, so asked again it asks for that year.
+    assert answer["provenance"]["query"]["arguments"]["where"]["年度"] == {"$eq": 2020}
+    metric = answer["data"]["metrics"][0]
+    assert metric["unit"] == "人" and metric["aggregation"] == "stock", metric
+
+
+async def test_the_mistakes_a_model_makes_are_refused_with_what_works(server):
+    cases = [
+        # The population summed over twelve years.
+        ({"metrics": ["sum:総人口"], "where": {"年度": "2009..2020"}, "group_by": ["都道府県"]}, "stock", "group_by `年度`"),
+        # A rate summed.
+        ({"metrics": ["sum:合計特殊出生率"], "group_by": ["年度"]}, "is a rate", "min:合計特殊出生率"),
+        # A rate averaged over prefectures with no weight to average it by.
+        ({"metrics": ["avg:合計特殊出生率"], "where": {"年度": 2020}}, "unweighted average", "weight"),
+    ]
+    for arguments, reason, fix in cases:
+        error, answer = await call(server, "summarize_records", {"dataset_id": "ssdse-b", **arguments})
+        assert error, (arguments, answer)
+        refusal = answer["error"]
+        assert refusal["code"] == "not_additive", refusal
+        assert reason in refusal["message"] and fix in refusal["hint"], refusal
+
+
+async def test_a_stock_by_year_and_a_flow_over_years_equal_duckdb(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["sum:総人口", "sum:出生数"], "group_by": ["年度"],
+        "where": {"年度": "2010..2020"}, "order_by": ["年度"], "limit": 20,
+    })
+    assert not error, answer
+    columns = answer["data"]["columns"]
+    got = {int(r[columns.index("年度")]): (r[columns.index("sum:総人口")], r[columns.index("sum:出生数")]) for r in answer["data"]["rows"]}
+    expected = {y: (p, b) for y, p, b in duck.execute(
+        'SELECT 年度, sum(総人口), sum(出生数) FROM "ssdse-b" WHERE 年度 BETWEEN 2010 AND 2020 GROUP BY 年度'
+    ).fetchall()}
+    assert got == expected and len(got) == 11
+    # Births over all twelve years by prefecture: a flow adds up over years.
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["sum:出生数"], "group_by": ["都道府県"], "where": {"年度": "2009..2020"}, "limit": 47,
+    })
+    assert not error, answer
+    got = {r[0]: r[1] for r in answer["data"]["rows"]}
+    expected = dict(duck.execute('SELECT 都道府県, sum(出生数) FROM "ssdse-b" GROUP BY 都道府県').fetchall())
+    assert got == expected and len(got) == 47
+
+
+async def test_births_per_1000_by_prefecture_equal_duckdb(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["avg:人口千人当たり出生数"], "group_by": ["都道府県"],
+        "where": {"年度": "2020年"}, "limit": 47,
+    })
+    assert not error, answer
+    got = {r[0]: r[1] for r in answer["data"]["rows"]}
+    expected = dict(duck.execute(
+        'SELECT 都道府県, round(sum(出生数) * 1000.0 / sum(総人口), 4) FROM "ssdse-b" WHERE 年度 = 2020 GROUP BY 都道府県'
+    ).fetchall())
+    assert got == pytest.approx(expected, abs=1e-9) and len(got) == 47
+    metric = answer["data"]["metrics"][0]
+    assert metric["unit"] == "‰" and "× 1000" in metric["description"], metric
+    assert {"parameter": "where.年度", "input": "2020年", "canonical": "2020"} in answer["data"]["resolved_fields"]
+
+
+async def test_a_rate_is_averaged_by_its_weight_as_duckdb_computes_it(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-e", "metrics": ["avg:ごみのリサイクル率", "avg:1人1日当たりの排出量"],
+    })
+    assert not error, answer
+    row = dict(zip(answer["data"]["columns"], answer["data"]["rows"][0]))
+    recycling, per_person = duck.execute(
+        'SELECT round(sum(ごみのリサイクル率 * "ごみ総排出量（総量）") / sum("ごみ総排出量（総量）"), 2),'
+        ' round(sum("1人1日当たりの排出量" * 総人口) / sum(総人口), 2) FROM "ssdse-e"'
+    ).fetchone()
+    assert row["avg:ごみのリサイクル率"] == pytest.approx(recycling, abs=1e-9)
+    assert row["avg:1人1日当たりの排出量"] == pytest.approx(per_person, abs=1e-9)
+    # Not the plain mean of the prefectures' rates, which a model would compute.
+    (plain,) = duck.execute('SELECT round(avg(ごみのリサイクル率), 2) FROM "ssdse-e"').fetchone()
+    assert row["avg:ごみのリサイクル率"] != plain
+    described = {m["column"]: m for m in answer["data"]["metrics"]}["avg:ごみのリサイクル率"]
+    assert "weighted by ごみ総排出量（総量）" in described["description"] and described["unit"] == "%", described
+
+
+async def test_the_latest_period_asked_for_in_a_query(server, duck):
+    error, answer = await call(server, "query_records", {
+        "dataset_id": "ssdse-b", "where": {"年度": "latest", "都道府県": ["東京都"]}, "select": ["年度", "総人口"],
+    })
+    assert not error, answer
+    (expected,) = duck.execute('SELECT 総人口 FROM "ssdse-b" WHERE 年度 = 2020 AND 都道府県 = \'東京都\'').fetchone()
+    assert answer["data"]["rows"] == [[2020, expected]]
+    assert {"parameter": "where.年度", "input": "latest", "canonical": "2020"} in answer["data"]["resolved_fields"]
+
+
+async def test_inspect_shows_periods_units_and_how_measures_add_up(server):
+    error, answer = await call(server, "inspect_dataset", {"dataset_id": "ssdse-b"})
+    assert not error, answer
+    fields = {f["name"]: f for f in answer["data"]["fields"]}
+    periods = fields["年度"]["periods"]
+    assert (periods["grain"], periods["first"], periods["latest"], periods["count"]) == ("fiscal_year", 2009, 2020, 12), periods
+    assert all(p["count"] == 47 for p in periods["records"]), periods
+    assert (fields["総人口"]["aggregation"], fields["総人口"]["unit"]) == ("stock", "人")
+    assert (fields["出生数"]["aggregation"], fields["合計特殊出生率"]["aggregation"]) == ("flow", "rate")
+    error, answer = await call(server, "inspect_dataset", {"dataset_id": "ssdse-e"})
+    fields = {f["name"]: f for f in answer["data"]["fields"]}
+    assert fields["ごみのリサイクル率"]["weight"] == "ごみ総排出量（総量）", fields["ごみのリサイクル率"]
