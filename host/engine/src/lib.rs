@@ -13,6 +13,7 @@
 pub mod aliases;
 pub mod call;
 mod chosen;
+pub mod compare;
 pub mod cursor;
 pub mod envelope;
 pub mod error;

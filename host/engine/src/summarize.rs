@@ -23,6 +23,7 @@ use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
 use crate::Engine;
 use crate::call::{Asked, Call, HasConditions};
+use crate::compare::Grouped;
 use crate::envelope::{Provenance, TransformationType};
 use crate::error::EngineError;
 use crate::meta::{self, echo, field_meta};
@@ -591,6 +592,9 @@ pub async fn run(
     let df = explode(&call.planner, &plan, df, &part_filters, &indexes)?;
     let grouped = aggregate(&call, &plan, df, caps, &indexes).await?;
     let matched = pre_explode.unwrap_or_else(|| records_in(&grouped.batches));
+    // Periods side by side and ranks, over every group.
+    let grouped = crate::compare::apply(call.def(), &plan, grouped)
+        .map_err(|e| EngineError::backend(&call.def().id, e))?;
     let page = order_and_page(&call, &plan, grouped).await?;
     let counted = Counted {
         matched,
@@ -638,19 +642,6 @@ fn explode(
         Some(e) => df.filter(e)?,
         None => df,
     })
-}
-
-/// The groups with their metrics, collected (the groups are few: they are filtered, ordered
-/// and paged here).
-struct Grouped {
-    batches: Vec<RecordBatch>,
-    schema: datafusion::arrow::datatypes::SchemaRef,
-    /// The group keys, then the metric columns.
-    columns: Vec<String>,
-    group_names: Vec<String>,
-    metric_columns: Vec<String>,
-    /// Per group key, the values of its code column when grouped on codes.
-    coded: Vec<Option<Codes>>,
 }
 
 /// Execute: group and compute the metrics (each aggregate once), with the records per group.
@@ -743,6 +734,8 @@ async fn aggregate(
         group_names,
         metric_columns,
         coded,
+        keys: plan.group_by.clone(),
+        sort_first: 0,
     })
 }
 
@@ -772,6 +765,8 @@ async fn order_and_page(
         group_names,
         metric_columns,
         coded,
+        keys: key_fields,
+        sort_first,
     } = grouped;
     let mut having = Vec::new();
     for h in &plan.having {
@@ -804,10 +799,9 @@ async fn order_and_page(
         })
         .collect();
     if order.is_empty() && !plan.metrics.is_empty() {
-        order.push((keys, true));
+        order.push((keys + sort_first, true));
     }
-    let ranks: Vec<Option<std::sync::Arc<Vec<u32>>>> = plan
-        .group_by
+    let ranks: Vec<Option<std::sync::Arc<Vec<u32>>>> = key_fields
         .iter()
         .zip(&coded)
         .map(|(g, code)| {
@@ -858,15 +852,15 @@ async fn cite(
     warn_page(&mut provenance, &page, call.engine.limits());
     let (rows, total_groups, matched) = (page.rows, page.total_groups, counted.matched);
     let exploded = !plan.explode.is_empty();
-    let field_metadata: Vec<_> = plan
-        .group_by
+    let field_metadata: Vec<_> = crate::compare::result_keys(plan)
         .iter()
         .map(|g| field_meta(&def.fields[*g]))
         .collect();
     let metrics: Vec<MetricMeta> = plan
         .metrics
         .iter()
-        .map(|m| metric_description(def, m))
+        .flat_map(|m| compared(def, plan, metric_description(def, m)))
+        .chain(ranks_described(def, plan))
         .collect();
     let mut context = meta::context(
         &mut provenance,
@@ -1147,6 +1141,22 @@ fn cite_steps(
         )
     });
     agg.push(format!("computed {}", metric_columns.join(", ")));
+    match &plan.compare {
+        Some(tally_semantic::resolve::Compare::Periods { field, from, to }) => agg.push(format!(
+            "set {t} {} and {t} {} side by side per group: each metric at both, the difference ({1} − {0}) and the percent change (of the {0} value)",
+            from.text(),
+            to.text(),
+            t = def.fields[*field].name
+        )),
+        Some(tally_semantic::resolve::Compare::Previous { field, .. }) => agg.push(format!(
+            "compared each {t} with the group's previous {t} in the answer: the difference and the percent change",
+            t = def.fields[*field].name
+        )),
+        None => {}
+    }
+    if plan.rank {
+        agg.push("ranked the groups by the first metric, largest first".to_string());
+    }
     if !plan.having.is_empty() {
         agg.push(format!(
             "kept groups where {}",
@@ -1158,13 +1168,19 @@ fn cite_steps(
         ));
     }
     let ordered = if plan.order_by.is_empty() {
-        format!(
-            "{} descending",
-            plan.metrics
-                .first()
-                .map(|m| m.column(def))
-                .unwrap_or_default()
-        )
+        let first = plan
+            .metrics
+            .first()
+            .map(|m| m.column(def))
+            .unwrap_or_default();
+        // Two periods side by side are ordered by the later one.
+        let first = match &plan.compare {
+            Some(c @ tally_semantic::resolve::Compare::Periods { .. }) => {
+                c.columns(&first, false).pop().unwrap_or(first)
+            }
+            _ => first,
+        };
+        format!("{first} descending")
     } else {
         plan.order_by
             .iter()
@@ -1283,6 +1299,118 @@ async fn count_before_exploding(
         }
         Ok((Some(value("records") as usize), without_value))
     }
+}
+
+/// A metric's description as the columns `compare` makes of it: its value at each period,
+/// its change and its percent change.
+fn compared(
+    def: &tally_semantic::DatasetDef,
+    plan: &SummarizePlan,
+    meta: MetricMeta,
+) -> Vec<MetricMeta> {
+    use tally_semantic::resolve::{Compare, ValueKind};
+    let Some(compare) = &plan.compare else {
+        return vec![meta];
+    };
+    let t = &def.fields[compare.field()].name;
+    let names = compare.columns(&meta.column, true);
+    let excluded = meta
+        .null_excluded_column
+        .as_ref()
+        .map(|c| compare.columns(c, false));
+    let (values, earlier, later): (Vec<(String, String)>, String, String) = match compare {
+        Compare::Periods { from, to, .. } => (
+            vec![
+                (
+                    names[0].clone(),
+                    format!("{} at {t} {}", meta.description, from.text()),
+                ),
+                (
+                    names[1].clone(),
+                    format!("{} at {t} {}", meta.description, to.text()),
+                ),
+            ],
+            names[0].clone(),
+            names[1].clone(),
+        ),
+        Compare::Previous { .. } => (
+            vec![(names[0].clone(), meta.description.clone())],
+            format!("{} of the group's previous {t} in the answer", meta.column),
+            meta.column.clone(),
+        ),
+    };
+    let n = values.len();
+    let mut out: Vec<MetricMeta> = values
+        .into_iter()
+        .enumerate()
+        .map(|(i, (column, description))| MetricMeta {
+            column,
+            description,
+            null_excluded_column: excluded
+                .as_ref()
+                .and_then(|e| e.get(i.min(e.len() - 1)).cloned()),
+            ..meta.clone()
+        })
+        .collect();
+    out.push(MetricMeta {
+        column: names[n].clone(),
+        description: format!("{later} − {earlier} (null where either is)"),
+        rounded_to_decimals: meta.rounded_to_decimals,
+        null_excluded_column: None,
+        kind: ValueKind::Change,
+        unit: meta.unit.clone(),
+        aggregation: None,
+    });
+    out.push(MetricMeta {
+        column: names[n + 1].clone(),
+        description: format!(
+            "({later} − {earlier}) / |{earlier}| × 100 (null where the earlier value is 0 or either is null)"
+        ),
+        rounded_to_decimals: Some(AVG_DECIMALS),
+        null_excluded_column: None,
+        kind: ValueKind::PercentChange,
+        unit: Some("%".into()),
+        aggregation: None,
+    });
+    out
+}
+
+/// The rank columns, described.
+fn ranks_described(def: &tally_semantic::DatasetDef, plan: &SummarizePlan) -> Vec<MetricMeta> {
+    use tally_semantic::resolve::{Compare, ValueKind};
+    if !plan.rank {
+        return Vec::new();
+    }
+    let first = plan
+        .metrics
+        .first()
+        .map(|m| m.column(def))
+        .unwrap_or_default();
+    let time = def.time_field().filter(|t| plan.group_by.contains(t));
+    let of: Vec<String> = match &plan.compare {
+        Some(c @ Compare::Periods { .. }) => c.columns(&first, false),
+        _ => vec![first],
+    };
+    Compare::rank_columns(plan.compare.as_ref())
+        .into_iter()
+        .zip(of)
+        .map(|(column, of)| MetricMeta {
+            column,
+            description: format!(
+                "place of the group by {of}, largest first (1); ties share a place; {}",
+                match (&plan.compare, time) {
+                    (None | Some(Compare::Previous { .. }), Some(t)) =>
+                        format!("among the groups of the same {}", def.fields[t].name),
+                    _ => "among all groups".to_string(),
+                }
+            ),
+            rounded_to_decimals: None,
+            null_excluded_column: None,
+            kind: ValueKind::Rank,
+            unit: None,
+            aggregation: None,
+        })
+        .collect()
 }
 
 fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMeta {

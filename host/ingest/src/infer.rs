@@ -225,6 +225,8 @@ impl Statistics {
 pub struct Guess {
     pub kind: Kind,
     pub role: &'static str,
+    /// The period of the time field (`year`, `fiscal_year`, `date`), when this is it.
+    pub grain: Option<&'static str>,
     /// A static codelist, `auto` or `auto_split`.
     pub codelist: Option<Codelist>,
     pub multi_value: Option<String>,
@@ -276,13 +278,106 @@ pub fn guess(names: &[String], stats: &[ColumnStats], rows: u64) -> (Vec<Guess>,
             ));
         }
     }
+    time_and_aggregation(names, &mut guesses, id);
     (guesses, id)
+}
+
+/// Whether a column's name says it holds periods (`年度`, `年`, `year`, `date`, `時点`).
+fn time_like(name: &str) -> bool {
+    let n = name.to_lowercase();
+    [
+        "年度",
+        "年次",
+        "調査年",
+        "西暦",
+        "時点",
+        "年月",
+        "年月日",
+        "日付",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
+        || n == "年"
+        || n.ends_with("年")
+        || ["year", "fiscal", "date", "period", "month"]
+            .iter()
+            .any(|w| n.contains(w))
+}
+
+/// Whether a measure's name says it is a rate or an average, which is never summed.
+fn rate_like(name: &str) -> bool {
+    let n = name.to_lowercase();
+    [
+        "率",
+        "割合",
+        "平均",
+        "当たり",
+        "あたり",
+        "密度",
+        "指数",
+        "気温",
+        "比率",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
+        || [
+            "rate", "ratio", "share", "per ", "per_", "average", "mean", "percent", "index",
+        ]
+        .iter()
+        .any(|w| n.contains(w))
+}
+
+/// The first column of years or dates whose name says it holds periods becomes the time field
+/// (`role: time` with its grain); then every measure is asked how it adds up over periods
+/// (flow, stock or rate), and without a time field those whose names say they are rates.
+fn time_and_aggregation(names: &[String], guesses: &mut [Guess], id: Option<usize>) {
+    let time = names
+        .iter()
+        .zip(guesses.iter())
+        .enumerate()
+        .position(|(i, (name, g))| {
+            Some(i) != id
+                && time_like(name)
+                && ((g.kind == Kind::Int && g.role == "dim") || g.kind == Kind::Date)
+        });
+    if let Some(t) = time {
+        let g = &mut guesses[t];
+        let fiscal = names[t].contains("年度") || names[t].to_lowercase().contains("fiscal");
+        g.grain = Some(match g.kind {
+            Kind::Date => "date",
+            _ if fiscal => "fiscal_year",
+            _ => "year",
+        });
+        g.role = "time";
+        g.codelist = None;
+        g.todos
+            .retain(|t| !t.starts_with("whole numbers between 1900"));
+        g.todos.push(format!(
+            "the period of each record: taken as the time field (grain: {}); a summary that neither filters nor groups by it is read at the latest period",
+            g.grain.unwrap_or("year")
+        ));
+    }
+    for (name, g) in names.iter().zip(guesses.iter_mut()) {
+        if g.role != "measure" {
+            continue;
+        }
+        if rate_like(name) {
+            g.todos.push(
+                "its name says it is a rate or an average: declare `aggregation: rate` (never summed), and `weight: <the measure it is of>` if it may be averaged".to_string(),
+            );
+        } else if time.is_some() {
+            g.todos.push(
+                "how does it add up over periods? declare `aggregation: flow` (counted over a period: births), `stock` (a level at a point in time: population, never summed over periods) or `rate` (never summed)".to_string(),
+            );
+        }
+    }
 }
 
 fn guess_column(name: &str, s: &ColumnStats, rows: u64) -> Guess {
     let mut g = Guess {
         kind: Kind::Text,
         role: "attr",
+        grain: None,
         codelist: None,
         multi_value: None,
         todos: Vec::new(),
@@ -618,6 +713,46 @@ mod tests {
             sorted_codes(["10 十", "2-1 二の一", "2 二", "1 一"].into_iter()),
             vec!["1 一", "2 二", "2-1 二の一", "10 十"]
         );
+    }
+
+    #[test]
+    fn a_column_of_years_named_as_periods_is_the_time_field_and_measures_are_asked_how_they_add_up()
+    {
+        let names: Vec<String> = ["年度", "都道府県", "総人口", "合計特殊出生率"]
+            .map(String::from)
+            .to_vec();
+        let years: Vec<String> = (0..120).map(|i| (2009 + i % 12).to_string()).collect();
+        let areas: Vec<String> = (0..120).map(|i| format!("県{}", i / 12)).collect();
+        let people: Vec<String> = (0..120).map(|i| (100_000 + i * 37).to_string()).collect();
+        let rates: Vec<String> = (0..120).map(|i| format!("1.{}", i % 9 + 1)).collect();
+        let column = |v: &[String]| stats(&v.iter().map(String::as_str).collect::<Vec<_>>());
+        let s = vec![
+            column(&years),
+            column(&areas),
+            column(&people),
+            column(&rates),
+        ];
+        let (g, _) = guess(&names, &s, 120);
+        assert_eq!((g[0].role, g[0].grain), ("time", Some("fiscal_year")));
+        assert!(
+            g[0].todos.iter().any(|t| t.contains("time field")),
+            "{:?}",
+            g[0].todos
+        );
+        assert_eq!(g[2].role, "measure");
+        assert!(
+            g[2].todos.iter().any(|t| t.contains("aggregation: flow")),
+            "{:?}",
+            g[2].todos
+        );
+        assert!(
+            g[3].todos.iter().any(|t| t.contains("aggregation: rate")),
+            "{:?}",
+            g[3].todos
+        );
+        // Years under a name that says nothing of time stay a dim to group by.
+        let (g, _) = guess(&["code".to_string()], &[column(&years)], 120);
+        assert_eq!((g[0].role, g[0].grain), ("dim", None));
     }
 
     #[test]

@@ -148,6 +148,9 @@ pub fn write(input: &SkeletonInput<'_>) -> String {
     for (i, (name, g)) in input.names.iter().zip(input.guesses).enumerate() {
         let _ = writeln!(y, "- name: {}", scalar(name));
         let _ = writeln!(y, "  role: {}", g.role);
+        if let Some(grain) = g.grain {
+            let _ = writeln!(y, "  grain: {grain}");
+        }
         let _ = writeln!(y, "  data_type: {}", g.kind.data_type());
         if let Some(sep) = &g.multi_value {
             if sep == ";" {

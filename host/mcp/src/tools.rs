@@ -187,6 +187,8 @@ fn parameter_description(tool: Tool, name: &str, ex: &Examples) -> String {
         (Tool::SummarizeRecords, "group_by") => "Groupable fields (default: one row); a missing value is the key null.".into(),
         (Tool::SummarizeRecords, "having") => "Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}.".into(),
         (Tool::SummarizeRecords, "explode") => "Multi-value fields counted part by part (implied when grouped by).".into(),
+        (Tool::SummarizeRecords, "compare") => "Periods of the time field: {\"from\": 2010, \"to\": 2020} puts each metric at both, its change and % change per group; \"previous\": each period against the one before.".into(),
+        (Tool::SummarizeRecords, "rank") => "true: each group's rank by the first metric (1 = largest), within its period.".into(),
         (Tool::SummarizeRecords, "order_by") => "Result columns, \"-\" for descending (default: first metric descending).".into(),
         _ => String::new(),
     }
@@ -207,6 +209,21 @@ fn input_schema(tool: Tool, ex: &Examples) -> Value {
             Shape::Names => names_or_string(&description),
             Shape::Conditions => conditions(&description),
             Shape::Count { .. } => count(&description),
+            Shape::Compare => json!({
+                "description": description,
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "from": { "anyOf": [{ "type": "integer" }, { "type": "string" }] },
+                            "to": { "anyOf": [{ "type": "integer" }, { "type": "string" }] }
+                        },
+                        "required": ["from", "to"]
+                    },
+                    { "type": "string", "enum": ["previous"] }
+                ]
+            }),
+            Shape::Flag => json!({ "type": "boolean", "description": description }),
             Shape::Answer => json!({
                 "description": description,
                 "anyOf": [

@@ -154,6 +154,8 @@ impl Tool {
             Parameter::new("where", Conditions),
             Parameter::new("having", Conditions),
             Parameter::new("explode", Names),
+            Parameter::new("compare", Compare),
+            Parameter::new("rank", Flag),
             Parameter::new("order_by", Names),
             Parameter::new("limit", SUMMARIZE_LIMIT),
             Parameter::new("as_of", Text),
@@ -338,7 +340,42 @@ pub enum Shape {
     },
     /// A whole answer of a tool (its `data` and `provenance`), or that object as JSON text.
     Answer,
+    /// Periods of the time field compared: `{"from": 2010, "to": 2020}` or `"previous"`.
+    Compare,
+    /// Yes or no: a boolean (or `"true"`/`"false"`).
+    Flag,
 }
+
+/// How a summary compares periods of the dataset's time field (`compare`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum CompareArg {
+    /// `{"from": 2010, "to": 2020}`: each metric at both periods side by side, the difference
+    /// and the percent change.
+    Periods { from: Scalar, to: Scalar },
+    /// `"previous"`: each period beside the one before it (year over year).
+    #[serde(serialize_with = "previous_word")]
+    Previous,
+}
+
+fn previous_word<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str("previous")
+}
+
+/// The words `compare` takes for "each period against the one before it".
+const PREVIOUS_WORDS: &[&str] = &[
+    "previous",
+    "prior",
+    "yoy",
+    "year_over_year",
+    "year-over-year",
+    "前年",
+    "前年度",
+    "前期",
+    "前年比",
+    "前年度比",
+    "前期比",
+];
 
 /// Something the server changed about a call and says so (a clamped limit, an implied
 /// explode). Shown to the caller as a warning.
@@ -520,6 +557,10 @@ pub struct SummarizeArgs {
     pub limit: usize,
     /// The date whose revisions are read (datasets that declare `revisions`).
     pub as_of: Option<String>,
+    /// Periods of the time field compared side by side (`compare`).
+    pub compare: Option<CompareArg>,
+    /// Each group's rank by the first metric (within its period).
+    pub rank: bool,
     pub notices: Vec<Notice>,
     /// Names the user chose for ambiguous ones (set by the server, never by the caller).
     #[serde(skip)]
@@ -610,6 +651,8 @@ pub fn parse(tool: Tool, arguments: &Value) -> Result<Request, RequestError> {
             order_by: args.names("order_by")?,
             limit: args.limit()?,
             as_of: args.text("as_of")?,
+            compare: args.compare("compare")?,
+            rank: args.flag("rank")?,
             notices: std::mem::take(&mut args.notices),
             chosen: Vec::new(),
         }),
@@ -851,6 +894,100 @@ impl Args {
             ));
         }
         Ok(value)
+    }
+
+    /// Periods compared: `{"from": P, "to": P}` (or that object as JSON text), or one of the
+    /// words for "the period before each" (`"previous"`, `"yoy"`, `"前年"`).
+    fn compare(&self, key: &str) -> Result<Option<CompareArg>, RequestError> {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        let forms = "`{\"from\": 2010, \"to\": 2020}` (each metric at both periods, the difference and the percent change) or `\"previous\"` (each period against the one before it, year over year)";
+        let parsed;
+        let value = match unwrap_json_string(value, true) {
+            Some(v) => {
+                parsed = v;
+                &parsed
+            }
+            None => value,
+        };
+        match value {
+            Value::String(word) => {
+                let folded = crate::names::nfkc_value(word).to_lowercase();
+                if PREVIOUS_WORDS.contains(&folded.trim()) {
+                    return Ok(Some(CompareArg::Previous));
+                }
+                Err(RequestError::invalid(
+                    key,
+                    format!(
+                        "`{key}` is {forms}; \"{}\" is neither",
+                        bounded(word, MAX_NAME_CHARS, key)?
+                    ),
+                ))
+            }
+            Value::Object(map) => {
+                if let Some(other) = map.keys().find(|k| !["from", "to"].contains(&k.as_str())) {
+                    return Err(RequestError::invalid(
+                        format!("{key}.{other}"),
+                        format!("`{key}` takes `from` and `to` (two periods of the time field), not `{other}`"),
+                    )
+                    .hint(format!("send {forms}")));
+                }
+                let period = |end: &str| -> Result<Scalar, RequestError> {
+                    match map.get(end) {
+                        Some(Value::Number(n)) => Ok(match n.as_i64() {
+                            Some(i) => Scalar::Int(i),
+                            None => Scalar::Float(n.as_f64().unwrap_or(f64::NAN)),
+                        }),
+                        Some(Value::String(s)) if !s.trim().is_empty() => {
+                            bounded(s, MAX_NAME_CHARS, &format!("{key}.{end}")).map(Scalar::Str)
+                        }
+                        Some(other) => Err(RequestError::invalid(
+                            format!("{key}.{end}"),
+                            format!(
+                                "`{key}.{end}` must be one period (a number or text such as 2020 or \"2020年度\"), found {}",
+                                kind(other)
+                            ),
+                        )),
+                        None => Err(RequestError::invalid(
+                            format!("{key}.{end}"),
+                            format!("`{key}` needs both `from` and `to`; `{end}` is missing"),
+                        )
+                        .hint(format!("send {forms}"))),
+                    }
+                };
+                Ok(Some(CompareArg::Periods {
+                    from: period("from")?,
+                    to: period("to")?,
+                }))
+            }
+            other => Err(RequestError::invalid(
+                key,
+                format!("`{key}` is {forms}; found {}", kind(other)),
+            )),
+        }
+    }
+
+    /// Yes or no: `true`/`false`, or those words as text.
+    fn flag(&self, key: &str) -> Result<bool, RequestError> {
+        match self.get(key) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(Value::String(s))
+                if matches!(s.trim().to_ascii_lowercase().as_str(), "true" | "yes" | "1") =>
+            {
+                Ok(true)
+            }
+            Some(Value::String(s))
+                if matches!(s.trim().to_ascii_lowercase().as_str(), "false" | "no" | "0") =>
+            {
+                Ok(false)
+            }
+            Some(other) => Err(RequestError::invalid(
+                key,
+                format!("`{key}` is true or false, found {}", kind(other)),
+            )),
+        }
     }
 
     /// One of the words the parameter's [`Shape::Choice`] lists, normalised.

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::definition::{Aggregation, Codelist, DatasetDef, Field, Role};
 use crate::error::{Candidate, ErrorCode, RequestError};
 use crate::names::{self, Match, normalize};
-use crate::request::{Condition, Notice, Op, QueryArgs, Scalar, SummarizeArgs};
+use crate::request::{CompareArg, Condition, Notice, Op, QueryArgs, Scalar, SummarizeArgs};
 
 /// Index of a field in [`DatasetDef::fields`].
 pub use crate::definition::{FieldId, MeasureId};
@@ -134,10 +134,17 @@ pub enum ValueKind {
     /// A share of records between 0 and 1 (a `count_where` computed measure): shown as a
     /// percentage.
     Share,
+    /// A metric's difference between two periods (`compare`), in the metric's unit.
+    Change,
+    /// A metric's change between two periods as a percentage of the earlier value.
+    #[serde(rename = "percent_change")]
+    PercentChange,
+    /// A group's place by the first metric within its period (1 = largest).
+    Rank,
 }
 
 impl ValueKind {
-    pub const ALL: [ValueKind; 7] = [
+    pub const ALL: [ValueKind; 10] = [
         ValueKind::Count,
         ValueKind::Sum,
         ValueKind::Average,
@@ -145,6 +152,9 @@ impl ValueKind {
         ValueKind::Max,
         ValueKind::Ratio,
         ValueKind::Share,
+        ValueKind::Change,
+        ValueKind::PercentChange,
+        ValueKind::Rank,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -156,6 +166,9 @@ impl ValueKind {
             ValueKind::Max => "max",
             ValueKind::Ratio => "ratio",
             ValueKind::Share => "share",
+            ValueKind::Change => "change",
+            ValueKind::PercentChange => "percent_change",
+            ValueKind::Rank => "rank",
         }
     }
 
@@ -305,8 +318,75 @@ pub struct SummarizePlan {
     /// As in [`QueryPlan::latest`]; set by default on a dataset with a time field when the
     /// summary neither filters nor groups by it.
     pub latest: Option<Latest>,
+    /// Periods of the time field compared side by side; the plan groups by the time field
+    /// (and, for two periods, keeps only those) so the engine can set them beside each other.
+    pub compare: Option<Compare>,
+    /// Each group's rank by the first metric, within its period.
+    pub rank: bool,
     pub resolved_fields: Vec<Resolution>,
     pub notices: Vec<Notice>,
+}
+
+/// Periods compared by a summary (`compare`), resolved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Compare {
+    /// Two periods side by side: each metric at both, the difference (`to − from`) and the
+    /// percent change. The plan groups by `field` and keeps the records of the two periods.
+    Periods {
+        field: FieldId,
+        from: Scalar,
+        to: Scalar,
+    },
+    /// Each period against the one before it in the data, within each group (year over year).
+    /// `grouped`: the caller grouped by the time field (else the plan adds it).
+    Previous { field: FieldId, grouped: bool },
+}
+
+impl Compare {
+    /// The time field compared over.
+    pub fn field(&self) -> FieldId {
+        match self {
+            Compare::Periods { field, .. } | Compare::Previous { field, .. } => *field,
+        }
+    }
+
+    /// The columns of the result a metric's column becomes: for two periods its value at each
+    /// (`m (2010)`, `m (2020)`), else itself; then, for a metric (not a column of excluded
+    /// nulls), its change and percent change (`m change`, `m change %`).
+    pub fn columns(&self, metric: &str, main: bool) -> Vec<String> {
+        let mut out = match self {
+            Compare::Periods { from, to, .. } => vec![
+                format!("{metric} ({})", from.text()),
+                format!("{metric} ({})", to.text()),
+            ],
+            Compare::Previous { .. } => vec![metric.to_string()],
+        };
+        if main {
+            out.push(format!("{metric} change"));
+            out.push(format!("{metric} change %"));
+        }
+        out
+    }
+
+    /// The rank columns: one per period compared side by side, else one.
+    pub fn rank_columns(compare: Option<&Compare>) -> Vec<String> {
+        match compare {
+            Some(Compare::Periods { from, to, .. }) => vec![
+                format!("rank ({})", from.text()),
+                format!("rank ({})", to.text()),
+            ],
+            _ => vec!["rank".to_string()],
+        }
+    }
+
+    /// As a call writes it.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Compare::Periods { from, to, .. } => json!({ "from": from, "to": to }),
+            Compare::Previous { .. } => json!("previous"),
+        }
+    }
 }
 
 /// Resolves a dataset id against the ids served.
@@ -779,11 +859,14 @@ impl<'d> Resolver<'d> {
             if let Some((a, b)) = folded.split_once(sep)
                 && let (Some(from), Some(to)) = (value(a), value(b))
             {
-                self.resolved.push(Resolution {
-                    parameter,
-                    input: text,
-                    canonical: format!("{}..{}", from.text(), to.text()),
-                });
+                let canonical = format!("{}..{}", from.text(), to.text());
+                if canonical != text {
+                    self.resolved.push(Resolution {
+                        parameter,
+                        input: text,
+                        canonical,
+                    });
+                }
                 return Ok(Period::Range(Op::Gte(from), Op::Lte(to)));
             }
         }
@@ -1685,6 +1768,8 @@ pub fn resolve_cite(
             order_by: Vec::new(),
             limit: args.limit,
             as_of: None,
+            compare: None,
+            rank: false,
             notices: args.notices,
             chosen: args.chosen,
         },
@@ -1745,9 +1830,20 @@ pub fn resolve_summarize(
 
     let explode = r.explode(&args.explode, &mut group_by)?;
 
-    let filters = r.filters(args.conditions)?;
+    let mut filters = r.filters(args.conditions)?;
+    let compare = match args.compare {
+        Some(c) => Some(r.compare(c, &mut group_by, &mut filters, &explode)?),
+        None => None,
+    };
 
-    let result = SummaryColumns::new(def, &metric_inputs, &metrics, &group_by);
+    let result = SummaryColumns::new(
+        def,
+        &metric_inputs,
+        &metrics,
+        &group_by,
+        compare.as_ref(),
+        args.rank,
+    );
     let having = r.having(args.having, &result)?;
     let order_by = r.order_by(&args.order_by, &result)?;
 
@@ -1781,12 +1877,130 @@ pub fn resolve_summarize(
         limit: args.limit,
         as_of,
         latest,
+        compare,
+        rank: args.rank,
         resolved_fields: r.resolved,
         notices: r.notices,
     })
 }
 
 impl Resolver<'_> {
+    /// Resolves `compare` against the dataset's time field: two periods (each one period,
+    /// read as a condition on the time field is) are kept and grouped by; `previous` groups
+    /// by the time field. Refused on a dataset without a time field, with a condition or
+    /// grouping that contradicts it, or with exploded fields.
+    fn compare(
+        &mut self,
+        arg: CompareArg,
+        group_by: &mut Vec<FieldId>,
+        filters: &mut Vec<Filter>,
+        explode: &[FieldId],
+    ) -> Result<Compare, RequestError> {
+        let def = self.def;
+        let Some(time) = def.time_field() else {
+            return Err(RequestError::invalid(
+                "compare",
+                format!(
+                    "`compare` sets periods of a time field side by side, and dataset `{}` declares none (`role: time` in dataset.yaml)",
+                    def.id
+                ),
+            )
+            .hint("group_by the field that holds the periods and compare the rows; or declare it `role: time` with its `grain`"));
+        };
+        let t = def.fields[time].name.clone();
+        if !explode.is_empty() {
+            return Err(RequestError::invalid(
+                "compare",
+                "`compare` cannot be combined with exploded multi-value fields",
+            )
+            .hint(
+                "compare whole records (leave explode out), or ask each period in its own call",
+            ));
+        }
+        match arg {
+            CompareArg::Previous => {
+                let grouped = group_by.contains(&time);
+                if !grouped {
+                    group_by.push(time);
+                }
+                Ok(Compare::Previous {
+                    field: time,
+                    grouped,
+                })
+            }
+            CompareArg::Periods { from, to } => {
+                if group_by.contains(&time) {
+                    return Err(RequestError::invalid(
+                        format!("group_by.{t}"),
+                        format!("`compare` sets the periods of `{t}` side by side as columns, so `{t}` is not also a group_by key"),
+                    )
+                    .hint(format!("leave `{t}` out of group_by; or send `\"compare\": \"previous\"` to keep one row per period with the change from the one before")));
+                }
+                if filters.iter().any(|f| f.field == time) {
+                    return Err(RequestError::invalid(
+                        format!("where.{t}"),
+                        format!("`compare` names the periods of `{t}` read, so `where` holds no condition on `{t}`"),
+                    )
+                    .hint(format!("leave the condition on `{t}` out of where")));
+                }
+                let mut period = |end: &str, value: Scalar| -> Result<Scalar, RequestError> {
+                    let parameter = format!("compare.{end}");
+                    let cond = Condition {
+                        target: t.clone(),
+                        op: Op::Eq(value.clone()),
+                        plain: false,
+                    };
+                    let op = match self.period(time, cond)? {
+                        Period::Other(c) => self.check_operand(time, c.op)?,
+                        Period::Latest | Period::Range(..) => {
+                            return Err(RequestError::invalid(
+                                parameter.clone(),
+                                format!("`{parameter}` is one period of `{t}` (such as 2020); `{}` is not one", value.text()),
+                            )
+                            .hint("name each period; inspect_dataset lists the periods of the time field"));
+                        }
+                    };
+                    // The readings `period` records are of a condition; say them of `compare`.
+                    for r in &mut self.resolved {
+                        if r.parameter == format!("where.{t}")
+                            || r.parameter.starts_with(&format!("where.{t}."))
+                        {
+                            r.parameter = parameter.clone();
+                        }
+                    }
+                    match op {
+                        Op::Eq(v) => Ok(v),
+                        _ => Err(RequestError::invalid(
+                            parameter.clone(),
+                            format!("`{parameter}` is one period of `{t}` (such as 2020)"),
+                        )),
+                    }
+                };
+                let from = period("from", from)?;
+                let to = period("to", to)?;
+                if from.text() == to.text() {
+                    return Err(RequestError::invalid(
+                        "compare",
+                        format!(
+                            "`compare` needs two different periods; both are {}",
+                            from.text()
+                        ),
+                    ));
+                }
+                filters.push(Filter {
+                    field: time,
+                    op: Op::In(vec![from.clone(), to.clone()]),
+                });
+                group_by.push(time);
+                Ok(Compare::Periods {
+                    field: time,
+                    from,
+                    to,
+                })
+            }
+        }
+    }
+
     /// Refuses a metric a measure's `aggregation` forbids, with the reason and the forms that
     /// are allowed: a rate summed, a rate averaged with no declared weight, a stock summed
     /// over several periods.
@@ -2062,22 +2276,45 @@ impl<'a> SummaryColumns<'a> {
         metric_inputs: &'a [String],
         metrics: &[Metric],
         group_by: &[FieldId],
+        compare: Option<&Compare>,
+        rank: bool,
     ) -> Self {
         let mut columns: Vec<String> = Vec::new();
+        let mut metric_columns: Vec<String> = Vec::new();
+        let mut push = |columns: &mut Vec<String>, name: String, main: bool| {
+            let names = match compare {
+                Some(c) => c.columns(&name, main),
+                None => vec![name],
+            };
+            for n in names {
+                if !columns.contains(&n) {
+                    if main {
+                        metric_columns.push(n.clone());
+                    }
+                    columns.push(n);
+                }
+            }
+        };
         for m in metrics {
-            columns.push(m.column(def));
-            if let Some(c) = m.null_excluded_column(def)
-                && !columns.contains(&c)
-            {
-                columns.push(c);
+            push(&mut columns, m.column(def), true);
+            if let Some(c) = m.null_excluded_column(def) {
+                push(&mut columns, c, false);
             }
         }
-        columns.extend(group_by.iter().map(|g| def.fields[*g].name.clone()));
-        let metric_columns: Vec<String> = metrics.iter().map(|m| m.column(def)).collect();
-        let group_names: Vec<String> = group_by
+        if rank {
+            for r in Compare::rank_columns(compare) {
+                metric_columns.push(r.clone());
+                columns.push(r);
+            }
+        }
+        // Two periods side by side are columns, not a key.
+        let keys: Vec<FieldId> = group_by
             .iter()
-            .map(|g| def.fields[*g].name.clone())
+            .copied()
+            .filter(|g| !matches!(compare, Some(Compare::Periods { field, .. }) if field == g))
             .collect();
+        columns.extend(keys.iter().map(|g| def.fields[*g].name.clone()));
+        let group_names: Vec<String> = keys.iter().map(|g| def.fields[*g].name.clone()).collect();
         SummaryColumns {
             def,
             metric_inputs,
@@ -2387,7 +2624,52 @@ impl SummarizePlan {
         if let Some(date) = &self.as_of {
             call["as_of"] = json!(date);
         }
+        if let Some(compare) = &self.compare {
+            // What `compare` implies (the grouping by the time field, the two periods kept)
+            // is written by `compare` alone: run again, the call implies it again.
+            let (group_by, filters) = self.asked_grouping();
+            call["group_by"] = json!(names_of(def, &group_by));
+            call["where"] = conditions(
+                filters
+                    .iter()
+                    .map(|f| (def.fields[f.field].name.as_str(), &f.op)),
+            );
+            call["compare"] = compare.to_json();
+        }
+        if self.rank {
+            call["rank"] = json!(true);
+        }
         call
+    }
+
+    /// The grouping and conditions as the caller asked them, without what `compare` adds.
+    pub fn asked_grouping(&self) -> (Vec<FieldId>, Vec<Filter>) {
+        match &self.compare {
+            Some(Compare::Periods { field, .. }) => (
+                self.group_by
+                    .iter()
+                    .copied()
+                    .filter(|g| g != field)
+                    .collect(),
+                self.filters
+                    .iter()
+                    .filter(|f| f.field != *field)
+                    .cloned()
+                    .collect(),
+            ),
+            Some(Compare::Previous {
+                field,
+                grouped: false,
+            }) => (
+                self.group_by
+                    .iter()
+                    .copied()
+                    .filter(|g| g != field)
+                    .collect(),
+                self.filters.clone(),
+            ),
+            _ => (self.group_by.clone(), self.filters.clone()),
+        }
     }
 
     /// The plan with field names instead of indices (echoed parameters, golden tests).
@@ -2409,6 +2691,12 @@ impl SummarizePlan {
         }
         if let Some(latest) = &self.latest {
             out["latest"] = latest.to_json(def);
+        }
+        if let Some(compare) = &self.compare {
+            out["compare"] = compare.to_json();
+        }
+        if self.rank {
+            out["rank"] = json!(true);
         }
         out
     }

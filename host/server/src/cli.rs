@@ -88,6 +88,17 @@ pub struct SummarizeFlags {
     /// Multi-value fields to split into parts (repeat or JSON array).
     #[arg(long)]
     pub explode: Vec<String>,
+    /// Periods of the time field side by side: `FROM,TO` (e.g. `2010,2020`: each metric at
+    /// both, the change and the percent change per group) or `previous` (each period against
+    /// the one before it).
+    #[arg(long, value_name = "FROM,TO|previous")]
+    pub compare: Option<String>,
+    /// Each group's rank by the first metric (within its period).
+    #[arg(long)]
+    pub rank: bool,
+    /// Result columns to order by, `-` first for descending (repeat or JSON array).
+    #[arg(long = "order-by", allow_hyphen_values = true)]
+    pub order_by: Vec<String>,
     /// Groups to return (1–10000, default 200).
     #[arg(long, allow_hyphen_values = true)]
     pub limit: Option<String>,
@@ -319,6 +330,22 @@ pub fn cite(f: CiteFlags) -> ExitCode {
     run(Tool::CiteProvisions, Value::Object(args), &f.common)
 }
 
+/// `--compare FROM,TO` as the tool's `{"from": FROM, "to": TO}` (whole numbers as numbers);
+/// any other text (`previous`, a JSON object) as written, for the tool to read.
+fn compare_arg(text: &str) -> Value {
+    let period = |p: &str| {
+        let p = p.trim();
+        p.parse::<i64>()
+            .map_or_else(|_| Value::String(p.to_string()), Value::from)
+    };
+    match text.split_once(',') {
+        Some((from, to)) if !text.trim_start().starts_with('{') => {
+            json!({ "from": period(from), "to": period(to) })
+        }
+        _ => Value::String(text.to_string()),
+    }
+}
+
 pub fn summarize(f: SummarizeFlags) -> ExitCode {
     let mut args = Map::new();
     args.insert("dataset_id".into(), Value::String(f.dataset_id.clone()));
@@ -334,6 +361,11 @@ pub fn summarize(f: SummarizeFlags) -> ExitCode {
         }
     }
     put(&mut args, "explode", list_arg(&f.explode));
+    put(&mut args, "compare", f.compare.as_deref().map(compare_arg));
+    if f.rank {
+        put(&mut args, "rank", Some(Value::Bool(true)));
+    }
+    put(&mut args, "order_by", list_arg(&f.order_by));
     put(&mut args, "limit", limit_arg(&f.limit));
     put(&mut args, "as_of", f.as_of.clone().map(Value::String));
     let Some(path) = &f.chart else {
