@@ -38,7 +38,34 @@ def datasets(tmp_path_factory):
         (root / dataset).mkdir(parents=True)
         shutil.copyfile(ROOT / "tests/data/ssdse" / dataset / "dataset.yaml", root / dataset / "dataset.yaml")
         shutil.copyfile(SSDSE / parquet, root / dataset / "data.parquet")
+    # The prefecture table SSDSE-B is related to (地域コード → 地方), written from
+    # tests/data/ssdse/prefectures/prefectures.csv.
+    write_prefectures(root / "prefectures", PREFECTURES_CSV.read_text(encoding="utf-8"))
+    # The same relation to a table whose key repeats: refused, naming the key.
+    doubled = PREFECTURES_CSV.read_text(encoding="utf-8") + "R13000,東京都,中部\n"
+    write_prefectures(root / "prefectures-doubled", doubled)
+    (root / "ssdse-b-doubled").mkdir()
+    definition = (ROOT / "tests/data/ssdse/ssdse-b/dataset.yaml").read_text(encoding="utf-8")
+    (root / "ssdse-b-doubled" / "dataset.yaml").write_text(
+        definition.replace("- dataset: prefectures", "- dataset: prefectures-doubled"), encoding="utf-8")
+    shutil.copyfile(SSDSE / FILES["ssdse-b"], root / "ssdse-b-doubled" / "data.parquet")
     return root
+
+
+PREFECTURES_CSV = ROOT / "tests/data/ssdse/prefectures/prefectures.csv"
+
+
+def write_prefectures(folder, csv_text: str):
+    import duckdb
+
+    folder.mkdir(parents=True)
+    shutil.copyfile(ROOT / "tests/data/ssdse/prefectures/dataset.yaml", folder / "dataset.yaml")
+    (folder / "prefectures.csv").write_text(csv_text, encoding="utf-8")
+    duckdb.connect().execute(
+        f"COPY (SELECT * FROM read_csv('{folder / 'prefectures.csv'}', header = true, all_varchar = true))"
+        f" TO '{folder / 'data.parquet'}' (FORMAT parquet)"
+    )
+    (folder / "prefectures.csv").unlink()
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +82,7 @@ def duck():
     con = duckdb.connect()
     for dataset, parquet in FILES.items():
         con.execute(f"CREATE VIEW \"{dataset}\" AS SELECT * FROM read_parquet('{SSDSE / parquet}')")
+    con.execute(f"CREATE VIEW prefectures AS SELECT * FROM read_csv('{PREFECTURES_CSV}', header = true, all_varchar = true)")
     return con
 
 
@@ -181,3 +209,94 @@ async def test_inspect_shows_periods_units_and_how_measures_add_up(server):
     error, answer = await call(server, "inspect_dataset", {"dataset_id": "ssdse-e"})
     fields = {f["name"]: f for f in answer["data"]["fields"]}
     assert fields["ごみのリサイクル率"]["weight"] == "ごみ総排出量（総量）", fields["ごみのリサイクル率"]
+
+
+async def test_the_2010_to_2020_change_by_region_equals_duckdb(server, duck):
+    """The population of each region (地方, from the prefecture table related by 地域コード)
+    in 2010 and 2020, its change and percent change: computed by the server, equal to DuckDB
+    joining the same tables."""
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["sum:総人口"], "group_by": ["地方"],
+        "compare": {"from": 2010, "to": 2020}, "rank": True,
+    })
+    assert not error, answer
+    data = answer["data"]
+    columns = data["columns"]
+    assert columns[:5] == ["地方", "sum:総人口 (2010)", "sum:総人口 (2020)", "sum:総人口 change", "sum:総人口 change %"], columns
+    got = {r[0]: tuple(r[1:5]) + (r[columns.index("rank (2020)")],) for r in data["rows"]}
+    expected = {}
+    for region, before, after in duck.execute(
+        'SELECT p.地方, sum(b.総人口) FILTER (WHERE b.年度 = 2010), sum(b.総人口) FILTER (WHERE b.年度 = 2020)'
+        ' FROM "ssdse-b" b JOIN prefectures p ON b.地域コード = p.地域コード GROUP BY p.地方'
+    ).fetchall():
+        expected[region] = (before, after, after - before, round((after - before) / before * 100, 2))
+    ranked = sorted(expected, key=lambda r: -expected[r][1])
+    expected = {r: v + (ranked.index(r) + 1,) for r, v in expected.items()}
+    assert got == expected and len(got) == 8, (got, expected)
+    # Ordered by the later period, largest first.
+    assert [r[0] for r in data["rows"]] == ranked
+    kinds = {m["column"]: m["kind"] for m in data["metrics"]}
+    assert (kinds["sum:総人口 change"], kinds["sum:総人口 change %"], kinds["rank (2020)"]) == ("change", "percent_change", "rank")
+    # Both datasets are cited, and the lookup is a step.
+    sources = {s["id"] for s in answer["provenance"]["sources"]}
+    assert {"dataset:ssdse-b", "dataset:prefectures"} <= sources, sources
+    assert any("`prefectures`" in t["description"] for t in answer["provenance"]["transformations"])
+    # The call as answered asks the same again.
+    arguments = answer["provenance"]["query"]["arguments"]
+    assert arguments["compare"] == {"from": 2010, "to": 2020} and arguments["group_by"] == ["地方"], arguments
+    error, checked = await call(server, "verify_answer", {"envelope": answer})
+    assert not error and checked["data"]["status"] == "identical", checked
+
+
+async def test_year_over_year_by_prefecture_equals_duckdb(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["sum:出生数"], "group_by": ["都道府県"],
+        "where": {"年度": "2018..2020", "地方": "東北"}, "compare": "previous", "order_by": ["都道府県", "年度"], "limit": 100,
+    })
+    assert not error, answer
+    columns = answer["data"]["columns"]
+    got = {(r[0], int(r[1])): (r[2], r[columns.index("sum:出生数 change")]) for r in answer["data"]["rows"]}
+    expected = {}
+    for pref, year, births, before in duck.execute(
+        'SELECT 都道府県, 年度, 出生数, lag(出生数) OVER (PARTITION BY 都道府県 ORDER BY 年度) FROM "ssdse-b" b'
+        ' JOIN prefectures p USING (地域コード) WHERE 年度 BETWEEN 2018 AND 2020 AND p.地方 = \'東北\''
+    ).fetchall():
+        expected[(pref, year)] = (births, None if before is None else births - before)
+    assert got == expected and len(got) == 18, (got, expected)
+
+
+async def test_a_hierarchy_rolls_prefectures_up_to_regions_as_duckdb(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-e", "metrics": ["sum:総人口"], "group_by": ["地方"], "where": {"地方": ["東北", "九州"]},
+    })
+    assert not error, answer
+    got = {r[0]: r[1] for r in answer["data"]["rows"]}
+    expected = dict(duck.execute(
+        'SELECT p.地方, sum(e.総人口) FROM "ssdse-e" e JOIN prefectures p ON e.都道府県 = p.都道府県名'
+        ' WHERE p.地方 IN (\'東北\', \'九州\') GROUP BY p.地方'
+    ).fetchall())
+    assert got == expected and len(got) == 2, (got, expected)
+    # An unknown region is refused with the regions there are.
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-e", "metrics": ["sum:総人口"], "where": {"地方": "東海"},
+    })
+    assert error and answer["error"]["code"] == "invalid_code", answer
+    assert "中部" in [c["name"] for c in answer["error"]["candidates"]], answer
+    error, answer = await call(server, "inspect_dataset", {"dataset_id": "ssdse-e"})
+    assert not error, answer
+    (region,) = [f for f in answer["data"]["fields"] if f["name"] == "地方"]
+    assert region["looked_up"]["from"] == "都道府県" and region["looked_up"]["values"][0] == "北海道", region
+
+
+async def test_a_relation_whose_key_repeats_is_refused_naming_the_key(server):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b-doubled", "metrics": ["sum:総人口"], "group_by": ["地方"], "where": {"年度": 2020},
+    })
+    assert error, answer
+    message = answer["error"]["message"]
+    assert "many-to-one" in message and "`R13000`" in message, answer
+    # Without the related field, the dataset answers.
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b-doubled", "metrics": ["sum:総人口"], "where": {"年度": 2020},
+    })
+    assert not error, answer

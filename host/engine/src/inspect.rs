@@ -15,8 +15,8 @@ use crate::error::EngineError;
 use crate::plan::Planner;
 use crate::results::{
     CodeDescription, CodelistDescription, CodelistKind, Codes, FieldDescription, InspectResult,
-    LocatorGuide, MeasureDescription, MetricsGuide, NumericStats, Periods, Quality, QualitySummary,
-    TopValues, ValueCount,
+    LocatorGuide, LookedUp, MeasureDescription, MetricsGuide, NumericStats, Periods, Quality,
+    QualitySummary, TopValues, ValueCount,
 };
 use crate::summarize::{AVG_DECIMALS, RATIO_DECIMALS};
 use tally_storage::dataset::Dataset;
@@ -105,6 +105,10 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
     let mut data_warnings: Vec<String> = Vec::new();
     for (i, f) in def.fields.iter().enumerate() {
         let id = FieldId::at(i);
+        if let Some(derived) = &f.derived {
+            fields.push(looked_up(def, f, derived, &fields));
+            continue;
+        }
         let mut entry = describe_field(f, i, &stats, prepared.rows);
         entry.weight = f.weight.map(|w| def.fields[w].name.clone());
         if f.role == Role::Time {
@@ -209,7 +213,7 @@ async fn statistics(
     table: &DataFrame,
 ) -> Result<Vec<RecordBatch>, EngineError> {
     let mut aggregates: Vec<Expr> = vec![count(lit(1i64)).alias("rows")];
-    for (i, f) in def.fields.iter().enumerate() {
+    for (i, f) in def.column_fields().iter().enumerate() {
         let column = ident(&f.name);
         let filled = if f.data_type.is_numeric() {
             column.clone().is_not_null()
@@ -247,6 +251,52 @@ async fn statistics(
 }
 
 /// A field as its definition and the statistics describe it (no values yet).
+/// A field looked up from another (a roll-up level, a related dataset's field): what it is
+/// looked up from, and a roll-up's values; no statistics of its own (its key field's fill).
+fn looked_up(
+    def: &tally_semantic::DatasetDef,
+    f: &tally_semantic::definition::Field,
+    derived: &tally_semantic::definition::Derived,
+    described: &[FieldDescription],
+) -> FieldDescription {
+    use tally_semantic::definition::DerivedSource;
+    let key = &def.fields[derived.key].name;
+    let fill_rate = described
+        .iter()
+        .find(|d| d.name == *key)
+        .map_or(0.0, |d| d.fill_rate);
+    let (dataset, values) = match &derived.source {
+        DerivedSource::Rollup(parents) => {
+            (None, Some(parents.iter().map(|(p, _)| p.clone()).collect()))
+        }
+        DerivedSource::Relation { dataset, .. } => (Some(dataset.clone()), None),
+    };
+    FieldDescription {
+        name: f.name.clone(),
+        role: f.role,
+        data_type: f.data_type,
+        description: f.desc.clone(),
+        groupable: true,
+        fill_rate,
+        quality: None,
+        multi_value_separator: None,
+        locator: None,
+        notes: f.notes.clone(),
+        stats: None,
+        codelist: None,
+        values: None,
+        unit: None,
+        aggregation: None,
+        weight: None,
+        periods: None,
+        looked_up: Some(LookedUp {
+            from: key.clone(),
+            dataset,
+            values,
+        }),
+    }
+}
+
 fn describe_field(
     f: &tally_semantic::definition::Field,
     i: usize,
@@ -296,6 +346,7 @@ fn describe_field(
         aggregation: f.aggregation,
         weight: None,
         periods: None,
+        looked_up: None,
     }
 }
 

@@ -21,6 +21,7 @@ pub mod estimate;
 pub mod groups;
 pub mod inspect;
 pub mod json;
+pub mod lookup;
 pub mod meta;
 pub mod multicode;
 pub mod plan;
@@ -870,8 +871,13 @@ impl Engine {
                     // The default columns stay the default: asked again, the call is the same.
                     m.remove("select");
                 }
+                let used: Vec<tally_semantic::definition::FieldId> =
+                    plan.filters.iter().map(|f| f.field).collect();
+                let lookups = lookup::read(self, &ds.def, used, scope).await?;
+                lookup::rewrite(&ds.def, &mut plan.filters, &lookups)?;
                 let (data, mut provenance) =
                     query::run(self, &ds, plan, select_given, &mut call).await?;
+                lookup::cite(&mut provenance, &lookups);
                 provenance.query = Some(normalized(tool, call));
                 seal(data, provenance)
             }
@@ -880,7 +886,15 @@ impl Engine {
                 let mut plan = resolve_summarize(&ds.def, args)?;
                 plan.resolved_fields.splice(0..0, resolution);
                 let mut call = plan.to_call(&ds.def);
-                let (data, mut provenance) = summarize::run(self, &ds, plan, &mut call).await?;
+                let used: Vec<tally_semantic::definition::FieldId> = plan
+                    .group_by
+                    .iter()
+                    .copied()
+                    .chain(plan.filters.iter().map(|f| f.field))
+                    .collect();
+                let lookups = lookup::read(self, &ds.def, used, scope).await?;
+                let (data, mut provenance) =
+                    summarize::run(self, &ds, plan, &mut call, &lookups).await?;
                 provenance.query = Some(normalized(tool, call));
                 seal(data, provenance)
             }

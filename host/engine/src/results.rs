@@ -489,6 +489,24 @@ pub struct FieldDescription {
     /// it and no grouping by it is of the latest).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub periods: Option<Periods>,
+    /// A field that is no column of the data: its value is looked up from another field's
+    /// (a roll-up written in the definition, or a related dataset's field). It is grouped and
+    /// filtered by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub looked_up: Option<LookedUp>,
+}
+
+/// Where a looked-up field's value comes from.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LookedUp {
+    /// The field of the dataset whose value is looked up.
+    pub from: String,
+    /// The related dataset it comes from (a relation), cited with every answer that uses it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
+    /// A roll-up's values (the parents), in the order written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<String>>,
 }
 
 /// The periods of the time field.

@@ -482,8 +482,12 @@ pub async fn run(
     ds: &Dataset,
     mut plan: SummarizePlan,
     call_made: &mut Value,
+    lookups: &crate::lookup::Lookups,
 ) -> Result<(SummaryResult, Provenance), EngineError> {
-    let mut read = plan.group_by.clone();
+    // Conditions on looked-up fields are conditions on their keys; a grouping by one reads
+    // its key.
+    crate::lookup::rewrite(&ds.def, &mut plan.filters, lookups)?;
+    let mut read = crate::lookup::read_fields(&ds.def, &plan.group_by);
     read.extend(plan.explode.iter().copied());
     read.extend(plan.latest.map(|l| l.field));
     let mut computed = 0;
@@ -590,7 +594,7 @@ pub async fn run(
         ..caps
     };
     let df = explode(&call.planner, &plan, df, &part_filters, &indexes)?;
-    let grouped = aggregate(&call, &plan, df, caps, &indexes).await?;
+    let grouped = aggregate(&call, &plan, df, caps, &indexes, lookups).await?;
     let matched = pre_explode.unwrap_or_else(|| records_in(&grouped.batches));
     // Periods side by side and ranks, over every group.
     let grouped = crate::compare::apply(call.def(), &plan, grouped)
@@ -601,7 +605,9 @@ pub async fn run(
         without_value,
         row_filters: !row_filters.is_empty(),
     };
-    cite(&call, &plan, &conditions, page, counted).await
+    let (data, mut provenance) = cite(&call, &plan, &conditions, page, counted).await?;
+    crate::lookup::cite(&mut provenance, lookups);
+    Ok((data, provenance))
 }
 
 /// Explode: one row per part of each exploded field (records without parts make no row;
@@ -651,6 +657,7 @@ async fn aggregate(
     df: DataFrame,
     caps: crate::groups::Caps,
     indexes: &[Option<Split>],
+    lookups: &crate::lookup::Lookups,
 ) -> Result<Grouped, EngineError> {
     let def = call.def();
     let group_names: Vec<String> = plan
@@ -667,6 +674,7 @@ async fn aggregate(
         having_on_keys,
         on_cluster,
         indexes,
+        lookups,
     );
 
     let mut aggregates = Aggregates::new(caps);
@@ -1033,6 +1041,7 @@ fn group_keys(
     having_on_keys: bool,
     on_cluster: bool,
     indexes: &[Option<Split>],
+    lookups: &crate::lookup::Lookups,
 ) -> (Vec<Option<KeyCodes>>, Vec<Expr>) {
     let def = planner.def;
     let part_of = |field: FieldId| {
@@ -1047,7 +1056,7 @@ fn group_keys(
         .map(|g| match plan.explode.iter().position(|e| e == g) {
             // Exploded on part codes: the codes of the field's parts.
             Some(k) => indexes[k].as_ref().map(Split::key_codes),
-            None if having_on_keys => None,
+            None if having_on_keys || lookups.contains_key(g) => None,
             None => match prepared.codes(*g) {
                 Some(codes) => Some(KeyCodes::Fixed(codes)),
                 // Text read from its files, on this server: numbered as the call meets it.
@@ -1072,6 +1081,9 @@ fn group_keys(
             let name = &def.fields[g].name;
             // A missing value (null or blank) is the key null, never "" (which reads like a
             // value).
+            if let Some(lookup) = lookups.get(&g) {
+                return crate::lookup::value(planner, lookup).alias(name);
+            }
             match (part_of(g), code) {
                 // Exploded parts are never empty.
                 (Some(col), _) => ident(col).alias(name),

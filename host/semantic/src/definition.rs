@@ -146,6 +146,17 @@ impl DatasetDef {
     }
 
     /// The field whose role is `time`, if the dataset is of several periods.
+    /// The fields that are columns of the data: every field but the derived ones, which
+    /// come last.
+    pub fn column_fields(&self) -> &[Field] {
+        let n = self
+            .fields
+            .iter()
+            .position(|f| !f.is_column())
+            .unwrap_or(self.fields.len());
+        &self.fields[..n]
+    }
+
     pub fn time_field(&self) -> Option<FieldId> {
         self.fields
             .iter()
@@ -654,8 +665,36 @@ pub struct Field {
     /// kanji or digits alike, see [`crate::names::alias_key`]) a value of one of these, is read
     /// as the values of this field of the records holding it, disclosed.
     pub aliases: Vec<FieldId>,
+    /// A field that is no column of the data: its value is looked up from another field's
+    /// (a level of a `rollup`, or a field lent by a related dataset, `relations`). Such fields
+    /// come after every column's, and are grouped and filtered by, never selected or searched.
+    pub derived: Option<Derived>,
     /// Where the field is declared (for later diagnostics).
     pub pos: Pos,
+}
+
+/// Where a derived field's value comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Derived {
+    /// The field of this dataset whose value is looked up.
+    pub key: FieldId,
+    pub source: DerivedSource,
+}
+
+/// The table a derived field's values are looked up in.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DerivedSource {
+    /// A level of a hierarchy written on the key field (`rollup: {地方: {東北: [青森県, …]}}`):
+    /// each parent with its children, in the order written; a child has one parent.
+    Rollup(Vec<(String, Vec<String>)>),
+    /// A field of another dataset served beside this one, found by its key (`relations`).
+    Relation {
+        dataset: String,
+        /// The key field of `dataset` that the key field here is compared with.
+        key: String,
+        /// The field of `dataset` lent.
+        field: String,
+    },
 }
 
 /// What kind of locator a field holds.
@@ -666,6 +705,11 @@ pub enum LocatorKind {
 }
 
 impl Field {
+    /// Whether the field is a column of the data (not [`Field::derived`]).
+    pub fn is_column(&self) -> bool {
+        self.derived.is_none()
+    }
+
     pub fn is_multi_value(&self) -> bool {
         self.multi_value.is_some()
     }
@@ -960,6 +1004,7 @@ pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded
         diagnostics: Vec::new(),
         aliases: Vec::new(),
         weights: Vec::new(),
+        rollups: Vec::new(),
     };
     let root = match yaml::parse(text) {
         Ok(root) => root,
@@ -1016,7 +1061,9 @@ const DATASET_KEYS: &[&str] = &[
     "computed_measures",
     "revisions",
     "links",
+    "relations",
 ];
+const RELATION_KEYS: &[&str] = &["dataset", "on", "fields"];
 const REVISIONS_KEYS: &[&str] = &["key", "title", "effective", "id"];
 const LINK_KEYS: &[&str] = &["to", "on", "text"];
 const SOURCE_KEYS: &[&str] = &[
@@ -1047,6 +1094,7 @@ const FIELD_KEYS: &[&str] = &[
     "grain",
     "aggregation",
     "weight",
+    "rollup",
 ];
 const MULTI_VALUE_KEYS: &[&str] = &["separator"];
 const MEASURE_KEYS: &[&str] = &[
@@ -1072,6 +1120,49 @@ struct Reader {
     /// `weight` as written on each rate (field, name, position, key path), resolved to a
     /// field id once every field is read.
     weights: Vec<(String, String, Pos, String)>,
+    /// `rollup` as written on each field: (field, level, parents with their children,
+    /// position, key path), made derived fields once every field is read.
+    rollups: Vec<Rollup>,
+}
+
+/// A field looked up from `key` (a roll-up level, a related dataset's field): a dimension
+/// of text, grouped by.
+fn derived_field(
+    name: String,
+    desc: Option<String>,
+    key: FieldId,
+    source: DerivedSource,
+    pos: Pos,
+) -> Field {
+    Field {
+        name,
+        role: Role::Dim,
+        desc,
+        data_type: DataType::String,
+        codelist: None,
+        multi_value: None,
+        groupable: true,
+        notes: Vec::new(),
+        csv_col_index: None,
+        group: None,
+        locator: None,
+        unit: None,
+        grain: None,
+        aggregation: None,
+        weight: None,
+        aliases: Vec::new(),
+        derived: Some(Derived { key, source }),
+        pos,
+    }
+}
+
+/// A level of a hierarchy as written under a field's `rollup`.
+struct Rollup {
+    field: String,
+    level: String,
+    parents: Vec<(String, Vec<String>)>,
+    pos: Pos,
+    path: String,
 }
 
 /// A field's `aliases`, as written: the field, where the key is, and each name with its
@@ -1415,6 +1506,7 @@ impl Reader {
 
         self.resolve_aliases(&mut fields);
         self.resolve_weights_and_time(&mut fields);
+        self.derived_fields(&mut fields, &map);
 
         let id_field = self.id_field(&map, &fields);
 
@@ -1937,6 +2029,7 @@ impl Reader {
         let grain = self.grain(&map, path, role, data_type);
         let aggregation = self.aggregation(&map, path, role);
         self.weight_written(&map, &name, path, aggregation);
+        self.rollup_written(&map, &name, path, role);
         Some(Field {
             desc: self.string(&map, "desc", path, "write `desc: \"…\"`"),
             group: self.string(&map, "group", path, "write `group: \"…\"`"),
@@ -1952,6 +2045,7 @@ impl Reader {
             aggregation,
             weight: None,
             aliases: Vec::new(),
+            derived: None,
             notes,
             csv_col_index,
             pos: node.pos,
@@ -2183,6 +2277,219 @@ impl Reader {
 
     /// Reads a rate's `weight` as written; resolved by [`Reader::resolve_weights`] once every
     /// field is known.
+    /// Reads `rollup` on a field: `{<level>: {<parent>: [<child value>, …]}}`, kept until
+    /// every field is read ([`Checker::derived_fields`]).
+    fn rollup_written(&mut self, map: &MapView<'_>, field: &str, path: &str, role: Role) {
+        let Some(node) = map.get("rollup") else {
+            return;
+        };
+        let path = join(path, "rollup");
+        let fix = "write `rollup: {<level>: {<parent>: [<value of this field>, …]}}`, e.g. `rollup: {地方: {東北: [青森県, 岩手県]}}`";
+        if role == Role::Measure {
+            self.error(
+                node.pos,
+                &path,
+                "a measure has no hierarchy to roll up",
+                "move `rollup` to the dimension whose values it groups",
+            );
+            return;
+        }
+        let Value::Map(levels) = &node.value else {
+            self.error(
+                node.pos,
+                &path,
+                format!("`rollup` must be a mapping, found {}", node.kind()),
+                fix,
+            );
+            return;
+        };
+        for (level, parents_node) in levels {
+            let level_path = join(&path, &level.name);
+            let Value::Map(parents) = &parents_node.value else {
+                self.error(
+                    parents_node.pos,
+                    &level_path,
+                    format!(
+                        "a level of `rollup` maps each parent to its children, found {}",
+                        parents_node.kind()
+                    ),
+                    fix,
+                );
+                continue;
+            };
+            let mut out: Vec<(String, Vec<String>)> = Vec::new();
+            let mut seen: std::collections::HashMap<String, String> =
+                std::collections::HashMap::new();
+            for (parent, children) in parents {
+                let child_path = join(&level_path, &parent.name);
+                let values: Vec<String> = match &children.value {
+                    Value::Str(s) => vec![s.clone()],
+                    Value::Int(i) => vec![i.to_string()],
+                    Value::Seq(items) => items
+                        .iter()
+                        .filter_map(|i| match &i.value {
+                            Value::Str(s) => Some(s.clone()),
+                            Value::Int(n) => Some(n.to_string()),
+                            _ => None,
+                        })
+                        .collect(),
+                    _ => {
+                        self.error(children.pos, &child_path, format!("the children of `{}` must be a list of values of `{field}`, found {}", parent.name, children.kind()), fix);
+                        continue;
+                    }
+                };
+                for v in &values {
+                    if let Some(other) = seen.insert(v.clone(), parent.name.clone())
+                        && other != parent.name
+                    {
+                        self.error(children.pos, &child_path, format!("`{v}` is under both `{other}` and `{}`: a value of `{field}` has one parent in a level", parent.name), "list each value under one parent");
+                    }
+                }
+                out.push((parent.name.clone(), values));
+            }
+            if out.is_empty() {
+                self.error(
+                    parents_node.pos,
+                    &level_path,
+                    "the level lists no parent",
+                    fix,
+                );
+                continue;
+            }
+            self.rollups.push(Rollup {
+                field: field.to_string(),
+                level: level.name.clone(),
+                parents: out,
+                pos: level.pos,
+                path: level_path,
+            });
+        }
+    }
+
+    /// Appends the derived fields after every column's: each level of a `rollup`, then each
+    /// field lent by a dataset of `relations` (`- {dataset: 都道府県表, on: {地域コード:
+    /// 地域コード}, fields: [地方]}`). Their names are new names of this dataset.
+    fn derived_fields(&mut self, fields: &mut Vec<Field>, map: &MapView<'_>) {
+        let taken = |fields: &[Field], name: &str| fields.iter().any(|f| f.name == name);
+        for r in std::mem::take(&mut self.rollups) {
+            let Some(key) = fields.iter().position(|f| f.name == r.field) else {
+                continue;
+            };
+            if taken(fields, &r.level) {
+                self.error(
+                    r.pos,
+                    &r.path,
+                    format!("the level `{}` has the name of a field", r.level),
+                    "name the level by a name no field has",
+                );
+                continue;
+            }
+            fields.push(derived_field(
+                r.level.clone(),
+                Some(format!(
+                    "the {} of each {} (a roll-up written in the definition)",
+                    r.level, r.field
+                )),
+                FieldId::at(key),
+                DerivedSource::Rollup(r.parents),
+                r.pos,
+            ));
+        }
+        let Some(node) = map.get("relations") else {
+            return;
+        };
+        let fix = "write `relations: [{dataset: <id of a dataset served beside this one>, on: {<field here>: <its key field>}, fields: [<its fields lent>]}]`";
+        let Value::Seq(items) = &node.value else {
+            if node.value != Value::Null {
+                self.error(
+                    node.pos,
+                    "relations",
+                    format!("`relations` must be a list, found {}", node.kind()),
+                    fix,
+                );
+            }
+            return;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("relations[{i}]");
+            let Some(rel) = self.map(item, &path, RELATION_KEYS) else {
+                continue;
+            };
+            let Some(dataset) = self.required_string(&rel, "dataset", &path, fix) else {
+                continue;
+            };
+            let on_path = join(&path, "on");
+            let pair = match rel.get("on").map(|n| &n.value) {
+                Some(Value::Map(entries)) if entries.len() == 1 => match &entries[0] {
+                    (
+                        k,
+                        Node {
+                            value: Value::Str(there),
+                            ..
+                        },
+                    ) => Some((k.clone(), there.clone())),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some((here, there)) = pair else {
+                self.error(rel.pos, &on_path, "`on` must map one field of this dataset to the key field of the related dataset", fix);
+                continue;
+            };
+            let Some(key) = fields
+                .iter()
+                .position(|f| f.name == here.name && f.is_column())
+            else {
+                let near = suggest(&here.name, fields.iter().map(|f| f.name.as_str()));
+                self.error(
+                    here.pos,
+                    &join(&on_path, &here.name),
+                    format!("`{}` is not a declared field of this dataset", here.name),
+                    match near {
+                        Some(n) => format!("did you mean `{n}`?"),
+                        None => "name a field declared under `fields`".to_string(),
+                    },
+                );
+                continue;
+            };
+            let lent = self.string_list(&rel, "fields", &path);
+            if lent.is_empty() {
+                self.error(
+                    rel.pos,
+                    &join(&path, "fields"),
+                    "a relation lends no field",
+                    "write `fields: [<fields of the related dataset to group and filter by>]`",
+                );
+                continue;
+            }
+            for name in lent {
+                if taken(fields, &name) {
+                    self.error(
+                        rel.pos,
+                        &join(&path, "fields"),
+                        format!("`{name}` is already the name of a field of this dataset"),
+                        "lend fields whose names this dataset does not have",
+                    );
+                    continue;
+                }
+                fields.push(derived_field(
+                    name.clone(),
+                    Some(format!(
+                        "`{name}` of dataset `{dataset}`, for the {} of each record",
+                        there
+                    )),
+                    FieldId::at(key),
+                    DerivedSource::Relation {
+                        dataset: dataset.clone(),
+                        key: there.clone(),
+                        field: name,
+                    },
+                    rel.pos,
+                ));
+            }
+        }
+    }
+
     fn weight_written(
         &mut self,
         map: &MapView<'_>,

@@ -1526,7 +1526,7 @@ pub fn default_projection(
                 || n.contains("title")
                 || n.ends_with("name"))
     };
-    (0..def.fields.len())
+    (0..def.column_fields().len())
         .map(FieldId::at)
         .filter(|&i| {
             let f = &def.fields[i];
@@ -1561,6 +1561,8 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
         });
     }
     let select = r.fields(&args.select, "select")?;
+    r.columns_only(&select, "select")?;
+    r.columns_only(&search_fields, "search_fields")?;
     let filters = r.filters(args.conditions)?;
     let mut order_by: Vec<Sort> = Vec::new();
     for key in &args.order_by {
@@ -1583,6 +1585,10 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
             order_by.push(Sort { field, descending });
         }
     }
+    r.columns_only(
+        &order_by.iter().map(|s| s.field).collect::<Vec<_>>(),
+        "order_by",
+    )?;
     let select = if select.is_empty() {
         default_projection(def, &filters, &order_by, &search_fields)
     } else {
@@ -1774,6 +1780,18 @@ pub fn resolve_cite(
             chosen: args.chosen,
         },
     )?;
+    if let Some(g) = records
+        .group_by
+        .iter()
+        .find(|g| !def.fields[**g].is_column())
+    {
+        let name = &def.fields[*g].name;
+        return Err(RequestError::invalid(
+            format!("group_by.{name}"),
+            format!("`{name}` is looked up from another field (a roll-up or a related dataset's field); cite_provisions groups by the records' own fields"),
+        )
+        .hint("group_by a field of the records; summarize_records groups by roll-ups and related fields"));
+    }
     let as_of = args
         .as_of
         .map(|d| names::nfkc_value(&d))
@@ -1885,6 +1903,28 @@ pub fn resolve_summarize(
 }
 
 impl Resolver<'_> {
+    /// Refuses a derived field (a roll-up level, a related dataset's field) where the
+    /// records' own columns are read: it is grouped and filtered by, not read record by record.
+    fn columns_only(&self, fields: &[FieldId], parameter: &str) -> Result<(), RequestError> {
+        let def = self.def;
+        match fields.iter().find(|f| !def.fields[**f].is_column()) {
+            Some(f) => {
+                let name = &def.fields[*f].name;
+                let key = def.fields[*f]
+                    .derived
+                    .as_ref()
+                    .map(|d| def.fields[d.key].name.clone())
+                    .unwrap_or_default();
+                Err(RequestError::invalid(
+                    format!("{parameter}.{name}"),
+                    format!("`{name}` is looked up from `{key}` (a roll-up or a related dataset's field): it is grouped and filtered by, not read record by record"),
+                )
+                .hint(format!("{parameter} `{key}`; or summarize_records with group_by `{name}`")))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Resolves `compare` against the dataset's time field: two periods (each one period,
     /// read as a condition on the time field is) are kept and grouped by; `previous` groups
     /// by the time field. Refused on a dataset without a time field, with a condition or

@@ -523,7 +523,7 @@ fn check_columns(def: &DatasetDef, schema: &Schema, source: &str) -> Result<(), 
     let plugin = def.backend.kind != tally_semantic::definition::BackendKind::Parquet;
     let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let mut problems = Vec::new();
-    for (i, f) in def.fields.iter().enumerate() {
+    for (i, f) in def.column_fields().iter().enumerate() {
         match schema.field_with_name(&f.name) {
             Ok(col) => {
                 if let Err(m) = canonical_type(f.data_type, col.data_type()) {

@@ -1690,7 +1690,7 @@ impl Preparation<'_> {
         let (job, handle) = (self.job, self.handle);
         let def = &job.def;
         let id = def.id.as_str();
-        let names: Vec<String> = def.fields.iter().map(|f| f.name.clone()).collect();
+        let names: Vec<String> = def.column_fields().iter().map(|f| f.name.clone()).collect();
         let loaded = handle.block_on(job.backend.load(&names, &job.pushed, self.meter))?;
         let layout = Arc::new(Layout::of(def, &loaded.provider.schema())?);
         let stream = handle

@@ -258,7 +258,7 @@ impl Layout {
     pub fn of(def: &DatasetDef, source: &Schema) -> Result<Layout, StorageError> {
         let id = def.id.as_str();
         let mut targets: Vec<DataType> = Vec::with_capacity(def.fields.len());
-        for f in &def.fields {
+        for f in def.column_fields() {
             let source_type = source
                 .field_with_name(&f.name)
                 .map_err(|_| {
@@ -277,7 +277,8 @@ impl Layout {
             .iter()
             .enumerate()
             .filter(|(_, f)| {
-                f.groupable
+                f.is_column()
+                    && f.groupable
                     && !f.data_type.is_numeric()
                     && !f.is_multi_value()
                     && (f.role == tally_semantic::definition::Role::Dim || f.codelist.is_some())

@@ -270,3 +270,54 @@ fn units_and_what_each_metric_is() {
         assert_eq!(Mode::parse(mode.as_str()), Some(mode));
     }
 }
+
+#[test]
+fn rollup_levels_and_related_fields_come_after_the_columns_as_derived_fields() {
+    use tally_semantic::definition::DerivedSource;
+    let text =
+        std::fs::read_to_string(data_dir("definitions").join("relations.yaml")).expect("readable");
+    let def = load_definition("relations/dataset.yaml", "relations", &text)
+        .expect("valid")
+        .dataset;
+    let names: Vec<&str> = def.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "年度",
+            "地域コード",
+            "都道府県",
+            "総人口",
+            "地方",
+            "東西",
+            "地方名",
+            "面積区分"
+        ]
+    );
+    assert_eq!(def.column_fields().len(), 4);
+    let region = def.fields[4].derived.as_ref().expect("derived");
+    assert_eq!(def.fields[region.key].name, "都道府県");
+    assert_eq!(
+        region.source,
+        DerivedSource::Rollup(vec![
+            ("北海道".into(), vec!["北海道".into()]),
+            ("東北".into(), vec!["青森県".into(), "岩手県".into()]),
+        ])
+    );
+    // One child written without a list is a list of one.
+    let DerivedSource::Rollup(east_west) = &def.fields[5].derived.as_ref().expect("derived").source
+    else {
+        panic!("a rollup");
+    };
+    assert_eq!(east_west[1], ("西".into(), vec!["沖縄県".into()]));
+    let related = def.fields[6].derived.as_ref().expect("derived");
+    assert_eq!(def.fields[related.key].name, "地域コード");
+    assert_eq!(
+        related.source,
+        DerivedSource::Relation {
+            dataset: "prefectures".into(),
+            key: "地域コード".into(),
+            field: "地方名".into(),
+        }
+    );
+    assert!(def.fields[6].groupable && def.fields[6].role == tally_semantic::definition::Role::Dim);
+}
