@@ -18,7 +18,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import REFERENCE, ROOT, HttpServer
+from conftest import REFERENCE, ROOT, HttpServer, tally_bin
 
 pytestmark = pytest.mark.anyio
 
@@ -300,3 +300,14 @@ async def test_a_relation_whose_key_repeats_is_refused_naming_the_key(server):
         "dataset_id": "ssdse-b-doubled", "metrics": ["sum:総人口"], "where": {"年度": 2020},
     })
     assert not error, answer
+
+
+def test_tally_check_follows_each_relation_and_refuses_repeated_keys(datasets):
+    import subprocess
+
+    run = subprocess.run([tally_bin(), "check", str(datasets)], capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    (doubled,) = [line for line in out.splitlines() if "ssdse-b-doubled" in line]
+    assert "many-to-one" in doubled and "`R13000`" in doubled, out
+    assert any(line.endswith("ssdse-b/dataset.yaml: ok") for line in out.splitlines()), out

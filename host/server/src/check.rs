@@ -260,6 +260,36 @@ impl Check {
                         )
                 })
         });
+        // A relation is followed once: the related dataset read, its keys checked unique.
+        let related: Vec<String> = view
+            .dataset(id)
+            .map(|ds| {
+                ds.def
+                    .fields
+                    .iter()
+                    .filter(|f| {
+                        matches!(
+                            f.derived.as_ref().map(|d| &d.source),
+                            Some(tally_semantic::definition::DerivedSource::Relation { .. })
+                        )
+                    })
+                    .map(|f| f.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for field in &related {
+            let arguments =
+                serde_json::json!({ "dataset_id": id, "group_by": [field], "limit": 1 });
+            if let Err(e) = runtime.block_on(view.call(
+                engine,
+                tally_semantic::request::Tool::SummarizeRecords,
+                arguments,
+            )) {
+                self.broken += 1;
+                say!("{label}: error: {e}");
+                return;
+            }
+        }
         let read = if plugin {
             options.deep || options.scan
         } else {
@@ -313,7 +343,7 @@ fn link_problems(
     served: &std::collections::HashMap<String, tally_semantic::DatasetDef>,
 ) -> Vec<Problem> {
     use tally_semantic::definition::LocatorKind;
-    let mut out = Vec::new();
+    let mut out = relation_problems(def, served);
     for (i, link) in def.links.iter().enumerate() {
         let key = format!("links[{i}]");
         let Some(target) = served.get(&link.to) else {
@@ -380,6 +410,55 @@ fn link_problems(
                 ),
                 fix: "name the field holding the text with `text: <field>`".into(),
             });
+        }
+    }
+    out
+}
+
+/// What is wrong with the relations of `def` (`relations:`), given the datasets served: the
+/// related dataset, its key field and the fields lent. (That its keys are unique is checked
+/// when the data is read, [`Check::prepare_one`].)
+fn relation_problems(
+    def: &tally_semantic::DatasetDef,
+    served: &std::collections::HashMap<String, tally_semantic::DatasetDef>,
+) -> Vec<Problem> {
+    use tally_semantic::definition::DerivedSource;
+    let mut out = Vec::new();
+    for f in &def.fields {
+        let Some(DerivedSource::Relation {
+            dataset,
+            key,
+            field,
+        }) = f.derived.as_ref().map(|d| &d.source)
+        else {
+            continue;
+        };
+        let Some(target) = served.get(dataset) else {
+            out.push(Problem {
+                line: Some(f.pos.line),
+                key: "relations".into(),
+                reason: format!("`{}` is lent by dataset `{dataset}`, which is not served from this directory", f.name),
+                fix: format!("serve `{dataset}` beside this dataset (a folder of that name), or name a dataset of this directory"),
+            });
+            continue;
+        };
+        for (what, name) in [("key", key), ("field lent", field)] {
+            if !target.column_fields().iter().any(|t| t.name == *name) {
+                out.push(Problem {
+                    line: Some(f.pos.line),
+                    key: "relations".into(),
+                    reason: format!("the {what} `{name}` is not a field of `{dataset}`"),
+                    fix: format!(
+                        "name one of its fields: {}",
+                        target
+                            .column_fields()
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+            }
         }
     }
     out
