@@ -311,3 +311,23 @@ def test_tally_check_follows_each_relation_and_refuses_repeated_keys(datasets):
     (doubled,) = [line for line in out.splitlines() if "ssdse-b-doubled" in line]
     assert "many-to-one" in doubled and "`R13000`" in doubled, out
     assert any(line.endswith("ssdse-b/dataset.yaml: ok") for line in out.splitlines()), out
+
+
+async def test_a_ratio_by_region_is_of_the_sums_not_the_mean_of_the_prefectures_ratios(server, duck):
+    """The mistake of a ratio computed from other ratios (or averages): births per 1,000 of a
+    region is its births over its population, not the mean of its prefectures' rates."""
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["avg:人口千人当たり出生数"], "group_by": ["地方"], "where": {"年度": 2020},
+    })
+    assert not error, answer
+    got = {r[0]: r[1] for r in answer["data"]["rows"]}
+    expected = dict(duck.execute(
+        'SELECT p.地方, round(sum(b.出生数) * 1000.0 / sum(b.総人口), 4) FROM "ssdse-b" b'
+        ' JOIN prefectures p USING (地域コード) WHERE b.年度 = 2020 GROUP BY p.地方'
+    ).fetchall())
+    assert got == pytest.approx(expected, abs=1e-9) and len(got) == 8
+    means = dict(duck.execute(
+        'SELECT p.地方, round(avg(b.出生数 * 1000.0 / b.総人口), 4) FROM "ssdse-b" b'
+        ' JOIN prefectures p USING (地域コード) WHERE b.年度 = 2020 GROUP BY p.地方'
+    ).fetchall())
+    assert any(abs(got[r] - means[r]) > 1e-3 for r in got), (got, means)

@@ -94,6 +94,30 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// The options a result is drawn with when nothing is asked: its first metric, or, for a
+    /// comparison of periods (`compare`), its first change, which is what was asked.
+    pub fn for_result(envelope: &Value) -> Options {
+        Options {
+            metric: default_metric(envelope),
+            ..Options::default()
+        }
+    }
+}
+
+/// The metric a result is charted by when none is asked (as `renderSummary` in
+/// `host/mcp/ui/view.js` starts): the first whose kind is `change`, else the first.
+pub fn default_metric(envelope: &Value) -> usize {
+    envelope["data"]["metrics"]
+        .as_array()
+        .and_then(|metrics| {
+            metrics
+                .iter()
+                .position(|m| m["kind"] == MetricKind::Change.as_str())
+        })
+        .unwrap_or(0)
+}
+
 /// A chart drawn as SVG.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chart {
@@ -181,5 +205,24 @@ fn unavailable(asked: Kind, choice: &Choice) -> String {
             format!("a {asked} is for two grouping fields, and this summary has {groups}")
         }
         _ => "no chart fits this summary".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod default_metric_tests {
+    use super::default_metric;
+    use serde_json::json;
+
+    #[test]
+    fn a_comparison_is_charted_by_its_first_change() {
+        let compared = json!({ "data": { "metrics": [
+            { "column": "sum:n (2010)", "kind": "sum" },
+            { "column": "sum:n (2020)", "kind": "sum" },
+            { "column": "sum:n change", "kind": "change" },
+            { "column": "sum:n change %", "kind": "percent_change" },
+        ] } });
+        assert_eq!(default_metric(&compared), 2);
+        let plain = json!({ "data": { "metrics": [{ "column": "count", "kind": "count" }] } });
+        assert_eq!(default_metric(&plain), 0);
     }
 }

@@ -51,7 +51,7 @@ pub fn write(
             crate::ui::standalone_html(Tool::SummarizeRecords, arguments, envelope).into_bytes()
         }
         Format::Svg | Format::Png => {
-            let chart = tally_chart::svg(envelope, &tally_chart::Options::default())
+            let chart = tally_chart::svg(envelope, &tally_chart::Options::for_result(envelope))
                 .map_err(|e| e.to_string())?;
             if format == Format::Svg {
                 said.push(format!(
@@ -130,8 +130,8 @@ fn system_fonts() -> &'static tally_chart::Fonts {
 /// The chart of a summary as an MCP image block.
 pub fn image_block(format: Image, envelope: &Value) -> Result<rmcp::model::ContentBlock, String> {
     use base64::Engine as _;
-    let chart =
-        tally_chart::svg(envelope, &tally_chart::Options::default()).map_err(|e| e.to_string())?;
+    let chart = tally_chart::svg(envelope, &tally_chart::Options::for_result(envelope))
+        .map_err(|e| e.to_string())?;
     let (bytes, mime) = match format {
         Image::Svg => (chart.svg.into_bytes(), "image/svg+xml"),
         Image::Png => {

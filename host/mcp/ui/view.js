@@ -437,7 +437,10 @@
 
   function renderSummary(root, env) {
     var data = env.data;
-    var state = { metric: 0, kind: null };
+    // A comparison of periods is charted by its first change (what was asked); the same rule
+    // as `default_metric` in host/chart/src/lib.rs.
+    var firstChange = (data.metrics || []).map(function (m) { return m.kind; }).indexOf('change');
+    var state = { metric: firstChange < 0 ? 0 : firstChange, kind: null };
     var shape0 = summaryShape(data);
     var by = shape0.groups.map(function (g) { return g.name; });
     var subtitle = fmtNumber(data.total_records, 0) + ' records' +
