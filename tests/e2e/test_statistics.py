@@ -49,8 +49,26 @@ def datasets(tmp_path_factory):
     (root / "ssdse-b-doubled" / "dataset.yaml").write_text(
         definition.replace("- dataset: prefectures", "- dataset: prefectures-doubled"), encoding="utf-8")
     shutil.copyfile(SSDSE / FILES["ssdse-b"], root / "ssdse-b-doubled" / "data.parquet")
+    # Periods with gaps: 東 has 2018–2020, 西 only 2018–2019, so each area's latest differs.
+    import duckdb
+
+    (root / "gaps").mkdir()
+    (root / "gaps" / "dataset.yaml").write_text(GAPS_YAML, encoding="utf-8")
+    duckdb.connect().execute(
+        "COPY (SELECT * FROM (VALUES ('東', 2018, 100), ('東', 2019, 110), ('東', 2020, 120),"
+        " ('西', 2018, 50), ('西', 2019, NULL), ('西', 2019, 55)) t(地域, 年, 人口))"
+        f" TO '{root / 'gaps' / 'data.parquet'}' (FORMAT parquet)"
+    )
     return root
 
+
+GAPS_YAML = """title: 欠けた年のある人口
+retrieved_at: "2026-12-01"
+fields:
+- {name: 地域, role: dim}
+- {name: 年, role: time, grain: year}
+- {name: 人口, role: measure, data_type: integer, aggregation: stock, unit: 人}
+"""
 
 PREFECTURES_CSV = ROOT / "tests/data/ssdse/prefectures/prefectures.csv"
 
@@ -331,3 +349,27 @@ async def test_a_ratio_by_region_is_of_the_sums_not_the_mean_of_the_prefectures_
         ' JOIN prefectures p USING (地域コード) WHERE b.年度 = 2020 GROUP BY p.地方'
     ).fetchall())
     assert any(abs(got[r] - means[r]) > 1e-3 for r in got), (got, means)
+
+
+async def test_last_of_a_stock_is_each_groups_own_latest_period(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "gaps", "metrics": ["last:人口", "count"], "group_by": ["地域"], "order_by": ["地域"],
+    })
+    assert not error, answer
+    columns = answer["data"]["columns"]
+    got = {r[0]: (r[columns.index("last:人口")], r[columns.index("人口:null_excluded")], r[columns.index("count")]) for r in answer["data"]["rows"]}
+    # 東 at 2020; 西 at 2019, its record without a value left out and counted; count over all years.
+    assert got == {"東": (120, 0, 3), "西": (55, 1, 3)}, got
+    # No default to the dataset's latest period, which 西 does not have.
+    assert not [w for w in warnings(answer) if "latest period" in w], answer["provenance"]["warnings"]
+    # Over all groups: the whole's latest period.
+    error, answer = await call(server, "summarize_records", {"dataset_id": "gaps", "metrics": ["last:人口"]})
+    assert not error and answer["data"]["rows"][0][0] == 120, answer
+    # On SSDSE-B without gaps, each prefecture's last of 2010–2020 is its 2020 value.
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["last:総人口"], "group_by": ["都道府県"], "where": {"年度": "2010..2020"}, "limit": 47,
+    })
+    assert not error, answer
+    got = {r[0]: r[1] for r in answer["data"]["rows"]}
+    expected = dict(duck.execute('SELECT 都道府県, 総人口 FROM "ssdse-b" WHERE 年度 = 2020').fetchall())
+    assert got == expected and len(got) == 47

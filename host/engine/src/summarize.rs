@@ -240,6 +240,8 @@ impl HasConditions for SummarizePlan {
 struct Aggregates {
     keys: Vec<String>,
     exprs: Vec<Expr>,
+    /// For `last:` metrics: each record's group's latest period ([`latest_of_groups`]).
+    last_period: Option<Expr>,
     /// `count` that stops the aggregation past the group and explode caps.
     count: datafusion::logical_expr::AggregateUDF,
 }
@@ -249,6 +251,7 @@ impl Aggregates {
         Aggregates {
             keys: Vec::new(),
             exprs: Vec::new(),
+            last_period: None,
             count: crate::groups::capped_count(caps),
         }
     }
@@ -349,6 +352,39 @@ fn metric_exprs(
             aggs.add(format!("max:{f}"), || max(column(*f))),
             Some(cast(nulls(aggs, *f), DataType::Int64)),
         ),
+        Metric::Last(f) => {
+            // The records of the group's latest period; with no time field (refused when
+            // resolved) or no period, none.
+            let at = match (def.time_field(), aggs.last_period.clone()) {
+                (Some(t), Some(latest)) => column(t).eq(latest),
+                _ => lit(false),
+            };
+            let integer = def.fields[*f].data_type == FieldType::Integer;
+            let value = if integer {
+                cast(column(*f), DataType::Decimal128(38, 0))
+            } else {
+                column(*f)
+            };
+            let null_value = if integer {
+                lit(datafusion::common::ScalarValue::Decimal128(None, 38, 0))
+            } else {
+                lit(datafusion::common::ScalarValue::Float64(None))
+            };
+            let total = aggs.add(format!("last:{f}"), || {
+                sum(when(at.clone(), value)
+                    .otherwise(null_value.clone())
+                    .unwrap_or(null_value))
+            });
+            let missing = aggs.add(format!("last-nulls:{f}"), || {
+                sum(when(at.and(column(*f).is_null()), lit(1i64))
+                    .otherwise(lit(0i64))
+                    .unwrap_or(lit(0i64)))
+            });
+            (
+                coalesce(vec![total, zero(*f)]),
+                Some(cast(coalesce(vec![missing, lit(0i64)]), DataType::Int64)),
+            )
+        }
         Metric::AvgComputed(k) => match &def.computed_measures[*k].formula {
             Formula::CountWhere {
                 condition_field,
@@ -494,8 +530,12 @@ pub async fn run(
     for m in &plan.metrics {
         match m {
             Metric::Count => {}
-            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => {
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) | Metric::Last(f) => {
                 read.push(*f);
+                // `last:` reads the periods too.
+                if matches!(m, Metric::Last(_)) {
+                    read.extend(ds.def.time_field());
+                }
                 // A rate averaged by its weight reads the weight too.
                 if matches!(m, Metric::Avg(_)) {
                     read.extend(plan_def_weight(ds, *f));
@@ -678,6 +718,9 @@ async fn aggregate(
     );
 
     let mut aggregates = Aggregates::new(caps);
+    if plan.metrics.iter().any(|m| matches!(m, Metric::Last(_))) {
+        aggregates.last_period = latest_of_groups(call, &df, &group_exprs).await?;
+    }
     let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
     let mut columns: Vec<String> = group_names.clone();
     let mut metric_columns: Vec<String> = Vec::new();
@@ -745,6 +788,98 @@ async fn aggregate(
         keys: plan.group_by.clone(),
         sort_first: 0,
     })
+}
+
+/// For `last:` metrics, an expression giving each record the latest period of its group: one
+/// pass groups as the summary does and takes each group's latest period, then each group's
+/// key (its key values as text) is mapped to it. `None` without a time field or a period.
+async fn latest_of_groups(
+    call: &Call<'_>,
+    df: &DataFrame,
+    group_exprs: &[Expr],
+) -> Result<Option<Expr>, EngineError> {
+    use datafusion::common::ScalarValue;
+    use datafusion::functions::string::expr_fn::concat_ws;
+    let def = call.def();
+    let Some(time) = def.time_field() else {
+        return Ok(None);
+    };
+    let t = call.planner.column(time);
+    const LATEST: &str = "__tally_latest";
+    let batches = df
+        .clone()
+        .aggregate(group_exprs.to_vec(), vec![max(t).alias(LATEST)])?
+        .collect()
+        .await
+        .map_err(|e| EngineError::computing(&def.id, e))?;
+    // One group: the latest period of all.
+    if group_exprs.is_empty() {
+        let latest = batches
+            .iter()
+            .find(|b| b.num_rows() > 0)
+            .map(|b| ScalarValue::try_from_array(b.column(b.num_columns() - 1), 0))
+            .transpose()?;
+        return Ok(latest.filter(|v| !v.is_null()).map(lit));
+    }
+    // A group's key as text: each key's text (a missing one as U+0000) joined by U+001F, the
+    // same here and in the plan.
+    const MISSING: &str = "\u{0}";
+    const SEP: &str = "\u{1f}";
+    let key = concat_ws(
+        lit(SEP),
+        group_exprs
+            .iter()
+            .map(|e| {
+                coalesce(vec![
+                    cast(e.clone().unalias(), DataType::Utf8),
+                    lit(MISSING),
+                ])
+            })
+            .collect(),
+    );
+    let mut by_period: Vec<(ScalarValue, Vec<Expr>)> = Vec::new();
+    for b in &batches {
+        let keys: Vec<ArrayRef> = (0..group_exprs.len())
+            .map(|i| datafusion::arrow::compute::cast(b.column(i), &DataType::Utf8))
+            .collect::<Result<_, _>>()
+            .map_err(|e| EngineError::backend(&def.id, e))?;
+        let keys: Vec<&datafusion::arrow::array::StringArray> = keys
+            .iter()
+            .filter_map(|k| k.as_any().downcast_ref())
+            .collect();
+        for row in 0..b.num_rows() {
+            let period = ScalarValue::try_from_array(b.column(group_exprs.len()), row)?;
+            if period.is_null() {
+                continue;
+            }
+            let text: Vec<&str> = keys
+                .iter()
+                .map(|k| {
+                    if k.is_null(row) {
+                        MISSING
+                    } else {
+                        k.value(row)
+                    }
+                })
+                .collect();
+            let text = lit(text.join(SEP));
+            match by_period.iter_mut().find(|(p, _)| *p == period) {
+                Some((_, keys)) => keys.push(text),
+                None => by_period.push((period, vec![text])),
+            }
+        }
+    }
+    let mut branches = by_period
+        .into_iter()
+        .map(|(period, keys)| (key.clone().in_list(keys, false), lit(period)));
+    let Some((w, then)) = branches.next() else {
+        return Ok(None);
+    };
+    let mut case = when(w, then);
+    for (w, then) in branches {
+        case = case.when(w, then);
+    }
+    Ok(Some(case.end()?))
 }
 
 /// A page of groups, shaped for the result.
@@ -1454,6 +1589,13 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMet
         ),
         Metric::Min(f) => (format!("smallest {}", def.fields[*f].name), None),
         Metric::Max(f) => (format!("largest {}", def.fields[*f].name), None),
+        Metric::Last(f) => (
+            format!(
+                "sum of {} over the records of the group's latest period (each group at its own latest period among the records read)",
+                def.fields[*f].name
+            ),
+            None,
+        ),
         Metric::AvgComputed(k) => {
             let cm = &def.computed_measures[*k];
             (cm.formula_text(&def.fields), Some(RATIO_DECIMALS))

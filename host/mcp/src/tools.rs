@@ -183,7 +183,7 @@ fn parameter_description(tool: Tool, name: &str, ex: &Examples) -> String {
         },
         (Tool::QueryRecords, "cursor") => "next_cursor of the previous page (same other arguments).".into(),
         (Tool::CiteProvisions, "cursor") => "next_cursor of the previous page (same other arguments).".into(),
-        (Tool::SummarizeRecords, "metrics") => "count, sum:F, avg:F, min:F, max:F (F a measure), avg:<computed measure>; default [\"count\"].".into(),
+        (Tool::SummarizeRecords, "metrics") => "count, sum:F, avg:F, min:F, max:F, last:F (at each group's latest period) (F a measure), avg:<computed measure>; default [\"count\"].".into(),
         (Tool::SummarizeRecords, "group_by") => "Groupable fields (default: one row); a missing value is the key null.".into(),
         (Tool::SummarizeRecords, "having") => "Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}.".into(),
         (Tool::SummarizeRecords, "explode") => "Multi-value fields counted part by part (implied when grouped by).".into(),

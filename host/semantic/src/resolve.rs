@@ -53,6 +53,9 @@ pub enum Metric {
     Avg(FieldId),
     Min(FieldId),
     Max(FieldId),
+    /// `last:F`: the sum of F over each group's records of the latest period the group has
+    /// (a stock's level at the end of the periods read).
+    Last(FieldId),
     /// `avg:<computed measure>`.
     AvgComputed(MeasureId),
 }
@@ -67,6 +70,7 @@ impl Metric {
             Metric::Avg(f) => format!("avg:{}", field(f)),
             Metric::Min(f) => format!("min:{}", field(f)),
             Metric::Max(f) => format!("max:{}", field(f)),
+            Metric::Last(f) => format!("last:{}", field(f)),
             Metric::AvgComputed(m) => format!("avg:{}", def.computed_measures[*m].name),
         }
     }
@@ -74,7 +78,7 @@ impl Metric {
     /// The column counting rows whose value was null and so left out (`F:null_excluded`).
     pub fn null_excluded_column(&self, def: &DatasetDef) -> Option<String> {
         match self {
-            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => {
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) | Metric::Last(f) => {
                 Some(format!("{}:null_excluded", def.fields[*f].name))
             }
             Metric::Count | Metric::AvgComputed(_) => None,
@@ -83,7 +87,9 @@ impl Metric {
 
     pub fn field(&self) -> Option<FieldId> {
         match self {
-            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => Some(*f),
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) | Metric::Last(f) => {
+                Some(*f)
+            }
             Metric::Count | Metric::AvgComputed(_) => None,
         }
     }
@@ -92,7 +98,7 @@ impl Metric {
     pub fn value_kind(&self, def: &DatasetDef) -> ValueKind {
         match self {
             Metric::Count => ValueKind::Count,
-            Metric::Sum(_) => ValueKind::Sum,
+            Metric::Sum(_) | Metric::Last(_) => ValueKind::Sum,
             Metric::Avg(_) => ValueKind::Average,
             Metric::Min(_) => ValueKind::Min,
             Metric::Max(_) => ValueKind::Max,
@@ -107,7 +113,7 @@ impl Metric {
     /// field or computed measure (none for `count` and for a share).
     pub fn unit<'d>(&self, def: &'d DatasetDef) -> Option<&'d str> {
         match self {
-            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) => {
+            Metric::Sum(f) | Metric::Avg(f) | Metric::Min(f) | Metric::Max(f) | Metric::Last(f) => {
                 def.fields[*f].unit.as_deref()
             }
             Metric::AvgComputed(m) => def.computed_measures[*m].unit.as_deref(),
@@ -199,15 +205,17 @@ pub enum MetricKind {
     Avg,
     Min,
     Max,
+    Last,
 }
 
 impl MetricKind {
-    pub const ALL: [MetricKind; 5] = [
+    pub const ALL: [MetricKind; 6] = [
         MetricKind::Count,
         MetricKind::Sum,
         MetricKind::Avg,
         MetricKind::Min,
         MetricKind::Max,
+        MetricKind::Last,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -217,6 +225,7 @@ impl MetricKind {
             MetricKind::Avg => "avg",
             MetricKind::Min => "min",
             MetricKind::Max => "max",
+            MetricKind::Last => "last",
         }
     }
 
@@ -232,6 +241,7 @@ impl MetricKind {
             "total" => MetricKind::Sum,
             "minimum" => MetricKind::Min,
             "maximum" => MetricKind::Max,
+            "latest" | "final" | "end" => MetricKind::Last,
             "cnt" | "number" => MetricKind::Count,
             _ => return None,
         })
@@ -1235,6 +1245,7 @@ impl<'d> Resolver<'d> {
             MetricKind::Avg => Metric::Avg(field),
             MetricKind::Min => Metric::Min(field),
             MetricKind::Max => Metric::Max(field),
+            MetricKind::Last => Metric::Last(field),
             // Answered above: `count` takes no field.
             MetricKind::Count => Metric::Count,
         })
@@ -1258,7 +1269,11 @@ impl<'d> Resolver<'d> {
                     self.ranked_metric_candidates(input).into_iter().take(MAX_CANDIDATES).collect(),
                     self.metric_candidates().len(),
                 )
-                .hint("a metric is `count`, or `sum:F`, `avg:F`, `min:F`, `max:F` with F a measure, or `avg:<computed measure>`");
+                .hint(if self.def.time_field().is_some() {
+                    "a metric is `count`, or `sum:F`, `avg:F`, `min:F`, `max:F`, `last:F` (at each group's latest period) with F a measure, or `avg:<computed measure>`"
+                } else {
+                    "a metric is `count`, or `sum:F`, `avg:F`, `min:F`, `max:F` with F a measure, or `avg:<computed measure>`"
+                });
             return Err(self.example_with(err, "metrics", example_metric));
         };
         Ok(kind)
@@ -1413,7 +1428,12 @@ impl<'d> Resolver<'d> {
         let def = self.def;
         let mut out = vec![Candidate::described("count", Some("rows in each group"))];
         for f in def.fields.iter().filter(|f| f.role == Role::Measure) {
-            for kind in MetricKind::ALL.iter().filter(|k| k.takes_field()) {
+            // `last:` is of data with periods.
+            let timed = def.time_field().is_some();
+            for kind in MetricKind::ALL
+                .iter()
+                .filter(|k| k.takes_field() && (timed || **k != MetricKind::Last))
+            {
                 out.push(Candidate::new(format!("{kind}:{}", f.name)));
             }
         }
@@ -1873,8 +1893,11 @@ pub fn resolve_summarize(
             field,
             defaulted: false,
         }),
+        // `last:` reads each group at its own latest period, so the others are read too.
         (None, Some(time))
-            if !group_by.contains(&time) && !filters.iter().any(|f| f.field == time) =>
+            if !group_by.contains(&time)
+                && !filters.iter().any(|f| f.field == time)
+                && !metrics.iter().any(|m| matches!(m, Metric::Last(_))) =>
         {
             Some(Latest {
                 field: time,
@@ -2067,6 +2090,10 @@ impl Resolver<'_> {
                 })
         });
         for m in metrics {
+            if let Metric::Last(f) = m {
+                self.check_last(*f, time)?;
+                continue;
+            }
             let (field, summed) = match m {
                 Metric::Sum(f) => (*f, true),
                 Metric::Avg(f) => (*f, false),
@@ -2104,7 +2131,7 @@ impl Resolver<'_> {
                             "`{name}` is a stock (a level at a point in time): summed over several periods of `{t}` it would count the same things once a period"
                         ),
                         format!(
-                            "group_by `{t}`, or a condition on one period (`{{\"{t}\": 2020}}` or `\"latest\"`); `avg:{name}` is its mean level over the periods"
+                            "group_by `{t}`, or a condition on one period (`{{\"{t}\": 2020}}` or `\"latest\"`); `avg:{name}` is its mean level over the periods, `last:{name}` its level at each group's latest period"
                         ),
                     ))
                 }
@@ -2121,6 +2148,29 @@ impl Resolver<'_> {
 }
 
 impl Resolver<'_> {
+    /// `last:F` needs a time field, and sums F over a group's records of one period: refused
+    /// for a rate (which is never summed).
+    fn check_last(&self, f: FieldId, time: Option<FieldId>) -> Result<(), RequestError> {
+        let def = self.def;
+        let name = &def.fields[f].name;
+        if time.is_none() {
+            return Err(RequestError::invalid(
+                format!("metrics.last:{name}"),
+                format!("`last:{name}` is the value at each group's latest period, and dataset `{}` declares no time field", def.id),
+            )
+            .hint(format!("`sum:{name}`, `max:{name}`; or declare the field holding the periods `role: time` with its `grain`")));
+        }
+        if def.fields[f].aggregation == Some(Aggregation::Rate) {
+            return Err(RequestError::new(
+                ErrorCode::NotAdditive,
+                format!("`{name}` is a rate: `last:` sums a group's records of its latest period, and rates are not summed"),
+            )
+            .at(format!("metrics.last:{name}"))
+            .hint(format!("a condition on one period (`\"latest\"`) with `min:{name}`/`max:{name}` or its weighted `avg:`, or query_records for each record's value")));
+        }
+        Ok(())
+    }
+
     /// Resolves a summary's metrics, each once, recording those typed in another form.
     fn summary_metrics(&mut self, metric_inputs: &[String]) -> Result<Vec<Metric>, RequestError> {
         let def = self.def;
