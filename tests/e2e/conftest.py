@@ -61,8 +61,11 @@ class HttpServer:
         self.port = None
         deadline = time.monotonic() + 60
         assert self.proc.stderr is not None
+        # What the server said while starting is kept in `log` with the rest.
+        early: list[str] = []
         while time.monotonic() < deadline:
             line = self.proc.stderr.readline()
+            early.append(line)
             if not line:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"tally serve exited with {self.proc.returncode}")
@@ -79,7 +82,7 @@ class HttpServer:
         import collections
         import threading
 
-        self.log = collections.deque(maxlen=10_000)
+        self.log = collections.deque((line for line in early if line), maxlen=10_000)
         threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
 
     @property

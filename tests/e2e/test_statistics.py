@@ -44,6 +44,12 @@ def datasets(tmp_path_factory):
     # The same relation to a table whose key repeats: refused, naming the key.
     doubled = PREFECTURES_CSV.read_text(encoding="utf-8") + "R13000,東京都,中部\n"
     write_prefectures(root / "prefectures-doubled", doubled)
+    # A relation to a dataset that is not served: said in the log when the datasets are read.
+    (root / "ssdse-b-nowhere").mkdir()
+    (root / "ssdse-b-nowhere" / "dataset.yaml").write_text(
+        (ROOT / "tests/data/ssdse/ssdse-b/dataset.yaml").read_text(encoding="utf-8").replace(
+            "- dataset: prefectures", "- dataset: prefectures-nowhere"), encoding="utf-8")
+    shutil.copyfile(SSDSE / FILES["ssdse-b"], root / "ssdse-b-nowhere" / "data.parquet")
     (root / "ssdse-b-doubled").mkdir()
     definition = (ROOT / "tests/data/ssdse/ssdse-b/dataset.yaml").read_text(encoding="utf-8")
     (root / "ssdse-b-doubled" / "dataset.yaml").write_text(
@@ -320,6 +326,15 @@ async def test_a_relation_whose_key_repeats_is_refused_naming_the_key(server):
     assert not error, answer
 
 
+async def test_a_relation_to_a_dataset_not_served_is_said_on_load_and_refused_when_used(server):
+    said = [line for line in list(server.log) if "relation cannot be followed" in line]
+    assert any("ssdse-b-nowhere" in line and "prefectures-nowhere" in line for line in said), said
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b-nowhere", "metrics": ["sum:総人口"], "group_by": ["地方"], "where": {"年度": 2020},
+    })
+    assert error and "prefectures-nowhere" in answer["error"]["message"], answer
+
+
 def test_tally_check_follows_each_relation_and_refuses_repeated_keys(datasets):
     import subprocess
 
@@ -328,6 +343,8 @@ def test_tally_check_follows_each_relation_and_refuses_repeated_keys(datasets):
     assert run.returncode != 0, out
     (doubled,) = [line for line in out.splitlines() if "ssdse-b-doubled" in line]
     assert "many-to-one" in doubled and "`R13000`" in doubled, out
+    (nowhere,) = [line for line in out.splitlines() if "ssdse-b-nowhere" in line]
+    assert "`prefectures-nowhere`" in nowhere and "not served" in nowhere, out
     assert any(line.endswith("ssdse-b/dataset.yaml: ok") for line in out.splitlines()), out
 
 

@@ -267,17 +267,19 @@ impl Engine {
             .options_mut()
             .optimizer
             .enable_round_robin_repartition = false;
+        let catalog = Catalog::load(
+            dir,
+            &catalog::Options {
+                backends: backends.clone(),
+                memory_budget: limits.memory_budget_bytes,
+                serving: limits.serving,
+                check_objects: false,
+            },
+        );
+        warn_relations(&catalog);
         Engine {
             dir: dir.to_path_buf(),
-            catalog: arc_swap::ArcSwap::from_pointee(Catalog::load(
-                dir,
-                &catalog::Options {
-                    backends: backends.clone(),
-                    memory_budget: limits.memory_budget_bytes,
-                    serving: limits.serving,
-                    check_objects: false,
-                },
-            )),
+            catalog: arc_swap::ArcSwap::from_pointee(catalog),
             changes: tokio::sync::broadcast::channel(64).0,
             ctx: SessionContext::new_with_config(config),
             functions: udf::Functions,
@@ -443,6 +445,7 @@ impl Engine {
             for folder in &changes.cleared {
                 tracing::info!(folder = %folder, "dataset folder no longer broken");
             }
+            warn_relations(&next);
             self.catalog.store(Arc::new(next));
             if !changes.updated.is_empty() || !changes.removed.is_empty() {
                 self.sweep_cache();
@@ -1149,6 +1152,20 @@ fn normalized(tool: Tool, arguments: Value) -> envelope::NormalizedCall {
 fn seal<T: serde::Serialize>(data: T, provenance: Provenance) -> Result<Value, EngineError> {
     Envelope::seal_value(data, provenance)
         .map_err(|e| EngineError::Internal(format!("a result could not be written as JSON: {e}")))
+}
+
+/// Says in the log the relations of `catalog` that cannot be followed, when the datasets are
+/// read (a call that uses one is refused with the same reason; a related dataset's repeated
+/// keys are found where its data is read: at such a call, and by `tally check`).
+fn warn_relations(catalog: &Catalog) {
+    for ds in catalog.datasets.values() {
+        let problems = ds
+            .def
+            .relation_problems(|id| catalog.datasets.get(id).map(|d| &d.def));
+        for (field, reason, fix) in problems {
+            tracing::warn!(dataset = %ds.def.id, field = %field.name, "relation cannot be followed: {reason}; {fix}");
+        }
+    }
 }
 
 /// Runs a future on a task of its own and turns a panic into an error, so one broken call

@@ -157,6 +157,53 @@ impl DatasetDef {
         &self.fields[..n]
     }
 
+    /// What keeps this dataset's relations from being followed, given the datasets served
+    /// (`served` finds one by id): a related dataset that is not served, a key or lent field
+    /// it does not declare. Each as (the derived field, the reason, the fix). That the related
+    /// keys are unique is known only from the data (checked where it is read).
+    pub fn relation_problems<'d>(
+        &self,
+        served: impl Fn(&str) -> Option<&'d DatasetDef>,
+    ) -> Vec<(&Field, String, String)> {
+        let mut out = Vec::new();
+        for f in &self.fields {
+            let Some(DerivedSource::Relation {
+                dataset,
+                key,
+                field,
+            }) = f.derived.as_ref().map(|d| &d.source)
+            else {
+                continue;
+            };
+            let Some(target) = served(dataset) else {
+                out.push((
+                    f,
+                    format!("`{}` is lent by dataset `{dataset}`, which is not served", f.name),
+                    format!("serve `{dataset}` beside this dataset (a folder of that name), or name a served dataset"),
+                ));
+                continue;
+            };
+            for (what, name) in [("key", key), ("field lent", field)] {
+                if !target.column_fields().iter().any(|t| t.name == *name) {
+                    out.push((
+                        f,
+                        format!("the {what} `{name}` is not a field of `{dataset}`"),
+                        format!(
+                            "name one of its fields: {}",
+                            target
+                                .column_fields()
+                                .iter()
+                                .map(|t| t.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     pub fn time_field(&self) -> Option<FieldId> {
         self.fields
             .iter()

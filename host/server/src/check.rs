@@ -415,53 +415,22 @@ fn link_problems(
     out
 }
 
-/// What is wrong with the relations of `def` (`relations:`), given the datasets served: the
-/// related dataset, its key field and the fields lent. (That its keys are unique is checked
-/// when the data is read, [`Check::prepare_one`].)
+/// What is wrong with the relations of `def` (`relations:`), given the datasets served (the
+/// related dataset, its key field and the fields lent; that its keys are unique is checked
+/// when the data is read, [`Check::prepare_one`]).
 fn relation_problems(
     def: &tally_semantic::DatasetDef,
     served: &std::collections::HashMap<String, tally_semantic::DatasetDef>,
 ) -> Vec<Problem> {
-    use tally_semantic::definition::DerivedSource;
-    let mut out = Vec::new();
-    for f in &def.fields {
-        let Some(DerivedSource::Relation {
-            dataset,
-            key,
-            field,
-        }) = f.derived.as_ref().map(|d| &d.source)
-        else {
-            continue;
-        };
-        let Some(target) = served.get(dataset) else {
-            out.push(Problem {
-                line: Some(f.pos.line),
-                key: "relations".into(),
-                reason: format!("`{}` is lent by dataset `{dataset}`, which is not served from this directory", f.name),
-                fix: format!("serve `{dataset}` beside this dataset (a folder of that name), or name a dataset of this directory"),
-            });
-            continue;
-        };
-        for (what, name) in [("key", key), ("field lent", field)] {
-            if !target.column_fields().iter().any(|t| t.name == *name) {
-                out.push(Problem {
-                    line: Some(f.pos.line),
-                    key: "relations".into(),
-                    reason: format!("the {what} `{name}` is not a field of `{dataset}`"),
-                    fix: format!(
-                        "name one of its fields: {}",
-                        target
-                            .column_fields()
-                            .iter()
-                            .map(|t| t.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-            }
-        }
-    }
-    out
+    def.relation_problems(|id| served.get(id))
+        .into_iter()
+        .map(|(f, reason, fix)| Problem {
+            line: Some(f.pos.line),
+            key: "relations".into(),
+            reason,
+            fix,
+        })
+        .collect()
 }
 
 /// Decodes every page of every column of a dataset's data files (undeclared columns too),
