@@ -187,8 +187,8 @@ fn parameter_description(tool: Tool, name: &str, ex: &Examples) -> String {
         (Tool::SummarizeRecords, "group_by") => "Groupable fields (default: one row); a missing value is the key null.".into(),
         (Tool::SummarizeRecords, "having") => "Conditions on result columns, e.g. {\"count\": {\"$gte\": 10}}.".into(),
         (Tool::SummarizeRecords, "explode") => "Multi-value fields counted part by part (implied when grouped by).".into(),
-        (Tool::SummarizeRecords, "compare") => "Periods of the time field: {\"from\": 2010, \"to\": 2020} puts each metric at both, its change and % change per group; \"previous\": each period against the one before.".into(),
-        (Tool::SummarizeRecords, "rank") => "true: each group's rank by the first metric (1 = largest), within its period.".into(),
+        (Tool::SummarizeRecords, "compare") => "Periods of the time field side by side, {\"from\": 2010, \"to\": 2020} (each metric at both, change, % change), or \"previous\".".into(),
+        (Tool::SummarizeRecords, "rank") => "true: rank by the first metric (1 = largest) per period.".into(),
         (Tool::SummarizeRecords, "order_by") => "Result columns, \"-\" for descending (default: first metric descending).".into(),
         _ => String::new(),
     }
@@ -212,14 +212,7 @@ fn input_schema(tool: Tool, ex: &Examples) -> Value {
             Shape::Compare => json!({
                 "description": description,
                 "anyOf": [
-                    {
-                        "type": "object",
-                        "properties": {
-                            "from": { "anyOf": [{ "type": "integer" }, { "type": "string" }] },
-                            "to": { "anyOf": [{ "type": "integer" }, { "type": "string" }] }
-                        },
-                        "required": ["from", "to"]
-                    },
+                    { "type": "object", "required": ["from", "to"] },
                     { "type": "string", "enum": ["previous"] }
                 ]
             }),
@@ -450,6 +443,7 @@ mod tests {
                 Some("array") => json!(["x"]),
                 Some("object") => json!({}),
                 Some("integer") => json!(3),
+                _ if schema["type"] == "boolean" => json!(true),
                 other => panic!("no sample for {other:?} in {schema}"),
             },
         }
