@@ -55,6 +55,22 @@ def datasets(tmp_path_factory):
     (root / "ssdse-b-doubled" / "dataset.yaml").write_text(
         definition.replace("- dataset: prefectures", "- dataset: prefectures-doubled"), encoding="utf-8")
     shutil.copyfile(SSDSE / FILES["ssdse-b"], root / "ssdse-b-doubled" / "data.parquet")
+    # A related table past the rows a lookup may read (100,000): refused, saying so.
+    import duckdb as _duckdb
+
+    (root / "keys-too-many").mkdir()
+    (root / "keys-too-many" / "dataset.yaml").write_text(
+        "title: 多すぎる鍵\nretrieved_at: \"2026-12-01\"\nfields:\n- {name: 地域コード, role: id}\n- {name: 地方, role: dim}\n",
+        encoding="utf-8")
+    _duckdb.connect().execute(
+        "COPY (SELECT 'K' || i AS 地域コード, '地方' || (i % 8) AS 地方 FROM range(100001) t(i))"
+        f" TO '{root / 'keys-too-many' / 'data.parquet'}' (FORMAT parquet)"
+    )
+    (root / "ssdse-b-too-many").mkdir()
+    (root / "ssdse-b-too-many" / "dataset.yaml").write_text(
+        (ROOT / "tests/data/ssdse/ssdse-b/dataset.yaml").read_text(encoding="utf-8").replace(
+            "- dataset: prefectures", "- dataset: keys-too-many"), encoding="utf-8")
+    shutil.copyfile(SSDSE / FILES["ssdse-b"], root / "ssdse-b-too-many" / "data.parquet")
     # Periods with gaps: 東 has 2018–2020, 西 only 2018–2019, so each area's latest differs.
     import duckdb
 
@@ -390,3 +406,51 @@ async def test_last_of_a_stock_is_each_groups_own_latest_period(server, duck):
     got = {r[0]: r[1] for r in answer["data"]["rows"]}
     expected = dict(duck.execute('SELECT 都道府県, 総人口 FROM "ssdse-b" WHERE 年度 = 2020').fetchall())
     assert got == expected and len(got) == 47
+
+
+async def test_a_related_table_past_the_lookup_bound_is_refused(server):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b-too-many", "metrics": ["sum:総人口"], "group_by": ["地方"], "where": {"年度": 2020},
+    })
+    assert error, answer
+    assert "more than 100000 records" in answer["error"]["message"], answer
+
+
+async def test_a_related_dataset_outside_the_callers_scope_is_not_read(datasets, tmp_path):
+    """A token that may read SSDSE-B but not the prefecture table gets no region: the lookup
+    goes through the caller's scope, and the refusal reads as for a dataset not served."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# id token [datasets]\nanalyst scoped-token-ssdse-b-only-0123456789 ssdse-b\n", encoding="utf-8")
+    scoped = HttpServer("--token-file", str(tokens), datasets=str(datasets))
+    try:
+        http = httpx2.AsyncClient(headers={"Authorization": "Bearer scoped-token-ssdse-b-only-0123456789"}, timeout=TIMEOUT)
+        with anyio.fail_after(TIMEOUT):
+            async with Client(streamable_http_client(scoped.url, http_client=http), mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                grouped = await c.call_tool("summarize_records", {
+                    "dataset_id": "ssdse-b", "metrics": ["sum:総人口"], "group_by": ["地方"], "where": {"年度": 2020},
+                })
+                assert grouped.is_error, grouped
+                refusal = json.loads(grouped.content[0].text)["error"]
+                assert "`prefectures` is not served" in refusal["message"], refusal
+                # The rest of the dataset answers; nothing of the prefecture table is cited.
+                plain = await c.call_tool("summarize_records", {"dataset_id": "ssdse-b", "metrics": ["sum:総人口"], "where": {"年度": 2020}})
+                assert not plain.is_error, plain
+                cited = {s["id"] for s in json.loads(plain.content[0].text)["provenance"]["sources"]}
+                assert cited == {"dataset:ssdse-b"}, cited
+    finally:
+        scoped.stop()
+
+
+async def test_the_pass_that_finds_each_groups_latest_period_stops_at_the_group_cap(datasets):
+    capped = HttpServer("--max-groups", "5", datasets=str(datasets))
+    try:
+        error, answer = await call(capped, "summarize_records", {
+            "dataset_id": "ssdse-b", "metrics": ["last:総人口"], "group_by": ["都道府県"],
+        })
+        assert error and answer["error"]["code"] == "limit_exceeded", answer
+        assert "more than 5 groups" in answer["error"]["message"], answer
+    finally:
+        capped.stop()

@@ -92,17 +92,17 @@ pub fn apply(
         None => None,
     };
     let mut out = match (&plan.compare, &periods, time_key) {
-        (Some(Compare::Periods { from, to, .. }), Some(periods), Some(k)) => side_by_side(
+        (Some(c @ Compare::Periods { from, to, .. }), Some(periods), Some(k)) => side_by_side(
             &batch,
             &grouped,
             &main,
             k,
             periods,
             (&from.text(), &to.text()),
-            plan,
+            (c, plan),
         )?,
-        (Some(Compare::Previous { .. }), Some(periods), Some(k)) => {
-            previous(&batch, grouped, &main, k, periods, plan)?
+        (Some(c @ Compare::Previous { .. }), Some(periods), Some(k)) => {
+            previous(&batch, grouped, &main, k, periods, c)?
         }
         _ => Pivot::of(&batch, grouped),
     };
@@ -321,12 +321,8 @@ fn side_by_side(
     time_key: usize,
     periods: &[Option<String>],
     (from, to): (&str, &str),
-    plan: &SummarizePlan,
+    (compare, plan): (&Compare, &SummarizePlan),
 ) -> Result<Pivot, ArrowError> {
-    let compare = plan
-        .compare
-        .as_ref()
-        .ok_or_else(|| ArrowError::InvalidArgumentError("no comparison".into()))?;
     let n_keys = grouped.group_names.len();
     let (group_of, groups) = groups_without(batch, &grouped.group_names, time_key)?;
     let mut first: Vec<Option<u32>> = vec![None; groups];
@@ -394,12 +390,8 @@ fn previous(
     main: &[String],
     time_key: usize,
     periods: &[Option<String>],
-    plan: &SummarizePlan,
+    compare: &Compare,
 ) -> Result<Pivot, ArrowError> {
-    let compare = plan
-        .compare
-        .as_ref()
-        .ok_or_else(|| ArrowError::InvalidArgumentError("no comparison".into()))?;
     let (group_of, _) = groups_without(batch, &grouped.group_names, time_key)?;
     let order = period_order(periods);
     let place: HashMap<&str, usize> = order

@@ -719,7 +719,7 @@ async fn aggregate(
 
     let mut aggregates = Aggregates::new(caps);
     if plan.metrics.iter().any(|m| matches!(m, Metric::Last(_))) {
-        aggregates.last_period = latest_of_groups(call, &df, &group_exprs).await?;
+        aggregates.last_period = latest_of_groups(call, &df, &group_exprs, caps).await?;
     }
     let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
     let mut columns: Vec<String> = group_names.clone();
@@ -797,6 +797,7 @@ async fn latest_of_groups(
     call: &Call<'_>,
     df: &DataFrame,
     group_exprs: &[Expr],
+    caps: crate::groups::Caps,
 ) -> Result<Option<Expr>, EngineError> {
     use datafusion::common::ScalarValue;
     use datafusion::functions::string::expr_fn::concat_ws;
@@ -806,9 +807,14 @@ async fn latest_of_groups(
     };
     let t = call.planner.column(time);
     const LATEST: &str = "__tally_latest";
+    // Capped as the summary's own grouping is: past the caps this pass stops first.
+    let counted = crate::groups::capped_count(caps).call(vec![lit(1i64)]);
     let batches = df
         .clone()
-        .aggregate(group_exprs.to_vec(), vec![max(t).alias(LATEST)])?
+        .aggregate(
+            group_exprs.to_vec(),
+            vec![max(t).alias(LATEST), counted.alias("__tally_rows")],
+        )?
         .collect()
         .await
         .map_err(|e| EngineError::computing(&def.id, e))?;
@@ -817,7 +823,7 @@ async fn latest_of_groups(
         let latest = batches
             .iter()
             .find(|b| b.num_rows() > 0)
-            .map(|b| ScalarValue::try_from_array(b.column(b.num_columns() - 1), 0))
+            .map(|b| ScalarValue::try_from_array(b.column(group_exprs.len()), 0))
             .transpose()?;
         return Ok(latest.filter(|v| !v.is_null()).map(lit));
     }
