@@ -74,7 +74,6 @@ async def test_templates_prompts_and_completions(transport, mode, http_server):
             )
             assert codes.completion.values == ["2-1 申請等に基づく処分通知等", "2-2 申請等に基づかない処分通知等", "2-3 交付等（民間手続）"]
             # A field whose codes are the values in the data: offered once the data is prepared.
-            await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["所管府省庁"]})
             ministries = await c.complete(
                 PromptReference(name="compare_groups"), {"name": "where_value", "value": "デジタ"},
                 {"dataset_id": "procedures", "where_field": "所管府省庁"},
@@ -139,3 +138,27 @@ async def test_completions_see_only_the_tokens_datasets(tmp_path):
             assert none.completion.values == []
     finally:
         server.stop()
+
+
+async def test_the_first_completion_after_a_start_offers_the_values_in_the_data():
+    """Regression (issue 42): the values of a `codelist: auto` field (所管府省庁) were offered
+    only once a tool call had prepared the data, so a client completing a condition first got
+    []. A completion now starts the preparation and waits for it a moment; no tool is called
+    here."""
+    with anyio.fail_after(TIMEOUT):
+        async with Client(stdio_params(), cache=None, read_timeout_seconds=TIMEOUT) as c:
+            started = anyio.current_time()
+            while True:
+                got = await c.complete(
+                    PromptReference(name="compare_groups"), {"name": "where_value", "value": ""},
+                    {"dataset_id": "procedures", "where_field": "所管府省庁"},
+                )
+                if got.completion.values or anyio.current_time() - started > 30:
+                    break
+            assert got.completion.values[:3] == ["国土交通省", "厚生労働省", "経済産業省"], got.completion
+            assert got.completion.total == 25
+            law = await c.complete(
+                PromptReference(name="compare_groups"), {"name": "where_value", "value": "建築"},
+                {"dataset_id": "procedures", "where_field": "法令名"},
+            )
+            assert law.completion.values[0] == "建築基準法", law.completion.values

@@ -241,6 +241,8 @@ impl std::fmt::Debug for Engine {
 
 /// The most values [`Engine::known_values`] gives (completions rank at most these).
 pub const KNOWN_VALUES: usize = 10_000;
+/// How long a completion waits for a preparation it started (the preparation goes on after).
+pub const KNOWN_VALUES_WAIT: Duration = Duration::from_secs(3);
 impl Engine {
     /// Opens the datasets directory `dir` (registration reads metadata only).
     pub fn open(dir: &Path) -> Engine {
@@ -602,9 +604,13 @@ impl Engine {
     }
 
     /// The values a text field of a dataset holds (at most [`KNOWN_VALUES`]), most frequent
-    /// first, for completing a condition on it: the codes of a static codelist, else the distinct values of the
-    /// prepared data when it is ready. Never starts or waits for a preparation: `None` when
-    /// the values are not at hand (unknown dataset or field, numbers, data not yet prepared).
+    /// first, for completing a condition on it: the codes of a static codelist, else the
+    /// distinct values of the prepared data. A table not yet prepared that fits the memory
+    /// budget is prepared now (as a call's would be), waited for at most
+    /// [`KNOWN_VALUES_WAIT`]: the first completion after a start offers the values instead of
+    /// none. A table read from its files at every call is never scanned for a completion.
+    /// `None` when the values are not at hand (unknown dataset or field, numbers, data read
+    /// from its files, a preparation still running or failed).
     pub async fn known_values(&self, dataset_id: &str, field: &str) -> Option<Vec<String>> {
         let catalog = self.catalog.load_full();
         let ds = catalog.datasets.get(dataset_id)?;
@@ -616,7 +622,14 @@ impl Engine {
         if f.data_type.is_numeric() {
             return None;
         }
-        let prepared = ds.ready()?;
+        let prepared = match ds.ready() {
+            Some(p) => p,
+            None if ds.read_from_files(self) => return None,
+            None => tokio::time::timeout(KNOWN_VALUES_WAIT, ds.prepared_whole(self))
+                .await
+                .ok()?
+                .ok()?,
+        };
         let counts = prepared
             .distinct_values(&self.ctx, &ds.def, id)
             .await
