@@ -352,6 +352,41 @@ fields:
         other.stop()
 
 
+def test_a_certificate_that_cannot_be_verified_names_ca_cert(tmp_path):
+    """Regression (issue 42): a publisher whose certificate comes from an authority the
+    machine does not trust was refused with "check source.url", which leads nowhere; the hint
+    names `--ca-cert`, and with it the same fetch succeeds."""
+    site = Publisher(tmp_path)
+    try:
+        datasets = tmp_path / "datasets"
+        folder = datasets / "private"
+        folder.mkdir(parents=True)
+        (folder / "dataset.yaml").write_text(
+            f"""schema_version: "1"
+title: t
+source:
+  url: {site.url("/page")}
+  asset_pattern: "data\\\\.csv$"
+id_field: id
+fields:
+- {{name: id, role: id}}
+- {{name: n, role: measure, data_type: integer}}
+""",
+            encoding="utf-8",
+        )
+        site.pages["/page"] = (200, {"Content-Type": "text/html"}, page_html([("/files/data.csv", "data")]))
+        site.pages["/files/data.csv"] = (200, {"Content-Type": "text/csv"}, b"id,n\n1,5\n2,7\n")
+        p = run("fetch", "private", "--datasets", str(datasets), check=False)
+        assert p.returncode != 0, p.stdout
+        assert "--ca-cert" in p.stderr and "certificate" in p.stderr, p.stderr
+        assert "check source.url" not in p.stderr, p.stderr
+        assert not (folder / "data.parquet").exists()
+        out = json.loads(run("fetch", "private", "--datasets", str(datasets), "--ca-cert", str(site.ca_pem)).stdout)
+        assert out["status"] == "updated" and out["added"]["rows"] == 2, out
+    finally:
+        site.stop()
+
+
 async def test_add_into_a_running_server_reloads_it_once_with_a_skeleton(tmp_path):
     need_reference()
     datasets = tmp_path / "datasets"

@@ -262,15 +262,43 @@ fn agent(options: &FetchOptions) -> Result<ureq::Agent, IngestError> {
     Ok(ureq::Agent::new_with_config(config))
 }
 
+/// What to do about a publisher's certificate that could not be verified.
+const CERTIFICATE_HINT: &str = "the publisher's certificate could not be verified against the public certificate authorities: if it is signed by a private one, give that authority's certificate (PEM) with --ca-cert FILE";
+
+/// Whether an I/O error is a TLS certificate that could not be verified (ureq reports the
+/// handshake's errors as I/O errors carrying rustls's).
+fn is_certificate(io: &std::io::Error) -> bool {
+    let mut inner: Option<&(dyn std::error::Error + 'static)> = io
+        .get_ref()
+        .map(|e| e as &(dyn std::error::Error + 'static));
+    while let Some(e) = inner {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            // A certificate for another host name is not a matter of trust: source.url names
+            // a host the certificate is not for.
+            return match tls {
+                rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                    | rustls::CertificateError::NotValidForNameContext { .. },
+                ) => false,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+                    true
+                }
+                _ => false,
+            };
+        }
+        inner = e.source();
+    }
+    false
+}
+
 fn network(url: &Url, e: ureq::Error) -> IngestError {
     let hint = match &e {
         ureq::Error::Timeout(_) => {
             "the publisher did not answer in time: try again later, or raise --timeout"
         }
         ureq::Error::HostNotFound => "check source.url in dataset.yaml and the network",
-        ureq::Error::Tls(_) | ureq::Error::Rustls(_) => {
-            "the certificate could not be verified; for a private certificate authority give it with --ca-cert"
-        }
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) => CERTIFICATE_HINT,
+        ureq::Error::Io(io) if is_certificate(io) => CERTIFICATE_HINT,
         _ => "check source.url in dataset.yaml and try again",
     };
     refused(format!("fetching {url} failed: {e}"), hint)
