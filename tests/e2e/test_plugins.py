@@ -307,3 +307,36 @@ async def test_replacing_a_component_or_its_config_reloads(tmp_path):
                 await wait_for("changed config served", new_config)
     finally:
         server.stop()
+
+
+async def test_what_a_plugin_wrote_to_stderr_comes_with_its_error(tmp_path):
+    """A plugin that returns an error after logging more than the 16 KiB of stderr kept: the
+    end of its log (its reason) reaches the client with the error and the operator's log, and
+    the flood before it neither traps the plugin nor fills the message."""
+    hostile_dataset(tmp_path, "late", "late-error")
+    server = HttpServer(datasets=str(tmp_path))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                r = await c.call_tool("query_records", {"dataset_id": "late"})
+                assert r.is_error, r.content[0].text
+                message = body(r)["error"]["message"]
+                print(message)
+                assert "could not scan: could not read part 2 of 3" in message
+                assert "it wrote to stderr (the end): " in message
+                assert "hostile plugin: part 2 of 3 is unreadable (bad header at byte 17) (fix" in message, message
+                assert "it wrote to stderr (the end): hostile plugin: debug line" in message, "whole lines only"
+                # The end only: the first lines of the flood are not kept, and the plugin
+                # did not trap on them.
+                assert "debug line 000" not in message and "debug line 399" in message
+                assert "trapped" not in message and "panicked" not in message
+
+                async def logged():
+                    return [line for line in server.log if "the scan failed" in line]
+
+                [line] = (await wait_for("the failed scan in the log", logged))[:1]
+                print(line)
+                assert "WARN" in line and "dataset=late" in line and "could not read part 2 of 3" in line, line
+                assert "part 2 of 3 is unreadable (bad header at byte 17)" in line, line
+    finally:
+        server.stop()

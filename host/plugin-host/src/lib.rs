@@ -24,6 +24,7 @@ pub mod code_cache;
 pub mod error;
 pub mod native;
 pub mod probe;
+pub mod stderr;
 pub mod wasm;
 pub mod wasm_backend;
 

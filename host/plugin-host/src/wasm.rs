@@ -9,8 +9,8 @@
 //! The sandbox of every call:
 //! - WASI with the dataset's own folder pre-opened read-only at `/`, nothing else: no
 //!   network (TCP, UDP and name lookup are off), no environment variables, no arguments, no
-//!   stdin; stdout is discarded and stderr is kept (up to [`PluginLimits::stderr_bytes`]) to
-//!   explain a failure;
+//!   stdin; stdout is discarded and the end of stderr is kept (its last
+//!   [`PluginLimits::stderr_bytes`]) to explain a failure, whatever the plugin returned;
 //! - an epoch deadline ([`PluginLimits::deadline`]): a ticker thread advances the epoch
 //!   every [`TICK`], and a call past its deadline traps;
 //! - a memory limit ([`PluginLimits::memory_bytes`]) on every linear memory and table;
@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use wasmtime::component::{Component, Linker, ResourceTable};
 
 use crate::code_cache::CodeCache;
+use crate::stderr::StderrTail;
 use wasmtime::{Config, Engine, Store, StoreLimits, Trap};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use tally_plugin_api::{PLUGIN_API_VERSION, SOURCE_INTERFACE};
@@ -93,6 +93,10 @@ impl Pre {
     }
 }
 
+/// How many characters of the end of a plugin's stderr an error message shows: enough for a
+/// few lines of its own log, short enough for a message a model reads.
+const STDERR_SHOWN: usize = 2000;
+
 /// How often the epoch advances: the granularity of every deadline.
 pub const TICK: Duration = Duration::from_millis(10);
 
@@ -105,7 +109,8 @@ pub struct PluginLimits {
     pub memory_bytes: usize,
     /// Size of what one scan may return (the Arrow stream and the source table).
     pub output_bytes: usize,
-    /// How much of the plugin's stderr is kept for error messages.
+    /// How much of the end of the plugin's stderr is kept for error messages (a plugin may
+    /// write more: only the end is kept).
     pub stderr_bytes: usize,
 }
 
@@ -367,7 +372,7 @@ impl Runtime {
         what: &str,
         f: impl FnOnce(&mut Store<State>, &Instance) -> wasmtime::Result<Result<R, String>>,
     ) -> Result<R, PluginError> {
-        let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
+        let stderr = StderrTail::new(limits.stderr_bytes);
         let mut store = self.sandbox(label, folder, limits, &stderr)?;
         let started = Instant::now();
         let outcome = compiled
@@ -401,7 +406,7 @@ impl Runtime {
         label: &str,
         folder: &Path,
         limits: &PluginLimits,
-        stderr: &MemoryOutputPipe,
+        stderr: &StderrTail,
     ) -> Result<Store<State>, PluginError> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone())
@@ -519,17 +524,18 @@ struct Call<'a> {
     /// What the plugin was asked to do, e.g. "scan".
     what: &'a str,
     limits: &'a PluginLimits,
-    /// What the plugin wrote to stderr, up to `limits.stderr_bytes`.
-    stderr: MemoryOutputPipe,
+    /// The end of what the plugin wrote to stderr (its last `limits.stderr_bytes`).
+    stderr: StderrTail,
     started: Instant,
 }
 
 impl Call<'_> {
-    /// The error of a call the plugin answered with an error `message`.
+    /// The error of a call the plugin answered with an error `message`, with the end of what
+    /// it wrote to stderr (its own account of what went wrong).
     fn refused(&self, message: &str) -> PluginError {
         let Call { label, what, .. } = *self;
         PluginError::new(
-            format!("{label} could not {what}: {message}"),
+            format!("{label} could not {what}: {message}{}", self.stderr_text()),
             if message.starts_with(tally_plugin_api::PLUGIN_FAULT) {
                 "this is a fault in the plugin: its author can reproduce it on this dataset folder with `tally plugin test`"
             } else {
@@ -569,7 +575,7 @@ impl Call<'_> {
                 "the plugin must work faster on this data, or the server needs a longer --plugin-deadline-ms",
             ),
             Some(trap) => PluginError::new(
-                match panic_message(&stderr.contents()) {
+                match panic_message(&stderr.contents().0) {
                     Some(panic) => {
                         format!("{label} panicked while trying to {what}: {panic}")
                     }
@@ -591,9 +597,10 @@ impl Call<'_> {
         }
     }
 
-    /// What the plugin wrote to stderr, as the end of an error message ("" when nothing).
+    /// The end of what the plugin wrote to stderr, as the end of an error message ("" when
+    /// nothing).
     fn stderr_text(&self) -> String {
-        let bytes = self.stderr.contents();
+        let (bytes, dropped) = self.stderr.contents();
         // Rust's advice to set RUST_BACKTRACE cannot be followed inside the sandbox.
         let text: String = String::from_utf8_lossy(&bytes)
             .lines()
@@ -603,10 +610,21 @@ impl Call<'_> {
             .trim()
             .to_string();
         if text.is_empty() {
-            String::new()
-        } else {
-            format!("; it wrote: {}", last_chars(&text, 600))
+            return String::new();
         }
+        let mut shown = last_chars(&text, STDERR_SHOWN);
+        let earlier = dropped > 0 || shown.len() < text.len();
+        // Whole lines: a line cut at its start reads as another message.
+        if shown.len() < text.len()
+            && let Some((_, rest)) = shown.split_once('\n')
+            && !rest.is_empty()
+        {
+            shown = rest;
+        }
+        format!(
+            "; it wrote to stderr{}: {shown}",
+            if earlier { " (the end)" } else { "" }
+        )
     }
 }
 

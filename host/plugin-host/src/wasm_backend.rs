@@ -465,6 +465,12 @@ impl Backend for WasmBackend {
         })
         .await
         .map_err(StorageError::internal)?
+        // The operator's account of a failed scan, on one line (what the plugin wrote to
+        // stderr has lines of its own): the caller sees the same message.
+        .inspect_err(|e: &StorageError| {
+            let one_line = e.to_string().replace('\n', " | ");
+            tracing::warn!(dataset = %self.dataset, "{}: the scan failed: {one_line}", self.label);
+        })
         .map(|mut loaded| {
             loaded.notes.dedup();
             loaded

@@ -9,7 +9,10 @@
 //! - `describe-loop`: never returns from `describe`;
 //! - `bad-row-source`: the `ok` rows, but the last names a source that does not exist (the
 //!   guest helper never does this: the mode bypasses it, as a plugin without it could);
-//! - `wrong-type`: the `ok` rows, but `n` comes back as text though described as an integer.
+//! - `wrong-type`: the `ok` rows, but `n` comes back as text though described as an integer;
+//! - `late-error`: the first row, then (when more than one row is wanted) 40 KiB of debug
+//!   lines on stderr ending with its reason, and an error: a plugin that fails only past the
+//!   start of its data.
 
 use tally_plugin_api::guest::{
     Cell, Column, Config, Description, Request, Rows, Source, SourcePlugin,
@@ -127,6 +130,23 @@ impl SourcePlugin for Hostile {
                     )?;
                 }
                 Ok(())
+            }
+            "late-error" => {
+                rows.push(
+                    vec![Cell::text("alpha"), Cell::Integer(1), Cell::Null],
+                    Some(source(0)),
+                )?;
+                if rows.is_full() {
+                    return Ok(());
+                }
+                for i in 0..400 {
+                    eprintln!(
+                        "hostile plugin: debug line {i:03} of a long log {}",
+                        "-".repeat(64)
+                    );
+                }
+                eprintln!("hostile plugin: part 2 of 3 is unreadable (bad header at byte 17)");
+                Err("could not read part 2 of 3 (what it wrote to stderr says why)".into())
             }
             other => Err(format!("unknown mode `{other}`")),
         }
