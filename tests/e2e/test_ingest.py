@@ -415,6 +415,50 @@ async def test_add_into_a_running_server_reloads_it_once_with_a_skeleton(tmp_pat
         server.stop()
 
 
+def test_a_null_marker_given_on_a_re_run_is_recorded_in_the_definition(tmp_path):
+    """Regression (issue 42): the skeleton asks whether `-` means "no value" and suggests
+    `--null-marker` on a re-run; the re-run converted the cells but recorded nothing, so
+    dataset.yaml kept the question, the column stayed text and the next add forgot the answer.
+    Now the answer is written into source.null_markers, the field is typed and measured as the
+    file read with the marker says, its TODO lines follow, and the rest of the file is kept."""
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    data = tmp_path / "budget.csv"
+    data.write_text("id,office,amount,year\n1,a,10,2020\n2,b,-,2021\n3,c,30,2022\n4,d,-,2020\n5,e,50,2021\n", encoding="utf-8")
+    first = json.loads(run("add", "budget", str(data), "--datasets", str(datasets)).stdout)
+    assert first["definition"] == "written"
+    (question,) = first["questions"]
+    assert "`-` (2)" in question and "--null-marker" in question
+    yaml_path = datasets / "budget" / "dataset.yaml"
+    # A person's own edit, which the re-run must keep.
+    text = yaml_path.read_text(encoding="utf-8").replace("title: budget  # TODO: the dataset's title as its publisher gives it", "title: 予算")
+    assert "title: 予算" in text
+    yaml_path.write_text(text, encoding="utf-8")
+
+    again = json.loads(run("add", "budget", str(data), "--datasets", str(datasets), "--null-marker", "-").stdout)
+    assert again["definition"] == "updated", again
+    assert 'source.null_markers: "-" added' in again["recorded"], again["recorded"]
+    assert "amount: data_type string → integer" in again["recorded"], again["recorded"]
+    assert again["questions"] == []
+    amount = next(c for c in again["columns"] if c["name"] == "amount")
+    assert amount["data_type"] == "integer" and amount["nulls"] == 2, amount
+    text = yaml_path.read_text(encoding="utf-8")
+    assert 'null_markers: ["-"]' in text and "title: 予算" in text
+    assert "TODO (question)" not in text and "kept as text until they are answered" not in text
+    assert "empty in 2 of 5 rows" in text, text
+    checked = run("check", str(datasets))
+    assert "1 dataset(s) valid" in checked.stdout, checked.stdout
+    summed = json.loads(run("summarize", "budget", "--datasets", str(datasets), "--metrics", "sum:amount", "--group-by", "year").stdout)
+    # Summed as numbers, and the empty cells said, not taken as 0.
+    assert sorted(summed["data"]["rows"]) == [["2020", 10, 1], ["2021", 50, 1], ["2022", 30, 0]], summed["data"]
+    assert summed["data"]["columns"] == ["year", "sum:amount", "amount:null_excluded"]
+
+    # A third run without the flag keeps the answer: the definition declares it now.
+    third = json.loads(run("add", "budget", str(data), "--datasets", str(datasets)).stdout)
+    assert third["definition"] == "kept" and "recorded" not in third
+    assert next(c for c in third["columns"] if c["name"] == "amount")["nulls"] == 2
+
+
 def test_bad_input_from_the_command_line(tmp_path):
     datasets = tmp_path / "datasets"
     datasets.mkdir()

@@ -21,6 +21,7 @@ use serde::Serialize;
 use sha2::Digest;
 use tally_semantic::DatasetDef;
 
+mod answers;
 mod columnar;
 pub mod error;
 pub mod fetch;
@@ -90,9 +91,14 @@ pub struct Summary {
     pub dataset_id: String,
     /// The Parquet file written.
     pub data_file: PathBuf,
-    /// `kept` (the folder's definition was used) or `written` (a skeleton).
+    /// `kept` (the folder's definition was used), `updated` (used, with the answers this
+    /// run gave recorded in it: `recorded`) or `written` (a skeleton).
     pub definition: &'static str,
     pub definition_file: PathBuf,
+    /// What this run's answers changed in the definition (`--null-marker` given for a
+    /// question the skeleton asked: the marker, the field's type and role, its TODO lines).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recorded: Vec<String>,
     pub input: InputSummary,
     pub rows: u64,
     pub columns: Vec<ColumnSummary>,
@@ -663,9 +669,17 @@ struct Failures {
 /// Converts `options.file` into the dataset folder `options.datasets/<id>`.
 pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, IngestError> {
     let started = Instant::now();
-    let opened = open(options)?;
+    let mut opened = open(options)?;
+    let mut warnings = header_warnings(&opened.header, opened.given_rows);
+    let mut questions = Vec::new();
+    let answered = record_answers(
+        options,
+        &mut opened,
+        &mut warnings,
+        &mut questions,
+        progress,
+    )?;
     let (folder, def, input, header) = (&opened.folder, &opened.def, &opened.input, &opened.header);
-    let mut warnings = header_warnings(header, opened.given_rows);
     let sha256 = sha256_file(&input.path)?;
     let file_name = input
         .path
@@ -674,7 +688,6 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
         .unwrap_or_default();
 
     // The columns to write and, without a definition, the skeleton's guesses.
-    let mut questions = Vec::new();
     let (columns, skeleton) = plan_columns(
         options,
         &opened,
@@ -714,7 +727,10 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
     if let Some(sk) = &skeleton {
         id_field = sk.id.map(|i| columns[i].name.clone());
     }
-    let yaml = skeleton.as_ref().map(|sk| sk.text.clone());
+    let yaml = skeleton
+        .as_ref()
+        .map(|sk| sk.text.clone())
+        .or_else(|| answered.as_ref().map(|a| a.text.clone()));
 
     let target_data = put_in_place(
         options,
@@ -730,8 +746,15 @@ pub fn add(options: &AddOptions, progress: &dyn Progress) -> Result<Summary, Ing
     Ok(Summary {
         dataset_id: options.dataset_id.clone(),
         data_file: target_data,
-        definition: if yaml.is_some() { "written" } else { "kept" },
+        definition: if skeleton.is_some() {
+            "written"
+        } else if answered.is_some() {
+            "updated"
+        } else {
+            "kept"
+        },
         definition_file: folder.join(DEFINITION_FILE),
+        recorded: answered.map(|a| a.changes).unwrap_or_default(),
         input: InputSummary {
             file: file_name,
             format: input.format.name(),
@@ -828,6 +851,73 @@ fn open(options: &AddOptions) -> Result<Opened, IngestError> {
         given_rows,
         null_markers,
     })
+}
+
+/// With a definition and `--null-marker` values it does not declare yet: the answers recorded
+/// in its text (see [`answers`]), read from the file again with every marker as empty, and the
+/// definition this add converts by replaced with the updated one. `None` when there is nothing
+/// to record. A text the edit would leave invalid is not written: the markers are still
+/// applied to this conversion, and a warning says what to write by hand.
+fn record_answers(
+    options: &AddOptions,
+    opened: &mut Opened,
+    warnings: &mut Vec<String>,
+    questions: &mut Vec<String>,
+    progress: &dyn Progress,
+) -> Result<Option<answers::Recorded>, IngestError> {
+    let Some(def) = &opened.def else {
+        return Ok(None);
+    };
+    let declared = &def.source.null_markers;
+    if options.null_markers.iter().all(|m| declared.contains(m)) {
+        return Ok(None);
+    }
+    let path = opened.folder.join(DEFINITION_FILE);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| IngestError::io(format!("cannot read {}", path.display()), e))?;
+    // The file read again as a skeleton would read it with the markers given.
+    let (columns, sk) = infer_columns(
+        &opened.input,
+        &opened.header,
+        &opened.null_markers,
+        progress,
+    )?;
+    let guess = |name: &str| {
+        columns
+            .iter()
+            .position(|c| c.name == name)
+            .map(|i| sk.guesses[i].clone())
+    };
+    let recorded = answers::record(&text, declared, &options.null_markers, &guess);
+    warnings.extend(recorded.not_recorded.iter().cloned());
+    questions.extend(recorded.open_questions.iter().cloned());
+    if recorded.changes.is_empty() {
+        return Ok(None);
+    }
+    let label = format!("{}/{DEFINITION_FILE}", def.id);
+    match tally_semantic::load_definition(&label, &def.id, &recorded.text) {
+        Ok(loaded) => {
+            opened.def = Some(loaded.dataset);
+            Ok(Some(recorded))
+        }
+        Err(e) => {
+            warnings.push(format!(
+                "the answers were not written into {label}: with them it would not validate ({}); add {} to source.null_markers by hand",
+                e.diagnostics
+                    .iter()
+                    .find(|d| d.severity == tally_semantic::definition::Severity::Error)
+                    .map(|d| format!("line {}: {}", d.line, d.message))
+                    .unwrap_or_default(),
+                options
+                    .null_markers
+                    .iter()
+                    .map(|m| format!("{m:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            Ok(None)
+        }
+    }
 }
 
 /// Opens `options.file` for reading, naming it in an error that names no file.
