@@ -489,6 +489,31 @@ def test_inspect_and_list_views(views, browser):
     assert console_errors(browser) == []
 
 
+def test_inspect_view_lists_the_values_of_auto_codelist_fields(views, browser):
+    """Regression (issue 42, "values of codelist: auto fields never show"): the compact answer
+    sent its most frequent values as `top` while view.js read `top_values`, so 所管府省庁 showed
+    no values. The real compact answer has them under `top_values` as [value, count] pairs,
+    and the fields view lists them."""
+    data = views.cases["fields"]["result"]["structuredContent"]["data"]
+    field = next(f for f in data["fields"] if f["name"] == "所管府省庁")
+    assert field["codelist"]["kind"] == "auto"
+    assert "top" not in field["codelist"], field
+    top = field["codelist"]["top_values"]
+    assert top and all(isinstance(t, list) and len(t) == 2 for t in top), top
+    open_case(browser, views, "fields")
+    try:
+        items = browser.execute_script(
+            "return [].map.call(document.querySelectorAll('.field[data-field=\"所管府省庁\"] details.codes li'), function (l) { return l.textContent; })")
+        assert len(items) == len(top), items
+        for (value, count), text in zip(top, items, strict=True):
+            assert text.startswith(value) and f"({count:,})" in text, (value, count, text)
+        summary = browser.execute_script("return document.querySelector('.field[data-field=\"所管府省庁\"] details.codes summary').textContent")
+        assert summary == f"the {len(top)} most frequent of {field['codelist']['distinct_count']} values", summary
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
+
+
 # ---- the browser front ----------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ use crate::plan::Planner;
 use crate::results::{
     CodeDescription, CodelistDescription, CodelistKind, Codes, FieldDescription, InspectResult,
     LocatorGuide, LookedUp, MeasureDescription, MetricsGuide, NumericStats, Periods, Quality,
-    QualitySummary, TopValues, ValueCount,
+    QualitySummary, TopValueList, TopValues, ValueCount,
 };
 use crate::summarize::{AVG_DECIMALS, RATIO_DECIMALS};
 use tally_storage::dataset::Dataset;
@@ -459,13 +459,12 @@ async fn auto_codelist(
         codes: None,
         values: TopValues {
             distinct_count: Some(distinct),
-            top_values: Some(values),
+            top_values: Some(TopValueList::Full(values)),
             note: Some(if distinct > TOP_VALUES {
                 format!("the {TOP_VALUES} most frequent of {distinct} values")
             } else {
                 format!("all {distinct} values")
             }),
-            top: None,
         },
     })
 }
@@ -494,7 +493,7 @@ async fn listed_values(
         let top: Vec<ValueCount> = values.into_iter().take(TOP_VALUES).collect();
         Some(TopValues {
             distinct_count: Some(distinct),
-            top_values: Some(top),
+            top_values: Some(TopValueList::Full(top)),
             note: Some(if distinct > TOP_VALUES {
                 format!(
                     "the {TOP_VALUES} most frequent of {distinct} values (parts, for a multi-value field); filter with these exact values"
@@ -502,7 +501,6 @@ async fn listed_values(
             } else {
                 format!("all {distinct} values (parts, for a multi-value field)")
             }),
-            top: None,
         })
     } else {
         None
@@ -563,7 +561,7 @@ pub fn compact(mut body: InspectResult) -> InspectResult {
         }
     }
     body.detail = Some(
-        "compact: one line of meaning per field, codes without their descriptions, the 5 most frequent values as [value, count] (top) out of distinct_count; call again with \"detail\": \"full\" for everything",
+        "compact: one line of meaning per field, codes without their descriptions, the 5 most frequent values as [value, count] pairs (top_values) out of distinct_count; call again with \"detail\": \"full\" for everything",
     );
     body
 }

@@ -404,33 +404,57 @@ pub enum Codes {
     Values(Vec<String>),
 }
 
-/// The most frequent values of a field: in full (`top_values`, `note`) or compact (`top`).
+/// The most frequent values of a field, most frequent first, always under `top_values`: as
+/// objects in full (with the spellings counted together), as `[value, count]` pairs in the
+/// compact form. One name for both, so a reader of either form finds them.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum TopValueList {
+    /// `detail: "full"`: `{value, count, variants?}`.
+    Full(Vec<ValueCount>),
+    /// The compact form: `[value, count]`.
+    Pairs(#[schemars(with = "Vec<(Cell, u64)>")] Vec<(Value, u64)>),
+}
+
+impl TopValueList {
+    pub fn len(&self) -> usize {
+        match self {
+            TopValueList::Full(v) => v.len(),
+            TopValueList::Pairs(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The most frequent values of a field: `top_values` in full (objects, with a `note`) or
+/// compact (`[value, count]` pairs, no note).
 #[derive(Debug, Clone, Default, Serialize, JsonSchema)]
 pub struct TopValues {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub distinct_count: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_values: Option<Vec<ValueCount>>,
+    pub top_values: Option<TopValueList>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-    /// The most frequent values as `[value, count]`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<Vec<(Cell, u64)>>")]
-    pub top: Option<Vec<(Value, u64)>>,
 }
 
 impl TopValues {
     /// The compact form: the first `n` values as `[value, count]`, without the note.
     pub fn shorten(&mut self, n: usize) {
         self.note = None;
-        if let Some(top) = self.top_values.take() {
-            self.top = Some(
-                top.into_iter()
+        self.top_values = self.top_values.take().map(|top| {
+            TopValueList::Pairs(match top {
+                TopValueList::Full(values) => values
+                    .into_iter()
                     .take(n)
                     .map(|v| (v.value, v.count))
                     .collect(),
-            );
-        }
+                TopValueList::Pairs(pairs) => pairs.into_iter().take(n).collect(),
+            })
+        });
     }
 }
 

@@ -217,7 +217,8 @@
     var c = f.codelist;
     if (c && c.codes) return c.codes.map(function (x) { return typeof x === 'string' ? { value: x } : x; });
     var top = (c && c.top_values) || (f.values && f.values.top_values);
-    if (top) return top.filter(function (t) { return t.value !== null; }).map(function (t) { return { value: String(t.value), count: t.count }; });
+    // Objects in inspect_dataset's full form, [value, count] pairs in its compact one.
+    if (top) return window.TallyView.topValues(top).filter(function (t) { return t.value !== null; }).map(function (t) { return { value: String(t.value), count: t.count }; });
     return null;
   }
 
@@ -342,9 +343,12 @@
       show('call-details', false);
     }
     status('loading…');
+    // In full: the condition picker offers each field's 30 most frequent values (the compact
+    // form has 5), and the fields panel shows the codes' descriptions.
+    var inspectArgs = { dataset_id: id, detail: 'full' };
     var ready = fresh
-      ? callTool('inspect_dataset', { dataset_id: id }).then(function (result) {
-        window.TallyView.render($('inspect'), 'inspect_dataset', { dataset_id: id }, result, {});
+      ? callTool('inspect_dataset', inspectArgs).then(function (result) {
+        window.TallyView.render($('inspect'), 'inspect_dataset', inspectArgs, result, {});
         if (result.isError || !result.structuredContent) throw new Error('the dataset could not be inspected');
         current.inspect = result.structuredContent.data;
         fillBuilder(current.inspect);

@@ -535,14 +535,30 @@
     root.appendChild(provenanceBlock(env, data.sourceRefs));
   }
 
+  // The most frequent values as inspect_dataset sends them under `top_values`: objects
+  // `{value, count}` in its full form, `[value, count]` pairs in its compact form.
+  function topValues(list) {
+    return (list || []).map(function (t) {
+      return Array.isArray(t) ? { value: t[0], count: t[1] } : { value: t.value, count: t.count };
+    });
+  }
+
+  // A field's codes (a static codelist, with descriptions in full) or its most frequent values.
   function codesOf(f) {
     var c = f.codelist;
     if (c && c.codes) {
       return c.codes.map(function (x) { return typeof x === 'string' ? { value: x } : x; });
     }
     var top = (c && c.top_values) || (f.values && f.values.top_values);
-    if (top) return top.map(function (t) { return { value: label(t.value), count: t.count }; });
+    if (top) return topValues(top).map(function (t) { return { value: label(t.value), count: t.count }; });
     return null;
+  }
+
+  // How many distinct values a field has, when inspect_dataset says.
+  function distinctOf(f) {
+    var c = f.codelist;
+    var n = (c && c.distinct_count !== undefined) ? c.distinct_count : (f.values && f.values.distinct_count);
+    return typeof n === 'number' ? n : null;
   }
 
   function renderInspect(root, env) {
@@ -573,7 +589,9 @@
         (f.notes || []).forEach(function (n) { parts.push(h('div', { class: 'desc', text: '⚠ ' + n })); });
         if (codes && codes.length) {
           parts.push(h('details', { class: 'codes' }, [
-            h('summary', { text: codes.length + (f.codelist && f.codelist.codes ? ' codes' : ' most frequent values') }),
+            h('summary', { text: f.codelist && f.codelist.codes ? codes.length + ' codes'
+              : distinctOf(f) !== null && distinctOf(f) > codes.length ? 'the ' + codes.length + ' most frequent of ' + fmtNumber(distinctOf(f), 0) + ' values'
+                : codes.length + ' values' }),
             h('ul', null, codes.map(function (c) {
               return h('li', { text: c.value + (c.description ? ' — ' + c.description : '') + (c.count !== undefined ? ' (' + fmtNumber(c.count, 0) + ')' : '') });
             })),
@@ -654,5 +672,6 @@
     metricInfo: metricInfo,
     h: h,
     fmtNumber: fmtNumber,
+    topValues: topValues,
   };
 })();

@@ -647,7 +647,7 @@ pub fn answers_a_model_gets_right(open: &dyn Fn(&Path) -> tally_engine::Engine) 
             .cloned()
             .expect("field");
         assert!(
-            field["values"]["top"]
+            field["values"]["top_values"]
                 .as_array()
                 .is_some_and(|t| !t.is_empty()),
             "{field}"
