@@ -578,6 +578,96 @@ def test_browser_front_lists_inspects_charts_and_links(survey, tmp_path, browser
         server.stop()
 
 
+def test_browser_front_offers_coded_values_draws_every_pair_and_warns_once(tmp_path, browser):
+    """Issue 42 on the shipped `procedures` dataset, read by the front from the real binary:
+
+    - the condition picker offers 所管府省庁 (codelist: auto) with its values, as the full
+      inspect_dataset answer lists them (the 25 ministries, most frequent first);
+    - a summary by 所管府省庁 × 手続類型 with the table's page of 50 draws all 147 pairs (the
+      chart asks its groups in a call of its own), every ministry on the axis, and says so;
+    - the dataset's own warning (no retrieval date) is shown once for the dataset, not with
+      each answer, and a records page folds its left-out columns into one line."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    server = HttpServer("--call-timeout-ms", "60000", "--rate-limit", "100000", "--rate-burst", "100000")
+    try:
+        async def expected():
+            async with plain_client(server.url) as c:
+                for _ in range(600):
+                    inspect = await c.call_tool("inspect_dataset", {"dataset_id": "procedures", "detail": "full"})
+                    if not inspect.is_error:
+                        break
+                    await anyio.sleep(0.1)
+                pairs = await c.call_tool("summarize_records", {"dataset_id": "procedures", "group_by": ["所管府省庁", "手続類型"], "limit": 1000})
+                return dump(inspect)["structuredContent"], dump(pairs)["structuredContent"]["data"]
+
+        inspect, pairs = anyio.run(expected)
+        field = next(f for f in inspect["data"]["fields"] if f["name"] == "所管府省庁")
+        values = [t["value"] for t in field["codelist"]["top_values"]]
+        assert len(values) == min(30, field["codelist"]["distinct_count"]) > 5, field
+        dataset_warnings = inspect["provenance"]["warnings"]
+        assert dataset_warnings, "the shipped dataset states no retrieval date"
+        assert pairs["total_group_count"] == pairs["returned"] > 50, pairs["total_group_count"]
+        ministries = {r[0] for r in pairs["rows"]}
+
+        fresh_logs(browser)
+        browser.get(server.base + "/#/d/procedures")
+        wait_until(browser, "return document.querySelectorAll('#inspect .field').length > 10", "the fields")
+        offered = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "where-field")).options]
+        assert "所管府省庁" in offered and "法令名" in offered, offered
+        Select(browser.find_element(By.ID, "where-field")).select_by_value("所管府省庁")
+        picked = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "where-value")).options]
+        assert picked == values, picked
+        # The inspect panel lists them too.
+        listed = browser.execute_script("return document.querySelectorAll('#inspect .field[data-field=\"所管府省庁\"] details.codes li').length")
+        assert listed == len(values)
+        Select(browser.find_element(By.ID, "where-field")).select_by_value("")
+
+        Select(browser.find_element(By.ID, "group1")).select_by_value("所管府省庁")
+        Select(browser.find_element(By.ID, "group2")).select_by_value("手続類型")
+        browser.find_element(By.ID, "limit").clear()
+        browser.find_element(By.ID, "limit").send_keys("50")
+        browser.find_element(By.ID, "run").click()
+        wait_until(browser, "return document.querySelector('#result .chart svg') && document.querySelector('#result .chart-scope')", "the stacked chart")
+        facts = browser.execute_script(CHART_FACTS.replace("document.querySelector('.chart')", "document.querySelector('#result .chart')"))
+        assert facts["kind"] == "stacked", facts
+        assert facts["marks"] == pairs["total_group_count"], facts["marks"]
+        assert set(facts["axis"]) == ministries, set(facts["axis"]) ^ ministries
+        scope = browser.execute_script("var p = document.querySelector('#result .chart-scope'); return { complete: p.dataset.complete, text: p.textContent };")
+        assert scope["complete"] == "true" and f"({pairs['total_group_count']} of {pairs['total_group_count']} pairs)" in scope["text"], scope
+        # The call shown (and its permalink) is the one asked: the table's page of 50.
+        call = json.loads(browser.find_element(By.ID, "call-json").get_attribute("textContent"))
+        assert call["params"]["arguments"]["limit"] == 50
+        table_warnings = browser.execute_script("return [].map.call(document.querySelectorAll('#result .warnings li'), function (l) { return l.textContent; })")
+        assert any("50 of" in w for w in table_warnings), table_warnings  # the page's own warning stays
+
+        def shown_once():
+            texts = browser.execute_script("return [].map.call(document.querySelectorAll('.warnings li'), function (l) { return l.textContent; })")
+            for w in dataset_warnings:
+                assert texts.count(w) == 1, (w, texts)
+            assert browser.execute_script("return document.querySelectorAll('#dataset-warnings .warnings li').length") == len(dataset_warnings)
+
+        shown_once()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.set_window_size(1200, 1500)
+        browser.save_screenshot(str(ARTIFACTS / "front-stacked.png"))
+        browser.set_window_size(1200, 900)
+
+        browser.find_element(By.ID, "tab-query").click()
+        browser.find_element(By.ID, "run").click()
+        wait_until(browser, "return document.querySelector('#result table.data') && document.querySelector('#result').dataset.tool === 'query_records'", "the records")
+        shown_once()
+        folded = browser.execute_script("return [].map.call(document.querySelectorAll('#result details.omitted'), function (d) { return d.querySelector('summary').textContent; })")
+        assert len(folded) == 1 and folded[0].endswith("columns left out"), folded
+        assert not browser.execute_script("return [].some.call(document.querySelectorAll('#result p'), function (p) { return /^Column .* left out/.test(p.textContent); })")
+        assert console_errors(browser) == []
+        outside = [u for u in requests_made(browser) if not u.startswith(server.base + "/") and not u.startswith(("data:", "about:"))]
+        assert outside == [], outside
+    finally:
+        server.stop()
+
+
 def test_a_chart_file_opens_in_a_browser_with_nothing_from_outside(survey, tmp_path, browser):
     import subprocess
 

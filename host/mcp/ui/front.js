@@ -11,7 +11,7 @@
   var token = null; // in memory only
   var session = null;
   var nextId = 1;
-  var current = { dataset: null, inspect: null, tool: 'summarize_records' };
+  var current = { dataset: null, inspect: null, datasetWarnings: [], tool: 'summarize_records' };
 
   function $(id) { return document.getElementById(id); }
   function show(id, on) { $(id).classList.toggle('hidden', !on); }
@@ -308,9 +308,35 @@
     show('call-details', true);
     history.replaceState(null, '', permalink(call));
     return callTool(call.name, call.arguments).then(function (result) {
+      var chartCall = chartCallFor(call, result);
+      if (!chartCall) return { result: result, chart: null };
+      status('asking the chart its groups…');
+      return callTool(chartCall.name, chartCall.arguments).then(function (chartResult) {
+        return { result: result, chart: chartResult && !chartResult.isError ? { arguments: chartCall.arguments, result: chartResult } : null };
+      }, function () { return { result: result, chart: null }; });
+    }).then(function (answer) {
       status('');
-      window.TallyView.render(out, call.name, call.arguments, result, { callTool: callTool });
+      window.TallyView.render(out, call.name, call.arguments, answer.result, {
+        callTool: callTool, chart: answer.chart, omitWarnings: current.datasetWarnings,
+      });
     }, failed(out));
+  }
+
+  // The table shows the page asked for (its limit); a chart of a page would leave groups out
+  // (50 of 147 pairs: ministries missing, bars cut short). So when the page does not hold
+  // every group, the chart is drawn from a call of its own: the same call asking for as many
+  // groups as the chart can draw (view.js `chartLimit`), and the chart says what it still
+  // leaves out.
+  function chartCallFor(call, result) {
+    if (call.name !== 'summarize_records' || !result || result.isError) return null;
+    var data = result.structuredContent && result.structuredContent.data;
+    var groups = [].concat(call.arguments.group_by || []).length;
+    if (!data || !groups || !(data.total_group_count > (data.rows || []).length)) return null;
+    var limit = window.TallyView.chartLimit(groups);
+    if (!limit || (call.arguments.limit || 0) >= limit) return null;
+    var args = Object.assign({}, call.arguments, { limit: limit });
+    delete args.cursor;
+    return { name: call.name, arguments: args };
   }
 
   $('call-form').addEventListener('submit', function (e) {
@@ -332,12 +358,26 @@
     }
   });
 
+  function datasetWarnings(warnings) {
+    var box = $('dataset-warnings');
+    box.textContent = '';
+    show('dataset-warnings', warnings.length > 0);
+    if (!warnings.length) return;
+    box.appendChild(h('summary', { text: warnings.length === 1 ? '⚠ 1 warning about this dataset (it holds for every answer below)'
+      : '⚠ ' + warnings.length + ' warnings about this dataset (they hold for every answer below)' }));
+    box.appendChild(h('ul', { class: 'warnings', 'aria-label': 'dataset warnings' }, warnings.map(function (w) { return h('li', { text: w }); })));
+  }
+
   function datasetPage(id, call) {
     show('datasets', false);
     show('dataset', true);
     crumbs([{ text: 'Datasets', href: '#/' }, { text: id }]);
     var fresh = current.dataset !== id || !current.inspect;
     current.dataset = id;
+    if (fresh) {
+      current.datasetWarnings = [];
+      datasetWarnings([]);
+    }
     if (!call) {
       $('result').textContent = '';
       show('call-details', false);
@@ -348,9 +388,15 @@
     var inspectArgs = { dataset_id: id, detail: 'full' };
     var ready = fresh
       ? callTool('inspect_dataset', inspectArgs).then(function (result) {
-        window.TallyView.render($('inspect'), 'inspect_dataset', inspectArgs, result, {});
-        if (result.isError || !result.structuredContent) throw new Error('the dataset could not be inspected');
-        current.inspect = result.structuredContent.data;
+        var env = result && result.structuredContent;
+        // What the dataset's own description warns about (no retrieval date, …) is about the
+        // dataset, not about an answer: said once, above the builder, and left out of every
+        // answer drawn on this page.
+        current.datasetWarnings = (env && env.provenance && env.provenance.warnings) || [];
+        datasetWarnings(current.datasetWarnings);
+        window.TallyView.render($('inspect'), 'inspect_dataset', inspectArgs, result, { omitWarnings: current.datasetWarnings });
+        if (result.isError || !env) throw new Error('the dataset could not be inspected');
+        current.inspect = env.data;
         fillBuilder(current.inspect);
         setTool(current.tool);
       })

@@ -141,8 +141,12 @@
 
   // ---- provenance, warnings, notes ---------------------------------------------------------
 
-  function warningsBlock(env) {
-    var warnings = (env.provenance && env.provenance.warnings) || [];
+  // An answer's warnings. `omit`: warnings already shown once for the whole page (the
+  // browser front says a dataset's own warnings once, not with every answer).
+  function warningsBlock(env, omit) {
+    var warnings = ((env.provenance && env.provenance.warnings) || []).filter(function (w) {
+      return !omit || omit.indexOf(w) < 0;
+    });
     if (!warnings.length) return null;
     return h('ul', { class: 'warnings', role: 'alert', 'aria-label': 'warnings' },
       warnings.map(function (w) { return h('li', { text: w }); }));
@@ -266,7 +270,36 @@
     return a.localeCompare(b, undefined, { numeric: true });
   }
 
-  function drawSummary(container, data, choice, kind) {
+  // How many groups a summary asked for a chart needs, for `groups` groupings: the most the
+  // chart could draw (bars or treemap tiles for one grouping, rows × columns of a heatmap for
+  // two). The browser front asks its charts with this limit, not the table's page.
+  function chartLimit(groups) {
+    if (groups === 1) return Math.max(LIMITS.bars, LIMITS.treemapTiles);
+    if (groups === 2) return Math.max(LIMITS.stackedCategories * LIMITS.stackedSeries, LIMITS.heatmapRows * LIMITS.heatmapColumns);
+    return 0;
+  }
+
+  // What a chart leaves out, said plainly: the groups the answer itself did not hold (its
+  // limit or its size budget), and those past the chart's own bounds. `tableHasAll`: the
+  // table beside the chart has the same rows (an MCP Apps view), so it shows what the chart
+  // could not.
+  function scopeSentence(data, rows, drawnText, cuts, tableHasAll) {
+    var total = typeof data.total_group_count === 'number' ? data.total_group_count : rows.length;
+    var missing = Math.max(0, total - rows.length);
+    var parts = cuts.slice();
+    if (missing > 0) {
+      parts.push(fmtNumber(missing, 0) + ' of the ' + fmtNumber(total, 0) + ' groups that the answer did not hold (it returned ' +
+        fmtNumber(rows.length, 0) + '; raise its limit or add a condition)');
+    }
+    var text = 'Drawn: ' + drawnText + '.';
+    if (parts.length) {
+      text += ' Not drawn: ' + parts.join('; ') + '.';
+      if (tableHasAll && missing === 0) text += ' The table has them all.';
+    }
+    return { text: text, complete: parts.length === 0 };
+  }
+
+  function drawSummary(container, data, choice, kind, tableHasAll) {
     var shape = choice.shape;
     var m = choice.metric;
     var col = shape.column(m.column);
@@ -293,10 +326,15 @@
       var whole = items.reduce(function (sum, i) { return sum + (typeof i.value === 'number' ? i.value : 0); }, 0);
       var share = function (v) { return whole > 0 ? fmtNumber(100 * v / whole, 1) + ' %' : ''; };
       var most = kind === 'bar' ? LIMITS.bars : kind === 'treemap' ? LIMITS.treemapTiles : items.length;
+      var cuts = [];
       if (items.length > most) {
-        leftOut = 'The ' + most + ' largest of ' + fmtNumber(items.length, 0) + ' groups are drawn; the table has them all.';
+        cuts.push('the ' + fmtNumber(items.length - most, 0) + ' smallest of the ' + fmtNumber(items.length, 0) + ' groups answered, past the ' +
+          most + ' a ' + kind + ' chart draws');
         items = items.slice(0, most);
       }
+      var drawnAll = items.length === rows.length && !(data.total_group_count > rows.length);
+      leftOut = scopeSentence(data, rows, drawnAll ? 'all ' + fmtNumber(items.length, 0) + ' groups of ' + shape.groups[0].name
+        : fmtNumber(items.length, 0) + ' groups of ' + shape.groups[0].name + ', the largest by ' + m.column, cuts, tableHasAll);
       if (kind === 'bar') {
         target = mount(container, Math.max(220, items.length * 26 + 70));
         opt.grid = { left: 8, right: 80, top: 30, bottom: 30, containLabel: true };
@@ -348,16 +386,24 @@
       secondKeys.sort(byCode);
       var rowsMost = kind === 'stacked' ? LIMITS.stackedCategories : LIMITS.heatmapRows;
       var colsMost = kind === 'stacked' ? LIMITS.stackedSeries : LIMITS.heatmapColumns;
-      if (firstKeys.length > rowsMost || secondKeys.length > colsMost) {
-        leftOut = 'The first ' + Math.min(rowsMost, firstKeys.length) + ' of ' + fmtNumber(firstKeys.length, 0) + ' ' + shape.groups[0].name +
-          (secondKeys.length > colsMost ? ' and ' + colsMost + ' of ' + fmtNumber(secondKeys.length, 0) + ' ' + shape.groups[1].name : '') +
-          ' are drawn; the table has them all.';
-        firstKeys = firstKeys.slice(0, rowsMost);
-        secondKeys = secondKeys.slice(0, colsMost);
+      var pairCuts = [];
+      if (firstKeys.length > rowsMost) {
+        pairCuts.push(fmtNumber(firstKeys.length - rowsMost, 0) + ' of the ' + fmtNumber(firstKeys.length, 0) + ' values of ' + shape.groups[0].name +
+          (m.additive ? ' (the smallest totals)' : ' (the last in the answer)') + ', past the ' + rowsMost + ' a ' + (kind === 'stacked' ? 'stacked' : 'heatmap') + ' chart draws');
       }
+      if (secondKeys.length > colsMost) {
+        pairCuts.push(fmtNumber(secondKeys.length - colsMost, 0) + ' of the ' + fmtNumber(secondKeys.length, 0) + ' values of ' + shape.groups[1].name +
+          ' (the last in code order), past the ' + colsMost + ' a ' + (kind === 'stacked' ? 'stacked' : 'heatmap') + ' chart draws');
+      }
+      firstKeys = firstKeys.slice(0, rowsMost);
+      secondKeys = secondKeys.slice(0, colsMost);
       var firstIndex = new Map(firstKeys.map(function (k, i) { return [k, i]; }));
       var secondIndex = new Map(secondKeys.map(function (k, i) { return [k, i]; }));
       var drawn = rows.filter(function (r) { return firstIndex.has(label(r[g1])) && secondIndex.has(label(r[g2])); });
+      var pairsMissing = data.total_group_count > rows.length;
+      leftOut = scopeSentence(data, rows, fmtNumber(firstKeys.length, 0) + ' ' + shape.groups[0].name + ' × ' + fmtNumber(secondKeys.length, 0) + ' ' +
+        shape.groups[1].name + ' (' + fmtNumber(drawn.length, 0) + ' of ' + fmtNumber(typeof data.total_group_count === 'number' ? data.total_group_count : rows.length, 0) +
+        ' pairs)' + (pairsMissing && m.additive && kind === 'stacked' ? '; bars lack the pairs not answered, so they may be short' : ''), pairCuts, tableHasAll);
       if (kind === 'stacked') {
         target = mount(container, Math.max(240, firstKeys.length * 28 + 110));
         opt.legend = { type: 'scroll', top: 0 };
@@ -404,7 +450,9 @@
     target.box.setAttribute('aria-label', kind + ' chart of ' + m.column + ' by ' + shape.groups.map(function (g) { return g.name; }).join(' and '));
     target.box.dataset.kind = kind;
     target.chart.setOption(opt);
-    if (leftOut) container.appendChild(h('p', { class: 'muted left-out', text: leftOut }));
+    if (leftOut) {
+      container.appendChild(h('p', { class: 'chart-scope' + (leftOut.complete ? ' muted' : ' left-out'), dataset: { complete: String(leftOut.complete) }, text: leftOut.text }));
+    }
     return target;
   }
 
@@ -435,7 +483,7 @@
     return [h('h2', { text: title }), subtitle ? h('p', { class: 'subtitle', text: subtitle }) : null];
   }
 
-  function renderSummary(root, env) {
+  function renderSummary(root, env, opts) {
     var data = env.data;
     // A comparison of periods is charted by its first change (what was asked); the same rule
     // as `default_metric` in host/chart/src/lib.rs.
@@ -448,7 +496,7 @@
       (data.truncated ? ' · the first ' + fmtNumber(data.returned, 0) + ' shown' : '') +
       (shape0.exploded ? ' · a record can be in several parts: the parts do not add up to the records' : '');
     header(titleOf(env, data.dataset_id), subtitle).forEach(function (e) { if (e) root.appendChild(e); });
-    var warn = warningsBlock(env);
+    var warn = warningsBlock(env, opts.omitWarnings);
     if (warn) root.appendChild(warn);
     var toolbar = h('div', { class: 'toolbar', role: 'toolbar' });
     var body = h('div', { class: 'body' });
@@ -457,9 +505,15 @@
     var formats = {};
     shape0.metrics.forEach(function (m) { formats[m.column] = m.format; });
     var current = null;
+    // The browser front asks a chart's groups in a call of its own when the table's page does
+    // not hold them all (opts.chart: its arguments and result); the chart is drawn from that,
+    // the table is the page asked for.
+    var chartEnv = opts.chart && opts.chart.result && opts.chart.result.structuredContent;
+    var chartData = chartEnv && chartEnv.data && chartEnv.data.columns ? chartEnv.data : data;
+    var ownCall = chartData !== data;
 
     function draw() {
-      var choice = chooseChart(data, state.metric);
+      var choice = chooseChart(chartData, state.metric);
       if (state.kind === null || choice.kinds.indexOf(state.kind) < 0) state.kind = choice.kind;
       toolbar.textContent = '';
       if (shape0.metrics.length > 1 && shape0.groups.length > 0) {
@@ -480,7 +534,14 @@
       body.textContent = '';
       if (state.kind === 'table') body.appendChild(table(data, formats));
       else if (state.kind === 'card') body.appendChild(cards(data, choice.shape));
-      else current = drawSummary(body, data, choice, state.kind);
+      else {
+        current = drawSummary(body, chartData, choice, state.kind, !ownCall);
+        if (ownCall) {
+          body.appendChild(h('p', { class: 'muted chart-call', text: 'The chart asked for its groups in a call of its own (limit ' +
+            fmtNumber(opts.chart.arguments.limit, 0) + '); the table is the page asked for (' + fmtNumber(data.returned, 0) + ' of ' +
+            fmtNumber(data.total_group_count, 0) + ' groups).' }));
+        }
+      }
       if (choice.metric && (choice.metric.kind === 'share' || choice.metric.kind === 'ratio')) {
         var rate = choice.metric.kind === 'share';
         body.appendChild(h('p', { class: 'muted', text: choice.metric.column + ' = ' + choice.metric.description +
@@ -494,18 +555,35 @@
     root.appendChild(provenanceBlock(env, data.sourceRefs));
   }
 
+  // The columns an answer left out, one line per reason (a default page of a wide dataset
+  // leaves out many, all for the same reason), folded: the answer's warning already says so.
+  function omittedColumns(omitted) {
+    if (!omitted.length) return null;
+    var reasons = [];
+    var fields = {};
+    omitted.forEach(function (o) {
+      if (!fields[o.reason]) { fields[o.reason] = []; reasons.push(o.reason); }
+      fields[o.reason].push(o.field);
+    });
+    return h('details', { class: 'omitted muted' }, [
+      h('summary', { text: omitted.length === 1 ? '1 column left out' : omitted.length + ' columns left out' }),
+      h('ul', null, reasons.map(function (r) {
+        return h('li', { text: fields[r].join(', ') + ': ' + r });
+      })),
+    ]);
+  }
+
   function renderQuery(root, env, args, opts) {
     var data = env.data;
     var first = data.offset + 1;
     var last = data.offset + data.returned;
     header(titleOf(env, data.dataset_id), data.total === 0 ? 'no records match' :
       'records ' + fmtNumber(first, 0) + '–' + fmtNumber(last, 0) + ' of ' + fmtNumber(data.total, 0)).forEach(function (e) { if (e) root.appendChild(e); });
-    var warn = warningsBlock(env);
+    var warn = warningsBlock(env, opts.omitWarnings);
     if (warn) root.appendChild(warn);
     root.appendChild(table(data));
-    (data.omitted_columns || []).forEach(function (o) {
-      root.appendChild(h('p', { class: 'muted', text: 'Column ' + o.field + ' left out: ' + o.reason }));
-    });
+    var omitted = omittedColumns(data.omitted_columns || []);
+    if (omitted) root.appendChild(omitted);
     var pager = h('div', { class: 'pager' });
     var history = opts.history || [];
     var call = opts.callTool;
@@ -561,11 +639,11 @@
     return typeof n === 'number' ? n : null;
   }
 
-  function renderInspect(root, env) {
+  function renderInspect(root, env, opts) {
     var data = env.data;
     header(data.title || data.dataset_id, data.dataset_id + ' · ' + fmtNumber(data.record_count, 0) + ' records' +
       (data.publisher ? ' · ' + data.publisher : '') + (data.as_of_date ? ' · as of ' + data.as_of_date : '')).forEach(function (e) { if (e) root.appendChild(e); });
-    var warn = warningsBlock(env);
+    var warn = warningsBlock(env, opts.omitWarnings);
     if (warn) root.appendChild(warn);
     if (data.description) root.appendChild(h('p', { text: data.description }));
     ['id', 'dim', 'measure', 'attr'].forEach(function (role) {
@@ -617,7 +695,7 @@
   function renderList(root, env, args, opts) {
     var data = env.data;
     header('Datasets', fmtNumber(data.total, 0) + ' served').forEach(function (e) { if (e) root.appendChild(e); });
-    var warn = warningsBlock(env);
+    var warn = warningsBlock(env, opts.omitWarnings);
     if (warn) root.appendChild(warn);
     root.appendChild(h('div', { class: 'cards' }, data.datasets.map(function (d) {
       var open = opts.openDataset;
@@ -659,9 +737,9 @@
       root.appendChild(h('div', { class: 'error', role: 'alert', text: message || 'the tool returned no result' }));
       return;
     }
-    if (tool === 'summarize_records') renderSummary(root, env);
+    if (tool === 'summarize_records') renderSummary(root, env, opts);
     else if (tool === 'query_records') renderQuery(root, env, args || {}, opts);
-    else if (tool === 'inspect_dataset') renderInspect(root, env);
+    else if (tool === 'inspect_dataset') renderInspect(root, env, opts);
     else if (tool === 'list_datasets') renderList(root, env, args || {}, opts);
     else root.appendChild(h('pre', { class: 'call', text: JSON.stringify(env, null, 2) }));
   }
@@ -669,6 +747,7 @@
   window.TallyView = {
     render: render,
     chooseChart: chooseChart,
+    chartLimit: chartLimit,
     metricInfo: metricInfo,
     h: h,
     fmtNumber: fmtNumber,
