@@ -155,18 +155,37 @@ def test_a_missing_dataset_folder_is_a_setup_error(tmp_path):
 
 
 def test_check_scan_finds_a_plugin_that_cannot_read(tmp_path):
-    """`tally check` validates definitions; `--scan` also scans each plugin dataset once, so a
-    wrong folder in a plugin's backend.config is found before a client finds it."""
+    """`tally check` registers each plugin dataset as the server does, with its probe scan of
+    one row, so a wrong folder in a plugin's backend.config is found before a client finds it;
+    `--scan` reads each plugin dataset whole, so a plugin that fails past its first row is found
+    too, with what it wrote to stderr."""
     datasets = tmp_path / "datasets"
     shutil.copytree(ROOT / "datasets" / "guide", datasets / "guide")
     yaml = datasets / "guide" / "dataset.yaml"
     yaml.write_text(yaml.read_text(encoding="utf-8").replace("folder: docs", "folder: no-such-folder"), encoding="utf-8")
+    for flags in [(), ("--scan",)]:
+        checked = tally("check", *flags, str(datasets), timeout=120)
+        print(checked.stdout)
+        assert checked.returncode == 1, checked.stdout
+        assert "a probe scan of one row failed: plugin `documents`" in checked.stdout and "no-such-folder" in checked.stdout
+    yaml.write_text(yaml.read_text(encoding="utf-8").replace("folder: no-such-folder", "folder: docs"), encoding="utf-8")
+    late = datasets / "late"
+    late.mkdir()
+    shutil.copyfile(hostile("tally_test_plugin_hostile"), late / "h.wasm")
+    (late / "dataset.yaml").write_text(
+        'title: H\nsource: {url: "https://example.org/"}\n'
+        "backend: {kind: wasm, component: h.wasm, config: {mode: late-error}}\nfields:\n" + FIELDS
+    )
     plain = tally("check", str(datasets), timeout=120)
     assert plain.returncode == 0, plain.stdout
     scanned = tally("check", "--scan", str(datasets), timeout=120)
     print(scanned.stdout)
     assert scanned.returncode == 1, scanned.stdout
-    assert "plugin `documents`" in scanned.stdout and "no-such-folder" in scanned.stdout
+    # One line, with what the plugin wrote to stderr last.
+    [line] = [line for line in scanned.stdout.splitlines() if line.startswith(f"{late / 'dataset.yaml'}: error")]
+    assert "could not read part 2 of 3" in line and "part 2 of 3 is unreadable (bad header at byte 17)" in line, line
+    assert "1 dataset(s) valid, 1 invalid" in scanned.stdout
+    shutil.rmtree(late)
     # Columns a plugin produces that the definition leaves out are said (they are not served).
     hostile_folder = datasets / "h"
     hostile_folder.mkdir()
@@ -175,7 +194,6 @@ def test_check_scan_finds_a_plugin_that_cannot_read(tmp_path):
         'title: H\nsource: {url: "https://example.org/"}\n'
         "backend: {kind: wasm, component: h.wasm, config: {mode: ok}}\nfields:\n" + FIELDS
     )
-    yaml.write_text(yaml.read_text(encoding="utf-8").replace("folder: no-such-folder", "folder: docs"), encoding="utf-8")
     noted = tally("check", "--scan", str(datasets), timeout=120)
     assert noted.returncode == 0, noted.stdout
     assert "the plugin produces columns dataset.yaml does not declare, so they are not served: payload" in noted.stdout

@@ -187,7 +187,7 @@ impl WasmBackend {
                 files.push(f);
             }
         }
-        Ok(WasmBackend {
+        let backend = WasmBackend {
             dataset: dataset.to_string(),
             folder: folder.to_path_buf(),
             label,
@@ -202,7 +202,75 @@ impl WasmBackend {
             limits,
             schema,
             files,
-        })
+        };
+        backend.probe()?;
+        Ok(backend)
+    }
+
+    /// A scan of one row, checked as a load checks every scan (the Arrow types, the sources,
+    /// the files reported): a plugin that describes itself but cannot read its folder (a
+    /// wrong path in its config, a bad file, a broken build) is refused when it registers,
+    /// so the operator sees it among the broken datasets and a reload to such a build keeps
+    /// the last good version serving. One row keeps it cheap for a plugin that honours the
+    /// limit; a failure past the first row is found by the whole read (`tally check --scan`,
+    /// the server's first read) and logged.
+    fn probe(&self) -> Result<(), PluginError> {
+        let columns: Vec<String> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let (mut request, _) = self.scan_request(&columns, &[]);
+        request.limit = Some(1);
+        let budget = tally_storage::memory::Budget::new(self.limits.output_bytes.saturating_mul(4));
+        let meter = tally_storage::memory::Meter::new(
+            budget.reservation(format!("the probe scan of {}", self.label)),
+            Arc::default(),
+            Arc::default(),
+        );
+        // The files it read may still be being written: retried when they settle.
+        let refused = |message: String, fix: String| PluginError {
+            maybe_incomplete: true,
+            ..PluginError::new(format!("a probe scan of one row failed: {message}"), fix)
+        };
+        let reader = self.reader();
+        let result = self
+            .runtime
+            .scan(
+                &self.label,
+                &self.compiled,
+                &self.folder,
+                &self.limits,
+                &request,
+            )
+            .map_err(|e| refused(e.message, e.fix))?;
+        match reader.check(result, &request, &[], &meter) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let message = match e {
+                    StorageError::Backend { message, .. } => message,
+                    other => other.to_string(),
+                };
+                Err(refused(
+                    message,
+                    "this is a fault in the plugin: its author can reproduce it on this dataset folder with `tally plugin test`".into(),
+                ))
+            }
+        }
+    }
+
+    /// What reads this dataset's data through the plugin, on any thread.
+    fn reader(&self) -> Reader {
+        Reader {
+            runtime: Arc::clone(&self.runtime),
+            compiled: Arc::clone(&self.compiled),
+            folder: self.folder.clone(),
+            limits: self.limits,
+            label: self.label.clone(),
+            dataset: self.dataset.clone(),
+            schema: self.schema.clone(),
+        }
     }
 
     /// What the plugin says it is and does.
@@ -404,65 +472,10 @@ impl Backend for WasmBackend {
         meter: &tally_storage::memory::Meter,
     ) -> Result<LoadedData, StorageError> {
         let (request, applied) = self.scan_request(columns, pushed);
-        let runtime = Arc::clone(&self.runtime);
-        let compiled = Arc::clone(&self.compiled);
-        let folder = self.folder.clone();
-        let limits = self.limits;
-        let label = self.label.clone();
-        let dataset = self.dataset.clone();
-        let schema = self.schema.clone();
+        let reader = self.reader();
         let meter = meter.clone();
         // The plugin runs on a blocking thread: a scan is CPU work bounded by its deadline.
-        tokio::task::spawn_blocking(move || {
-            let fail = |message: String| StorageError::Backend {
-                dataset: dataset.clone(),
-                message,
-            };
-            let result = runtime
-                .scan(&label, &compiled, &folder, &limits, &request)
-                .map_err(|e| fail(e.to_string()))?;
-            meter.account(result.ipc.len(), 0)?;
-            let projection = request.projection.as_deref().unwrap_or_default();
-            let (got, batches) = decode(&label, &result.ipc, &schema, projection, &meter, &fail)?;
-            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-            let read = hash_reported_files(&label, &folder, &result.files).map_err(fail)?;
-            let row_sources = row_sources_of(&label, &result, rows, &read.hashes).map_err(fail)?;
-            let mut files = vec![ServedFile {
-                path: format!("the output of {label}"),
-                size: result.ipc.len() as u64,
-                sha256: sha256_hex(&result.ipc),
-                modified: None,
-                object: None,
-            }];
-            let files_read = read.files.len();
-            files.extend(read.files);
-            let mut notes = result.notes.clone();
-            notes.extend(read.notes);
-            let table = MemTable::try_new(got, vec![batches]).map_err(|e| fail(e.to_string()))?;
-            Ok(LoadedData {
-                provider: Arc::new(table),
-                files,
-                extract: Some(format!(
-                    "{label}, component {}, which read {}{}",
-                    compiled.sha256,
-                    match files_read {
-                        0 => "no file it reported".to_string(),
-                        1 => "1 file of the dataset folder".to_string(),
-                        n => format!("{n} files of the dataset folder"),
-                    },
-                    if applied.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            " and applied {} itself, returning {rows} rows",
-                            applied.join(" and ")
-                        )
-                    }
-                )),
-                notes,
-                row_sources,
-            })
-        })
+        tokio::task::spawn_blocking(move || reader.read(&request, &applied, &meter))
         .await
         .map_err(StorageError::internal)?
         // The operator's account of a failed scan, on one line (what the plugin wrote to
@@ -474,6 +487,109 @@ impl Backend for WasmBackend {
         .map(|mut loaded| {
             loaded.notes.dedup();
             loaded
+        })
+    }
+}
+
+/// What reads a dataset's data through its plugin: the scan, then the checks of every load.
+struct Reader {
+    runtime: Arc<Runtime>,
+    compiled: Arc<Compiled>,
+    folder: PathBuf,
+    limits: PluginLimits,
+    label: String,
+    dataset: String,
+    schema: SchemaRef,
+}
+
+impl Reader {
+    /// Scans with `request` (the conditions `applied` in words, for the extract step) and
+    /// checks what came back: the Arrow stream against the description, the files reported
+    /// (hashed), the row sources.
+    fn read(
+        &self,
+        request: &ScanRequest,
+        applied: &[String],
+        meter: &tally_storage::memory::Meter,
+    ) -> Result<LoadedData, StorageError> {
+        let Reader {
+            runtime,
+            compiled,
+            folder,
+            limits,
+            label,
+            dataset,
+            ..
+        } = self;
+        let result = runtime
+            .scan(label, compiled, folder, limits, request)
+            .map_err(|e| StorageError::Backend {
+                dataset: dataset.clone(),
+                message: e.to_string(),
+            })?;
+        self.check(result, request, applied, meter)
+    }
+
+    /// Checks what a scan with `request` returned and makes it the data of a load.
+    fn check(
+        &self,
+        result: wasm::ScanResult,
+        request: &ScanRequest,
+        applied: &[String],
+        meter: &tally_storage::memory::Meter,
+    ) -> Result<LoadedData, StorageError> {
+        let Reader {
+            compiled,
+            folder,
+            label,
+            dataset,
+            schema,
+            ..
+        } = self;
+        let fail = |message: String| StorageError::Backend {
+            dataset: dataset.clone(),
+            message,
+        };
+        meter.account(result.ipc.len(), 0)?;
+        let projection = request.projection.as_deref().unwrap_or_default();
+        let (got, batches) = decode(label, &result.ipc, schema, projection, meter, &fail)?;
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let read = hash_reported_files(label, folder, &result.files).map_err(fail)?;
+        let row_sources = row_sources_of(label, &result, rows, &read.hashes).map_err(fail)?;
+        let mut files = vec![ServedFile {
+            path: format!("the output of {label}"),
+            size: result.ipc.len() as u64,
+            sha256: sha256_hex(&result.ipc),
+            modified: None,
+            object: None,
+        }];
+        let files_read = read.files.len();
+        files.extend(read.files);
+        let mut notes = result.notes.clone();
+        notes.extend(read.notes);
+        let table = MemTable::try_new(got, vec![batches]).map_err(|e| fail(e.to_string()))?;
+        Ok(LoadedData {
+            provider: Arc::new(table),
+            files,
+            extract: Some(format!(
+                "{label}, component {}, which read {}{}",
+                compiled.sha256,
+                match files_read {
+                    0 => "no file it reported".to_string(),
+                    1 => "1 file of the dataset folder".to_string(),
+                    n => format!("{n} files of the dataset folder"),
+                },
+                if applied.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " and applied {} itself, returning {rows} rows",
+                        applied.join(" and ")
+                    )
+                }
+            )),
+            notes,
+            row_sources,
         })
     }
 }

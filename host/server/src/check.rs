@@ -327,7 +327,8 @@ impl Check {
             }
             Err(e) => {
                 self.broken += 1;
-                say!("{label}: error: {e}");
+                // One line per problem: what a plugin wrote to stderr has lines of its own.
+                say!("{label}: error: {}", e.to_string().replace('\n', " | "));
             }
         }
         for note in notes {
