@@ -39,17 +39,34 @@ def tally(*args: str, cwd: Path | None = None, timeout: int = 900) -> subprocess
 
 
 async def test_a_new_plugin_builds_passes_its_test_and_is_served(tmp_path):
-    # Made inside some other cargo workspace: the project is a workspace of its own.
+    # Made outside this repository, inside some other cargo workspace: the project is a
+    # workspace of its own.
+    assert ROOT not in tmp_path.resolve().parents
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "Cargo.toml").write_text('[workspace]\nmembers = []\nresolver = "3"\n')
     made = tally("plugin", "new", "my-lines", cwd=elsewhere)
     assert made.returncode == 0, made.stderr
-    project = elsewhere / "my-lines"
+    # Shared as a zip and unpacked somewhere else: it holds everything it builds from.
+    archive = shutil.make_archive(str(tmp_path / "my-lines"), "zip", elsewhere, "my-lines")
+    shutil.rmtree(elsewhere)
+    shutil.unpack_archive(archive, tmp_path / "shared")
+    project = tmp_path / "shared" / "my-lines"
     manifest = (project / "Cargo.toml").read_text()
     # Literal keys (nothing inherited), a component and a host library, a size-tuned release.
-    assert ".workspace = true" not in manifest and manifest.lstrip().splitlines()[1] == "[workspace]"
+    assert ".workspace = true" not in manifest and "\n[workspace]\n" in manifest
     assert 'crate-type = ["cdylib", "rlib"]' in manifest and 'opt-level = "s"' in manifest
+    # The plugin API crate this tally was built with, unpacked into the project; no file
+    # names this repository.
+    assert 'tally-plugin-api = { path = "vendor/tally-plugin-api", features = ["guest"] }' in manifest
+    vendored = project / "vendor" / "tally-plugin-api"
+    for source in [*(ROOT / "plugin-api" / "src").glob("*.rs"), *(ROOT / "plugin-api" / "wit").rglob("*.wit")]:
+        copy = vendored / source.relative_to(ROOT / "plugin-api")
+        assert copy.read_bytes() == source.read_bytes(), copy
+    assert "workspace" not in (vendored / "Cargo.toml").read_text().split("\n", 2)[2]
+    for path in project.rglob("*"):
+        if path.is_file():
+            assert str(ROOT) not in path.read_text(encoding="utf-8", errors="replace"), path
 
     built = tally("plugin", "build", str(project))
     assert built.returncode == 0, built.stderr[-4000:]
@@ -60,11 +77,32 @@ async def test_a_new_plugin_builds_passes_its_test_and_is_served(tmp_path):
     # A release build with the template's profile is small.
     assert wasm.stat().st_size < 2 * 1024 * 1024, wasm.stat().st_size
 
+    # Built offline (CARGO_NET_OFFLINE), with its Cargo.lock resolved from the crates the
+    # workspace build fetched: the plugin API's guest dependencies only.
+    lock = (project / "Cargo.lock").read_text()
+    assert 'name = "tally-plugin-api"' in lock and 'name = "datafusion"' not in lock
+
     tested = tally("plugin", "test", str(project), "--dataset", str(project / "example"))
     print(tested.stdout)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "passed every check" in tested.stdout
+    assert "passed every check" in tested.stdout and "warning" not in tested.stdout
     assert "hello.txt:1" in tested.stdout and "filter path = `hello.txt`" in tested.stdout
+
+    # The definition checks of `tally check`, in the same words: an unquoted comma in a flow
+    # mapping makes a key of its own (the template had this bug).
+    comma = tmp_path / "comma" / "lines"
+    shutil.copytree(project / "example", comma)
+    yaml = comma / "dataset.yaml"
+    yaml.write_text(yaml.read_text().replace('desc: "The line number, from 1"', "desc: The line number, from 1"))
+    tested = tally("plugin", "test", str(wasm), "--dataset", str(comma))
+    print(tested.stdout)
+    [warned] = [line for line in tested.stdout.splitlines() if "warning" in line and "from 1" in line]
+    assert "unknown key `from 1`" in warned
+    assert tested.returncode == 0 and "passed every check, with 1 warning about dataset.yaml" in tested.stdout
+    shutil.copyfile(wasm, comma / "my_lines.wasm")
+    checked = tally("check", str(comma.parent))
+    assert checked.returncode == 0, checked.stdout
+    assert warned in checked.stdout.splitlines(), checked.stdout
 
     # Served as any dataset: the component copied into the folder its dataset.yaml names.
     datasets = tmp_path / "datasets"

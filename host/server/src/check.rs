@@ -135,15 +135,11 @@ impl Check {
                 return;
             }
         };
-        let (valid, diagnostics): (bool, Vec<Diagnostic>) =
-            match load_definition(&label, &folder_id, &text) {
-                Ok(loaded) => (true, loaded.warnings),
-                Err(err) => (false, err.diagnostics),
-            };
+        let (def, diagnostics) = read_definition(&label, &folder_id, &text);
         for d in &diagnostics {
             say!("{d}");
         }
-        if !valid {
+        if def.is_none() {
             self.broken += 1;
             return;
         }
@@ -334,6 +330,21 @@ impl Check {
         for note in notes {
             say!("{label}: note: {note}");
         }
+    }
+}
+
+/// A definition read as `tally check` reads it (and `tally plugin test`, so both say the
+/// same): the definition when it is valid, and every diagnostic, the warnings of a valid one
+/// (an unknown key, which may be a typo) or the errors of one that is not. `label` names the
+/// file in each diagnostic.
+pub fn read_definition(
+    label: &str,
+    folder_id: &str,
+    text: &str,
+) -> (Option<tally_semantic::DatasetDef>, Vec<Diagnostic>) {
+    match load_definition(label, folder_id, text) {
+        Ok(loaded) => (Some(loaded.dataset), loaded.warnings),
+        Err(err) => (None, err.diagnostics),
     }
 }
 

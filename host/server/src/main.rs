@@ -16,6 +16,7 @@ mod cli;
 mod cluster;
 mod ingest;
 mod plugin;
+mod plugin_api;
 
 #[derive(Debug, Parser)]
 #[command(

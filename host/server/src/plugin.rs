@@ -1,7 +1,8 @@
 //! `tally plugin`: tooling for people who write wasm source plugins.
 //!
 //! - `new NAME`: a project from the template (literal package keys, a component and a host
-//!   library, a size-tuned release profile, the plugin API by path) with an example dataset;
+//!   library, a size-tuned release profile, the plugin API crate this tally was built with
+//!   unpacked into `vendor/`) with an example dataset;
 //! - `build [DIR]`: the component in release for wasm32-wasip2, checked (a component, the
 //!   API version this server speaks) and measured;
 //! - `test DIR|FILE.wasm --dataset FOLDER`: the plugin on a dataset folder through the real
@@ -17,8 +18,8 @@ use tally_mcp::exit;
 
 const TARGET: &str = "wasm32-wasip2";
 const TEMPLATE_LIB: &str = include_str!("../../../examples/plugin-template/src/lib.rs");
-/// The plugin API crate of the source tree this binary was built from (a default for `new`).
-const BUILT_FROM_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugin-api");
+/// Where `new` unpacks the plugin API crate, inside the project.
+const VENDORED_API: &str = "vendor/tally-plugin-api";
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -31,8 +32,9 @@ pub enum PluginCommand {
         /// Where to write the project (default: ./NAME). It must not exist or be empty.
         #[arg(long, value_name = "DIR")]
         path: Option<PathBuf>,
-        /// The `plugin-api` folder of a Tally checkout, for the dependency on
-        /// tally-plugin-api (default: the one this tally was built from, when it is there).
+        /// Depend on the `plugin-api` folder of a Tally checkout by path instead (default:
+        /// the plugin API crate this tally was built with, unpacked into the project's
+        /// vendor/tally-plugin-api, so the project builds anywhere).
         #[arg(long, value_name = "DIR")]
         api: Option<PathBuf>,
     },
@@ -156,22 +158,21 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
         ));
     }
     let api = match api {
-        Some(a) => a,
-        None => PathBuf::from(BUILT_FROM_API),
+        None => None,
+        Some(api) => Some(api.canonicalize().ok().filter(|a| a.join("Cargo.toml").is_file() && a.join("wit").is_dir()).ok_or_else(|| {
+            Failure::new(
+                exit::CONFIG,
+                format!(
+                    "{} is not the plugin-api folder of a Tally checkout (with Cargo.toml and wit/)",
+                    api.display()
+                ),
+                "pass --api PATH to the plugin-api folder of a Tally checkout, or leave --api out to unpack the plugin API crate this tally was built with into the project",
+            )
+        })?),
     };
-    let api = api.canonicalize().ok().filter(|a| a.join("Cargo.toml").is_file() && a.join("wit").is_dir()).ok_or_else(|| {
-        Failure::new(
-            exit::CONFIG,
-            format!(
-                "{} is not the plugin-api folder of a Tally checkout (with Cargo.toml and wit/)",
-                api.display()
-            ),
-            "pass --api PATH to the plugin-api folder of a Tally checkout (or edit the dependency in Cargo.toml to a git dependency afterwards)",
-        )
-    })?;
     let crate_name = name.replace('-', "_");
-    let files: Vec<(PathBuf, String)> = vec![
-        (PathBuf::from("Cargo.toml"), cargo_toml(name, &api)),
+    let mut files: Vec<(PathBuf, String)> = vec![
+        (PathBuf::from("Cargo.toml"), cargo_toml(name, api.as_deref())),
         (PathBuf::from("src/lib.rs"), lib_rs(name)),
         (PathBuf::from(".gitignore"), "/target\n*.wasm\n".to_string()),
         (PathBuf::from("README.md"), readme(name, &crate_name)),
@@ -184,6 +185,20 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
             "Hello from the example dataset.\nEvery non-empty line is a row.\n\nThis one cites line 4.\n".to_string(),
         ),
     ];
+    if api.is_none() {
+        let vendored = crate::plugin_api::files().map_err(|e| {
+            Failure::new(
+                exit::FAILED,
+                format!("the plugin API crate built into this tally cannot be written out: {e}"),
+                "this is a fault of this tally build; pass --api PATH to a Tally checkout's plugin-api folder meanwhile",
+            )
+        })?;
+        files.extend(
+            vendored
+                .into_iter()
+                .map(|(path, text)| (Path::new(VENDORED_API).join(path), text)),
+        );
+    }
     for (relative, text) in files {
         let path = dir.join(&relative);
         if let Some(parent) = path.parent() {
@@ -206,10 +221,30 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
     Ok(dir)
 }
 
-fn cargo_toml(name: &str, api: &Path) -> String {
+fn cargo_toml(name: &str, api: Option<&Path>) -> String {
+    let dependency = match api {
+        None => format!(
+            r#"# Tally's plugin API with its guest helper: the crate tally {tally} was built with, unpacked
+# into vendor/ so this project builds anywhere, offline. To take a published version instead:
+# tally-plugin-api = {{ version = "{api_version}", features = ["guest"] }} (or a git dependency on
+# Tally's repository), then delete vendor/.
+tally-plugin-api = {{ path = "{VENDORED_API}", features = ["guest"] }}"#,
+            tally = env!("CARGO_PKG_VERSION"),
+            api_version = env!("CARGO_PKG_VERSION"),
+        ),
+        Some(api) => format!(
+            r#"# Tally's plugin API with its guest helper, from a Tally checkout. From Tally's repository
+# instead: tally-plugin-api = {{ git = "<Tally's repository URL>", features = ["guest"] }}
+tally-plugin-api = {{ path = {api:?}, features = ["guest"] }}"#,
+            api = api.display().to_string(),
+        ),
+    };
     format!(
         r#"# A workspace of its own: the project builds wherever it is put, inside another one too.
+# The plugin API in vendor/ is a dependency, not a member: a member's optional features (the
+# API's `native`) would all be resolved into Cargo.lock.
 [workspace]
+exclude = ["vendor"]
 
 [package]
 name = "{name}"
@@ -224,9 +259,7 @@ publish = false
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-# Tally's plugin API with its guest helper, from a Tally checkout. From Tally's repository
-# instead: tally-plugin-api = {{ git = "<Tally's repository URL>", features = ["guest"] }}
-tally-plugin-api = {{ path = {api:?}, features = ["guest"] }}
+{dependency}
 
 # A plugin is built once and runs sandboxed: small code, and a panic aborts (the server shows
 # its message). A release build is under a megabyte; a debug build tens of megabytes.
@@ -238,7 +271,6 @@ strip = true
 panic = "abort"
 "#,
         rust = env!("CARGO_PKG_RUST_VERSION"),
-        api = api.display().to_string(),
     )
 }
 
@@ -260,7 +292,7 @@ backend:
   config: {{publisher: "Example Org"}}
 fields:
 - {{name: path, role: dim, desc: The file}}
-- {{name: line, role: attr, data_type: integer, desc: The line number, from 1}}
+- {{name: line, role: attr, data_type: integer, desc: "The line number, from 1"}}
 - {{name: text, role: attr, desc: The line}}
 "#
     )
@@ -274,7 +306,10 @@ A WebAssembly component Tally runs sandboxed to read a dataset folder (here: the
 files, one row per line, each row citing its file and line). The guide to the contract, the
 sandbox and the limits is Tally's `docs/plugins.md`.
 
-Needs rustup with the wasm target: `rustup target add {TARGET}`.
+Needs rustup with the wasm target: `rustup target add {TARGET}`. The plugin API crate is
+in `vendor/tally-plugin-api` (the version of the `tally` that wrote this project), so the
+project builds anywhere, offline; to depend on a published version instead, see the comment
+above the dependency in `Cargo.toml`.
 
 ```sh
 tally plugin build .                          # the component, in release: {crate_name}.wasm
@@ -447,7 +482,12 @@ fn test(flags: TestFlags) -> ExitCode {
 
 fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
     let folder = &flags.dataset;
-    let Subject { wasm, bytes, def } = read_subject(flags)?;
+    let Subject {
+        wasm,
+        bytes,
+        def,
+        warnings,
+    } = read_subject(flags)?;
     // The plugin under test stands in for the component the definition names (a file, or a
     // built-in plugin when testing one of those).
     let component = match &def.backend.plugin {
@@ -497,15 +537,20 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
     let Some(component) = component else {
         // A built-in plugin's definition: its fields against what the plugin describes.
         builtin_fields(&def, &probe, &mut problems);
-        return Ok(verdict(&probe, &problems));
+        return Ok(verdict(&probe, &problems, warnings));
     };
     // The definition against the plugin, as the server loads it: a copy of the folder with
     // the plugin under test as its component.
     let scratch = scratch_copy(folder, &def.id, &component, &bytes)?;
+    let scanned = problems.is_empty();
     as_served(&scratch, &def.id, limits, &mut problems);
+    if !scanned {
+        // The server's probe scan fails as the scans above did: said once is enough.
+        problems.retain(|p| !p.contains(tally_plugin_host::wasm_backend::PROBE_FAILED));
+    }
     drop(scratch);
 
-    Ok(verdict(&probe, &problems))
+    Ok(verdict(&probe, &problems, warnings))
 }
 
 /// What `tally plugin test` runs: the component (built first from a project) and the
@@ -514,6 +559,8 @@ struct Subject {
     wasm: PathBuf,
     bytes: Vec<u8>,
     def: tally_semantic::DatasetDef,
+    /// How many warnings the definition has (printed as `tally check` prints them).
+    warnings: usize,
 }
 
 /// Reads the dataset folder's definition and the component under test, building it first
@@ -554,25 +601,32 @@ fn read_subject(flags: &TestFlags) -> Result<Subject, Failure> {
         .ok()
         .and_then(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "dataset".into());
-    let loaded =
-        tally_semantic::definition::load_definition("dataset.yaml", &id, &text).map_err(|e| {
-            Failure::new(
-                exit::CONFIG,
-                format!(
-                    "{}'s dataset.yaml cannot be read: {}",
-                    folder.display(),
-                    e.errors()
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-                "`tally check` on the folder's parent says what to fix",
-            )
-        })?;
+    // The definition checks of `tally check`, with the same words.
+    let label = yaml.display().to_string();
+    let (def, diagnostics) = crate::check::read_definition(&label, &id, &text);
+    let Some(def) = def else {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!(
+                "{}'s dataset.yaml cannot be read: {}",
+                folder.display(),
+                diagnostics
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            "fix the definition as each error says (`tally check` on the folder's parent says the same)",
+        ));
+    };
+    for d in &diagnostics {
+        println!("{d}");
+    }
     Ok(Subject {
         wasm,
         bytes,
-        def: loaded.dataset,
+        def,
+        warnings: diagnostics.len(),
     })
 }
 
@@ -707,11 +761,23 @@ fn as_served(
     drop(engine);
 }
 
-fn verdict(probe: &tally_plugin_host::probe::Probe, problems: &[String]) -> ExitCode {
+/// Exit 0 when every check passed; warnings about the definition (as `tally check` has them:
+/// the dataset is served) are counted, not failed.
+fn verdict(
+    probe: &tally_plugin_host::probe::Probe,
+    problems: &[String],
+    warnings: usize,
+) -> ExitCode {
     if problems.is_empty() {
         println!(
-            "ok: plugin `{}` {} passed every check",
-            probe.name, probe.version
+            "ok: plugin `{}` {} passed every check{}",
+            probe.name,
+            probe.version,
+            match warnings {
+                0 => String::new(),
+                1 => ", with 1 warning about dataset.yaml (above)".to_string(),
+                n => format!(", with {n} warnings about dataset.yaml (above)"),
+            }
         );
         ExitCode::SUCCESS
     } else {
