@@ -131,11 +131,26 @@ async def test_reference_documents_search_and_summarize(tmp_path):
                 counts = {row[0]: row[1] for row in env["data"]["rows"]}
                 assert set(counts) == {p.name for p in files}
                 assert all(n >= 1 for n in counts.values())
-                # Aggregates cite the dataset (with the hash of the rows the plugin returned),
-                # not the rows.
+                # Aggregates cite the dataset (with the hash of the rows the plugin returned)
+                # and each document the records come from, with the hash of its file, as a
+                # query cites its rows' (no locator: a summary shows no row).
                 assert "rowSourceRefs" not in env["data"]
-                [src] = env["provenance"]["sources"]
-                assert src["contentHash"].startswith("sha256:")
+                [src, *documents] = env["provenance"]["sources"]
+                assert src["id"] == "dataset:refdocs" and src["contentHash"].startswith("sha256:")
+                assert env["data"]["sourceRefs"] == [s["id"] for s in env["provenance"]["sources"]]
+                for d in documents:
+                    path = d["uri"].removeprefix("https://example.org/guidebooks/")
+                    assert d["sourceType"] == "document" and "locator" not in d
+                    assert d["contentHash"] == sha256(folder / "docs" / path), d
+                assert sorted(d["uri"] for d in documents) == sorted(f"https://example.org/guidebooks/{p}" for p in counts)
+                # Under a condition, only the documents of the records it kept.
+                one = sorted(counts)[0]
+                r = await c.call_tool(
+                    "summarize_records", {"dataset_id": "refdocs", "where": {"path": [one]}, "metrics": ["count"]}
+                )
+                [_, document] = body(r)["provenance"]["sources"]
+                assert document["uri"] == f"https://example.org/guidebooks/{one}"
+                assert document["contentHash"] == sha256(folder / "docs" / one)
                 total = sum(counts.values())
                 r = await c.call_tool("query_records", {"dataset_id": "refdocs", "limit": 1})
                 assert body(r)["data"]["total"] == total

@@ -594,3 +594,99 @@ pub fn row_source_refs(
 
 /// How many row sources one result cites at most.
 pub const MAX_ROW_SOURCES: usize = 500;
+
+/// The row sources (their indexes in the backend's table) of the records of `df`, a dataset's
+/// records under a call's conditions; `None` when the backend reports no per-row sources.
+pub async fn sources_of_records(
+    df: &datafusion::prelude::DataFrame,
+    prepared: &tally_storage::dataset::Prepared,
+) -> Result<Option<std::collections::BTreeSet<u32>>, datafusion::error::DataFusionError> {
+    use datafusion::arrow::array::AsArray as _;
+    use datafusion::arrow::datatypes::UInt64Type;
+    let Some(table) = prepared.row_sources.as_ref() else {
+        return Ok(None);
+    };
+    let mut found = std::collections::BTreeSet::new();
+    let mut stream = df
+        .clone()
+        .select(vec![datafusion::prelude::ident(
+            tally_storage::dataset::ROW_COL,
+        )])?
+        .execute_stream()
+        .await?;
+    while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+        let batch = batch?;
+        let Some(rows) = batch.column(0).as_primitive_opt::<UInt64Type>() else {
+            continue;
+        };
+        found.extend(
+            rows.values()
+                .iter()
+                .filter_map(|&row| table.index.get(row as usize).copied()),
+        );
+        // Every source found: the rest of the records can only cite them again.
+        if found.len() == table.sources.len() {
+            break;
+        }
+    }
+    Ok(Some(found))
+}
+
+/// Cites, for a result computed over records rather than showing them (a summary), each
+/// document the records' own sources lie in, once: a row source without its locator (a file,
+/// a law revision), with the hash of its file as read (`contentHash`), as `<dataset
+/// source>#doc<n>`. Returns their ids; at most [`MAX_ROW_SOURCES`], then a warning.
+pub fn document_sources(
+    out: &mut Provenance,
+    prepared: &tally_storage::dataset::Prepared,
+    dataset_source_id: &str,
+    indexes: &std::collections::BTreeSet<u32>,
+) -> Vec<String> {
+    let Some(table) = prepared.row_sources.as_ref() else {
+        return Vec::new();
+    };
+    let Some(dataset_source) = out
+        .sources
+        .iter()
+        .find(|s| s.id == dataset_source_id)
+        .cloned()
+    else {
+        return Vec::new();
+    };
+    let mut documents: Vec<crate::envelope::Source> = Vec::new();
+    let mut left_out = 0usize;
+    for s in indexes
+        .iter()
+        .filter_map(|&i| table.sources.get(i as usize))
+    {
+        let document = cited_row_source(String::new(), s, &dataset_source, None);
+        let same = |d: &crate::envelope::Source| {
+            d.uri == document.uri
+                && d.title == document.title
+                && d.content_hash == document.content_hash
+                && d.published_at == document.published_at
+                && d.effective_at == document.effective_at
+        };
+        if documents.iter().any(same) {
+            continue;
+        }
+        if documents.len() >= MAX_ROW_SOURCES {
+            left_out += 1;
+            continue;
+        }
+        documents.push(document);
+    }
+    if left_out > 0 {
+        out.warn(format!(
+            "the records come from more than {MAX_ROW_SOURCES} documents: the first {MAX_ROW_SOURCES} are cited; narrow the conditions to get each one"
+        ));
+    }
+    documents
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut d)| {
+            d.id = format!("{dataset_source_id}#doc{n}");
+            out.cite(d)
+        })
+        .collect()
+}

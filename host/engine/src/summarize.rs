@@ -621,6 +621,9 @@ pub async fn run(
             )
         })
         .collect();
+    // The documents the matched records come from (a plugin's row sources), cited by the
+    // summary as a query cites its rows'.
+    let documents = meta::sources_of_records(&df, &call.prepared).await?;
     // Records matched before exploding, the records without a part in each exploded field,
     // and the rows exploding would make, counted before any is made.
     let (pre_explode, without_value) =
@@ -645,7 +648,17 @@ pub async fn run(
         without_value,
         row_filters: !row_filters.is_empty(),
     };
-    let (data, mut provenance) = cite(&call, &plan, &conditions, page, counted).await?;
+    let (mut data, mut provenance) = cite(&call, &plan, &conditions, page, counted).await?;
+    if let Some(documents) = documents {
+        let source_id = data
+            .context
+            .source_refs
+            .first()
+            .cloned()
+            .unwrap_or_default();
+        let cited = meta::document_sources(&mut provenance, &call.prepared, &source_id, &documents);
+        data.context.source_refs.extend(cited);
+    }
     crate::lookup::cite(&mut provenance, lookups);
     Ok((data, provenance))
 }

@@ -28,6 +28,10 @@ use tally_storage::backend::{
 };
 use tally_storage::backend::{BackendDescription, Sandbox};
 
+/// How the refusal of a dataset whose probe scan failed begins (what follows is the scan's
+/// error).
+pub const PROBE_FAILED: &str = "a probe scan of one row failed";
+
 /// A dataset served by a wasm component.
 #[derive(Debug)]
 pub struct WasmBackend {
@@ -232,7 +236,7 @@ impl WasmBackend {
         // The files it read may still be being written: retried when they settle.
         let refused = |message: String, fix: String| PluginError {
             maybe_incomplete: true,
-            ..PluginError::new(format!("a probe scan of one row failed: {message}"), fix)
+            ..PluginError::new(format!("{PROBE_FAILED}: {message}"), fix)
         };
         let reader = self.reader();
         let result = self
