@@ -18,7 +18,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import ROOT, HttpServer, tally_bin
+from conftest import ROOT, HttpServer, tally_bin, wait_for
+from test_plugins import write_atomic
 
 pytestmark = pytest.mark.anyio
 
@@ -118,6 +119,32 @@ async def test_a_new_plugin_builds_passes_its_test_and_is_served(tmp_path):
                 assert env["data"]["rows"] == [["hello.txt", 2, "Every non-empty line is a row."], ["hello.txt", 4, "This one cites line 4."]]
                 locators = {s.get("locator") for s in env["provenance"]["sources"]}
                 assert {"hello.txt:2", "hello.txt:4"} <= locators, env["provenance"]["sources"]
+                good = env["data"]["dataset_version"]
+
+                # The author's next build cannot read the folder (it lists a subfolder that
+                # is not there). Copied over the served one, it fails its probe scan: the
+                # last good build keeps serving, and the broken list says why.
+                lib = project / "src" / "lib.rs"
+                lib.write_text(lib.read_text().replace(
+                    'std::fs::read_dir(".")', '{ eprintln!("my-lines 0.2: listing texts/"); std::fs::read_dir("texts") }', 1
+                ))
+                rebuilt = tally("plugin", "build", str(project))
+                assert rebuilt.returncode == 0, rebuilt.stderr[-4000:]
+                write_atomic(datasets / "lines" / "my_lines.wasm", wasm.read_bytes())
+
+                async def refused():
+                    listed = json.loads((await c.call_tool("list_datasets", {})).content[0].text)["data"]
+                    return [b for b in listed["broken_datasets"] if b["folder"] == "lines"]
+
+                [broken] = await wait_for("the broken build refused", refused)
+                print(json.dumps(broken, ensure_ascii=False))
+                assert broken["serving_version"] == good
+                reason = broken["problems"][0]["reason"]
+                assert "a probe scan of one row failed" in reason and "could not list the dataset folder" in reason
+                assert "it wrote to stderr: my-lines 0.2: listing texts/" in reason
+                r = await c.call_tool("query_records", {"dataset_id": "lines", "select": ["path", "line"], "limit": 1})
+                assert not r.is_error, r.content[0].text
+                assert json.loads(r.content[0].text)["data"]["dataset_version"] == good
     finally:
         server.stop()
 
