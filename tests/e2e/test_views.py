@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 TIMEOUT = 120
 EXTENSION = "io.modelcontextprotocol/ui"
 MIME = "text/html;profile=mcp-app"
-TOOLS = ["list_datasets", "inspect_dataset", "query_records", "summarize_records"]
+TOOLS = ["list_datasets", "inspect_dataset", "query_records", "summarize_records", "cite_provisions", "verify_answer"]
 ARTIFACTS = Path(os.environ.get("TALLY_ARTIFACTS", ROOT / "target" / "e2e-artifacts"))
 HOST_DIR = Path(__file__).resolve().parent / "apps_host"
 
@@ -58,10 +58,10 @@ async def test_views_are_declared_to_apps_clients_only(transport, mode, http_ser
     with anyio.fail_after(TIMEOUT):
         async with apps_client(target, mode) as c:
             tools = {t.name: dump(t) for t in (await c.list_tools()).tools}
-            assert set(tools) == set(TOOLS) | {"verify_answer", "cite_provisions"}
-            # A check of an answer and the provisions cited are read as text: no view.
-            for name in ("verify_answer", "cite_provisions"):
-                assert "ui" not in (tools.pop(name).get("_meta") or {})
+            # Every tool has a view: cite_provisions and verify_answer got theirs (issue 42),
+            # as their answers were read as text in MCP Apps hosts (provisions with their
+            # text and link, a check's changed values side by side).
+            assert set(tools) == set(TOOLS)
             for name, t in tools.items():
                 ui = t["_meta"]["ui"]
                 assert ui["resourceUri"] == f"ui://tally/{name}"
@@ -509,6 +509,189 @@ def test_inspect_view_lists_the_values_of_auto_codelist_fields(views, browser):
             assert text.startswith(value) and f"({count:,})" in text, (value, count, text)
         summary = browser.execute_script("return document.querySelector('.field[data-field=\"所管府省庁\"] details.codes summary').textContent")
         assert summary == f"the {len(top)} most frequent of {field['codelist']['distinct_count']} values", summary
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
+
+
+# ---- the views of cite_provisions and verify_answer ---------------------------------------
+
+LINK = "links: [{to: laws, on: {法令番号: law_num, 根拠条項号: locator}}]\n"
+SMALL_YAML = """title: Small counts
+publisher: Tally tests
+retrieved_at: 2026-12-01
+fields:
+  - {name: id, role: id, data_type: string}
+  - {name: grp, role: dim, data_type: string}
+  - {name: n, role: measure, data_type: integer}
+"""
+
+
+def write_small(folder: Path, bump: int = 0):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = 60
+    table = pa.table({
+        "id": [f"r{i:02}" for i in range(rows)],
+        "grp": [f"g{i % 3}" for i in range(rows)],
+        # `bump` changes one value of group g0.
+        "n": [i + (bump if i == 0 else 0) for i in range(rows)],
+    })
+    pq.write_table(table, folder / "data.parquet")
+
+
+@pytest.fixture(scope="module")
+def law_views(survey, tmp_path_factory):
+    """Real cite_provisions answers (the survey linked to the reference laws) and real
+    verify_answer answers (identical, altered, data changed), with their views as served."""
+    from conftest import REFERENCE
+
+    laws = REFERENCE / "laws"
+    if not laws.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but the reference laws are missing")
+        pytest.skip("the reference laws are absent")
+    root = tmp_path_factory.mktemp("law-views") / "datasets"
+    shutil.copytree(survey / "survey", root / "survey")
+    yaml = root / "survey" / "dataset.yaml"
+    yaml.write_text(LINK + yaml.read_text(encoding="utf-8"), encoding="utf-8")
+    (root / "laws" / "xml").mkdir(parents=True)
+    shutil.copyfile(ROOT / "examples" / "laws" / "dataset.yaml", root / "laws" / "dataset.yaml")
+    for p in laws.glob("*.xml"):
+        shutil.copyfile(p, root / "laws" / "xml" / p.name)
+    (root / "small").mkdir()
+    (root / "small" / "dataset.yaml").write_text(SMALL_YAML, encoding="utf-8")
+    write_small(root / "small")
+    server = HttpServer("--call-timeout-ms", "60000", datasets=str(root))
+
+    async def collect():
+        async with apps_client(server.url) as c:
+            tools_meta = {t.name: dump(t)["_meta"]["ui"] for t in (await c.list_tools()).tools}
+            resources = {name: dump(await c.read_resource(f"ui://tally/{name}"))["contents"][0] for name in ("cite_provisions", "verify_answer")}
+
+            async def call(tool, args):
+                for _ in range(600):
+                    result = dump(await c.call_tool(tool, args))
+                    if not result.get("isError") or not any(
+                        w in result["content"][0]["text"] for w in ("dataset_changing", "dataset_preparing")
+                    ):
+                        break
+                    await anyio.sleep(0.1)
+                assert not result.get("isError"), (tool, result)
+                return result
+
+            cases = {}
+
+            def case(name, tool, args, result):
+                cases[name] = {"tool": tool, "arguments": args, "result": result, "kind": None,
+                               "resource": resources[tool], "toolsMeta": tools_meta}
+
+            args = {"dataset_id": "survey", "where": {"法令名": ["行政手続法"]}, "group_by": ["所管府省庁"], "limit": 5}
+            case("provisions", "cite_provisions", args, await call("cite_provisions", args))
+            # A law the laws dataset does not serve: its references are counted by reason.
+            args = {"dataset_id": "survey", "where": {"法令名": ["行政手続法", "建築基準法"]}, "limit": 3}
+            case("provisions and references not found", "cite_provisions", args, await call("cite_provisions", args))
+
+            answer = (await call("summarize_records", {"dataset_id": "small", "group_by": ["grp"], "metrics": ["count", "sum:n"]}))["structuredContent"]
+            case("identical", "verify_answer", {"envelope": "…"}, await call("verify_answer", {"envelope": answer}))
+            edited = json.loads(json.dumps(answer))
+            edited["data"]["rows"][0][edited["data"]["columns"].index("sum:n")] += 1000
+            case("altered", "verify_answer", {"envelope": "…"}, await call("verify_answer", {"envelope": edited}))
+            write_small(root / "small", bump=7)
+            for _ in range(600):
+                changed = await call("verify_answer", {"envelope": answer})
+                if changed["structuredContent"]["data"]["status"] == "data_changed":
+                    break
+                await anyio.sleep(0.1)
+            assert changed["structuredContent"]["data"]["status"] == "data_changed", changed
+            case("data changed", "verify_answer", {"envelope": "…"}, changed)
+            return cases
+
+    site = HostSite(anyio.run(collect), server.url)
+    yield site
+    site.stop()
+    server.stop()
+
+
+def test_cite_provisions_view_shows_each_provision_with_its_text_link_and_records(law_views, browser):
+    data = law_views.cases["provisions"]["result"]["structuredContent"]["data"]
+    col = data["columns"].index
+    assert data["returned"] == 5 and data["next_cursor"], data
+    open_case(browser, law_views, "provisions")
+    try:
+        shown = browser.execute_script("""
+return [].map.call(document.querySelectorAll('li.provision'), function (li) {
+  var a = li.querySelector('.revision a');
+  return { head: li.querySelector('.provision-head').textContent, text: li.querySelector('blockquote.text').textContent,
+           revision: li.querySelector('.revision').textContent, href: a && a.getAttribute('href'),
+           records: li.querySelector('.records').textContent, groups: (li.querySelector('.groups') || {}).textContent };
+});""")
+        assert len(shown) == len(data["rows"])
+        for row, li in zip(data["rows"], shown, strict=True):
+            assert row[col("law")] in li["head"] and row[col("provision")] in li["head"], li
+            assert li["text"] == row[col("text")]
+            assert row[col("revision")] in li["revision"]
+            assert li["href"] == row[col("uri")] and li["href"].startswith("https://laws.e-gov.go.jp/")
+            assert li["records"].startswith(str(row[col("records")]))
+            assert li["groups"] == "所管府省庁: " + row[col("所管府省庁")]
+        subtitle = browser.execute_script("return document.querySelector('.subtitle').textContent")
+        assert f"{data['records_matched']} of {data['records_total']} records" in subtitle and f"1–5 of {data['total_provisions']}" in subtitle, subtitle
+        # The next page through the host, as the records view pages.
+        browser.execute_script("document.querySelector('button[data-page=next]').click()")
+        wait_until(browser, "return /provisions 6–/.test(document.querySelector('.subtitle').textContent)", "the second page of provisions")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.switch_to.default_content()
+        browser.save_screenshot(str(ARTIFACTS / "view-cite-provisions.png"))
+    finally:
+        browser.switch_to.default_content()
+    calls = browser.execute_script("return window.hostLog.toolCalls")
+    assert [c["name"] for c in calls] == ["cite_provisions"]
+    assert calls[0]["arguments"]["cursor"] == data["next_cursor"]
+    assert console_errors(browser) == []
+    outside = [u for u in requests_made(browser) if not u.startswith(f"http://127.0.0.1:{law_views.port}/") and not u.startswith(("data:", "about:"))]
+    assert outside == [], outside
+
+    data = law_views.cases["provisions and references not found"]["result"]["structuredContent"]["data"]
+    assert data["unmatched"], data
+    open_case(browser, law_views, "provisions and references not found")
+    try:
+        reasons = browser.execute_script(
+            "return [].map.call(document.querySelectorAll('details.unmatched-reason summary'), function (s) { return s.textContent; })")
+        assert reasons == [f"{u['reason']}: {u['records']:,} record{'s' if u['records'] != 1 else ''}" for u in data["unmatched"]], reasons
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
+
+
+@pytest.mark.parametrize("case", ["identical", "altered", "data changed"])
+def test_verify_answer_view_shows_the_status_and_changed_values_side_by_side(case, law_views, browser):
+    data = law_views.cases[case]["result"]["structuredContent"]["data"]
+    open_case(browser, law_views, case)
+    try:
+        verdict = browser.execute_script("var v = document.querySelector('.verdict'); return v && { status: v.dataset.status, text: v.textContent };")
+        assert verdict["status"] == data["status"] and data["summary"] in verdict["text"], verdict
+        rows = browser.execute_script("""
+return [].map.call(document.querySelectorAll('table.changes tbody tr'), function (tr) {
+  return { at: tr.cells[0].textContent, old: tr.cells[1].getAttribute('title') || tr.cells[1].textContent,
+           now: tr.cells[2].getAttribute('title') || tr.cells[2].textContent,
+           side: tr.cells[1].getBoundingClientRect().top === tr.cells[2].getBoundingClientRect().top };
+});""")
+        assert len(rows) == len(data["changes"])
+        for change, row in zip(data["changes"], rows, strict=True):
+            assert row["at"] == change["at"] and row["side"], row
+            assert row["old"] == str(change["old"]) and row["now"] == str(change["new"]), (change, row)
+        if case == "identical":
+            assert data["changes"] == [] and data["result_hash_matches"]
+        else:
+            assert data["changes"], data
+        changed = browser.execute_script("return [].map.call(document.querySelectorAll('table.sources tr.changed'), function (tr) { return tr.dataset.source; })")
+        assert changed == [s["id"] for s in data["sources"] if s["changed"]], changed
+        if case == "data changed":
+            assert changed
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.switch_to.default_content()
+        browser.save_screenshot(str(ARTIFACTS / f"view-verify-{case.replace(' ', '-')}.png"))
     finally:
         browser.switch_to.default_content()
     assert console_errors(browser) == []

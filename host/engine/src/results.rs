@@ -416,19 +416,6 @@ pub enum TopValueList {
     Pairs(#[schemars(with = "Vec<(Cell, u64)>")] Vec<(Value, u64)>),
 }
 
-impl TopValueList {
-    pub fn len(&self) -> usize {
-        match self {
-            TopValueList::Full(v) => v.len(),
-            TopValueList::Pairs(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// The most frequent values of a field: `top_values` in full (objects, with a `note`) or
 /// compact (`[value, count]` pairs, no note).
 #[derive(Debug, Clone, Default, Serialize, JsonSchema)]

@@ -131,8 +131,8 @@ impl TallyServer {
     }
 }
 
-/// The tools that have a view: those that answer with records, groups or fields (a check of
-/// an answer is read as text).
+/// The tools that have a view, as the tool table declares (`ToolInfo::view`): today every
+/// tool, a check of an answer and the provisions cited included.
 fn tools_with_views() -> impl Iterator<Item = Tool> {
     Tool::ALL.into_iter().filter(|t| crate::ui::has_view(*t))
 }

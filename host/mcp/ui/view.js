@@ -471,7 +471,7 @@
     }));
   }
 
-  // ---- the four views ----------------------------------------------------------------------
+  // ---- the views ---------------------------------------------------------------------------
 
   // What a result is about: its first source's title (the dataset's), else its id.
   function titleOf(env, fallback) {
@@ -584,30 +584,8 @@
     root.appendChild(table(data));
     var omitted = omittedColumns(data.omitted_columns || []);
     if (omitted) root.appendChild(omitted);
-    var pager = h('div', { class: 'pager' });
-    var history = opts.history || [];
-    var call = opts.callTool;
-    function go(cursor, nextHistory) {
-      var next = Object.assign({}, args);
-      if (cursor) next.cursor = cursor; else delete next.cursor;
-      pager.querySelectorAll('button').forEach(function (b) { b.disabled = true; });
-      call('query_records', next).then(function (result) {
-        render(root, 'query_records', next, result, Object.assign({}, opts, { history: nextHistory }));
-      }, function (e) {
-        pager.appendChild(h('span', { class: 'error', text: String(e && e.message || e) }));
-      });
-    }
-    if (call) {
-      pager.appendChild(h('button', {
-        type: 'button', class: 'small', 'data-page': 'previous', disabled: history.length === 0,
-        text: '‹ Previous', on: { click: function () { var hist = history.slice(0, -1); go(history[history.length - 1], hist); } },
-      }));
-      pager.appendChild(h('button', {
-        type: 'button', class: 'small', 'data-page': 'next', disabled: !data.next_cursor,
-        text: 'Next ›', on: { click: function () { go(data.next_cursor, history.concat([args.cursor || null])); } },
-      }));
-      root.appendChild(pager);
-    }
+    var pager = pagerFor(root, 'query_records', args, data, opts);
+    if (pager) root.appendChild(pager);
     var notes = notesBlock(data);
     if (notes) root.appendChild(notes);
     root.appendChild(provenanceBlock(env, data.sourceRefs));
@@ -717,6 +695,167 @@
     root.appendChild(provenanceBlock(env));
   }
 
+  // A pager that calls `tool` again with the answer's cursor (through the host, or the
+  // front's client), drawing the page it gets in place of this one.
+  function pagerFor(root, tool, args, data, opts) {
+    var call = opts.callTool;
+    if (!call) return null;
+    var pager = h('div', { class: 'pager' });
+    var history = opts.history || [];
+    function go(cursor, nextHistory) {
+      var next = Object.assign({}, args);
+      if (cursor) next.cursor = cursor; else delete next.cursor;
+      pager.querySelectorAll('button').forEach(function (b) { b.disabled = true; });
+      call(tool, next).then(function (result) {
+        render(root, tool, next, result, Object.assign({}, opts, { history: nextHistory }));
+      }, function (e) {
+        pager.appendChild(h('span', { class: 'error', text: String(e && e.message || e) }));
+      });
+    }
+    pager.appendChild(h('button', {
+      type: 'button', class: 'small', 'data-page': 'previous', disabled: history.length === 0,
+      text: '‹ Previous', on: { click: function () { var hist = history.slice(0, -1); go(history[history.length - 1], hist); } },
+    }));
+    pager.appendChild(h('button', {
+      type: 'button', class: 'small', 'data-page': 'next', disabled: !data.next_cursor,
+      text: 'Next ›', on: { click: function () { go(data.next_cursor, history.concat([args.cursor || null])); } },
+    }));
+    return pager;
+  }
+
+  // cite_provisions: each provision with its law, locator, text, revision, e-Gov link and the
+  // records resting on it (per group when grouped); then the references that found nothing,
+  // by reason.
+  function renderCite(root, env, args, opts) {
+    var data = env.data;
+    var col = function (name) { return data.columns.indexOf(name); };
+    var lawCol = col('law');
+    var groupCols = data.columns.slice(0, lawCol < 0 ? 0 : lawCol);
+    var first = data.offset + 1;
+    var last = data.offset + data.returned;
+    header('Provisions cited by ' + titleOf(env, data.dataset_id),
+      fmtNumber(data.records_matched, 0) + ' of ' + fmtNumber(data.records_total, 0) + ' records find a provision in ' + data.linked_dataset +
+      (data.as_of ? ' as of ' + data.as_of : ' (latest revisions)') + ' · ' +
+      (data.total_provisions === 0 ? 'no provisions' : 'provisions ' + fmtNumber(first, 0) + '–' + fmtNumber(last, 0) + ' of ' + fmtNumber(data.total_provisions, 0))
+    ).forEach(function (e) { if (e) root.appendChild(e); });
+    var warn = warningsBlock(env, opts.omitWarnings);
+    if (warn) root.appendChild(warn);
+    var cell = function (r, name) { var i = col(name); return i < 0 ? null : r[i]; };
+    root.appendChild(h('ol', { class: 'provisions', start: String(first), 'aria-label': 'provisions' }, (data.rows || []).map(function (r) {
+      var uri = cell(r, 'uri');
+      var groups = groupCols.map(function (g) { return g + ': ' + label(r[data.columns.indexOf(g)]); });
+      var records = cell(r, 'records');
+      return h('li', { class: 'provision', dataset: { provision: String(cell(r, 'provision') || '') } }, [
+        h('div', { class: 'provision-head' }, [
+          h('span', { class: 'law', text: label(cell(r, 'law')) }), ' ',
+          h('span', { class: 'locator', text: label(cell(r, 'provision')) }),
+          h('span', { class: 'spacer' }),
+          h('span', { class: 'records', title: 'records resting on this provision', text: fmtNumber(records, 0) + (records === 1 ? ' record' : ' records') }),
+        ]),
+        groups.length ? h('div', { class: 'groups muted', text: groups.join(' · ') }) : null,
+        h('blockquote', { class: 'text', text: label(cell(r, 'text')) }),
+        h('div', { class: 'revision muted' }, [
+          'revision ' + label(cell(r, 'revision')) + ' · ',
+          isSafeLink(uri) ? h('a', { href: uri, target: '_blank', rel: 'noopener noreferrer', text: 'e-Gov' }) : h('span', { text: label(uri) }),
+        ]),
+      ]);
+    })));
+    var pager = pagerFor(root, 'cite_provisions', args, data, opts);
+    if (pager) root.appendChild(pager);
+    if ((data.unmatched || []).length) {
+      root.appendChild(h('h3', { text: 'References that found no provision' }));
+      root.appendChild(h('div', { class: 'unmatched' }, data.unmatched.map(function (u) {
+        return h('details', { class: 'unmatched-reason', dataset: { reason: u.reason } }, [
+          h('summary', { text: u.reason + ': ' + fmtNumber(u.records, 0) + (u.records === 1 ? ' record' : ' records') }),
+          h('ul', null, (u.references || []).map(function (ref) {
+            return h('li', { text: (ref.values || []).map(label).join(' · ') + (ref.provision ? ' → ' + ref.provision : '') + ' (' + fmtNumber(ref.records, 0) + ')' });
+          })),
+        ]);
+      })));
+    }
+    var notes = notesBlock(data);
+    if (notes) root.appendChild(notes);
+    // Every source: the dataset, the law dataset and each law revision cited (rowSourceRefs).
+    root.appendChild(provenanceBlock(env));
+  }
+
+  var VERIFY_STATUS = {
+    identical: { text: 'Identical', tone: 'ok', says: 'the same data gives the same numbers' },
+    data_changed: { text: 'Data changed', tone: 'warn', says: 'a source changed since the answer was made' },
+    altered: { text: 'Altered', tone: 'bad', says: "the answer's numbers do not match its own resultHash" },
+    not_reproducible: { text: 'Not reproducible', tone: 'bad', says: 'the call cannot be asked again as it was' },
+  };
+
+  function shortHash(v) {
+    return typeof v === 'string' && v.length > 23 ? v.slice(0, 19) + '…' : label(v);
+  }
+
+  function valueCell(v, cls) {
+    if (v === null || v === undefined) return h('td', { class: 'null ' + cls, text: '—', title: 'null' });
+    if (typeof v === 'number') return h('td', { class: 'num ' + cls, text: fmtNumber(v, 4), title: String(v) });
+    if (typeof v === 'object') return h('td', { class: cls, text: JSON.stringify(v) });
+    return h('td', { class: cls, text: String(v) });
+  }
+
+  // verify_answer: the status, why, each source then and now, and every changed value with
+  // the answer's number beside the one computed now.
+  function renderVerify(root, env) {
+    var data = env.data;
+    var st = VERIFY_STATUS[data.status] || { text: String(data.status), tone: 'bad', says: '' };
+    header('Verification of a ' + data.tool + ' answer', 'made with ' + data.recorded_with + ', checked with ' + data.verified_with)
+      .forEach(function (e) { if (e) root.appendChild(e); });
+    root.appendChild(h('div', { class: 'verdict ' + st.tone, role: 'status', dataset: { status: data.status } }, [
+      h('span', { class: 'badge', text: st.text }), ' ',
+      h('span', { text: data.summary || st.says }),
+    ]));
+    var warn = warningsBlock(env);
+    if (warn) root.appendChild(warn);
+    root.appendChild(h('p', { class: 'muted', text: 'resultHash ' + (data.result_hash_matches ? 'matches the answer’s data' : 'does not match the answer’s data: it was edited after Tally made it') }));
+    if ((data.reasons || []).length) {
+      root.appendChild(h('ul', { class: 'reasons', 'aria-label': 'why' }, data.reasons.map(function (r) { return h('li', { text: r }); })));
+    }
+    if ((data.changes || []).length) {
+      root.appendChild(h('h3', { text: data.changes_total > data.changes.length
+        ? fmtNumber(data.changes_total, 0) + ' values differ (the first ' + fmtNumber(data.changes.length, 0) + ' listed)'
+        : fmtNumber(data.changes_total, 0) + (data.changes_total === 1 ? ' value differs' : ' values differ') }));
+      root.appendChild(h('div', { class: 'table-wrap narrow' }, h('table', { class: 'data changes' }, [
+        h('thead', null, h('tr', null, [
+          h('th', { scope: 'col', text: 'where' }),
+          h('th', { scope: 'col', text: 'in the answer' }),
+          h('th', { scope: 'col', text: 'now' }),
+        ])),
+        h('tbody', null, data.changes.map(function (c) {
+          return h('tr', { dataset: { path: c.path } }, [h('td', { text: c.at, title: c.path }), valueCell(c.old, 'old'), valueCell(c.new, 'new')]);
+        })),
+      ])));
+    } else if (data.status === 'identical') {
+      root.appendChild(h('p', { text: 'No value differs.' }));
+    }
+    if ((data.sources || []).length) {
+      root.appendChild(h('h3', { text: 'Sources, then and now' }));
+      root.appendChild(h('div', { class: 'table-wrap' }, h('table', { class: 'data sources' }, [
+        h('thead', null, h('tr', null, ['source', 'version then', 'version now', 'hash then', 'hash now', 'changed'].map(function (t) {
+          return h('th', { scope: 'col', text: t });
+        }))),
+        h('tbody', null, data.sources.map(function (src) {
+          return h('tr', { class: src.changed ? 'changed' : null, dataset: { source: src.id } }, [
+            h('td', { text: src.id, title: src.note || '' }),
+            h('td', { text: label(src.recorded_version) }),
+            h('td', { text: label(src.current_version) }),
+            h('td', { text: shortHash(src.recorded_hash), title: src.recorded_hash || '' }),
+            h('td', { text: shortHash(src.current_hash), title: src.current_hash || '' }),
+            h('td', { text: src.changed ? 'yes' + (src.note ? ': ' + src.note : '') : 'no' }),
+          ]);
+        })),
+      ])));
+    }
+    root.appendChild(h('details', { class: 'checked-call' }, [
+      h('summary', { text: 'The call checked' }),
+      h('pre', { class: 'call', text: JSON.stringify({ tool: data.tool, arguments: data.arguments }, null, 2) }),
+    ]));
+    root.appendChild(provenanceBlock(env));
+  }
+
   // Draws a tool result (a CallToolResult) into `root`. opts.callTool(name, args) → Promise of
   // a CallToolResult, for paging and opening datasets from the view.
   function render(root, tool, args, result, opts) {
@@ -741,6 +880,8 @@
     else if (tool === 'query_records') renderQuery(root, env, args || {}, opts);
     else if (tool === 'inspect_dataset') renderInspect(root, env, opts);
     else if (tool === 'list_datasets') renderList(root, env, args || {}, opts);
+    else if (tool === 'cite_provisions') renderCite(root, env, args || {}, opts);
+    else if (tool === 'verify_answer') renderVerify(root, env);
     else root.appendChild(h('pre', { class: 'call', text: JSON.stringify(env, null, 2) }));
   }
 

@@ -265,7 +265,7 @@ pub const TOOLS: [ToolInfo; 6] = [
         name: "cite_provisions",
         title: "Cite the provisions records rest on",
         command: "cite",
-        view: None,
+        view: Some("provisions with their text, revision, e-Gov link and records"),
         verifiable: true,
         // The groups, then the law and the provision.
         row_key: Some(2),
@@ -275,7 +275,7 @@ pub const TOOLS: [ToolInfo; 6] = [
         name: "verify_answer",
         title: "Verify an answer",
         command: "verify",
-        view: None,
+        view: Some("the status, and each changed value beside its value now"),
         verifiable: false,
         row_key: None,
     },
