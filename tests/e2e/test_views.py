@@ -227,6 +227,7 @@ CASES = {
     "treemap of a count": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁"]}, "treemap"),
     "pie of a count": ("summarize_records", {"dataset_id": "survey", "group_by": ["手続類型"]}, "pie"),
     "stacked bars": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "手続類型"]}, "stacked"),
+    "stacked bars of a page": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "手続類型"], "limit": 50}, "stacked"),
     "heatmap of a rate": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "手続類型"], "metrics": ["avg:オンライン率"]}, "heatmap"),
     "bar of parts": ("summarize_records", {"dataset_id": "survey", "explode": "申請等における本人確認手法", "group_by": ["申請等における本人確認手法"], "limit": 8}, "bar"),
     "figures": ("summarize_records", {"dataset_id": "survey", "metrics": ["count", "avg:オンライン率"], "where": {"所管府省庁": ["総務省"]}}, "card"),
@@ -415,6 +416,34 @@ def test_summary_views_draw_one_mark_per_group(case, views, browser):
     assert console_errors(browser) == []
     outside = [u for u in requests_made(browser) if not u.startswith(f"http://127.0.0.1:{views.port}/") and not u.startswith(("data:", "about:"))]
     assert outside == [], outside
+
+
+def test_a_chart_says_plainly_what_it_leaves_out(views, browser):
+    """Regression (issue 42, "a misleading stacked chart"): a summary cut by its limit (50 of
+    147 pairs) drew ministries missing and bars short with only the answer's warning above.
+    Under the chart one line now says what is drawn and what is not, and why; a complete
+    answer is said to be drawn whole."""
+    data = views.cases["stacked bars of a page"]["result"]["structuredContent"]["data"]
+    assert data["total_group_count"] > data["returned"] == 50, data["total_group_count"]
+    open_case(browser, views, "stacked bars of a page")
+    try:
+        scope = browser.execute_script("var p = document.querySelector('.chart-scope'); return p && { complete: p.dataset.complete, text: p.textContent };")
+        missing = data["total_group_count"] - data["returned"]
+        assert scope["complete"] == "false", scope
+        assert f"(50 of {data['total_group_count']} pairs)" in scope["text"], scope
+        assert f"Not drawn: {missing} of the {data['total_group_count']} groups that the answer did not hold" in scope["text"], scope
+        assert "may be short" in scope["text"], scope
+    finally:
+        browser.switch_to.default_content()
+    whole = views.cases["stacked bars"]["result"]["structuredContent"]["data"]
+    open_case(browser, views, "stacked bars")
+    try:
+        scope = browser.execute_script("var p = document.querySelector('.chart-scope'); return { complete: p.dataset.complete, text: p.textContent };")
+        assert scope["complete"] == "true" and "Not drawn" not in scope["text"], scope
+        assert f"({whole['returned']} of {whole['total_group_count']} pairs)" in scope["text"], scope
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
 
 
 def test_the_view_follows_the_host_theme_and_lifecycle(views, browser):
