@@ -56,7 +56,17 @@ async fn observed_values(
 ) -> Result<Vec<ValueCount>, EngineError> {
     let mut by_form: Vec<(String, usize, Vec<String>)> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (value, count) in prepared.distinct_values(ctx, def, field).await?.iter() {
+    for (i, (value, count)) in prepared
+        .distinct_values(ctx, def, field)
+        .await?
+        .iter()
+        .enumerate()
+    {
+        // Folding runs long between two awaits on a field with a value per record: a call
+        // given up stops here (`tally_storage::stop`).
+        if i % tally_storage::stop::EVERY == 0 {
+            tally_storage::stop::check()?;
+        }
         let form = tally_semantic::names::nfkc_value(value);
         match index.get(&form) {
             Some(&k) => {
@@ -104,6 +114,9 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
     // declared single-valued), said with the definition's own warnings.
     let mut data_warnings: Vec<String> = Vec::new();
     for (i, f) in def.fields.iter().enumerate() {
+        // A call given up ends between two fields: over prepared data each field's queries
+        // may finish without ever yielding, where an abort would take effect.
+        tally_storage::stop::check()?;
         let id = FieldId::at(i);
         if let Some(derived) = &f.derived {
             fields.push(looked_up(def, f, derived, &fields));

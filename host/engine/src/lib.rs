@@ -1188,15 +1188,18 @@ where
     F: std::future::Future<Output = Result<Value, EngineError>> + Send + 'static,
 {
     /// Stops the call's task when the caller stops waiting (a deadline, a cancelled request):
-    /// work nobody will read is not left running.
-    struct AbortOnDrop(tokio::task::AbortHandle);
+    /// work nobody will read is not left running. The abort takes effect at the task's next
+    /// `.await`; the stop flag ends work that runs long between two (`tally_storage::stop`).
+    struct AbortOnDrop(tokio::task::AbortHandle, tally_storage::stop::Stop);
     impl Drop for AbortOnDrop {
         fn drop(&mut self) {
+            self.1.set();
             self.0.abort();
         }
     }
-    let task = tokio::spawn(future);
-    let _abort = AbortOnDrop(task.abort_handle());
+    let stop = tally_storage::stop::Stop::new();
+    let task = tokio::spawn(tally_storage::stop::scope(stop.clone(), future));
+    let _abort = AbortOnDrop(task.abort_handle(), stop);
     match task.await {
         Ok(result) => result,
         Err(e) if e.is_panic() => {

@@ -663,7 +663,7 @@ impl Prepared {
                         .iter()
                         .enumerate()
                         .map(|(code, n)| (dictionary.value(code), *n)),
-                )
+                )?
             }
             None => {
                 // Read from the files: each distinct value with its records, counted by the
@@ -700,7 +700,7 @@ impl Prepared {
                         }
                     }
                 }
-                count_values(separator, pairs.iter().map(|(v, n)| (v.as_str(), *n)))
+                count_values(separator, pairs.iter().map(|(v, n)| (v.as_str(), *n)))?
             }
         };
         let values = Arc::new(values);
@@ -712,13 +712,17 @@ impl Prepared {
 }
 
 /// Distinct values with how many records hold each, most frequent first; the parts of a
-/// multi-value field counted once per record that has them.
+/// multi-value field counted once per record that has them. Ends early (`Err`) when the
+/// call it is for is given up (`crate::stop`), so nothing partial is kept.
 fn count_values<'a>(
     separator: &Option<String>,
     values: impl Iterator<Item = (&'a str, usize)>,
-) -> Vec<(String, usize)> {
+) -> Result<Vec<(String, usize)>, StorageError> {
     let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (v, n) in values {
+    for (i, (v, n)) in values.enumerate() {
+        if i % crate::stop::EVERY == 0 {
+            crate::stop::check()?;
+        }
         if n == 0 {
             continue;
         }
@@ -747,7 +751,7 @@ fn count_values<'a>(
         .map(|(v, n)| (v.to_string(), n))
         .collect();
     values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    values
+    Ok(values)
 }
 
 /// What a backend's load gave besides its rows.

@@ -22,6 +22,7 @@ pub mod parquet;
 pub mod problem;
 pub mod search;
 pub mod source;
+pub mod stop;
 pub mod store;
 pub mod udf;
 mod views;

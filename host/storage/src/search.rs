@@ -258,8 +258,11 @@ fn mark_rows(
             "a column whose chunks are not the table's",
         ));
     }
+    // Taken here: the threads below do not run on the call's task.
+    let stop = crate::stop::current();
     let mark = |part: usize, into: &mut Bits| -> Result<(), StorageError> {
         for (c, (first, n)) in chunks.iter().enumerate().skip(part).step_by(threads) {
+            stop.check()?;
             let dict = arrays[c]
                 .as_dictionary_opt::<UInt32Type>()
                 .ok_or_else(|| StorageError::internal("a text column that is not coded"))?;
