@@ -222,7 +222,8 @@ fn record_fields(
         let mut block: Vec<String> = lines[start..end].to_vec();
         block.retain(|l| {
             let t = l.trim_start();
-            !t.starts_with(QUESTION) && !(t.starts_with(TODO) && t.contains(KEPT_AS_TEXT))
+            let kept_as_text = t.starts_with(TODO) && t.contains(KEPT_AS_TEXT);
+            !t.starts_with(QUESTION) && !kept_as_text
         });
         let mut changed = vec![format!("{name}: the question on its null markers answered")];
         let new_type = guess.kind.data_type();
