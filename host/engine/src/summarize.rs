@@ -647,18 +647,9 @@ pub async fn run(
         matched,
         without_value,
         row_filters: !row_filters.is_empty(),
+        documents,
     };
-    let (mut data, mut provenance) = cite(&call, &plan, &conditions, page, counted).await?;
-    if let Some(documents) = documents {
-        let source_id = data
-            .context
-            .source_refs
-            .first()
-            .cloned()
-            .unwrap_or_default();
-        let cited = meta::document_sources(&mut provenance, &call.prepared, &source_id, &documents);
-        data.context.source_refs.extend(cited);
-    }
+    let (data, mut provenance) = cite(&call, &plan, &conditions, page, counted).await?;
     crate::lookup::cite(&mut provenance, lookups);
     Ok((data, provenance))
 }
@@ -998,6 +989,8 @@ struct Counted {
     matched: usize,
     without_value: Vec<(String, u64)>,
     row_filters: bool,
+    /// The row sources of the records matched, when the backend reports them (a plugin).
+    documents: Option<std::collections::BTreeSet<u32>>,
 }
 
 /// Cite: the warnings of this result, what the keys and metrics mean, the caveats of the
@@ -1050,10 +1043,15 @@ async fn cite(
         &mut context,
         asked,
         echo(plan.to_json(def)),
-        source_id,
+        source_id.clone(),
         &plan.resolved_fields,
     )
     .await?;
+    // What the records counted came from, as a query cites its rows' sources.
+    if let Some(documents) = &counted.documents {
+        let cited = meta::document_sources(&mut provenance, &call.prepared, &source_id, documents);
+        context.source_refs.extend(cited);
+    }
     cite_steps(
         &mut provenance,
         def,
