@@ -14,6 +14,7 @@ use tally_mcp::{audit, exit, serve};
 mod check;
 mod cli;
 mod cluster;
+mod completions;
 mod ingest;
 mod plugin;
 mod plugin_api;
@@ -327,6 +328,14 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// The dataset ids of a datasets directory, one a line (what the completion scripts ask
+    /// at each TAB).
+    #[command(name = "__datasets", hide = true)]
+    DatasetIds {
+        /// The datasets directory.
+        #[arg(long, default_value = "datasets")]
+        datasets: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -421,9 +430,15 @@ fn main() -> ExitCode {
         Command::Fetch(flags) => ingest::fetch(flags),
         Command::Summarize(flags) => cli::summarize(flags),
         Command::Plugin { command } => plugin::run(command),
-        Command::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "tally", &mut std::io::stdout());
+        Command::Completions { shell } => match completions::print::<Cli>(shell) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tally completions: cannot write the script: {e}");
+                ExitCode::from(exit::FAILED)
+            }
+        },
+        Command::DatasetIds { datasets } => {
+            let _ = completions::list_ids(&datasets, &mut std::io::stdout().lock());
             ExitCode::SUCCESS
         }
     }
