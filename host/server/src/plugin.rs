@@ -175,7 +175,10 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
         (PathBuf::from("Cargo.toml"), cargo_toml(name, api.as_deref())),
         (PathBuf::from("src/lib.rs"), lib_rs(name)),
         (PathBuf::from(".gitignore"), "/target\n*.wasm\n".to_string()),
-        (PathBuf::from("README.md"), readme(name, &crate_name)),
+        (
+            PathBuf::from("README.md"),
+            readme(name, &crate_name, api.is_none()),
+        ),
         (
             PathBuf::from("example/dataset.yaml"),
             example_yaml(name, &crate_name),
@@ -222,29 +225,35 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
 }
 
 fn cargo_toml(name: &str, api: Option<&Path>) -> String {
-    let dependency = match api {
-        None => format!(
-            r#"# Tally's plugin API with its guest helper: the crate tally {tally} was built with, unpacked
+    let (workspace, dependency) = match api {
+        None => (
+            r#"# The plugin API in vendor/ is a dependency, not a member: a member's optional features (the
+# API's `native`) would all be resolved into Cargo.lock.
+[workspace]
+exclude = ["vendor"]"#,
+            format!(
+                r#"# Tally's plugin API with its guest helper: the crate tally {tally} was built with, unpacked
 # into vendor/ so this project builds anywhere, offline. To take a published version instead:
 # tally-plugin-api = {{ version = "{api_version}", features = ["guest"] }} (or a git dependency on
 # Tally's repository), then delete vendor/.
 tally-plugin-api = {{ path = "{VENDORED_API}", features = ["guest"] }}"#,
-            tally = env!("CARGO_PKG_VERSION"),
-            api_version = env!("CARGO_PKG_VERSION"),
+                tally = env!("CARGO_PKG_VERSION"),
+                api_version = env!("CARGO_PKG_VERSION"),
+            ),
         ),
-        Some(api) => format!(
-            r#"# Tally's plugin API with its guest helper, from a Tally checkout. From Tally's repository
+        Some(api) => (
+            "[workspace]",
+            format!(
+                r#"# Tally's plugin API with its guest helper, from a Tally checkout. From Tally's repository
 # instead: tally-plugin-api = {{ git = "<Tally's repository URL>", features = ["guest"] }}
 tally-plugin-api = {{ path = {api:?}, features = ["guest"] }}"#,
-            api = api.display().to_string(),
+                api = api.display().to_string(),
+            ),
         ),
     };
     format!(
         r#"# A workspace of its own: the project builds wherever it is put, inside another one too.
-# The plugin API in vendor/ is a dependency, not a member: a member's optional features (the
-# API's `native`) would all be resolved into Cargo.lock.
-[workspace]
-exclude = ["vendor"]
+{workspace}
 
 [package]
 name = "{name}"
@@ -298,7 +307,12 @@ fields:
     )
 }
 
-fn readme(name: &str, crate_name: &str) -> String {
+fn readme(name: &str, crate_name: &str, vendored: bool) -> String {
+    let api = if vendored {
+        "The plugin API crate is in `vendor/tally-plugin-api` (the version of the `tally` that\nwrote this project), so the project builds anywhere, offline; to depend on a published\nversion instead, see the comment above the dependency in `Cargo.toml`."
+    } else {
+        "The plugin API crate is taken from a Tally checkout (the path in `Cargo.toml`)."
+    };
     format!(
         r#"# {name}: a Tally source plugin
 
@@ -306,10 +320,8 @@ A WebAssembly component Tally runs sandboxed to read a dataset folder (here: the
 files, one row per line, each row citing its file and line). The guide to the contract, the
 sandbox and the limits is Tally's `docs/plugins.md`.
 
-Needs rustup with the wasm target: `rustup target add {TARGET}`. The plugin API crate is
-in `vendor/tally-plugin-api` (the version of the `tally` that wrote this project), so the
-project builds anywhere, offline; to depend on a published version instead, see the comment
-above the dependency in `Cargo.toml`.
+Needs rustup with the wasm target: `rustup target add {TARGET}`.
+{api}
 
 ```sh
 tally plugin build .                          # the component, in release: {crate_name}.wasm
