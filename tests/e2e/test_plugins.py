@@ -336,10 +336,22 @@ async def test_what_a_plugin_wrote_to_stderr_comes_with_its_error(tmp_path):
     """A plugin that returns an error after logging more than the 16 KiB of stderr kept: the
     end of its log (its reason) reaches the client with the error and the operator's log, and
     the flood before it neither traps the plugin nor fills the message."""
+    import httpx2
+
     hostile_dataset(tmp_path, "late", "late-error")
+    hostile_dataset(tmp_path, "ok", "ok")
     server = HttpServer(datasets=str(tmp_path))
     try:
         with anyio.fail_after(TIMEOUT):
+            # Its first row reads (registration's probe), so it is served; the server's first
+            # read of its whole data fails, and /health counts it broken from then on.
+            async def unreadable():
+                health = httpx2.get(server.base + "/health").json()
+                return health.get("unreadable_datasets") and health
+
+            health = await wait_for("the unreadable dataset in /health", unreadable)
+            assert health["unreadable_datasets"] == ["late"] and health["broken_datasets"] == 1, health
+            assert health["datasets"] == 2
             async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
                 r = await c.call_tool("query_records", {"dataset_id": "late"})
                 assert r.is_error, r.content[0].text

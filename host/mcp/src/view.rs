@@ -203,12 +203,24 @@ impl View {
     }
 
     /// What `/health` tells this caller: counts only to a caller that may see everything
-    /// (the count of datasets is itself something a scoped token must not learn).
+    /// (the count of datasets is itself something a scoped token must not learn). A dataset
+    /// served whose data cannot be read (its last whole read failed: a plugin failing past
+    /// the row its registration read) is counted broken too, and named.
     pub fn health(&self) -> Value {
         let mut health = json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") });
         if self.sees_all() {
+            let unreadable: Vec<&str> = self
+                .catalog
+                .datasets
+                .values()
+                .filter(|ds| ds.backend.read_failure().is_some())
+                .map(|ds| ds.id())
+                .collect();
             health["datasets"] = json!(self.catalog.datasets.len());
-            health["broken_datasets"] = json!(self.catalog.broken.len());
+            health["broken_datasets"] = json!(self.catalog.broken.len() + unreadable.len());
+            if !unreadable.is_empty() {
+                health["unreadable_datasets"] = json!(unreadable);
+            }
         }
         health
     }

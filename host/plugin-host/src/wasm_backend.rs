@@ -51,6 +51,8 @@ pub struct WasmBackend {
     /// The component file (when it is one) and every other file of the folder, as stamped
     /// at registration: any change makes a new version.
     files: Vec<ServedFile>,
+    /// Why the last scan of the whole data failed, until one succeeds.
+    failure: std::sync::Mutex<Option<String>>,
 }
 
 impl WasmBackend {
@@ -206,6 +208,7 @@ impl WasmBackend {
             limits,
             schema,
             files,
+            failure: std::sync::Mutex::default(),
         };
         backend.probe()?;
         Ok(backend)
@@ -453,6 +456,10 @@ impl Backend for WasmBackend {
         }
     }
 
+    fn read_failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
     fn fingerprint(&self) -> Vec<u8> {
         let mut f = self.compiled.sha256.clone().into_bytes();
         f.extend_from_slice(self.config.as_bytes());
@@ -479,16 +486,25 @@ impl Backend for WasmBackend {
         let reader = self.reader();
         let meter = meter.clone();
         // The plugin runs on a blocking thread: a scan is CPU work bounded by its deadline.
-        tokio::task::spawn_blocking(move || reader.read(&request, &applied, &meter))
-        .await
-        .map_err(StorageError::internal)?
+        let whole = pushed.is_empty();
+        let loaded = tokio::task::spawn_blocking(move || reader.read(&request, &applied, &meter))
+            .await
+            .map_err(StorageError::internal)?;
         // The operator's account of a failed scan, on one line (what the plugin wrote to
         // stderr has lines of its own): the caller sees the same message.
-        .inspect_err(|e: &StorageError| {
+        if let Err(e) = &loaded {
             let one_line = e.to_string().replace('\n', " | ");
             tracing::warn!(dataset = %self.dataset, "{}: the scan failed: {one_line}", self.label);
-        })
-        .map(|mut loaded| {
+        }
+        // A read of the whole data says whether the data can be read (`/health`).
+        // A read stopped for the memory budget says nothing of the data.
+        if whole
+            && !matches!(loaded, Err(StorageError::Limit { .. }))
+            && let Ok(mut failure) = self.failure.lock()
+        {
+            *failure = loaded.as_ref().err().map(ToString::to_string);
+        }
+        loaded.map(|mut loaded| {
             loaded.notes.dedup();
             loaded
         })

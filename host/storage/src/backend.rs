@@ -364,6 +364,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn origin(&self) -> Option<String> {
         None
     }
+    /// Why the last read of the whole data failed, while no read of it has succeeded since: a
+    /// plugin that describes itself and reads its first row (registration checks that much)
+    /// but fails past it. Counted among the broken datasets by `/health`.
+    fn read_failure(&self) -> Option<String> {
+        None
+    }
     /// For data in object storage, the listing it was registered from (keys, sizes, ETags,
     /// versions): compared with a new listing at every `--object-poll`.
     fn remote_listing(&self) -> Option<String> {
