@@ -340,6 +340,73 @@ async def test_what_goes_wrong_is_said_and_the_rest_keeps_serving(tmp_path, stor
         server.stop()
 
 
+async def test_a_deleted_object_is_said_in_every_answer_and_as_a_deletion(tmp_path, store):
+    """Regression (issue 43): an object deleted under a prepared dataset kept answering from
+    the prepared copy, citing the deleted object's ETag with no warning (only
+    list_datasets.broken_datasets knew); read at every call, a permanent deletion was reported
+    as the dataset "being replaced … retry in a moment". Now every answer from the version
+    whose object is gone says so (the object, since when, the version served), and a call
+    that must read the deleted object is refused as a deletion, with what to do."""
+    store.client.create_bucket(Bucket="tally-gone")
+    store.put("survey.parquet", SURVEY.read_bytes(), bucket="tally-gone")
+    datasets = datasets_with(tmp_path, store, {"gone": definition("data: s3://tally-gone/survey.parquet")})
+    url = "s3://tally-gone/survey.parquet"
+    calls = [
+        ("summarize_records", {"dataset_id": "gone", "group_by": ["手続類型"]}),
+        ("query_records", {"dataset_id": "gone", "limit": 2}),
+        ("inspect_dataset", {"dataset_id": "gone"}),
+    ]
+    # Prepared (the default): the copy answers, and says its source is gone.
+    server = HttpServer(
+        "--object-poll", "500ms", "--rate-limit", "100000", "--rate-burst", "100000",
+        datasets=str(datasets), env=store.env(),
+    )
+    try:
+        async with Client(server.url, mode="legacy", cache=None) as c:
+            before = {tool: await ok(c, tool, args) for tool, args in calls}
+            for tool, answer in before.items():
+                assert not [w for w in answer["provenance"]["warnings"] if "deleted" in w], (tool, answer["provenance"]["warnings"])
+            store.client.delete_object(Bucket="tally-gone", Key="survey.parquet")
+
+            async def noticed():
+                listed = await ok(c, "list_datasets", {})
+                return [b for b in listed["data"]["broken_datasets"] if b["folder"] == "gone"]
+
+            [broken] = await wait_for("the deletion is noticed", noticed, BOUND)
+            print("broken:", broken)
+            for tool, args in calls:
+                after = await ok(c, tool, args)
+                said = [w for w in after["provenance"]["warnings"] if url in w]
+                assert said, (tool, after["provenance"]["warnings"])
+                assert "no longer" in said[0] and "deleted" in said[0], said
+                assert before[tool]["provenance"]["sources"][0]["datasetVersion"] in said[0], said
+                assert after["provenance"]["sources"][0]["datasetVersion"] == before[tool]["provenance"]["sources"][0]["datasetVersion"]
+                if tool != "inspect_dataset":
+                    assert after["data"]["rows"] == before[tool]["data"]["rows"]
+    finally:
+        server.stop()
+
+    # Read at every call: the object must be read, and is gone for good.
+    store.put("survey.parquet", SURVEY.read_bytes(), bucket="tally-gone")
+    server = HttpServer(
+        "--streaming", "always", "--object-poll", "off", "--rate-limit", "100000", "--rate-burst", "100000",
+        datasets=str(datasets), env=store.env(),
+    )
+    try:
+        async with Client(server.url, mode="legacy", cache=None) as c:
+            await ok(c, "summarize_records", {"dataset_id": "gone", "metrics": ["count", "sum:総手続件数"]})
+            store.client.delete_object(Bucket="tally-gone", Key="survey.parquet")
+            r = await c.call_tool("summarize_records", {"dataset_id": "gone", "metrics": ["count", "sum:総手続件数"]})
+            assert r.is_error
+            error = body(r)["error"]
+            print("read at every call:", error)
+            assert error["code"] != "dataset_changing", error
+            assert "deleted" in error["message"] and url in error["message"], error
+            assert "retry" not in error.get("hint", ""), error
+    finally:
+        server.stop()
+
+
 async def test_wrong_credentials_are_refused_with_what_to_do(tmp_path, store):
     datasets = datasets_with(tmp_path, store)
     server = HttpServer(datasets=str(datasets), env=store.env(secret="not-the-secret"))

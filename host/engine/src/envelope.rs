@@ -281,8 +281,10 @@ pub fn result_hash(data: &Value, query: &Value) -> String {
 }
 
 /// The source a dataset's results cite: its publisher's URL (or a stable URN, never a local
-/// path), its dates as given, and the hash of the bytes served when they have been read.
-pub fn dataset_source(ds: &Dataset, files: &[ServedFile]) -> (Source, Option<String>) {
+/// path), its dates as given, and the hash of the bytes served when they have been read;
+/// with the warnings about it (no retrieval date; a change of its source that could not be
+/// served, this version answering meanwhile: its data deleted at the source, above all).
+pub fn dataset_source(ds: &Dataset, files: &[ServedFile]) -> (Source, Vec<String>) {
     let def = &ds.def;
     let uri = def
         .source
@@ -342,7 +344,31 @@ pub fn dataset_source(ds: &Dataset, files: &[ServedFile]) -> (Source, Option<Str
             })
             .collect(),
     };
-    (source, warning)
+    let mut warnings: Vec<String> = warning.into_iter().collect();
+    if let Some(refused) = ds.refused_change() {
+        warnings.push(refused_warning(&def.id, &ds.version, &refused));
+    }
+    (source, warnings)
+}
+
+/// What an answer from a version whose folder or source changed in a way that could not be
+/// served says of it.
+pub fn refused_warning(
+    id: &str,
+    version: &str,
+    refused: &tally_storage::dataset::RefusedChange,
+) -> String {
+    if refused.data_gone {
+        format!(
+            "the data of dataset `{id}` no longer exists at its source: it was deleted there or moved ({}; seen at {}). This answer is from the version served before, {version}, read before it was deleted; what it cites can no longer be read at the source",
+            refused.reason, refused.since
+        )
+    } else {
+        format!(
+            "dataset `{id}` changed at {} in a way that cannot be served ({}); this answer is from the version served before, {version}",
+            refused.since, refused.reason
+        )
+    }
 }
 
 /// The provenance of `envelope` as W3C PROV-O, in JSON-LD (compacted, one `@graph`):

@@ -729,7 +729,7 @@ impl Engine {
                 Err(EngineError::Stale { dataset, message }) => {
                     tries += 1;
                     if tries > 2 {
-                        return Err(EngineError::Stale { dataset, message });
+                        return Err(self.gone_or_stale(dataset, message));
                     }
                     if tries == 2 {
                         tokio::time::sleep(STALE_PAUSE).await;
@@ -738,6 +738,29 @@ impl Engine {
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// The error of a call whose data kept changing under it through its retries: a
+    /// deletion when the source no longer holds the data (the catalog found nothing where
+    /// `data:` points, and keeps the version served before), else a replacement to retry.
+    fn gone_or_stale(&self, dataset: String, message: String) -> EngineError {
+        let refused = self
+            .catalog
+            .load()
+            .datasets
+            .get(&dataset)
+            .and_then(|ds| ds.refused_change());
+        match refused {
+            Some(r) if r.data_gone => EngineError::Dataset {
+                message: format!(
+                    "its data was deleted at its source or moved ({}; seen at {}), and this call must read it ({message}); put the data back, or point the definition at where it is now",
+                    r.reason, r.since
+                ),
+                dataset,
+                diagnostics: Vec::new(),
+            },
+            _ => EngineError::Stale { dataset, message },
         }
     }
 
@@ -1056,9 +1079,9 @@ impl Engine {
             }) {
                 continue;
             }
-            let (source, warning) = dataset_source(ds, &[]);
+            let (source, warnings) = dataset_source(ds, &[]);
             let source_ref = provenance.cite(source);
-            if let Some(w) = warning {
+            for w in warnings {
                 provenance.warn(w);
             }
             listed.push(DatasetCard {
@@ -1125,9 +1148,9 @@ impl Engine {
         let mut data = if full { body } else { inspect::compact(body) };
         let prepared = ds.prepared_for_every_value(self).await?;
         let mut provenance = Provenance::default();
-        let (source, warning) = dataset_source(ds, &prepared.files);
+        let (source, warnings) = dataset_source(ds, &prepared.files);
         let source_ref = provenance.cite(source);
-        if let Some(w) = warning {
+        for w in warnings {
             provenance.warn(w);
         }
         data.resolved_fields = results::resolved_names(resolution.as_slice());

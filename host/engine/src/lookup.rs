@@ -37,8 +37,8 @@ pub struct Lookup {
     pub key: FieldId,
     /// Each parent with its children (values of the key field), in order.
     pub parents: Vec<(String, Vec<String>)>,
-    /// The related dataset read: its source, a warning about it, and what was done.
-    pub cited: Option<(Source, Option<String>, String)>,
+    /// The related dataset read: its source, the warnings about it, and what was done.
+    pub cited: Option<(Source, Vec<String>, String)>,
 }
 
 /// The tables of the derived fields a call uses.
@@ -196,7 +196,7 @@ async fn related(
             None => parents.push((parent, vec![child])),
         }
     }
-    let (source, warning) = crate::envelope::dataset_source(&target, &tcall.prepared.files);
+    let (source, warnings) = crate::envelope::dataset_source(&target, &tcall.prepared.files);
     let step = format!(
         "looked up `{name}` as `{field}` of dataset `{dataset}` (version {}) for the `{key}` equal to each record's `{}`; {rows} records of `{dataset}`, each key once; a record whose key it lacks has no `{name}`",
         target.version, def.fields[derived.key].name
@@ -204,7 +204,7 @@ async fn related(
     Ok(Lookup {
         key: derived.key,
         parents,
-        cited: Some((source, warning, step)),
+        cited: Some((source, warnings, step)),
     })
 }
 
@@ -371,9 +371,9 @@ pub fn value(planner: &Planner<'_>, lookup: &Lookup) -> Expr {
 /// The related datasets read, cited as sources of the answer, with what was done.
 pub fn cite(provenance: &mut Provenance, lookups: &Lookups) {
     for lookup in lookups.values() {
-        if let Some((source, warning, step)) = &lookup.cited {
+        if let Some((source, warnings, step)) = &lookup.cited {
             provenance.cite(source.clone());
-            if let Some(w) = warning {
+            for w in warnings {
                 provenance.warn(w.clone());
             }
             provenance.step(TransformationType::Extract, step.clone());

@@ -509,9 +509,9 @@ pub fn dataset_provenance(
     prepared: &tally_storage::dataset::Prepared,
 ) -> (Provenance, String) {
     let mut provenance = Provenance::default();
-    let (source, warning) = crate::envelope::dataset_source(ds, &prepared.files);
+    let (source, warnings) = crate::envelope::dataset_source(ds, &prepared.files);
     let source_id = provenance.cite(source);
-    if let Some(w) = warning {
+    for w in warnings {
         provenance.warn(w);
     }
     for note in &prepared.notes {

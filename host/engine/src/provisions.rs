@@ -821,9 +821,9 @@ impl Figures {
 
 /// The linked dataset's source, cited (with its warning, if any): its id.
 fn cite_target(provenance: &mut Provenance, target: &Dataset, tcall: &Call<'_>) -> String {
-    let (source, warning) = crate::envelope::dataset_source(target, &tcall.prepared.files);
+    let (source, warnings) = crate::envelope::dataset_source(target, &tcall.prepared.files);
     let id = provenance.cite(source);
-    if let Some(w) = warning {
+    for w in warnings {
         provenance.warn(w);
     }
     id

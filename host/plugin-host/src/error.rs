@@ -36,6 +36,7 @@ impl PluginError {
     pub fn refusal(self, key: &str) -> Refusal {
         Refusal {
             maybe_incomplete: self.maybe_incomplete,
+            data_gone: false,
             problems: vec![Problem {
                 line: None,
                 key: key.into(),

@@ -87,6 +87,7 @@ impl BackendFactory for WasmFactory {
                     fix: "put the .wasm component there, or name a built-in one with `builtin:<name>`".into(),
                 }],
                 maybe_incomplete: true,
+                data_gone: false,
             });
         }
         let backend = wasm_backend::WasmBackend::register(
@@ -139,6 +140,7 @@ impl BackendFactory for NativeFactory {
                     fix: "put the shared library there under that name".into(),
                 }],
                 maybe_incomplete: true,
+                data_gone: false,
             });
         }
         let backend =

@@ -312,6 +312,9 @@ fn read_folder(
                 tracing::warn!("{label}: {} {}", p.key, p.reason);
             }
             let serving = before.served;
+            if let Some(ds) = &serving {
+                ds.note_refused(&refusal.problems, refusal.data_gone);
+            }
             FolderState {
                 stamp: Some(current),
                 broken: Some(Broken {
@@ -443,6 +446,7 @@ fn read_definition(
     )
     .map_err(|e| Refusal {
         maybe_incomplete: matches!(e, ReadError::Unreadable(_)),
+        data_gone: false,
         problems: vec![Problem::plain(
             e.to_string(),
             "make it a readable UTF-8 file of at most a few hundred kilobytes",
@@ -455,6 +459,7 @@ fn read_definition(
         Refusal {
             problems: errors.into_iter().map(Problem::from_diagnostic).collect(),
             maybe_incomplete,
+            data_gone: false,
         }
     })?;
     Ok((text, loaded))

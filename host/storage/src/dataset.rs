@@ -74,6 +74,21 @@ pub struct Dataset {
     /// What the layer above computed once for this version (the engine keeps its
     /// `inspect_dataset` answer here), dropped with the version.
     memo: OnceCell<Arc<dyn std::any::Any + Send + Sync>>,
+    /// A change of this dataset's folder or source that could not be served, while this
+    /// version goes on serving (the catalog records it: see [`Dataset::note_refused`]).
+    refused: std::sync::Mutex<Option<RefusedChange>>,
+}
+
+/// A change of a served dataset's folder or source that could not be served: this version
+/// goes on serving, and each answer from it says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedChange {
+    /// When the change was first seen (RFC 3339).
+    pub since: String,
+    /// The problems, in words (`data: no Parquet object … is under s3://…`).
+    pub reason: String,
+    /// The data this version was read from is no longer at its source (deleted or moved).
+    pub data_gone: bool,
 }
 
 /// A prepared table, built once, in the background, by a task of its own: a call waits for
@@ -791,6 +806,7 @@ impl Dataset {
             subsets: std::sync::Mutex::new(Vec::new()),
             streams: std::sync::Mutex::new(Vec::new()),
             memo: OnceCell::new(),
+            refused: std::sync::Mutex::new(None),
         }
     }
 
@@ -816,6 +832,39 @@ impl Dataset {
 
     /// The number of records: from the metadata (Parquet), else once the data has been read
     /// (plugins); `None` until then.
+    /// Records that the folder's or source's current state could not be served while this
+    /// version goes on serving; the first time seen is kept while the reason stays the same.
+    pub fn note_refused(&self, problems: &[crate::problem::Problem], data_gone: bool) {
+        let reason = problems
+            .iter()
+            .map(|p| {
+                if p.key.is_empty() {
+                    p.reason.clone()
+                } else {
+                    format!("{}: {}", p.key, p.reason)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.as_ref().is_some_and(|r| r.reason == reason) {
+            return;
+        }
+        *refused = Some(RefusedChange {
+            since: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            reason,
+            data_gone,
+        });
+    }
+
+    /// The change of this dataset's folder or source that could not be served, if any.
+    pub fn refused_change(&self) -> Option<RefusedChange> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub fn record_count(&self) -> Option<u64> {
         self.backend
             .row_count()

@@ -95,7 +95,16 @@ fn data_refusal(reason: String, fix: &str) -> Refusal {
             fix: fix.into(),
         }],
         maybe_incomplete: false,
+        data_gone: false,
     }
+}
+
+/// Why the objects `data:` names could not be registered; an object that is not there
+/// marks the refusal as data gone (deleted at the source, when a version was served).
+fn object_refusal(e: crate::object::ObjectError) -> Refusal {
+    let mut refusal = data_refusal(e.to_string(), e.fix());
+    refusal.data_gone = matches!(e, crate::object::ObjectError::Missing(_));
+    refusal
 }
 
 /// Why an object's footer could not be read, at `data:`.
@@ -105,7 +114,7 @@ fn object_footer_refusal(e: tally_plugin_parquet::Error, url: &str) -> Refusal {
             .get_ref()
             .and_then(|s| s.downcast_ref::<crate::object::ObjectError>())
     {
-        return data_refusal(object.to_string(), object.fix());
+        return object_refusal(object.clone());
     }
     data_refusal(
         format!("{url}: {e}"),
@@ -122,6 +131,7 @@ fn refusal(reason: String, fix: &str, maybe_incomplete: bool) -> Refusal {
             fix: fix.into(),
         }],
         maybe_incomplete,
+        data_gone: false,
     }
 }
 
@@ -164,7 +174,6 @@ impl ParquetBackend {
         url: &tally_semantic::definition::ObjectUrl,
     ) -> Result<ParquetBackend, Refusal> {
         let shown = url.to_string();
-        let object_refusal = |e: crate::object::ObjectError| data_refusal(e.to_string(), e.fix());
         let listed = crate::object::list(url).map_err(object_refusal)?;
         let listing = crate::object::stamp_of(&listed);
         let files = set::from_paths(&shown, listed.iter().map(|(r, _)| r.clone()).collect())

@@ -46,6 +46,9 @@ pub struct Refusal {
     /// The file may still be being written (YAML that does not parse, a Parquet file without
     /// a complete footer): retried once writes settle, not reported before.
     pub maybe_incomplete: bool,
+    /// The data the definition names is not at its source (no object under `data:`): when
+    /// an earlier version keeps serving, its data was deleted there or moved.
+    pub data_gone: bool,
 }
 
 impl From<Vec<Problem>> for Refusal {
@@ -53,6 +56,7 @@ impl From<Vec<Problem>> for Refusal {
         Refusal {
             problems,
             maybe_incomplete: false,
+            data_gone: false,
         }
     }
 }
