@@ -263,6 +263,111 @@ async def test_with_fallback_asked_a_server_computes_alone_and_says_so(survey):
             assert "computed on this server, not on the cluster" in said and "(--cluster-fallback local)" in said, said
             assert nowhere in said, said
             assert sum(r[1] for r in counted["data"]["rows"]) == 75071
+            # inspect_dataset and verify_answer say it too.
+            inspected = await ok(c, "inspect_dataset", {"dataset_id": "survey"})
+            said = extract(inspected)
+            assert "computed on this server, not on the cluster" in said and "(--cluster-fallback local)" in said, said
+            assert nowhere in said, said
+            checked = await ok(c, "verify_answer", {"envelope": counted})
+            assert checked["data"]["status"] == "identical", checked["data"]
+            said = extract(checked)
+            assert "the call run again" in said and "(--cluster-fallback local)" in said and nowhere in said, said
+    finally:
+        server.stop()
+
+
+async def test_inspect_and_verify_through_the_cluster_say_where_they_ran(cluster, survey):
+    """inspect_dataset sends its plans to the executors (its statistics, the values of each
+    field) and says so, as query_records and summarize_records do; verify_answer says where
+    the call it ran again ran. Its answer equals one server's."""
+    async with Client(stdio(survey, "--streaming", "always"), mode="legacy", cache=None) as c:
+        started = time.monotonic()
+        alone = await ok(c, "inspect_dataset", {"dataset_id": "survey", "detail": "full"})
+        took_alone = time.monotonic() - started
+    async with Client(stdio(survey, "--cluster", cluster.address), mode="legacy", cache=None) as c:
+        started = time.monotonic()
+        through = await ok(c, "inspect_dataset", {"dataset_id": "survey", "detail": "full"})
+        took_through = time.monotonic() - started
+        print(f"inspect_dataset of the survey: {took_alone:.2f} s on one server, {took_through:.2f} s through the cluster")
+        assert through["data"]["fields"] == alone["data"]["fields"]
+        said = extract(through)
+        m = re.search(r"by the cluster at (\S+): (\d+) plans? ran on its executors", said)
+        assert m and m.group(1) == cluster.address, said
+        print(f"inspect_dataset sent {m.group(2)} plans to the cluster")
+        assert "computed on this server" not in said, said
+        # Asked again, from the answer kept for this version: still said.
+        again = await ok(c, "inspect_dataset", {"dataset_id": "survey"})
+        assert f"by the cluster at {cluster.address}" in extract(again)
+        counted = await ok(c, "summarize_records", {"dataset_id": "survey", "group_by": ["手続類型"]})
+        checked = await ok(c, "verify_answer", {"envelope": counted})
+        assert checked["data"]["status"] == "identical", checked["data"]
+        said = extract(checked)
+        assert f"the call run again: read 75071 records" in said and f"by the cluster at {cluster.address}" in said, said
+    assert "by the cluster" not in extract(alone)
+
+
+# A `Debug` dump of a Rust error chain left in a message (`DataFusionError(Shared(…`,
+# `Backend { dataset: … }`): no answer may hold one.
+DEBUG_DUMP = re.compile(r"\b[A-Z][A-Za-z]*(Error)?\((?:[A-Z][A-Za-z]*\(|\\?\")|\b[A-Z][A-Za-z]* \{ [a-z_]+: ")
+
+
+def readable(message: str):
+    assert not DEBUG_DUMP.search(message), f"a Debug dump reached the client: {message}"
+
+
+def small_dataset(folder: Path, rows: int, version: str) -> Path:
+    """A dataset of `rows` records; `version` goes in the file's key-value metadata, so two
+    versions of the same rows are files of the same size with different footers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"id": [f"r{i}" for i in range(rows)], "grp": [f"g{i % 3}" for i in range(rows)]})
+    pq.write_table(table.replace_schema_metadata({"version": version}), folder / "data.parquet")
+    if (folder / "dataset.yaml").exists():
+        return folder / "data.parquet"
+    (folder / "dataset.yaml").write_text(
+        'schema_version: "1"\ntitle: Moving\nid_field: id\nfields:\n'
+        "  - {name: id, role: id, data_type: string}\n  - {name: grp, role: dim, data_type: string}\n",
+        encoding="utf-8",
+    )
+    return folder / "data.parquet"
+
+
+async def test_a_file_replaced_under_the_cluster_is_dataset_changing(cluster, tmp_path):
+    """A local file replaced between registration and a call: the executors refuse the new
+    bytes, and the server hears it as its own error (dataset_changing naming the file), not as
+    a dump of the executor's error. The server reads the folder again and retries, as alone:
+    a replacement it sees is answered from the new version; one it cannot see (the same size
+    and modification time, another footer) is refused as dataset_changing."""
+    datasets = tmp_path / "datasets"
+    data = small_dataset(datasets / "moving", 30, "1")
+    # No watcher event in time: the replacement is met by the executors first.
+    server = HttpServer("--cluster", cluster.address, "--watch", "poll", "--poll-interval-ms", "3600000", datasets=str(datasets))
+    try:
+        async with Client(server.url, mode="legacy", cache=None) as c:
+            first = await ok(c, "summarize_records", {"dataset_id": "moving"})
+            assert first["data"]["rows"] == [[30]]
+            assert f"by the cluster at {cluster.address}" in extract(first)
+            # The same rows with another footer, the size and time of the file kept.
+            before = data.stat()
+            small_dataset(datasets / "moving", 30, "2")
+            assert data.stat().st_size == before.st_size
+            os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
+            r = await c.call_tool("summarize_records", {"dataset_id": "moving"})
+            assert r.is_error, "an answer from another version of a file than the one registered"
+            error = body(r)["error"]
+            print(f"a file replaced unseen: {error['message']}")
+            assert error["code"] == "dataset_changing", error
+            assert "`data.parquet`" in error["message"] and "moving" in error["message"], error
+            assert cluster.address in error["message"], error
+            readable(r.content[0].text)
+            # A replacement the server sees when it reads the folder again: answered from the
+            # new version, as one server answers.
+            small_dataset(datasets / "moving", 45, "3")
+            again = await ok(c, "summarize_records", {"dataset_id": "moving"})
+            assert again["data"]["rows"] == [[45]]
+            assert f"by the cluster at {cluster.address}" in extract(again)
     finally:
         server.stop()
 
@@ -397,9 +502,51 @@ async def test_a_dataset_in_object_storage_is_read_by_the_executors(tmp_path, su
                 pq.write_table(pq.read_table(first), rewritten, compression="gzip")
                 store.put("tree/" + first.relative_to(tree).as_posix(), rewritten.read_bytes())
                 changed = await c.call_tool("summarize_records", {"dataset_id": "s3_tree", "group_by": ["手続類型"]})
-                assert changed.is_error, "an answer from another version of an object than the one registered"
-                message = changed.content[0].text
-                assert "s3_tree" in message and "changed" in message, message
+                print(f"an object replaced under the cluster: {changed.content[0].text[:300]}")
+                if changed.is_error:
+                    message = changed.content[0].text
+                    assert body(changed)["error"]["code"] == "dataset_changing", message
+                    assert "s3_tree" in message and "changed" in message, message
+                    readable(message)
+                else:
+                    # Heard as dataset_changing, the server listed the objects again and
+                    # answered from their new version (the same rows, gzip-compressed).
+                    assert sum(row[1] for row in body(changed)["data"]["rows"]) == 75071
+                    assert f"by the cluster at {c_.address}" in extract(body(changed))
+        finally:
+            server.stop()
+            c_.stop()
+    finally:
+        store.stop()
+
+
+async def test_executors_without_credentials_are_named_not_the_server(tmp_path, survey):
+    """The server's environment has the store's credentials, the executors' has none: the
+    error says the executors lack them (their environment), as backend_failed in words."""
+    need_cluster_client()
+    store = S3()
+    try:
+        store.client.create_bucket(Bucket=BUCKET)
+        store.put("one/survey.parquet", SURVEY.read_bytes())
+        datasets = tmp_path / "datasets"
+        (datasets / "s3_one").mkdir(parents=True)
+        (datasets / "s3_one" / "dataset.yaml").write_text(definition(f"data: s3://{BUCKET}/one/survey.parquet"), encoding="utf-8")
+        bare = {k: v for k, v in store.env().items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+        c_ = LocalCluster(tmp_path / "cluster", env={**bare, "HOME": str(tmp_path)})
+        server = HttpServer("--cluster", c_.address, datasets=str(datasets), env=store.env())
+        try:
+            async with Client(server.url, mode="legacy", cache=None) as c:
+                r = await c.call_tool("summarize_records", {"dataset_id": "s3_one", "group_by": ["手続類型"]})
+                assert r.is_error
+                error = body(r)["error"]
+                print(f"executors without credentials: {error['message']}")
+                assert error["code"] == "backend_failed", error
+                message = error["message"]
+                assert "this executor's environment" in message and "tally-executor" in message, message
+                assert "server's environment" not in message, message
+                assert c_.address in message, message
+                assert store.secret not in r.content[0].text
+                readable(r.content[0].text)
         finally:
             server.stop()
             c_.stop()

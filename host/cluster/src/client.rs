@@ -338,15 +338,202 @@ fn failed(address: &Address, why: String) -> DataFusionError {
     DataFusionError::Execution(format!("the cluster at {address}: {why}"))
 }
 
-/// A job that failed: a cap the executors stopped at is the caller's limit (said as on one
-/// process), anything else the cluster's failure, in the scheduler's words.
+/// A job that failed, decoded back into Tally's own errors: a cap the executors stopped at is
+/// the caller's limit and a storage error (a file replaced, a backend that failed, missing
+/// credentials) the same error as on one process, said with the cluster that met it;
+/// anything else the cluster's failure, in readable words (never the `Debug` dump of an error
+/// chain the scheduler reports).
 fn job_failed(address: &Address, job: &str, error: &str) -> DataFusionError {
     if let Some(stopped) = tally_engine::groups::Stopped::from_message(error) {
         return DataFusionError::External(Box::new(stopped));
     }
-    let error = error
-        .replace("DataFusion error: ", "")
-        .replace("Execution error: ", "")
-        .replace("External error: ", "");
-    failed(address, format!("job {job} failed: {error}"))
+    if let Some(storage) = tally_storage::cluster::Crossing::from_message(error) {
+        use tally_storage::StorageError;
+        let on = format!("; met by an executor of the cluster at {address}");
+        let storage = match storage {
+            StorageError::Backend { dataset, message } => StorageError::Backend {
+                dataset,
+                message: message + &on,
+            },
+            StorageError::Stale { dataset, message } => StorageError::Stale {
+                dataset,
+                message: message + &on,
+            },
+            other => other,
+        };
+        return DataFusionError::External(Box::new(storage));
+    }
+    failed(address, format!("job {job} failed: {}", readable(error)))
+}
+
+/// What the scheduler says of a failed job, in words: its own prefixes dropped, and an error
+/// chain in Rust's `Debug` form (`DataFusionError(Execution("…"))`, how Ballista sends a
+/// task's error) read as the messages it holds.
+fn readable(error: &str) -> String {
+    let mut messages: Vec<String> = Vec::new();
+    for line in error.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let mut line = line;
+        for prefix in [
+            "Job failed due to stage ",
+            "Task failed due to runtime execution error: ",
+            "Task failed due to IO error: ",
+        ] {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                // "Job failed due to stage 2 failed: …"
+                line = rest.split_once("failed: ").map_or(rest, |(_, r)| r);
+            }
+        }
+        if let Some(rest) = line.strip_prefix("Task failed due to runtime execution error: ") {
+            line = rest;
+        }
+        let quoted = debug_strings(line);
+        let said = if quoted.is_empty() {
+            unwrapped(line)
+        } else {
+            quoted.join(": ")
+        };
+        let said = said
+            .replace("DataFusion error: ", "")
+            .replace("Execution error: ", "")
+            .replace("External error: ", "");
+        if !messages.contains(&said) {
+            messages.push(said);
+        }
+    }
+    messages.join("; ")
+}
+
+/// The string literals of a `Debug` dump, unescaped, in order (none when `text` holds none).
+fn debug_strings(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut literal = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') => literal.push('\n'),
+                    Some('t') => literal.push('\t'),
+                    Some('r') => literal.push('\r'),
+                    Some('0') => literal.push('\0'),
+                    Some('u') => {
+                        let code: String = chars
+                            .by_ref()
+                            .skip_while(|c| *c == '{')
+                            .take_while(|c| *c != '}')
+                            .collect();
+                        if let Some(c) =
+                            u32::from_str_radix(&code, 16).ok().and_then(char::from_u32)
+                        {
+                            literal.push(c);
+                        }
+                    }
+                    Some(other) => literal.push(other),
+                    None => break,
+                },
+                other => literal.push(other),
+            }
+        }
+        let literal = literal.trim().to_string();
+        if !literal.is_empty() && !out.contains(&literal) {
+            out.push(literal);
+        }
+    }
+    out
+}
+
+/// `text` without the `Name(` … `)` wrappers of a `Debug` dump that holds no string.
+fn unwrapped(text: &str) -> String {
+    let mut text = text.trim();
+    while let Some(open) = text.find('(') {
+        let name = &text[..open];
+        if name.is_empty()
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || !text.ends_with(')')
+        {
+            break;
+        }
+        text = text[open + 1..text.len() - 1].trim();
+    }
+    text.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `Debug` dump of an error chain (`Name(`, `Name {`) left in a message.
+    fn dumped(text: &str) -> bool {
+        text.contains("Error(")
+            || text.contains("External(")
+            || text.contains("Shared(")
+            || text.contains("Execution(")
+            || text.contains(" { ")
+            || text.contains("\\\"")
+    }
+
+    fn address() -> Address {
+        Address::parse("df://127.0.0.1:50050").expect("an address")
+    }
+
+    #[test]
+    fn a_failed_job_is_said_in_words_never_as_a_debug_dump() {
+        let cases = [
+            (
+                "Job failed due to stage 2 failed: Task failed due to runtime execution error: DataFusionError(Execution(\"dataset `d`: this executor planned the scan in 3 partitions\"))\n",
+                "dataset `d`: this executor planned the scan in 3 partitions",
+            ),
+            (
+                "Job failed due to stage 1 failed: Task failed due to runtime execution error: DataFusionError(Shared(ArrowError(ExternalError(Execution(\"a \\\"quoted\\\" name\")), None)))",
+                "a \"quoted\" name",
+            ),
+            (
+                "Job failed due to stage 1 failed: Task failed due to runtime execution error: Internal(\"\\\"boom\\\"\")",
+                "\"boom\"",
+            ),
+            (
+                "Job failed due to stage 3 failed: Task failed due to runtime execution error: DataFusionError(ResourcesExhausted)",
+                "ResourcesExhausted",
+            ),
+        ];
+        for (sent, said) in cases {
+            let e = job_failed(&address(), "j1", sent).to_string();
+            assert!(e.contains(said), "{sent}\n→ {e}");
+            assert!(!dumped(&e), "{sent}\n→ {e}");
+            assert!(e.contains("df://127.0.0.1:50050"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_storage_error_of_an_executor_is_the_servers_own_again() {
+        use tally_storage::StorageError;
+        use tally_storage::cluster::Crossing;
+        let stale = StorageError::Stale {
+            dataset: "survey".into(),
+            message: "its data file changed (`data.parquet`)".into(),
+        };
+        let chain = DataFusionError::Shared(std::sync::Arc::new(DataFusionError::External(
+            Box::new(Crossing(stale)),
+        )));
+        let sent = format!(
+            "Job failed due to stage 1 failed: Task failed due to runtime execution error: DataFusionError({chain:?})\n"
+        );
+        let e = job_failed(&address(), "j1", &sent);
+        let back = tally_storage::error::carried(&e).expect("a storage error");
+        match &back {
+            StorageError::Stale { dataset, message } => {
+                assert_eq!(dataset, "survey");
+                assert!(
+                    message.contains("`data.parquet`") && message.contains("df://127.0.0.1:50050"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!dumped(&back.to_string()), "{back}");
+    }
 }

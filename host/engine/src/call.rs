@@ -263,11 +263,7 @@ impl<'a> Call<'a> {
         }
         context.source_refs = vec![source_id];
         self.say_revisions(provenance);
-        let cluster = self
-            .ctx
-            .state()
-            .config()
-            .get_extension::<tally_storage::cluster::ClusterCall>();
+        let cluster = self.cluster();
         meta::read_and_normalized(
             provenance,
             self.ds,
@@ -278,6 +274,14 @@ impl<'a> Call<'a> {
             self.route.as_ref(),
         );
         Ok(())
+    }
+
+    /// Where the call's plans went, when it has a cluster.
+    pub fn cluster(&self) -> Option<std::sync::Arc<tally_storage::cluster::ClusterCall>> {
+        self.ctx
+            .state()
+            .config()
+            .get_extension::<tally_storage::cluster::ClusterCall>()
     }
 
     /// What a call that found nothing (or named values the data lacks) is told, each hint

@@ -94,7 +94,12 @@ async fn observed_values(
         .collect())
 }
 
-pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, EngineError> {
+/// The answer of `inspect_dataset`, and, with a cluster, where its plans ran (said in every
+/// answer from this version: the answer is computed once).
+pub async fn compute(
+    engine: &Engine,
+    ds: &Dataset,
+) -> Result<(InspectResult, Option<String>), EngineError> {
     let def = &ds.def;
     let prepared = ds.prepared_for_every_value(engine).await?;
     let planner = Planner {
@@ -169,7 +174,8 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
         }
         fields.push(entry);
     }
-    Ok(InspectResult {
+    let ran = where_ran(&ctx, &prepared);
+    let body = InspectResult {
         dataset_id: def.id.clone(),
         title: def.title.clone(),
         description: def.description.clone(),
@@ -216,7 +222,27 @@ pub async fn compute(engine: &Engine, ds: &Dataset) -> Result<InspectResult, Eng
         detail: None,
         resolved_fields: Vec::new(),
         source_refs: Vec::new(),
-    })
+    };
+    Ok((body, ran))
+}
+
+/// With a cluster, where the plans of an inspection ran (or why they were computed here).
+fn where_ran(
+    ctx: &datafusion::prelude::SessionContext,
+    prepared: &tally_storage::dataset::Prepared,
+) -> Option<String> {
+    let cluster = ctx
+        .state()
+        .config()
+        .get_extension::<tally_storage::cluster::ClusterCall>()?;
+    let here = if prepared.extract.is_some() {
+        "a plugin's records are read by this server, not from files the cluster can open"
+    } else if prepared.is_prepared() {
+        "the table was prepared in this server's memory"
+    } else {
+        "this backend's reads cannot be sent"
+    };
+    Some(crate::meta::where_plans_ran(&cluster, here))
 }
 
 /// One pass over the data for every field's fill rate and every numeric field's statistics:

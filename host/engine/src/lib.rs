@@ -1144,7 +1144,7 @@ impl Engine {
         resolution: Option<Resolution>,
         full: bool,
     ) -> Result<(InspectResult, Provenance), EngineError> {
-        let body = ds.memo(|| inspect::compute(self, ds)).await?;
+        let (body, ran) = ds.memo(|| inspect::compute(self, ds)).await?;
         let mut data = if full { body } else { inspect::compact(body) };
         let prepared = ds.prepared_for_every_value(self).await?;
         let mut provenance = Provenance::default();
@@ -1161,6 +1161,16 @@ impl Engine {
             ));
         }
         data.source_refs = vec![source_ref];
+        if let Some(ran) = ran {
+            // Computed once per version: where the plans of that computation ran.
+            provenance.step(
+                TransformationType::Extract,
+                format!(
+                    "read the {} records of dataset `{}` {ran}",
+                    prepared.rows, ds.def.id
+                ),
+            );
+        }
         provenance.step(
             TransformationType::Aggregate,
             format!(

@@ -456,6 +456,29 @@ pub fn read_and_normalized(
     }
 }
 
+/// Where the plans of a call that has a cluster ran, for a tool whose work is not one read of
+/// a dataset (`inspect_dataset`): "by the cluster at df://…: N plans ran on its executors",
+/// with the plans computed here and why, or "(computed on this server, not on the cluster at
+/// df://…: why)" (`here` when no plan said why: what kept the work here).
+pub fn where_plans_ran(cluster: &tally_storage::cluster::ClusterCall, here: &str) -> String {
+    let ((ran, why), at) = (cluster.outcome(), cluster.cluster.address());
+    if ran > 0 {
+        let elsewhere = if why.is_empty() {
+            String::new()
+        } else {
+            format!("; other plans computed on this server: {}", why.join("; "))
+        };
+        format!("by the cluster at {at}: {}{elsewhere}", plans(ran))
+    } else {
+        let why = if why.is_empty() {
+            here.to_string()
+        } else {
+            why.join("; ")
+        };
+        format!("(computed on this server, not on the cluster at {at}: {why})")
+    }
+}
+
 /// "1 plan ran on its executors", "3 plans ran …".
 fn plans(n: usize) -> String {
     if n == 1 {

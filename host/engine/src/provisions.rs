@@ -902,7 +902,7 @@ fn say_steps(
         &tcall.prepared,
         &tcall.table,
         &[],
-        None,
+        tcall.cluster().as_deref(),
         tcall.route(),
     );
     tcall.say_revisions(provenance);

@@ -421,6 +421,18 @@ fn checked(tool: &str, now: Option<&Value>) -> Provenance {
             TransformationType::Extract,
             format!("ran the recorded call of {tool} again on the data served now"),
         );
+        // With a cluster, where the call of now ran (or why it fell back), as it said.
+        for step in now["transformations"].as_array().into_iter().flatten() {
+            if let (Some("extract"), Some(said)) =
+                (step["type"].as_str(), step["description"].as_str())
+                && said.contains("the cluster at ")
+            {
+                provenance.step(
+                    TransformationType::Extract,
+                    format!("the call run again: {said}"),
+                );
+            }
+        }
         provenance.step(
             TransformationType::Aggregate,
             "compared the recorded answer with the answer of now, value by value and exactly, and each source's dataset version and content hash",

@@ -268,7 +268,7 @@ pub(crate) async fn reopen(
             let relative = file.relative.clone();
             move |message: &str| StorageError::Stale {
                 dataset: dataset.clone(),
-                message: format!("{message} (`{relative}`, on this executor)"),
+                message: format!("{message} (`{relative}`)"),
             }
         };
         let opened = tokio::task::spawn_blocking(move || -> Result<_, StorageError> {
@@ -283,13 +283,26 @@ pub(crate) async fn reopen(
                             std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64)
                         }),
                     )
-                    .map_err(|e| super::object_error(&dataset, e))?;
+                    .map_err(|e| executor_object_error(&dataset, e))?;
                     let footer = tally_plugin_parquet::read_footer_of(
                         &object.message_path(),
                         &object,
                         object.modified,
                     )
-                    .map_err(|e| StorageError::backend(&dataset, e))?;
+                    .map_err(|e| {
+                        // The store's own refusal (an object replaced: its ETag is another),
+                        // said as such, not as a file that cannot be read.
+                        let object = match &e {
+                            tally_plugin_parquet::Error::Io { source, .. } => source
+                                .get_ref()
+                                .and_then(|s| s.downcast_ref::<crate::object::ObjectError>()),
+                            _ => None,
+                        };
+                        match object {
+                            Some(object) => executor_object_error(&dataset, object.clone()),
+                            None => StorageError::backend(&dataset, e),
+                        }
+                    })?;
                     Ok((footer, Some(Arc::new(object)), file))
                 }
                 (None, Some(path)) => {
@@ -318,7 +331,7 @@ pub(crate) async fn reopen(
             && crate::backend::sha256_hex(&footer.footer_bytes) == file.footer_sha256;
         if !same {
             return Err(stale(
-                "its data file on this executor is not the version the server registered",
+                "the data file an executor opened is not the version the server registered",
             ));
         }
         out.push(StreamFile::new(
@@ -330,6 +343,31 @@ pub(crate) async fn reopen(
         ));
     }
     Ok(out)
+}
+
+/// An object-store failure met by an executor: the credentials it reads with are its own,
+/// from its environment, so what to fix is said of the executors, not of the server (whose
+/// environment may well hold the right ones).
+fn executor_object_error(dataset: &str, e: crate::object::ObjectError) -> StorageError {
+    use crate::object::ObjectError;
+    const EXECUTORS: &str = "executors read objects with their own credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment of every tally-executor, as for the server (docs/cluster.md)";
+    match e {
+        ObjectError::NoCredentials(m) => StorageError::backend(
+            dataset,
+            format!(
+                "{} ({EXECUTORS})",
+                m.replace(
+                    "in the server's environment",
+                    "in this executor's environment"
+                )
+            ),
+        ),
+        ObjectError::Denied(m) => StorageError::backend(
+            dataset,
+            format!("{m}, on an executor ({EXECUTORS}; check that they may read the objects)"),
+        ),
+        other => super::object_error(dataset, other),
+    }
 }
 
 impl Streaming for ParquetStream {
