@@ -306,6 +306,40 @@ async def test_inspect_and_verify_through_the_cluster_say_where_they_ran(cluster
     assert "by the cluster" not in extract(alone)
 
 
+async def test_cite_provisions_says_where_each_read_ran(cluster, survey, tmp_path):
+    """cite_provisions reads the survey's records on the cluster and the linked laws (a
+    plugin's records) on the server: each read step says which; with the scheduler missing and
+    the fallback asked, both say they were computed on the server."""
+    if not (REFERENCE / "laws").is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but the reference laws are missing")
+        pytest.skip("the reference laws are not beside the repository")
+    root = tmp_path / "datasets"
+    (root / "survey").mkdir(parents=True)
+    link = "links: [{to: laws, on: {法令番号: law_num, 根拠条項号: locator}}]\n"
+    (root / "survey" / "dataset.yaml").write_text(link + DEFINITION.read_text(encoding="utf-8"), encoding="utf-8")
+    shutil.copyfile(SURVEY, root / "survey" / "data.parquet")
+    (root / "laws" / "xml").mkdir(parents=True)
+    shutil.copyfile(ROOT / "examples" / "laws" / "dataset.yaml", root / "laws" / "dataset.yaml")
+    for p in (REFERENCE / "laws").glob("*.xml"):
+        shutil.copyfile(p, root / "laws" / "xml" / p.name)
+    args = {"dataset_id": "survey", "where": {"法令名": ["行政手続法"]}, "limit": 20}
+    nowhere = f"df://127.0.0.1:{free_port()}"
+    async with Client(stdio(root, "--cluster", cluster.address), mode="legacy", cache=None) as c:
+        through = await ok(c, "cite_provisions", args)
+    async with Client(stdio(root, "--cluster", nowhere, "--cluster-fallback", "local"), mode="legacy", cache=None) as c:
+        fallback = await ok(c, "cite_provisions", args)
+    assert unsigned(through["data"]) == unsigned(fallback["data"])
+    steps = [t["description"] for t in through["provenance"]["transformations"] if t["type"] == "extract"]
+    [records] = [s for s in steps if "dataset `survey`" in s]
+    [laws] = [s for s in steps if "dataset `laws`" in s]
+    assert f"by the cluster at {cluster.address}" in records and "ran on its executors" in records, records
+    assert f"computed on this server, not on the cluster at {cluster.address}" in laws, laws
+    said = extract(fallback)
+    assert said.count(f"computed on this server, not on the cluster at {nowhere}") == 2, said
+    assert "(--cluster-fallback local)" in said, said
+
+
 # A `Debug` dump of a Rust error chain left in a message (`DataFusionError(Shared(…`,
 # `Backend { dataset: … }`): no answer may hold one.
 DEBUG_DUMP = re.compile(r"\b[A-Z][A-Za-z]*(Error)?\((?:[A-Z][A-Za-z]*\(|\\?\")|\b[A-Z][A-Za-z]* \{ [a-z_]+: ")

@@ -110,6 +110,7 @@ pub async fn compute(
     let ctx = engine.call_context(prepared.rows)?;
     let table = ctx.read_table(prepared.table().provider)?;
     let stats = statistics(def, &table).await?;
+    let mut listed = listed_values_of_every_field(&ctx, &prepared, def).await;
     let mut fields = Vec::with_capacity(def.fields.len());
     let mut quality_summary = QualitySummary {
         rule: "fill rate (null and blank count as empty): fully = 1.0, mostly ≥ 0.5, sparse < 0.5",
@@ -167,8 +168,8 @@ pub async fn compute(
             // Without a codelist a model still needs the exact spelling of the values it may
             // filter or group by: the top values of every groupable field and of every
             // attribute with few distinct values, NFKC variants counted together.
-            None if !f.data_type.is_numeric() && f.locator.is_none() && f.role != Role::Id => {
-                entry.values = listed_values(&ctx, &prepared, def, id).await;
+            None if lists_values(f) => {
+                entry.values = listed.remove(&id).flatten();
             }
             None => {}
         }
@@ -506,6 +507,45 @@ async fn auto_codelist(
             }),
         },
     })
+}
+
+/// Plans a cluster runs at once for an inspection.
+const CLUSTER_PLANS_AT_ONCE: usize = 4;
+
+/// Whether a field without a codelist has its values listed: a model still needs the exact
+/// spelling of the values it may filter or group by.
+fn lists_values(f: &tally_semantic::definition::Field) -> bool {
+    f.derived.is_none() && !f.data_type.is_numeric() && f.locator.is_none() && f.role != Role::Id
+}
+
+/// [`listed_values`] of every field without a codelist that [`lists_values`]. On a cluster
+/// each plan pays a job's start-up (the scheduler's planning, the executors reopening the
+/// files), far more than its scan of one column: there the fields are counted a few at a
+/// time, their jobs overlapping. Alone, one at a time: each is a scan on all the server's
+/// cores already.
+async fn listed_values_of_every_field(
+    ctx: &datafusion::prelude::SessionContext,
+    prepared: &tally_storage::dataset::Prepared,
+    def: &tally_semantic::DatasetDef,
+) -> std::collections::HashMap<FieldId, Option<TopValues>> {
+    use futures::StreamExt;
+    let on_cluster = ctx
+        .state()
+        .config()
+        .get_extension::<tally_storage::cluster::ClusterCall>()
+        .is_some();
+    let fields: Vec<FieldId> = def
+        .fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.codelist.is_none() && lists_values(f))
+        .map(|(i, _)| FieldId::at(i))
+        .collect();
+    futures::stream::iter(fields)
+        .map(|id| async move { (id, listed_values(ctx, prepared, def, id).await) })
+        .buffered(if on_cluster { CLUSTER_PLANS_AT_ONCE } else { 1 })
+        .collect()
+        .await
 }
 
 /// The values of a text field without a codelist, when worth listing: values that each occur
