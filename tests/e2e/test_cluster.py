@@ -210,6 +210,7 @@ async def test_the_survey_through_the_cluster_answers_as_one_server(cluster, sur
         assert a["provenance"]["sources"] == b["provenance"]["sources"], f"{what}: the sources differ"
         said = extract(b)
         assert f"by the cluster at {cluster.address}" in said and "ran on its executors" in said, said
+        assert re.search(r"ran on its executors in \d+ tasks?\b", said), said
         assert "computed on this server" not in said, said
         assert "by the cluster" not in extract(a)
 
@@ -291,9 +292,10 @@ async def test_inspect_and_verify_through_the_cluster_say_where_they_ran(cluster
         print(f"inspect_dataset of the survey: {took_alone:.2f} s on one server, {took_through:.2f} s through the cluster")
         assert through["data"]["fields"] == alone["data"]["fields"]
         said = extract(through)
-        m = re.search(r"by the cluster at (\S+): (\d+) plans? ran on its executors", said)
+        m = re.search(r"by the cluster at (\S+): (\d+) plans? ran on its executors in (\d+) tasks?", said)
         assert m and m.group(1) == cluster.address, said
-        print(f"inspect_dataset sent {m.group(2)} plans to the cluster")
+        assert int(m.group(3)) >= int(m.group(2)), said
+        print(f"inspect_dataset sent {m.group(2)} plans to the cluster, run in {m.group(3)} tasks")
         assert "computed on this server" not in said, said
         # Asked again, from the answer kept for this version: still said.
         again = await ok(c, "inspect_dataset", {"dataset_id": "survey"})

@@ -18,7 +18,8 @@ use ballista_core::serde::protobuf::get_job_status_result::FlightProxy;
 use ballista_core::serde::protobuf::job_status::Status;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::{
-    CancelJobParams, ExecuteQueryParams, GetJobStatusParams, KeyValuePair, PartitionLocation,
+    CancelJobParams, ExecuteQueryParams, GetJobMetricsParams, GetJobStatusParams, KeyValuePair,
+    PartitionLocation,
 };
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result as DfResult};
@@ -41,11 +42,13 @@ const POLL_MOST: Duration = Duration::from_millis(50);
 /// Answers without a status after which a job that never had one is taken as lost (about 30 s
 /// of polls).
 const LOST_AFTER: u32 = 600;
+/// How long the scheduler has to say how many tasks a job ran.
+const TASKS_WITHIN: Duration = Duration::from_secs(1);
 /// How long a cancellation may take before it is given up (it runs after the call ended).
 const CANCEL_WITHIN: Duration = Duration::from_secs(3);
 
 /// Runs `plan` on the cluster at `address`, through `scheduler`, and streams its answer (its
-/// partitions in order).
+/// partitions in order), with the tasks the scheduler split it into (when it says).
 pub async fn run(
     address: &Address,
     mut scheduler: SchedulerGrpcClient<Channel>,
@@ -53,7 +56,7 @@ pub async fn run(
     codec: &TallyCodec,
     session: &str,
     config: &SessionConfig,
-) -> DfResult<SendableRecordBatchStream> {
+) -> DfResult<(SendableRecordBatchStream, Option<usize>)> {
     let schema = plan.schema();
     let encoded = encode(address, plan, codec)?;
     let (job_id, version) = submit(address, &mut scheduler, encoded, session, config).await?;
@@ -69,14 +72,34 @@ pub async fn run(
         return Err(failed(address, why));
     }
     let (locations, proxy) = follow(address, &mut scheduler, &job_id, &mut job).await?;
+    let tasks = tasks(&mut scheduler, &job_id).await;
     let address = address.clone();
     let partitions = futures::stream::iter(locations)
         .then(move |location| fetch(address.clone(), location, proxy.clone()))
         .try_flatten();
-    Ok(Box::pin(RecordBatchStreamAdapter::new(
-        SchemaRef::clone(&schema),
-        partitions,
-    )))
+    Ok((
+        Box::pin(RecordBatchStreamAdapter::new(
+            SchemaRef::clone(&schema),
+            partitions,
+        )),
+        tasks,
+    ))
+}
+
+/// The tasks of the ended job `job_id` (each stage's partitions, one task each), as its
+/// scheduler's metrics say; `None` when it does not answer at once (the envelope then counts
+/// plans only).
+async fn tasks(scheduler: &mut SchedulerGrpcClient<Channel>, job_id: &str) -> Option<usize> {
+    let asked = scheduler.get_job_metrics(GetJobMetricsParams {
+        job_id: job_id.to_string(),
+    });
+    let metrics = tokio::time::timeout(TASKS_WITHIN, asked)
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+    let tasks: usize = metrics.stages.iter().map(|s| s.partitions as usize).sum();
+    (tasks > 0).then_some(tasks)
 }
 
 /// The physical plan as the scheduler reads it.

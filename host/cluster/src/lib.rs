@@ -255,9 +255,9 @@ impl ExecutionPlan for ClusterExec {
             let config = tally_storage::cluster::partitions_alone(
                 SessionConfig::new_with_ballista().with_target_partitions(partitions),
             );
-            let stream =
+            let (stream, tasks) =
                 client::run(&address, scheduler, plan, codec.as_ref(), &session, &config).await?;
-            call.ran_remotely();
+            call.ran_remotely(tasks);
             Ok(stream)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(

@@ -403,7 +403,7 @@ pub fn read_and_normalized(
             }
             format!(
                 "read from the files at this call by the cluster at {at}: {}",
-                plans(ran)
+                plans(ran, cluster.and_then(|c| c.tasks()))
             )
         }
         Some(((_, why), at)) => {
@@ -468,7 +468,10 @@ pub fn where_plans_ran(cluster: &tally_storage::cluster::ClusterCall, here: &str
         } else {
             format!("; other plans computed on this server: {}", why.join("; "))
         };
-        format!("by the cluster at {at}: {}{elsewhere}", plans(ran))
+        format!(
+            "by the cluster at {at}: {}{elsewhere}",
+            plans(ran, cluster.tasks())
+        )
     } else {
         let why = if why.is_empty() {
             here.to_string()
@@ -479,12 +482,18 @@ pub fn where_plans_ran(cluster: &tally_storage::cluster::ClusterCall, here: &str
     }
 }
 
-/// "1 plan ran on its executors", "3 plans ran …".
-fn plans(n: usize) -> String {
-    if n == 1 {
+/// "1 plan ran on its executors", "3 plans ran … in 12 tasks" (the tasks the scheduler split
+/// them into, when it said).
+fn plans(n: usize, tasks: Option<usize>) -> String {
+    let ran = if n == 1 {
         "1 plan ran on its executors".to_string()
     } else {
         format!("{n} plans ran on its executors")
+    };
+    match tasks {
+        Some(1) => format!("{ran} in 1 task"),
+        Some(t) => format!("{ran} in {t} tasks"),
+        None => ran,
     }
 }
 

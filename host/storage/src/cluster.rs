@@ -55,6 +55,9 @@ pub struct ClusterCall {
     distributed: Mutex<usize>,
     /// Why plans were computed here instead (each reason once).
     local: Mutex<Vec<String>>,
+    /// The tasks the scheduler split the plans that ran there into, and whether it said so
+    /// for every one of them.
+    tasks: Mutex<(usize, bool)>,
 }
 
 impl ClusterCall {
@@ -63,14 +66,29 @@ impl ClusterCall {
             cluster,
             distributed: Mutex::new(0),
             local: Mutex::new(Vec::new()),
+            tasks: Mutex::new((0, true)),
         }
     }
 
-    /// A plan of the call ran on the cluster.
-    pub fn ran_remotely(&self) {
+    /// A plan of the call ran on the cluster (in `tasks`, when the scheduler said).
+    pub fn ran_remotely(&self, tasks: Option<usize>) {
         if let Ok(mut n) = self.distributed.lock() {
             *n += 1;
         }
+        if let Ok(mut counted) = self.tasks.lock() {
+            match tasks {
+                Some(t) => counted.0 += t,
+                None => counted.1 = false,
+            }
+        }
+    }
+
+    /// The tasks the plans that ran on the cluster were split into, when known for each.
+    pub fn tasks(&self) -> Option<usize> {
+        self.tasks
+            .lock()
+            .ok()
+            .and_then(|t| (t.1 && t.0 > 0).then_some(t.0))
     }
 
     /// A plan of the call was computed on this server, for `why`.
@@ -803,11 +821,14 @@ mod tests {
             }
         }
         let call = ClusterCall::new(Arc::new(Nowhere));
-        call.ran_remotely();
+        call.ran_remotely(Some(4));
         call.ran_here("a reason");
         call.ran_here("a reason");
-        call.ran_remotely();
+        call.ran_remotely(Some(3));
         assert_eq!(call.outcome(), (2, vec!["a reason".to_string()]));
+        assert_eq!(call.tasks(), Some(7));
+        call.ran_remotely(None);
+        assert_eq!(call.tasks(), None);
     }
 
     #[test]
