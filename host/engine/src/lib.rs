@@ -1089,7 +1089,7 @@ impl Engine {
                 version: ds.version.clone(),
                 title: def.title.clone(),
                 publisher: def.publisher.clone(),
-                record_count: ds.backend.row_count(),
+                record_count: ds.record_count(),
                 field_count: def.fields.len(),
                 backend: ds.backend.kind(),
                 source_ref,

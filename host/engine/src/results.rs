@@ -310,9 +310,9 @@ pub struct DatasetCard {
     pub version: String,
     pub title: String,
     pub publisher: Option<String>,
-    /// The records of this version when its files say so without being read (Parquet
-    /// footers); `null` for data a plugin reads (`inspect_dataset` counts them). The same
-    /// for every answer about one version, so a listing verifies whatever was prepared since.
+    /// The records of this version: from its files' footers, or, for data a plugin reads,
+    /// once counted (in the background after a start); `null` until then. A count that
+    /// became known since an answer is not a change of its data (`verify_answer`).
     pub record_count: Option<u64>,
     pub field_count: usize,
     #[schemars(schema_with = "backend_kinds")]
