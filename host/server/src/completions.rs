@@ -201,6 +201,20 @@ mod tests {
     }
 
     #[test]
+    fn at_most_max_ids_are_offered() {
+        let dir = std::env::temp_dir().join(format!("tally-many-ids-{}", std::process::id()));
+        for i in 0..=MAX_IDS {
+            let d = dir.join(format!("d{i:05}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("dataset.yaml"), "").unwrap();
+        }
+        let mut out = Vec::new();
+        list_ids(&dir, &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap().lines().count(), MAX_IDS);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn ids_are_the_folders_with_a_definition() {
         let dir = std::env::temp_dir().join(format!("tally-ids-{}", std::process::id()));
         for (name, yaml) in [
