@@ -304,6 +304,25 @@ async def test_fetch_from_a_publisher_page_into_a_running_server(tmp_path):
         site.stop()
 
 
+def page_with_one_csv(folder: Path, site: "Publisher"):
+    """A dataset folder whose definition names `site`'s page, and that page linking one CSV
+    (`/files/data.csv`, which the test serves as it needs)."""
+    (folder / "dataset.yaml").write_text(
+        f"""schema_version: "1"
+title: t
+source:
+  url: {site.url("/page")}
+  asset_pattern: "data\\\\.csv$"
+id_field: id
+fields:
+- {{name: id, role: id}}
+- {{name: n, role: measure, data_type: integer}}
+""",
+        encoding="utf-8",
+    )
+    site.pages["/page"] = (200, {"Content-Type": "text/html"}, page_html([("/files/data.csv", "data")]))
+
+
 def test_a_redirect_to_another_port_of_the_page_host_is_another_origin(tmp_path):
     """The publisher's page on one port redirects the file to the same host on another port:
     another server, refused unless `--allow-host HOST:PORT` names it (a host without a port
@@ -316,20 +335,7 @@ def test_a_redirect_to_another_port_of_the_page_host_is_another_origin(tmp_path)
         datasets = tmp_path / "datasets"
         folder = datasets / "ports"
         folder.mkdir(parents=True)
-        (folder / "dataset.yaml").write_text(
-            f"""schema_version: "1"
-title: t
-source:
-  url: {site.url("/page")}
-  asset_pattern: "data\\\\.csv$"
-id_field: id
-fields:
-- {{name: id, role: id}}
-- {{name: n, role: measure, data_type: integer}}
-""",
-            encoding="utf-8",
-        )
-        site.pages["/page"] = (200, {"Content-Type": "text/html"}, page_html([("/files/data.csv", "data")]))
+        page_with_one_csv(folder, site)
         site.pages["/files/data.csv"] = (302, {"Location": other.url("/files/data.csv")}, b"")
         other.pages["/files/data.csv"] = (200, {"Content-Type": "text/csv"}, b"id,n\n1,5\n2,7\n")
         base = ["fetch", "ports", "--datasets", str(datasets), "--ca-cert", str(site.ca_pem), "--ca-cert", str(other.ca_pem)]
@@ -361,20 +367,7 @@ def test_a_certificate_that_cannot_be_verified_names_ca_cert(tmp_path):
         datasets = tmp_path / "datasets"
         folder = datasets / "private"
         folder.mkdir(parents=True)
-        (folder / "dataset.yaml").write_text(
-            f"""schema_version: "1"
-title: t
-source:
-  url: {site.url("/page")}
-  asset_pattern: "data\\\\.csv$"
-id_field: id
-fields:
-- {{name: id, role: id}}
-- {{name: n, role: measure, data_type: integer}}
-""",
-            encoding="utf-8",
-        )
-        site.pages["/page"] = (200, {"Content-Type": "text/html"}, page_html([("/files/data.csv", "data")]))
+        page_with_one_csv(folder, site)
         site.pages["/files/data.csv"] = (200, {"Content-Type": "text/csv"}, b"id,n\n1,5\n2,7\n")
         p = run("fetch", "private", "--datasets", str(datasets), check=False)
         assert p.returncode != 0, p.stdout
