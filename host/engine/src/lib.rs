@@ -366,27 +366,27 @@ impl Engine {
         if let Ok(held) = CALLER_MEMORY.try_with(Arc::clone) {
             pool = pool.for_caller(held, self.budget.limit() / 2);
         }
+        let pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> = Arc::new(pool);
         let runtime = RuntimeEnvBuilder::new()
-            .with_memory_pool(Arc::new(pool))
+            .with_memory_pool(Arc::clone(&pool))
             .with_disk_manager_builder(
                 datafusion::execution::disk_manager::DiskManagerBuilder::default()
                     .with_mode(datafusion::execution::disk_manager::DiskManagerMode::Disabled),
             )
             .build_arc()?;
+        // What the call reads of objects is kept for its later scans (an inspection scans
+        // every object once per field), within the call's memory.
+        let mut config = self.ctx.state().config().clone().with_extension(Arc::new(
+            tally_storage::parquet::CallReads::new(&pool, self.limits.call_memory_bytes),
+        ));
         let mut builder =
             SessionStateBuilder::new_from_existing(self.ctx.state()).with_runtime_env(runtime);
         if let Some((cluster, _)) = &self.cluster {
-            let config = self
-                .ctx
-                .state()
-                .config()
-                .clone()
-                .with_extension(Arc::new(cluster::ClusterCall::new(Arc::clone(cluster))));
-            builder = builder
-                .with_config(config)
-                .with_query_planner(Arc::new(cluster::ClusterPlanner));
+            config =
+                config.with_extension(Arc::new(cluster::ClusterCall::new(Arc::clone(cluster))));
+            builder = builder.with_query_planner(Arc::new(cluster::ClusterPlanner));
         }
-        let mut state = builder.build();
+        let mut state = builder.with_config(config).build();
         if let Some((_, partitions)) = &self.cluster {
             // On a cluster every scan of files is split, whatever its size: the tasks are what
             // the executors share.

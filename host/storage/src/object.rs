@@ -467,6 +467,8 @@ impl ObjectFile {
         &self,
         range: Option<Range<u64>>,
     ) -> Result<futures::stream::BoxStream<'static, object_store::Result<Bytes>>, ObjectError> {
+        // What `tests/e2e/bench_object_store.py` counts: one line per request to the store.
+        tracing::debug!(url = %self.url, range = ?range, "object request");
         let got = within(ANSWER_TIMEOUT, &self.url, async {
             self.store
                 .get_opts(&self.location, self.options(range))
@@ -584,7 +586,7 @@ const COALESCE_GAP: u64 = 256 << 10;
 const MAX_REQUEST: u64 = 16 << 20;
 
 /// The requests that read `ranges`: sorted, and merged where they are close.
-fn coalesce(ranges: &[Range<u64>]) -> Vec<Range<u64>> {
+pub(crate) fn coalesce(ranges: &[Range<u64>]) -> Vec<Range<u64>> {
     let mut sorted: Vec<Range<u64>> = ranges.to_vec();
     sorted.sort_by_key(|r| r.start);
     let mut out: Vec<Range<u64>> = Vec::with_capacity(sorted.len());

@@ -26,7 +26,9 @@ use crate::error::StorageError;
 use crate::memory::Meter;
 use crate::problem::{Problem, Refusal};
 
+pub mod reads;
 pub(crate) mod stream;
+pub use reads::CallReads;
 pub(crate) use stream::reopen;
 
 /// Builds [`ParquetBackend`]s: `data_file` in the dataset folder (a file, a glob or a

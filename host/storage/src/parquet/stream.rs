@@ -10,6 +10,10 @@
 //! reads as the prepared path does, holds what it reads from the memory budget, and refuses a
 //! file that is no longer the one registered (its size and footer).
 //!
+//! Objects in object storage are read by ranged requests, each naming the ETag registered;
+//! within one call, what is read of them is kept for the call's later scans and a scan of
+//! whole row groups reads its chunks of every object ahead ([`super::reads`]).
+//!
 //! Records are numbered by their position in the files (in path order), exactly as a
 //! prepared table numbers them, so the default order, ties and cursor pages are the same on
 //! both paths.
@@ -44,6 +48,7 @@ use futures::future::BoxFuture;
 use tally_plugin_parquet::Footer;
 use tally_plugin_parquet::groups::read_at;
 
+use super::reads::CallReads;
 use crate::backend::{ReadCounts, ServedFile, Streaming};
 use crate::error::StorageError;
 use crate::memory::{Budget, Reservation};
@@ -96,13 +101,40 @@ impl StreamFile {
         }
     }
 
-    /// The column chunk a range of bytes lies in, if any (row group, column).
-    fn chunk_of(&self, range: &Range<u64>) -> Option<(usize, usize, u64)> {
+    /// The column chunk a range of bytes lies in, if any (row group, column, its bytes).
+    fn chunk_of(&self, range: &Range<u64>) -> Option<(usize, usize, Range<u64>)> {
         let i = self
             .chunks
             .partition_point(|(start, ..)| *start <= range.start);
         let (start, end, g, c) = *self.chunks.get(i.checked_sub(1)?)?;
-        (range.end <= end).then_some((g, c, start))
+        (range.end <= end).then_some((g, c, start..end))
+    }
+
+    /// The column chunks of the columns named (top-level names: every leaf of a nested
+    /// column), row group by row group: what a scan of those columns without conditions reads.
+    fn chunks_of_columns(&self, names: &[&str]) -> Vec<Range<u64>> {
+        let leaves: Vec<bool> = self
+            .footer
+            .metadata
+            .file_metadata()
+            .schema_descr()
+            .columns()
+            .iter()
+            .map(|c| {
+                c.path()
+                    .parts()
+                    .first()
+                    .is_some_and(|p| names.contains(&p.as_str()))
+            })
+            .collect();
+        let mut out: Vec<(usize, usize, Range<u64>)> = self
+            .chunks
+            .iter()
+            .filter(|(.., c)| leaves.get(*c).copied().unwrap_or(false))
+            .map(|(start, end, g, c)| (*g, *c, *start..*end))
+            .collect();
+        out.sort_by_key(|(g, c, _)| (*g, *c));
+        out.into_iter().map(|(.., r)| r).collect()
     }
 }
 
@@ -510,7 +542,6 @@ impl TableProvider for StreamTable {
         // The row number is the table schema's last column, after the files' and the partitions'.
         let row_number = shared.file_schema.fields().len() + shared.partition_fields.len();
         let table_schema = self.table_schema(scanned.contains(&row_number));
-        let source = self.source(state, &table_schema, filters)?;
         // Records asked for by number: per file, a selection of just those rows (the pages
         // that hold them are read; files without any are left out).
         let mut wanted_rows: Option<Vec<u64>> = filters.iter().find_map(StreamTable::row_numbers);
@@ -518,6 +549,17 @@ impl TableProvider for StreamTable {
             rows.sort_unstable();
             rows.dedup();
         }
+        // Objects: what the call reads of them is kept for its later scans, and a scan of
+        // whole row groups (nothing prunes them, nothing stops it early) fetches its chunks
+        // of every object first, a few requests at once.
+        let reads = self.call_reads(state).map(|reads| {
+            let whole = wanted_rows.is_none()
+                && limit.is_none()
+                && !filters.iter().any(|f| self.testable(f));
+            let ahead = whole.then(|| self.read_ahead(&reads, &scanned)).flatten();
+            (reads, ahead)
+        });
+        let source = self.source(state, &table_schema, filters, reads)?;
         let partitioned = self.partitioned(wanted_rows.as_deref());
         let config =
             FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
@@ -555,6 +597,40 @@ impl TableProvider for StreamTable {
 }
 
 impl StreamTable {
+    /// The object reads of the call `state` belongs to, when this stream reads objects that
+    /// together fit what the call may keep. Larger objects are read scan by scan, as local
+    /// files are: a call over them would hold its share of memory for bytes it reads once.
+    /// (A plan a cluster runs never polls the read-ahead: its executors read for themselves.)
+    fn call_reads(&self, state: &dyn Session) -> Option<Arc<CallReads>> {
+        let reads = state.config().get_extension::<CallReads>()?;
+        let objects = self.shared.files.iter().filter(|f| f.object.is_some());
+        let size = objects
+            .clone()
+            .map(|f| f.footer.size)
+            .fold(0u64, u64::saturating_add);
+        (objects.count() > 0 && size <= reads.limit() as u64).then_some(reads)
+    }
+
+    /// The read-ahead of a scan of the columns `scanned` (indices into its table schema):
+    /// the chunks of those columns in every row group of every object.
+    fn read_ahead(&self, reads: &Arc<CallReads>, scanned: &[usize]) -> Option<ReadAhead> {
+        let shared = &self.shared;
+        let names: Vec<&str> = scanned
+            .iter()
+            .filter(|i| **i < shared.file_schema.fields().len())
+            .map(|i| shared.file_schema.field(*i).name().as_str())
+            .collect();
+        if names.is_empty() {
+            return None;
+        }
+        let wanted: Vec<(Arc<crate::object::ObjectFile>, Vec<Range<u64>>)> = shared
+            .files
+            .iter()
+            .filter_map(|f| Some((Arc::clone(f.object.as_ref()?), f.chunks_of_columns(&names))))
+            .collect();
+        Some(Arc::clone(reads).read_ahead(wanted).boxed().shared())
+    }
+
     /// Plans the columns of a scan: which it reads (indices into its table schema) and,
     /// per output wanted, their places among those read.
     fn columns(&self, wanted: &[usize]) -> (Vec<usize>, Vec<Output>) {
@@ -596,12 +672,19 @@ impl StreamTable {
         state: &dyn Session,
         table_schema: &TableSchema,
         filters: &[Expr],
+        reads: Option<(Arc<CallReads>, Option<ReadAhead>)>,
     ) -> DfResult<ParquetSource> {
         let shared = &self.shared;
+        let (reads, ahead) = match reads {
+            Some((reads, ahead)) => (Some(reads), ahead),
+            None => (None, None),
+        };
         let mut source = ParquetSource::new(table_schema.clone())
             .with_parquet_file_reader_factory(Arc::new(CheckedFactory {
                 shared: Arc::clone(shared),
                 counts: Arc::clone(&self.counts),
+                reads,
+                ahead,
             }))
             .with_enable_page_index(true)
             .with_bloom_filter_on_read(true)
@@ -713,11 +796,27 @@ enum Output {
 #[derive(Debug, Clone, Copy)]
 struct FileIndex(usize);
 
+/// A scan's read-ahead of objects ([`CallReads::read_ahead`]): run by the first of its
+/// readers that needs bytes, awaited by all.
+type ReadAhead = futures::future::Shared<BoxFuture<'static, ()>>;
+
 /// Makes the readers of a call's scan.
-#[derive(Debug)]
 struct CheckedFactory {
     shared: Arc<Shared>,
     counts: Arc<ReadCounts>,
+    /// What the call has read of the objects (`None`: local files, or no call to keep for).
+    reads: Option<Arc<CallReads>>,
+    ahead: Option<ReadAhead>,
+}
+
+impl std::fmt::Debug for CheckedFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckedFactory")
+            .field("dataset", &self.shared.dataset)
+            .field("reads", &self.reads)
+            .field("ahead", &self.ahead.is_some())
+            .finish()
+    }
 }
 
 fn external(e: StorageError) -> DataFusionError {
@@ -754,6 +853,8 @@ impl ParquetFileReaderFactory for CheckedFactory {
                 held: shared
                     .budget
                     .reservation(format!("reading dataset `{}`", shared.dataset)),
+                reads: self.reads.clone(),
+                ahead: self.ahead.clone(),
             }));
         }
         let opened = match File::open(&file.footer.path) {
@@ -786,6 +887,8 @@ impl ParquetFileReaderFactory for CheckedFactory {
             held: shared
                 .budget
                 .reservation(format!("reading dataset `{}`", shared.dataset)),
+            reads: None,
+            ahead: None,
         }))
     }
 }
@@ -799,6 +902,9 @@ struct CheckedReader {
     file: Option<File>,
     /// What the bytes of the last read hold (the scan reads a row group's chunks at a time).
     held: Reservation,
+    /// What the call has read of the objects, and the scan's read-ahead.
+    reads: Option<Arc<CallReads>>,
+    ahead: Option<ReadAhead>,
 }
 
 impl CheckedReader {
@@ -861,15 +967,51 @@ impl CheckedReader {
         Ok(out)
     }
 
-    /// The ranges of the stream file's object, read from the store.
+    /// The ranges of the stream file's object: those the call read already, the rest read
+    /// from the store (and kept for the call's later scans).
     async fn read_object(&mut self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>, ParquetError> {
         self.admit(&ranges)?;
-        let Some(object) = self.shared.files[self.index].object.clone() else {
+        let shared = Arc::clone(&self.shared);
+        let file = &shared.files[self.index];
+        let Some(object) = file.object.clone() else {
             return Err(ParquetError::General("not an object".into()));
         };
-        let got = object.ranges(ranges.clone()).await.map_err(|e| {
-            ParquetError::External(Box::new(super::object_error(&self.shared.dataset, e)))
-        })?;
+        let failed = |e| ParquetError::External(Box::new(super::object_error(&shared.dataset, e)));
+        if let Some(ahead) = &self.ahead {
+            ahead.clone().await;
+        }
+        let mut got: Vec<Option<Bytes>> = vec![None; ranges.len()];
+        if let Some(reads) = &self.reads {
+            for (slot, range) in got.iter_mut().zip(&ranges) {
+                let chunk = file.chunk_of(range).map(|(.., c)| c);
+                match reads.get(&object, range, chunk) {
+                    Some(Ok(bytes)) => *slot = Some(bytes),
+                    Some(Err(e)) => return Err(failed(e)),
+                    None => {}
+                }
+            }
+        }
+        let missing: Vec<Range<u64>> = ranges
+            .iter()
+            .zip(&got)
+            .filter(|(_, g)| g.is_none())
+            .map(|(r, _)| r.clone())
+            .collect();
+        if !missing.is_empty() {
+            let mut fetched = object.ranges(missing).await.map_err(failed)?.into_iter();
+            for (slot, range) in got.iter_mut().zip(&ranges) {
+                if slot.is_none() {
+                    let bytes = fetched.next().unwrap_or_default();
+                    if let Some(reads) = &self.reads
+                        && bytes.len() as u64 == range.end - range.start
+                    {
+                        reads.keep(&object, range, &bytes);
+                    }
+                    *slot = Some(bytes);
+                }
+            }
+        }
+        let got: Vec<Bytes> = got.into_iter().map(Option::unwrap_or_default).collect();
         for (range, bytes) in ranges.iter().zip(&got) {
             if bytes.len() as u64 != range.end - range.start {
                 return Err(ParquetError::External(Box::new(StorageError::backend(
@@ -918,5 +1060,319 @@ impl AsyncFileReader for CheckedReader {
         // wants it, is read through this reader).
         let metadata = Arc::clone(&self.shared.files[self.index].footer.metadata);
         async move { Ok(metadata) }.boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! What a call reads of objects ([`CallReads`]), counted at the store.
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::file::properties::WriterProperties;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+    use futures::stream::BoxStream;
+    use object_store::memory::InMemory;
+    use object_store::path::Path as ObjectPath;
+    use object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+        ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    };
+
+    use super::*;
+    use crate::object::ObjectFile;
+
+    /// An object store in memory that counts the reads asked of it (each a request to a
+    /// real store).
+    #[derive(Debug, Default)]
+    struct Counted {
+        inner: InMemory,
+        gets: AtomicUsize,
+    }
+
+    impl std::fmt::Display for Counted {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "counted {}", self.inner)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Counted {
+        async fn put_opts(
+            &self,
+            location: &ObjectPath,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &ObjectPath,
+            opts: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &ObjectPath,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            self.gets.fetch_add(1, Ordering::Relaxed);
+            self.inner.get_opts(location, options).await
+        }
+
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, object_store::Result<ObjectPath>>,
+        ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
+            self.inner.delete_stream(locations)
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&ObjectPath>,
+        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&ObjectPath>,
+        ) -> object_store::Result<ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &ObjectPath,
+            to: &ObjectPath,
+            options: CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    const OBJECTS: usize = 3;
+    const GROUPS: usize = 3;
+
+    /// A Parquet file of `GROUPS` row groups: a ministry, a kind (some null) and a count.
+    fn parquet(seed: usize) -> Vec<u8> {
+        let rows = 40 * GROUPS;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("ministry", DataType::Utf8, true),
+            Field::new("kind", DataType::Utf8, true),
+            Field::new("count", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    (0..rows).map(|r| format!("省{}", (r + seed) % 7)),
+                )),
+                Arc::new(StringArray::from_iter(
+                    (0..rows).map(|r| (r % 5 != 0).then(|| format!("kind {}", r % 3))),
+                )),
+                Arc::new(Int64Array::from_iter(
+                    (0..rows).map(|r| (r % 4 != 0).then_some((r * seed) as i64)),
+                )),
+            ],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(40))
+            .build();
+        let mut writer = ArrowWriter::try_new(&mut out, schema, Some(properties)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        out
+    }
+
+    /// Objects in a counting store, registered (footers read) as a stream of the dataset.
+    fn objects() -> (Arc<Counted>, ParquetStream, usize) {
+        let store = Arc::new(Counted::default());
+        let dyn_store: Arc<dyn ObjectStore> = Arc::clone(&store) as Arc<dyn ObjectStore>;
+        let mut files = Vec::new();
+        let mut offset = 0;
+        let mut size = 0;
+        for i in 0..OBJECTS {
+            let location = ObjectPath::from(format!("tree/part-{i}.parquet"));
+            let meta = crate::object::wait({
+                let store = Arc::clone(&dyn_store);
+                let location = location.clone();
+                async move {
+                    store.put(&location, parquet(i + 1).into()).await?;
+                    store.head(&location).await
+                }
+            })
+            .unwrap()
+            .unwrap();
+            let object = ObjectFile {
+                store: Arc::clone(&dyn_store),
+                url: format!("s3://bucket/{location}"),
+                location,
+                etag: meta.e_tag,
+                version: meta.version,
+                size: meta.size,
+                modified: Some(meta.last_modified.into()),
+            };
+            let footer = tally_plugin_parquet::read_footer_of(
+                &object.message_path(),
+                &object,
+                object.modified,
+            )
+            .unwrap();
+            assert_eq!(footer.metadata.num_row_groups(), GROUPS);
+            let rows = footer.num_rows;
+            size += footer.size as usize;
+            files.push(StreamFile::new(
+                object.url.clone(),
+                footer,
+                offset,
+                Vec::new(),
+                Some(Arc::new(object)),
+            ));
+            offset += rows;
+        }
+        let fields = vec![
+            ("ministry".to_string(), DataType::Utf8),
+            ("kind".to_string(), DataType::Utf8),
+            ("count".to_string(), DataType::Int64),
+        ];
+        let budget = crate::memory::Budget::new(1 << 30);
+        let stream =
+            ParquetStream::new("survey", &fields, &[], files, Vec::new(), None, &budget).unwrap();
+        (store, stream, size)
+    }
+
+    /// A call's context, keeping what it reads of objects when `call_memory` is given.
+    fn call(call_memory: Option<usize>) -> SessionContext {
+        let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
+        let mut config = SessionConfig::new().with_target_partitions(1);
+        if let Some(memory) = call_memory {
+            config = config.with_extension(Arc::new(CallReads::new(&runtime.memory_pool, memory)));
+        }
+        SessionContext::new_with_config_rt(config, runtime)
+    }
+
+    /// What an inspection asks: one pass for every field's fill and statistics, then each
+    /// field's values, the last with a condition (which a scan tests against statistics and
+    /// page indexes).
+    async fn inspect_like(ctx: &SessionContext, stream: &ParquetStream) -> Vec<String> {
+        let mut out = Vec::new();
+        for sql in [
+            "SELECT count(*), count(ministry), count(kind), count(count), sum(count), min(count), max(count) FROM t",
+            "SELECT ministry, count(*) FROM t GROUP BY ministry ORDER BY ministry",
+            "SELECT kind, count(*) FROM t GROUP BY kind ORDER BY kind",
+            "SELECT kind, count(*) FROM t WHERE kind IS NOT NULL AND kind <> '' GROUP BY kind ORDER BY kind",
+        ] {
+            // A table per scan, as each of an inspection's plans takes one.
+            let _ = ctx.deregister_table("t");
+            ctx.register_table("t", stream.table().0).unwrap();
+            let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+            out.push(
+                datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        out
+    }
+
+    #[test]
+    fn a_call_reads_each_chunk_of_an_object_once_whatever_its_scans() {
+        let (store, stream, _) = objects();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let gets = || store.gets.load(Ordering::Relaxed);
+
+        // Without keeping: every scan reads every row group of every object again.
+        let start = gets();
+        let plain = runtime.block_on(inspect_like(&call(None), &stream));
+        let per_scan = gets() - start;
+        assert!(per_scan >= 4 * OBJECTS * GROUPS, "{per_scan} requests");
+
+        // Kept: the first scan reads each object's chunks ahead, by one request; the other
+        // scans (a condition among them) read nothing more, nor does the same series again.
+        let ctx = call(Some(512 << 20));
+        let start = gets();
+        let kept = runtime.block_on(inspect_like(&ctx, &stream));
+        let first = gets() - start;
+        assert_eq!(kept, plain, "the same answers");
+        assert!(
+            first <= 2 * OBJECTS,
+            "{first} requests for {OBJECTS} objects (page indexes at most once each)"
+        );
+        let again = runtime.block_on(inspect_like(&ctx, &stream));
+        assert_eq!(again, plain);
+        assert_eq!(gets() - start, first, "nothing read twice in one call");
+        let reads = ctx.state().config().get_extension::<CallReads>().unwrap();
+        assert!(reads.held() > 0);
+
+        // A call that may keep nothing reads as before, with the same answers.
+        let start = gets();
+        assert_eq!(
+            runtime.block_on(inspect_like(&call(Some(0)), &stream)),
+            plain
+        );
+        assert_eq!(gets() - start, per_scan);
+    }
+
+    #[test]
+    fn what_a_call_keeps_is_held_from_its_memory_and_given_back_with_it() {
+        let (store, stream, size) = objects();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let gets = || store.gets.load(Ordering::Relaxed);
+        let start = gets();
+        let plain = runtime.block_on(inspect_like(&call(None), &stream));
+        let per_scan = gets() - start;
+
+        let ctx = call(Some(8 * size));
+        assert_eq!(runtime.block_on(inspect_like(&ctx, &stream)), plain);
+        let reads = ctx.state().config().get_extension::<CallReads>().unwrap();
+        assert!(reads.held() > 0 && reads.held() <= size, "{}", reads.held());
+        let pool = Arc::clone(&ctx.runtime_env().memory_pool);
+        assert_eq!(pool.reserved(), reads.held(), "held from the call's memory");
+        drop(reads);
+        drop(ctx);
+        assert_eq!(pool.reserved(), 0, "given back with the call");
+
+        // Objects larger than what the call may keep (an eighth of its memory): read scan by
+        // scan as before, nothing held.
+        let ctx = call(Some(8 * size - 8));
+        let start = gets();
+        assert_eq!(runtime.block_on(inspect_like(&ctx, &stream)), plain);
+        assert_eq!(gets() - start, per_scan);
+        let reads = ctx.state().config().get_extension::<CallReads>().unwrap();
+        assert_eq!(reads.held(), 0);
+    }
+
+    #[test]
+    fn an_object_replaced_under_a_call_fails_its_read_ahead_as_its_own_read_would() {
+        let (store, stream, _) = objects();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let location = ObjectPath::from("tree/part-1.parquet");
+        runtime
+            .block_on(store.inner.put(&location, parquet(9).into()))
+            .unwrap();
+        let error = |ctx: SessionContext| {
+            runtime.block_on(async {
+                ctx.register_table("t", stream.table().0).unwrap();
+                let df = ctx.sql("SELECT sum(count) FROM t").await.unwrap();
+                df.collect().await.unwrap_err().to_string()
+            })
+        };
+        let plain = error(call(None));
+        assert!(
+            plain.contains("part-1.parquet") && plain.contains("changed"),
+            "{plain}"
+        );
+        assert_eq!(error(call(Some(512 << 20))), plain);
     }
 }
