@@ -353,9 +353,12 @@ fn judge(out: &mut VerifyResult, altered: bool) {
         (
             VerifyStatus::Altered,
             format!(
-                "altered: the envelope's data does not match its resultHash, so it was edited after Tally made it; {} value{} differ from what Tally computes now",
-                out.changes_total,
-                if out.changes_total == 1 { "" } else { "s" }
+                "altered: the envelope's data does not match its resultHash, so it was edited after Tally made it; {} from what Tally computes now",
+                if out.changes_total == 1 {
+                    "1 value differs".to_string()
+                } else {
+                    format!("{} values differ", out.changes_total)
+                }
             ),
         )
     } else if data_changed {

@@ -545,7 +545,8 @@ fn sha256_text(bytes: &[u8]) -> String {
 }
 
 fn read_record(folder: &Path) -> Option<FetchRecord> {
-    let text = std::fs::read_to_string(folder.join(FETCH_RECORD)).ok()?;
+    // A fetch record is a few hundred bytes; the server reads it with the same cap.
+    let text = tally_semantic::files::read_small(&folder.join(FETCH_RECORD), 64 * 1024).ok()?;
     serde_json::from_str(&text).ok()
 }
 

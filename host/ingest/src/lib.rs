@@ -438,18 +438,27 @@ fn check_names(input: &Input, header: &Header) -> Result<(), IngestError> {
     ))
 }
 
+/// A definition's text as the server reads it: at most the size of a YAML document it
+/// accepts, refused before reading when larger (`None`: there is no definition).
+fn definition_text(path: &Path) -> Result<Option<String>, IngestError> {
+    use tally_semantic::files::{ReadError, read_small};
+    let context = || format!("cannot read {}", path.display());
+    match read_small(path, tally_semantic::yaml::MAX_DOCUMENT_BYTES) {
+        Ok(text) => Ok(Some(text)),
+        Err(ReadError::Unreadable(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(ReadError::Unreadable(e) | ReadError::NotText(e)) => Err(IngestError::io(context(), e)),
+        Err(e @ ReadError::TooLarge { .. }) => Err(IngestError::io(
+            context(),
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        )),
+    }
+}
+
 /// The folder's definition, if it has one (an invalid one is an error: fix it first).
 fn read_definition(folder: &Path, id: &str) -> Result<Option<DatasetDef>, IngestError> {
     let path = folder.join(DEFINITION_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(IngestError::io(
-                format!("cannot read {}", path.display()),
-                e,
-            ));
-        }
+    let Some(text) = definition_text(&path)? else {
+        return Ok(None);
     };
     let label = format!("{id}/{DEFINITION_FILE}");
     match tally_semantic::load_definition(&label, id, &text) {
@@ -873,8 +882,12 @@ fn record_answers(
         return Ok(None);
     }
     let path = opened.folder.join(DEFINITION_FILE);
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| IngestError::io(format!("cannot read {}", path.display()), e))?;
+    let Some(text) = definition_text(&path)? else {
+        return Err(IngestError::io(
+            format!("cannot read {}", path.display()),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    };
     // The file read again as a skeleton would read it with the markers given.
     let (columns, sk) = infer_columns(
         &opened.input,

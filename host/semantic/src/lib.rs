@@ -10,6 +10,7 @@
 
 pub mod definition;
 pub mod error;
+pub mod files;
 pub mod names;
 pub mod request;
 pub mod resolve;

@@ -424,3 +424,34 @@ fn a_file_whose_definition_would_pass_the_size_a_definition_may_be_is_refused_by
     );
     assert!(!dir.path().join("n").exists());
 }
+
+/// A `dataset.yaml` beside the data larger than the server would ever read (a mistake, or a
+/// file that grows without end) is refused before it is read, with its size and the cap, as
+/// the server and `tally check` refuse it; nothing is converted.
+#[test]
+fn a_definition_larger_than_the_server_reads_is_refused_unread() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = write(dir.path(), "input.csv", b"a,b\n1,2\n");
+    let datasets = dir.path().join("datasets");
+    let folder = datasets.join("big");
+    std::fs::create_dir_all(&folder).expect("folder");
+    let mut huge = std::fs::File::create(folder.join("dataset.yaml")).expect("definition");
+    let line = format!("# {}\n", "x".repeat(1022));
+    for _ in 0..(tally_semantic::yaml::MAX_DOCUMENT_BYTES / line.len() + 2) {
+        huge.write_all(line.as_bytes()).expect("write");
+    }
+    drop(huge);
+    let (_, text) = refusal(add(&options(&datasets, "big", &input), &Silent));
+    assert!(
+        text.contains("dataset.yaml")
+            && text.contains(&format!(
+                "at most {} bytes are read",
+                tally_semantic::yaml::MAX_DOCUMENT_BYTES
+            )),
+        "{text}"
+    );
+    assert!(
+        !folder.join("data.parquet").exists(),
+        "nothing converted beside a definition that was not read"
+    );
+}
