@@ -280,12 +280,16 @@ async def test_with_fallback_asked_a_server_computes_alone_and_says_so(survey):
 async def test_inspect_and_verify_through_the_cluster_say_where_they_ran(cluster, survey):
     """inspect_dataset sends its plans to the executors (its statistics, the values of each
     field) and says so, as query_records and summarize_records do; verify_answer says where
-    the call it ran again ran. Its answer equals one server's."""
-    async with Client(stdio(survey, "--streaming", "always"), mode="legacy", cache=None) as c:
+    the call it ran again ran. Its answer equals one server's. The deadline is raised: this
+    test is about what the answer says, and a debug build's full inspection through a cluster
+    on two cores takes 7-8 s quiet, past the default 10 s once the machine is busy (the speed
+    is measured by tests/e2e/cluster_bench.py, not here)."""
+    patient = ("--call-timeout-ms", "120000")
+    async with Client(stdio(survey, "--streaming", "always", *patient), mode="legacy", cache=None) as c:
         started = time.monotonic()
         alone = await ok(c, "inspect_dataset", {"dataset_id": "survey", "detail": "full"})
         took_alone = time.monotonic() - started
-    async with Client(stdio(survey, "--cluster", cluster.address), mode="legacy", cache=None) as c:
+    async with Client(stdio(survey, "--cluster", cluster.address, *patient), mode="legacy", cache=None) as c:
         started = time.monotonic()
         through = await ok(c, "inspect_dataset", {"dataset_id": "survey", "detail": "full"})
         took_through = time.monotonic() - started
