@@ -43,7 +43,10 @@ pub async fn read_aliases(
     let def = &ds.def;
     let asks = filters.iter().any(|f| {
         !def.fields[f.field].aliases.is_empty()
-            && matches!(f.op, Op::Eq(_) | Op::In(_) | Op::Ne(_) | Op::Contains(_))
+            && matches!(
+                f.op,
+                Op::Eq(_) | Op::In(_) | Op::Ne(_) | Op::Nin(_) | Op::Contains(_)
+            )
     });
     if !asks {
         return Ok(());
@@ -72,7 +75,7 @@ pub async fn read_aliases(
                     filter.op = exact(found);
                 }
             }
-            Op::In(values) => {
+            Op::In(values) | Op::Nin(values) => {
                 let mut out: Vec<Scalar> = Vec::with_capacity(values.len());
                 for v in values.iter() {
                     let read = match names.titles(field, &v.text()).await? {

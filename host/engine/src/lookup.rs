@@ -10,16 +10,16 @@
 //! the key field's values mapped to their parents. A related dataset is cited as a source of
 //! the answer beside the dataset's own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::logical_expr::{Expr, lit, when};
+use datafusion::logical_expr::{Expr, lit};
 use tally_semantic::definition::{DatasetDef, Derived, DerivedSource, FieldId};
 use tally_semantic::error::{Candidate, ErrorCode, RequestError};
-use tally_semantic::request::{Op, Scalar};
+use tally_semantic::request::{MAX_VALUES, Op, Scalar};
 use tally_semantic::resolve::Filter;
 
 use crate::envelope::{Provenance, Source, TransformationType};
@@ -39,6 +39,35 @@ pub struct Lookup {
     pub parents: Vec<(String, Vec<String>)>,
     /// The related dataset read: its source, the warnings about it, and what was done.
     pub cited: Option<(Source, Vec<String>, String)>,
+    /// Each parent as names are compared (NFKC, lower case), parallel to `parents`: folded
+    /// once when the table is read, not once per value a condition names.
+    folded: Vec<String>,
+}
+
+impl Lookup {
+    fn new(
+        key: FieldId,
+        parents: Vec<(String, Vec<String>)>,
+        cited: Option<(Source, Vec<String>, String)>,
+    ) -> Lookup {
+        let folded = parents.iter().map(|(p, _)| fold(p)).collect();
+        Lookup {
+            key,
+            parents,
+            cited,
+            folded,
+        }
+    }
+
+    /// How many values of the key field the table maps.
+    pub fn keys(&self) -> usize {
+        self.parents.iter().map(|(_, c)| c.len()).sum()
+    }
+}
+
+/// A name as lent values are compared: NFKC, lower case.
+fn fold(s: &str) -> String {
+    tally_semantic::names::nfkc_value(s).to_lowercase()
 }
 
 /// The tables of the derived fields a call uses.
@@ -62,11 +91,7 @@ pub async fn read(
             continue;
         };
         let lookup = match &derived.source {
-            DerivedSource::Rollup(parents) => Lookup {
-                key: derived.key,
-                parents: parents.clone(),
-                cited: None,
-            },
+            DerivedSource::Rollup(parents) => Lookup::new(derived.key, parents.clone(), None),
             DerivedSource::Relation {
                 dataset,
                 key,
@@ -146,24 +171,53 @@ async fn related(
             "`{dataset}` has more than {MAX_LOOKUP_ROWS} records, more than a table looked up per call may have"
         )));
     }
+    let parents = parents_of(&batches, &tdef.id, &|why| broken(why), (dataset, key))?;
+    let (source, warnings) = crate::envelope::dataset_source(&target, &tcall.prepared.files);
+    let step = format!(
+        "looked up `{name}` as `{field}` of dataset `{dataset}` (version {}) for the `{key}` equal to each record's `{}`; {rows} records of `{dataset}`, each key once; a record whose key it lacks has no `{name}`",
+        target.version, def.fields[derived.key].name
+    );
+    Ok(Lookup::new(
+        derived.key,
+        parents,
+        Some((source, warnings, step)),
+    ))
+}
+
+/// The parents of a related table's rows (`k`, `v`: each key and its parent), each with its
+/// children in the table's order; a key repeated is `broken`.
+fn parents_of(
+    batches: &[datafusion::arrow::record_batch::RecordBatch],
+    target: &str,
+    broken: &dyn Fn(String) -> EngineError,
+    (dataset, key): (&str, &str),
+) -> Result<Vec<(String, Vec<String>)>, EngineError> {
     let text = |a: &Arc<dyn Array>| -> Result<Vec<Option<String>>, EngineError> {
-        let t = cast(a, &DataType::Utf8).map_err(|e| EngineError::backend(&tdef.id, e))?;
+        let t = cast(a, &DataType::Utf8).map_err(|e| EngineError::backend(target, e))?;
         let t = t
             .as_any()
             .downcast_ref::<StringArray>()
             .ok_or_else(|| EngineError::internal("a cast to text gave no text"))?;
         Ok(t.iter().map(|s| s.map(str::to_string)).collect())
     };
-    let mut child_of: BTreeMap<String, Option<String>> = BTreeMap::new();
+    // Each key once, each parent once, in the table's order: maps, never a search of what
+    // was gathered so far (a table of 100,000 keys is 100,000 steps, not 10^10), with the
+    // call's stop looked at as the rows go by.
+    let mut child_of: HashMap<String, Option<String>> = HashMap::new();
     let mut repeated: Vec<String> = Vec::new();
     let mut order: Vec<String> = Vec::new();
-    for b in &batches {
+    let mut seen = 0usize;
+    for b in batches {
         for (kv, vv) in text(b.column(0))?.into_iter().zip(text(b.column(1))?) {
+            seen += 1;
+            if seen.is_multiple_of(tally_storage::stop::EVERY) {
+                tally_storage::stop::check()?;
+            }
             let Some(kv) = kv.filter(|k| !k.trim().is_empty()) else {
                 continue;
             };
             if child_of.contains_key(&kv) {
-                if !repeated.contains(&kv) {
+                if repeated.len() < 1_000 && !repeated.contains(&kv) {
                     repeated.push(kv);
                 }
                 continue;
@@ -176,7 +230,12 @@ async fn related(
         repeated.sort();
         let shown: Vec<String> = repeated.iter().take(10).map(|k| format!("`{k}`")).collect();
         return Err(broken(format!(
-            "a relation must be many-to-one, and `{key}` of `{dataset}` repeats {} key(s): {}{}",
+            "a relation must be many-to-one, and `{key}` of `{dataset}` repeats {}{} key(s): {}{}",
+            if repeated.len() >= 1_000 {
+                "at least "
+            } else {
+                ""
+            },
             repeated.len(),
             shown.join(", "),
             if repeated.len() > shown.len() {
@@ -187,29 +246,27 @@ async fn related(
         )));
     }
     let mut parents: Vec<(String, Vec<String>)> = Vec::new();
+    let mut parent_at: HashMap<String, usize> = HashMap::new();
     for child in order {
         let Some(Some(parent)) = child_of.remove(&child) else {
             continue;
         };
-        match parents.iter_mut().find(|(p, _)| *p == parent) {
-            Some((_, children)) => children.push(child),
-            None => parents.push((parent, vec![child])),
+        match parent_at.get(&parent) {
+            Some(&i) => parents[i].1.push(child),
+            None => {
+                parent_at.insert(parent.clone(), parents.len());
+                parents.push((parent, vec![child]));
+            }
         }
     }
-    let (source, warnings) = crate::envelope::dataset_source(&target, &tcall.prepared.files);
-    let step = format!(
-        "looked up `{name}` as `{field}` of dataset `{dataset}` (version {}) for the `{key}` equal to each record's `{}`; {rows} records of `{dataset}`, each key once; a record whose key it lacks has no `{name}`",
-        target.version, def.fields[derived.key].name
-    );
-    Ok(Lookup {
-        key: derived.key,
-        parents,
-        cited: Some((source, warnings, step)),
-    })
+    Ok(parents)
 }
 
 /// Conditions on derived fields as conditions on their key fields: a parent named as the
-/// children it has. A parent the table does not have is refused with those it has.
+/// children it has, as one set (`$in`, or `$nin` for a negation), never a condition per
+/// child. A set holds at most [`MAX_VALUES`] keys, as an `$in` a caller writes does; past it
+/// the condition is refused with what works. A parent the table does not have is refused
+/// with those it has.
 pub fn rewrite(
     def: &DatasetDef,
     filters: &mut Vec<Filter>,
@@ -223,96 +280,64 @@ pub fn rewrite(
         };
         let name = &def.fields[f.field].name;
         let key = lookup.key;
-        let folded = |s: &str| tally_semantic::names::nfkc_value(s).to_lowercase();
-        let children_of = |value: &Scalar| -> Result<Vec<Scalar>, EngineError> {
-            let wanted = folded(&value.text());
-            let found: Vec<&(String, Vec<String>)> = lookup
-                .parents
-                .iter()
-                .filter(|(p, _)| folded(p) == wanted)
-                .collect();
-            if found.is_empty() {
-                let names: Vec<&str> = lookup.parents.iter().map(|(p, _)| p.as_str()).collect();
-                let ranked = tally_semantic::names::rank(&value.text(), names.iter().copied());
-                return Err(EngineError::Request(
-                    RequestError::new(
-                        ErrorCode::InvalidCode,
-                        format!("`{}` is not a value of `{name}`", value.text()),
-                    )
-                    .at(format!("where.{name}"))
-                    .candidates(
-                        ranked.iter().take(10).map(|c| Candidate::new(*c)).collect(),
-                        names.len(),
-                    )
-                    .hint(format!(
-                        "name one of the values of `{name}` (inspect_dataset lists them)"
-                    )),
-                ));
-            }
-            Ok(found
-                .into_iter()
-                .flat_map(|(_, c)| c.iter().cloned().map(Scalar::Str))
-                .collect())
-        };
-        let containing = |t: &str| -> Vec<Scalar> {
-            let t = folded(t);
-            lookup
-                .parents
-                .iter()
-                .filter(|(p, _)| folded(p).contains(&t))
-                .flat_map(|(_, c)| c.iter().cloned().map(Scalar::Str))
+        let children = |at: &mut dyn Iterator<Item = usize>| -> Vec<Scalar> {
+            at.flat_map(|i| lookup.parents[i].1.iter().cloned().map(Scalar::Str))
                 .collect()
         };
-        let all = || -> Vec<Scalar> {
-            lookup
-                .parents
-                .iter()
-                .flat_map(|(_, c)| c.iter().cloned().map(Scalar::Str))
-                .collect()
-        };
-        let none_of = |children: Vec<Scalar>, out: &mut Vec<Filter>| {
-            for c in children {
-                out.push(Filter {
-                    field: key,
-                    op: Op::Ne(c),
-                });
+        let named = |values: &[Scalar]| -> Result<Vec<usize>, EngineError> {
+            let mut at: HashMap<&str, Vec<usize>> = HashMap::new();
+            for (i, p) in lookup.folded.iter().enumerate() {
+                at.entry(p.as_str()).or_default().push(i);
             }
-        };
-        match &f.op {
-            Op::Eq(v) => out.push(Filter {
-                field: key,
-                op: Op::In(children_of(v)?),
-            }),
-            Op::In(values) => {
-                let mut children = Vec::new();
-                for v in values {
-                    children.extend(children_of(v)?);
-                }
-                out.push(Filter {
-                    field: key,
-                    op: Op::In(children),
-                });
-            }
-            Op::Ne(v) => none_of(children_of(v)?, &mut out),
-            // A substring no value holds would match nothing, silently: refused as a value.
-            Op::Contains(t) => {
-                let children = containing(t);
-                let children = if children.is_empty() {
-                    children_of(&Scalar::Str(t.clone()))?
-                } else {
-                    children
+            let mut found: Vec<usize> = Vec::new();
+            let mut seen: std::collections::HashSet<usize> = std::collections::HashSet::new();
+            for value in values {
+                let Some(is) = at.get(fold(&value.text()).as_str()) else {
+                    let names: Vec<&str> = lookup.parents.iter().map(|(p, _)| p.as_str()).collect();
+                    let ranked = tally_semantic::names::rank(&value.text(), names.iter().copied());
+                    return Err(EngineError::Request(
+                        RequestError::new(
+                            ErrorCode::InvalidCode,
+                            format!("`{}` is not a value of `{name}`", value.text()),
+                        )
+                        .at(format!("where.{name}"))
+                        .candidates(
+                            ranked.iter().take(10).map(|c| Candidate::new(*c)).collect(),
+                            names.len(),
+                        )
+                        .hint(format!(
+                            "name one of the values of `{name}` (inspect_dataset lists them)"
+                        )),
+                    ));
                 };
-                out.push(Filter {
-                    field: key,
-                    op: Op::In(children),
-                });
+                for i in is {
+                    if seen.insert(*i) {
+                        found.push(*i);
+                    }
+                }
             }
-            Op::NotContains(t) => none_of(containing(t), &mut out),
-            Op::NotEmpty(true) => out.push(Filter {
-                field: key,
-                op: Op::In(all()),
-            }),
-            Op::NotEmpty(false) => none_of(all(), &mut out),
+            Ok(found)
+        };
+        let containing = |t: &str| -> Vec<usize> {
+            let t = fold(t);
+            (0..lookup.parents.len())
+                .filter(|i| lookup.folded[*i].contains(&t))
+                .collect()
+        };
+        let all = || 0..lookup.parents.len();
+        let (keep, at): (bool, Vec<usize>) = match &f.op {
+            Op::Eq(v) => (true, named(std::slice::from_ref(v))?),
+            Op::In(values) => (true, named(values)?),
+            Op::Ne(v) => (false, named(std::slice::from_ref(v))?),
+            Op::Nin(values) => (false, named(values)?),
+            // A substring no value holds would match nothing, silently: refused as a value.
+            Op::Contains(t) => match containing(t) {
+                found if found.is_empty() => (true, named(&[Scalar::Str(t.clone())])?),
+                found => (true, found),
+            },
+            Op::NotContains(t) => (false, containing(t)),
+            Op::NotEmpty(true) => (true, all().collect()),
+            Op::NotEmpty(false) => (false, all().collect()),
             other => {
                 return Err(EngineError::Request(
                     RequestError::invalid(
@@ -326,7 +351,37 @@ pub fn rewrite(
                     .hint(format!("compare `{name}` with values (`{{\"{name}\": [\"…\"]}}`) or a substring")),
                 ));
             }
+        };
+        let count: usize = at.iter().map(|i| lookup.parents[*i].1.len()).sum();
+        if count > MAX_VALUES {
+            return Err(EngineError::Request(
+                RequestError::invalid(
+                    format!("where.{name}"),
+                    format!(
+                        "the condition on `{name}` stands for {count} values of `{}` (the {} of `{name}` it names hold them), and a condition may list at most {MAX_VALUES} values, as `$in` may",
+                        def.fields[key].name,
+                        at.len()
+                    ),
+                )
+                .hint(format!(
+                    "name fewer values of `{name}`, or group by `{name}` instead (a grouping maps every value of `{}` with no such bound)",
+                    def.fields[key].name
+                )),
+            ));
         }
+        let values = children(&mut at.into_iter());
+        out.push(match (keep, values.is_empty()) {
+            (true, _) => Filter {
+                field: key,
+                op: Op::In(values),
+            },
+            // Nothing to exclude: every record is kept, as a `$nin` of no value would keep it.
+            (false, true) => continue,
+            (false, false) => Filter {
+                field: key,
+                op: Op::Nin(values),
+            },
+        });
     }
     *filters = out;
     Ok(())
@@ -348,24 +403,32 @@ pub fn read_fields(def: &DatasetDef, fields: &[FieldId]) -> Vec<FieldId> {
 /// when the table lacks it).
 pub fn value(planner: &Planner<'_>, lookup: &Lookup) -> Expr {
     let key = planner.column(lookup.key);
-    let key = if planner.def.fields[lookup.key].data_type.is_numeric() {
-        datafusion::logical_expr::cast(key, DataType::Utf8)
-    } else {
-        key
-    };
-    let mut branches = lookup.parents.iter().map(|(parent, children)| {
-        let list: Vec<Expr> = children.iter().map(|c| lit(c.clone())).collect();
-        (key.clone().in_list(list, false), lit(parent.clone()))
-    });
-    let Some((first_when, first_then)) = branches.next() else {
-        return lit(datafusion::common::ScalarValue::Utf8(None));
-    };
-    let mut case = when(first_when, first_then);
-    for (w, t) in branches {
-        case = case.when(w, t);
+    // Text, as the table's children are: a numeric key as its digits, a dictionary-encoded
+    // one as its values, so every `WHEN` compares values of one type.
+    let key = datafusion::logical_expr::cast(key, DataType::Utf8);
+    // `CASE key WHEN child THEN parent … END`, every branch a literal: DataFusion evaluates it
+    // as one hash lookup per row (its literal lookup table), whatever the table's size. A
+    // `WHEN key IN (…)` per parent would test every parent's list for every row.
+    // Built whole: DataFusion's `CaseBuilder` copies its branches at every `when`, which is
+    // quadratic in the table's size.
+    let when_then_expr: Vec<(Box<Expr>, Box<Expr>)> = lookup
+        .parents
+        .iter()
+        .flat_map(|(parent, children)| {
+            children
+                .iter()
+                .map(move |child| (Box::new(lit(child.clone())), Box::new(lit(parent.clone()))))
+        })
+        .collect();
+    let null = lit(datafusion::common::ScalarValue::Utf8(None));
+    if when_then_expr.is_empty() {
+        return null;
     }
-    case.otherwise(lit(datafusion::common::ScalarValue::Utf8(None)))
-        .unwrap_or_else(|_| lit(datafusion::common::ScalarValue::Utf8(None)))
+    Expr::Case(datafusion::logical_expr::Case {
+        expr: Some(Box::new(key)),
+        when_then_expr,
+        else_expr: Some(Box::new(null)),
+    })
 }
 
 /// The related datasets read, cited as sources of the answer, with what was done.

@@ -160,7 +160,7 @@ pub async fn unknown_value_hints(
             continue;
         }
         let (values, substring): (Vec<String>, bool) = match &filter.op {
-            Op::In(vs) => (vs.iter().map(|v| v.text()).collect(), false),
+            Op::In(vs) | Op::Nin(vs) => (vs.iter().map(|v| v.text()).collect(), false),
             Op::Eq(v) | Op::Ne(v) => (vec![v.text()], false),
             // Scanning for a substring costs a pass over the values: only when it explains a
             // result with nothing in it.

@@ -92,6 +92,16 @@ impl<'a> Planner<'a> {
             ))
     }
 
+    /// Whether a provision is one of `references` or inside one: a balanced tree of `or`s,
+    /// never a chain as deep as the list is long.
+    fn within_any(&self, id: FieldId, references: &[Scalar]) -> Expr {
+        balanced(
+            references.iter().map(|v| self.within(id, v)).collect(),
+            Expr::or,
+        )
+        .unwrap_or_else(|| lit(false))
+    }
+
     /// `$not_empty` on any expression of text.
     fn not_empty(&self, text: Expr, numeric: bool) -> Expr {
         if numeric {
@@ -111,12 +121,9 @@ impl<'a> Planner<'a> {
         let law = f.locator == Some(tally_semantic::definition::LocatorKind::Law);
         Ok(match &filter.op {
             Op::Eq(v) if law => self.within(id, v),
-            Op::In(values) if law => values
-                .iter()
-                .map(|v| self.within(id, v))
-                .reduce(Expr::or)
-                .unwrap_or_else(|| lit(false)),
+            Op::In(values) if law => self.within_any(id, values),
             Op::Ne(v) if law => self.within(id, v).is_not_true(),
+            Op::Nin(values) if law => self.within_any(id, values).is_not_true(),
             Op::In(values) if numeric => {
                 let list = values
                     .iter()
@@ -140,6 +147,23 @@ impl<'a> Planner<'a> {
                 .column(id)
                 .is_null()
                 .or(self.column(id).not_eq(text_literal(v))),
+            // One set, whatever its size: as `$ne` of each value, ANDed (a number never
+            // matches null; text matches a missing cell; a multi-value cell holds none of them).
+            Op::Nin(values) if numeric => {
+                let list = values
+                    .iter()
+                    .map(|v| numeric_literal(f, v, "$nin"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.as_f64(id).in_list(list, true)
+            }
+            Op::Nin(values) if multi => array_has_any(
+                self.parts(id, false),
+                make_array(values.iter().map(text_literal).collect()),
+            )
+            .not(),
+            Op::Nin(values) => self.column(id).is_null().or(self
+                .column(id)
+                .in_list(values.iter().map(text_literal).collect(), true)),
             Op::Contains(t) => self.contains(&[id], t),
             Op::NotContains(t) => self.contains(&[id], t).not(),
             Op::Gt(v) | Op::Gte(v) | Op::Lt(v) | Op::Lte(v) => {
@@ -166,6 +190,7 @@ impl<'a> Planner<'a> {
             Op::In(values) => part.in_list(values.iter().map(text_literal).collect(), false),
             Op::Eq(v) => part.eq(text_literal(v)),
             Op::Ne(v) => part.not_eq(text_literal(v)),
+            Op::Nin(values) => part.in_list(values.iter().map(text_literal).collect(), true),
             Op::Contains(t) => self.functions.icontains(part, t),
             Op::NotContains(t) => self.functions.icontains(part, t).not(),
             Op::Gt(v) => part.gt(text_literal(v)),
@@ -249,9 +274,28 @@ pub fn searched_by_default(def: &DatasetDef) -> Vec<FieldId> {
         .collect()
 }
 
-/// ANDs expressions; `None` when there are none.
+/// ANDs expressions; `None` when there are none. The tree is balanced: its depth grows with
+/// the logarithm of the number of conditions, so no list a request holds makes planning (or
+/// dropping the plan) recurse in proportion to it.
 pub fn conjunction(exprs: Vec<Expr>) -> Option<Expr> {
-    exprs.into_iter().reduce(Expr::and)
+    balanced(exprs, Expr::and)
+}
+
+/// Joins expressions pairwise, level by level, into a tree of depth ⌈log2 n⌉ (in the order
+/// given: `[a, b, c, d]` is `(a ∘ b) ∘ (c ∘ d)`); `None` when there are none.
+pub fn balanced(mut exprs: Vec<Expr>, join: fn(Expr, Expr) -> Expr) -> Option<Expr> {
+    while exprs.len() > 1 {
+        let mut next = Vec::with_capacity(exprs.len().div_ceil(2));
+        let mut items = exprs.into_iter();
+        while let Some(left) = items.next() {
+            next.push(match items.next() {
+                Some(right) => join(left, right),
+                None => left,
+            });
+        }
+        exprs = next;
+    }
+    exprs.pop()
 }
 
 /// An error for a value that cannot be compared with a field.

@@ -497,6 +497,10 @@ fn having_expr(planner: &Planner<'_>, h: &HavingFilter, metric: bool) -> Result<
         ),
         Op::Eq(v) => as_f64.eq(number(v)?),
         Op::Ne(v) => as_f64.not_eq(number(v)?),
+        Op::Nin(values) => as_f64.in_list(
+            values.iter().map(number).collect::<Result<Vec<_>, _>>()?,
+            true,
+        ),
         Op::Gt(v) => as_f64.gt(number(v)?),
         Op::Gte(v) => as_f64.gt_eq(number(v)?),
         Op::Lt(v) => as_f64.lt(number(v)?),

@@ -51,7 +51,7 @@ pub async fn match_data(
             Op::Contains(needle) if coded => {
                 matcher.substring_codes(filter.field, needle).await?;
             }
-            Op::Eq(_) | Op::In(_) | Op::Ne(_) if coded => {
+            Op::Eq(_) | Op::In(_) | Op::Ne(_) | Op::Nin(_) if coded => {
                 matcher.multicode_cells(filter, &parameter).await?;
             }
             _ if coded => {}
@@ -125,7 +125,7 @@ impl Matcher<'_> {
         };
         let codes: Vec<Scalar> = match &filter.op {
             Op::Eq(v) | Op::Ne(v) => vec![v.clone()],
-            Op::In(vs) => vs.clone(),
+            Op::In(vs) | Op::Nin(vs) => vs.clone(),
             _ => Vec::new(),
         };
         let mut cells: Vec<Scalar> = Vec::new();
@@ -163,7 +163,7 @@ impl Matcher<'_> {
                 all.extend(cells);
                 filter.op = Op::In(all);
             }
-            Op::In(vs) => vs.extend(cells),
+            Op::In(vs) | Op::Nin(vs) => vs.extend(cells),
             Op::Ne(_) => self.extra.extend(cells.into_iter().map(|c| Filter {
                 field: filter.field,
                 op: Op::Ne(c),
@@ -209,7 +209,8 @@ impl Matcher<'_> {
                     }));
                 }
             }
-            Op::In(values) => {
+            // Every form of every value is kept (`$in`) or excluded (`$nin`).
+            Op::In(values) | Op::Nin(values) => {
                 let mut out: Vec<Scalar> = Vec::with_capacity(values.len());
                 for v in values.iter() {
                     match forms_in_data(ctx, prepared, def, filter.field, v).await? {

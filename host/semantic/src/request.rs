@@ -429,6 +429,10 @@ pub enum Op {
     Eq(Scalar),
     #[serde(rename = "$ne")]
     Ne(Scalar),
+    /// None of the values (`$nin`): each as `$ne` has it (records without a value are kept),
+    /// tested as one set, never as a chain of conditions.
+    #[serde(rename = "$nin")]
+    Nin(Vec<Scalar>),
     /// Case-insensitive substring (a plain string, or `$contains`); null counts as "".
     #[serde(rename = "$contains")]
     Contains(String),
@@ -469,6 +473,7 @@ impl Op {
             Op::In(_) => "$in",
             Op::Eq(_) => "$eq",
             Op::Ne(_) => "$ne",
+            Op::Nin(_) => "$nin",
             Op::Contains(_) => "$contains",
             Op::NotContains(_) => "$not_contains",
             Op::Gt(_) => "$gt",
@@ -482,7 +487,7 @@ impl Op {
     /// Whether the operator compares whole values exactly (and so is checked against a
     /// codelist and, on multi-value fields, matches any part).
     pub fn is_exact(&self) -> bool {
-        matches!(self, Op::In(_) | Op::Eq(_) | Op::Ne(_))
+        matches!(self, Op::In(_) | Op::Eq(_) | Op::Ne(_) | Op::Nin(_))
     }
 
     pub fn is_ordering(&self) -> bool {
@@ -1355,27 +1360,11 @@ fn parse_condition(cond: &Value, path: &str) -> Result<Vec<Op>, RequestError> {
             let mut out = Vec::with_capacity(ops.len());
             for (name, operand) in ops {
                 let op_path = format!("{path}.{name}");
-                if name == "$nin" {
-                    // None of the values: `$ne` of each, ANDed, so every form and code rule of
-                    // `$ne` holds for each (records without a value are kept, as by `$ne`).
-                    let listed = values(operand, &op_path)?;
-                    if listed.len() > MAX_CONDITIONS {
-                        return Err(RequestError::invalid(
-                            op_path,
-                            format!(
-                                "{} values listed; `$nin` accepts at most {MAX_CONDITIONS}",
-                                listed.len()
-                            ),
-                        )
-                        .hint("list the values to keep with `$in` instead"));
-                    }
-                    out.extend(listed.into_iter().map(Op::Ne));
-                    continue;
-                }
                 let op = match name.as_str() {
                     "$eq" => Op::Eq(scalar(operand, &op_path)?),
                     "$ne" => Op::Ne(scalar(operand, &op_path)?),
                     "$in" => Op::In(values(operand, &op_path)?),
+                    "$nin" => Op::Nin(values(operand, &op_path)?),
                     "$contains" => Op::Contains(text_operand(operand, &op_path)?),
                     "$not_contains" => Op::NotContains(text_operand(operand, &op_path)?),
                     "$gt" => Op::Gt(ordering_operand(operand, &op_path)?),

@@ -946,6 +946,7 @@ impl<'d> Resolver<'d> {
                 Op::Eq(v) => Op::Eq(read(v)?),
                 Op::Ne(v) => Op::Ne(read(v)?),
                 Op::In(vs) => Op::In(vs.into_iter().map(&mut read).collect::<Result<_, _>>()?),
+                Op::Nin(vs) => Op::Nin(vs.into_iter().map(&mut read).collect::<Result<_, _>>()?),
                 other => other,
             });
         }
@@ -977,8 +978,46 @@ impl<'d> Resolver<'d> {
             ),
             Op::Eq(v) => Op::Eq(self.code(field_id, v, &parameter)?),
             Op::Ne(v) => Op::Ne(self.code(field_id, v, &parameter)?),
+            Op::Nin(values) => Op::Nin(
+                values
+                    .into_iter()
+                    .map(|v| self.code(field_id, v, &parameter))
+                    .collect::<Result<_, _>>()?,
+            ),
             other => other,
         })
+    }
+
+    /// The provisions a list of law references names, each once, at most
+    /// [`crate::request::MAX_VALUES`] in all (a reference may name several: `第1条から第3条まで`),
+    /// so the condition planned from them stays one bounded set.
+    fn provisions_of(
+        values: &[Scalar],
+        read: &mut impl FnMut(&Scalar) -> Result<Vec<Scalar>, RequestError>,
+        parameter: &str,
+        op: &str,
+    ) -> Result<Vec<Scalar>, RequestError> {
+        let mut all: Vec<Scalar> = Vec::new();
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+        for v in values {
+            for r in read(v)? {
+                if seen.insert(r.text()) {
+                    all.push(r);
+                }
+            }
+            if all.len() > crate::request::MAX_VALUES {
+                return Err(RequestError::invalid(
+                    format!("{parameter}.{op}"),
+                    format!(
+                        "the references listed name more than {} provisions; `{op}` accepts at most {}",
+                        crate::request::MAX_VALUES,
+                        crate::request::MAX_VALUES
+                    ),
+                )
+                .hint("name fewer provisions, or whole articles (an article holds its paragraphs and items)"));
+            }
+        }
+        Ok(all)
     }
 
     /// Values of a `locator: law` field read as law references (`第5の2条第1項` →
@@ -1022,17 +1061,8 @@ impl<'d> Resolver<'d> {
                     Op::In(refs)
                 }
             }
-            Op::In(values) => {
-                let mut all: Vec<Scalar> = Vec::new();
-                for v in &values {
-                    for r in read(v)? {
-                        if !all.contains(&r) {
-                            all.push(r);
-                        }
-                    }
-                }
-                Op::In(all)
-            }
+            Op::In(values) => Op::In(Self::provisions_of(&values, &mut read, parameter, "$in")?),
+            Op::Nin(values) => Op::Nin(Self::provisions_of(&values, &mut read, parameter, "$nin")?),
             Op::Ne(v) => {
                 let refs = read(&v)?;
                 match <[Scalar; 1]>::try_from(refs) {
@@ -2542,6 +2572,7 @@ fn op_text(op: &Op) -> String {
         Op::In(v) => format!("in [{}]", list(v)),
         Op::Eq(v) => format!("= {}", one(v)),
         Op::Ne(v) => format!("≠ {}", one(v)),
+        Op::Nin(v) => format!("not in [{}]", list(v)),
         Op::Contains(t) => format!("contains \"{t}\" (ignoring case and full/half width)"),
         Op::NotContains(t) => {
             format!("does not contain \"{t}\" (ignoring case and full/half width)")
@@ -2568,6 +2599,13 @@ impl Filter {
                 }
                 Op::Ne(v) => {
                     return format!("{} is neither {} nor inside it", field.name, v.text());
+                }
+                Op::Nin(vs) => {
+                    return format!(
+                        "{} is none of {} nor inside one of them",
+                        field.name,
+                        list(vs)
+                    );
                 }
                 _ => {}
             }

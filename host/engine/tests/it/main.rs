@@ -8,6 +8,7 @@ mod cases;
 mod differential;
 mod fixture;
 mod golden;
+mod governor;
 mod hostile;
 mod lows;
 mod modules;
