@@ -816,61 +816,55 @@ impl TallyServer {
         let budget = self.engine().limits().task_timeout;
         let owner = view.caller().id.clone();
         let server = self.clone();
-        // Its budget, the time its user may take to answer its questions, and the time it is
-        // kept.
-        let ttl =
-            budget + crate::choose::WAIT * crate::choose::MAX_QUESTIONS as u32 + crate::tasks::KEPT;
-        let spawned = self
-            .shared
-            .tasks
-            .spawn(&owner, ttl, status, move |task, keeper| {
-                Box::pin(async move {
-                    let Asking {
-                        mut chosen,
-                        can_ask,
-                    } = asking;
-                    let mut round = 0;
-                    let result = loop {
-                        let result = server
-                            .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
-                            .await?;
-                        let Some(ambiguous) = crate::choose::ambiguity(&result)
-                            .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
-                        else {
-                            break result;
-                        };
-                        // The task waits for its user's choice (`input_required`), which the
-                        // client sends with `tasks/update`.
-                        round += 1;
-                        task.set_status_message(format!(
-                            "{}: waiting for the user to choose what `{}` means",
-                            tool.name(),
-                            ambiguous.input
-                        ));
-                        let question = rmcp::model::InputRequest::Elicitation(
-                            rmcp::model::ElicitRequest::new(crate::choose::question(
-                                tool, ambiguous,
-                            )),
-                        );
-                        let key = format!("{}-{round}", crate::choose::KEY);
-                        let Ok(answered) = tokio::time::timeout(
-                            crate::choose::WAIT,
-                            task.request_input(key, question),
-                        )
-                        .await
-                        else {
-                            // Not answered in time: refused as before.
-                            break result;
-                        };
-                        match crate::choose::answer(ambiguous, &answered?) {
-                            Ok(Some(choice)) => chosen.push(choice),
-                            // Declined, dismissed, or not an answer: refused as before.
-                            _ => break result,
-                        }
+        // Its work stops within its budget and the time its user may take to answer its
+        // questions.
+        let limit = budget + crate::choose::WAIT * crate::choose::MAX_QUESTIONS as u32;
+        let spawned = self.shared.tasks.spawn(&owner, limit, status, move |task| {
+            Box::pin(async move {
+                let Asking {
+                    mut chosen,
+                    can_ask,
+                } = asking;
+                let mut round = 0;
+                let result = loop {
+                    let result = server
+                        .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
+                        .await?;
+                    let Some(ambiguous) = crate::choose::ambiguity(&result)
+                        .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
+                    else {
+                        break result;
                     };
-                    Ok(keeper.keep(answer(tool, result, form.views, form.chart).await))
-                })
-            });
+                    // The task waits for its user's choice (`input_required`), which the
+                    // client sends with `tasks/update`.
+                    round += 1;
+                    task.set_status_message(format!(
+                        "{}: waiting for the user to choose what `{}` means",
+                        tool.name(),
+                        ambiguous.input
+                    ));
+                    let question = rmcp::model::InputRequest::Elicitation(
+                        rmcp::model::ElicitRequest::new(crate::choose::question(tool, ambiguous)),
+                    );
+                    let key = format!("{}-{round}", crate::choose::KEY);
+                    let Ok(answered) = tokio::time::timeout(
+                        crate::choose::WAIT,
+                        task.request_input(key, question),
+                    )
+                    .await
+                    else {
+                        // Not answered in time: refused as before.
+                        break result;
+                    };
+                    match crate::choose::answer(ambiguous, &answered?) {
+                        Ok(Some(choice)) => chosen.push(choice),
+                        // Declined, dismissed, or not an answer: refused as before.
+                        _ => break result,
+                    }
+                };
+                Ok(answer(tool, result, form.views, form.chart).await)
+            })
+        });
         match spawned {
             Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
             Err(full) => no_room(full).into(),
@@ -881,7 +875,7 @@ impl TallyServer {
     /// it is doing every half second, and `tasks/cancel` drops it (and the work under it).
     async fn call_in_task(
         &self,
-        task: &rmcp::task_manager::TaskContext,
+        task: &crate::tasks::Context,
         view: &View,
         tool: Tool,
         arguments: Value,
@@ -965,7 +959,7 @@ fn cancelled_by_client() -> ErrorData {
 fn no_room(full: crate::tasks::Full) -> CallToolResult {
     let refusal = tally_engine::EngineError::Limit {
         message: full.message,
-        hint: "wait for a task to finish (tasks/get), cancel one (tasks/cancel), or narrow the call so that it answers within its own budget".into(),
+        hint: full.hint,
     };
     refused(&refusal.to_json())
 }
