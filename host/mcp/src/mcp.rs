@@ -310,7 +310,7 @@ impl ServerHandler for TallyServer {
         }
         self.session
             .subscriptions
-            .add(request.uri)
+            .add(&view.caller().id, request.uri)
             .map_err(|refusal| refusal.into_error())?;
         self.session
             .start(context.peer.clone(), self.engine(), view.caller().clone());
