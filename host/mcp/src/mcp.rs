@@ -34,6 +34,8 @@ pub struct Shared {
     subscriptions: Arc<crate::subscriptions::Total>,
     /// Calls run as MCP tasks, of all sessions, each seen by its caller only (bounded).
     tasks: crate::tasks::Tasks,
+    /// Questions to users the server waits on (bounded per caller and in all).
+    waiting: Arc<crate::choose::Waiting>,
 }
 
 impl Shared {
@@ -50,6 +52,7 @@ impl Shared {
             audit,
             subscriptions: Arc::default(),
             tasks,
+            waiting: Arc::default(),
         });
         count_records(&shared.engine, None);
         // The server's own work, never sent to a caller: the whole catalog's changes.
@@ -606,6 +609,14 @@ impl ServerHandler for TallyServer {
                     rmcp::model::InputRequiredResult::new(Some(requests), Some(state)),
                 ));
             }
+            // A place among the questions waited on, or the refusal saying which bound.
+            let wait = match self.shared.waiting.ask(&caller.id) {
+                Ok(wait) => wait,
+                Err(why) => {
+                    let result = crate::choose::not_asked(result, &why);
+                    return Ok(answer(tool, result, views, chart).await.into());
+                }
+            };
             // The wait for the answer ends with the call when the client cancels it.
             let asked = tokio::select! {
                 asked = context.peer.create_elicitation_with_timeout(
@@ -616,6 +627,7 @@ impl ServerHandler for TallyServer {
                     return Err(cancelled_by_client());
                 }
             };
+            drop(wait);
             let choice = asked
                 .ok()
                 .and_then(|r| serde_json::to_value(r).ok())
@@ -816,6 +828,7 @@ impl TallyServer {
         let budget = self.engine().limits().task_timeout;
         let owner = view.caller().id.clone();
         let server = self.clone();
+        let asker = owner.clone();
         // Its work stops within its budget and the time its user may take to answer its
         // questions.
         let limit = budget + crate::choose::WAIT * crate::choose::MAX_QUESTIONS as u32;
@@ -836,7 +849,12 @@ impl TallyServer {
                         break result;
                     };
                     // The task waits for its user's choice (`input_required`), which the
-                    // client sends with `tasks/update`.
+                    // client sends with `tasks/update`, when there is a place for one more
+                    // question waited on; refused as before, saying why, when there is not.
+                    let _wait = match server.shared.waiting.ask(&asker) {
+                        Ok(wait) => wait,
+                        Err(why) => break crate::choose::not_asked(result, &why),
+                    };
                     round += 1;
                     task.set_status_message(format!(
                         "{}: waiting for the user to choose what `{}` means",
