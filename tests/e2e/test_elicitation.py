@@ -18,7 +18,7 @@ from mcp.client import advertise
 from mcp.shared.exceptions import MCPError
 import mcp.types as types
 
-from conftest import HttpServer, stdio_params
+from conftest import HttpServer, stdio_params, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -235,3 +235,54 @@ async def test_an_ambiguous_code_is_put_to_the_user(server):
             # The same count as naming the code exactly.
             exact = await c.call_tool("summarize_records", {"dataset_id": "procedures", "where": {field: ["2 撤廃・省略予定"]}})
             assert body(exact)["data"]["rows"] == body(r)["data"]["rows"], (body(exact)["data"]["rows"], body(r)["data"]["rows"])
+
+
+# Questions one caller may have waiting for its user at once (host/mcp/src/choose.rs).
+WAITING_PER_CALLER = 4
+
+
+async def test_questions_waiting_for_the_user_are_bounded():
+    """Regression (issue 54, "first come holds the slots"): an unanswered question held its
+    call and slot for 10 minutes, and a caller could leave any number of them waiting. A
+    caller has at most WAITING_PER_CALLER questions waiting at once: past them the user is not
+    asked, and the call is refused as before (with its candidates), naming the bound and when
+    the first waiting question is given up; an answered question frees its place."""
+    release = anyio.Event()
+    asked: list[types.ElicitRequestParams] = []
+
+    async def slow_user(context, params: types.ElicitRequestParams):
+        asked.append(params)
+        await release.wait()
+        return types.ElicitResult(action="decline")
+
+    answered: list = []
+    with anyio.fail_after(TIMEOUT):
+        async with Client(stdio_params(), mode="legacy", cache=None, read_timeout_seconds=TIMEOUT,
+                          elicitation_callback=slow_user) as c:
+
+            async def one():
+                answered.append(await c.call_tool("summarize_records", AMBIGUOUS))
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(WAITING_PER_CALLER + 1):
+                    tg.start_soon(one)
+
+                async def one_answered_the_rest_waiting():
+                    return len(answered) == 1 and len(asked) == WAITING_PER_CALLER
+
+                # One call is answered while the user still has the others' questions: it was
+                # not asked.
+                await wait_for("a call answered without asking its user", one_answered_the_rest_waiting)
+                (refused,) = answered
+                assert refused.is_error, refused
+                err = body(refused)["error"]
+                assert err["code"] == "unknown_field" and "ambiguous" in err["message"], err
+                assert "not asked" in err["message"] and "WAITING_PER_CALLER" in err["message"], err
+                assert "given up within" in err["message"], err
+                assert {c["name"] for c in err["candidates"][:2]} == {PERSONAL, BUSINESS}, err
+                release.set()
+            assert len(answered) == WAITING_PER_CALLER + 1 and len(asked) == WAITING_PER_CALLER
+            # The questions answered (declined), their places are free: the user is asked again.
+            r = await c.call_tool("summarize_records", AMBIGUOUS)
+            assert r.is_error and len(asked) == WAITING_PER_CALLER + 1, body(r)
+            assert "not asked" not in body(r)["error"]["message"]

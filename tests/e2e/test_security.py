@@ -194,6 +194,62 @@ async def test_concurrent_calls_per_token_are_capped(tmp_path):
         server.stop()
 
 
+async def test_without_tokens_one_session_cannot_take_every_slot():
+    """Regression (issue 54, "first come holds the slots"): without tokens every local client
+    is one address, and all of them shared `--max-concurrent` requests in flight: one client
+    whose calls wait (here for its user's answer) locked every other local client out. Each
+    session now has its own share, within the server-wide `--max-in-flight`, and a message
+    that only answers the server (the user's answer those calls wait for) still gets through
+    when they hold every place."""
+    import mcp.types as types
+
+    server = HttpServer("--max-concurrent", "2")
+    release = anyio.Event()
+    asked = []
+
+    async def slow_user(context, params):
+        asked.append(params)
+        await release.wait()
+        return types.ElicitResult(action="decline")
+
+    ambiguous = {"dataset_id": "procedures", "group_by": ["手続が行われるイベント"], "limit": 3}
+    try:
+        with anyio.fail_after(TIMEOUT):
+            sessions = []
+
+            async def remember_session(response):
+                if response.headers.get("mcp-session-id"):
+                    sessions.append(response.headers["mcp-session-id"])
+
+            http = httpx2.AsyncClient(timeout=TIMEOUT, event_hooks={"response": [remember_session]})
+            holder = Client(streamable_http_client(server.url, http_client=http), mode="legacy", cache=None,
+                            read_timeout_seconds=TIMEOUT, elicitation_callback=slow_user)
+            async with holder as a:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(2):
+                        tg.start_soon(a.call_tool, "summarize_records", ambiguous)
+                    while len(asked) < 2:
+                        await anyio.sleep(0.05)
+                    # Both of the first session's slots are held; another local client's session
+                    # starts and calls.
+                    async with client(server) as b:
+                        listed = await b.call_tool("list_datasets", {})
+                        assert not listed.is_error, listed
+                    # The first session's own third request is past its share, and says which.
+                    async with httpx2.AsyncClient(timeout=TIMEOUT) as h:
+                        r = await h.post(server.url, json={"jsonrpc": "2.0", "id": 99, "method": "ping"},
+                                         headers={**ACCEPT, "Mcp-Session-Id": sessions[0], "Mcp-Protocol-Version": "2025-11-25"})
+                    assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+                    message = r.json()["error"]["message"]
+                    assert "this session already has 2 requests in flight" in message and "--max-concurrent" in message, message
+                    assert "frees when one of them is answered" in message, message
+                    # The user's answers get through although the calls waiting for them hold
+                    # every place of the session, and the calls end.
+                    release.set()
+    finally:
+        server.stop()
+
+
 def test_a_token_from_the_environment_and_a_non_loopback_bind(tmp_path):
     r = subprocess.run([tally_bin(), "serve", "--http", "0.0.0.0:0", "--datasets", datasets_dir()], capture_output=True, text=True, timeout=30)
     # Exit code 5: the setup is refused (see README, exit codes).

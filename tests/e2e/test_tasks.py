@@ -250,22 +250,42 @@ async def test_a_task_is_its_callers_only(server):
             assert (await raw(a, "tasks/get", {"taskId": task_id}))["status"] == "completed"
 
 
-async def test_tasks_are_bounded_per_caller(notes):
+# The finished results one caller keeps (host/mcp/src/tasks.rs).
+RESULTS_PER_CALLER = 16
+
+
+async def test_a_finished_task_frees_its_place_at_once(notes):
+    """Regression (issue 54, "first come holds the slots"): a finished task held its caller's
+    place for twice its time-to-live, so a caller's ninth task was refused, and `tasks/cancel`
+    of a finished task freed nothing. Now a task frees its place when it ends; its result is
+    kept (the caller's last RESULTS_PER_CALLER, the oldest let go first, and `tasks/get` of
+    one let go says so); `tasks/cancel` of a finished task deletes it."""
     datasets, tokens, _ = notes
     s = HttpServer("--token-file", str(tokens), datasets=str(datasets))
     try:
         with anyio.fail_after(TIMEOUT):
             async with client(s, A_TOKEN) as a, client(s, B_TOKEN) as b:
                 held = []
-                for _ in range(8):
+                for _ in range(RESULTS_PER_CALLER + 2):
                     created = await call(a, "list_datasets", {}, meta={"tally/task": True})
-                    assert created.get("resultType") == "task", created
+                    assert created.get("resultType") == "task", (len(held), created)
                     held.append(created["taskId"])
                     assert (await settle(a, created["taskId"]))["status"] == "completed"
-                refused = await call(a, "list_datasets", {}, meta={"tally/task": True})
-                assert refused["isError"] is True, refused
-                error = json.loads(refused["content"][0]["text"])["error"]
-                assert error["code"] == "limit_exceeded" and "(8)" in error["message"], error
+                # The two oldest results were let go to make room, and tasks/get says so.
+                for task_id in held[:2]:
+                    gone = await raw(a, "tasks/get", {"taskId": task_id})
+                    assert gone["error"]["code"] == -32602, gone
+                    message = gone["error"]["message"]
+                    assert "let go to make room" in message and "RESULTS_PER_CALLER" in message, message
+                    # To another caller it is an id like any unknown one.
+                    theirs = await raw(b, "tasks/get", {"taskId": task_id})
+                    assert "to make room" not in theirs["error"]["message"], theirs
+                kept = await raw(a, "tasks/get", {"taskId": held[2]})
+                assert kept["status"] == "completed" and kept["result"]["isError"] is False, kept
+                # tasks/cancel of a finished task deletes it: unknown from then on.
+                assert await raw(a, "tasks/cancel", {"taskId": held[2]}) == {"resultType": "complete"}
+                deleted = await raw(a, "tasks/get", {"taskId": held[2]})
+                assert deleted["error"]["code"] == -32602 and "no task" in deleted["error"]["message"], deleted
                 # Another caller is not held back by the first one's tasks.
                 other = await call(b, "list_datasets", {}, meta={"tally/task": True})
                 assert other.get("resultType") == "task", other
@@ -289,7 +309,10 @@ async def test_running_tasks_are_bounded_per_caller(server):
             refused = await call(b, "query_records", slow, meta={"tally/task": True})
             assert refused["isError"] is True and "taskId" not in refused, refused
             error = json.loads(refused["content"][0]["text"])["error"]
-            assert error["code"] == "limit_exceeded" and "(2)" in error["message"], error
+            assert error["code"] == "limit_exceeded" and "RUNNING_PER_CALLER" in error["message"], error
+            # The refusal names the tasks that hold the places and when they stop.
+            assert all(task_id in error["message"] for task_id in running), error
+            assert "stops within" in error["message"] and "tasks/cancel" in error["hint"], error
             plain = await call(b, "query_records", slow)
             assert "taskId" not in plain and plain["isError"] is True, plain
             assert "time budget of 300 ms" in json.loads(plain["content"][0]["text"])["error"]["message"], plain
@@ -319,3 +342,15 @@ async def test_a_task_over_stdio():
             done = await settle(c, created["taskId"])
             assert done["status"] == "completed", done
             assert done["result"]["structuredContent"]["data"]["rows"] == [[75071]], done["result"]
+
+
+async def test_a_stdio_session_runs_task_after_task():
+    """Regression (issue 54): a stdio session's ninth task was refused, its eight finished
+    ones holding every place. One after another, a session runs as many as it likes."""
+    with anyio.fail_after(TIMEOUT):
+        async with Client(stdio_params(), mode="2026-07-28", cache=None, read_timeout_seconds=TIMEOUT,
+                          extensions=[advertise(TASKS)]) as c:
+            for i in range(12):
+                created = await call(c, "list_datasets", {}, meta={"tally/task": True})
+                assert created.get("resultType") == "task", (i, created)
+                assert (await settle(c, created["taskId"]))["status"] == "completed"

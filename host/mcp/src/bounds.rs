@@ -49,6 +49,9 @@ pub const MAX_SUBSCRIPTIONS: usize = 1_000;
 pub const MAX_SUBSCRIPTION_BYTES: usize = 256 * 1024;
 /// The bytes of the subscribed URIs of all sessions together.
 pub const MAX_SUBSCRIPTION_BYTES_TOTAL: usize = 16 * 1024 * 1024;
+/// The bytes of the subscribed URIs of one caller's sessions together: an eighth of the
+/// server's, so that one caller (with however many sessions) leaves room for the others.
+pub const MAX_SUBSCRIPTION_BYTES_PER_CALLER: usize = MAX_SUBSCRIPTION_BYTES_TOTAL / 8;
 /// A task id: the server's are UUIDs (36 characters).
 pub const MAX_TASK_ID_CHARS: usize = 64;
 /// Answers to what a call or a task asked the client (`inputResponses`): how many, and the

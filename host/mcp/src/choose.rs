@@ -11,8 +11,17 @@
 //! the server's key and bound to the caller, the tool, the arguments and a deadline, and the
 //! client calls again with the answer (`inputResponses`); a call run as a task asks through
 //! the task (`input_required`, answered with `tasks/update`).
+//!
+//! A question the server waits on (a 2025 session's call, a task) holds that call, and its
+//! request slot or its task's place, until it is answered or given up after [`WAIT`]: one
+//! caller has at most [`WAITING_PER_CALLER`] such questions at once and the server
+//! [`WAITING_IN_ALL`] ([`Waiting`]). Past them the user is not asked, and the call is refused
+//! as before, its refusal naming the bound and when the first waiting question is given up.
+//! A 2026-07-28 question holds nothing on the server (its state travels with the client).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rmcp::ErrorData;
 use rmcp::model::{ClientCapabilities, ElicitRequestParams, ElicitationSchema};
@@ -27,9 +36,15 @@ use tally_semantic::{Ambiguous, Tool};
 pub const MAX_QUESTIONS: usize = 4;
 /// The key of the question in `inputRequests` and of its answer in `inputResponses`.
 pub const KEY: &str = "choice";
-/// How long a 2025 session's call waits for its user's answer; past it, it is refused as
-/// before.
-pub const WAIT: Duration = Duration::from_secs(600);
+/// How long a 2025 session's call, or a task, waits for its user's answer; past it, it is
+/// refused as before. Two minutes: a person choosing among a few named fields answers in
+/// seconds, and the wait holds a call and its slot (it was ten minutes, which let unanswered
+/// questions hold a caller's slots for as long).
+pub const WAIT: Duration = Duration::from_secs(120);
+/// Questions of one caller the server waits on at once.
+pub const WAITING_PER_CALLER: usize = 4;
+/// Questions of all callers the server waits on at once.
+pub const WAITING_IN_ALL: usize = 32;
 /// How long a question's `requestState` is honoured.
 const STATE_LIFETIME: Duration = Duration::from_secs(600);
 /// What the state is sealed for (a cursor cannot be passed off as one, nor the reverse).
@@ -136,6 +151,114 @@ pub fn answer(ambiguous: &Ambiguous, result: &Value) -> Result<Option<Choice>, E
         input: ambiguous.input.clone(),
         name: name.to_string(),
     }))
+}
+
+/// The questions the server waits on, with the caller each was put to and when.
+#[derive(Debug)]
+pub struct Waiting {
+    asked: Mutex<Asking>,
+    per_caller: usize,
+    in_all: usize,
+}
+
+#[derive(Debug, Default)]
+struct Asking {
+    next: u64,
+    waits: BTreeMap<u64, (String, Instant)>,
+}
+
+/// One question waited on; dropping it (answered, given up, or the call gone) frees its place.
+#[derive(Debug)]
+pub struct Wait {
+    waiting: Arc<Waiting>,
+    id: u64,
+}
+
+impl Drop for Wait {
+    fn drop(&mut self) {
+        self.waiting.lock().waits.remove(&self.id);
+    }
+}
+
+impl Default for Waiting {
+    fn default() -> Self {
+        Waiting::new(WAITING_PER_CALLER, WAITING_IN_ALL)
+    }
+}
+
+impl Waiting {
+    pub fn new(per_caller: usize, in_all: usize) -> Waiting {
+        Waiting {
+            asked: Mutex::default(),
+            per_caller: per_caller.max(1),
+            in_all: in_all.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Asking> {
+        self.asked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for one more question of `caller`, or why there is none: the bound it would
+    /// pass and when the first question waited on is given up.
+    pub fn ask(self: &Arc<Self>, caller: &str) -> Result<Wait, String> {
+        let mut asking = self.lock();
+        let now = Instant::now();
+        let frees_in = |waits: &mut dyn Iterator<Item = &Instant>| {
+            waits
+                .map(|at| (*at + WAIT).saturating_duration_since(now).as_secs())
+                .min()
+                .unwrap_or(0)
+        };
+        let mine: Vec<&Instant> = asking
+            .waits
+            .values()
+            .filter(|(c, _)| c == caller)
+            .map(|(_, at)| at)
+            .collect();
+        if mine.len() >= self.per_caller {
+            return Err(format!(
+                "this caller already has {} questions waiting for its user's answer, the most one caller may have ({}, WAITING_PER_CALLER); the first of them is given up within {} s at the latest (a question waits {} s)",
+                mine.len(),
+                self.per_caller,
+                frees_in(&mut mine.into_iter()),
+                WAIT.as_secs()
+            ));
+        }
+        if asking.waits.len() >= self.in_all {
+            return Err(format!(
+                "the server already waits for {} answers from users, the most it waits for at once ({}, WAITING_IN_ALL); the first of them is given up within {} s at the latest",
+                asking.waits.len(),
+                self.in_all,
+                frees_in(&mut asking.waits.values().map(|(_, at)| at))
+            ));
+        }
+        let id = asking.next;
+        asking.next += 1;
+        asking.waits.insert(id, (caller.to_string(), now));
+        Ok(Wait {
+            waiting: Arc::clone(self),
+            id,
+        })
+    }
+}
+
+/// The refusal of an ambiguous call whose user was not asked, saying why (the bound on
+/// questions waited on); any other result as it is.
+pub fn not_asked(mut result: Result<Value, EngineError>, why: &str) -> Result<Value, EngineError> {
+    if let Err(EngineError::Request(refusal)) = &mut result {
+        refusal.message = format!(
+            "{}; the user was not asked to choose: {why}",
+            refusal.message
+        );
+        refusal.hint = Some(match refusal.hint.take() {
+            Some(hint) => format!(
+                "{hint}; or answer the questions already asked (or let them end) and call again"
+            ),
+            None => "name one of the candidates exactly, or answer the questions already asked (or let them end) and call again".into(),
+        });
+    }
+    result
 }
 
 /// What a 2026-07-28 question carries to the client and back: the choices made so far, the
@@ -249,4 +372,57 @@ fn digest(tool: Tool, arguments: &Value) -> String {
         .chain_update(serde_json::to_vec(arguments).unwrap_or_default())
         .finalize();
     hash.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn questions_waited_on_are_bounded_per_caller_and_in_all() {
+        let waiting = Arc::new(Waiting::new(2, 3));
+        let a1 = waiting.ask("a").expect("room");
+        let _a2 = waiting.ask("a").expect("room");
+        let refused = waiting.ask("a").unwrap_err();
+        assert!(
+            refused.contains("2 questions waiting")
+                && refused.contains("WAITING_PER_CALLER")
+                && refused.contains("given up within 1"),
+            "{refused}"
+        );
+        let _b1 = waiting.ask("b").expect("b has its own share");
+        let refused = waiting.ask("c").unwrap_err();
+        assert!(
+            refused.contains("WAITING_IN_ALL") && refused.contains("3 answers"),
+            "{refused}"
+        );
+        // An answered question frees its place.
+        drop(a1);
+        waiting.ask("c").expect("room again");
+    }
+
+    #[test]
+    fn a_call_not_asked_says_why_beside_its_candidates() {
+        let refusal = tally_semantic::RequestError::new(
+            tally_semantic::ErrorCode::UnknownField,
+            "`x` is ambiguous",
+        );
+        let said = not_asked(Err(EngineError::Request(refusal)), "WAITING_PER_CALLER")
+            .unwrap_err()
+            .to_json();
+        let message = said["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(
+                "`x` is ambiguous; the user was not asked to choose: WAITING_PER_CALLER"
+            ),
+            "{message}"
+        );
+        assert!(
+            said["error"]["hint"]
+                .as_str()
+                .unwrap()
+                .contains("answer the questions")
+        );
+        assert!(not_asked(Ok(Value::Null), "why").is_ok());
+    }
 }

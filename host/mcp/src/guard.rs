@@ -1,6 +1,10 @@
 //! What stands between the network and the MCP endpoint: Host and Origin allow-lists, bearer
-//! tokens (with dataset scopes), a per-caller rate limit and a per-caller cap on concurrent
-//! requests. Every refusal says why; secrets never reach a log.
+//! tokens (with dataset scopes), a per-caller rate limit, and caps on requests in flight: per
+//! caller (`--max-concurrent`) and in all (`--max-in-flight`). Without tokens every local
+//! client is the same address, so requests in flight are counted per MCP session there (per
+//! address only outside a session): one client's requests cannot take every other local
+//! client's slots. Every refusal says why, which cap, and when it frees; secrets never reach
+//! a log.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -154,12 +158,14 @@ pub struct Guard {
     /// Requests per second each caller may make (a token bucket of `burst`).
     pub rate_per_second: f64,
     pub burst: f64,
-    /// Requests one caller may have in flight.
+    /// Requests one caller may have in flight (one session, without tokens).
     pub concurrent: usize,
+    /// Requests of all callers in flight at once.
+    pub max_in_flight: usize,
     /// The largest request body, in bytes.
     pub max_body: usize,
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
-    in_flight: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    in_flight: Arc<Mutex<InFlight>>,
     /// Failed authentications a peer address may make per minute (bursts of twice as many).
     pub auth_failures_per_minute: f64,
     failures: Mutex<HashMap<std::net::IpAddr, (f64, Instant)>>,
@@ -183,6 +189,79 @@ struct Sessions {
     order: std::collections::VecDeque<String>,
 }
 
+/// Requests in flight, by who each is counted against, and in all.
+#[derive(Debug, Default)]
+struct InFlight {
+    by_share: HashMap<String, usize>,
+    all: usize,
+}
+
+/// A request's place in flight, given back when its response ends (its body, a stream of
+/// server-sent events, included).
+#[derive(Debug)]
+struct Slot {
+    in_flight: Arc<Mutex<InFlight>>,
+    share: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        in_flight.all = in_flight.all.saturating_sub(1);
+        if let Some(n) = in_flight.by_share.get_mut(&self.share) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                in_flight.by_share.remove(&self.share);
+            }
+        }
+    }
+}
+
+/// Who a request's slot is counted against, as a refusal names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Share {
+    /// A token (all its sessions together).
+    Caller(String),
+    /// One MCP session of a server without tokens.
+    Session(String),
+    /// An address's requests outside a session, on a server without tokens.
+    Address(String),
+}
+
+impl Share {
+    fn key(&self) -> String {
+        match self {
+            Share::Caller(id) => format!("caller {id}"),
+            Share::Session(id) => format!("session {id}"),
+            Share::Address(id) => format!("address {id}"),
+        }
+    }
+
+    fn who(&self) -> String {
+        match self {
+            Share::Caller(id) => format!("`{id}` already has"),
+            Share::Session(_) => "this session already has".to_string(),
+            Share::Address(id) => format!("`{id}` already has, outside a session,"),
+        }
+    }
+
+    fn most(&self) -> &'static str {
+        match self {
+            Share::Caller(_) => "the most one caller may have",
+            Share::Session(_) => "the most one session may have on a server without tokens",
+            Share::Address(_) => {
+                "the most one address may have outside a session on a server without tokens"
+            }
+        }
+    }
+}
+
+/// Requests of all callers in flight at once (`--max-in-flight`).
+pub const MAX_IN_FLIGHT: usize = 64;
+/// Places past the caps for messages that only answer the server (responses to its
+/// questions, notifications), per share: the calls waiting for those answers may hold every
+/// place of their share, and of the server.
+const ANSWERS_BEYOND: usize = 2;
 /// Live sessions one caller may hold (`--max-sessions-per-caller`).
 pub const MAX_SESSIONS_PER_CALLER: usize = 128;
 /// Live sessions of all callers together (`--max-sessions`).
@@ -267,9 +346,10 @@ impl Guard {
             rate_per_second: rate_per_second.max(0.001),
             burst: burst.max(1.0),
             concurrent: concurrent.max(1),
+            max_in_flight: MAX_IN_FLIGHT.max(concurrent),
             max_body,
             buckets: Mutex::new(HashMap::new()),
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Arc::default(),
             auth_failures_per_minute: 10.0,
             failures: Mutex::new(HashMap::new()),
             sessions: Mutex::new(Sessions::default()),
@@ -351,12 +431,56 @@ impl Guard {
         }
     }
 
-    fn slots(&self, caller: &str) -> Arc<tokio::sync::Semaphore> {
-        let mut map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(
-            map.entry(caller.to_string())
-                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.concurrent))),
-        )
+    /// Who a request is counted against: its token; without tokens (where every local
+    /// client is one address) its session, or its address outside a session.
+    fn share(&self, caller: &Caller, session: Option<&str>) -> Share {
+        match session {
+            _ if !self.tokens.is_empty() => Share::Caller(caller.id.clone()),
+            Some(session) => Share::Session(session.to_string()),
+            None => Share::Address(caller.id.clone()),
+        }
+    }
+
+    /// A place in flight for a request counted against `share`, or the refusal saying which
+    /// cap is full and when a place frees.
+    fn take_slot(&self, share: &Share) -> Result<Slot, String> {
+        self.take_slot_within(share, 0)
+    }
+
+    /// [`Guard::take_slot`] with `beyond` more places than the caps: for a message that only
+    /// answers the server (a response to its question, a notification such as
+    /// `notifications/cancelled`), which must get through when the calls waiting for it hold
+    /// every place.
+    fn take_slot_within(&self, share: &Share, beyond: usize) -> Result<Slot, String> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let key = share.key();
+        let frees = format!(
+            "a place frees when one of them is answered (a tool call within its time budget, --call-timeout-ms; a question to the user within {} s)",
+            crate::choose::WAIT.as_secs()
+        );
+        let mine = in_flight.by_share.get(&key).copied().unwrap_or(0);
+        if mine >= self.concurrent + beyond {
+            return Err(format!(
+                "{} {mine} requests in flight, {} ({}, --max-concurrent); {frees}",
+                share.who(),
+                share.most(),
+                self.concurrent
+            ));
+        }
+        // Answers are bounded by their share's places alone: held back by the server's cap,
+        // the answers the server itself waits for could never arrive.
+        if beyond == 0 && in_flight.all >= self.max_in_flight {
+            return Err(format!(
+                "the server has {} requests in flight, the most it serves at once ({}, --max-in-flight); {frees}",
+                in_flight.all, self.max_in_flight
+            ));
+        }
+        in_flight.all += 1;
+        *in_flight.by_share.entry(key.clone()).or_default() += 1;
+        Ok(Slot {
+            in_flight: Arc::clone(&self.in_flight),
+            share: key,
+        })
     }
 }
 
@@ -489,21 +613,18 @@ pub async fn check(
         return pass_stream(&guard, request, next, caller, session.as_deref()).await;
     }
     let owner = caller.id.clone();
-    let Ok(permit) = guard.slots(&caller.id).try_acquire_owned() else {
-        let mut r = refuse(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "`{}` already has {} requests in flight",
-                caller.id, guard.concurrent
-            ),
-            "wait for a response before sending more (Retry-After)",
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
-        return r;
+    let share = guard.share(&caller, session.as_deref());
+    // When every place is held, a message that only answers the server (the answer the calls
+    // holding the places wait for, a cancellation) still gets through; a request does not.
+    let (permit, answers_only) = match guard.take_slot(&share) {
+        Ok(slot) => (slot, None),
+        Err(message) => match guard.take_slot_within(&share, ANSWERS_BEYOND) {
+            Ok(slot) => (slot, Some(message)),
+            Err(message) => return too_many_in_flight(&message),
+        },
     };
     request.extensions_mut().insert(caller);
-    let response = match pass_request(&guard, request, next).await {
+    let response = match pass_request(&guard, request, next, answers_only).await {
         Ok(response) => response,
         Err(answer) => return answer,
     };
@@ -768,12 +889,37 @@ async fn pass_stream(
     response
 }
 
+/// The 429 of a request past a cap on requests in flight.
+fn too_many_in_flight(message: &str) -> Response {
+    let mut r = refuse(
+        StatusCode::TOO_MANY_REQUESTS,
+        message,
+        "wait for a response before sending more (Retry-After)",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
+    r
+}
+
+/// Whether a body is a JSON-RPC request (a method and an id: it asks for work), as opposed
+/// to a response or a notification; anything else is taken as a request.
+fn asks(body: &[u8]) -> bool {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(message)) => {
+            message.contains_key("method") && message.contains_key("id")
+        }
+        _ => true,
+    }
+}
+
 /// Reads the (bounded) body of a call and passes the call on; `Err` is the answer to send
-/// as it is: a body too large, or one the transport could not read as a JSON-RPC message.
+/// as it is: a body too large, one the transport could not read as a JSON-RPC message, or a
+/// request when only answers have a place (`answers_only` says which cap is full).
 async fn pass_request(
     guard: &Guard,
     request: Request<Body>,
     next: Next,
+    answers_only: Option<String>,
 ) -> Result<Response, Response> {
     // The body is kept (it is small and bounded) so that a body the transport cannot read
     // as a JSON-RPC message is answered as the transport spec says: 400 with a JSON-RPC
@@ -803,6 +949,11 @@ async fn pass_request(
             ));
         }
     };
+    if let Some(full) = answers_only
+        && asks(&bytes)
+    {
+        return Err(too_many_in_flight(&full));
+    }
     let request = Request::from_parts(parts, Body::from(bytes.clone()));
     let response = next.run(request).await;
     if json_body && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
@@ -926,6 +1077,74 @@ mod tests {
             slow.take_at("z", t0),
             Ok(()),
             "callers have their own buckets"
+        );
+    }
+
+    /// Regression (issue 54, "first come holds the slots"): without tokens every local HTTP
+    /// client was one caller, so all of them shared 8 requests in flight. Each session now has
+    /// its own share, within a server-wide cap; with tokens, a token's sessions share one.
+    #[test]
+    fn requests_in_flight_are_counted_per_share_and_in_all() {
+        let mut open = Guard::new(Tokens::default(), vec![], vec![], 1.0, 1.0, 2, 1024);
+        open.max_in_flight = 5;
+        let local = Caller {
+            id: "ip:127.0.0.1".into(),
+            scope: Scope::All,
+        };
+        let one = open.share(&local, Some("s1"));
+        let two = open.share(&local, Some("s2"));
+        assert_eq!(one, Share::Session("s1".into()));
+        let held: Vec<Slot> = (0..2).map(|_| open.take_slot(&one).unwrap()).collect();
+        let refused = open.take_slot(&one).unwrap_err();
+        assert!(
+            refused.contains("this session already has 2 requests in flight")
+                && refused.contains("--max-concurrent")
+                && refused.contains("a place frees when one of them is answered"),
+            "{refused}"
+        );
+        // Another local session is not held back by the first.
+        let mut more: Vec<Slot> = (0..2).map(|_| open.take_slot(&two).unwrap()).collect();
+        let outside = open.share(&local, None);
+        more.push(open.take_slot(&outside).unwrap());
+        let full = open.take_slot(&open.share(&local, Some("s3"))).unwrap_err();
+        assert!(
+            full.contains("the server has 5 requests in flight")
+                && full.contains("--max-in-flight"),
+            "{full}"
+        );
+        // Past the caps, a message that only answers the server still has a place or two.
+        let answers: Vec<Slot> = (0..ANSWERS_BEYOND)
+            .map(|_| open.take_slot_within(&one, ANSWERS_BEYOND).unwrap())
+            .collect();
+        assert!(open.take_slot_within(&one, ANSWERS_BEYOND).is_err());
+        drop(answers);
+        assert!(asks(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#));
+        assert!(asks(b"[]") && asks(b"not json"));
+        assert!(!asks(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
+        assert!(!asks(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#
+        ));
+        // A response that ends gives its place back.
+        drop(held);
+        open.take_slot(&one).expect("room again");
+        drop(more);
+        assert!(open.in_flight.lock().unwrap().by_share.len() <= 1);
+
+        // With tokens a token's sessions share its slots.
+        let mut tokens = Tokens::default();
+        tokens.add("a", "0123456789abcdef", Scope::All).unwrap();
+        let secured = Guard::new(tokens, vec![], vec![], 1.0, 1.0, 1, 1024);
+        let a = Caller {
+            id: "a".into(),
+            scope: Scope::All,
+        };
+        let _first = secured.take_slot(&secured.share(&a, Some("s1"))).unwrap();
+        let refused = secured
+            .take_slot(&secured.share(&a, Some("s2")))
+            .unwrap_err();
+        assert!(
+            refused.contains("`a` already has 1 requests in flight, the most one caller may have"),
+            "{refused}"
         );
     }
 }

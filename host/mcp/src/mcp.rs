@@ -34,6 +34,8 @@ pub struct Shared {
     subscriptions: Arc<crate::subscriptions::Total>,
     /// Calls run as MCP tasks, of all sessions, each seen by its caller only (bounded).
     tasks: crate::tasks::Tasks,
+    /// Questions to users the server waits on (bounded per caller and in all).
+    waiting: Arc<crate::choose::Waiting>,
 }
 
 impl Shared {
@@ -50,6 +52,7 @@ impl Shared {
             audit,
             subscriptions: Arc::default(),
             tasks,
+            waiting: Arc::default(),
         });
         count_records(&shared.engine, None);
         // The server's own work, never sent to a caller: the whole catalog's changes.
@@ -310,7 +313,7 @@ impl ServerHandler for TallyServer {
         }
         self.session
             .subscriptions
-            .add(request.uri)
+            .add(&view.caller().id, request.uri)
             .map_err(|refusal| refusal.into_error())?;
         self.session
             .start(context.peer.clone(), self.engine(), view.caller().clone());
@@ -606,6 +609,14 @@ impl ServerHandler for TallyServer {
                     rmcp::model::InputRequiredResult::new(Some(requests), Some(state)),
                 ));
             }
+            // A place among the questions waited on, or the refusal saying which bound.
+            let wait = match self.shared.waiting.ask(&caller.id) {
+                Ok(wait) => wait,
+                Err(why) => {
+                    let result = crate::choose::not_asked(result, &why);
+                    return Ok(answer(tool, result, views, chart).await.into());
+                }
+            };
             // The wait for the answer ends with the call when the client cancels it.
             let asked = tokio::select! {
                 asked = context.peer.create_elicitation_with_timeout(
@@ -616,6 +627,7 @@ impl ServerHandler for TallyServer {
                     return Err(cancelled_by_client());
                 }
             };
+            drop(wait);
             let choice = asked
                 .ok()
                 .and_then(|r| serde_json::to_value(r).ok())
@@ -816,61 +828,61 @@ impl TallyServer {
         let budget = self.engine().limits().task_timeout;
         let owner = view.caller().id.clone();
         let server = self.clone();
-        // Its budget, the time its user may take to answer its questions, and the time it is
-        // kept.
-        let ttl =
-            budget + crate::choose::WAIT * crate::choose::MAX_QUESTIONS as u32 + crate::tasks::KEPT;
-        let spawned = self
-            .shared
-            .tasks
-            .spawn(&owner, ttl, status, move |task, keeper| {
-                Box::pin(async move {
-                    let Asking {
-                        mut chosen,
-                        can_ask,
-                    } = asking;
-                    let mut round = 0;
-                    let result = loop {
-                        let result = server
-                            .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
-                            .await?;
-                        let Some(ambiguous) = crate::choose::ambiguity(&result)
-                            .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
-                        else {
-                            break result;
-                        };
-                        // The task waits for its user's choice (`input_required`), which the
-                        // client sends with `tasks/update`.
-                        round += 1;
-                        task.set_status_message(format!(
-                            "{}: waiting for the user to choose what `{}` means",
-                            tool.name(),
-                            ambiguous.input
-                        ));
-                        let question = rmcp::model::InputRequest::Elicitation(
-                            rmcp::model::ElicitRequest::new(crate::choose::question(
-                                tool, ambiguous,
-                            )),
-                        );
-                        let key = format!("{}-{round}", crate::choose::KEY);
-                        let Ok(answered) = tokio::time::timeout(
-                            crate::choose::WAIT,
-                            task.request_input(key, question),
-                        )
-                        .await
-                        else {
-                            // Not answered in time: refused as before.
-                            break result;
-                        };
-                        match crate::choose::answer(ambiguous, &answered?) {
-                            Ok(Some(choice)) => chosen.push(choice),
-                            // Declined, dismissed, or not an answer: refused as before.
-                            _ => break result,
-                        }
+        let asker = owner.clone();
+        // Its work stops within its budget and the time its user may take to answer its
+        // questions.
+        let limit = budget + crate::choose::WAIT * crate::choose::MAX_QUESTIONS as u32;
+        let spawned = self.shared.tasks.spawn(&owner, limit, status, move |task| {
+            Box::pin(async move {
+                let Asking {
+                    mut chosen,
+                    can_ask,
+                } = asking;
+                let mut round = 0;
+                let result = loop {
+                    let result = server
+                        .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
+                        .await?;
+                    let Some(ambiguous) = crate::choose::ambiguity(&result)
+                        .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
+                    else {
+                        break result;
                     };
-                    Ok(keeper.keep(answer(tool, result, form.views, form.chart).await))
-                })
-            });
+                    // The task waits for its user's choice (`input_required`), which the
+                    // client sends with `tasks/update`, when there is a place for one more
+                    // question waited on; refused as before, saying why, when there is not.
+                    let _wait = match server.shared.waiting.ask(&asker) {
+                        Ok(wait) => wait,
+                        Err(why) => break crate::choose::not_asked(result, &why),
+                    };
+                    round += 1;
+                    task.set_status_message(format!(
+                        "{}: waiting for the user to choose what `{}` means",
+                        tool.name(),
+                        ambiguous.input
+                    ));
+                    let question = rmcp::model::InputRequest::Elicitation(
+                        rmcp::model::ElicitRequest::new(crate::choose::question(tool, ambiguous)),
+                    );
+                    let key = format!("{}-{round}", crate::choose::KEY);
+                    let Ok(answered) = tokio::time::timeout(
+                        crate::choose::WAIT,
+                        task.request_input(key, question),
+                    )
+                    .await
+                    else {
+                        // Not answered in time: refused as before.
+                        break result;
+                    };
+                    match crate::choose::answer(ambiguous, &answered?) {
+                        Ok(Some(choice)) => chosen.push(choice),
+                        // Declined, dismissed, or not an answer: refused as before.
+                        _ => break result,
+                    }
+                };
+                Ok(answer(tool, result, form.views, form.chart).await)
+            })
+        });
         match spawned {
             Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
             Err(full) => no_room(full).into(),
@@ -881,7 +893,7 @@ impl TallyServer {
     /// it is doing every half second, and `tasks/cancel` drops it (and the work under it).
     async fn call_in_task(
         &self,
-        task: &rmcp::task_manager::TaskContext,
+        task: &crate::tasks::Context,
         view: &View,
         tool: Tool,
         arguments: Value,
@@ -965,7 +977,7 @@ fn cancelled_by_client() -> ErrorData {
 fn no_room(full: crate::tasks::Full) -> CallToolResult {
     let refusal = tally_engine::EngineError::Limit {
         message: full.message,
-        hint: "wait for a task to finish (tasks/get), cancel one (tasks/cancel), or narrow the call so that it answers within its own budget".into(),
+        hint: full.hint,
     };
     refused(&refusal.to_json())
 }

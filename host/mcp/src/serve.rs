@@ -106,9 +106,13 @@ pub struct HttpOptions {
     /// How many requests a caller may make at once before the rate applies.
     #[arg(long, default_value_t = 100.0)]
     rate_burst: f64,
-    /// Requests one caller may have in flight at once.
+    /// Requests one caller may have in flight at once (without tokens, one MCP session, or
+    /// one address outside a session).
     #[arg(long, default_value_t = 8)]
     max_concurrent: usize,
+    /// Requests of all callers in flight at once (never fewer than --max-concurrent).
+    #[arg(long, default_value_t = crate::guard::MAX_IN_FLIGHT)]
+    max_in_flight: usize,
     /// Open connections in total (kept below the process's open-file limit). When all are
     /// taken, the oldest connection not serving a request is closed to make room.
     #[arg(long, default_value_t = 1024)]
@@ -303,6 +307,8 @@ fn http_guard(
     guard.auth_failures_per_minute = options.auth_failures_per_minute.max(0.01);
     guard.max_sessions_per_caller = options.max_sessions_per_caller.max(1);
     guard.max_sessions = options.max_sessions.max(1);
+    // Never below one caller's share: a raised --max-concurrent raises the total with it.
+    guard.max_in_flight = options.max_in_flight.max(guard.concurrent);
     guard.live = Some(sessions);
     Arc::new(guard)
 }

@@ -3,14 +3,14 @@
 //! sessions subscribe with `resources/subscribe`; 2026-era clients name the URIs in
 //! `subscriptions/listen` (see `TallyServer::listen`).
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use tally_storage::catalog::Changes;
 
 use crate::bounds::{
-    MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTION_BYTES_TOTAL, MAX_SUBSCRIPTIONS, Refusal,
+    MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTION_BYTES_PER_CALLER, MAX_SUBSCRIPTION_BYTES_TOTAL,
+    MAX_SUBSCRIPTIONS, Refusal,
 };
 
 /// Whether `uri` names something a reload changes: a dataset or one of its fields.
@@ -55,31 +55,81 @@ pub fn touched<'a>(
 
 /// The bytes of subscribed URIs all sessions hold together, bounded by
 /// [`MAX_SUBSCRIPTION_BYTES_TOTAL`]: many sessions each within their own bound cannot add up
-/// to gigabytes.
+/// to gigabytes. Each caller (a token, or an address without tokens) holds at most
+/// [`MAX_SUBSCRIPTION_BYTES_PER_CALLER`] of it, whatever its number of sessions: one token
+/// with 66 sessions filled the whole 16 MiB in 1.1 s and locked every other caller out.
+/// A caller's live sessions are bounded too (`--max-sessions-per-caller`, closing the oldest),
+/// and a session gives its share back when it ends.
 #[derive(Debug, Default)]
-pub struct Total(AtomicUsize);
+pub struct Total(Mutex<Taken>);
+
+#[derive(Debug, Default)]
+struct Taken {
+    all: usize,
+    by_caller: HashMap<String, usize>,
+}
+
+/// How an idle session's subscriptions come back (rmcp closes a session idle this long).
+const GIVEN_BACK: &str = "subscriptions are given back as sessions unsubscribe or end (an idle session ends after 5 minutes)";
 
 impl Total {
-    fn take(&self, bytes: usize) -> bool {
-        self.0
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
-                held.checked_add(bytes)
-                    .filter(|&n| n <= MAX_SUBSCRIPTION_BYTES_TOTAL)
-            })
-            .is_ok()
+    fn taken(&self) -> std::sync::MutexGuard<'_, Taken> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn give_back(&self, bytes: usize) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
-                Some(held.saturating_sub(bytes))
+    /// Takes `bytes` for `caller`, or says which bound refuses them.
+    fn take(&self, caller: &str, bytes: usize) -> Result<(), Refusal> {
+        let mut taken = self.taken();
+        let mine = taken.by_caller.get(caller).copied().unwrap_or(0);
+        if mine + bytes > MAX_SUBSCRIPTION_BYTES_PER_CALLER {
+            return Err(Refusal {
+                message: format!(
+                    "the sessions of `{caller}` hold {mine} bytes of subscriptions; one caller may hold at most {MAX_SUBSCRIPTION_BYTES_PER_CALLER}, its share of the server's {MAX_SUBSCRIPTION_BYTES_TOTAL}, so that other callers always have room"
+                ),
+                fix: format!(
+                    "unsubscribe in this caller's sessions or end those it no longer uses: {GIVEN_BACK}"
+                ),
+                bound: "MAX_SUBSCRIPTION_BYTES_PER_CALLER",
+                limit: MAX_SUBSCRIPTION_BYTES_PER_CALLER,
             });
+        }
+        if taken.all + bytes > MAX_SUBSCRIPTION_BYTES_TOTAL {
+            return Err(Refusal {
+                message: format!(
+                    "the server holds {} bytes of subscriptions, the most it keeps for all sessions together ({MAX_SUBSCRIPTION_BYTES_TOTAL})",
+                    taken.all
+                ),
+                fix: format!(
+                    "try again later, or unsubscribe from what this session no longer needs: {GIVEN_BACK}"
+                ),
+                bound: "MAX_SUBSCRIPTION_BYTES_TOTAL",
+                limit: MAX_SUBSCRIPTION_BYTES_TOTAL,
+            });
+        }
+        taken.all += bytes;
+        *taken.by_caller.entry(caller.to_string()).or_default() += bytes;
+        Ok(())
+    }
+
+    fn give_back(&self, caller: &str, bytes: usize) {
+        let mut taken = self.taken();
+        taken.all = taken.all.saturating_sub(bytes);
+        if let Some(mine) = taken.by_caller.get_mut(caller) {
+            *mine = mine.saturating_sub(bytes);
+            if *mine == 0 {
+                taken.by_caller.remove(caller);
+            }
+        }
     }
 
     #[cfg(test)]
     pub fn held(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
+        self.taken().all
+    }
+
+    #[cfg(test)]
+    fn held_by(&self, caller: &str) -> usize {
+        self.taken().by_caller.get(caller).copied().unwrap_or(0)
     }
 }
 
@@ -87,11 +137,13 @@ impl Total {
 struct Held {
     uris: BTreeSet<String>,
     bytes: usize,
+    /// The caller the session's bytes are counted against (a session is one caller's).
+    caller: Option<String>,
 }
 
 /// One 2025-era session's subscriptions: at most [`MAX_SUBSCRIPTIONS`] URIs and
-/// [`MAX_SUBSCRIPTION_BYTES`] of them, drawn from the server-wide [`Total`] and given back
-/// when unsubscribed or when the session ends.
+/// [`MAX_SUBSCRIPTION_BYTES`] of them, drawn from its caller's share of the server-wide
+/// [`Total`] and given back when unsubscribed or when the session ends.
 #[derive(Debug)]
 pub struct SessionSubscriptions {
     held: Mutex<Held>,
@@ -106,8 +158,9 @@ impl SessionSubscriptions {
         }
     }
 
-    /// Adds a subscription, or says which bound refuses it and what to do.
-    pub fn add(&self, uri: String) -> Result<(), Refusal> {
+    /// Adds a subscription of `caller`'s session, or says which bound refuses it and what
+    /// to do.
+    pub fn add(&self, caller: &str, uri: String) -> Result<(), Refusal> {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         if held.uris.contains(&uri) {
             return Ok(());
@@ -133,17 +186,11 @@ impl SessionSubscriptions {
                 limit: MAX_SUBSCRIPTION_BYTES,
             });
         }
-        if !self.total.take(uri.len()) {
-            return Err(Refusal {
-                message: format!(
-                    "the server holds {MAX_SUBSCRIPTION_BYTES_TOTAL} bytes of subscriptions, the most it keeps for all sessions together"
-                ),
-                fix: "try again later, or unsubscribe from what this session no longer needs"
-                    .into(),
-                bound: "MAX_SUBSCRIPTION_BYTES_TOTAL",
-                limit: MAX_SUBSCRIPTION_BYTES_TOTAL,
-            });
-        }
+        let owner = held
+            .caller
+            .get_or_insert_with(|| caller.to_string())
+            .clone();
+        self.total.take(&owner, uri.len())?;
         held.bytes += uri.len();
         held.uris.insert(uri);
         Ok(())
@@ -153,7 +200,9 @@ impl SessionSubscriptions {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         if held.uris.remove(uri) {
             held.bytes -= uri.len();
-            self.total.give_back(uri.len());
+            if let Some(caller) = &held.caller {
+                self.total.give_back(caller, uri.len());
+            }
         }
     }
 
@@ -167,7 +216,9 @@ impl SessionSubscriptions {
 impl Drop for SessionSubscriptions {
     fn drop(&mut self) {
         let held = self.held.get_mut().unwrap_or_else(|p| p.into_inner());
-        self.total.give_back(held.bytes);
+        if let Some(caller) = &held.caller {
+            self.total.give_back(caller, held.bytes);
+        }
     }
 }
 
@@ -179,18 +230,20 @@ mod tests {
     fn a_session_holds_a_bounded_number_of_subscriptions() {
         let subs = SessionSubscriptions::new(Arc::default());
         for i in 0..MAX_SUBSCRIPTIONS {
-            subs.add(format!("tally://datasets/d{i}"))
+            subs.add("a", format!("tally://datasets/d{i}"))
                 .expect("within the bound");
         }
         // The same URI again is not a new subscription.
-        subs.add("tally://datasets/d0".into())
+        subs.add("a", "tally://datasets/d0".into())
             .expect("already held");
-        let refused = subs.add("tally://datasets/one-more".into()).unwrap_err();
+        let refused = subs
+            .add("a", "tally://datasets/one-more".into())
+            .unwrap_err();
         assert!(
             refused.message.contains("1000 subscriptions") && refused.fix.contains("unsubscribe")
         );
         subs.remove("tally://datasets/d1");
-        subs.add("tally://datasets/one-more".into())
+        subs.add("a", "tally://datasets/one-more".into())
             .expect("room again");
     }
 
@@ -204,7 +257,7 @@ mod tests {
         let subs = SessionSubscriptions::new(Arc::clone(&total));
         let mut taken = 0;
         let refused = loop {
-            match subs.add(uri(taken)) {
+            match subs.add("a", uri(taken)) {
                 Ok(()) => taken += 1,
                 Err(refusal) => break refusal,
             }
@@ -214,13 +267,14 @@ mod tests {
             taken * 4017 <= MAX_SUBSCRIPTION_BYTES && taken > 60,
             "{taken}"
         );
+        // Sessions of many callers (each within its share) fill the server's total.
         let sessions: Vec<SessionSubscriptions> = (0..200)
             .map(|_| SessionSubscriptions::new(Arc::clone(&total)))
             .collect();
         let mut refused_in_all = None;
-        'fill: for s in &sessions {
+        'fill: for (n, s) in sessions.iter().enumerate() {
             for i in 0..64 {
-                if let Err(r) = s.add(uri(i)) {
+                if let Err(r) = s.add(&format!("caller {n}"), uri(i)) {
                     refused_in_all = Some(r);
                     break 'fill;
                 }
@@ -234,6 +288,43 @@ mod tests {
         drop(sessions);
         drop(subs);
         assert_eq!(total.held(), 0, "every session gave its share back");
+    }
+
+    /// Regression (issue 54, "first come holds the slots"): one token opened 66 sessions and
+    /// filled the server's 16 MiB of subscriptions in 1.1 s, and no other caller could
+    /// subscribe. One caller holds at most its share, whatever its number of sessions.
+    #[test]
+    fn one_caller_holds_at_most_its_share_and_others_still_subscribe() {
+        let total = Arc::new(Total::default());
+        let uri = |i: usize| format!("tally://datasets/{i:0>4000}");
+        let greedy: Vec<SessionSubscriptions> = (0..66)
+            .map(|_| SessionSubscriptions::new(Arc::clone(&total)))
+            .collect();
+        let mut refused = None;
+        'fill: for s in &greedy {
+            for i in 0..64 {
+                if let Err(r) = s.add("greedy", uri(i)) {
+                    refused = Some(r);
+                    break 'fill;
+                }
+            }
+        }
+        let refused = refused.expect("refused at its share");
+        assert_eq!(refused.bound, "MAX_SUBSCRIPTION_BYTES_PER_CALLER");
+        assert!(
+            refused.message.contains("share") && refused.fix.contains("5 minutes"),
+            "{refused:?}"
+        );
+        assert!(total.held_by("greedy") <= MAX_SUBSCRIPTION_BYTES_PER_CALLER);
+        let other = SessionSubscriptions::new(Arc::clone(&total));
+        other
+            .add("other", uri(0))
+            .expect("another caller still has room");
+        // A session of the greedy caller that ends gives its bytes back to its share.
+        let before = total.held_by("greedy");
+        drop(greedy);
+        assert!(before > 0 && total.held_by("greedy") == 0);
+        assert_eq!(total.held(), uri(0).len());
     }
 
     #[test]
