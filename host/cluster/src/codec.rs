@@ -30,6 +30,8 @@ use tally_storage::udf::Functions;
 const SCAN_MAGIC: &[u8] = b"\xfftally-scan-1\n";
 /// What a Tally function's definition holds (its name says which).
 const UDF_MAGIC: &[u8] = b"tally-udf-1";
+/// What begins the bytes of a lookup function: its table as JSON follows.
+const LOOKUP_MAGIC: &[u8] = b"tally-lookup-1:";
 /// What a capped count's definition starts with; its caps (groups, rows) follow, each as
 /// eight little-endian bytes.
 const CAPPED_MAGIC: &[u8] = b"tally-capped-count-1";
@@ -365,6 +367,13 @@ impl LogicalExtensionCodec for FunctionCodec {
         {
             return Ok(udf);
         }
+        // A looked-up field's table travels with the plan that maps by it.
+        if name == tally_storage::udf::LOOKUP
+            && let Some(table) = buf.strip_prefix(LOOKUP_MAGIC)
+        {
+            let table = tally_storage::udf::LookupTable::from_json(table)?;
+            return Ok(Arc::new(Functions::lookup_udf(&Arc::new(table))));
+        }
         // Ballista's executors know DataFusion's scalar functions but not its nested ones
         // (parts of multi-value fields are lists): every built-in is found by its name.
         if buf.is_empty()
@@ -380,6 +389,11 @@ impl LogicalExtensionCodec for FunctionCodec {
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> DfResult<()> {
         if Functions::by_name(node.name()).is_some() {
             buf.extend_from_slice(UDF_MAGIC);
+            return Ok(());
+        }
+        if let Some(table) = Functions::lookup_table(node) {
+            buf.extend_from_slice(LOOKUP_MAGIC);
+            buf.extend_from_slice(&table.to_json());
             return Ok(());
         }
         if Functions::is_tally(node.name()) {

@@ -92,7 +92,7 @@ fn main() {
     let mut contexts = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t = Instant::now();
-        let ctx = engine.call_context(0).expect("context");
+        let ctx = call_context(&engine);
         contexts.push(t.elapsed());
         drop(ctx);
     }
@@ -147,4 +147,20 @@ fn main() {
             );
         }
     });
+}
+
+/// A fresh DataFusion context for one call, as every data call makes.
+fn call_context(engine: &Engine) -> datafusion::prelude::SessionContext {
+    let call = tally_engine::CallCtx::new(
+        engine,
+        tally_engine::Caller::everyone("bench"),
+        std::time::Duration::from_secs(10),
+        Vec::new(),
+    );
+    tally_engine::Cx {
+        engine,
+        call: &call,
+    }
+    .call_context(0)
+    .expect("context")
 }

@@ -20,7 +20,7 @@ use tally_semantic::names::{alias_key, fold, nfkc_value};
 use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, Resolution};
 
-use crate::Engine;
+use crate::Cx;
 use crate::error::EngineError;
 use crate::plan::Planner;
 use tally_storage::dataset::{Dataset, Prepared};
@@ -35,7 +35,7 @@ type Found = Vec<(String, FieldId, String)>;
 /// digits alike), disclosing each in `resolved`. A value that is a value of the field itself
 /// stays as it is: the full name always wins over another record's short one.
 pub async fn read_aliases(
-    engine: &Engine,
+    engine: &Cx<'_>,
     ds: &Dataset,
     filters: &mut Vec<Filter>,
     resolved: &mut Vec<Resolution>,
@@ -172,7 +172,7 @@ fn disclosed(def: &DatasetDef, parameter: &str, input: &str, found: &Found) -> R
 /// The names of the whole table: each alias field's values by their [`alias_key`], read once
 /// per call.
 struct Names<'a> {
-    engine: &'a Engine,
+    engine: &'a Cx<'a>,
     def: &'a DatasetDef,
     prepared: &'a Prepared,
     ctx: &'a SessionContext,
@@ -261,6 +261,7 @@ impl Names<'_> {
             def: self.def,
             functions: self.engine.functions(),
             data: None,
+            stop: self.engine.call.stop.clone(),
         };
         let condition = planner.filter(&Filter {
             field: alias,

@@ -12,7 +12,7 @@ use tally_semantic::DatasetDef;
 use tally_semantic::request::{Notice, Scalar};
 use tally_semantic::resolve::{Filter, Latest, Resolution};
 
-use crate::Engine;
+use crate::Cx;
 use crate::envelope::Provenance;
 use crate::error::EngineError;
 use crate::meta::{self, unknown_value_hints};
@@ -24,7 +24,7 @@ use tally_storage::dataset::{Dataset, Prepared, Route, Work};
 
 /// A call's data and the means to plan over it.
 pub struct Call<'a> {
-    pub engine: &'a Engine,
+    pub engine: &'a Cx<'a>,
     pub ds: &'a Dataset,
     /// The data, prepared for the conditions the backend applies itself.
     pub prepared: Arc<Prepared>,
@@ -89,7 +89,7 @@ impl<'a> Call<'a> {
     /// value read in another form is recorded in `resolved`). `reads` is what else the call
     /// reads besides its filters (see [`work`]).
     pub async fn open(
-        engine: &'a Engine,
+        engine: &'a Cx<'a>,
         ds: &'a Dataset,
         filters: &mut Vec<Filter>,
         resolved: &mut Vec<Resolution>,
@@ -106,7 +106,7 @@ impl<'a> Call<'a> {
         // Run again on the prepared table after the first run outlasted its deadline while
         // the table was being prepared: said as the wait it was.
         let route = route.or_else(|| {
-            crate::waited_since().map(|since| Route::Waited {
+            engine.call.waited_since.map(|since| Route::Waited {
                 waited: since.elapsed(),
                 estimate: None,
             })
@@ -138,6 +138,7 @@ impl<'a> Call<'a> {
                 def,
                 functions: engine.functions(),
                 data: Some(Arc::clone(&prepared)),
+                stop: engine.call.stop.clone(),
             },
             prepared,
             ctx,

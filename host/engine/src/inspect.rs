@@ -10,7 +10,6 @@ use datafusion::prelude::{DataFrame, ident};
 use serde_json::Value;
 use tally_semantic::definition::{Codelist, FieldId, Role};
 
-use crate::Engine;
 use crate::error::EngineError;
 use crate::plan::Planner;
 use crate::results::{
@@ -56,6 +55,7 @@ async fn observed_values(
 ) -> Result<Vec<ValueCount>, EngineError> {
     let mut by_form: Vec<(String, usize, Vec<String>)> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let stop = tally_storage::stop::Stop::of(ctx);
     for (i, (value, count)) in prepared
         .distinct_values(ctx, def, field)
         .await?
@@ -64,8 +64,8 @@ async fn observed_values(
     {
         // Folding runs long between two awaits on a field with a value per record: a call
         // given up stops here (`tally_storage::stop`).
-        if i % tally_storage::stop::EVERY == 0 {
-            tally_storage::stop::check()?;
+        if i.is_multiple_of(tally_storage::stop::EVERY) {
+            stop.check()?;
         }
         let form = tally_semantic::names::nfkc_value(value);
         match index.get(&form) {
@@ -94,10 +94,55 @@ async fn observed_values(
         .collect())
 }
 
+/// The answer of `inspect_dataset` for one call: the version's description, computed once
+/// and kept (compact unless `full`), with this call's names and provenance.
+pub(crate) async fn answer(
+    cx: &crate::Cx<'_>,
+    ds: &Dataset,
+    resolution: Option<tally_semantic::resolve::Resolution>,
+    full: bool,
+) -> Result<(InspectResult, crate::Provenance), EngineError> {
+    let (body, ran) = ds.memo(|| compute(cx, ds)).await?;
+    let mut data = if full { body } else { compact(body) };
+    let prepared = ds.prepared_for_every_value(cx).await?;
+    let mut provenance = crate::Provenance::default();
+    let (source, warnings) = crate::envelope::dataset_source(ds, &prepared.files);
+    let source_ref = provenance.cite(source);
+    for w in warnings {
+        provenance.warn(w);
+    }
+    data.resolved_fields = crate::results::resolved_names(resolution.as_slice(), &cx.call.chosen);
+    if let Some(r) = &resolution {
+        provenance.warn(format!(
+            "`{}` in dataset_id was read as `{}`",
+            r.input, r.canonical
+        ));
+    }
+    data.source_refs = vec![source_ref];
+    if let Some(ran) = ran {
+        // Computed once per version: where the plans of that computation ran.
+        provenance.step(
+            crate::envelope::TransformationType::Extract,
+            format!(
+                "read the {} records of dataset `{}` {ran}",
+                prepared.rows, ds.def.id
+            ),
+        );
+    }
+    provenance.step(
+        crate::envelope::TransformationType::Aggregate,
+        format!(
+            "computed fill rates, numeric statistics and value counts over all {} records of `{}`",
+            prepared.rows, ds.def.id
+        ),
+    );
+    Ok((data, provenance))
+}
+
 /// The answer of `inspect_dataset`, and, with a cluster, where its plans ran (said in every
 /// answer from this version: the answer is computed once).
 pub async fn compute(
-    engine: &Engine,
+    engine: &crate::Cx<'_>,
     ds: &Dataset,
 ) -> Result<(InspectResult, Option<String>), EngineError> {
     let def = &ds.def;
@@ -106,6 +151,7 @@ pub async fn compute(
         def,
         functions: engine.functions(),
         data: None,
+        stop: engine.call.stop.clone(),
     };
     let ctx = engine.call_context(prepared.rows)?;
     let table = ctx.read_table(prepared.table().provider)?;
@@ -122,7 +168,7 @@ pub async fn compute(
     for (i, f) in def.fields.iter().enumerate() {
         // A call given up ends between two fields: over prepared data each field's queries
         // may finish without ever yielding, where an abort would take effect.
-        tally_storage::stop::check()?;
+        engine.call.stop.check()?;
         let id = FieldId::at(i);
         if let Some(derived) = &f.derived {
             fields.push(looked_up(def, f, derived, &fields));

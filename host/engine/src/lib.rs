@@ -7,17 +7,19 @@
 //! input: every plan is made with DataFusion's DataFrame and Expr API from a plan that
 //! `tally-semantic` resolved against the dataset's own vocabulary.
 //!
-//! The one entry point for callers (CLI and MCP alike) is [`Engine::call`]: a tool name and
-//! its JSON arguments in, an envelope (`{"data", "provenance"}`) out.
+//! The one entry point for callers (CLI and MCP alike) is [`Engine::answer`] ([`door`]): a
+//! caller, a request parsed once ([`Ask`]) and a time budget in, an envelope (`{"data",
+//! "provenance"}`) out, run under the execution [`governor`].
 
 pub mod aliases;
 pub mod call;
-mod chosen;
 pub mod compare;
 pub mod cursor;
+pub mod door;
 pub mod envelope;
 pub mod error;
 pub mod estimate;
+pub mod governor;
 pub mod groups;
 pub mod inspect;
 pub mod json;
@@ -42,23 +44,15 @@ use std::time::Duration;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use serde_json::Value;
-use tally_semantic::request::{self, ListArgs, Request, Tool};
-use tally_semantic::resolve::{
-    Choice, Resolution, resolve_dataset_choosing, resolve_query, resolve_summarize,
-};
-use tally_storage::{Backends, Catalog, Dataset, cache, catalog, cluster, dataset, memory, udf};
+use tally_semantic::request::ListArgs;
+use tally_storage::{Backends, Catalog, cache, catalog, cluster, dataset, memory, udf};
 
+pub use door::{Ask, CallCtx, Caller, Cx, View};
 pub use envelope::{Envelope, Provenance};
 pub use error::EngineError;
 
 use envelope::{TransformationType, dataset_source};
-use results::{DatasetCard, InspectResult, ListResult};
-
-/// How long a half-written file may settle when a call finds its dataset replaced.
-const STALE_SETTLE: Duration = Duration::from_secs(2);
-/// Before the second retry of a call whose files changed under it.
-const STALE_PAUSE: Duration = Duration::from_millis(250);
+use results::{DatasetCard, ListResult};
 
 /// Which datasets a caller may see. Outside its scope a dataset is neither listed nor
 /// queryable, and asking for one gets the same "not found" as a dataset that does not exist.
@@ -113,6 +107,13 @@ pub struct Limits {
     /// Size of an answer given to `verify_answer` or `tally verify` to check, as JSON text;
     /// a larger one is refused before it is read.
     pub max_envelope_bytes: usize,
+    /// Heavy calls (reading many records, [`governor`]) that run at once, each on a thread of
+    /// the heavy runtime; the others wait for a slot.
+    pub heavy_calls: usize,
+    /// Heavy calls that may wait for a slot, in all and per caller; past either a call is
+    /// refused with the cap it met.
+    pub heavy_queue: usize,
+    pub heavy_queue_per_caller: usize,
 }
 
 impl Default for Limits {
@@ -145,6 +146,13 @@ impl Default for Limits {
             // holds any of them; a parsed JSON value takes several times its text, so the
             // checking process stays within hundreds of MiB.
             max_envelope_bytes: 16 * 1024 * 1024,
+            // One a core: a heavy call keeps its thread busy, and the threads serving requests
+            // and light calls share the cores with them.
+            heavy_calls: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            // A client waits at most its call's budget in the queue; 32 waiting calls of 10 s
+            // each are minutes of work already promised.
+            heavy_queue: 32,
+            heavy_queue_per_caller: 8,
         }
     }
 }
@@ -175,6 +183,8 @@ pub struct Engine {
     rescanning: std::sync::Mutex<()>,
     /// Where the physical work of calls over files goes, with the partitions it is split in.
     cluster: Option<(Arc<dyn cluster::Cluster>, usize)>,
+    /// Where heavy calls run and when they may start.
+    governor: Arc<governor::Governor>,
 }
 
 /// What storage draws on to prepare a dataset, the engine's own.
@@ -194,23 +204,6 @@ impl tally_storage::Resources for Engine {
     fn serving(&self) -> dataset::Serving {
         self.limits.serving
     }
-}
-
-tokio::task_local! {
-    /// The memory counter of the caller whose call runs on this task.
-    static CALLER_MEMORY: Arc<std::sync::atomic::AtomicUsize>;
-    /// Set on a call run again once the preparation its first run outlasted its deadline
-    /// waiting for has ended: when the call began (said in its extract step).
-    static WAITED_SINCE: std::time::Instant;
-    /// The time budget of the call on this task, when it is not the call's default (a call
-    /// run as a task has the task's).
-    static BUDGET: Duration;
-}
-
-/// When the call on this task began, if it is a call run again after waiting for its
-/// dataset's preparation.
-pub(crate) fn waited_since() -> Option<std::time::Instant> {
-    WAITED_SINCE.try_with(|since| *since).ok()
 }
 
 impl tally_storage::watch::Reload for Engine {
@@ -295,6 +288,11 @@ impl Engine {
             cache: None,
             rescanning: std::sync::Mutex::new(()),
             cluster: None,
+            governor: Arc::new(governor::Governor::new(
+                limits.heavy_calls,
+                limits.heavy_queue,
+                limits.heavy_queue_per_caller,
+            )),
         }
     }
 
@@ -357,14 +355,18 @@ impl Engine {
     /// A context for one call over a table of `rows` records: the shared session state with
     /// a memory pool of its own, so one call's budget is not another's, and as many
     /// partitions as [`Limits::partitions`] when the table is large.
-    pub fn call_context(&self, rows: usize) -> Result<SessionContext, EngineError> {
+    pub(crate) fn context_for(
+        &self,
+        rows: usize,
+        call: Option<&CallCtx>,
+    ) -> Result<SessionContext, EngineError> {
         // Operators that run out of memory stop the call rather than spill to disk: a
         // spilling aggregation of millions of groups would answer long after its deadline
         // and fill the disk.
         let mut pool =
             memory::CallPool::new(Arc::clone(&self.budget), self.limits.call_memory_bytes);
-        if let Ok(held) = CALLER_MEMORY.try_with(Arc::clone) {
-            pool = pool.for_caller(held, self.budget.limit() / 2);
+        if let Some(call) = call {
+            pool = pool.for_caller(Arc::clone(call.memory()), self.budget.limit() / 2);
         }
         let pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> = Arc::new(pool);
         let runtime = RuntimeEnvBuilder::new()
@@ -379,6 +381,10 @@ impl Engine {
         let mut config = self.ctx.state().config().clone().with_extension(Arc::new(
             tally_storage::parquet::CallReads::new(&pool, self.limits.call_memory_bytes),
         ));
+        // The call's stop, read by its scans, operators and loops (`tally_storage::stop`).
+        if let Some(call) = call {
+            config = config.with_extension(Arc::new(call.stop.clone()));
+        }
         let mut builder =
             SessionStateBuilder::new_from_existing(self.ctx.state()).with_runtime_env(runtime);
         if let Some((cluster, _)) = &self.cluster {
@@ -399,11 +405,6 @@ impl Engine {
 
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// The catalog as it is now (a snapshot).
-    pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.load_full()
     }
 
     /// Rescans the datasets directory and swaps in the new catalog if anything changed.
@@ -474,113 +475,8 @@ impl Engine {
         &self.functions
     }
 
-    /// Runs a tool within the call's time budget and checks the envelope against the tool's
-    /// output schema before it is returned: `arguments` as a client sends them.
-    pub async fn call(&self, tool: Tool, arguments: &Value) -> Result<Value, EngineError> {
-        self.call_as(tool, arguments, &Scope::All).await
-    }
-
-    /// [`Engine::call`] for a caller who may see only the datasets of `scope`.
-    pub async fn call_as(
-        &self,
-        tool: Tool,
-        arguments: &Value,
-        scope: &Scope,
-    ) -> Result<Value, EngineError> {
-        let timeout = self.time_budget();
-        let began = std::time::Instant::now();
-        // A dataset whose table is being prepared when the call comes: the call is not
-        // refused at its deadline (see below).
-        let named = self.dataset_named(arguments, scope, &chosen::chosen());
-        let was_preparing = named.as_ref().is_some_and(|ds| ds.preparing().is_some());
-        let mut attempt = Box::pin(self.attempt(tool, arguments, scope));
-        let envelope = match tokio::time::timeout(timeout, &mut attempt).await {
-            Ok(result) => result?,
-            Err(_)
-                if was_preparing || named.as_ref().is_some_and(|ds| ds.preparing().is_some()) =>
-            {
-                // Past its deadline while its dataset's table is (or was, at the call's
-                // start) being prepared: not refused. The call goes on until the preparation
-                // ends (bounded by the memory budget and its own time), then has a time budget
-                // of its own from there: a call waiting for the prepared table answers from
-                // it; one still reading the files races the same call run again on the
-                // prepared table, and the first to finish answers.
-                let ended = named.and_then(|ds| ds.running_preparation());
-                let ended = async move {
-                    if let Some(ended) = ended {
-                        ended.await;
-                    }
-                };
-                tokio::select! {
-                    biased;
-                    result = &mut attempt => result?,
-                    () = ended => {
-                        let again =
-                            WAITED_SINCE.scope(began, self.attempt(tool, arguments, scope));
-                        let first = async {
-                            tokio::select! {
-                                biased;
-                                result = &mut attempt => result,
-                                result = again => result,
-                            }
-                        };
-                        match tokio::time::timeout(timeout, first).await {
-                            Ok(result) => result?,
-                            Err(_) => return Err(past_deadline(tool, timeout)),
-                        }
-                    }
-                }
-            }
-            Err(_) => return Err(self.too_slow(tool, arguments, named.as_deref(), timeout)),
-        };
-        let mut envelope = envelope;
-        if arguments
-            .get("provenance_format")
-            .and_then(Value::as_str)
-            .is_some_and(|f| f.trim().eq_ignore_ascii_case("prov"))
-        {
-            envelope["prov"] = envelope::prov_jsonld(&envelope);
-        }
-        if let Err(problems) = schema::validate(tool, &envelope) {
-            tracing::error!(
-                tool = tool.name(),
-                ?problems,
-                "a result failed its output schema; it was not sent"
-            );
-            return Err(EngineError::Internal(format!(
-                "the result of {} failed its own output schema, so it was not sent (a bug in Tally): {}",
-                tool.name(),
-                problems.join("; ")
-            )));
-        }
-        Ok(envelope)
-    }
-
-    /// Rescans after a call found `dataset`'s files (or objects) changed under it. An object
-    /// removed or rewritten is seen only by listing it again. The scan blocks (on files, or
-    /// on the store): off the async worker.
-    fn rescan_for(&self, dataset: &str) {
-        let objects = self
-            .catalog
-            .load()
-            .datasets
-            .get(dataset)
-            .is_some_and(|d| d.def.data_url.is_some());
-        let rescan = || {
-            if objects {
-                self.reload_objects(STALE_SETTLE)
-            } else {
-                self.reload(STALE_SETTLE)
-            }
-        };
-        match tokio::runtime::Handle::current().runtime_flavor() {
-            tokio::runtime::RuntimeFlavor::CurrentThread => rescan(),
-            _ => tokio::task::block_in_place(rescan),
-        };
-    }
-
     /// The memory counter of a caller's calls.
-    fn caller_memory(&self, caller: &str) -> Arc<std::sync::atomic::AtomicUsize> {
+    pub(crate) fn caller_memory(&self, caller: &str) -> Arc<std::sync::atomic::AtomicUsize> {
         let mut callers = self.callers.lock().unwrap_or_else(|p| p.into_inner());
         // Forget callers with nothing in flight once there are many.
         if callers.len() > 10_000 {
@@ -592,9 +488,14 @@ impl Engine {
     /// Prepares a dataset's data now, waiting as long as the preparation takes (bounded by
     /// the memory budget and the preparation's own time). For one-shot callers (the command
     /// line), whose process would end before a preparation left in the background finished.
-    pub async fn prepare(&self, dataset_id: &str) {
+    pub async fn prepare(&self, caller: &Caller, dataset_id: &str) {
         let catalog = self.catalog.load_full();
-        if let Some(ds) = catalog.datasets.get(dataset_id.trim()) {
+        let dataset_id = dataset_id.trim();
+        if let Some(ds) = catalog
+            .datasets
+            .get(dataset_id)
+            .filter(|_| caller.sees(dataset_id))
+        {
             // With a cache, the whole table is prepared (and kept) for the next command; else,
             // or when it would not fit the budget, the call itself reads what it needs.
             if (self.cache.is_some() || !ds.backend.streams()) && !ds.read_from_files(self) {
@@ -611,7 +512,15 @@ impl Engine {
     /// none. A table read from its files at every call is never scanned for a completion.
     /// `None` when the values are not at hand (unknown dataset or field, numbers, data read
     /// from its files, a preparation still running or failed).
-    pub async fn known_values(&self, dataset_id: &str, field: &str) -> Option<Vec<String>> {
+    pub async fn known_values(
+        &self,
+        caller: &Caller,
+        dataset_id: &str,
+        field: &str,
+    ) -> Option<Vec<String>> {
+        if !caller.sees(dataset_id) {
+            return None;
+        }
         let catalog = self.catalog.load_full();
         let ds = catalog.datasets.get(dataset_id)?;
         let id = ds.def.field_index(field)?;
@@ -665,386 +574,6 @@ impl Engine {
             grace.as_secs()
         );
         let _ = tokio::time::timeout(grace, futures::future::join_all(running)).await;
-    }
-
-    /// The error of a call stopped at its deadline, with what would make it fit: a text
-    /// search over data read from its files (over the memory budget, or served so) reads
-    /// every text value at every call, so it is told to name its fields or narrow first.
-    fn too_slow(
-        &self,
-        tool: Tool,
-        arguments: &Value,
-        ds: Option<&tally_storage::Dataset>,
-        timeout: Duration,
-    ) -> EngineError {
-        let searches = arguments.get("q").is_some_and(|q| !q.is_null())
-            || arguments.get("where").is_some_and(|w| {
-                let w = w.to_string();
-                w.contains("\"$contains\"") || w.contains("\"$not_contains\"")
-            });
-        match ds {
-            Some(ds) if searches && ds.read_from_files(self) => EngineError::Limit {
-                message: format!(
-                    "{} took longer than its time budget of {} ms and was stopped: dataset `{}` is read from its files at every call (its prepared table would not fit the memory budget, or the server reads files at every call), so a text search folds and scans every text value of its {} records",
-                    tool.name(),
-                    timeout.as_millis(),
-                    ds.def.id,
-                    ds.record_count()
-                        .map_or_else(|| "many".to_string(), |n| n.to_string())
-                ),
-                hint: "search fewer fields (`search_fields` names the fields `q` searches; `$contains` one field), or add conditions on coded fields or numbers first, which rule out row groups before any text is read".into(),
-            },
-            _ => past_deadline(tool, timeout),
-        }
-    }
-
-    /// The dataset a call's arguments name (`dataset_id`) as the call resolves it (a spelling
-    /// corrected, or the one its user `chosen`), if the catalog serves it within the caller's
-    /// `scope` (what a call waits for and says is of datasets the caller sees).
-    fn dataset_named(
-        &self,
-        arguments: &Value,
-        scope: &Scope,
-        chosen: &[Choice],
-    ) -> Option<Arc<tally_storage::Dataset>> {
-        let id = arguments.get("dataset_id")?.as_str()?;
-        self.dataset_choosing(id, scope, chosen)
-            .ok()
-            .map(|(ds, _)| ds)
-    }
-
-    /// One run of a call. Files replaced under a live version: take the new catalog and try
-    /// again. A folder caught half-removed (its definition still there, its data gone) keeps
-    /// its version for a moment; the second retry comes after a short pause, when such writes
-    /// are over.
-    async fn attempt(
-        &self,
-        tool: Tool,
-        arguments: &Value,
-        scope: &Scope,
-    ) -> Result<Value, EngineError> {
-        let mut tries = 0;
-        loop {
-            match self.run(tool, arguments, scope).await {
-                Err(EngineError::Stale { dataset, message }) => {
-                    tries += 1;
-                    if tries > 2 {
-                        return Err(self.gone_or_stale(dataset, message));
-                    }
-                    if tries == 2 {
-                        tokio::time::sleep(STALE_PAUSE).await;
-                    }
-                    self.rescan_for(&dataset);
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// The error of a call whose data kept changing under it through its retries: a
-    /// deletion when the source no longer holds the data (the catalog found nothing where
-    /// `data:` points, and keeps the version served before), else a replacement to retry.
-    fn gone_or_stale(&self, dataset: String, message: String) -> EngineError {
-        let refused = self
-            .catalog
-            .load()
-            .datasets
-            .get(&dataset)
-            .and_then(|ds| ds.refused_change());
-        match refused {
-            Some(r) if r.data_gone => EngineError::Dataset {
-                message: format!(
-                    "its data was deleted at its source or moved ({}; seen at {}), and this call must read it ({message}); put the data back, or point the definition at where it is now",
-                    r.reason, r.since
-                ),
-                dataset,
-                diagnostics: Vec::new(),
-            },
-            _ => EngineError::Stale { dataset, message },
-        }
-    }
-
-    /// Like [`Engine::call`], on a task of its own: a panic inside the call is answered as an
-    /// internal error and the engine keeps serving.
-    pub async fn call_guarded(
-        self: &Arc<Self>,
-        tool: Tool,
-        arguments: Value,
-    ) -> Result<Value, EngineError> {
-        self.call_guarded_as(tool, arguments, Scope::All).await
-    }
-
-    /// [`Engine::call_guarded`] for a caller limited to `scope`.
-    pub async fn call_guarded_as(
-        self: &Arc<Self>,
-        tool: Tool,
-        arguments: Value,
-        scope: Scope,
-    ) -> Result<Value, EngineError> {
-        self.call_guarded_for(tool, arguments, scope, "").await
-    }
-
-    /// [`Engine::call_guarded_as`] for the caller `caller` (a token id, an address): all its
-    /// calls in flight together hold at most half of the memory budget, so one caller's
-    /// concurrent calls cannot starve the others.
-    pub async fn call_guarded_for(
-        self: &Arc<Self>,
-        tool: Tool,
-        arguments: Value,
-        scope: Scope,
-        caller: &str,
-    ) -> Result<Value, EngineError> {
-        self.call_guarded_within(
-            tool,
-            arguments,
-            scope,
-            caller,
-            self.limits.call_timeout,
-            Vec::new(),
-        )
-        .await
-    }
-
-    /// [`Engine::call_guarded_for`] with a time budget of its own instead of the call's (a
-    /// call run as an MCP task has the task's, [`Limits::task_timeout`]), and the names its
-    /// user chose for ambiguous ones (said in the answer's `resolved_fields`).
-    pub async fn call_guarded_within(
-        self: &Arc<Self>,
-        tool: Tool,
-        arguments: Value,
-        scope: Scope,
-        caller: &str,
-        budget: Duration,
-        chosen: Vec<Choice>,
-    ) -> Result<Value, EngineError> {
-        let held = self.caller_memory(caller);
-        let engine = Arc::clone(self);
-        // A backstop a little past the call's own deadline, kept by this (waiting) task: if
-        // the call's task were stuck in work that does not yield, it is abandoned and the
-        // caller answered anyway.
-        let backstop = budget + Duration::from_secs(2);
-        let name = tool.name();
-        let named = self.dataset_named(&arguments, &scope, &chosen);
-        let call = guard(chosen::CHOSEN.scope(
-            Arc::new(chosen),
-            BUDGET.scope(
-                budget,
-                CALLER_MEMORY.scope(held, async move {
-                    engine.call_as(tool, &arguments, &scope).await
-                }),
-            ),
-        ));
-        tokio::pin!(call);
-        // While the call's dataset is being prepared the call waits for it (see
-        // [`Engine::call_as`]): the backstop is a full one past the last moment the preparation
-        // was seen running.
-        let mut deadline = tokio::time::Instant::now() + backstop;
-        loop {
-            let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_secs(1));
-            tokio::select! {
-                result = &mut call => return result,
-                () = tokio::time::sleep(tick) => {
-                    let now = tokio::time::Instant::now();
-                    if named.as_ref().is_some_and(|ds| ds.preparing().is_some()) {
-                        deadline = deadline.max(now + backstop);
-                    } else if now >= deadline {
-                        return Err(past_deadline_named(name, budget));
-                    }
-                }
-            }
-        }
-    }
-
-    /// The time budget of the call running on this task: the call's own, unless it runs
-    /// with another (a task's).
-    pub fn time_budget(&self) -> Duration {
-        BUDGET
-            .try_with(|budget| *budget)
-            .unwrap_or(self.limits.call_timeout)
-    }
-
-    async fn run(
-        &self,
-        tool: Tool,
-        arguments: &Value,
-        scope: &Scope,
-    ) -> Result<Value, EngineError> {
-        let mut request = request::parse(tool, arguments)?;
-        let chosen = chosen::chosen();
-        match &mut request {
-            Request::QueryRecords(args) => args.chosen = chosen.to_vec(),
-            Request::SummarizeRecords(args) => args.chosen = chosen.to_vec(),
-            Request::CiteProvisions(args) => args.chosen = chosen.to_vec(),
-            _ => {}
-        }
-        match request {
-            Request::ListDatasets(args) => {
-                let mut call = serde_json::Map::new();
-                if let Some(q) = &args.q {
-                    call.insert("q".into(), Value::from(q.as_str()));
-                }
-                if let Some(p) = &args.publisher {
-                    call.insert("publisher".into(), Value::from(p.as_str()));
-                }
-                let (data, mut provenance) = self.list(args, scope);
-                provenance.query = Some(normalized(tool, Value::Object(call)));
-                seal(data, provenance)
-            }
-            Request::InspectDataset(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
-                let call = serde_json::json!({
-                    "dataset_id": ds.def.id,
-                    "detail": if args.full { "full" } else { "compact" },
-                });
-                let (data, mut provenance) = self.inspect(&ds, resolution, args.full).await?;
-                provenance.query = Some(normalized(tool, call));
-                seal(data, provenance)
-            }
-            Request::QueryRecords(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
-                let select_given = !args.select.is_empty();
-                let mut plan = resolve_query(&ds.def, args)?;
-                plan.resolved_fields.splice(0..0, resolution);
-                let mut call = plan.to_call(&ds.def);
-                if !select_given && let Some(m) = call.as_object_mut() {
-                    // The default columns stay the default: asked again, the call is the same.
-                    m.remove("select");
-                }
-                let used: Vec<tally_semantic::definition::FieldId> =
-                    plan.filters.iter().map(|f| f.field).collect();
-                let lookups = lookup::read(self, &ds.def, used, scope).await?;
-                lookup::rewrite(&ds.def, &mut plan.filters, &lookups)?;
-                let (data, mut provenance) =
-                    query::run(self, &ds, plan, select_given, &mut call).await?;
-                lookup::cite(&mut provenance, &lookups);
-                provenance.query = Some(normalized(tool, call));
-                seal(data, provenance)
-            }
-            Request::SummarizeRecords(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
-                let mut plan = resolve_summarize(&ds.def, args)?;
-                plan.resolved_fields.splice(0..0, resolution);
-                let mut call = plan.to_call(&ds.def);
-                let used: Vec<tally_semantic::definition::FieldId> = plan
-                    .group_by
-                    .iter()
-                    .copied()
-                    .chain(plan.filters.iter().map(|f| f.field))
-                    .collect();
-                let lookups = lookup::read(self, &ds.def, used, scope).await?;
-                let (data, mut provenance) =
-                    summarize::run(self, &ds, plan, &mut call, &lookups).await?;
-                provenance.query = Some(normalized(tool, call));
-                seal(data, provenance)
-            }
-            Request::CiteProvisions(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id, scope)?;
-                let mut plan = tally_semantic::resolve::resolve_cite(&ds.def, args)?;
-                plan.records.resolved_fields.splice(0..0, resolution);
-                let target = self
-                    .catalog
-                    .load()
-                    .datasets
-                    .get(&plan.link.to)
-                    .filter(|_| scope.allows(&plan.link.to))
-                    .cloned()
-                    .ok_or_else(|| {
-                        EngineError::Request(
-                            tally_semantic::error::RequestError::new(
-                                tally_semantic::error::ErrorCode::UnknownDataset,
-                                format!(
-                                    "dataset `{}` links to `{}`, which is not served",
-                                    ds.def.id, plan.link.to
-                                ),
-                            )
-                            .at("link")
-                            .hint(format!(
-                                "serve the dataset `{}` (a folder of that name in the datasets directory), or check `tally check` for why it is refused",
-                                plan.link.to
-                            )),
-                        )
-                    })?;
-                let call = plan.to_call(&ds.def);
-                let (data, mut provenance) = provisions::run(self, &ds, &target, plan).await?;
-                provenance.query = Some(normalized(tool, call));
-                seal(data, provenance)
-            }
-            Request::VerifyAnswer(args) => {
-                let (data, mut provenance) = Box::pin(self.verify(&args.envelope, scope)).await?;
-                provenance.query = Some(normalized(
-                    tool,
-                    serde_json::json!({ "envelope": "(the answer checked)" }),
-                ));
-                seal(data, provenance)
-            }
-        }
-    }
-
-    fn dataset(
-        &self,
-        input: &str,
-        scope: &Scope,
-    ) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
-        self.dataset_choosing(input, scope, &chosen::chosen())
-    }
-
-    /// The dataset `input` names for a caller of `scope`, with the names its user `chosen`.
-    fn dataset_choosing(
-        &self,
-        input: &str,
-        scope: &Scope,
-        chosen: &[Choice],
-    ) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
-        let catalog = self.catalog.load_full();
-        // Names outside the caller's scope are never matched, suggested or described.
-        let ids: Vec<&str> = catalog
-            .ids()
-            .into_iter()
-            .filter(|id| scope.allows(id))
-            .collect();
-        let titles = |id: &str| {
-            catalog
-                .datasets
-                .get(id)
-                .filter(|_| scope.allows(id))
-                .map(|d| d.def.title.clone())
-        };
-        let (id, resolution) =
-            resolve_dataset_choosing(input, &ids, &titles, chosen).map_err(|mut e| {
-                if let Some(b) = catalog
-                    .broken
-                    .iter()
-                    .find(|b| b.folder == input && scope.allows(&b.folder))
-                {
-                    // Why, in the message itself: a store refusing credentials is not a typo.
-                    let reasons = b
-                        .problems
-                        .iter()
-                        .map(|p| p.reason.clone())
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    let fixes = b
-                        .problems
-                        .iter()
-                        .map(|p| p.fix.clone())
-                        .filter(|f| !f.is_empty())
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    e.message = format!("dataset `{input}` is not served: {reasons}");
-                    e.hint = Some(if fixes.is_empty() {
-                        format!("{}: {reasons}", b.file)
-                    } else {
-                        format!("{}: {fixes}", b.file)
-                    });
-                }
-                e
-            })?;
-        let ds = catalog
-            .datasets
-            .get(id)
-            .cloned()
-            .ok_or_else(|| EngineError::internal("resolved dataset vanished"))?;
-        Ok((ds, resolution))
     }
 
     fn list(&self, args: ListArgs, scope: &Scope) -> (ListResult, Provenance) {
@@ -1137,67 +666,6 @@ impl Engine {
         };
         (data, provenance)
     }
-
-    async fn inspect(
-        &self,
-        ds: &Dataset,
-        resolution: Option<Resolution>,
-        full: bool,
-    ) -> Result<(InspectResult, Provenance), EngineError> {
-        let (body, ran) = ds.memo(|| inspect::compute(self, ds)).await?;
-        let mut data = if full { body } else { inspect::compact(body) };
-        let prepared = ds.prepared_for_every_value(self).await?;
-        let mut provenance = Provenance::default();
-        let (source, warnings) = dataset_source(ds, &prepared.files);
-        let source_ref = provenance.cite(source);
-        for w in warnings {
-            provenance.warn(w);
-        }
-        data.resolved_fields = results::resolved_names(resolution.as_slice());
-        if let Some(r) = &resolution {
-            provenance.warn(format!(
-                "`{}` in dataset_id was read as `{}`",
-                r.input, r.canonical
-            ));
-        }
-        data.source_refs = vec![source_ref];
-        if let Some(ran) = ran {
-            // Computed once per version: where the plans of that computation ran.
-            provenance.step(
-                TransformationType::Extract,
-                format!(
-                    "read the {} records of dataset `{}` {ran}",
-                    prepared.rows, ds.def.id
-                ),
-            );
-        }
-        provenance.step(
-            TransformationType::Aggregate,
-            format!(
-                "computed fill rates, numeric statistics and value counts over all {} records of `{}`",
-                prepared.rows, ds.def.id
-            ),
-        );
-        Ok((data, provenance))
-    }
-}
-
-/// A tool's result and provenance as the envelope sent.
-/// The call as resolved, for the envelope (`provenance.query`).
-fn normalized(tool: Tool, arguments: Value) -> envelope::NormalizedCall {
-    envelope::NormalizedCall {
-        tool: tool.name().to_string(),
-        arguments: match arguments {
-            Value::Object(m) => m,
-            _ => serde_json::Map::new(),
-        },
-        tool_version: envelope::tool_version(),
-    }
-}
-
-fn seal<T: serde::Serialize>(data: T, provenance: Provenance) -> Result<Value, EngineError> {
-    Envelope::seal_value(data, provenance)
-        .map_err(|e| EngineError::Internal(format!("a result could not be written as JSON: {e}")))
 }
 
 /// Says in the log the relations of `catalog` that cannot be followed, when the datasets are
@@ -1211,76 +679,5 @@ fn warn_relations(catalog: &Catalog) {
         for (field, reason, fix) in problems {
             tracing::warn!(dataset = %ds.def.id, field = %field.name, "relation cannot be followed: {reason}; {fix}");
         }
-    }
-}
-
-/// Runs a future on a task of its own and turns a panic into an error, so one broken call
-/// never takes the server down or leaves its client waiting.
-pub async fn guard<F>(future: F) -> Result<Value, EngineError>
-where
-    F: std::future::Future<Output = Result<Value, EngineError>> + Send + 'static,
-{
-    /// Stops the call's task when the caller stops waiting (a deadline, a cancelled request):
-    /// work nobody will read is not left running. The abort takes effect at the task's next
-    /// `.await`; the stop flag ends work that runs long between two (`tally_storage::stop`).
-    struct AbortOnDrop(tokio::task::AbortHandle, tally_storage::stop::Stop);
-    impl Drop for AbortOnDrop {
-        fn drop(&mut self) {
-            self.1.set();
-            self.0.abort();
-        }
-    }
-    let stop = tally_storage::stop::Stop::new();
-    let task = tokio::spawn(tally_storage::stop::scope(stop.clone(), future));
-    let _abort = AbortOnDrop(task.abort_handle(), stop);
-    match task.await {
-        Ok(result) => result,
-        Err(e) if e.is_panic() => {
-            let message = e
-                .into_panic()
-                .downcast::<String>()
-                .map(|s| *s)
-                .or_else(|p| p.downcast::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|_| "unknown panic".to_string());
-            tracing::error!("a call panicked: {message}");
-            Err(EngineError::Internal(format!(
-                "the call failed unexpectedly ({message}); the server keeps serving, and the next call is unaffected"
-            )))
-        }
-        Err(e) => Err(EngineError::Internal(format!(
-            "the call was cancelled: {e}"
-        ))),
-    }
-}
-
-/// The error of a call stopped at its time budget.
-fn past_deadline(tool: Tool, timeout: Duration) -> EngineError {
-    past_deadline_named(tool.name(), timeout)
-}
-
-fn past_deadline_named(name: &str, timeout: Duration) -> EngineError {
-    EngineError::Limit {
-        message: format!(
-            "{name} took longer than its time budget of {} ms and was stopped",
-            timeout.as_millis()
-        ),
-        hint: "narrow the call (filters, fewer groups, a smaller limit) or try again".into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[tokio::test]
-    async fn a_panic_becomes_an_error_and_the_next_call_works() {
-        let panicked = guard(async { panic!("boom") }).await;
-        assert!(
-            matches!(&panicked, Err(EngineError::Internal(m)) if m.contains("boom")),
-            "{panicked:?}"
-        );
-        let next = guard(async { Ok(json!({"ok": true})) }).await;
-        assert_eq!(next.ok(), Some(json!({"ok": true})));
     }
 }

@@ -16,16 +16,16 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::logical_expr::{Expr, lit};
+use datafusion::logical_expr::Expr;
 use tally_semantic::definition::{DatasetDef, Derived, DerivedSource, FieldId};
 use tally_semantic::error::{Candidate, ErrorCode, RequestError};
 use tally_semantic::request::{MAX_VALUES, Op, Scalar};
 use tally_semantic::resolve::Filter;
 
+use crate::Cx;
 use crate::envelope::{Provenance, Source, TransformationType};
 use crate::error::EngineError;
 use crate::plan::Planner;
-use crate::{Engine, Scope};
 
 /// Rows a related dataset may have to be read as a lookup table.
 pub const MAX_LOOKUP_ROWS: usize = 100_000;
@@ -42,6 +42,8 @@ pub struct Lookup {
     /// Each parent as names are compared (NFKC, lower case), parallel to `parents`: folded
     /// once when the table is read, not once per value a condition names.
     folded: Vec<String>,
+    /// Key → parent, as the plans that group by the field map it.
+    table: Arc<tally_storage::udf::LookupTable>,
 }
 
 impl Lookup {
@@ -51,11 +53,17 @@ impl Lookup {
         cited: Option<(Source, Vec<String>, String)>,
     ) -> Lookup {
         let folded = parents.iter().map(|(p, _)| fold(p)).collect();
+        let table = Arc::new(tally_storage::udf::LookupTable::new(
+            parents
+                .iter()
+                .flat_map(|(p, children)| children.iter().map(move |c| (c.clone(), p.clone()))),
+        ));
         Lookup {
             key,
             parents,
             cited,
             folded,
+            table,
         }
     }
 
@@ -77,10 +85,9 @@ pub type Lookups = BTreeMap<FieldId, Arc<Lookup>>;
 /// call): a roll-up from the definition, a relation from its dataset (which must be served to
 /// the caller).
 pub async fn read(
-    engine: &Engine,
+    engine: &Cx<'_>,
     def: &DatasetDef,
     fields: impl IntoIterator<Item = FieldId>,
-    scope: &Scope,
 ) -> Result<Lookups, EngineError> {
     let mut out = Lookups::new();
     for id in fields {
@@ -96,7 +103,7 @@ pub async fn read(
                 dataset,
                 key,
                 field,
-            } => related(engine, def, id, derived, (dataset, key, field), scope).await?,
+            } => related(engine, def, id, derived, (dataset, key, field)).await?,
         };
         out.insert(id, Arc::new(lookup));
     }
@@ -106,13 +113,13 @@ pub async fn read(
 /// The table of a field lent by a related dataset: its key and the field, every record, with
 /// each key once.
 async fn related(
-    engine: &Engine,
+    engine: &Cx<'_>,
     def: &DatasetDef,
     id: FieldId,
     derived: &Derived,
     (dataset, key, field): (&str, &str, &str),
-    scope: &Scope,
 ) -> Result<Lookup, EngineError> {
+    let scope = engine.scope();
     let name = &def.fields[id].name;
     let broken = |why: String| EngineError::Dataset {
         dataset: def.id.clone(),
@@ -171,7 +178,13 @@ async fn related(
             "`{dataset}` has more than {MAX_LOOKUP_ROWS} records, more than a table looked up per call may have"
         )));
     }
-    let parents = parents_of(&batches, &tdef.id, &|why| broken(why), (dataset, key))?;
+    let parents = parents_of(
+        &batches,
+        &tdef.id,
+        &|why| broken(why),
+        (dataset, key),
+        &engine.call.stop,
+    )?;
     let (source, warnings) = crate::envelope::dataset_source(&target, &tcall.prepared.files);
     let step = format!(
         "looked up `{name}` as `{field}` of dataset `{dataset}` (version {}) for the `{key}` equal to each record's `{}`; {rows} records of `{dataset}`, each key once; a record whose key it lacks has no `{name}`",
@@ -191,6 +204,7 @@ fn parents_of(
     target: &str,
     broken: &dyn Fn(String) -> EngineError,
     (dataset, key): (&str, &str),
+    stop: &tally_storage::stop::Stop,
 ) -> Result<Vec<(String, Vec<String>)>, EngineError> {
     let text = |a: &Arc<dyn Array>| -> Result<Vec<Option<String>>, EngineError> {
         let t = cast(a, &DataType::Utf8).map_err(|e| EngineError::backend(target, e))?;
@@ -211,7 +225,7 @@ fn parents_of(
         for (kv, vv) in text(b.column(0))?.into_iter().zip(text(b.column(1))?) {
             seen += 1;
             if seen.is_multiple_of(tally_storage::stop::EVERY) {
-                tally_storage::stop::check()?;
+                stop.check()?;
             }
             let Some(kv) = kv.filter(|k| !k.trim().is_empty()) else {
                 continue;
@@ -400,35 +414,16 @@ pub fn read_fields(def: &DatasetDef, fields: &[FieldId]) -> Vec<FieldId> {
 }
 
 /// A derived field's value for each record: its key field's value mapped to its parent (null
-/// when the table lacks it).
+/// when the table lacks it), by one hash lookup per distinct value (`tally_lookup`).
 pub fn value(planner: &Planner<'_>, lookup: &Lookup) -> Expr {
+    // Text, as the table's children are: a numeric key as its digits.
     let key = planner.column(lookup.key);
-    // Text, as the table's children are: a numeric key as its digits, a dictionary-encoded
-    // one as its values, so every `WHEN` compares values of one type.
-    let key = datafusion::logical_expr::cast(key, DataType::Utf8);
-    // `CASE key WHEN child THEN parent … END`, every branch a literal: DataFusion evaluates it
-    // as one hash lookup per row (its literal lookup table), whatever the table's size. A
-    // `WHEN key IN (…)` per parent would test every parent's list for every row.
-    // Built whole: DataFusion's `CaseBuilder` copies its branches at every `when`, which is
-    // quadratic in the table's size.
-    let when_then_expr: Vec<(Box<Expr>, Box<Expr>)> = lookup
-        .parents
-        .iter()
-        .flat_map(|(parent, children)| {
-            children
-                .iter()
-                .map(move |child| (Box::new(lit(child.clone())), Box::new(lit(parent.clone()))))
-        })
-        .collect();
-    let null = lit(datafusion::common::ScalarValue::Utf8(None));
-    if when_then_expr.is_empty() {
-        return null;
-    }
-    Expr::Case(datafusion::logical_expr::Case {
-        expr: Some(Box::new(key)),
-        when_then_expr,
-        else_expr: Some(Box::new(null)),
-    })
+    let key = if planner.def.fields[lookup.key].data_type.is_numeric() {
+        datafusion::logical_expr::cast(key, DataType::Utf8)
+    } else {
+        key
+    };
+    planner.functions.lookup(key, &lookup.table)
 }
 
 /// The related datasets read, cited as sources of the answer, with what was done.

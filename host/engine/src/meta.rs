@@ -50,6 +50,7 @@ pub fn context(
     used: &[FieldId],
     resolved: &[Resolution],
     notices: &[Notice],
+    chosen: &[tally_semantic::resolve::Choice],
 ) -> Context {
     // The caveats of the fields used travel in `data.notes`, once; `warnings` is about what
     // this call did (corrections, cuts, empty results).
@@ -65,7 +66,7 @@ pub fn context(
     Context {
         notes: notes_of(def, used),
         dataset_notes: def.notes.clone(),
-        resolved_fields: resolved_names(resolved),
+        resolved_fields: resolved_names(resolved, chosen),
         ..Context::default()
     }
 }

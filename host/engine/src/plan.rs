@@ -34,6 +34,8 @@ pub struct Planner<'a> {
     /// The data the call reads: a prepared table answers text conditions from its
     /// dictionaries ([`tally_storage::search`]) instead of testing every record's text.
     pub data: Option<Arc<Prepared>>,
+    /// The call's stop: a search through the dictionaries ends at it.
+    pub stop: tally_storage::stop::Stop,
 }
 
 fn numeric_literal(field: &Field, value: &Scalar, op: &str) -> Result<Expr, RequestError> {
@@ -236,7 +238,7 @@ impl<'a> Planner<'a> {
             .data
             .as_ref()
             .filter(|_| !indexed.is_empty())
-            .and_then(|data| match data.text_search(&indexed, &folded)? {
+            .and_then(|data| match data.text_search(&indexed, &folded, &self.stop)? {
                 Ok(found) => Some(found),
                 Err(e) => {
                     // The row-by-row test gives the same answer, slower.
@@ -266,11 +268,12 @@ impl<'a> Planner<'a> {
     }
 }
 
-/// The fields `q` searches when the call names none: every text field.
+/// The fields `q` searches when the call names none: every text field of the data (a field
+/// looked up through a relation or a roll-up is no column of it).
 pub fn searched_by_default(def: &DatasetDef) -> Vec<FieldId> {
     (0..def.fields.len())
         .map(FieldId::at)
-        .filter(|f| !def.fields[*f].data_type.is_numeric())
+        .filter(|f| !def.fields[*f].data_type.is_numeric() && def.fields[*f].is_column())
         .collect()
 }
 

@@ -29,7 +29,7 @@ use tally_semantic::definition::{FieldId, LocatorKind};
 use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{CitePlan, Filter};
 
-use crate::Engine;
+use crate::Cx;
 use crate::call::{Asked, Call};
 use crate::cursor;
 use crate::envelope::{Provenance, Source, TransformationType};
@@ -119,7 +119,7 @@ fn trimmed(text: &str) -> String {
 /// they name ([`read_linked`]), each reference matched to provisions ([`match_references`]),
 /// a page of provisions ([`page_of`]), and what was done said in provenance ([`say_steps`]).
 pub async fn run(
-    engine: &Engine,
+    engine: &Cx<'_>,
     ds: &Dataset,
     target: &Arc<Dataset>,
     mut plan: CitePlan,
@@ -262,6 +262,7 @@ async fn context_of(
         &used,
         &records.resolved_fields,
         &records.notices,
+        &call.engine.call.chosen,
     );
     let asked = Asked {
         plan: records,
@@ -383,7 +384,7 @@ struct Counted {
 }
 
 async fn count_references(
-    engine: &Engine,
+    engine: &Cx<'_>,
     call: &Call<'_>,
     filters: &[Filter],
     groups: &[FieldId],
@@ -683,7 +684,7 @@ struct PageAt<'a> {
 /// The provisions of the page `at` asks (most records first, ties by group, law and
 /// provision: a total order, so pages never overlap or skip), with their text and law.
 fn page_of(
-    engine: &Engine,
+    engine: &Cx<'_>,
     tcall: &Call<'_>,
     provenance: &mut Provenance,
     target_source_id: &str,
@@ -833,7 +834,7 @@ fn cite_target(provenance: &mut Provenance, target: &Dataset, tcall: &Call<'_>) 
 /// its caveats (a page cut or continued, references that found nothing).
 fn say_steps(
     provenance: &mut Provenance,
-    engine: &Engine,
+    engine: &Cx<'_>,
     def: &tally_semantic::DatasetDef,
     plan: &CitePlan,
     sides: &Sides,

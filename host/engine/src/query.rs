@@ -13,7 +13,7 @@ use serde_json::Value;
 use tally_semantic::definition::FieldId;
 use tally_semantic::resolve::QueryPlan;
 
-use crate::Engine;
+use crate::Cx;
 use crate::call::{Asked, Call, HasConditions};
 use crate::cursor;
 use crate::envelope::{Provenance, TransformationType};
@@ -35,7 +35,7 @@ fn identity(plan: &QueryPlan, def: &tally_semantic::DatasetDef) -> Value {
 }
 
 pub async fn run(
-    engine: &Engine,
+    engine: &Cx<'_>,
     ds: &Dataset,
     mut plan: QueryPlan,
     select_given: bool,
@@ -395,6 +395,7 @@ async fn cite(
         &used,
         &plan.resolved_fields,
         &plan.notices,
+        &call.engine.call.chosen,
     );
     if page.next_cursor.is_some() {
         provenance.warn(format!(

@@ -108,8 +108,10 @@ impl From<&Resolution> for ResolvedName {
 }
 
 /// The resolved names of a call, for its result: those its user chose say so.
-pub fn resolved_names(resolved: &[Resolution]) -> Vec<ResolvedName> {
-    let chosen = crate::chosen::chosen();
+pub fn resolved_names(
+    resolved: &[Resolution],
+    chosen: &[tally_semantic::resolve::Choice],
+) -> Vec<ResolvedName> {
     resolved
         .iter()
         .map(|r| {

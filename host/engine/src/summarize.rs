@@ -21,7 +21,7 @@ use tally_semantic::definition::{DataType as FieldType, FieldId, Formula};
 use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
-use crate::Engine;
+use crate::Cx;
 use crate::call::{Asked, Call, HasConditions};
 use crate::compare::Grouped;
 use crate::envelope::{Provenance, TransformationType};
@@ -518,7 +518,7 @@ fn having_expr(planner: &Planner<'_>, h: &HavingFilter, metric: bool) -> Result<
 /// Runs a summary; `call` is the call as resolved, completed with what is read while running
 /// (the latest period of the time field).
 pub async fn run(
-    engine: &Engine,
+    engine: &Cx<'_>,
     ds: &Dataset,
     mut plan: SummarizePlan,
     call_made: &mut Value,
@@ -1027,6 +1027,7 @@ async fn cite(
         &fields_used(def, plan),
         &plan.resolved_fields,
         &plan.notices,
+        &call.engine.call.chosen,
     );
     if rows.len() < total_groups {
         provenance.warn(format!(

@@ -28,7 +28,7 @@ use tally_semantic::request::Tool;
 use crate::envelope::{Provenance, Source, TransformationType, result_hash, tool_version};
 use crate::error::EngineError;
 use crate::results::{NumberChange, SourceCheck, VerifyResult, VerifyStatus};
-use crate::{Engine, Scope};
+use crate::{Ask, Cx};
 
 /// Changes listed at most (all are counted).
 const MAX_CHANGES: usize = 200;
@@ -154,15 +154,14 @@ fn not_an_envelope(what: &str) -> EngineError {
     )
 }
 
-impl Engine {
-    /// Runs the call recorded in `envelope` again for a caller who may see `scope`, and
+impl Cx<'_> {
+    /// Runs the call recorded in `envelope` again for this call's caller, and
     /// compares the answers (module docs), in phases: the envelope read ([`Recorded::of`]),
-    /// its call run again ([`Engine::rerun`]), the two answers compared ([`compare`]) and the
+    /// its call run again ([`Cx::rerun`]), the two answers compared ([`compare`]) and the
     /// outcome decided ([`judge`]).
     pub async fn verify(
         &self,
         envelope: &Value,
-        scope: &Scope,
     ) -> Result<(VerifyResult, Provenance), EngineError> {
         // The same cap as `tally verify` reads a file with, whichever way the answer came.
         let cap = self.limits().max_envelope_bytes;
@@ -192,7 +191,7 @@ impl Engine {
             changes_total: 0,
             reasons: Vec::new(),
         };
-        let Some(now) = self.rerun(&recorded, scope, &mut out).await? else {
+        let Some(now) = self.rerun(&recorded, &mut out).await? else {
             return Ok((out, checked(recorded.tool_name, None)));
         };
         compare(&recorded, &now, &mut out);
@@ -206,7 +205,6 @@ impl Engine {
     async fn rerun(
         &self,
         recorded: &Recorded<'_>,
-        scope: &Scope,
         out: &mut VerifyResult,
     ) -> Result<Option<Value>, EngineError> {
         // A page asked by cursor runs with its cursor as recorded, through the same check
@@ -214,10 +212,15 @@ impl Engine {
         // issued for this dataset version and this query, inside its rows). A cursor that
         // call would refuse (edited, forged, from another server process, or stale) is
         // refused here for the same reason, never re-signed and run.
-        match self
-            .call_as(recorded.tool, &recorded.arguments, scope)
-            .await
-        {
+        // Run as a call of this caller, within this call (its slot, its stop, its budget).
+        let again = match Ask::parse(recorded.tool, recorded.arguments.clone()) {
+            Ok(ask) => {
+                let named = self.dataset_named(ask.dataset_id(), self.scope(), &self.call.chosen);
+                self.engine.call_in(self.call, &ask, named).await
+            }
+            Err(e) => Err(e),
+        };
+        match again {
             Ok(now) => Ok(Some(now)),
             Err(EngineError::Request(e)) if e.code != ErrorCode::InvalidCursor => {
                 out.status = VerifyStatus::NotReproducible;

@@ -98,7 +98,7 @@ fn count_records(engine: &Arc<Engine>, only: Option<&[String]>) {
     let engine = Arc::clone(engine);
     tokio::spawn(async move {
         for id in unknown {
-            engine.prepare(&id).await;
+            engine.prepare(&Caller::operator(), &id).await;
             let view = View::of(&engine, Caller::operator());
             tracing::debug!(dataset = %id, records = ?view.dataset(&id).and_then(|ds| ds.record_count()), "counted the records of a dataset");
         }
@@ -208,7 +208,7 @@ impl ServerHandler for TallyServer {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // A 2025-era session is told of the changes its caller may see on the session itself.
-        let caller = Caller::of_notification(&context);
+        let caller = crate::view::caller_of_notification(&context);
         self.session.start(context.peer, self.engine(), caller);
     }
 
@@ -426,7 +426,7 @@ impl ServerHandler for TallyServer {
     /// 2026-07-28 clients ask for change notifications on a stream of their own: the changes
     /// their caller may see, as a 2025-era session is told them.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let caller = Caller::of_request(context.request_context());
+        let caller = crate::view::caller_of_request(context.request_context());
         let mut feed = Feed::new(self.engine(), caller);
         let accepted = context.accepted().clone();
         let subscribed = accepted.resource_subscriptions.clone().unwrap_or_default();

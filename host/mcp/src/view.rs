@@ -4,12 +4,13 @@
 //! tools' descriptions and examples, `/health` — is built from that caller's [`View`] of the
 //! catalog, made here and nowhere else.
 //!
-//! Nothing else in this crate may read the catalog, its changes or its values: clippy's
-//! `disallowed-methods` (host/server/clippy.toml) refuses `Engine::catalog`,
-//! `Engine::subscribe`, `Engine::known_values` and the engine's call entry points outside
-//! this file. A new surface therefore has no way to reach a dataset but through a view, and a
-//! view holds only what its caller's token may see: a hidden dataset and one that does not
-//! exist are the same absence to it.
+//! The engine enforces it by its types: every entry point that reads the catalog for
+//! someone takes a [`Caller`] (`Engine::answer`, `Engine::estimate`, `Engine::known_values`,
+//! `Engine::view`), and the catalog itself is not public. A new surface therefore has no way
+//! to reach a dataset but as some caller, and a view holds only what its caller's token may
+//! see: a hidden dataset and one that does not exist are the same absence to it. (Catalog
+//! changes, `Engine::subscribe`, carry only dataset ids; they reach a caller through its
+//! [`Feed`], and clippy's `disallowed-methods` keeps `subscribe` in this file.)
 //!
 //! A request reaches a view through [`crate::bounds::Bounded`]: [`View::enter`] checks the
 //! request's inputs against their bounds before any work starts, so scope and size are one
@@ -22,74 +23,48 @@ use rmcp::ErrorData;
 use rmcp::RoleServer;
 use rmcp::service::{NotificationContext, RequestContext};
 use serde_json::{Value, json};
-use tally_engine::{Engine, EngineError, Scope};
+use tally_engine::{Ask, Engine, EngineError};
 use tally_semantic::Tool;
-use tally_storage::catalog::{Broken, Changes};
-use tally_storage::{Catalog, Dataset};
+use tally_storage::catalog::Changes;
 
-/// Who is calling, as the tools see it (never the token itself).
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// The token's id, `ip:<address>` without authentication, `stdio`, or `cli`.
-    pub id: String,
-    pub scope: Scope,
+/// Who is calling, as the tools see it (never the token itself): the engine's caller, which
+/// every entry point into the engine takes.
+pub use tally_engine::Caller;
+
+/// The caller of an MCP request or notification: set by the HTTP guard; stdio has one caller
+/// with every dataset.
+pub fn caller_of_extensions(extensions: &rmcp::model::Extensions) -> Caller {
+    extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+        .unwrap_or_else(Caller::stdio)
 }
 
-impl Caller {
-    /// The client that started a stdio server: it owns the process and sees everything.
-    pub fn stdio() -> Caller {
-        Caller {
-            id: "stdio".into(),
-            scope: Scope::All,
-        }
-    }
-
-    /// A person at a shell running a one-shot command on their own datasets directory.
-    pub fn operator() -> Caller {
-        Caller {
-            id: "cli".into(),
-            scope: Scope::All,
-        }
-    }
-
-    /// The caller of an MCP request or notification: set by the HTTP guard; stdio has one
-    /// caller with every dataset.
-    pub fn of_extensions(extensions: &rmcp::model::Extensions) -> Caller {
-        extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Caller>())
-            .cloned()
-            .unwrap_or_else(Caller::stdio)
-    }
-
-    pub fn of_request(context: &RequestContext<RoleServer>) -> Caller {
-        Caller::of_extensions(&context.extensions)
-    }
-
-    pub fn of_notification(context: &NotificationContext<RoleServer>) -> Caller {
-        Caller::of_extensions(&context.extensions)
-    }
-
-    pub fn sees(&self, dataset: &str) -> bool {
-        self.scope.allows(dataset)
-    }
+pub fn caller_of_request(context: &RequestContext<RoleServer>) -> Caller {
+    caller_of_extensions(&context.extensions)
 }
 
-/// One caller's view of one catalog snapshot.
+pub fn caller_of_notification(context: &NotificationContext<RoleServer>) -> Caller {
+    caller_of_extensions(&context.extensions)
+}
+
+/// One caller's view of one catalog snapshot (the engine's [`tally_engine::View`]), with
+/// what the MCP surfaces ask of it.
 #[derive(Debug, Clone)]
-pub struct View {
-    caller: Caller,
-    catalog: Arc<Catalog>,
+pub struct View(tally_engine::View);
+
+impl std::ops::Deref for View {
+    type Target = tally_engine::View;
+    fn deref(&self) -> &tally_engine::View {
+        &self.0
+    }
 }
 
 impl View {
     /// The view of `caller` on the catalog as it is now.
-    #[allow(clippy::disallowed_methods)] // the one place that reads the catalog for a caller
     pub fn of(engine: &Engine, caller: Caller) -> View {
-        View {
-            caller,
-            catalog: engine.catalog(),
-        }
+        View(engine.view(caller))
     }
 
     /// The gate every MCP request passes: its inputs checked against their bounds (before
@@ -100,63 +75,25 @@ impl View {
         params: &impl crate::bounds::Bounded,
     ) -> Result<View, ErrorData> {
         params.check().map_err(|refusal| refusal.into_error())?;
-        Ok(View::of(engine, Caller::of_request(context)))
+        Ok(View::of(engine, caller_of_request(context)))
     }
 
-    pub fn caller(&self) -> &Caller {
-        &self.caller
-    }
-
-    /// Whether the caller may see everything (no scope on its token).
-    pub fn sees_all(&self) -> bool {
-        self.caller.scope == Scope::All
-    }
-
-    /// A dataset the caller may see; `None` alike for a hidden one and one not served.
-    pub fn dataset(&self, id: &str) -> Option<&Arc<Dataset>> {
-        if !self.caller.sees(id) {
-            return None;
-        }
-        self.catalog.datasets.get(id)
-    }
-
-    /// The datasets the caller may see, by id.
-    pub fn datasets(&self) -> impl Iterator<Item = &Arc<Dataset>> + '_ {
-        self.catalog
-            .datasets
-            .values()
-            .filter(|ds| self.caller.sees(ds.id()))
-    }
-
-    pub fn ids(&self) -> Vec<String> {
-        self.datasets().map(|ds| ds.id().to_string()).collect()
-    }
-
-    /// The refused folders the caller may see (by folder name, which is the dataset id).
-    pub fn broken(&self) -> impl Iterator<Item = &Broken> + '_ {
-        self.catalog
-            .broken
-            .iter()
-            .filter(|b| self.caller.sees(&b.folder))
-    }
-
-    /// Runs a tool for this caller: its scope limits what the call may read, name and
-    /// suggest, and its calls in flight share one memory allowance.
-    #[allow(clippy::disallowed_methods)] // the one place tool calls enter the engine
+    /// Runs a tool for this caller through the engine's one door: its scope limits what the
+    /// call may read, name and suggest, its calls in flight share one memory allowance, and
+    /// a heavy call waits for its fair share of the slots.
     pub async fn call(
         &self,
         engine: &Arc<Engine>,
         tool: Tool,
         arguments: Value,
     ) -> Result<Value, EngineError> {
-        engine
-            .call_guarded_for(tool, arguments, self.caller.scope.clone(), &self.caller.id)
+        let budget = engine.limits().call_timeout;
+        self.call_within(engine, tool, arguments, budget, Vec::new())
             .await
     }
 
     /// [`View::call`] with a time budget of its own (a call run as a task has the task's)
     /// and the names its user chose for ambiguous ones.
-    #[allow(clippy::disallowed_methods)] // the same entry, with another budget
     pub async fn call_within(
         &self,
         engine: &Arc<Engine>,
@@ -165,16 +102,8 @@ impl View {
         budget: std::time::Duration,
         chosen: Vec<tally_semantic::resolve::Choice>,
     ) -> Result<Value, EngineError> {
-        engine
-            .call_guarded_within(
-                tool,
-                arguments,
-                self.caller.scope.clone(),
-                &self.caller.id,
-                budget,
-                chosen,
-            )
-            .await
+        let ask = Ask::parse(tool, arguments)?;
+        engine.answer(self.caller(), ask, budget, chosen).await
     }
 
     /// How long a call is estimated to take, judged from the datasets this caller may see
@@ -186,18 +115,15 @@ impl View {
         arguments: &Value,
         chosen: &[tally_semantic::resolve::Choice],
     ) -> Option<tally_engine::estimate::Estimate> {
-        engine.estimate(tool, arguments, &self.caller.scope, chosen)
+        let ask = Ask::parse(tool, arguments.clone()).ok()?;
+        engine.estimate(self.caller(), &ask, chosen)
     }
 
     /// The values of a field of a dataset the caller may see (for completing a condition),
     /// at most [`tally_engine::KNOWN_VALUES`]; nothing for any other dataset.
-    #[allow(clippy::disallowed_methods)] // values reach a caller only through its view
     pub async fn known_values(&self, engine: &Engine, dataset: &str, field: &str) -> Vec<String> {
-        if self.dataset(dataset).is_none() {
-            return Vec::new();
-        }
         engine
-            .known_values(dataset, field)
+            .known_values(self.caller(), dataset, field)
             .await
             .unwrap_or_default()
     }
@@ -210,14 +136,13 @@ impl View {
         let mut health = json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") });
         if self.sees_all() {
             let unreadable: Vec<&str> = self
-                .catalog
-                .datasets
-                .values()
+                .datasets()
                 .filter(|ds| ds.backend.read_failure().is_some())
                 .map(|ds| ds.id())
                 .collect();
-            health["datasets"] = json!(self.catalog.datasets.len());
-            health["broken_datasets"] = json!(self.catalog.broken.len() + unreadable.len());
+            let served = self.datasets().count();
+            health["datasets"] = json!(served);
+            health["broken_datasets"] = json!(self.broken().count() + unreadable.len());
             if !unreadable.is_empty() {
                 health["unreadable_datasets"] = json!(unreadable);
             }

@@ -245,7 +245,7 @@ fn call(tool: Tool, mut arguments: Value, common: &Common) -> Result<Value, Exit
         .or_else(|| arguments.pointer("/envelope/provenance/query/arguments/dataset_id"))
         .and_then(Value::as_str)
     {
-        runtime.block_on(engine.prepare(id));
+        runtime.block_on(engine.prepare(&tally_mcp::view::Caller::operator(), id));
     }
     runtime
         .block_on(

@@ -113,6 +113,19 @@ pub struct Budgets {
     /// one is refused before it is read.
     #[arg(long, global = true, default_value_t = 16 * 1024 * 1024)]
     max_envelope_bytes: usize,
+    /// Heavy calls (reading many records: files read at every call, a large or unprepared
+    /// table, an inspection not yet computed, a check of an answer) that run at once, each
+    /// on a thread of its own apart from those serving requests; the others wait for a slot,
+    /// the caller with the fewest running first. Default: one a core.
+    #[arg(long, global = true, value_name = "N")]
+    heavy_calls: Option<usize>,
+    /// Heavy calls that may wait for a slot, in all; past it (or past its time budget while
+    /// waiting) a call is refused, saying which bound it met.
+    #[arg(long, global = true, default_value_t = 32)]
+    heavy_queue: usize,
+    /// Heavy calls one caller may have waiting for a slot.
+    #[arg(long, global = true, default_value_t = 8)]
+    heavy_queue_per_caller: usize,
     /// How Parquet datasets are served: `auto` prepares a table when it fits the memory
     /// budget (or the cache) and reads the files at every call when it does not, and while a
     /// large one (a million records or more) is being prepared; `always` reads the files at
@@ -190,6 +203,12 @@ impl Budgets {
             max_groups: self.max_groups.max(1),
             max_explode_rows: self.max_explode_rows.max(1),
             max_envelope_bytes: self.max_envelope_bytes.max(1024),
+            heavy_calls: self
+                .heavy_calls
+                .unwrap_or(tally_engine::Limits::default().heavy_calls)
+                .max(1),
+            heavy_queue: self.heavy_queue,
+            heavy_queue_per_caller: self.heavy_queue_per_caller.max(1),
             serving: match self.streaming {
                 StreamingArg::Auto => tally_storage::dataset::Serving::Auto,
                 StreamingArg::Always => tally_storage::dataset::Serving::Streaming,

@@ -521,6 +521,7 @@ impl Prepared {
         &self,
         fields: &[FieldId],
         needle: &str,
+        stop: &crate::stop::Stop,
     ) -> Option<Result<crate::search::Found, StorageError>> {
         let store = self.store()?;
         if fields.is_empty() || fields.iter().any(|f| !store.layout().is_text(f.index())) {
@@ -533,7 +534,7 @@ impl Prepared {
         {
             return Some(Ok(Arc::clone(found)));
         }
-        let found = match crate::search::search(store, fields, needle) {
+        let found = match crate::search::search(store, fields, needle, stop) {
             Ok(found) => Arc::new(found),
             Err(e) => return Some(Err(e)),
         };
@@ -655,12 +656,14 @@ impl Prepared {
             return Ok(Arc::clone(v));
         }
         let separator = &def.fields[field].multi_value;
+        let stop = crate::stop::Stop::of(ctx);
         let values = match self.store() {
             _ if def.fields[field].data_type.is_numeric() => Vec::new(),
             Some(store) => {
                 let dictionary = store.values(field)?;
                 let mut per_code = vec![0usize; dictionary.len()];
                 for array in store.column(field)?.iter() {
+                    stop.check()?;
                     if let Some(d) = array.as_dictionary_opt::<UInt32Type>() {
                         let keys = d.keys();
                         for (r, k) in keys.values().iter().enumerate() {
@@ -674,6 +677,7 @@ impl Prepared {
                 }
                 count_values(
                     separator,
+                    &stop,
                     per_code
                         .iter()
                         .enumerate()
@@ -715,7 +719,11 @@ impl Prepared {
                         }
                     }
                 }
-                count_values(separator, pairs.iter().map(|(v, n)| (v.as_str(), *n)))?
+                count_values(
+                    separator,
+                    &stop,
+                    pairs.iter().map(|(v, n)| (v.as_str(), *n)),
+                )?
             }
         };
         let values = Arc::new(values);
@@ -728,15 +736,16 @@ impl Prepared {
 
 /// Distinct values with how many records hold each, most frequent first; the parts of a
 /// multi-value field counted once per record that has them. Ends early (`Err`) when the
-/// call it is for is given up (`crate::stop`), so nothing partial is kept.
+/// call it is for is given up (`stop`), so nothing partial is kept.
 fn count_values<'a>(
     separator: &Option<String>,
+    stop: &crate::stop::Stop,
     values: impl Iterator<Item = (&'a str, usize)>,
 ) -> Result<Vec<(String, usize)>, StorageError> {
     let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (i, (v, n)) in values.enumerate() {
-        if i % crate::stop::EVERY == 0 {
-            crate::stop::check()?;
+        if i.is_multiple_of(crate::stop::EVERY) {
+            stop.check()?;
         }
         if n == 0 {
             continue;
@@ -1358,6 +1367,11 @@ impl Dataset {
     /// A value the layer above computes once per version (the engine's `inspect_dataset`
     /// answer): computed by the first call, shared by the later ones. One type per version is
     /// kept; a call asking another type computes its value without keeping it.
+    /// Whether the value [`Dataset::memo`] keeps is computed already.
+    pub fn memo_ready(&self) -> bool {
+        self.memo.initialized()
+    }
+
     pub async fn memo<T, E, F, Fut>(&self, compute: F) -> Result<T, E>
     where
         T: Clone + Send + Sync + 'static,

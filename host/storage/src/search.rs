@@ -250,6 +250,7 @@ fn mark_rows(
     codes: &Bits,
     rows: &mut Bits,
     threads: usize,
+    stop: &crate::stop::Stop,
 ) -> Result<(), StorageError> {
     let arrays = store.column(field)?;
     let chunks = store.chunks();
@@ -258,8 +259,6 @@ fn mark_rows(
             "a column whose chunks are not the table's",
         ));
     }
-    // Taken here: the threads below do not run on the call's task.
-    let stop = crate::stop::current();
     let mark = |part: usize, into: &mut Bits| -> Result<(), StorageError> {
         for (c, (first, n)) in chunks.iter().enumerate().skip(part).step_by(threads) {
             stop.check()?;
@@ -305,7 +304,12 @@ fn mark_rows(
 
 /// The records of `store` in which one of the text fields `fields` contains `needle` (folded
 /// already), under the semantics of `tally_icontains` (null counts as `""`).
-pub fn search(store: &Store, fields: &[FieldId], needle: &str) -> Result<Bits, StorageError> {
+pub fn search(
+    store: &Store,
+    fields: &[FieldId],
+    needle: &str,
+    stop: &crate::stop::Stop,
+) -> Result<Bits, StorageError> {
     let rows = store.rows();
     let threads = threads();
     let mut found = Bits::empty(rows);
@@ -325,7 +329,8 @@ pub fn search(store: &Store, fields: &[FieldId], needle: &str) -> Result<Bits, S
         if codes.count() == codes.len() {
             return Ok(Bits::full(rows));
         }
-        mark_rows(store, *field, &codes, &mut found, threads)?;
+        stop.check()?;
+        mark_rows(store, *field, &codes, &mut found, threads, stop)?;
     }
     Ok(found)
 }
@@ -456,7 +461,8 @@ mod tests {
             };
             let needle = tally_semantic::names::fold(&typed).into_owned();
             for searched in [&fields[..], &fields[..1], &fields[1..]] {
-                let found = search(&store, searched, &needle).expect("searched");
+                let found =
+                    search(&store, searched, &needle, &crate::stop::Stop::new()).expect("searched");
                 for (r, row) in cells.iter().enumerate() {
                     let want = searched.iter().any(|f| {
                         // As `tally_icontains` tests a record: null as "", folded first.

@@ -1,22 +1,23 @@
 //! Whether the call a piece of work is for has been given up: cancelled by its client, or
 //! past its time budget.
 //!
-//! A call runs on a task of its own, which is aborted when its caller stops waiting. An abort
-//! takes effect at the task's next `.await`; work that runs long between two (counting the
-//! values of a dictionary, scanning text on threads of its own, decoding a row group) would
-//! go on to its end. Such work asks [`stopped`] (or a [`Stop`] taken with [`current`] before
-//! it leaves the task for threads of its own) every few thousand values and ends with
-//! [`StorageError`] when it is set. Work outside a call (a preparation shared by every
-//! caller) has no stop and always runs to its end.
+//! A call's [`Stop`] is made by the engine's door with the call and travels with it
+//! explicitly: in the call's context (`CallCtx`) and, for the work DataFusion runs, in the
+//! call's session as a config extension ([`Stop::of`], [`Stop::of_task`]), so every operator,
+//! scan and loop of the call reads the same flag. When the caller stops waiting the door sets
+//! it and aborts the call's task: the abort takes effect at the task's next `.await`, and work
+//! that runs long between two (counting the values of a dictionary, scanning text on threads
+//! of its own, a scan handing out batches it never waits for) looks at the flag every few
+//! thousand values or every batch and ends with [`StorageError`] when it is set. Work outside
+//! a call (a preparation shared by every caller) has no stop and always runs to its end.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::error::StorageError;
+use datafusion::execution::TaskContext;
+use datafusion::prelude::SessionContext;
 
-tokio::task_local! {
-    static STOP: Stop;
-}
+use crate::error::StorageError;
 
 /// The flag of one call: set when its caller stops waiting.
 #[derive(Debug, Clone, Default)]
@@ -44,29 +45,24 @@ impl Stop {
             Ok(())
         }
     }
-}
 
-/// Runs `future` as the work of the call `stop` belongs to.
-pub async fn scope<F: std::future::Future>(stop: Stop, future: F) -> F::Output {
-    STOP.scope(stop, future).await
-}
+    /// The stop of the call whose session `ctx` is (one never set for a session that is no
+    /// call's: the engine's own, a preparation's).
+    pub fn of(ctx: &SessionContext) -> Stop {
+        ctx.state_ref()
+            .read()
+            .config()
+            .get_extension::<Stop>()
+            .map(|s| (*s).clone())
+            .unwrap_or_default()
+    }
 
-/// The stop of the call running on this task (one never set outside a call).
-pub fn current() -> Stop {
-    STOP.try_with(Stop::clone).unwrap_or_default()
-}
-
-/// Whether the call running on this task was given up.
-pub fn stopped() -> bool {
-    STOP.try_with(Stop::is_set).unwrap_or(false)
-}
-
-/// `Err` once the call running on this task was given up.
-pub fn check() -> Result<(), StorageError> {
-    if stopped() {
-        Err(stopped_error())
-    } else {
-        Ok(())
+    /// The stop of the call a plan's partition runs for.
+    pub fn of_task(task: &TaskContext) -> Stop {
+        task.session_config()
+            .get_extension::<Stop>()
+            .map(|s| (*s).clone())
+            .unwrap_or_default()
     }
 }
 
@@ -75,7 +71,7 @@ pub const EVERY: usize = 4096;
 
 /// The error work given up ends with. Its caller is gone, so no client reads it; it is what
 /// the log says.
-fn stopped_error() -> StorageError {
+pub fn stopped_error() -> StorageError {
     StorageError::Limit {
         message: "the call was given up (cancelled by its client or past its time budget): its work was stopped".to_string(),
         hint: "call again".to_string(),
@@ -86,18 +82,18 @@ fn stopped_error() -> StorageError {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_stop_is_seen_inside_its_call_only() {
-        assert!(!stopped(), "no call: never stopped");
+    #[test]
+    fn a_stop_travels_with_its_calls_session_only() {
+        let plain = SessionContext::new();
+        assert!(!Stop::of(&plain).is_set(), "no call: never stopped");
         let stop = Stop::new();
-        let seen = scope(stop.clone(), async {
-            let before = stopped();
-            current().set();
-            (before, stopped(), check().is_err())
-        })
-        .await;
-        assert_eq!(seen, (false, true, true));
-        assert!(stop.is_set());
-        assert!(!stopped() && check().is_ok());
+        let config =
+            datafusion::prelude::SessionConfig::new().with_extension(Arc::new(stop.clone()));
+        let call = SessionContext::new_with_config(config);
+        assert!(!Stop::of(&call).is_set());
+        stop.set();
+        assert!(Stop::of(&call).is_set() && Stop::of(&call).check().is_err());
+        assert!(Stop::of_task(&call.task_ctx()).is_set());
+        assert!(!Stop::of(&plain).is_set());
     }
 }

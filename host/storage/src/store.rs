@@ -338,7 +338,8 @@ impl Layout {
 
     /// Whether a field is stored as codes into a dictionary.
     pub fn is_text(&self, field: usize) -> bool {
-        matches!(self.targets[field], DataType::Dictionary(_, _))
+        // A field past the stored ones (one looked up through a relation) is no column here.
+        matches!(self.targets.get(field), Some(DataType::Dictionary(_, _)))
     }
 
     /// The indices of the text fields.
@@ -1323,7 +1324,7 @@ impl ExecutionPlan for PreparedExec {
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         if partition >= self.partitions {
             return Err(DataFusionError::Internal(format!(
@@ -1339,9 +1340,18 @@ impl ExecutionPlan for PreparedExec {
         let chunks = range.end;
         let stream_schema = Arc::clone(&schema);
         let mut c = range.start;
+        // The batches are at hand and never awaited, so an abort of the call's task would not
+        // reach a plan draining them: the call's stop is looked at before each one.
+        let stop = crate::stop::Stop::of_task(&context);
         let batches = std::iter::from_fn(move || {
             if left == 0 || c >= chunks {
                 return None;
+            }
+            if stop.is_set() {
+                c = chunks;
+                return Some(Err(DataFusionError::External(Box::new(
+                    crate::stop::stopped_error(),
+                ))));
             }
             let batch = chunk_batch(&store, &schema, &outs, c).map(|b| {
                 if b.num_rows() > left {

@@ -374,7 +374,7 @@ fn data_over_the_budget_is_read_from_its_files_and_not_cached() {
     )
     .with_cache(Some(Cache::new(&cache)));
     // The command line prepares before its call, unless the data is read from its files.
-    block_on(engine.prepare("random"));
+    block_on(engine.prepare(&tally_engine::Caller::operator(), "random"));
     for _ in 0..2 {
         let out = block_on(engine.call(
             Tool::SummarizeRecords,
@@ -471,7 +471,7 @@ fields:
     for start in ["first start", "restart"] {
         let cached = engine(&datasets, &cache);
         if start == "first start" {
-            block_on(cached.prepare("narrow"));
+            block_on(cached.prepare(&tally_engine::Caller::operator(), "narrow"));
         }
         for (tool, args) in &calls {
             let expected = block_on(uncached.call(*tool, args)).expect("answer without a cache");

@@ -83,7 +83,9 @@ fn run(serving: Serving) {
         },
     );
     block_on(async {
-        engine.prepare("survey").await;
+        engine
+            .prepare(&tally_engine::Caller::operator(), "survey")
+            .await;
         let ctx = SessionContext::new();
         ctx.register_parquet(
             "t",

@@ -64,7 +64,8 @@ fn engine(dir: &Path, call_timeout: Duration) -> Arc<Engine> {
 }
 
 fn count(engine: &Arc<Engine>, dataset: &str, filter: Value) -> Result<Value, EngineError> {
-    block_on(engine.call_guarded(
+    block_on(crate::fixture::answer(
+        engine,
         Tool::SummarizeRecords,
         json!({ "dataset_id": dataset, "where": filter }),
     ))
@@ -101,7 +102,8 @@ fn a_negated_condition_on_a_lent_field_with_thousands_of_children_is_refused_not
         }
     }
     // Grouping maps every key, with no such bound.
-    let grouped = block_on(engine.call_guarded(
+    let grouped = block_on(crate::fixture::answer(
+        &engine,
         Tool::SummarizeRecords,
         json!({ "dataset_id": "wide", "group_by": ["親"] }),
     ))
@@ -169,12 +171,12 @@ fn a_related_table_of_a_hundred_thousand_keys_is_read_within_the_deadline_by_two
         let call = |filter: Value| {
             let engine = Arc::clone(&engine);
             tokio::spawn(async move {
-                engine
-                    .call_guarded(
-                        Tool::SummarizeRecords,
-                        json!({ "dataset_id": "many", "group_by": ["親"], "where": filter, "limit": 3 }),
-                    )
-                    .await
+                crate::fixture::answer(
+                    &engine,
+                    Tool::SummarizeRecords,
+                    json!({ "dataset_id": "many", "group_by": ["親"], "where": filter, "limit": 3 }),
+                )
+                .await
             })
         };
         let a = call(json!({ "親": ["P1", "P2"] }));
@@ -208,7 +210,8 @@ fn a_nin_of_a_thousand_values_is_one_set_and_one_more_is_refused() {
     // 1,000 values plan and answer, 1,001 are refused naming the bound.
     let engine = Arc::new(Engine::open(crate::fixture::datasets_dir()));
     let values: Vec<String> = (0..1_000).map(|i| format!("省{i}")).collect();
-    let answered = block_on(engine.call_guarded(
+    let answered = block_on(crate::fixture::answer(
+        &engine,
         Tool::SummarizeRecords,
         json!({ "dataset_id": "fixture", "where": { "所管府省庁": { "$nin": values } } }),
     ))
@@ -219,12 +222,220 @@ fn a_nin_of_a_thousand_values_is_one_set_and_one_more_is_refused() {
             .is_some_and(|n| n > 0)
     );
     let values: Vec<String> = (0..1_001).map(|i| format!("省{i}")).collect();
-    let refused = block_on(engine.call_guarded(
+    let refused = block_on(crate::fixture::answer(
+        &engine,
         Tool::SummarizeRecords,
         json!({ "dataset_id": "fixture", "where": { "所管府省庁": { "$nin": values } } }),
     ));
     assert!(
         matches!(&refused, Err(EngineError::Request(e)) if e.message.contains("at most 1000")),
         "{refused:?}"
+    );
+}
+
+/// xorshift64*: deterministic, enough to pick the parts of a request.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// Cases the generated-request test runs: fixed, so CI runs it on every build
+/// (`TALLY_FUZZ_CASES` to search longer).
+fn fuzz_cases() -> usize {
+    std::env::var("TALLY_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400)
+}
+
+/// A value for a condition: a word of the data, a code, a number, a look-alike, or a list of
+/// them (at times far past the 1,000-value bound).
+fn operand(rng: &mut Rng, words: &[&str]) -> Value {
+    match rng.below(8) {
+        0 => json!(rng.below(2_000) as i64 - 500),
+        1 => json!(rng.below(100) as f64 / 7.0),
+        2 => {
+            let n = *rng.pick(&[0usize, 1, 2, 5, 40, 999, 1_000, 1_001, 3_000]);
+            Value::Array(
+                (0..n)
+                    .map(|i| json!(format!("{}{i}", rng.pick(words))))
+                    .collect(),
+            )
+        }
+        3 => Value::Array((0..rng.below(6)).map(|_| json!(*rng.pick(words))).collect()),
+        4 => json!(format!("[\"{}\"]", rng.pick(words))),
+        5 => json!(true),
+        _ => json!(*rng.pick(words)),
+    }
+}
+
+/// One generated condition: an operator of every kind (and unknown ones), or a bare value.
+fn condition(rng: &mut Rng, words: &[&str]) -> Value {
+    let ops = [
+        "$eq",
+        "$in",
+        "$ne",
+        "$nin",
+        "$contains",
+        "$not_contains",
+        "$gt",
+        "$gte",
+        "$lt",
+        "$lte",
+        "$not_empty",
+        "$between",
+    ];
+    if rng.below(4) == 0 {
+        return operand(rng, words);
+    }
+    let mut object = serde_json::Map::new();
+    for _ in 0..=rng.below(2) {
+        let op = *rng.pick(&ops);
+        let value = if op == "$not_empty" {
+            json!(rng.below(2) == 0)
+        } else {
+            operand(rng, words)
+        };
+        object.insert(op.to_string(), value);
+    }
+    Value::Object(object)
+}
+
+/// Requests generated from the fixture's and a relation's vocabulary (lent fields, every
+/// operator, long lists, loose forms, unknown names) through the whole engine: each is
+/// answered or refused in words (the caller's input, a limit, the dataset), never a panic,
+/// an internal error or a crash. Deterministic; fails on the first case that is not.
+#[test]
+fn generated_requests_are_answered_or_refused_in_words() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    write_relation(
+        tmp.path(),
+        "lent",
+        1_500,
+        |i| ["東", "西", "南", "北"][i % 4].to_string(),
+        3_000,
+    );
+    let fixture = crate::fixture::datasets_dir().join("fixture");
+    let yaml = std::fs::read_to_string(fixture.join("dataset.yaml")).expect("fixture yaml");
+    write_dataset(
+        &tmp.path().join("fixture"),
+        &yaml,
+        &crate::fixture::fixture_rows(),
+    );
+    let engine = engine(tmp.path(), Duration::from_secs(30));
+    let datasets: [(&str, &[&str]); 2] = [
+        (
+            "fixture",
+            &[
+                "所管府省庁",
+                "手続名",
+                "手続類型",
+                "オンライン化の実施状況",
+                "手続が行われるイベント(個人)",
+                "申請に関連する士業",
+                "総手続件数",
+                "オンライン手続件数",
+                "処理日数",
+                "オンライン率",
+                "存在しない",
+            ],
+        ),
+        ("lent", &["親", "鍵", "件数", "記録ID", "おや"]),
+    ];
+    let words = [
+        "総務省",
+        "財務省",
+        "1 申請等",
+        "実施済",
+        "2",
+        "引越し",
+        "弁護士",
+        "東",
+        "西",
+        "K1",
+        "P",
+        "",
+        " ",
+        "ｿｳﾑ",
+        "\u{202e}",
+        "'; drop",
+        "%",
+        "その他",
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (mut answered, mut refused) = (0, 0);
+    for case in 0..fuzz_cases() {
+        let (dataset, fields) = *rng.pick(&datasets);
+        let mut conditions = serde_json::Map::new();
+        for _ in 0..rng.below(4) {
+            conditions.insert(rng.pick(fields).to_string(), condition(&mut rng, &words));
+        }
+        let tool = if rng.below(2) == 0 {
+            Tool::SummarizeRecords
+        } else {
+            Tool::QueryRecords
+        };
+        let mut arguments = json!({ "dataset_id": dataset, "where": conditions });
+        if tool == Tool::SummarizeRecords {
+            arguments["group_by"] = json!([rng.pick(fields)]);
+            arguments["metrics"] = json!([*rng.pick(&[
+                "count",
+                "sum:総手続件数",
+                "avg:処理日数",
+                "sum:件数",
+                "max:件数",
+                "min:親"
+            ])]);
+            if rng.below(4) == 0 {
+                arguments["explode"] = json!(["手続が行われるイベント(個人)"]);
+            }
+            if rng.below(4) == 0 {
+                arguments["having"] = json!({ "count": condition(&mut rng, &words) });
+            }
+        } else if rng.below(3) == 0 {
+            arguments["q"] = json!(*rng.pick(&words));
+        }
+        let result = runtime.block_on(crate::fixture::answer(&engine, tool, arguments.clone()));
+        match result {
+            Ok(envelope) => {
+                assert!(envelope["data"].is_object(), "case {case}: {arguments}");
+                answered += 1;
+            }
+            Err(EngineError::Request(e)) => {
+                assert!(!e.message.trim().is_empty(), "case {case}: {arguments}");
+                refused += 1;
+            }
+            Err(EngineError::Limit { message, .. } | EngineError::Dataset { message, .. }) => {
+                assert!(!message.trim().is_empty(), "case {case}: {arguments}");
+                refused += 1;
+            }
+            Err(other) => panic!("case {case}: {arguments}\n{other:?}"),
+        }
+    }
+    eprintln!("generated requests: {answered} answered, {refused} refused in words");
+    assert!(
+        answered > 0 && refused > 0,
+        "{answered} answered, {refused} refused"
     );
 }

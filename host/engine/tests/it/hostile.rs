@@ -284,7 +284,7 @@ async fn exercise(engine: &Arc<Engine>, id: &str) -> Result<(), String> {
         (Tool::SummarizeRecords, json!({ "dataset_id": id })),
         (Tool::QueryRecords, json!({ "dataset_id": id, "limit": 5 })),
     ] {
-        match engine.call_guarded(tool, args.clone()).await {
+        match crate::fixture::answer(engine, tool, args.clone()).await {
             Ok(_) => {}
             Err(EngineError::Internal(m)) => {
                 return Err(format!("{tool:?} {args}: internal error: {m}"));
@@ -380,8 +380,8 @@ async fn hostile_parquet_files_generated() {
         std::fs::write(folder.join("dataset.yaml"), &yaml).expect("yaml");
         std::fs::write(folder.join("data.parquet"), &bytes).expect("data");
         let engine = Arc::new(Engine::open_with(dir.path(), limits()));
-        let catalog = engine.catalog();
-        if catalog.datasets.contains_key("case") {
+        let view = engine.view(tally_engine::Caller::everyone("tests"));
+        if view.dataset("case").is_some() {
             served += 1;
             if let Err(e) = exercise(&engine, "case").await {
                 failures.push(format!("case {cases}: {e}"));
@@ -400,9 +400,9 @@ async fn hostile_parquet_files_generated() {
             }
         } else {
             refused += 1;
-            let explained = catalog.broken.iter().any(|b| {
+            let explained = view.broken().any(|b| {
                 b.folder == "case" && b.problems.iter().all(|p| !p.reason.trim().is_empty())
-            }) || catalog.pending.contains(&"case".to_string());
+            }) || view.pending().any(|p| p == "case");
             if !explained {
                 failures.push(format!("case {cases}: refused without a reason"));
             }

@@ -323,7 +323,8 @@ fn inspect_of_a_bomb_whose_table_does_not_fit_reads_the_files_as_query_records_d
             ..Limits::default()
         },
     ));
-    let page = block_on(engine.call_guarded(
+    let page = block_on(crate::fixture::answer(
+        &engine,
         Tool::QueryRecords,
         json!({ "dataset_id": "bomb", "limit": 2 }),
     ))
@@ -332,9 +333,12 @@ fn inspect_of_a_bomb_whose_table_does_not_fit_reads_the_files_as_query_records_d
     // A dataset larger than the budget is described from its files, as it is queried (a
     // refusal would leave every dataset over the budget without a description).
     let started = std::time::Instant::now();
-    let described =
-        block_on(engine.call_guarded(Tool::InspectDataset, json!({ "dataset_id": "bomb" })))
-            .expect("described from the files");
+    let described = block_on(crate::fixture::answer(
+        &engine,
+        Tool::InspectDataset,
+        json!({ "dataset_id": "bomb" }),
+    ))
+    .expect("described from the files");
     assert_eq!(described["data"]["record_count"], 1_500_000);
     let field = &described["data"]["fields"][0];
     assert_eq!(field["values"]["distinct_count"], 1, "{field}");
@@ -357,9 +361,12 @@ fn inspect_of_a_bomb_being_prepared_describes_it_from_its_table() {
             ..Limits::default()
         },
     ));
-    let described =
-        block_on(engine.call_guarded(Tool::InspectDataset, json!({ "dataset_id": "bomb" })))
-            .expect("described");
+    let described = block_on(crate::fixture::answer(
+        &engine,
+        Tool::InspectDataset,
+        json!({ "dataset_id": "bomb" }),
+    ))
+    .expect("described");
     let data = &described["data"];
     assert_eq!(data["record_count"], 1_500_000, "{data}");
     let field = &data["fields"][0];

@@ -145,9 +145,8 @@ async fn answer(engine: &Engine, args: Value) -> (i64, Value) {
 /// The search went through the dictionaries (a search kept by the prepared table).
 fn searched_the_dictionaries(engine: &Engine, dataset: &str) -> bool {
     engine
-        .catalog()
-        .datasets
-        .get(dataset)
+        .view(tally_engine::Caller::everyone("tests"))
+        .dataset(dataset)
         .and_then(|ds| ds.ready())
         .is_some_and(|p| p.searches_kept() > 0)
 }
@@ -165,7 +164,9 @@ fn generated_text_is_found_as_the_record_by_record_test_finds_it() {
         .map(|r| [0, 1, 2, 3].map(|c| r[c].as_str().map(folded).unwrap_or_default()))
         .collect();
     block_on(async {
-        prepared.prepare("texts").await;
+        prepared
+            .prepare(&tally_engine::Caller::operator(), "texts")
+            .await;
         let mut nonzero = 0;
         for case in 0..150 {
             let needle = needle(&mut rng, &pool);
@@ -207,9 +208,8 @@ fn generated_text_is_found_as_the_record_by_record_test_finds_it() {
     assert!(searched_the_dictionaries(&prepared, "texts"));
     // Hundreds of searches made; the table keeps its last eight.
     let kept = prepared
-        .catalog()
-        .datasets
-        .get("texts")
+        .view(tally_engine::Caller::everyone("tests"))
+        .dataset("texts")
         .and_then(|ds| ds.ready())
         .map(|p| p.searches_kept());
     assert_eq!(
@@ -229,7 +229,9 @@ fn the_survey_is_searched_as_the_record_by_record_test_searches_it() {
     let prepared = engine(tmp.path(), Serving::Prepared);
     let files = engine(tmp.path(), Serving::Streaming);
     block_on(async {
-        prepared.prepare("survey").await;
+        prepared
+            .prepare(&tally_engine::Caller::operator(), "survey")
+            .await;
         let mut needles: Vec<String> = [
             "電子",
             "e-Tax",

@@ -39,9 +39,24 @@ fn engine_in(dir: &std::path::Path, serving: Serving, partitions: usize) -> Engi
 /// The partitions a call's scan of the whole of `dataset` runs in.
 fn partitions_scanned(engine: &Engine, dataset: &str) -> usize {
     block_on(async {
-        let ds = std::sync::Arc::clone(&engine.catalog().datasets[dataset]);
+        let ds = std::sync::Arc::clone(
+            engine
+                .view(tally_engine::Caller::everyone("tests"))
+                .dataset(dataset)
+                .expect("served"),
+        );
         let prepared = ds.prepared(engine).await.expect("prepared");
-        let ctx = engine.call_context(prepared.rows).expect("context");
+        let call = tally_engine::CallCtx::new(
+            engine,
+            tally_engine::Caller::everyone("tests"),
+            std::time::Duration::from_secs(10),
+            Vec::new(),
+        );
+        let cx = tally_engine::Cx {
+            engine,
+            call: &call,
+        };
+        let ctx = cx.call_context(prepared.rows).expect("context");
         let plan = ctx
             .read_table(prepared.table().provider)
             .expect("table")

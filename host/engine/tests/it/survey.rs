@@ -91,15 +91,15 @@ pub fn matches_plain_sql(open: &dyn Fn(&Path) -> tally_engine::Engine) {
         return;
     };
     let engine = open(tmp.path());
-    assert!(
-        engine.catalog().broken.is_empty(),
-        "{:?}",
-        engine.catalog().broken
-    );
+    let view = engine.view(tally_engine::Caller::everyone("tests"));
+    let broken: Vec<_> = view.broken().collect();
+    assert!(broken.is_empty(), "{broken:?}");
 
     block_on(async {
         // Prepared first: these checks are about answers, not about a busy machine's time.
-        engine.prepare("survey").await;
+        engine
+            .prepare(&tally_engine::Caller::operator(), "survey")
+            .await;
         let ctx = SessionContext::new();
         ctx.register_parquet(
             "t",
@@ -277,7 +277,9 @@ pub fn answers_a_model_gets_right(open: &dyn Fn(&Path) -> tally_engine::Engine) 
         async move { engine.call(tool, &args).await }
     };
     block_on(async {
-        engine.prepare("survey").await;
+        engine
+            .prepare(&tally_engine::Caller::operator(), "survey")
+            .await;
         let ctx = SessionContext::new();
         ctx.register_parquet(
             "t",

@@ -1,0 +1,859 @@
+//! The one door into the engine: [`Engine::answer`].
+//!
+//! A call comes in once, typed: its caller ([`Caller`]: who, which datasets), its request
+//! parsed once at the edge ([`Ask`]), its time budget and the names its user chose. The door
+//! resolves the dataset it names once, judges whether it is heavy (see
+//! [`crate::governor`]), waits for a slot if it is, and runs it with an explicit context,
+//! [`CallCtx`]: the caller, the deadline, the stop, the caller's memory allowance and the
+//! chosen names, handed down to every phase (no task-local state), and carried into
+//! DataFusion's session of the call so that its operators, scans and loops read the same
+//! stop. When the caller stops waiting (its deadline, a cancellation) the door sets the stop
+//! and aborts the call's task; a heavy call's slot frees when that task has ended.
+//!
+//! Nothing reaches a dataset without a caller: the entry points that read the catalog for
+//! a caller ([`Engine::answer`], [`Engine::estimate`], [`Engine::known_values`],
+//! [`Engine::view`]) all take one.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+use datafusion::prelude::SessionContext;
+use serde_json::Value;
+use tally_semantic::request::{self, Request, Tool};
+use tally_semantic::resolve::{
+    Choice, Resolution, resolve_dataset_choosing, resolve_query, resolve_summarize,
+};
+use tally_storage::stop::Stop;
+use tally_storage::{Catalog, Dataset, cache, dataset, memory};
+
+use crate::error::EngineError;
+use crate::{Engine, Scope, envelope, lookup, provisions, query, schema, summarize};
+
+/// How long a half-written file may settle when a call finds its dataset replaced.
+const STALE_SETTLE: Duration = Duration::from_secs(2);
+/// Before the second retry of a call whose files changed under it.
+const STALE_PAUSE: Duration = Duration::from_millis(250);
+/// Records from which a call on a prepared table counts as heavy: a summary or a search of a
+/// million prepared records takes tens of milliseconds, of ten million a few hundred.
+pub const HEAVY_RECORDS: usize = 1_000_000;
+
+/// Who is calling, as the engine sees it (never a token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The token's id, `ip:<address>` without authentication, `stdio`, or `cli`.
+    pub id: String,
+    pub scope: Scope,
+}
+
+impl Caller {
+    /// A caller who may see every dataset.
+    pub fn everyone(id: &str) -> Caller {
+        Caller {
+            id: id.to_string(),
+            scope: Scope::All,
+        }
+    }
+
+    /// The client that started a stdio server: it owns the process and sees everything.
+    pub fn stdio() -> Caller {
+        Caller::everyone("stdio")
+    }
+
+    /// A person at a shell running a one-shot command on their own datasets directory.
+    pub fn operator() -> Caller {
+        Caller::everyone("cli")
+    }
+
+    pub fn sees(&self, dataset: &str) -> bool {
+        self.scope.allows(dataset)
+    }
+}
+
+/// A call's request, parsed once at the edge: the tool, its arguments as sent (for the
+/// estimate and the words of a refusal) and the typed request every phase reads.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    tool: Tool,
+    arguments: Value,
+    request: Request,
+}
+
+impl Ask {
+    /// Parses `arguments` of `tool` (loose LLM forms accepted, sizes bounded): refused as the
+    /// caller's input when they do not fit.
+    pub fn parse(tool: Tool, arguments: Value) -> Result<Ask, EngineError> {
+        let request = request::parse(tool, &arguments)?;
+        Ok(Ask {
+            tool,
+            arguments,
+            request,
+        })
+    }
+
+    pub fn tool(&self) -> Tool {
+        self.tool
+    }
+
+    pub fn arguments(&self) -> &Value {
+        &self.arguments
+    }
+
+    pub fn request(&self) -> &Request {
+        &self.request
+    }
+
+    /// The dataset the call names, as typed.
+    pub fn dataset_id(&self) -> Option<&str> {
+        match &self.request {
+            Request::InspectDataset(a) => Some(&a.dataset_id),
+            Request::QueryRecords(a) => Some(&a.dataset_id),
+            Request::SummarizeRecords(a) => Some(&a.dataset_id),
+            Request::CiteProvisions(a) => Some(&a.dataset_id),
+            Request::ListDatasets(_) | Request::VerifyAnswer(_) => None,
+        }
+    }
+
+    /// Whether the answer is also asked as W3C PROV-O (`provenance_format: "prov"`).
+    fn prov(&self) -> bool {
+        self.arguments
+            .get("provenance_format")
+            .and_then(Value::as_str)
+            .is_some_and(|f| f.trim().eq_ignore_ascii_case("prov"))
+    }
+
+    /// Whether the call searches text (`q`, `$contains`, `$not_contains`).
+    fn searches(&self) -> bool {
+        match &self.request {
+            Request::QueryRecords(a) => a.q.is_some() || searching(&a.conditions),
+            Request::SummarizeRecords(a) => searching(&a.conditions),
+            _ => false,
+        }
+    }
+}
+
+fn searching(conditions: &[request::Condition]) -> bool {
+    conditions
+        .iter()
+        .any(|c| matches!(c.op, request::Op::Contains(_) | request::Op::NotContains(_)))
+}
+
+/// Everything one call runs with, handed down explicitly to every phase.
+#[derive(Debug)]
+pub struct CallCtx {
+    pub caller: Caller,
+    /// The call's time budget, from `began`.
+    pub budget: Duration,
+    pub began: Instant,
+    /// Set when the caller stops waiting; the call's work ends at its next look.
+    pub stop: Stop,
+    /// The names its user chose for ambiguous ones (said in `resolved_fields`).
+    pub chosen: Arc<Vec<Choice>>,
+    /// The operator memory the caller's calls in flight hold together.
+    memory: Arc<AtomicUsize>,
+    /// Set on a call run again once the preparation its first run outlasted its deadline
+    /// waiting for has ended: when the call began (said in its extract step).
+    pub waited_since: Option<Instant>,
+}
+
+impl CallCtx {
+    /// The context of a call of `caller` with `budget`, beginning now.
+    pub fn new(engine: &Engine, caller: Caller, budget: Duration, chosen: Vec<Choice>) -> Self {
+        let memory = engine.caller_memory(&caller.id);
+        CallCtx {
+            caller,
+            budget,
+            began: Instant::now(),
+            stop: Stop::new(),
+            chosen: Arc::new(chosen),
+            memory,
+            waited_since: None,
+        }
+    }
+
+    /// The operator memory the caller's calls in flight hold together.
+    pub(crate) fn memory(&self) -> &Arc<AtomicUsize> {
+        &self.memory
+    }
+
+    /// The same call run again after the preparation it waited for: from `began`.
+    fn again(&self) -> CallCtx {
+        CallCtx {
+            caller: self.caller.clone(),
+            budget: self.budget,
+            began: Instant::now(),
+            stop: self.stop.clone(),
+            chosen: Arc::clone(&self.chosen),
+            memory: Arc::clone(&self.memory),
+            waited_since: Some(self.began),
+        }
+    }
+}
+
+/// The engine as one call uses it: the engine with the call's context.
+#[derive(Debug, Clone, Copy)]
+pub struct Cx<'a> {
+    pub engine: &'a Engine,
+    pub call: &'a CallCtx,
+}
+
+impl std::ops::Deref for Cx<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        self.engine
+    }
+}
+
+impl tally_storage::Resources for Cx<'_> {
+    fn budget(&self) -> &Arc<memory::Budget> {
+        self.engine.budget()
+    }
+    fn cache(&self) -> Option<&Arc<cache::Cache>> {
+        self.engine.cache()
+    }
+    fn context(&self) -> &SessionContext {
+        self.engine.context()
+    }
+    fn preparations(&self) -> &Arc<tokio::sync::Semaphore> {
+        self.engine.preparations()
+    }
+    fn serving(&self) -> dataset::Serving {
+        self.engine.limits().serving
+    }
+}
+
+impl Cx<'_> {
+    /// A DataFusion context for this call over a table of `rows` records: a memory pool of
+    /// its own within the caller's allowance, and the call's stop as a config extension.
+    pub fn call_context(&self, rows: usize) -> Result<SessionContext, EngineError> {
+        self.engine.context_for(rows, Some(self.call))
+    }
+
+    pub fn scope(&self) -> &Scope {
+        &self.call.caller.scope
+    }
+}
+
+/// One caller's view of one catalog snapshot: what that caller may see, and nothing else. A
+/// hidden dataset and one that does not exist are the same absence to it.
+#[derive(Debug, Clone)]
+pub struct View {
+    caller: Caller,
+    catalog: Arc<Catalog>,
+}
+
+impl View {
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// Whether the caller may see everything (no scope on its token).
+    pub fn sees_all(&self) -> bool {
+        self.caller.scope == Scope::All
+    }
+
+    /// A dataset the caller may see; `None` alike for a hidden one and one not served.
+    pub fn dataset(&self, id: &str) -> Option<&Arc<Dataset>> {
+        if !self.caller.sees(id) {
+            return None;
+        }
+        self.catalog.datasets.get(id)
+    }
+
+    /// The datasets the caller may see, by id.
+    pub fn datasets(&self) -> impl Iterator<Item = &Arc<Dataset>> + '_ {
+        self.catalog
+            .datasets
+            .values()
+            .filter(|ds| self.caller.sees(ds.id()))
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.datasets().map(|ds| ds.id().to_string()).collect()
+    }
+
+    /// The folders the caller may see whose files are still being written (retried when they
+    /// settle).
+    pub fn pending(&self) -> impl Iterator<Item = &String> + '_ {
+        self.catalog
+            .pending
+            .iter()
+            .filter(|folder| self.caller.sees(folder))
+    }
+
+    /// The refused folders the caller may see (by folder name, which is the dataset id).
+    pub fn broken(&self) -> impl Iterator<Item = &tally_storage::catalog::Broken> + '_ {
+        self.catalog
+            .broken
+            .iter()
+            .filter(|b| self.caller.sees(&b.folder))
+    }
+}
+
+impl Engine {
+    /// The view of `caller` on the catalog as it is now.
+    pub fn view(&self, caller: Caller) -> View {
+        View {
+            caller,
+            catalog: self.catalog.load_full(),
+        }
+    }
+
+    /// Answers a call of `caller`: the one door every surface (MCP tools, tasks, the command
+    /// line, `tally check`) goes through. `budget` is the call's time (a call run as a task
+    /// has the task's), `chosen` the names its user chose for ambiguous ones.
+    ///
+    /// The call runs on a task of its own (a panic is answered as an internal error); a heavy
+    /// one waits for a slot and runs on the heavy runtime ([`crate::governor`]). The answer
+    /// comes by the deadline whatever the work does: past it (a little later while the call
+    /// waits for its dataset's preparation) the call is refused, its stop set and its task
+    /// aborted.
+    pub async fn answer(
+        self: &Arc<Self>,
+        caller: &Caller,
+        ask: Ask,
+        budget: Duration,
+        chosen: Vec<Choice>,
+    ) -> Result<Value, EngineError> {
+        let named = self.dataset_named(ask.dataset_id(), &caller.scope, &chosen);
+        let ctx = CallCtx::new(self, caller.clone(), budget, chosen);
+        let name = ask.tool().name();
+        // A backstop a little past the call's own deadline, kept by this (waiting) future: if
+        // the call's task were stuck in work that does not yield, the caller is answered
+        // anyway, and its stop is set.
+        let backstop = budget + Duration::from_secs(2);
+        let heavy = self.heavy(&ask, named.as_deref());
+        let engine = Arc::clone(self);
+        let stop = ctx.stop.clone();
+        let resolved = named.clone();
+        let call = async move { engine.call_in(&ctx, &ask, resolved).await };
+        let (runtime, slot) = if heavy {
+            let deadline = tokio::time::Instant::now() + budget;
+            let slot = self.governor.admit(&caller.id, deadline).await?;
+            (self.governor.runtime()?, Some(slot))
+        } else {
+            (tokio::runtime::Handle::current(), None)
+        };
+        // The slot goes with the task: it frees when the work has ended, not when the caller
+        // stops waiting.
+        let run = guard_on(&runtime, stop, async move {
+            let _slot = slot;
+            call.await
+        });
+        tokio::pin!(run);
+        // While the call's dataset is being prepared the call waits for it (see
+        // [`Engine::call_in`]): the backstop is a full one past the last moment the
+        // preparation was seen running.
+        let mut deadline = tokio::time::Instant::now() + backstop;
+        loop {
+            let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_secs(1));
+            tokio::select! {
+                result = &mut run => return result,
+                () = tokio::time::sleep(tick) => {
+                    let now = tokio::time::Instant::now();
+                    if named.as_ref().is_some_and(|ds| ds.preparing().is_some()) {
+                        deadline = deadline.max(now + backstop);
+                    } else if now >= deadline {
+                        return Err(past_deadline_named(name, budget));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a call is heavy: it reads many records (see [`crate::governor`]).
+    fn heavy(&self, ask: &Ask, named: Option<&Dataset>) -> bool {
+        match ask.tool() {
+            Tool::ListDatasets => false,
+            // A check runs a recorded call again, and provisions read a linked dataset.
+            Tool::VerifyAnswer | Tool::CiteProvisions => true,
+            Tool::InspectDataset => named.is_some_and(|ds| !ds.memo_ready()),
+            // A dataset with relations may read a related table of up to 100,000 records.
+            Tool::QueryRecords | Tool::SummarizeRecords => named.is_some_and(|ds| {
+                ds.read_from_files(self)
+                    || ds.ready().is_none()
+                    || ds.record_count().is_none_or(|n| n >= HEAVY_RECORDS as u64)
+                    || ds.def.fields.iter().any(|f| {
+                        matches!(
+                            f.derived.as_ref().map(|d| &d.source),
+                            Some(tally_semantic::definition::DerivedSource::Relation { .. })
+                        )
+                    })
+            }),
+        }
+    }
+
+    /// Runs a tool for a caller who may see every dataset, with the call's default budget, on
+    /// this task: for tests and benchmarks (servers go through [`Engine::answer`]).
+    pub async fn call(&self, tool: Tool, arguments: &Value) -> Result<Value, EngineError> {
+        let ask = Ask::parse(tool, arguments.clone())?;
+        let ctx = CallCtx::new(
+            self,
+            Caller::everyone(""),
+            self.limits.call_timeout,
+            Vec::new(),
+        );
+        let named = self.dataset_named(ask.dataset_id(), &ctx.caller.scope, &ctx.chosen);
+        self.call_in(&ctx, &ask, named).await
+    }
+
+    /// Runs a call within its time budget and checks the envelope against the tool's output
+    /// schema before it is returned.
+    pub(crate) async fn call_in(
+        &self,
+        ctx: &CallCtx,
+        ask: &Ask,
+        named: Option<Arc<Dataset>>,
+    ) -> Result<Value, EngineError> {
+        let tool = ask.tool();
+        let timeout = ctx.budget;
+        // A dataset whose table is being prepared when the call comes: the call is not
+        // refused at its deadline (see below).
+        let was_preparing = named.as_ref().is_some_and(|ds| ds.preparing().is_some());
+        let mut attempt = Box::pin(self.attempt(ctx, ask));
+        let envelope = match tokio::time::timeout(timeout, &mut attempt).await {
+            Ok(result) => result?,
+            Err(_)
+                if was_preparing || named.as_ref().is_some_and(|ds| ds.preparing().is_some()) =>
+            {
+                // Past its deadline while its dataset's table is (or was, at the call's
+                // start) being prepared: not refused. The call goes on until the preparation
+                // ends (bounded by the memory budget and its own time), then has a time budget
+                // of its own from there: a call waiting for the prepared table answers from
+                // it; one still reading the files races the same call run again on the
+                // prepared table, and the first to finish answers.
+                let ended = named.and_then(|ds| ds.running_preparation());
+                let ended = async move {
+                    if let Some(ended) = ended {
+                        ended.await;
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    result = &mut attempt => result?,
+                    () = ended => {
+                        let again_ctx = ctx.again();
+                        let again = self.attempt(&again_ctx, ask);
+                        let first = async {
+                            tokio::select! {
+                                biased;
+                                result = &mut attempt => result,
+                                result = again => result,
+                            }
+                        };
+                        match tokio::time::timeout(timeout, first).await {
+                            Ok(result) => result?,
+                            Err(_) => return Err(past_deadline_named(tool.name(), timeout)),
+                        }
+                    }
+                }
+            }
+            Err(_) => return Err(self.too_slow(ask, named.as_deref(), timeout)),
+        };
+        let mut envelope = envelope;
+        if ask.prov() {
+            envelope["prov"] = envelope::prov_jsonld(&envelope);
+        }
+        if let Err(problems) = schema::validate(tool, &envelope) {
+            tracing::error!(
+                tool = tool.name(),
+                ?problems,
+                "a result failed its output schema; it was not sent"
+            );
+            return Err(EngineError::Internal(format!(
+                "the result of {} failed its own output schema, so it was not sent (a bug in Tally): {}",
+                tool.name(),
+                problems.join("; ")
+            )));
+        }
+        Ok(envelope)
+    }
+
+    /// One run of a call. Files replaced under a live version: take the new catalog and try
+    /// again. A folder caught half-removed (its definition still there, its data gone) keeps
+    /// its version for a moment; the second retry comes after a short pause, when such writes
+    /// are over.
+    async fn attempt(&self, ctx: &CallCtx, ask: &Ask) -> Result<Value, EngineError> {
+        let mut tries = 0;
+        let cx = Cx {
+            engine: self,
+            call: ctx,
+        };
+        loop {
+            match cx.run(ask).await {
+                Err(EngineError::Stale { dataset, message }) => {
+                    tries += 1;
+                    if tries > 2 {
+                        return Err(self.gone_or_stale(dataset, message));
+                    }
+                    if tries == 2 {
+                        tokio::time::sleep(STALE_PAUSE).await;
+                    }
+                    self.rescan_for(&dataset);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Rescans after a call found `dataset`'s files (or objects) changed under it. An object
+    /// removed or rewritten is seen only by listing it again. The scan blocks (on files, or
+    /// on the store): off the async worker.
+    fn rescan_for(&self, dataset: &str) {
+        let objects = self
+            .catalog
+            .load()
+            .datasets
+            .get(dataset)
+            .is_some_and(|d| d.def.data_url.is_some());
+        let rescan = || {
+            if objects {
+                self.reload_objects(STALE_SETTLE)
+            } else {
+                self.reload(STALE_SETTLE)
+            }
+        };
+        match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::CurrentThread => rescan(),
+            _ => tokio::task::block_in_place(rescan),
+        };
+    }
+
+    /// The error of a call whose data kept changing under it through its retries: a
+    /// deletion when the source no longer holds the data (the catalog found nothing where
+    /// `data:` points, and keeps the version served before), else a replacement to retry.
+    fn gone_or_stale(&self, dataset: String, message: String) -> EngineError {
+        let refused = self
+            .catalog
+            .load()
+            .datasets
+            .get(&dataset)
+            .and_then(|ds| ds.refused_change());
+        match refused {
+            Some(r) if r.data_gone => EngineError::Dataset {
+                message: format!(
+                    "its data was deleted at its source or moved ({}; seen at {}), and this call must read it ({message}); put the data back, or point the definition at where it is now",
+                    r.reason, r.since
+                ),
+                dataset,
+                diagnostics: Vec::new(),
+            },
+            _ => EngineError::Stale { dataset, message },
+        }
+    }
+
+    /// The error of a call stopped at its deadline, with what would make it fit: a text
+    /// search over data read from its files (over the memory budget, or served so) reads
+    /// every text value at every call, so it is told to name its fields or narrow first.
+    fn too_slow(&self, ask: &Ask, ds: Option<&Dataset>, timeout: Duration) -> EngineError {
+        let tool = ask.tool();
+        match ds {
+            Some(ds) if ask.searches() && ds.read_from_files(self) => EngineError::Limit {
+                message: format!(
+                    "{} took longer than its time budget of {} ms and was stopped: dataset `{}` is read from its files at every call (its prepared table would not fit the memory budget, or the server reads files at every call), so a text search folds and scans every text value of its {} records",
+                    tool.name(),
+                    timeout.as_millis(),
+                    ds.def.id,
+                    ds.record_count()
+                        .map_or_else(|| "many".to_string(), |n| n.to_string())
+                ),
+                hint: "search fewer fields (`search_fields` names the fields `q` searches; `$contains` one field), or add conditions on coded fields or numbers first, which rule out row groups before any text is read".into(),
+            },
+            _ => past_deadline_named(tool.name(), timeout),
+        }
+    }
+
+    /// The dataset a call names (`dataset_id`) as the call resolves it (a spelling corrected,
+    /// or the one its user `chosen`), if the catalog serves it within the caller's `scope`
+    /// (what a call waits for and says is of datasets the caller sees).
+    pub(crate) fn dataset_named(
+        &self,
+        id: Option<&str>,
+        scope: &Scope,
+        chosen: &[Choice],
+    ) -> Option<Arc<Dataset>> {
+        self.dataset_choosing(id?, scope, chosen)
+            .ok()
+            .map(|(ds, _)| ds)
+    }
+
+    /// The dataset `input` names for a caller of `scope`, with the names its user `chosen`.
+    pub(crate) fn dataset_choosing(
+        &self,
+        input: &str,
+        scope: &Scope,
+        chosen: &[Choice],
+    ) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
+        let catalog = self.catalog.load_full();
+        // Names outside the caller's scope are never matched, suggested or described.
+        let ids: Vec<&str> = catalog
+            .ids()
+            .into_iter()
+            .filter(|id| scope.allows(id))
+            .collect();
+        let titles = |id: &str| {
+            catalog
+                .datasets
+                .get(id)
+                .filter(|_| scope.allows(id))
+                .map(|d| d.def.title.clone())
+        };
+        let (id, resolution) =
+            resolve_dataset_choosing(input, &ids, &titles, chosen).map_err(|mut e| {
+                if let Some(b) = catalog
+                    .broken
+                    .iter()
+                    .find(|b| b.folder == input && scope.allows(&b.folder))
+                {
+                    // Why, in the message itself: a store refusing credentials is not a typo.
+                    let reasons = b
+                        .problems
+                        .iter()
+                        .map(|p| p.reason.clone())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    let fixes = b
+                        .problems
+                        .iter()
+                        .map(|p| p.fix.clone())
+                        .filter(|f| !f.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    e.message = format!("dataset `{input}` is not served: {reasons}");
+                    e.hint = Some(if fixes.is_empty() {
+                        format!("{}: {reasons}", b.file)
+                    } else {
+                        format!("{}: {fixes}", b.file)
+                    });
+                }
+                e
+            })?;
+        let ds = catalog
+            .datasets
+            .get(id)
+            .cloned()
+            .ok_or_else(|| EngineError::internal("resolved dataset vanished"))?;
+        Ok((ds, resolution))
+    }
+}
+
+impl Cx<'_> {
+    /// The dataset `input` names for this call's caller.
+    fn dataset(&self, input: &str) -> Result<(Arc<Dataset>, Option<Resolution>), EngineError> {
+        self.engine
+            .dataset_choosing(input, self.scope(), &self.call.chosen)
+    }
+
+    /// Dispatches the request to its tool.
+    async fn run(&self, ask: &Ask) -> Result<Value, EngineError> {
+        let tool = ask.tool();
+        let mut request = ask.request().clone();
+        let chosen = self.call.chosen.to_vec();
+        match &mut request {
+            Request::QueryRecords(args) => args.chosen = chosen,
+            Request::SummarizeRecords(args) => args.chosen = chosen,
+            Request::CiteProvisions(args) => args.chosen = chosen,
+            _ => {}
+        }
+        match request {
+            Request::ListDatasets(args) => {
+                let mut call = serde_json::Map::new();
+                if let Some(q) = &args.q {
+                    call.insert("q".into(), Value::from(q.as_str()));
+                }
+                if let Some(p) = &args.publisher {
+                    call.insert("publisher".into(), Value::from(p.as_str()));
+                }
+                let (data, mut provenance) = self.engine.list(args, self.scope());
+                provenance.query = Some(normalized(tool, Value::Object(call)));
+                seal(data, provenance)
+            }
+            Request::InspectDataset(args) => {
+                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let call = serde_json::json!({
+                    "dataset_id": ds.def.id,
+                    "detail": if args.full { "full" } else { "compact" },
+                });
+                let (data, mut provenance) =
+                    crate::inspect::answer(self, &ds, resolution, args.full).await?;
+                provenance.query = Some(normalized(tool, call));
+                seal(data, provenance)
+            }
+            Request::QueryRecords(args) => {
+                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let select_given = !args.select.is_empty();
+                let mut plan = resolve_query(&ds.def, args)?;
+                plan.resolved_fields.splice(0..0, resolution);
+                let mut call = plan.to_call(&ds.def);
+                if !select_given && let Some(m) = call.as_object_mut() {
+                    // The default columns stay the default: asked again, the call is the same.
+                    m.remove("select");
+                }
+                let used: Vec<tally_semantic::definition::FieldId> =
+                    plan.filters.iter().map(|f| f.field).collect();
+                let lookups = lookup::read(self, &ds.def, used).await?;
+                lookup::rewrite(&ds.def, &mut plan.filters, &lookups)?;
+                let (data, mut provenance) =
+                    query::run(self, &ds, plan, select_given, &mut call).await?;
+                lookup::cite(&mut provenance, &lookups);
+                provenance.query = Some(normalized(tool, call));
+                seal(data, provenance)
+            }
+            Request::SummarizeRecords(args) => {
+                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let mut plan = resolve_summarize(&ds.def, args)?;
+                plan.resolved_fields.splice(0..0, resolution);
+                let mut call = plan.to_call(&ds.def);
+                let used: Vec<tally_semantic::definition::FieldId> = plan
+                    .group_by
+                    .iter()
+                    .copied()
+                    .chain(plan.filters.iter().map(|f| f.field))
+                    .collect();
+                let lookups = lookup::read(self, &ds.def, used).await?;
+                let (data, mut provenance) =
+                    summarize::run(self, &ds, plan, &mut call, &lookups).await?;
+                provenance.query = Some(normalized(tool, call));
+                seal(data, provenance)
+            }
+            Request::CiteProvisions(args) => {
+                let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                let mut plan = tally_semantic::resolve::resolve_cite(&ds.def, args)?;
+                plan.records.resolved_fields.splice(0..0, resolution);
+                let target = self
+                    .catalog
+                    .load()
+                    .datasets
+                    .get(&plan.link.to)
+                    .filter(|_| self.scope().allows(&plan.link.to))
+                    .cloned()
+                    .ok_or_else(|| {
+                        EngineError::Request(
+                            tally_semantic::error::RequestError::new(
+                                tally_semantic::error::ErrorCode::UnknownDataset,
+                                format!(
+                                    "dataset `{}` links to `{}`, which is not served",
+                                    ds.def.id, plan.link.to
+                                ),
+                            )
+                            .at("link")
+                            .hint(format!(
+                                "serve the dataset `{}` (a folder of that name in the datasets directory), or check `tally check` for why it is refused",
+                                plan.link.to
+                            )),
+                        )
+                    })?;
+                let call = plan.to_call(&ds.def);
+                let (data, mut provenance) = provisions::run(self, &ds, &target, plan).await?;
+                provenance.query = Some(normalized(tool, call));
+                seal(data, provenance)
+            }
+            Request::VerifyAnswer(args) => {
+                let (data, mut provenance) = Box::pin(self.verify(&args.envelope)).await?;
+                provenance.query = Some(normalized(
+                    tool,
+                    serde_json::json!({ "envelope": "(the answer checked)" }),
+                ));
+                seal(data, provenance)
+            }
+        }
+    }
+}
+
+/// The call as resolved, for the envelope (`provenance.query`).
+fn normalized(tool: Tool, arguments: Value) -> envelope::NormalizedCall {
+    envelope::NormalizedCall {
+        tool: tool.name().to_string(),
+        arguments: match arguments {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        },
+        tool_version: envelope::tool_version(),
+    }
+}
+
+/// A tool's result and provenance as the envelope sent.
+fn seal<T: serde::Serialize>(
+    data: T,
+    provenance: envelope::Provenance,
+) -> Result<Value, EngineError> {
+    envelope::Envelope::seal_value(data, provenance)
+        .map_err(|e| EngineError::Internal(format!("a result could not be written as JSON: {e}")))
+}
+
+/// Runs a call on a task of its own on `runtime` and turns a panic into an error, so one
+/// broken call never takes the server down or leaves its client waiting. When the caller
+/// stops waiting (this future is dropped), `stop` is set and the task aborted: the abort
+/// takes effect at the task's next `.await`, the stop ends work that runs long between two.
+async fn guard_on<F>(
+    runtime: &tokio::runtime::Handle,
+    stop: Stop,
+    future: F,
+) -> Result<Value, EngineError>
+where
+    F: std::future::Future<Output = Result<Value, EngineError>> + Send + 'static,
+{
+    struct AbortOnDrop(tokio::task::AbortHandle, Stop);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.1.set();
+            self.0.abort();
+        }
+    }
+    let task = runtime.spawn(future);
+    let _abort = AbortOnDrop(task.abort_handle(), stop);
+    match task.await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => {
+            let message = e
+                .into_panic()
+                .downcast::<String>()
+                .map(|s| *s)
+                .or_else(|p| p.downcast::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|_| "unknown panic".to_string());
+            tracing::error!("a call panicked: {message}");
+            Err(EngineError::Internal(format!(
+                "the call failed unexpectedly ({message}); the server keeps serving, and the next call is unaffected"
+            )))
+        }
+        Err(e) => Err(EngineError::Internal(format!(
+            "the call was cancelled: {e}"
+        ))),
+    }
+}
+
+/// [`guard_on`] on the current runtime, with a stop of its own.
+pub async fn guard<F>(future: F) -> Result<Value, EngineError>
+where
+    F: std::future::Future<Output = Result<Value, EngineError>> + Send + 'static,
+{
+    guard_on(&tokio::runtime::Handle::current(), Stop::new(), future).await
+}
+
+/// The error of a call stopped at its time budget.
+pub(crate) fn past_deadline_named(name: &str, timeout: Duration) -> EngineError {
+    EngineError::Limit {
+        message: format!(
+            "{name} took longer than its time budget of {} ms and was stopped",
+            timeout.as_millis()
+        ),
+        hint: "narrow the call (filters, fewer groups, a smaller limit) or try again".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_panic_becomes_an_error_and_the_next_call_works() {
+        let panicked = guard(async { panic!("boom") }).await;
+        assert!(
+            matches!(&panicked, Err(EngineError::Internal(m)) if m.contains("boom")),
+            "{panicked:?}"
+        );
+        let next = guard(async { Ok(json!({"ok": true})) }).await;
+        assert_eq!(next.ok(), Some(json!({"ok": true})));
+    }
+}
