@@ -20,6 +20,7 @@ use tally_semantic::names;
 use crate::backend::{Backend, Backends};
 use crate::dataset::{Dataset, RESERVED_PREFIX, Retrieved, canonical_type};
 use crate::problem::{Problem, ReadError, Refusal, outside, read_small};
+use crate::text::{Lines, escape_controls};
 
 /// The definition file of a dataset folder.
 pub const DEFINITION_FILE: &str = "dataset.yaml";
@@ -287,7 +288,7 @@ fn read_folder(
     match register(folder, name, &label, options) {
         Ok(Some(dataset)) => {
             for w in &dataset.warnings {
-                tracing::warn!("{w}");
+                tracing::warn!("{}", escape_controls(&w.to_string(), Lines::Escaped));
             }
             FolderState {
                 stamp: Some(current),
@@ -308,8 +309,11 @@ fn read_folder(
             }
         }
         Err(refusal) => {
+            // One log line a problem: a plugin's reason may hold what it wrote to stderr, whose
+            // lines would read as log lines of their own.
             for p in &refusal.problems {
-                tracing::warn!("{label}: {} {}", p.key, p.reason);
+                let line = format!("{label}: {} {}", p.key, p.reason);
+                tracing::warn!("{}", escape_controls(&line, Lines::Escaped));
             }
             let serving = before.served;
             if let Some(ds) = &serving {
