@@ -377,6 +377,33 @@ async def test_what_a_plugin_wrote_to_stderr_comes_with_its_error(tmp_path):
         server.stop()
 
 
+async def test_looping_plugins_cost_start_up_about_one_deadline(tmp_path):
+    """Every plugin folder's probe scan ran after the one before, so each plugin that loops
+    added its whole deadline to start-up. Folders register four at a time now: four looping
+    plugins and a good one are listed, in folder order, after about one deadline. The time to
+    the first answer is printed (the figure of issue 54), never asserted."""
+    for i in range(4):
+        hostile_dataset(tmp_path, f"loop{i}", "loop")
+    hostile_dataset(tmp_path, "ok", "ok")
+    started = time.monotonic()
+    server = HttpServer("--plugin-deadline-ms", "2000", datasets=str(tmp_path))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                listed = body(await c.call_tool("list_datasets", {}))["data"]
+                print(f"4 looping plugins, a 2 s deadline: the first list_datasets answered {time.monotonic() - started:.2f} s after start")
+                assert [d["dataset_id"] for d in listed["datasets"]] == ["ok"]
+                assert [b["folder"] for b in listed["broken_datasets"]] == ["loop0", "loop1", "loop2", "loop3"]
+                for b in listed["broken_datasets"]:
+                    assert "a probe scan of one row failed" in b["problems"][0]["reason"], b
+                    assert "deadline of 2.0 s" in b["problems"][0]["reason"], b
+        # Logged in folder order too.
+        logged = [line for line in server.log if "a probe scan of one row failed" in line]
+        assert [line.split("WARN tally_storage::catalog: ")[1].split("/")[0] for line in logged] == ["loop0", "loop1", "loop2", "loop3"], logged
+    finally:
+        server.stop()
+
+
 def raw_controls(text: str) -> list[str]:
     """The characters of `text` that act on a terminal or reorder text: C0 controls but the line
     break, DEL, C1 controls, line and paragraph separators, bidirectional marks and overrides."""

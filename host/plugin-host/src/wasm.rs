@@ -132,6 +132,10 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<State>,
     compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// Held while a component is compiled (or loaded from the code cache): folders register
+    /// several at once, and four folders of one plugin must compile it once, not four times
+    /// side by side (wasmtime spreads one compilation over the cores already).
+    compiling: Mutex<()>,
 }
 
 impl fmt::Debug for Runtime {
@@ -268,6 +272,7 @@ impl Runtime {
             engine,
             linker,
             compiled: Mutex::new(HashMap::new()),
+            compiling: Mutex::new(()),
         })
     }
 
@@ -282,10 +287,19 @@ impl Runtime {
         code: Option<&CodeCache>,
     ) -> Result<Arc<Compiled>, PluginError> {
         let sha256 = tally_storage::backend::sha256_hex(bytes);
-        if let Ok(cache) = self.compiled.lock()
-            && let Some(c) = cache.get(&sha256)
-        {
-            return Ok(Arc::clone(c));
+        let cached = || {
+            self.compiled
+                .lock()
+                .ok()
+                .and_then(|cache| cache.get(&sha256).map(Arc::clone))
+        };
+        if let Some(c) = cached() {
+            return Ok(c);
+        }
+        let _one_at_a_time = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
+        // Compiled by another registration while this one waited.
+        if let Some(c) = cached() {
+            return Ok(c);
         }
         check_component_bytes(label, bytes)?;
         let started = Instant::now();
