@@ -196,6 +196,27 @@ def test_plugin_test_names_the_fault_and_the_plugin(tmp_path, case, component, m
     assert "RUST_BACKTRACE" not in out and "Some(" not in out
 
 
+def test_plugin_test_writes_what_a_plugin_says_visibly(tmp_path):
+    """`tally plugin test` printed a plugin's error and the end of its stderr with their raw ESC,
+    BEL and CR (a plugin under test could rewrite its author's terminal); every control
+    character of what a plugin says is now written visibly, its stderr's own lines kept."""
+    from test_plugins import raw_controls
+
+    folder = tmp_path / "h"
+    folder.mkdir()
+    (folder / "dataset.yaml").write_text(
+        'title: H\nsource: {url: "https://example.org/"}\n'
+        f"backend: {{kind: wasm, component: h.wasm, config: {{mode: controls}}}}\nfields:\n{FIELDS}"
+    )
+    r = tally("plugin", "test", str(hostile("tally_test_plugin_hostile")), "--dataset", str(folder), timeout=120)
+    print(r.stdout)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert raw_controls(r.stdout) == [], r.stdout
+    assert "Misbehaves on purpose \\u{1b}[5mblinking\\u{1b}[0m" in r.stdout
+    assert "\\u{1b}]0;title\\u{7}bad\\r\\n2026-01-01T00:00:00Z ERROR forged from the error \\u{202e}desrever" in r.stdout
+    assert "a bell \\u{7}, a return\\rover\n" in r.stdout
+
+
 def test_the_built_in_plugins_pass_their_own_test(tmp_path):
     r = tally("plugin", "test", str(hostile("tally_plugin_documents")), "--dataset", str(ROOT / "datasets/guide"), timeout=120)
     print(r.stdout)

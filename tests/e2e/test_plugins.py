@@ -377,6 +377,101 @@ async def test_what_a_plugin_wrote_to_stderr_comes_with_its_error(tmp_path):
         server.stop()
 
 
+async def test_looping_plugins_cost_start_up_about_one_deadline(tmp_path):
+    """Every plugin folder's probe scan ran after the one before, so each plugin that loops
+    added its whole deadline to start-up. Folders register four at a time now: four looping
+    plugins and a good one are listed, in folder order, after about one deadline. The time to
+    the first answer is printed (the figure of issue 54), never asserted."""
+    for i in range(4):
+        hostile_dataset(tmp_path, f"loop{i}", "loop")
+    hostile_dataset(tmp_path, "ok", "ok")
+    started = time.monotonic()
+    server = HttpServer("--plugin-deadline-ms", "2000", datasets=str(tmp_path))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                listed = body(await c.call_tool("list_datasets", {}))["data"]
+                print(f"4 looping plugins, a 2 s deadline: the first list_datasets answered {time.monotonic() - started:.2f} s after start")
+                assert [d["dataset_id"] for d in listed["datasets"]] == ["ok"]
+                assert [b["folder"] for b in listed["broken_datasets"]] == ["loop0", "loop1", "loop2", "loop3"]
+                for b in listed["broken_datasets"]:
+                    assert "a probe scan of one row failed" in b["problems"][0]["reason"], b
+                    assert "deadline of 2.0 s" in b["problems"][0]["reason"], b
+        # Logged in folder order too.
+        logged = [line for line in server.log if "a probe scan of one row failed" in line]
+        assert [line.split("WARN tally_storage::catalog: ")[1].split("/")[0] for line in logged] == ["loop0", "loop1", "loop2", "loop3"], logged
+    finally:
+        server.stop()
+
+
+def raw_controls(text: str) -> list[str]:
+    """The characters of `text` that act on a terminal or reorder text: C0 controls but the line
+    break, DEL, C1 controls, line and paragraph separators, bidirectional marks and overrides."""
+    bidi = {0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+    return [
+        repr(ch) for ch in text
+        if (ord(ch) < 0x20 and ch != "\n") or 0x7F <= ord(ch) <= 0x9F or ord(ch) in bidi
+    ]
+
+
+async def test_control_characters_a_plugin_writes_reach_clients_and_the_log_escaped(tmp_path):
+    """A plugin's error reached clients with raw ESC, BEL and CR, and the reason of a dataset
+    whose probe scan failed reached the log with the line breaks of what the plugin wrote to
+    stderr, so a plugin could forge a log line (`2026-01-01T00:00:00Z ERROR forged`). Now
+    every text a plugin gives is escaped where it enters (`\\u{1b}`, `\\r`), the end of its
+    stderr keeps its own lines for the client only, and every log line that carries plugin
+    text is one line."""
+    hostile_dataset(tmp_path, "controls", "controls")
+    hostile_dataset(tmp_path, "probe", "controls", at_probe=True)
+    server = HttpServer(datasets=str(tmp_path))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                # Refused at registration: its probe scan failed (the reason is a client's).
+                listed = body(await c.call_tool("list_datasets", {}))["data"]
+                assert [d["dataset_id"] for d in listed["datasets"]] == ["controls"]
+                [broken] = listed["broken_datasets"]
+                assert broken["folder"] == "probe"
+                reason = broken["problems"][0]["reason"]
+                # Served (its first row reads); reading the whole of it fails.
+                r = await c.call_tool("query_records", {"dataset_id": "controls"})
+                assert r.is_error, r.content[0].text
+                message = body(r)["error"]["message"]
+                for text in (reason, message):
+                    print(text)
+                    assert raw_controls(text) == [], text
+                    # The plugin's error, on one line, its characters written visibly.
+                    assert "\\u{1b}]0;title\\u{7}bad\\r\\n2026-01-01T00:00:00Z ERROR forged from the error \\u{202e}desrever\\u{9b}" in text, text
+                    # What it wrote to stderr: its lines kept for the client, nothing else raw.
+                    assert "\\u{1b}[31mred\\u{1b}[0m, a bell \\u{7}, a return\\rover\n" in text, text
+                    assert "\n2026-01-01T00:00:00Z ERROR forged from stderr" in text, text
+
+            async def logged():
+                lines = list(server.log)
+                return (
+                    any("the scan failed" in line for line in lines)
+                    and any("probe/dataset.yaml" in line for line in lines)
+                    and lines
+                )
+
+            lines = await wait_for("both failures in the log", logged)
+            # The log is read as text with universal newlines: a raw CR would split a line too.
+            forged = [line for line in lines if "forged" in line]
+            for line in forged:
+                print(line, end="")
+            # The probe's refusal, and each failed read (the client's; the background count's).
+            assert len(forged) >= 2, forged
+            for line in forged:
+                assert not line.startswith("2026-01-01T00:00:00Z"), f"a plugin wrote a line of the log: {line!r}"
+                assert raw_controls(line.rstrip("\n")) == [], line
+                assert "\\n2026-01-01T00:00:00Z ERROR forged from stderr" in line, line
+                assert "\\u{1b}[31mred" in line and "\\u{7}" in line, line
+            assert any("WARN" in line and "dataset=controls" in line and "the scan failed" in line for line in forged), forged
+            assert any("WARN" in line and "probe/dataset.yaml" in line and "a probe scan of one row failed" in line for line in forged), forged
+    finally:
+        server.stop()
+
+
 async def test_a_plugin_that_cannot_read_is_broken_and_a_reload_to_one_keeps_the_last_good_version(tmp_path):
     """A plugin that describes itself but cannot read its folder is refused when it registers
     (its probe scan of one row): listed broken with the reason, counted in /health, said in the

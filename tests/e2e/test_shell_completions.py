@@ -6,11 +6,16 @@ the folder is offered at the next TAB (the ids are asked of `tally __datasets` e
 bash and fish complete for real (`compgen` through the installed function; fish's own
 `complete -C`); zsh's completion system needs a terminal, so its id function is run with
 `compadd` printing what it would offer, beside a check that every `dataset_id` argument of the
-script uses it."""
+script uses it.
+
+A folder name is whatever a file name may be: folders named like shell code (`$(touch${IFS}PWNED)`,
+backquotes, globs, a newline) are neither run nor offered, under bash's real TAB too (an
+interactive bash on a terminal)."""
 
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +42,30 @@ def folder(tmp_path) -> Path:
     return datasets
 
 
+# Folder names a completion must neither run nor offer: each ran `touch` (the first two) or was
+# expanded against the working directory (the globs) when the ids went through `compgen -W`.
+HOSTILE_NAMES = [
+    "$(touch${IFS}PWNED)",
+    "`touch${IFS}PWNED`",
+    "b*",
+    "*",
+    "with space",
+    "new\nline",
+    "$(touch PWNED)",
+    "bu;touch PWNED",
+]
+
+
+@pytest.fixture
+def hostile(folder) -> Path:
+    """The folder of `folder` (births, budget) plus a dataset.yaml in folders named like shell
+    code."""
+    for name in HOSTILE_NAMES:
+        (folder / name).mkdir()
+        (folder / name / "dataset.yaml").write_text("title: t\n", encoding="utf-8")
+    return folder
+
+
 @pytest.fixture
 def bin_dir(tmp_path) -> Path:
     """A folder on PATH where `tally` is the binary under test (completions are registered for
@@ -54,18 +83,24 @@ def run(argv: list[str], bin_dir: Path, cwd: Path) -> list[str]:
     return [line for line in p.stdout.splitlines() if line]
 
 
-def test_bash_completes_dataset_ids(folder, bin_dir, tmp_path):
-    bash = shell("bash")
-
-    def complete(*words: str) -> list[str]:
-        line = " ".join(f"'{w}'" for w in words)
-        script = f"""
+def bash_complete(bash: str, bin_dir: Path, cwd: Path, *words: str) -> list[str]:
+    """What the installed completion function offers for the command line `words` (the last
+    one being completed), as bash calls it at a TAB."""
+    line = " ".join("'" + w.replace("'", "'\\''") + "'" for w in words)
+    script = f"""
 source <(tally completions bash)
 COMP_WORDS=({line}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 )); COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}
 _tally_with_dataset_ids tally "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
 printf '%s\\n' "${{COMPREPLY[@]}}"
 """
-        return run([bash, "-c", script], bin_dir, tmp_path)
+    return run([bash, "-c", script], bin_dir, cwd)
+
+
+def test_bash_completes_dataset_ids(folder, bin_dir, tmp_path):
+    bash = shell("bash")
+
+    def complete(*words: str) -> list[str]:
+        return bash_complete(bash, bin_dir, tmp_path, *words)
 
     # The served folder of the repository, as `--datasets` gives it.
     assert complete("tally", "--datasets", datasets_dir(), "inspect", "pro") == ["procedures"]
@@ -84,6 +119,84 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
     assert complete("tally", "inspect", "") == ["local"]
 
 
+def bash_tab(bash: str, bin_dir: Path, cwd: Path, line: str) -> str:
+    """Types `line` and a TAB into an interactive bash on a terminal with the completion script
+    installed, and returns what the terminal showed (the candidates bash listed)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(cwd),
+        "TERM": "dumb",
+        "PS1": "$ ",
+        "INPUTRC": "/dev/null",
+    }
+    proc = subprocess.Popen(
+        [bash, "--norc", "--noprofile", "-i"],
+        stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env, start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+
+    def read_until(marker: bytes, bound: float = 60.0):
+        nonlocal seen
+        started = time.monotonic()
+        while marker not in seen:
+            if time.monotonic() - started > bound:
+                pytest.fail(f"bash did not show {marker!r} within {bound} s: {seen.decode(errors='replace')}")
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+
+    try:
+        # Every candidate listed at the first TAB, no bell, then the script installed.
+        os.write(master, b"bind 'set show-all-if-ambiguous on'; bind 'set bell-style none'\n")
+        os.write(master, b"source <(tally completions bash); echo READY-$((6*7))\n")
+        read_until(b"READY-42")
+        start = len(seen)
+        os.write(master, line.encode() + b"\t")
+        # Ctrl-U clears the line; the echo marks the end of what the TAB showed.
+        os.write(master, b"\x15echo DONE-$((6*7))\n")
+        read_until(b"DONE-42")
+        return seen[start:].decode(errors="replace")
+    finally:
+        try:
+            os.write(master, b"exit\n")
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_a_folder_named_like_a_command_is_never_run_by_bash(hostile, bin_dir, tmp_path):
+    """A dataset folder named `$(touch${IFS}PWNED)` ran `touch` at one TAB: the ids reached
+    `compgen -W`, which expands its word list. Now the script reads each id as one line and
+    offers only valid ids; neither the installed function nor bash's real TAB runs anything."""
+    bash = shell("bash")
+    pwned = tmp_path / "PWNED"
+    assert bash_complete(bash, bin_dir, tmp_path, "tally", "--datasets", str(hostile), "inspect", "") == ["births", "budget"]
+    assert bash_complete(bash, bin_dir, tmp_path, "tally", "--datasets", str(hostile), "query", "b") == ["births", "budget"]
+    assert bash_complete(bash, bin_dir, tmp_path, "tally", "--datasets", str(hostile), "cite", "bu") == ["budget"]
+    assert bash_complete(bash, bin_dir, tmp_path, "tally", "--datasets", str(hostile), "inspect", "$(") == []
+    assert not pwned.exists(), "a folder name was run as a command"
+    # The same through an interactive bash: the line typed, then TAB.
+    shown = bash_tab(bash, bin_dir, tmp_path, f"tally --datasets {hostile} inspect ")
+    print(shown)
+    assert "births" in shown and "budget" in shown, shown
+    assert not pwned.exists(), f"a folder name was run as a command at a TAB: {shown}"
+    for name in ("touch", "with space", "line", "b*"):
+        assert name not in shown, shown
+
+
 def test_fish_completes_dataset_ids(folder, bin_dir, tmp_path):
     fish = shell("fish")
 
@@ -95,6 +208,13 @@ def test_fish_completes_dataset_ids(folder, bin_dir, tmp_path):
     assert complete(f"tally --datasets={folder} summarize ") == ["births", "budget"]
     assert complete(f"tally --datasets {datasets_dir()} query pro") == ["procedures"]
     assert "summarize" in complete("tally su")
+    # Folders named like shell code are neither run nor offered.
+    for name in HOSTILE_NAMES:
+        (folder / name).mkdir()
+        (folder / name / "dataset.yaml").write_text("title: t\n", encoding="utf-8")
+    assert complete(f"tally --datasets {folder} inspect ") == ["births", "budget"]
+    assert complete(f"tally --datasets {folder} inspect b") == ["births", "budget"]
+    assert not (tmp_path / "PWNED").exists()
 
 
 def test_zsh_script_completes_dataset_ids(folder, bin_dir, tmp_path):
@@ -117,3 +237,11 @@ _tally_dataset_ids
     got = run([zsh, "-f", "-c", driver], bin_dir, tmp_path)
     assert got[:2] == ["births", "budget"], got
     assert "procedures" in got[2:], got
+    # Folders named like shell code are neither run nor offered.
+    for name in HOSTILE_NAMES:
+        (folder / name).mkdir()
+        (folder / name / "dataset.yaml").write_text("title: t\n", encoding="utf-8")
+    got = run([zsh, "-f", "-c", driver], bin_dir, tmp_path)
+    assert got[:2] == ["births", "budget"], got
+    assert not any("touch" in g or " " in g or "*" in g for g in got), got
+    assert not (tmp_path / "PWNED").exists()

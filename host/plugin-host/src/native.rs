@@ -37,6 +37,7 @@ use crate::error::PluginError;
 use tally_storage::StorageError;
 use tally_storage::backend::BackendDescription;
 use tally_storage::backend::{Backend, LoadedData, Pushed, ServedFile, Test, sha256_hex};
+use tally_storage::text::{Lines, escape_controls};
 
 /// A library that passed the checks, kept loaded for the life of the process.
 #[derive(Debug)]
@@ -170,8 +171,10 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
     let lib = Arc::new(Library {
         descriptor,
         sha256: sha256.clone(),
-        name: text(&descriptor.name),
-        version: text(&descriptor.version),
+        // What the library says is escaped as it enters, as a wasm plugin's is
+        // (`tally_storage::text`).
+        name: escape_controls(&text(&descriptor.name), Lines::Escaped).into_owned(),
+        version: escape_controls(&text(&descriptor.version), Lines::Escaped).into_owned(),
     });
     loaded.insert(sha256, Arc::clone(&lib));
     Ok(lib)
@@ -180,7 +183,7 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
 /// The names of the plan nodes a plugin built (its side of the boundary), in plan order.
 fn foreign_plans(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<String>) {
     if plan.is::<ForeignExecutionPlan>() {
-        out.push(plan.name().to_string());
+        out.push(escape_controls(plan.name(), Lines::Escaped).into_owned());
     }
     for child in plan.children() {
         foreign_plans(child, out);
@@ -289,8 +292,11 @@ impl Library {
             )
         };
         if status != 0 {
-            let message =
-                String::from_utf8_lossy(&error[..error_len.min(error.len())]).into_owned();
+            let message = escape_controls(
+                &String::from_utf8_lossy(&error[..error_len.min(error.len())]),
+                Lines::Kept,
+            )
+            .into_owned();
             return Err(PluginError::new(
                 format!("{label} could not open the dataset: {message}"),
                 "fix the dataset's files or backend.config as the message says",
@@ -396,9 +402,14 @@ impl Backend for NativeBackend {
         pushed: &[Pushed],
         meter: &tally_storage::memory::Meter,
     ) -> Result<LoadedData, StorageError> {
+        // DataFusion's errors carry the plugin's own text (its errors, its plans' names).
         let fail = |e: &dyn std::fmt::Display| StorageError::Backend {
             dataset: self.dataset.clone(),
-            message: format!("{} failed: {e}", self.label),
+            message: format!(
+                "{} failed: {}",
+                self.label,
+                escape_controls(&e.to_string(), Lines::Kept)
+            ),
         };
         let (ctx, _) = session();
         let mut df = ctx

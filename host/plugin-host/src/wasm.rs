@@ -19,6 +19,7 @@
 //! Traps, timeouts and limit hits become [`PluginError`]s naming the plugin, the limit and
 //! what to do; the server keeps serving.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -33,6 +34,7 @@ use wasmtime::{Config, Engine, Store, StoreLimits, Trap};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use tally_plugin_api::{PLUGIN_API_VERSION, SOURCE_INTERFACE};
+use tally_storage::text::{Lines, escape_controls};
 
 pub use crate::error::PluginError;
 
@@ -130,6 +132,10 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<State>,
     compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// Held while a component is compiled (or loaded from the code cache): folders register
+    /// several at once, and four folders of one plugin must compile it once, not four times
+    /// side by side (wasmtime spreads one compilation over the cores already).
+    compiling: Mutex<()>,
 }
 
 impl fmt::Debug for Runtime {
@@ -266,6 +272,7 @@ impl Runtime {
             engine,
             linker,
             compiled: Mutex::new(HashMap::new()),
+            compiling: Mutex::new(()),
         })
     }
 
@@ -280,10 +287,19 @@ impl Runtime {
         code: Option<&CodeCache>,
     ) -> Result<Arc<Compiled>, PluginError> {
         let sha256 = tally_storage::backend::sha256_hex(bytes);
-        if let Ok(cache) = self.compiled.lock()
-            && let Some(c) = cache.get(&sha256)
-        {
-            return Ok(Arc::clone(c));
+        let cached = || {
+            self.compiled
+                .lock()
+                .ok()
+                .and_then(|cache| cache.get(&sha256).map(Arc::clone))
+        };
+        if let Some(c) = cached() {
+            return Ok(c);
+        }
+        let _one_at_a_time = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
+        // Compiled by another registration while this one waited.
+        if let Some(c) = cached() {
+            return Ok(c);
         }
         check_component_bytes(label, bytes)?;
         let started = Instant::now();
@@ -363,7 +379,7 @@ impl Runtime {
     }
 
     /// Runs one call in a fresh sandbox over `folder`.
-    fn call<R>(
+    fn call<R: FromPlugin>(
         &self,
         label: &str,
         compiled: &Compiled,
@@ -392,9 +408,12 @@ impl Runtime {
             stderr,
             started,
         };
+        // Everything the plugin said is escaped here, where it enters (its error, below; what
+        // it wrote to stderr, in `Call`): nothing a plugin writes reaches a client or the log
+        // with a control character that acts on a terminal.
         match outcome {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(message)) => Err(call.refused(&message)),
+            Ok(Ok(r)) => Ok(r.escaped()),
+            Ok(Err(message)) => Err(call.refused(&escape_controls(&message, Lines::Escaped))),
             Err(e) => Err(call.stopped(store.data().limits.refused, &e)),
         }
     }
@@ -612,6 +631,9 @@ impl Call<'_> {
         if text.is_empty() {
             return String::new();
         }
+        // Its own lines kept for the client; every other control character written visibly
+        // (a log line that carries it escapes the line breaks too).
+        let text = escape_controls(&text, Lines::Kept);
         let mut shown = last_chars(&text, STDERR_SHOWN);
         let earlier = dropped > 0 || shown.len() < text.len();
         // Whole lines: a line cut at its start reads as another message.
@@ -639,11 +661,78 @@ fn panic_message(stderr: &[u8]) -> Option<String> {
         .filter(|l| !l.contains("RUST_BACKTRACE") && !l.trim().is_empty())
         .collect();
     let joined = message.join(" ");
-    let message = last_chars(joined.trim(), 600);
+    let message = escape_controls(last_chars(joined.trim(), 600), Lines::Escaped);
     Some(format!(
         "`{message}` (at {})",
-        location.trim().trim_end_matches(':')
+        escape_controls(location.trim().trim_end_matches(':'), Lines::Escaped)
     ))
+}
+
+/// What a plugin call returns, with every text in it escaped ([`escape_controls`]) as it
+/// enters the host: names, descriptions, notes, sources and the files it reports. The rows
+/// themselves (the Arrow stream) are data, served as the plugin read them, like a Parquet
+/// file's cells.
+trait FromPlugin {
+    fn escaped(self) -> Self;
+}
+
+fn escaped(text: String) -> String {
+    match escape_controls(&text, Lines::Escaped) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(escaped) => escaped,
+    }
+}
+
+impl FromPlugin for Description {
+    fn escaped(self) -> Description {
+        Description {
+            name: escaped(self.name),
+            version: escaped(self.version),
+            summary: escaped(self.summary),
+            columns: self
+                .columns
+                .into_iter()
+                .map(|c| Column {
+                    name: escaped(c.name),
+                    data_type: c.data_type,
+                    description: c.description.map(escaped),
+                })
+                .collect(),
+            filters: self
+                .filters
+                .into_iter()
+                .map(|f| FilterCapability {
+                    column: escaped(f.column),
+                    ops: f.ops,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl FromPlugin for ScanResult {
+    fn escaped(self) -> ScanResult {
+        ScanResult {
+            ipc: self.ipc,
+            sources: self
+                .sources
+                .into_iter()
+                .map(|s| Source {
+                    uri: escaped(s.uri),
+                    title: escaped(s.title),
+                    publisher: s.publisher.map(escaped),
+                    source_type: escaped(s.source_type),
+                    locator: s.locator.map(escaped),
+                    published_at: s.published_at.map(escaped),
+                    effective_at: s.effective_at.map(escaped),
+                    file: s.file.map(escaped),
+                })
+                .collect(),
+            row_sources: self.row_sources,
+            files: self.files.into_iter().map(escaped).collect(),
+            notes: self.notes.into_iter().map(escaped).collect(),
+        }
+    }
 }
 
 fn output_size(r: &ScanResult) -> usize {
@@ -723,6 +812,8 @@ fn check_api_version(
     ))
 }
 
+/// What wasmtime says of an error, escaped ([`escape_controls`]): it may quote the
+/// component's own names (its exports, the functions of a trap's backtrace).
 fn root_cause(e: &wasmtime::Error) -> String {
     let mut text = e.to_string();
     let chain: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
@@ -730,7 +821,7 @@ fn root_cause(e: &wasmtime::Error) -> String {
         text.push_str(": ");
         text.push_str(&chain.join(": "));
     }
-    text
+    escape_controls(&text, Lines::Kept).into_owned()
 }
 
 fn mib(bytes: usize) -> String {

@@ -27,6 +27,7 @@ use tally_storage::backend::{
     Backend, LoadedData, Pushed, RowSource, RowSources, ServedFile, Test, sha256_hex,
 };
 use tally_storage::backend::{BackendDescription, Sandbox};
+use tally_storage::text::{Lines, escape_controls};
 
 /// How the refusal of a dataset whose probe scan failed begins (what follows is the scan's
 /// error).
@@ -491,9 +492,10 @@ impl Backend for WasmBackend {
             .await
             .map_err(StorageError::internal)?;
         // The operator's account of a failed scan, on one line (what the plugin wrote to
-        // stderr has lines of its own): the caller sees the same message.
+        // stderr has lines of its own, which would read as log lines): the caller sees the
+        // same message.
         if let Err(e) = &loaded {
-            let one_line = e.to_string().replace('\n', " | ");
+            let one_line = escape_controls(&e.to_string(), Lines::Escaped).into_owned();
             tracing::warn!(dataset = %self.dataset, "{}: the scan failed: {one_line}", self.label);
         }
         // A read of the whole data says whether the data can be read (`/health`).
@@ -566,9 +568,11 @@ impl Reader {
             schema,
             ..
         } = self;
+        // What the checks say may quote the Arrow stream's own names (escaped like the rest
+        // of what the plugin returned, see `wasm::Runtime`).
         let fail = |message: String| StorageError::Backend {
             dataset: dataset.clone(),
-            message,
+            message: escape_controls(&message, Lines::Kept).into_owned(),
         };
         meter.account(result.ipc.len(), 0)?;
         let projection = request.projection.as_deref().unwrap_or_default();

@@ -13,6 +13,11 @@ use clap::CommandFactory;
 const TAKE_AN_ID: &[&str] = &["inspect", "query", "summarize", "cite", "add", "fetch"];
 /// The most ids offered (a folder of more is not completed further).
 const MAX_IDS: usize = 10_000;
+/// What a dataset id may be (`tally_semantic::definition::valid_id`: 1–64 ASCII letters,
+/// digits, `-`, `_` and `.`, not starting with `.`) as an extended regular expression, for the
+/// scripts to check each line they read: `tally __datasets` prints nothing else, and the
+/// scripts insert nothing else into the command line.
+const ID_PATTERN: &str = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$";
 
 /// Writes the completion script for `shell` to `out`.
 pub fn write(
@@ -62,8 +67,16 @@ _tally_with_dataset_ids() {{
     case "$prev" in
         {cases})
             if [[ "$cur" != -* ]]; then
-                local IFS=$'\n'
-                COMPREPLY=($(compgen -W "$(_tally_dataset_ids)" -- "$cur"))
+                # Each id read as one line and matched against the typed prefix here: never
+                # through `compgen -W`, which expands what it is given (a folder named
+                # `$(cmd)` would run cmd). Only what a dataset id may be is offered.
+                local id pattern='{pattern}'
+                COMPREPLY=()
+                while IFS= read -r id; do
+                    if [[ "$id" =~ $pattern && "$id" == "$cur"* ]]; then
+                        COMPREPLY+=("$id")
+                    fi
+                done < <(_tally_dataset_ids)
                 if [[ ${{#COMPREPLY[@]}} -gt 0 || "$prev" != add ]]; then
                     return 0
                 fi
@@ -75,7 +88,8 @@ _tally_with_dataset_ids() {{
 
 complete -F _tally_with_dataset_ids -o bashdefault -o default tally
 "#,
-        cases = commands("|")
+        cases = commands("|"),
+        pattern = ID_PATTERN,
     )
 }
 
@@ -91,11 +105,17 @@ _tally_dataset_ids() {
             --datasets=*) datasets=${words[i]#--datasets=} ;;
         esac
     done
+    # One id a line, nothing expanded; only what a dataset id may be is offered, and compadd
+    # quotes what it inserts.
     local -a ids
-    ids=(${(f)"$($words[1] __datasets --datasets "$datasets" 2>/dev/null)"})
+    local id
+    for id in ${(f)"$($words[1] __datasets --datasets "$datasets" 2>/dev/null)"}; do
+        [[ $id =~ '__PATTERN__' ]] && ids+=("$id")
+    done
     compadd -a ids
 }
-"#;
+"#
+    .replace("__PATTERN__", ID_PATTERN);
     let mut out = String::with_capacity(script.len() + ids.len());
     let mut inserted = false;
     for line in script.split_inclusive('\n') {
@@ -106,7 +126,7 @@ _tally_dataset_ids() {
             out.push_str(line);
         }
         if !inserted && line.starts_with("autoload -U is-at-least") {
-            out.push_str(ids);
+            out.push_str(&ids);
             inserted = true;
         }
     }
@@ -129,7 +149,9 @@ function __fish_tally_dataset_ids
                 set datasets (string replace -- --datasets= '' $words[$i])
         end
     end
-    $words[1] __datasets --datasets $datasets 2>/dev/null
+    # One id a line, read from the pipe (nothing of it expanded); only what a dataset id may
+    # be.
+    $words[1] __datasets --datasets $datasets 2>/dev/null | string match --regex -- '{pattern}'
 end
 
 function __fish_tally_wants_dataset_id
@@ -139,13 +161,16 @@ end
 
 complete -c tally -n __fish_tally_wants_dataset_id -f -a "(__fish_tally_dataset_ids)" -d dataset
 "#,
-        commands = commands(" ")
+        commands = commands(" "),
+        pattern = ID_PATTERN,
     )
 }
 
 /// `tally __datasets`: the ids of the dataset folders of `datasets` (folders holding a
-/// `dataset.yaml`), one a line, sorted; nothing when the directory cannot be read (a
-/// completion has no one to say it to).
+/// `dataset.yaml` whose name is a valid dataset id), one a line, sorted; nothing when the
+/// directory cannot be read (a completion has no one to say it to). A folder whose name is
+/// not an id is never served, and its name may be anything a file name may be (`$(cmd)`, a
+/// newline, a glob): it is never offered.
 pub fn list_ids(datasets: &Path, out: &mut dyn Write) -> std::io::Result<()> {
     let Ok(entries) = std::fs::read_dir(datasets) else {
         return Ok(());
@@ -154,8 +179,7 @@ pub fn list_ids(datasets: &Path, out: &mut dyn Write) -> std::io::Result<()> {
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|name| {
-            !name.starts_with('.')
-                && !name.chars().any(|c| c.is_whitespace() || c.is_control())
+            tally_semantic::definition::valid_id(name)
                 && datasets
                     .join(name)
                     .join(tally_ingest::DEFINITION_FILE)
@@ -212,6 +236,56 @@ mod tests {
         list_ids(&dir, &mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap().lines().count(), MAX_IDS);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A folder named `$(touch${IFS}PWNED)` ran `touch` at one TAB in bash: `tally __datasets`
+    /// listed it and the script handed the list to `compgen -W`, which expands it.
+    #[test]
+    fn a_folder_named_like_a_command_is_not_offered() {
+        let dir = std::env::temp_dir().join(format!("tally-hostile-ids-{}", std::process::id()));
+        let long = "x".repeat(65);
+        for name in [
+            "$(touch${IFS}PWNED)",
+            "`touch PWNED`",
+            "a;b",
+            "*",
+            "a b",
+            "a\nb",
+            "tab\tbed",
+            "esc\u{1b}[31m",
+            "caf\u{e9}",
+            "-rf",
+            long.as_str(),
+            "ok.1_-",
+            "budget",
+        ] {
+            std::fs::create_dir_all(dir.join(name)).unwrap();
+            std::fs::write(dir.join(name).join("dataset.yaml"), "title: t\n").unwrap();
+        }
+        let mut out = Vec::new();
+        list_ids(&dir, &mut out).unwrap();
+        // `-rf` is an id (a folder the catalog serves); the scripts pass it as one word.
+        assert_eq!(String::from_utf8(out).unwrap(), "-rf\nbudget\nok.1_-\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every script checks each line it reads against the id rule and none hands what it
+    /// read to `compgen -W` (the shells themselves are driven by
+    /// `tests/e2e/test_shell_completions.py`).
+    #[test]
+    fn every_script_checks_ids_and_expands_none() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            assert!(script(shell).contains(ID_PATTERN), "{shell:?}");
+        }
+        // clap's own part completes its fixed options with `compgen -W`; the ids never go
+        // through it.
+        let code = bash();
+        let mut code = code.lines().filter(|l| !l.trim_start().starts_with('#'));
+        assert!(!code.any(|l| l.contains("compgen")));
     }
 
     #[test]

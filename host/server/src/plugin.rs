@@ -485,6 +485,16 @@ fn check_component(wasm: &Path) -> Result<Built, Failure> {
 
 // ---- test -----------------------------------------------------------------------------------
 
+/// A line of `tally plugin test`'s report. What the plugin said (its names, rows, messages and
+/// the column names of its Arrow stream) may hold control characters: they are written
+/// visibly, as the server escapes a plugin's text (`tally_storage::text`).
+fn say(line: &str) {
+    println!(
+        "{}",
+        tally_storage::text::escape_controls(line, tally_storage::text::Lines::Kept)
+    );
+}
+
 fn test(flags: TestFlags) -> ExitCode {
     match run_test(&flags) {
         Ok(code) => code,
@@ -538,8 +548,8 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
     ) {
         Ok(p) => p,
         Err(e) => {
-            println!("FAIL {}", e.message);
-            println!("  fix: {}", e.fix);
+            say(&format!("FAIL {}", e.message));
+            say(&format!("  fix: {}", e.fix));
             return Ok(ExitCode::from(exit::BAD_INPUT));
         }
     };
@@ -632,7 +642,7 @@ fn read_subject(flags: &TestFlags) -> Result<Subject, Failure> {
         ));
     };
     for d in &diagnostics {
-        println!("{d}");
+        say(&format!("{d}"));
     }
     Ok(Subject {
         wasm,
@@ -748,9 +758,9 @@ fn as_served(
     }
     if let Some(ds) = view.dataset(id) {
         for column in &ds.def.undeclared {
-            println!(
+            say(&format!(
                 "note: the plugin produces `{column}`, which dataset.yaml does not declare: it is not served (declare it as a field to serve it)"
-            );
+            ));
         }
         // One query as a client would send it: what the server checks of the rows and their
         // sources (source types, dates, files inside the folder) fails here if it fails there.
@@ -781,7 +791,7 @@ fn verdict(
     warnings: usize,
 ) -> ExitCode {
     if problems.is_empty() {
-        println!(
+        say(&format!(
             "ok: plugin `{}` {} passed every check{}",
             probe.name,
             probe.version,
@@ -790,12 +800,12 @@ fn verdict(
                 1 => ", with 1 warning about dataset.yaml (above)".to_string(),
                 n => format!(", with {n} warnings about dataset.yaml (above)"),
             }
-        );
+        ));
         ExitCode::SUCCESS
     } else {
-        println!("{} problem(s):", problems.len());
+        say(&format!("{} problem(s):", problems.len()));
         for p in problems {
-            println!("FAIL {p}");
+            say(&format!("FAIL {p}"));
         }
         ExitCode::from(exit::BAD_INPUT)
     }
@@ -803,39 +813,42 @@ fn verdict(
 
 fn print_probe(p: &tally_plugin_host::probe::Probe) {
     use tally_plugin_host::probe::{column_type_name, millis};
-    println!(
+    say(&format!(
         "plugin `{}` {} (API {}): {}",
         p.name, p.version, p.api_version, p.summary
-    );
-    println!(
+    ));
+    say(&format!(
         "  columns: {}",
         p.columns
             .iter()
             .map(|(n, t)| format!("{n} ({})", column_type_name(*t)))
             .collect::<Vec<_>>()
             .join(", ")
-    );
+    ));
     if !p.filterable.is_empty() {
-        println!("  filters it applies itself: {}", p.filterable.join(", "));
+        say(&format!(
+            "  filters it applies itself: {}",
+            p.filterable.join(", ")
+        ));
     }
-    println!(
+    say(&format!(
         "  describe: {}, {} MiB of memory",
         millis(p.describe.elapsed),
         p.describe.peak_memory.div_ceil(1 << 20)
-    );
-    println!(
+    ));
+    say(&format!(
         "  scan: {} rows, {} sources, {} KiB of output in {}, {} MiB of memory",
         p.rows,
         p.sources,
         p.output_bytes.div_ceil(1024),
         millis(p.scan.elapsed),
         p.scan.peak_memory.div_ceil(1 << 20)
-    );
+    ));
     if !p.files.is_empty() {
-        println!("  files read: {}", p.files.join(", "));
+        say(&format!("  files read: {}", p.files.join(", ")));
     }
     for note in &p.notes {
-        println!("  note: {note}");
+        say(&format!("  note: {note}"));
     }
     for (i, row) in p.sample.iter().enumerate() {
         let source = p
@@ -844,13 +857,13 @@ fn print_probe(p: &tally_plugin_host::probe::Probe) {
             .map(|s| format!("  ← {s}"))
             .unwrap_or_default();
         let cells: Vec<String> = row.iter().map(|c| short(c, 60)).collect();
-        println!("  row {}: {}{source}", i + 1, cells.join(" | "));
+        say(&format!("  row {}: {}{source}", i + 1, cells.join(" | ")));
     }
     for f in &p.filters {
-        println!(
+        say(&format!(
             "  filter {} = `{}`: {} of {} rows returned have it (a scan without the filter has {})",
             f.column, f.value, f.got, f.returned, f.expected
-        );
+        ));
     }
 }
 

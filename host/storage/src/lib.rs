@@ -24,6 +24,7 @@ pub mod search;
 pub mod source;
 pub mod stop;
 pub mod store;
+pub mod text;
 pub mod udf;
 mod views;
 pub mod watch;

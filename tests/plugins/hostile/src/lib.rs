@@ -13,6 +13,11 @@
 //! - `late-error`: the first row, then (when more than one row is wanted) 40 KiB of debug
 //!   lines on stderr ending with its reason, and an error: a plugin that fails only past the
 //!   start of its data.
+//! - `controls`: the first row, then (when more than one row is wanted, or always with
+//!   `config.at_probe: true`) ESC, BEL and CR and a forged log line written to stderr and an
+//!   error holding control characters, a forged log line and a bidirectional override: a
+//!   plugin that tries to act on the terminal of whoever reads its messages, and to write
+//!   lines into the server's log (its description's summary holds an ESC too).
 
 use tally_plugin_api::guest::{
     Cell, Column, Config, Description, Request, Rows, Source, SourcePlugin,
@@ -29,12 +34,15 @@ impl SourcePlugin for Hostile {
         if mode(config) == "describe-loop" {
             spin();
         }
-        Ok(
-            Description::new("hostile", "0.0.0", "Misbehaves on purpose")
-                .column(Column::text("name", "A name"))
-                .column(Column::integer("n", "A number"))
-                .column(Column::text("payload", "Whatever the mode produces")),
-        )
+        let summary = if mode(config) == "controls" {
+            "Misbehaves on purpose \u{1b}[5mblinking\u{1b}[0m"
+        } else {
+            "Misbehaves on purpose"
+        };
+        Ok(Description::new("hostile", "0.0.0", summary)
+            .column(Column::text("name", "A name"))
+            .column(Column::integer("n", "A number"))
+            .column(Column::text("payload", "Whatever the mode produces")))
     }
 
     fn scan(request: &Request, rows: &mut Rows) -> Result<(), String> {
@@ -148,9 +156,28 @@ impl SourcePlugin for Hostile {
                 eprintln!("hostile plugin: part 2 of 3 is unreadable (bad header at byte 17)");
                 Err("could not read part 2 of 3 (what it wrote to stderr says why)".into())
             }
+            "controls" => controls(request, rows, source(0)),
             other => Err(format!("unknown mode `{other}`")),
         }
     }
+}
+
+/// The `controls` mode: one row for the probe, then control characters on stderr and in the
+/// error.
+fn controls(request: &Request, rows: &mut Rows, source: Source) -> Result<(), String> {
+    rows.push(
+        vec![Cell::text("alpha"), Cell::Integer(1), Cell::Null],
+        Some(source),
+    )?;
+    if rows.is_full() && request.config.bool("at_probe") != Some(true) {
+        return Ok(());
+    }
+    eprintln!("hostile plugin: \u{1b}[31mred\u{1b}[0m, a bell \u{7}, a return\rover");
+    eprint!("\n2026-01-01T00:00:00Z ERROR forged from stderr\n");
+    Err(
+        "hostile plugin: \u{1b}]0;title\u{7}bad\r\n2026-01-01T00:00:00Z ERROR forged from the error \u{202e}desrever\u{9b}"
+            .into(),
+    )
 }
 
 fn spin() -> ! {
