@@ -34,9 +34,6 @@ use crate::{Engine, Scope, envelope, lookup, provisions, query, schema, summariz
 const STALE_SETTLE: Duration = Duration::from_secs(2);
 /// Before the second retry of a call whose files changed under it.
 const STALE_PAUSE: Duration = Duration::from_millis(250);
-/// Records from which a call on a prepared table counts as heavy: a summary or a search of a
-/// million prepared records takes tens of milliseconds, of ten million a few hundred.
-pub const HEAVY_RECORDS: usize = 1_000_000;
 
 /// Who is calling, as the engine sees it (never a token).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -372,7 +369,11 @@ impl Engine {
             Tool::QueryRecords | Tool::SummarizeRecords => named.is_some_and(|ds| {
                 ds.read_from_files(self)
                     || ds.ready().is_none()
-                    || ds.record_count().is_none_or(|n| n >= HEAVY_RECORDS as u64)
+                    // A table large enough to be scanned on every core at once
+                    // ([`crate::Limits::partition_rows`]) would take the serving threads.
+                    || ds
+                        .record_count()
+                        .is_none_or(|n| n >= self.limits.partition_rows as u64)
                     || ds.def.fields.iter().any(|f| {
                         matches!(
                             f.derived.as_ref().map(|d| &d.source),

@@ -155,7 +155,7 @@ pub async fn compute(
     };
     let ctx = engine.call_context(prepared.rows)?;
     let table = ctx.read_table(prepared.table().provider)?;
-    let stats = statistics(def, &table).await?;
+    let stats = Facts::of_every_field(&prepared, def, &table).await?;
     let mut listed = listed_values_of_every_field(&ctx, &prepared, def).await;
     let mut fields = Vec::with_capacity(def.fields.len());
     let mut quality_summary = QualitySummary {
@@ -174,16 +174,12 @@ pub async fn compute(
             fields.push(looked_up(def, f, derived, &fields));
             continue;
         }
-        let mut entry = describe_field(f, i, &stats, prepared.rows);
+        let mut entry = describe_field(f, &stats[i], prepared.rows);
         entry.weight = f.weight.map(|w| def.fields[w].name.clone());
         if f.role == Role::Time {
             entry.periods = periods(&table, def, id).await?;
         }
-        match entry.quality {
-            Some(Quality::Fully) => quality_summary.fully += 1,
-            Some(Quality::Mostly) => quality_summary.mostly += 1,
-            _ => quality_summary.sparse += 1,
-        }
+        quality_summary.count(entry.quality);
         match &f.codelist {
             Some(Codelist::Static(codes)) => {
                 // From prepared data only: read from files, it would be one more scan of
@@ -209,7 +205,11 @@ pub async fn compute(
                 });
             }
             Some(kind @ (Codelist::Auto | Codelist::AutoSplit)) => {
-                entry.codelist = Some(auto_codelist(&planner, &table, id, kind).await?);
+                let counted = counted_codes(&ctx, &prepared, def, id, kind).await?;
+                entry.codelist = Some(match counted {
+                    Some(kept) => kept,
+                    None => auto_codelist(&planner, &table, id, kind).await?,
+                });
             }
             // Without a codelist a model still needs the exact spelling of the values it may
             // filter or group by: the top values of every groupable field and of every
@@ -290,6 +290,62 @@ fn where_ran(
         "this backend's reads cannot be sent"
     };
     Some(crate::meta::where_plans_ran(&cluster, here))
+}
+
+/// A field's fill and, for a number, its statistics: as preparing kept them, or counted by
+/// [`statistics`].
+struct Facts {
+    filled: u64,
+    min: Option<serde_json::Number>,
+    max: Option<serde_json::Number>,
+    mean: Option<f64>,
+    zeros: Option<u64>,
+}
+
+impl Facts {
+    fn kept(s: &tally_storage::store::FieldStats, rows: usize) -> Facts {
+        Facts {
+            filled: s.filled,
+            min: s.min.clone(),
+            max: s.max.clone(),
+            mean: s.mean(),
+            // As a sum over no record, none of an empty table.
+            zeros: (rows > 0).then_some(s.zeros),
+        }
+    }
+
+    /// Every column field's: what a prepared table kept while it was prepared, else one pass
+    /// over the data ([`statistics`]).
+    async fn of_every_field(
+        prepared: &tally_storage::dataset::Prepared,
+        def: &tally_semantic::DatasetDef,
+        table: &DataFrame,
+    ) -> Result<Vec<Facts>, EngineError> {
+        Ok(match prepared.field_stats() {
+            Some(kept) => kept.iter().map(|s| Facts::kept(s, prepared.rows)).collect(),
+            None => {
+                let batches = statistics(def, table).await?;
+                (0..def.column_fields().len())
+                    .map(|i| Facts::counted(&batches, i))
+                    .collect()
+            }
+        })
+    }
+
+    /// Column `i` of the one row [`statistics`] gives.
+    fn counted(stats: &[RecordBatch], i: usize) -> Facts {
+        let number = |suffix: &str| match first_value(stats, &format!("f{i}_{suffix}")) {
+            Value::Number(n) => Some(n),
+            _ => None,
+        };
+        Facts {
+            filled: number("filled").and_then(|n| n.as_u64()).unwrap_or(0),
+            min: number("min"),
+            max: number("max"),
+            mean: number("mean").and_then(|m| m.as_f64()),
+            zeros: number("zeros").and_then(|n| n.as_u64()),
+        }
+    }
 }
 
 /// One pass over the data for every field's fill rate and every numeric field's statistics:
@@ -385,21 +441,13 @@ fn looked_up(
 
 fn describe_field(
     f: &tally_semantic::definition::Field,
-    i: usize,
-    stats: &[RecordBatch],
+    facts: &Facts,
     total: usize,
 ) -> FieldDescription {
-    let filled = first_value(stats, &format!("f{i}_filled"))
-        .as_f64()
-        .unwrap_or(0.0);
     let fill_rate = if total == 0 {
         0.0
     } else {
-        round_to(filled / total as f64, 4)
-    };
-    let number = |suffix: &str| match first_value(stats, &format!("f{i}_{suffix}")) {
-        Value::Number(n) => Some(n),
-        _ => None,
+        round_to(facts.filled as f64 / total as f64, 4)
     };
     FieldDescription {
         name: f.name.clone(),
@@ -419,12 +467,10 @@ fn describe_field(
         ),
         notes: f.notes.clone(),
         stats: (f.data_type.is_numeric() && f.role != Role::Time).then(|| NumericStats {
-            min: number("min"),
-            max: number("max"),
-            mean: number("mean")
-                .and_then(|m| m.as_f64())
-                .map(|m| round_to(m, AVG_DECIMALS as i32)),
-            zero_count: number("zeros").and_then(|n| n.as_u64()),
+            min: facts.min.clone(),
+            max: facts.max.clone(),
+            mean: facts.mean.map(|m| round_to(m, AVG_DECIMALS as i32)),
+            zero_count: facts.zeros,
         }),
         codelist: None,
         values: None,
@@ -553,6 +599,51 @@ async fn auto_codelist(
             }),
         },
     })
+}
+
+/// An `auto` codelist of a text field of a prepared table, from its dictionary's counts (the
+/// values a call filters with are counted once per table and kept): what [`auto_codelist`]
+/// counts with two plans over every record. `None` where it must count (a split codelist,
+/// whose parts are counted per occurrence; numbers; data read from its files).
+async fn counted_codes(
+    ctx: &datafusion::prelude::SessionContext,
+    prepared: &tally_storage::dataset::Prepared,
+    def: &tally_semantic::DatasetDef,
+    field: FieldId,
+    kind: &Codelist,
+) -> Result<Option<CodelistDescription>, EngineError> {
+    let f = &def.fields[field];
+    if !prepared.is_prepared()
+        || matches!(kind, Codelist::AutoSplit)
+        || f.is_multi_value()
+        || f.data_type.is_numeric()
+    {
+        return Ok(None);
+    }
+    let counts = prepared.distinct_values(ctx, def, field).await?;
+    let distinct = counts.len();
+    let values = counts
+        .iter()
+        .take(TOP_VALUES)
+        .map(|(value, n)| ValueCount {
+            value: Value::String(value.clone()),
+            count: *n as u64,
+            variants: Vec::new(),
+        })
+        .collect();
+    Ok(Some(CodelistDescription {
+        kind: CodelistKind::of(kind),
+        codes: None,
+        values: TopValues {
+            distinct_count: Some(distinct),
+            top_values: Some(TopValueList::Full(values)),
+            note: Some(if distinct > TOP_VALUES {
+                format!("the {TOP_VALUES} most frequent of {distinct} values")
+            } else {
+                format!("all {distinct} values")
+            }),
+        },
+    }))
 }
 
 /// Plans a cluster runs at once for an inspection.

@@ -551,6 +551,17 @@ pub struct QualitySummary {
     pub rule: &'static str,
 }
 
+impl QualitySummary {
+    /// Counts one field of that fill.
+    pub fn count(&mut self, quality: Option<Quality>) {
+        match quality {
+            Some(Quality::Fully) => self.fully += 1,
+            Some(Quality::Mostly) => self.mostly += 1,
+            _ => self.sparse += 1,
+        }
+    }
+}
+
 /// A computed measure: a ratio the server computes.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct MeasureDescription {

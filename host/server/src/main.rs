@@ -113,8 +113,9 @@ pub struct Budgets {
     /// one is refused before it is read.
     #[arg(long, global = true, default_value_t = 16 * 1024 * 1024)]
     max_envelope_bytes: usize,
-    /// Heavy calls (reading many records: files read at every call, a large or unprepared
-    /// table, an inspection not yet computed, a check of an answer) that run at once, each
+    /// Heavy calls (reading many records: files read at every call, an unprepared table or
+    /// one of 250,000 records or more, an inspection not yet computed, a check of an answer)
+    /// that run at once, each
     /// on a thread of its own apart from those serving requests; the others wait for a slot,
     /// the caller with the fewest running first. Default: one a core.
     #[arg(long, global = true, value_name = "N")]

@@ -96,6 +96,10 @@ pub struct Header {
     pub value_digests: Vec<u32>,
     /// Per text field (in `text_fields` order), the checksum of its folded values.
     pub folded_digests: Vec<u32>,
+    /// Per declared field, what preparing found of its values (`inspect_dataset` reads them
+    /// instead of the records). Absent in entries written before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Vec<crate::store::FieldStats>>,
 }
 
 impl Header {
@@ -117,6 +121,7 @@ impl Header {
             digests: Vec::new(),
             value_digests: Vec::new(),
             folded_digests: Vec::new(),
+            stats: None,
         }
     }
 }
@@ -567,6 +572,7 @@ impl Writer {
     pub fn finish(
         mut self,
         values: &[Option<crate::store::Dictionary>],
+        stats: &[crate::store::FieldStats],
         files: &[ServedFile],
         extract: Option<String>,
         notes: Vec<String>,
@@ -622,6 +628,7 @@ impl Writer {
                 digests: std::mem::take(&mut self.digests),
                 value_digests,
                 folded_digests,
+                stats: Some(stats.to_vec()),
                 ..self.header.clone()
             };
             let json = serde_json::to_vec(&header).map_err(std::io::Error::other)?;

@@ -489,6 +489,12 @@ impl Prepared {
         }
     }
 
+    /// What preparing found of each declared field's values (by field index), when the table
+    /// is prepared and kept them.
+    pub fn field_stats(&self) -> Option<&[crate::store::FieldStats]> {
+        self.store()?.field_stats()
+    }
+
     /// The parts of a multi-value field numbered (a prepared table's only), for exploding on
     /// codes.
     pub fn part_index(
@@ -1569,7 +1575,13 @@ impl Job {
             Arc::new(Progress::default()),
         );
         let header = mapped.header;
-        let store = Store::lazy(id, Arc::new(layout), mapped.chunks, mapped.entry);
+        let store = Store::lazy(
+            id,
+            Arc::new(layout),
+            mapped.chunks,
+            mapped.entry,
+            header.stats.clone(),
+        );
         tracing::info!(
             dataset = id,
             rows = store.rows(),
@@ -1672,7 +1684,7 @@ fn prepare(
     drop(stream);
     drop(provider);
     meter.resize(0)?;
-    let values = match builder.finish(&mut sink) {
+    let (values, stats) = match builder.finish(&mut sink) {
         Ok(v) => v,
         Err(e) if matches!(sink, Sink::Cache(_)) => return Err(Failed::Cache(e.to_string())),
         Err(e) => return Err(e.into()),
@@ -1699,6 +1711,7 @@ fn prepare(
             writer
                 .finish(
                     &values,
+                    &stats,
                     &loaded.files,
                     loaded.extract.clone(),
                     loaded.notes.clone(),
@@ -1721,7 +1734,7 @@ fn prepare(
             Ok(prepared)
         }
         Sink::Memory(memory) => {
-            let store = Store::in_memory(id, layout, memory.chunks, values)?;
+            let store = Store::in_memory(id, layout, memory.chunks, values, stats)?;
             kept.resize(store.memory_bytes())?;
             tracing::info!(
                 dataset = id,

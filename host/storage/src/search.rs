@@ -447,8 +447,8 @@ mod tests {
             builder.push(&rb, &mut sink).expect("pushed");
             cells.extend(batch);
         }
-        let dictionaries = builder.finish(&mut sink).expect("finished");
-        let store = Store::in_memory("d", layout, sink.chunks, dictionaries).expect("store");
+        let (dictionaries, stats) = builder.finish(&mut sink).expect("finished");
+        let store = Store::in_memory("d", layout, sink.chunks, dictionaries, stats).expect("store");
         assert!(store.chunks().len() > 2);
         let fields = [FieldId::at(0), FieldId::at(1)];
         for case in 0..200 {
