@@ -513,7 +513,7 @@ impl Engine {
     /// `None` when the values are not at hand (unknown dataset or field, numbers, data read
     /// from its files, a preparation still running or failed).
     pub async fn known_values(
-        &self,
+        self: &Arc<Self>,
         caller: &Caller,
         dataset_id: &str,
         field: &str,
@@ -533,16 +533,36 @@ impl Engine {
         }
         let prepared = match ds.ready() {
             Some(p) => p,
-            None if ds.read_from_files(self) => return None,
-            None => tokio::time::timeout(KNOWN_VALUES_WAIT, ds.prepared_whole(self))
+            None if ds.read_from_files(&**self) => return None,
+            None => tokio::time::timeout(KNOWN_VALUES_WAIT, ds.prepared_whole(&**self))
                 .await
                 .ok()?
                 .ok()?,
         };
-        let counts = prepared
-            .distinct_values(&self.ctx, &ds.def, id)
-            .await
-            .ok()?;
+        // Counted once per table and kept; a large table is counted as a heavy call is, on
+        // the heavy runtime after its slot (within the completion's wait), never on the
+        // threads serving requests.
+        let (engine, ds_for_count) = (Arc::clone(self), Arc::clone(ds));
+        let count = async move {
+            prepared
+                .distinct_values(&engine.ctx, &ds_for_count.def, id)
+                .await
+        };
+        let counts = if ds.record_count().unwrap_or(0) >= self.limits.partition_rows as u64 {
+            let deadline = tokio::time::Instant::now() + KNOWN_VALUES_WAIT;
+            let slot = self.governor.admit(&caller.id, deadline).await.ok()?;
+            let runtime = self.governor.runtime().ok()?;
+            runtime
+                .spawn(async move {
+                    let _slot = slot;
+                    count.await
+                })
+                .await
+                .ok()?
+                .ok()?
+        } else {
+            count.await.ok()?
+        };
         // The most frequent ones: a free-text field may hold a value per record.
         Some(
             counts
