@@ -45,53 +45,71 @@ fn first_value(batches: &[datafusion::arrow::record_batch::RecordBatch], column:
 /// Attributes with at most this many distinct values have them listed.
 pub const MAX_LISTED_DISTINCT: usize = 200;
 
-/// A field's values (parts, for a multi-value field) with their record counts, most frequent
-/// first, the values equal under NFKC counted together (`variants` lists the spellings).
+/// A field's values (parts, for a multi-value field) with their record counts, the values
+/// equal under NFKC counted together (`variants` lists the spellings): how many there are,
+/// and the `top` most frequent (ties by value). A field of millions of distinct values is
+/// gone through once, its values borrowed (most are their own NFKC form), only the `top`
+/// ones written out.
 async fn observed_values(
     ctx: &datafusion::prelude::SessionContext,
     prepared: &tally_storage::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
     field: FieldId,
-) -> Result<Vec<ValueCount>, EngineError> {
-    let mut by_form: Vec<(String, usize, Vec<String>)> = Vec::new();
-    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    top: usize,
+) -> Result<(usize, Vec<ValueCount>), EngineError> {
+    let counts = prepared.distinct_values(ctx, def, field).await?;
+    // Per form: the first spelling met (the most frequent), the records, the other spellings.
+    let mut by_form: Vec<(usize, usize, Vec<usize>)> = Vec::with_capacity(counts.len());
+    let mut index: std::collections::HashMap<std::borrow::Cow<'_, str>, usize> =
+        std::collections::HashMap::with_capacity(counts.len());
     let stop = tally_storage::stop::Stop::of(ctx);
-    for (i, (value, count)) in prepared
-        .distinct_values(ctx, def, field)
-        .await?
-        .iter()
-        .enumerate()
-    {
+    for (i, (value, count)) in counts.iter().enumerate() {
         // Folding runs long between two awaits on a field with a value per record: a call
         // given up stops here (`tally_storage::stop`).
         if i.is_multiple_of(tally_storage::stop::EVERY) {
             stop.check()?;
         }
-        let form = tally_semantic::names::nfkc_value(value);
-        match index.get(&form) {
-            Some(&k) => {
-                by_form[k].1 += count;
-                by_form[k].2.push(value.clone());
+        match index.entry(tally_semantic::names::nfkc_form(value)) {
+            std::collections::hash_map::Entry::Occupied(at) => {
+                let form = &mut by_form[*at.get()];
+                form.1 += count;
+                form.2.push(i);
             }
-            None => {
-                index.insert(form, by_form.len());
-                by_form.push((value.clone(), *count, vec![value.clone()]));
+            std::collections::hash_map::Entry::Vacant(at) => {
+                at.insert(by_form.len());
+                by_form.push((i, *count, Vec::new()));
             }
         }
     }
-    by_form.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok(by_form
-        .into_iter()
-        .map(|(value, count, variants)| ValueCount {
-            value: Value::String(value),
-            count: count as u64,
-            variants: if variants.len() > 1 {
-                variants
-            } else {
-                Vec::new()
-            },
-        })
-        .collect())
+    let distinct = by_form.len();
+    let order = |a: &(usize, usize, Vec<usize>), b: &(usize, usize, Vec<usize>)| {
+        b.1.cmp(&a.1).then(counts[a.0].0.cmp(&counts[b.0].0))
+    };
+    // The top ones only: selected in linear time, then sorted.
+    if by_form.len() > top && top > 0 {
+        by_form.select_nth_unstable_by(top - 1, order);
+        by_form.truncate(top);
+    }
+    by_form.sort_by(order);
+    by_form.truncate(top);
+    Ok((
+        distinct,
+        by_form
+            .into_iter()
+            .map(|(first, count, others)| ValueCount {
+                value: Value::String(counts[first].0.clone()),
+                count: count as u64,
+                variants: if others.is_empty() {
+                    Vec::new()
+                } else {
+                    std::iter::once(first)
+                        .chain(others)
+                        .map(|i| counts[i].0.clone())
+                        .collect()
+                },
+            })
+            .collect(),
+    ))
 }
 
 /// The answer of `inspect_dataset` for one call: the version's description, computed once
@@ -601,10 +619,9 @@ async fn auto_codelist(
     })
 }
 
-/// An `auto` codelist of a text field of a prepared table, from its dictionary's counts (the
-/// values a call filters with are counted once per table and kept): what [`auto_codelist`]
-/// counts with two plans over every record. `None` where it must count (a split codelist,
-/// whose parts are counted per occurrence; numbers; data read from its files).
+/// An `auto` codelist of a text field of a prepared table, from its dictionary's counts (once
+/// per distinct value): what [`auto_codelist`] counts with two plans over every record.
+/// `None` where it must count that way (numbers; data read from its files).
 async fn counted_codes(
     ctx: &datafusion::prelude::SessionContext,
     prepared: &tally_storage::dataset::Prepared,
@@ -613,14 +630,20 @@ async fn counted_codes(
     kind: &Codelist,
 ) -> Result<Option<CodelistDescription>, EngineError> {
     let f = &def.fields[field];
-    if !prepared.is_prepared()
-        || matches!(kind, Codelist::AutoSplit)
-        || f.is_multi_value()
-        || f.data_type.is_numeric()
-    {
+    if !prepared.is_prepared() || f.data_type.is_numeric() {
         return Ok(None);
     }
-    let counts = prepared.distinct_values(ctx, def, field).await?;
+    // Split as [`auto_codelist`] splits (the parts `tally_parts` gives), each part counted
+    // once for every time it occurs.
+    let counts = if matches!(kind, Codelist::AutoSplit) || f.is_multi_value() {
+        let separator = f.multi_value.as_deref().unwrap_or(";");
+        match prepared.part_occurrences(ctx, field, separator) {
+            Some(counted) => std::sync::Arc::new(counted?),
+            None => return Ok(None),
+        }
+    } else {
+        prepared.distinct_values(ctx, def, field).await?
+    };
     let distinct = counts.len();
     let values = counts
         .iter()
@@ -694,8 +717,9 @@ async fn listed_values(
     def: &tally_semantic::DatasetDef,
     field: FieldId,
 ) -> Option<TopValues> {
-    let values = observed_values(ctx, prepared, def, field).await.ok()?;
-    let distinct = values.len();
+    let (distinct, values) = observed_values(ctx, prepared, def, field, TOP_VALUES)
+        .await
+        .ok()?;
     let unique = values.first().is_some_and(|v| v.count == 1);
     if unique && distinct > TOP_VALUES {
         Some(TopValues {
@@ -706,7 +730,7 @@ async fn listed_values(
             ..TopValues::default()
         })
     } else if def.fields[field].groupable || distinct <= MAX_LISTED_DISTINCT {
-        let top: Vec<ValueCount> = values.into_iter().take(TOP_VALUES).collect();
+        let top = values;
         Some(TopValues {
             distinct_count: Some(distinct),
             top_values: Some(TopValueList::Full(top)),

@@ -121,7 +121,12 @@ impl View {
 
     /// The values of a field of a dataset the caller may see (for completing a condition),
     /// at most [`tally_engine::KNOWN_VALUES`]; nothing for any other dataset.
-    pub async fn known_values(&self, engine: &Arc<Engine>, dataset: &str, field: &str) -> Vec<String> {
+    pub async fn known_values(
+        &self,
+        engine: &Arc<Engine>,
+        dataset: &str,
+        field: &str,
+    ) -> Vec<String> {
         engine
             .known_values(self.caller(), dataset, field)
             .await

@@ -580,7 +580,19 @@ impl TableProvider for StreamTable {
         }
         let schema = Arc::new(shared.schema.project(wanted)?);
         let out_schema = Arc::clone(&schema);
+        // The call's stop, looked at before each batch is handed on: a call given up ends at
+        // its next batch, whatever the operators above it are doing.
+        let stop = state
+            .config()
+            .get_extension::<crate::stop::Stop>()
+            .map(|s| (*s).clone())
+            .unwrap_or_default();
         let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {
+            if stop.is_set() {
+                return Err(datafusion::error::DataFusionError::External(Box::new(
+                    crate::stop::stopped_error(),
+                )));
+            }
             shape(&outputs, &out_schema, batch)
         };
         Ok(Arc::new(MapExec::new(
