@@ -31,6 +31,26 @@ import time
 from pathlib import Path
 
 
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def duckdb_summarize(parquet: Path) -> float | None:
+    """DuckDB's `SUMMARIZE` of the same Parquet file (every column's min, max, distinct
+    estimate, nulls): the yardstick for describing a table, in seconds."""
+    try:
+        import duckdb
+    except ImportError:
+        return None
+    con = duckdb.connect()
+    t = time.perf_counter()
+    con.execute(f"SUMMARIZE SELECT * FROM read_parquet('{parquet}')").fetchall()
+    return time.perf_counter() - t
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -206,6 +226,7 @@ def main():
             first, _ = timed(server, "inspect_dataset", {"dataset_id": args.big})
             again, _ = timed(server, "inspect_dataset", {"dataset_id": args.big})
 
+            peak_prepared = peak_rss_mib(server.proc.pid)
             (idle_ping, idle_small) = probe(server, args.samples)
             (load_ping, load_small), busy, done, reasons = under_load(server, args.big, args.heavy, args.samples)
             print("| while | ping p50 | ping p99 | small summary p50 | small summary p99 |")
@@ -215,7 +236,8 @@ def main():
             print(f"\nthe server used {busy:.2f} cores meanwhile; heavy calls: {done['answered']} answered, {done['refused']} refused")
             for reason, n in sorted(reasons.items(), key=lambda r: -r[1]):
                 print(f"- {n} refused: {reason}")
-            print()
+            print(f"\npeak resident memory of the server: {peak_rss_mib(server.proc.pid):.0f} MiB"
+                  f" ({peak_prepared:.0f} MiB once the large table was prepared and inspected)\n")
         finally:
             server.stop()
 
@@ -255,6 +277,9 @@ def main():
     print("\n| inspect_dataset of the large dataset | time |")
     print("|---|---|")
     print(f"| prepared, first answer | {first:.2f} s |")
+    duck = duckdb_summarize(Path(args.datasets) / args.big / "data.parquet")
+    if duck is not None:
+        print(f"| DuckDB `SUMMARIZE` of the same Parquet file (the yardstick) | {duck:.2f} s |")
     print(f"| prepared, again (kept) | {again:.3f} s |")
     how = f"a task: {said}; {status}" if task_id else "answered at once, not as a task"
     print(f"| read from its files ({how}) | {files:.1f} s |")
