@@ -493,8 +493,11 @@ async def test_a_call_past_its_deadline_cancels_its_job(tmp_path):
     need_cluster_client()
     datasets = tmp_path / "datasets"
     big_dataset(datasets, 2_000_000)
-    c_ = LocalCluster(tmp_path / "cluster")
-    server = HttpServer("--cluster", c_.address, "--call-timeout-ms", "1500", datasets=str(datasets))
+    # One executor, whose search of 2M records takes it 1.3 s on two quiet cores (a debug
+    # build), past the call's 1 s; the job is submitted within the first tenth of a second.
+    # (Two executors and 1.5 s let the job end just as the deadline came: nothing to cancel.)
+    c_ = LocalCluster(tmp_path / "cluster", executors=1)
+    server = HttpServer("--cluster", c_.address, "--call-timeout-ms", "1000", datasets=str(datasets))
     try:
         async with Client(server.url, mode="legacy", cache=None) as c:
             r = await c.call_tool("query_records", {"dataset_id": "big", "q": "報告", "limit": 1})
