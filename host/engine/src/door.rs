@@ -237,6 +237,8 @@ impl Cx<'_> {
 pub struct View {
     caller: Caller,
     catalog: Arc<Catalog>,
+    /// The datasets the caller sees, as they see them (a policy's restricted twin).
+    seen: std::collections::BTreeMap<String, Arc<Dataset>>,
 }
 
 impl View {
@@ -249,24 +251,19 @@ impl View {
         self.caller.scope == Scope::All
     }
 
-    /// A dataset the caller may see; `None` alike for a hidden one and one not served.
+    /// A dataset the caller may see, as they see it; `None` alike for a hidden one and one
+    /// not served.
     pub fn dataset(&self, id: &str) -> Option<&Arc<Dataset>> {
-        if !self.caller.sees(id) {
-            return None;
-        }
-        self.catalog.datasets.get(id)
+        self.seen.get(id)
     }
 
     /// The datasets the caller may see, by id.
     pub fn datasets(&self) -> impl Iterator<Item = &Arc<Dataset>> + '_ {
-        self.catalog
-            .datasets
-            .values()
-            .filter(|ds| self.caller.sees(ds.id()))
+        self.seen.values()
     }
 
     pub fn ids(&self) -> Vec<String> {
-        self.datasets().map(|ds| ds.id().to_string()).collect()
+        self.seen.keys().cloned().collect()
     }
 
     /// The folders the caller may see whose files are still being written (retried when they
@@ -290,9 +287,16 @@ impl View {
 impl Engine {
     /// The view of `caller` on the catalog as it is now.
     pub fn view(&self, caller: Caller) -> View {
+        let catalog = self.catalog.load_full();
+        let seen = catalog
+            .datasets
+            .keys()
+            .filter_map(|id| Some((id.clone(), self.seen(&catalog, id, &caller.scope)?)))
+            .collect();
         View {
             caller,
-            catalog: self.catalog.load_full(),
+            catalog,
+            seen,
         }
     }
 
@@ -629,10 +633,8 @@ impl Engine {
                 }
                 e
             })?;
-        let ds = catalog
-            .datasets
-            .get(id)
-            .cloned()
+        let ds = self
+            .seen(&catalog, id, scope)
             .ok_or_else(|| EngineError::internal("resolved dataset vanished"))?;
         Ok((ds, resolution))
     }
@@ -722,12 +724,7 @@ impl Cx<'_> {
                 let mut plan = tally_semantic::resolve::resolve_cite(&ds.def, args)?;
                 plan.records.resolved_fields.splice(0..0, resolution);
                 let target = self
-                    .catalog
-                    .load()
-                    .datasets
-                    .get(&plan.link.to)
-                    .filter(|_| self.scope().allows(&plan.link.to))
-                    .cloned()
+                    .seen(&self.catalog.load(), &plan.link.to, self.scope())
                     .ok_or_else(|| {
                         EngineError::Request(
                             tally_semantic::error::RequestError::new(

@@ -27,6 +27,7 @@ pub mod lookup;
 pub mod meta;
 pub mod multicode;
 pub mod plan;
+pub mod policy;
 pub mod provisions;
 pub mod query;
 pub mod results;
@@ -61,6 +62,9 @@ pub enum Scope {
     #[default]
     All,
     Only(Arc<std::collections::BTreeSet<String>>),
+    /// Datasets as policies show them: some whole, some with fields hidden or rows
+    /// restricted (see [`policy`]).
+    Policy(Arc<policy::Policy>),
 }
 
 impl Scope {
@@ -68,6 +72,15 @@ impl Scope {
         match self {
             Scope::All => true,
             Scope::Only(set) => set.contains(dataset),
+            Scope::Policy(p) => p.allows(dataset),
+        }
+    }
+
+    /// What of `dataset` a policy keeps from the caller, unless they see it whole.
+    pub fn restriction(&self, dataset: &str) -> Option<&policy::Restriction> {
+        match self {
+            Scope::Policy(p) => p.restriction(dataset),
+            _ => None,
         }
     }
 }
@@ -185,6 +198,8 @@ pub struct Engine {
     cluster: Option<(Arc<dyn cluster::Cluster>, usize)>,
     /// Where heavy calls run and when they may start.
     governor: Arc<governor::Governor>,
+    /// The datasets as policies show them to restricted callers.
+    twins: policy::Twins,
 }
 
 /// What storage draws on to prepare a dataset, the engine's own.
@@ -283,6 +298,7 @@ impl Engine {
             // Two at a time: preparing is CPU-bound, and the machines Tally targets have
             // few cores; a third waits its turn (its calls wait for it, or read the files).
             preparations: Arc::new(tokio::sync::Semaphore::new(2)),
+            twins: Default::default(),
             limits,
             backends,
             cache: None,
@@ -491,11 +507,7 @@ impl Engine {
     pub async fn prepare(&self, caller: &Caller, dataset_id: &str) {
         let catalog = self.catalog.load_full();
         let dataset_id = dataset_id.trim();
-        if let Some(ds) = catalog
-            .datasets
-            .get(dataset_id)
-            .filter(|_| caller.sees(dataset_id))
-        {
+        if let Some(ds) = self.seen(&catalog, dataset_id, &caller.scope) {
             // With a cache, the whole table is prepared (and kept) for the next command; else,
             // or when it would not fit the budget, the call itself reads what it needs.
             if (self.cache.is_some() || !ds.backend.streams()) && !ds.read_from_files(self) {
@@ -518,11 +530,8 @@ impl Engine {
         dataset_id: &str,
         field: &str,
     ) -> Option<Vec<String>> {
-        if !caller.sees(dataset_id) {
-            return None;
-        }
         let catalog = self.catalog.load_full();
-        let ds = catalog.datasets.get(dataset_id)?;
+        let ds = self.seen(&catalog, dataset_id, &caller.scope)?;
         let id = ds.def.field_index(field)?;
         let f = &ds.def.fields[id];
         if let Some(tally_semantic::definition::Codelist::Static(codes)) = &f.codelist {
@@ -542,7 +551,7 @@ impl Engine {
         // Counted once per table and kept; a large table is counted as a heavy call is, on
         // the heavy runtime after its slot (within the completion's wait), never on the
         // threads serving requests.
-        let (engine, ds_for_count) = (Arc::clone(self), Arc::clone(ds));
+        let (engine, ds_for_count) = (Arc::clone(self), Arc::clone(&ds));
         let count = async move {
             prepared
                 .distinct_values(&engine.ctx, &ds_for_count.def, id)
@@ -610,11 +619,11 @@ impl Engine {
         let mut provenance = Provenance::default();
         let mut listed = Vec::new();
         let catalog = self.catalog.load_full();
-        for ds in catalog.datasets.values() {
-            let def = &ds.def;
-            if !scope.allows(&def.id) {
+        for id in catalog.datasets.keys() {
+            let Some(ds) = self.seen(&catalog, id, scope) else {
                 continue;
-            }
+            };
+            let def = &ds.def;
             let haystack = format!("{} {}", def.id, def.title).to_lowercase();
             if q.as_ref().is_some_and(|q| !haystack.contains(q.as_str())) {
                 continue;
@@ -628,7 +637,7 @@ impl Engine {
             }) {
                 continue;
             }
-            let (source, warnings) = dataset_source(ds, &[]);
+            let (source, warnings) = dataset_source(&ds, &[]);
             let source_ref = provenance.cite(source);
             for w in warnings {
                 provenance.warn(w);

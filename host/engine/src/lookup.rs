@@ -127,12 +127,7 @@ async fn related(
         diagnostics: Vec::new(),
     };
     let target = engine
-        .catalog
-        .load()
-        .datasets
-        .get(dataset)
-        .filter(|_| scope.allows(dataset))
-        .cloned()
+        .seen(&engine.catalog.load(), dataset, scope)
         .ok_or_else(|| {
             broken(format!(
                 "`{dataset}` is not served (a folder of that name in the datasets directory; `tally check` says why one is refused)"

@@ -98,6 +98,23 @@ impl Tokens {
             .map_err(|e| format!("--token-env {var}: {e}"))
     }
 
+    /// Gives the token `id` what `scope` shows instead of its dataset list; refused for an
+    /// unknown id or a token whose line lists datasets (say them in the policy instead).
+    pub fn grant(&mut self, id: &str, scope: Scope) -> Result<(), String> {
+        let token = self.tokens.iter_mut().find(|t| t.id == id).ok_or_else(|| {
+            format!(
+                "grants.tokens names `{id}`, which is no token id of --token-file or --token-env"
+            )
+        })?;
+        if token.scope != Scope::All {
+            return Err(format!(
+                "the token `{id}` lists datasets in the token file and is granted policies too; list its datasets in the policy and leave them out of the token file"
+            ));
+        }
+        token.scope = scope;
+        Ok(())
+    }
+
     fn add(&mut self, id: &str, secret: &str, scope: Scope) -> Result<(), String> {
         if secret.chars().count() < MIN_TOKEN_CHARS {
             return Err(format!(
@@ -151,6 +168,10 @@ fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
 #[derive(Debug)]
 pub struct Guard {
     pub tokens: Tokens,
+    /// Access tokens of an OAuth authorization server, when one is configured.
+    pub oauth: Option<Arc<crate::oauth::OAuth>>,
+    /// What OAuth callers are granted (`--policy-file`); without it they see every dataset.
+    pub policies: Option<Arc<crate::policies::Policies>>,
     /// `host` or `host:port` values the Host header may carry.
     pub hosts: Vec<String>,
     /// Origins a browser page may call from.
@@ -341,6 +362,8 @@ impl Guard {
     ) -> Guard {
         Guard {
             tokens,
+            oauth: None,
+            policies: None,
             hosts,
             origins,
             rate_per_second: rate_per_second.max(0.001),
@@ -357,6 +380,11 @@ impl Guard {
             max_sessions: MAX_SESSIONS,
             live: None,
         }
+    }
+
+    /// Whether requests must authenticate (static tokens or OAuth).
+    pub fn authenticates(&self) -> bool {
+        !self.tokens.is_empty() || self.oauth.is_some()
     }
 
     /// Whether `peer` may try to authenticate now: `Err(seconds)` while its failures are
@@ -435,7 +463,7 @@ impl Guard {
     /// client is one address) its session, or its address outside a session.
     fn share(&self, caller: &Caller, session: Option<&str>) -> Share {
         match session {
-            _ if !self.tokens.is_empty() => Share::Caller(caller.id.clone()),
+            _ if self.authenticates() => Share::Caller(caller.id.clone()),
             Some(session) => Share::Session(session.to_string()),
             None => Share::Address(caller.id.clone()),
         }
@@ -577,7 +605,7 @@ pub async fn check(
         return refusal;
     }
     if request.uri().path() == "/health" {
-        let caller = health_caller(&guard, peer, request.headers());
+        let caller = health_caller(&guard, peer, request.headers()).await;
         request.extensions_mut().insert(caller);
         return next.run(request).await;
     }
@@ -587,7 +615,7 @@ pub async fn check(
     if let Some(refusal) = refuse_declared_size(&guard, request.headers()) {
         return refusal;
     }
-    let caller = match authenticate(&guard, peer, request.headers()) {
+    let caller = match authenticate(&guard, peer, request.uri(), request.headers()).await {
         Ok(caller) => caller,
         Err(refusal) => return refusal,
     };
@@ -695,27 +723,48 @@ fn refuse_target(guard: &Guard, request: &Request<Body>) -> Option<Response> {
 }
 
 /// The caller `/health` answers: whoever the token names, without counting failures.
-fn health_caller(guard: &Guard, peer: SocketAddr, headers: &axum::http::HeaderMap) -> Caller {
+async fn health_caller(guard: &Guard, peer: SocketAddr, headers: &axum::http::HeaderMap) -> Caller {
     // Open to anyone, but what it tells is the caller's view: counts of datasets only to
     // a caller that may see them all (no tokens on a loopback server, or a token without
     // a scope). A token that does not check out is answered as none: nothing but the
     // status (and no failure counted, since nothing is learned from it).
-    if guard.tokens.is_empty() {
-        Caller {
+    if !guard.authenticates() {
+        return Caller {
             id: format!("ip:{}", peer.ip()),
             scope: Scope::All,
-        }
-    } else {
-        bearer(headers)
-            .and_then(|t| guard.tokens.find(t))
-            .map(|token| Caller {
-                id: token.id.clone(),
-                scope: token.scope.clone(),
-            })
-            .unwrap_or_else(|| Caller {
-                id: "anonymous".into(),
-                scope: Scope::Only(Arc::default()),
-            })
+        };
+    }
+    let anonymous = || Caller {
+        id: "anonymous".into(),
+        scope: Scope::Only(Arc::default()),
+    };
+    let Some(presented) = bearer(headers) else {
+        return anonymous();
+    };
+    if let Some(token) = guard.tokens.find(presented) {
+        return Caller {
+            id: token.id.clone(),
+            scope: token.scope.clone(),
+        };
+    }
+    match &guard.oauth {
+        Some(oauth) => match oauth.check(presented).await {
+            Ok(principal) => oauth_caller(guard, &principal),
+            Err(_) => anonymous(),
+        },
+        None => anonymous(),
+    }
+}
+
+/// The caller an OAuth access token speaks for, with what the policies grant it (every
+/// dataset without a policy file).
+fn oauth_caller(guard: &Guard, principal: &crate::oauth::Principal) -> Caller {
+    Caller {
+        id: format!("oauth:{}", principal.subject),
+        scope: guard
+            .policies
+            .as_ref()
+            .map_or(Scope::All, |p| p.scope_of_principal(principal)),
     }
 }
 
@@ -735,18 +784,34 @@ fn refuse_declared_size(guard: &Guard, headers: &axum::http::HeaderMap) -> Optio
     None
 }
 
-/// The caller of an `/mcp` request: its token's, or its address's when the server takes no
-/// tokens; a refusal when the peer has failed too often or the token does not check out.
-fn authenticate(
+/// The caller of an `/mcp` request: its token's (a static one, or an OAuth access token),
+/// or its address's when the server takes no tokens; a refusal when the peer has failed too
+/// often or the token does not check out.
+async fn authenticate(
     guard: &Guard,
     peer: SocketAddr,
+    uri: &axum::http::Uri,
     headers: &axum::http::HeaderMap,
 ) -> Result<Caller, Response> {
-    if guard.tokens.is_empty() {
+    if !guard.authenticates() {
         return Ok(Caller {
             id: format!("ip:{}", peer.ip()),
             scope: Scope::All,
         });
+    }
+    // RFC 6750 §2.3 allows a token in the query; OAuth 2.1 and MCP forbid it (URLs end up in
+    // logs and histories). Refused whether or not the token is good.
+    if token_in_query(uri) {
+        return Err(challenge(
+            guard,
+            StatusCode::BAD_REQUEST,
+            Some((
+                "invalid_request",
+                "access tokens are not accepted in the query string",
+            )),
+            "the request carries an access token in its URL (`access_token=`), which this server never accepts",
+            "send the token in the Authorization header: `Authorization: Bearer <token>`, and revoke the one sent in the URL",
+        ));
     }
     if let Err(seconds) = guard.may_try(peer.ip()) {
         let mut r = refuse(
@@ -762,39 +827,133 @@ fn authenticate(
             .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         return Err(r);
     }
-    match bearer(headers) {
-        None => {
+    let Some(presented) = bearer(headers) else {
+        guard.failed(peer.ip());
+        return Err(challenge(
+            guard,
+            StatusCode::UNAUTHORIZED,
+            None,
+            "this server needs a bearer token",
+            &sign_in_hint(guard),
+        ));
+    };
+    if let Some(token) = guard.tokens.find(presented) {
+        return Ok(Caller {
+            id: token.id.clone(),
+            scope: token.scope.clone(),
+        });
+    }
+    let Some(oauth) = &guard.oauth else {
+        guard.failed(peer.ip());
+        return Err(challenge(
+            guard,
+            StatusCode::UNAUTHORIZED,
+            Some(("invalid_token", "the bearer token is not valid")),
+            "the bearer token is not valid",
+            &sign_in_hint(guard),
+        ));
+    };
+    match oauth.check(presented).await {
+        Ok(principal) => Ok(oauth_caller(guard, &principal)),
+        Err(crate::oauth::Rejection::Invalid(why)) => {
             guard.failed(peer.ip());
-            Err(unauthorized(None, "this server needs a bearer token"))
+            tracing::info!(peer = %peer.ip(), "an access token was refused: {why}");
+            Err(challenge(
+                guard,
+                StatusCode::UNAUTHORIZED,
+                Some(("invalid_token", &why)),
+                &format!("the access token is not valid: {why}"),
+                &sign_in_hint(guard),
+            ))
         }
-        Some(t) => match guard.tokens.find(t) {
-            Some(token) => Ok(Caller {
-                id: token.id.clone(),
-                scope: token.scope.clone(),
-            }),
-            None => {
-                guard.failed(peer.ip());
-                Err(unauthorized(
-                    Some("invalid_token"),
-                    "the bearer token is not valid",
-                ))
-            }
-        },
+        Err(crate::oauth::Rejection::Scope(missing)) => Err(challenge(
+            guard,
+            StatusCode::FORBIDDEN,
+            Some((
+                "insufficient_scope",
+                "the access token lacks a scope this server requires",
+            )),
+            &format!(
+                "the access token lacks the scope{} {} this server requires",
+                if missing.len() == 1 { "" } else { "s" },
+                missing
+                    .iter()
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            &format!(
+                "sign in again asking for scope=\"{}\" (the client reads it from WWW-Authenticate)",
+                oauth.scopes().join(" ")
+            ),
+        )),
+        Err(crate::oauth::Rejection::Unavailable(why)) => {
+            let mut r = refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("access tokens cannot be checked now: {why}"),
+                "try again shortly (Retry-After); the server's operator can see why in its log",
+            );
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(crate::oauth::REFRESH_AT_MOST_EVERY.as_secs()),
+            );
+            Err(r)
+        }
     }
 }
 
-/// A 401 with the bearer challenge (and its `error`, if any).
-fn unauthorized(error: Option<&str>, message: &str) -> Response {
-    let mut r = refuse(
-        StatusCode::UNAUTHORIZED,
-        message,
-        "send `Authorization: Bearer <token>` with a token the server was given (--token-file or --token-env)",
-    );
-    let challenge = match error {
-        Some(e) => format!("Bearer realm=\"tally\", error=\"{e}\""),
-        None => "Bearer realm=\"tally\"".to_string(),
+/// Whether a request's URL carries `access_token=` in its query.
+fn token_in_query(uri: &axum::http::Uri) -> bool {
+    uri.query().is_some_and(|q| {
+        q.split('&').any(|pair| {
+            let name = pair.split('=').next().unwrap_or("");
+            percent_encoding::percent_decode_str(name)
+                .decode_utf8_lossy()
+                .eq_ignore_ascii_case("access_token")
+        })
+    })
+}
+
+/// What a client refused at the door should do.
+fn sign_in_hint(guard: &Guard) -> String {
+    match &guard.oauth {
+        Some(oauth) => format!(
+            "sign in with the authorization server {} (its protected resource metadata is at {}), or send `Authorization: Bearer <token>` with a token the server was given",
+            oauth.issuer(),
+            oauth.metadata_url()
+        ),
+        None => "send `Authorization: Bearer <token>` with a token the server was given (--token-file or --token-env)".to_string(),
+    }
+}
+
+/// A refusal with the bearer challenge (RFC 6750 §3, RFC 9728 §5.1): the resource metadata's
+/// address and the scopes needed when OAuth is configured, the error (and its description)
+/// when a token was presented.
+fn challenge(
+    guard: &Guard,
+    status: StatusCode,
+    error: Option<(&str, &str)>,
+    message: &str,
+    fix: &str,
+) -> Response {
+    let mut r = refuse(status, message, fix);
+    let quoted = |s: &str| {
+        s.replace(['"', '\\'], "'")
+            .replace(|c: char| c.is_control(), " ")
     };
-    if let Ok(v) = HeaderValue::from_str(&challenge) {
+    let mut params = vec!["realm=\"tally\"".to_string()];
+    if let Some(oauth) = &guard.oauth {
+        params.push(format!(
+            "resource_metadata=\"{}\"",
+            quoted(&oauth.metadata_url())
+        ));
+        params.push(format!("scope=\"{}\"", quoted(&oauth.scopes().join(" "))));
+    }
+    if let Some((code, description)) = error {
+        params.push(format!("error=\"{code}\""));
+        params.push(format!("error_description=\"{}\"", quoted(description)));
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", params.join(", "))) {
         r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
     r

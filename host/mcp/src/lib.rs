@@ -24,6 +24,8 @@ mod listen;
 mod logging;
 mod mcp;
 mod methods;
+mod oauth;
+mod policies;
 mod progress;
 mod prompts;
 pub mod serve;

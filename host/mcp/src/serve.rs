@@ -138,6 +138,12 @@ pub struct HttpOptions {
     /// Live MCP sessions of all callers together; past it the oldest session is closed.
     #[arg(long, default_value_t = crate::guard::MAX_SESSIONS)]
     max_sessions: usize,
+    /// What each caller may see (YAML): policies naming datasets, hidden fields and row
+    /// conditions, granted to token ids and to OAuth scopes and claims (docs/security.md).
+    #[arg(long, value_name = "FILE")]
+    policy_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    oauth: crate::oauth::OAuthOptions,
 }
 
 /// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`.
@@ -148,9 +154,16 @@ pub async fn http(
     options: HttpOptions,
     audit: Option<crate::audit::Audit>,
 ) -> ExitCode {
-    let tokens = match read_tokens(addr, &options) {
+    let mut tokens = match read_tokens(addr, &options) {
         Ok(tokens) => tokens,
         Err(code) => return code,
+    };
+    let policies = match read_policies(&engine, &options, &mut tokens) {
+        Ok(policies) => policies,
+        Err(e) => {
+            eprintln!("tally serve: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
     };
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
@@ -160,6 +173,13 @@ pub async fn http(
         }
     };
     let bound = listener.local_addr().unwrap_or(addr);
+    let oauth = match crate::oauth::OAuth::new(&options.oauth, bound) {
+        Ok(oauth) => oauth.map(Arc::new),
+        Err(e) => {
+            eprintln!("tally serve: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let (hosts, origins) = allowed_names(bound, &options, extra_origins);
     // rmcp switches Origin validation off when the allow-list is empty; ours never is, and
     // validation is enforced explicitly. Host and body checks run in rmcp too.
@@ -172,10 +192,16 @@ pub async fn http(
     let cancel = config.cancellation_token.clone();
     let engine_call_timeout = engine.limits().call_timeout;
     let (service, sessions) = mcp_service(&engine, audit, config);
-    let authenticated = !tokens.is_empty();
+    let authenticated = !tokens.is_empty() || oauth.is_some();
     let token_count = tokens.len();
-    let guard = http_guard(tokens, &hosts, &origins, &options, sessions);
-    let app = router(&engine, service, guard);
+    if let Some(oauth) = &oauth {
+        tracing::info!(issuer = oauth.issuer(), resource = oauth.resource(), scopes = ?oauth.scopes(), "accepting OAuth access tokens");
+    }
+    let mut guard = http_guard(tokens, oauth.clone(), &hosts, &origins, &options, sessions);
+    if let Some(g) = Arc::get_mut(&mut guard) {
+        g.policies = policies;
+    }
+    let app = router(&engine, service, guard, oauth);
     // The address the server actually listens on, for scripts that asked for port 0.
     eprintln!(
         "tally: serving MCP at http://{bound}/mcp (browser front: http://{bound}/, health: http://{bound}/health)"
@@ -227,15 +253,55 @@ fn read_tokens(addr: SocketAddr, options: &HttpOptions) -> Result<crate::guard::
         eprintln!("tally serve: {e}");
         return Err(ExitCode::from(EXIT_CONFIG));
     }
-    if !addr.ip().is_loopback() && tokens.is_empty() {
+    if !addr.ip().is_loopback() && tokens.is_empty() && options.oauth.issuer.is_none() {
         eprintln!(
             "tally serve: refusing to listen on {addr} without authentication: anyone who can reach a non-loopback address could query every dataset. \
-             Give bearer tokens with --token-file FILE or --token-env VAR, or listen on 127.0.0.1:{}.",
+             Give bearer tokens with --token-file FILE or --token-env VAR, an authorization server with --oauth-issuer URL, or listen on 127.0.0.1:{}.",
             addr.port()
         );
         return Err(ExitCode::from(EXIT_CONFIG));
     }
     Ok(tokens)
+}
+
+/// Reads `--policy-file`, grants its policies to the static tokens it names, and checks
+/// every policy against the datasets served (a field it hides that is not there, a row
+/// condition that does not resolve, a definition that does not hold without the hidden
+/// fields are refused here, not at the first call).
+fn read_policies(
+    engine: &Engine,
+    options: &HttpOptions,
+    tokens: &mut crate::guard::Tokens,
+) -> Result<Option<Arc<crate::policies::Policies>>, String> {
+    let Some(path) = &options.policy_file else {
+        return Ok(None);
+    };
+    if tokens.is_empty() && options.oauth.issuer.is_none() {
+        return Err(format!(
+            "--policy-file {}: policies are granted to callers who sign in; give --token-file, --token-env or --oauth-issuer too",
+            path.display()
+        ));
+    }
+    let policies = crate::policies::Policies::read_file(path)?;
+    for policy in policies.all() {
+        engine.check_policy(policy).map_err(|e| {
+            format!(
+                "{}: policy `{}`: {e}",
+                path.display(),
+                policy.names.join(",")
+            )
+        })?;
+    }
+    let grants: Vec<(String, Vec<String>)> = policies
+        .granted_tokens()
+        .map(|(id, list)| (id.clone(), list.clone()))
+        .collect();
+    for (id, granted) in grants {
+        tokens
+            .grant(&id, policies.scope_of(&granted))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(Some(Arc::new(policies)))
 }
 
 /// The names the Host header may carry and the origins a page may call from, for the
@@ -290,6 +356,7 @@ fn mcp_service(
 /// The guard in front of the endpoint, with the options' limits.
 fn http_guard(
     tokens: crate::guard::Tokens,
+    oauth: Option<Arc<crate::oauth::OAuth>>,
     hosts: &[String],
     origins: &[String],
     options: &HttpOptions,
@@ -310,17 +377,52 @@ fn http_guard(
     // Never below one caller's share: a raised --max-concurrent raises the total with it.
     guard.max_in_flight = options.max_in_flight.max(guard.concurrent);
     guard.live = Some(sessions);
+    guard.oauth = oauth;
     Arc::new(guard)
 }
 
-/// The routes (`/health`, `/mcp`, the browser front), all behind the guard.
+/// The routes (`/health`, `/mcp`, the browser front, the protected resource metadata), all
+/// behind the guard.
 fn router(
     engine: &Arc<Engine>,
     service: StreamableHttpService<TallyServer, LocalSessionManager>,
     guard: Arc<crate::guard::Guard>,
+    oauth: Option<Arc<crate::oauth::OAuth>>,
 ) -> axum::Router {
     let health_engine = Arc::clone(engine);
-    axum::Router::new()
+    let mut routes = axum::Router::new();
+    if let Some(oauth) = oauth {
+        // RFC 9728: at the well-known path, and under it with the resource's path (where
+        // MCP clients look first); open to everyone, as a client reads it before signing in.
+        let metadata = oauth.metadata();
+        let mut paths = vec![
+            "/.well-known/oauth-protected-resource".to_string(),
+            "/.well-known/oauth-protected-resource/mcp".to_string(),
+        ];
+        let own = oauth
+            .metadata_url()
+            .find("/.well-known/")
+            .map(|i| oauth.metadata_url()[i..].to_string());
+        if let Some(own) = own.filter(|p| !paths.contains(p)) {
+            paths.push(own);
+        }
+        for path in paths {
+            let metadata = metadata.clone();
+            routes = routes.route(
+                &path,
+                get(move || {
+                    let metadata = metadata.clone();
+                    async move {
+                        (
+                            [(axum::http::header::CACHE_CONTROL, "max-age=300")],
+                            Json(metadata),
+                        )
+                    }
+                }),
+            );
+        }
+    }
+    routes
         .route(
             "/health",
             get(move |request: axum::extract::Request| {

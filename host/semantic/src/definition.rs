@@ -1046,6 +1046,20 @@ pub struct Loaded {
 /// `file` names the file in diagnostics (e.g. `datasets/survey/dataset.yaml`); `folder_id` is
 /// the dataset folder's name, the id unless the file gives one.
 pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded, DefinitionError> {
+    load_definition_hiding(file, folder_id, text, &[])
+}
+
+/// Reads and validates a dataset definition as if the fields named in `hidden` were not
+/// declared (a caller's policy hides them): they are left out of `fields` before the
+/// definition is read, so everything that names one (a measure, a weight, an alias, a
+/// relation, `id_field`) is refused as naming an undeclared field, and nothing read from
+/// the definition can mention them.
+pub fn load_definition_hiding(
+    file: &str,
+    folder_id: &str,
+    text: &str,
+    hidden: &[String],
+) -> Result<Loaded, DefinitionError> {
     let mut reader = Reader {
         file: file.to_string(),
         diagnostics: Vec::new(),
@@ -1069,6 +1083,10 @@ pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded
         }
     };
     let empty = root.value == Value::Null;
+    let mut root = root;
+    if !hidden.is_empty() {
+        strip_fields(&mut root, hidden);
+    }
     let dataset = reader.dataset(&root, folder_id);
     reader
         .diagnostics
@@ -1082,6 +1100,32 @@ pub fn load_definition(file: &str, folder_id: &str, text: &str) -> Result<Loaded
             diagnostics: reader.diagnostics,
             unparsed: empty,
         }),
+    }
+}
+
+/// Leaves the fields named in `hidden` out of a definition's `fields` (a list of mappings
+/// with `name`, or a mapping by name).
+fn strip_fields(root: &mut Node, hidden: &[String]) {
+    let Value::Map(entries) = &mut root.value else {
+        return;
+    };
+    let Some((_, fields)) = entries.iter_mut().find(|(k, _)| k.name == "fields") else {
+        return;
+    };
+    let hides = |name: Option<&str>| name.is_some_and(|n| hidden.iter().any(|h| h == n.trim()));
+    match &mut fields.value {
+        Value::Seq(items) => items.retain(|item| {
+            let name = match &item.value {
+                Value::Map(m) => m
+                    .iter()
+                    .find(|(k, _)| k.name == "name")
+                    .and_then(|(_, v)| v.as_str()),
+                _ => None,
+            };
+            !hides(name)
+        }),
+        Value::Map(by_name) => by_name.retain(|(k, _)| !hides(Some(&k.name))),
+        _ => {}
     }
 }
 
