@@ -116,6 +116,16 @@ impl Tokens {
     }
 
     fn add(&mut self, id: &str, secret: &str, scope: Scope) -> Result<(), String> {
+        if id.starts_with("oauth:") || id.starts_with("ip:") {
+            return Err(format!(
+                "the token id `{id}` starts with `{}`, which names callers who sign in with OAuth or by address; choose another id",
+                if id.starts_with("oauth:") {
+                    "oauth:"
+                } else {
+                    "ip:"
+                }
+            ));
+        }
         if secret.chars().count() < MIN_TOKEN_CHARS {
             return Err(format!(
                 "the token of `{id}` has fewer than {MIN_TOKEN_CHARS} characters; use a long random one (e.g. `openssl rand -hex 32`)"
@@ -526,7 +536,9 @@ fn network_of(peer: std::net::IpAddr) -> std::net::IpAddr {
 
 fn refuse(status: StatusCode, message: &str, fix: &str) -> Response {
     let body = json!({ "error": { "message": message, "fix": fix } }).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    r.extensions_mut().insert(Refused);
+    r
 }
 
 /// A JSON body that is not a JSON-RPC message the server takes: 400 with a JSON-RPC error
@@ -591,10 +603,41 @@ fn what_is_wrong(value: &serde_json::Value) -> String {
     }
 }
 
+/// Marks a response the guard gave instead of passing the request on.
+#[derive(Debug, Clone, Copy)]
+struct Refused;
+
 /// The middleware in front of `/mcp` (and the Host check in front of everything).
+///
+/// A request refused before its body was read leaves that body unread on the connection, and
+/// the connection cannot carry another request: the refusal says `Connection: close`, so a
+/// client that keeps connections open (as the MCP SDKs' sign-in does after its first 401)
+/// opens a new one instead of sending its next request into a closing one.
 pub async fn check(
     State(guard): State<Arc<Guard>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request<Body>,
+    next: Next,
+) -> Response {
+    let has_body = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.trim() != "0")
+        && (request.headers().contains_key(header::CONTENT_LENGTH)
+            || request.headers().contains_key(header::TRANSFER_ENCODING));
+    let mut response = admit(guard, peer, request, next).await;
+    if has_body && response.extensions().get::<Refused>().is_some() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+async fn admit(
+    guard: Arc<Guard>,
+    peer: SocketAddr,
     mut request: Request<Body>,
     next: Next,
 ) -> Response {

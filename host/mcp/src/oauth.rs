@@ -457,7 +457,6 @@ impl OAuth {
             "authorization_servers": [self.issuer],
             "scopes_supported": self.scopes,
             "bearer_methods_supported": ["header"],
-            "resource_signing_alg_values_supported": ["RS256", "ES256", "EdDSA"],
             "resource_name": "Tally",
         })
     }
