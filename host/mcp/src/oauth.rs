@@ -125,7 +125,7 @@ pub struct OAuth {
     jwks_url: Option<String>,
     introspection: Option<Introspection>,
     agent: ureq::Agent,
-    keys: tokio::sync::Mutex<KeyCache>,
+    keys: Arc<tokio::sync::Mutex<KeyCache>>,
     introspected: std::sync::Mutex<HashMap<[u8; 32], Introspected>>,
 }
 
@@ -158,6 +158,24 @@ struct KeyCache {
     url: Option<String>,
     /// Why the last fetch failed.
     failure: Option<String>,
+}
+
+impl KeyCache {
+    /// Keeps what a fetch read, or why it failed (keeping the keys there are).
+    fn store(&mut self, issuer: &str, fetched: Result<(String, Vec<Jwk>), String>) {
+        match fetched {
+            Ok((url, keys)) => {
+                self.url = Some(url);
+                self.keys = keys;
+                self.fetched = Some(Instant::now());
+                self.failure = None;
+            }
+            Err(e) => {
+                tracing::warn!(%issuer, "the issuer's key set could not be read: {e}");
+                self.failure = Some(e);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -433,7 +451,7 @@ impl OAuth {
                 .clone()
                 .map(|url| Introspection { url, client }),
             agent: agent(&options.ca_certs)?,
-            keys: tokio::sync::Mutex::new(KeyCache::default()),
+            keys: Arc::new(tokio::sync::Mutex::new(KeyCache::default())),
             introspected: std::sync::Mutex::new(HashMap::new()),
         }))
     }
@@ -619,20 +637,23 @@ impl OAuth {
             .is_none_or(|t| now.duration_since(t) >= KEYS_FRESH_FOR);
         let unknown =
             kid.is_some_and(|kid| !cache.keys.iter().any(|k| k.kid.as_deref() == Some(kid)));
-        if may_try && (stale || unknown) {
+        if may_try && (unknown || cache.fetched.is_none()) {
+            // The token cannot be checked without the fetch: the calls wait for it (one
+            // fetch; the others find its keys).
             cache.tried = Some(now);
-            match self.fetch_keys(cache.url.clone()).await {
-                Ok((url, keys)) => {
-                    cache.url = Some(url);
-                    cache.keys = keys;
-                    cache.fetched = Some(Instant::now());
-                    cache.failure = None;
-                }
-                Err(e) => {
-                    tracing::warn!(issuer = %self.issuer, "the issuer's key set could not be read: {e}");
-                    cache.failure = Some(e);
-                }
-            }
+            let fetched = self.fetch_keys(cache.url.clone()).await;
+            cache.store(&self.issuer, fetched);
+        } else if may_try && stale {
+            // The keys there are still check this token; they are read again meanwhile,
+            // without holding up this call or any other.
+            cache.tried = Some(now);
+            let fetch = self.fetch_keys(cache.url.clone());
+            let keys = Arc::clone(&self.keys);
+            let issuer = self.issuer.clone();
+            tokio::spawn(async move {
+                let fetched = fetch.await;
+                keys.lock().await.store(&issuer, fetched);
+            });
         }
         let usable = cache
             .fetched
@@ -653,11 +674,15 @@ impl OAuth {
 
     /// Reads the key set (its address from the issuer's metadata the first time, when not
     /// given), off the serving threads.
-    async fn fetch_keys(&self, known: Option<String>) -> Result<(String, Vec<Jwk>), String> {
+    fn fetch_keys(
+        &self,
+        known: Option<String>,
+    ) -> impl std::future::Future<Output = Result<(String, Vec<Jwk>), String>> + Send + 'static
+    {
         let agent = self.agent.clone();
         let issuer = self.issuer.clone();
         let given = self.jwks_url.clone().or(known);
-        tokio::task::spawn_blocking(move || {
+        let blocking = tokio::task::spawn_blocking(move || {
             let url = match given {
                 Some(url) => url,
                 None => discover_jwks(&agent, &issuer)?,
@@ -674,9 +699,12 @@ impl OAuth {
                 ));
             }
             Ok((url, keys))
-        })
-        .await
-        .map_err(|e| format!("the fetch did not finish: {e}"))?
+        });
+        async move {
+            blocking
+                .await
+                .map_err(|e| format!("the fetch did not finish: {e}"))?
+        }
     }
 
     /// Asks the issuer whether an opaque token is active (RFC 7662); the answer is kept for
