@@ -768,3 +768,31 @@ grants:
         assert hidden["error"]["code"] == "unknown_dataset", hidden
     finally:
         server.stop()
+
+
+def test_asking_where_to_sign_in_is_not_a_failed_authentication(auth):
+    """A client's first request carries no token: the challenge tells it where to sign in. With
+    OAuth on, such requests are not counted among failed authentications (which are limited per
+    address); a wrong token still is."""
+    server = HttpServer(
+        "--oauth-issuer", auth.issuer, "--oauth-ca-cert", str(auth.ca_file),
+        "--auth-failures-per-minute", "3",
+    )
+    try:
+        codes = [post_initialize(server).status_code for _ in range(12)]
+        assert codes == [401] * 12, codes
+        codes = [post_initialize(server, f"wrong-{i}").status_code for i in range(10)]
+        assert codes[0] == 401 and codes[-1] == 429, codes
+    finally:
+        server.stop()
+
+
+def test_an_issuer_on_every_address_needs_the_resource_named():
+    """Bound to 0.0.0.0 the server cannot tell the URI clients reach it by: refused before it
+    listens, with what works."""
+    r = subprocess.run(
+        [tally_bin(), "serve", "--http", "0.0.0.0:0", "--datasets", datasets_dir(),
+         "--oauth-issuer", "https://id.example.org/realms/x"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 5 and "--oauth-resource" in r.stderr, r.stderr

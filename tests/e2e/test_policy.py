@@ -286,6 +286,7 @@ def test_a_policy_that_does_not_fit_the_data_is_refused_at_start(tmp_path):
     tokens.write_text(f"team-a {TEAM}\n", encoding="utf-8")
     cases = {
         "hide: [salary]": "does not declare",
+        "rows: {dep: [A]}": "write it exactly so",
         "rows: {department: A}": "does not resolve",
         "hid: [name]": "unknown key `hid`",
     }
@@ -302,3 +303,20 @@ def test_a_policy_that_does_not_fit_the_data_is_refused_at_start(tmp_path):
         )
         assert r.returncode == 5, (body, r.stderr)
         assert said in r.stderr, (body, r.stderr)
+
+
+def test_sign_in_options_are_refused_on_a_stdio_server(tmp_path):
+    """A stdio server's client owns it and sees everything: a policy file (or a token file) given
+    without --http would be ignored, so it is refused with what works."""
+    import subprocess
+
+    from conftest import datasets_dir, tally_bin
+
+    policies = tmp_path / "policies.yaml"
+    policies.write_text("policies:\n  p:\n    datasets: \"*\"\n", encoding="utf-8")
+    r = subprocess.run(
+        [tally_bin(), "serve", "--datasets", datasets_dir(), "--policy-file", str(policies)],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 5, r.stderr
+    assert "--policy-file applies to serving over HTTP only" in r.stderr and "--http" in r.stderr, r.stderr

@@ -119,9 +119,11 @@ def test_bash_completes_dataset_ids(folder, bin_dir, tmp_path):
     assert complete("tally", "inspect", "") == ["local"]
 
 
-def bash_tab(bash: str, bin_dir: Path, cwd: Path, line: str) -> str:
+def bash_tab(bash: str, bin_dir: Path, cwd: Path, line: str, shows: bytes) -> str:
     """Types `line` and a TAB into an interactive bash on a terminal with the completion script
-    installed, and returns what the terminal showed (the candidates bash listed)."""
+    installed, and returns what the terminal showed (the candidates bash listed) once it shows
+    `shows`. The rest of the session is typed only then: input already waiting when the TAB's
+    completion ends can keep readline from listing the candidates (seen on a loaded machine)."""
     import pty
     import select
 
@@ -160,6 +162,7 @@ def bash_tab(bash: str, bin_dir: Path, cwd: Path, line: str) -> str:
         read_until(b"READY-42")
         start = len(seen)
         os.write(master, line.encode() + b"\t")
+        read_until(shows)
         # Ctrl-U clears the line; the echo marks the end of what the TAB showed.
         os.write(master, b"\x15echo DONE-$((6*7))\n")
         read_until(b"DONE-42")
@@ -189,7 +192,7 @@ def test_a_folder_named_like_a_command_is_never_run_by_bash(hostile, bin_dir, tm
     assert bash_complete(bash, bin_dir, tmp_path, "tally", "--datasets", str(hostile), "inspect", "$(") == []
     assert not pwned.exists(), "a folder name was run as a command"
     # The same through an interactive bash: the line typed, then TAB.
-    shown = bash_tab(bash, bin_dir, tmp_path, f"tally --datasets {hostile} inspect ")
+    shown = bash_tab(bash, bin_dir, tmp_path, f"tally --datasets {hostile} inspect ", b"budget")
     print(shown)
     assert "births" in shown and "budget" in shown, shown
     assert not pwned.exists(), f"a folder name was run as a command at a TAB: {shown}"

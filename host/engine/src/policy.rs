@@ -79,10 +79,14 @@ impl Restriction {
         }
     }
 
-    /// Names this restriction among others (part of the twin's version).
-    fn key(&self) -> String {
+    /// Names this restriction among others (part of the twin's version), salted with a value
+    /// of this process: a caller who sees the suffix cannot test guesses of what it hides.
+    fn key(&self, salt: u64) -> String {
         let text = json!({"hide": self.hide, "rows": self.rows}).to_string();
-        let digest = Sha256::digest(text.as_bytes());
+        let mut hasher = Sha256::new();
+        hasher.update(salt.to_le_bytes());
+        hasher.update(text.as_bytes());
+        let digest = hasher.finalize();
         digest[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
 }
@@ -131,9 +135,21 @@ impl Policy {
 pub const RESTRICTED_NOTE: &str = "An access policy applies to you on this dataset: some of its records or fields may not be visible to you, and every count, sum and statistic covers only what you may see.";
 
 /// Restricted twins kept, by (dataset version, restriction key).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Twins {
     made: std::sync::Mutex<HashMap<(String, String), Arc<Dataset>>>,
+    salt: u64,
+}
+
+impl Default for Twins {
+    fn default() -> Twins {
+        use std::hash::BuildHasher;
+        Twins {
+            made: Default::default(),
+            // Random per process (the standard library seeds each RandomState so).
+            salt: std::collections::hash_map::RandomState::new().hash_one(0x7a11_u64),
+        }
+    }
 }
 
 impl Engine {
@@ -163,7 +179,7 @@ impl Engine {
 
     /// The restricted twin of `ds` under `r`, made once per version of the dataset.
     pub(crate) fn twin(&self, ds: &Arc<Dataset>, r: &Restriction) -> Result<Arc<Dataset>, String> {
-        let key = (ds.version.clone(), r.key());
+        let key = (ds.version.clone(), r.key(self.twins.salt));
         if let Some(t) = self
             .twins
             .made
@@ -322,6 +338,25 @@ fn row_predicate(engine: &Engine, ds: &Dataset, conditions: &[Value]) -> Result<
                 e.message
             )
         })?;
+        // A policy says exactly what it means: no name read as another, no period found in
+        // the data, nothing the reading had to say about it.
+        if let Some(r) = plan.resolved_fields.first() {
+            return Err(format!(
+                "the row condition {condition} names `{}`, which is read as `{}`; write it exactly so",
+                r.input, r.canonical
+            ));
+        }
+        if plan.latest.is_some() {
+            return Err(format!(
+                "the row condition {condition} asks for the latest period, which changes with the data; name the periods"
+            ));
+        }
+        if let Some(n) = plan.notices.first() {
+            return Err(format!(
+                "the row condition {condition}: {} ({})",
+                n.message, n.parameter
+            ));
+        }
         let planner = plan::Planner {
             def,
             functions: engine.functions(),
@@ -594,7 +629,8 @@ mod tests {
     fn the_key_tells_restrictions_apart() {
         let a = restricted(&["m"], Some(vec![json!({"d": "A"})]));
         let b = restricted(&["m"], Some(vec![json!({"d": "B"})]));
-        assert_ne!(a.key(), b.key());
-        assert_eq!(a.key(), a.clone().key());
+        assert_ne!(a.key(1), b.key(1));
+        assert_eq!(a.key(1), a.clone().key(1));
+        assert_ne!(a.key(1), a.key(2));
     }
 }

@@ -791,7 +791,7 @@ async fn health_caller(guard: &Guard, peer: SocketAddr, headers: &axum::http::He
         };
     }
     match &guard.oauth {
-        Some(oauth) => match oauth.check(presented).await {
+        Some(oauth) => match oauth.check_locally(presented).await {
             Ok(principal) => oauth_caller(guard, &principal),
             Err(_) => anonymous(),
         },
@@ -871,7 +871,11 @@ async fn authenticate(
         return Err(r);
     }
     let Some(presented) = bearer(headers) else {
-        guard.failed(peer.ip());
+        // With OAuth, a request without a token is how a client finds where to sign in (the
+        // challenge names the metadata): it guesses nothing, and is not counted as a failure.
+        if guard.oauth.is_none() {
+            guard.failed(peer.ip());
+        }
         return Err(challenge(
             guard,
             StatusCode::UNAUTHORIZED,
@@ -900,7 +904,11 @@ async fn authenticate(
         Ok(principal) => Ok(oauth_caller(guard, &principal)),
         Err(crate::oauth::Rejection::Invalid(why)) => {
             guard.failed(peer.ip());
-            tracing::info!(peer = %peer.ip(), "an access token was refused: {why}");
+            tracing::info!(
+                peer = %peer.ip(),
+                "an access token was refused: {}",
+                tally_storage::text::escape_controls(&why, tally_storage::text::Lines::Escaped)
+            );
             Err(challenge(
                 guard,
                 StatusCode::UNAUTHORIZED,
@@ -930,16 +938,21 @@ async fn authenticate(
                 oauth.scopes().join(" ")
             ),
         )),
-        Err(crate::oauth::Rejection::Unavailable(why)) => {
+        Err(crate::oauth::Rejection::Unavailable(why, retry)) => {
+            // What failed at the issuer is for the operator, not for whoever asks.
+            tracing::warn!(
+                "an access token could not be checked: {}",
+                tally_storage::text::escape_controls(&why, tally_storage::text::Lines::Escaped)
+            );
             let mut r = refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
-                &format!("access tokens cannot be checked now: {why}"),
-                "try again shortly (Retry-After); the server's operator can see why in its log",
+                "access tokens cannot be checked now: the authorization server's keys (or its introspection endpoint) cannot be reached",
+                &format!(
+                    "try again in {retry} s (Retry-After); the server's operator can see why in its log"
+                ),
             );
-            r.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(crate::oauth::REFRESH_AT_MOST_EVERY.as_secs()),
-            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry));
             Err(r)
         }
     }

@@ -113,8 +113,9 @@ pub enum Rejection {
     Invalid(String),
     /// 403 `insufficient_scope`: the scopes it lacks.
     Scope(Vec<String>),
-    /// 503: the issuer's keys (or its introspection endpoint) cannot be reached now.
-    Unavailable(String),
+    /// 503: the issuer's keys (or its introspection endpoint) cannot be reached now: why (for
+    /// the operator's log, not the caller), and in how many seconds to try again.
+    Unavailable(String, u64),
 }
 
 /// The resource server's settings and caches.
@@ -421,6 +422,11 @@ impl OAuth {
                 }
                 r.clone()
             }
+            None if bound.ip().is_unspecified() => {
+                return Err(format!(
+                    "--oauth-issuer: the server listens on {bound}, every address of the machine, so the resource URI tokens must name cannot be derived from it; give --oauth-resource as clients reach the server (e.g. https://tally.example.org/mcp)"
+                ));
+            }
             None => format!("http://{bound}/mcp"),
         };
         let scopes: Vec<String> = options
@@ -431,6 +437,9 @@ impl OAuth {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
+        if scopes.is_empty() {
+            return Err("--oauth-scope: give at least one scope every access token must carry (e.g. --oauth-scope tally)".to_string());
+        }
         let client = match (&options.client_id, &options.client_secret_env) {
             (Some(id), Some(var)) => {
                 let secret = std::env::var(var).map_err(|_| {
@@ -489,6 +498,16 @@ impl OAuth {
 
     /// The principal `token` speaks for, or why it is refused.
     pub async fn check(&self, token: &str) -> Result<Principal, Rejection> {
+        self.check_with(token, true).await
+    }
+
+    /// As [`OAuth::check`], without asking the issuer about an opaque token (for `/health`,
+    /// which anyone may call as often as they like).
+    pub async fn check_locally(&self, token: &str) -> Result<Principal, Rejection> {
+        self.check_with(token, false).await
+    }
+
+    async fn check_with(&self, token: &str, introspect: bool) -> Result<Principal, Rejection> {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(Rejection::Invalid(format!(
                 "the token is longer than {MAX_TOKEN_BYTES} bytes"
@@ -496,7 +515,7 @@ impl OAuth {
         }
         let principal = if looks_like_jwt(token) {
             self.check_jwt(token).await?
-        } else if self.introspection.is_some() {
+        } else if self.introspection.is_some() && introspect {
             self.introspect(token).await?
         } else {
             return Err(Rejection::Invalid(
@@ -506,7 +525,12 @@ impl OAuth {
         let missing: Vec<String> = self
             .scopes
             .iter()
-            .filter(|s| !principal.scopes.contains(*s))
+            .filter(|required| {
+                !principal
+                    .scopes
+                    .iter()
+                    .any(|held| scope_satisfies(held, required))
+            })
             .cloned()
             .collect();
         if !missing.is_empty() {
@@ -663,11 +687,13 @@ impl OAuth {
                 .tried
                 .map(|t| REFRESH_AT_MOST_EVERY.saturating_sub(now.duration_since(t)))
                 .unwrap_or_default();
-            return Err(Rejection::Unavailable(format!(
-                "the issuer's key set cannot be read now ({}); try again in {} s",
-                cache.failure.as_deref().unwrap_or("not fetched yet"),
-                retry.as_secs().max(1)
-            )));
+            return Err(Rejection::Unavailable(
+                format!(
+                    "the issuer's key set cannot be read ({})",
+                    cache.failure.as_deref().unwrap_or("not fetched yet")
+                ),
+                retry.as_secs().max(1),
+            ));
         }
         Ok(())
     }
@@ -731,8 +757,8 @@ impl OAuth {
             post_introspection(&agent, &url, client, &presented)
         })
         .await
-        .map_err(|e| Rejection::Unavailable(format!("the introspection did not finish: {e}")))?
-        .map_err(Rejection::Unavailable)?;
+        .map_err(|e| Rejection::Unavailable(format!("the introspection did not finish: {e}"), 5))?
+        .map_err(|e| Rejection::Unavailable(e, 5))?;
         let result = if answer.get("active").and_then(Value::as_bool) == Some(true) {
             self.claims_hold(&answer, false)
                 .and_then(|()| principal(answer.clone()))
@@ -762,6 +788,17 @@ impl OAuth {
         cache.insert(digest, (result.clone(), now + keep));
         result
     }
+}
+
+/// Whether a scope a token holds is the one required: the same, or the required one's last
+/// part when it is written as a URI (Microsoft Entra ID asks clients for
+/// `api://tally/tally` and puts `tally` in the token's `scp`).
+fn scope_satisfies(held: &str, required: &str) -> bool {
+    held == required
+        || (required.contains("://")
+            && required
+                .strip_suffix(held)
+                .is_some_and(|head| head.ends_with('/')))
 }
 
 /// The principal of claims that checked out: `sub` is required; scopes from `scope` (space
@@ -1130,6 +1167,19 @@ mod tests {
         .unwrap();
         assert!(p.scopes.contains("tally"));
         assert!(principal(json!({"sub": ""}).as_object().unwrap().clone()).is_err());
+    }
+
+    #[test]
+    fn a_scope_written_as_a_uri_is_held_by_its_last_part() {
+        assert!(scope_satisfies("tally", "tally"));
+        assert!(scope_satisfies("tally", "api://tally-app/tally"));
+        assert!(scope_satisfies(
+            "api://tally-app/tally",
+            "api://tally-app/tally"
+        ));
+        assert!(!scope_satisfies("ally", "api://tally-app/tally"));
+        assert!(!scope_satisfies("tally", "tally:read"));
+        assert!(!scope_satisfies("read", "tally/read"));
     }
 
     #[test]

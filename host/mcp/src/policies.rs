@@ -138,13 +138,26 @@ impl Policies {
     }
 
     pub fn from_json(root: &Value) -> Result<Policies, String> {
-        let top = object(root, "the policy file")?;
-        keys_known(top, "the policy file", &["policies", "grants"])?;
+        let top = root
+            .as_object()
+            .ok_or("the policy file must be a mapping with `policies` (and `grants`)")?;
+        for key in top.keys() {
+            if !["policies", "grants"].contains(&key.as_str()) {
+                return Err(format!(
+                    "the policy file has an unknown key `{key}`{}",
+                    nearest(key, &["policies", "grants"])
+                ));
+            }
+        }
         let mut out = Policies::default();
         let listed = top
             .get("policies")
             .ok_or("the policy file has no `policies`; name at least one")?;
-        for (name, body) in object(listed, "policies")? {
+        let listed = object(listed, "policies")?;
+        if listed.is_empty() {
+            return Err("`policies` defines none; name at least one".into());
+        }
+        for (name, body) in listed {
             let at = format!("policies.{name}");
             let body = object(body, &at)?;
             keys_known(body, &at, &["datasets"])?;

@@ -146,6 +146,27 @@ pub struct HttpOptions {
     oauth: crate::oauth::OAuthOptions,
 }
 
+impl HttpOptions {
+    /// The sign-in options given, which apply to `--http` only (a stdio server's client owns
+    /// the process and sees everything).
+    pub fn sign_in_given(&self) -> Vec<&'static str> {
+        let mut given = Vec::new();
+        if self.token_file.is_some() {
+            given.push("--token-file");
+        }
+        if self.token_env.is_some() {
+            given.push("--token-env");
+        }
+        if self.policy_file.is_some() {
+            given.push("--policy-file");
+        }
+        if self.oauth.issuer.is_some() {
+            given.push("--oauth-issuer");
+        }
+        given
+    }
+}
+
 /// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`.
 pub async fn http(
     engine: Arc<Engine>,
@@ -165,6 +186,15 @@ pub async fn http(
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if addr.ip().is_unspecified()
+        && options.oauth.issuer.is_some()
+        && options.oauth.resource.is_none()
+    {
+        eprintln!(
+            "tally serve: --oauth-issuer with --http {addr}: on every address of the machine the resource URI tokens must name cannot be derived from the address; give --oauth-resource as clients reach the server (e.g. https://tally.example.org/mcp)"
+        );
+        return ExitCode::from(EXIT_CONFIG);
+    }
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {

@@ -574,6 +574,16 @@ fn serve(
     object_poll: Option<std::time::Duration>,
     common: &Common,
 ) -> ExitCode {
+    let sign_in = guard.sign_in_given();
+    if http.is_none() && !sign_in.is_empty() {
+        eprintln!(
+            "tally serve: {} appl{} to serving over HTTP only: a stdio server's client started it and sees every dataset. Add --http 127.0.0.1:8765 (or another address), or leave {} out.",
+            sign_in.join(", "),
+            if sign_in.len() == 1 { "ies" } else { "y" },
+            if sign_in.len() == 1 { "it" } else { "them" }
+        );
+        return ExitCode::from(exit::CONFIG);
+    }
     if !common.datasets.is_dir() {
         eprintln!(
             "tally serve: the datasets directory {} does not exist; run from the repository root or pass --datasets DIR",
