@@ -320,3 +320,80 @@ def test_sign_in_options_are_refused_on_a_stdio_server(tmp_path):
     )
     assert r.returncode == 5, r.stderr
     assert "--policy-file applies to serving over HTTP only" in r.stderr and "--http" in r.stderr, r.stderr
+
+
+@pytest.fixture(scope="module")
+def cited(tmp_path_factory):
+    """A law of two articles (served by the law plugin, whose rows say where each comes from)
+    and references to it; a policy shows only the first article, and hides the references'
+    kind."""
+    from test_oauth import datasets_with_a_law
+
+    tmp = tmp_path_factory.mktemp("policy-laws")
+    datasets = datasets_with_a_law(tmp / "datasets")
+    tokens = tmp / "tokens"
+    tokens.write_text(f"admin {ADMIN}\nteam-a {TEAM}\n", encoding="utf-8")
+    policies = tmp / "policies.yaml"
+    policies.write_text(
+        """policies:
+  first-article:
+    datasets:
+      laws: {rows: {article: [第一条]}}
+      refs: {hide: [kind]}
+grants:
+  tokens: {team-a: [first-article]}
+""",
+        encoding="utf-8",
+    )
+    server = HttpServer(
+        "--token-file", str(tokens), "--policy-file", str(policies),
+        "--rate-limit", "100000", "--rate-burst", "100000",
+        datasets=str(datasets),
+    )
+    yield server
+    server.stop()
+
+
+async def test_cited_provisions_and_searches_keep_to_the_rows_a_policy_shows(cited):
+    """cite_provisions reads the linked law dataset as the caller sees it: the provisions a
+    policy leaves out are neither cited nor quoted, and the references to them are unmatched;
+    a search of the law finds only what is shown, and the hidden field of the references is
+    absent."""
+    second_article = ["申請は、書面でする", "電子情報処理組織"]
+    with anyio.fail_after(TIMEOUT):
+        team = await answer_of(cited, TEAM, "cite_provisions", {"dataset_id": "refs"})
+        admin = await answer_of(cited, ADMIN, "cite_provisions", {"dataset_id": "refs"})
+        team_text = json.dumps(team, ensure_ascii=False)
+        admin_text = json.dumps(admin, ensure_ascii=False)
+        assert "この法律は、試験の手続を定める" in team_text, team_text[:2000]
+        for words in second_article:
+            assert words in admin_text, admin_text[:2000]
+            assert words not in team_text, team_text[:3000]
+        assert "kind" not in team_text, team_text[:3000]
+        searched = await answer_of(cited, TEAM, "query_records", {"dataset_id": "laws", "q": "申請"})
+        assert searched["total"] == 0, searched
+        searched = await answer_of(cited, ADMIN, "query_records", {"dataset_id": "laws", "q": "申請"})
+        assert searched["total"] >= 2, searched
+        counted = await answer_of(cited, TEAM, "summarize_records", {"dataset_id": "laws", "metrics": ["count"], "group_by": ["article"]})
+        assert [r[0] for r in counted["rows"]] == ["第一条"], counted
+
+
+async def test_verify_answer_recomputes_as_the_caller_sees_the_data(governed):
+    """A restricted caller's answer verifies as identical for it; an unrestricted caller's
+    answer, checked by the restricted caller, is recomputed on what the policy shows (so it
+    differs), and the check shows nothing hidden."""
+    summary = {"dataset_id": DATASET, "metrics": ["count", "sum:visits"], "group_by": ["role"]}
+    with anyio.fail_after(TIMEOUT):
+        async with session(governed, TEAM, ERAS[0]) as team, session(governed, ADMIN, ERAS[0]) as admin:
+            mine = (await team.call_tool("summarize_records", summary)).structured_content
+            theirs = (await admin.call_tool("summarize_records", summary)).structured_content
+            check = (await team.call_tool("verify_answer", {"envelope": mine})).structured_content["data"]
+            assert check["status"] == "identical", check
+            check = await team.call_tool("verify_answer", {"envelope": theirs})
+            text = check.content[0].text
+            assert check.structured_content["data"]["status"] != "identical", text[:2000]
+            # The admin's own answer carries `rowb-only` (a role only left-out records have);
+            # what the check adds of its own must not.
+            recomputed = json.dumps(check.structured_content["data"].get("changes", []), ensure_ascii=False)
+            assert "x9k" not in text.lower(), text[:2000]
+            print(recomputed[:500])
