@@ -34,6 +34,11 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Whether the call was stopped at its time budget (as `past_deadline_named` says it).
+    pub fn is_past_deadline(&self) -> bool {
+        matches!(self, EngineError::Limit { message, .. } if message.contains("longer than its time budget"))
+    }
+
     /// The backend of `dataset` failed (for DataFusion's errors, use [`EngineError::computing`],
     /// which tells a budget from a failure).
     pub fn backend(dataset: &str, e: impl std::fmt::Display) -> EngineError {

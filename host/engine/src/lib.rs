@@ -200,6 +200,8 @@ pub struct Engine {
     governor: Arc<governor::Governor>,
     /// The datasets as policies show them to restricted callers.
     twins: policy::Twins,
+    /// Catalog changes served since the start (for `/metrics`).
+    reloads: std::sync::atomic::AtomicU64,
 }
 
 /// What storage draws on to prepare a dataset, the engine's own.
@@ -299,6 +301,7 @@ impl Engine {
             // few cores; a third waits its turn (its calls wait for it, or read the files).
             preparations: Arc::new(tokio::sync::Semaphore::new(2)),
             twins: Default::default(),
+            reloads: Default::default(),
             limits,
             backends,
             cache: None,
@@ -423,6 +426,16 @@ impl Engine {
         &self.dir
     }
 
+    /// Catalog changes served since the start.
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Heavy calls running and waiting now.
+    pub fn heavy_load(&self) -> (usize, usize) {
+        self.governor.load()
+    }
+
     /// Rescans the datasets directory and swaps in the new catalog if anything changed.
     /// Returns what changed and whether some folder is still being written (retry later).
     pub fn reload(&self, settle: Duration) -> (catalog::Changes, bool) {
@@ -466,6 +479,8 @@ impl Engine {
             }
             warn_relations(&next);
             self.catalog.store(Arc::new(next));
+            self.reloads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if !changes.updated.is_empty() || !changes.removed.is_empty() {
                 self.sweep_cache();
             }

@@ -182,6 +182,11 @@ pub struct Guard {
     pub oauth: Option<Arc<crate::oauth::OAuth>>,
     /// What OAuth callers are granted (`--policy-file`); without it they see every dataset.
     pub policies: Option<Arc<crate::policies::Policies>>,
+    /// Set when the server was told to stop: requests that ask for work are answered 503
+    /// while those in flight finish.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Responses and bytes sent, for `/metrics`.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// `host` or `host:port` values the Host header may carry.
     pub hosts: Vec<String>,
     /// Origins a browser page may call from.
@@ -374,6 +379,8 @@ impl Guard {
             tokens,
             oauth: None,
             policies: None,
+            draining: Arc::default(),
+            metrics: None,
             hosts,
             origins,
             rate_per_second: rate_per_second.max(0.001),
@@ -390,6 +397,36 @@ impl Guard {
             max_sessions: MAX_SESSIONS,
             live: None,
         }
+    }
+
+    /// Requests to `/mcp` being answered now.
+    pub fn requests_in_flight(&self) -> usize {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).all
+    }
+
+    /// Live MCP sessions this guard has bound to their callers.
+    pub fn session_count(&self) -> usize {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .order
+            .len()
+    }
+
+    /// Closes every live MCP session: their event streams end (the last event sent whole),
+    /// as a drain ends them once the calls in flight have finished.
+    pub async fn close_sessions(&self) {
+        let Some(manager) = &self.live else {
+            return;
+        };
+        let ids: Vec<_> = manager.sessions.read().await.keys().cloned().collect();
+        for id in ids {
+            let _ = manager.close_session(&id).await;
+        }
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether requests must authenticate (static tokens or OAuth).
@@ -626,13 +663,52 @@ pub async fn check(
         .is_none_or(|v| v.trim() != "0")
         && (request.headers().contains_key(header::CONTENT_LENGTH)
             || request.headers().contains_key(header::TRANSFER_ENCODING));
+    let path = request.uri().path().to_string();
+    let metrics = guard.metrics.clone();
     let mut response = admit(guard, peer, request, next).await;
     if has_body && response.extensions().get::<Refused>().is_some() {
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    response
+    match metrics {
+        Some(metrics) => counted(&metrics, &path, response),
+        None => response,
+    }
+}
+
+/// A response counted for `/metrics`: its status, and its body's bytes as they are sent.
+fn counted(metrics: &Arc<crate::metrics::Metrics>, path: &str, response: Response) -> Response {
+    use axum::body::HttpBody;
+    metrics.response(path, response.status().as_u16());
+    if let Some(size) = response.body().size_hint().exact() {
+        metrics.sent(size as usize);
+        return response;
+    }
+    let metrics = Arc::clone(metrics);
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(futures::StreamExt::map(
+        body.into_data_stream(),
+        move |chunk| {
+            if let Ok(bytes) = &chunk {
+                metrics.sent(bytes.len());
+            }
+            chunk
+        },
+    ));
+    Response::from_parts(parts, body)
+}
+
+/// The answer to a request for work while the server drains.
+fn draining() -> Response {
+    let mut r = refuse(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the server is stopping: it finishes the calls in flight and takes no new ones",
+        "send the request again shortly (Retry-After), to this server once it is back or to another one",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(5u64));
+    r
 }
 
 async fn admit(
@@ -681,6 +757,9 @@ async fn admit(
     // A GET is a long-lived stream of server notifications, not a call: only requests
     // (POST) take a slot.
     if request.method() != axum::http::Method::POST {
+        if guard.is_draining() && request.method() == axum::http::Method::GET {
+            return draining();
+        }
         return pass_stream(&guard, request, next, caller, session.as_deref()).await;
     }
     let owner = caller.id.clone();
@@ -1168,6 +1247,11 @@ async fn pass_request(
         && asks(&bytes)
     {
         return Err(too_many_in_flight(&full));
+    }
+    // While draining, what answers the server (a cancellation, a reply to its question)
+    // still reaches the calls in flight; a new request does not start.
+    if guard.is_draining() && asks(&bytes) {
+        return Err(draining());
     }
     let request = Request::from_parts(parts, Body::from(bytes.clone()));
     let response = next.run(request).await;

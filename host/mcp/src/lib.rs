@@ -24,6 +24,7 @@ mod listen;
 mod logging;
 mod mcp;
 mod methods;
+mod metrics;
 mod oauth;
 mod policies;
 mod progress;

@@ -36,9 +36,17 @@ pub struct Shared {
     tasks: crate::tasks::Tasks,
     /// Questions to users the server waits on (bounded per caller and in all).
     waiting: Arc<crate::choose::Waiting>,
+    /// What `/metrics` tells of the calls.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Shared {
+    /// What `/metrics` reads of the sessions' shared state now.
+    pub fn scrape_into(&self, scrape: &mut crate::metrics::Scrape) {
+        scrape.tasks = self.tasks.by_state();
+        scrape.subscriptions = self.subscriptions.count();
+    }
+
     /// What the sessions of one server share. Plugin datasets whose number of records is not
     /// known are counted in the background, now and as they are added or changed. Tool calls
     /// are written to the audit log when there is one.
@@ -53,6 +61,7 @@ impl Shared {
             subscriptions: Arc::default(),
             tasks,
             waiting: Arc::default(),
+            metrics: Arc::default(),
         });
         count_records(&shared.engine, None);
         // The server's own work, never sent to a caller: the whole catalog's changes.
@@ -768,6 +777,7 @@ impl TallyServer {
                 if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
                     audit.record_cancelled(&caller.id, tool, &arguments, elapsed);
                 }
+                self.shared.metrics.cancelled(tool, elapsed);
                 return Err(cancelled_by_client());
             }
         };
@@ -919,6 +929,7 @@ impl TallyServer {
                     if let (Some(audit), Some(arguments)) = (&self.shared.audit, &audited) {
                         audit.record_cancelled(&caller.id, tool, arguments, elapsed);
                     }
+                    self.shared.metrics.cancelled(tool, elapsed);
                     return Err(TaskExit::Cancelled);
                 }
                 () = tokio::time::sleep(crate::progress::EVERY) => {
@@ -961,6 +972,7 @@ impl TallyServer {
         if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
             audit.record(&caller.id, tool, &arguments, result, elapsed);
         }
+        self.shared.metrics.call(tool, result, elapsed);
     }
 }
 

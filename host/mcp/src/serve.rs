@@ -142,6 +142,14 @@ pub struct HttpOptions {
     /// conditions, granted to token ids and to OAuth scopes and claims (docs/security.md).
     #[arg(long, value_name = "FILE")]
     policy_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the bearer token `/metrics` asks for. Without it,
+    /// `/metrics` answers only clients on this machine (a loopback address).
+    #[arg(long, value_name = "VAR")]
+    metrics_token_env: Option<String>,
+    /// How long, after SIGTERM or Ctrl-C, the calls in flight may take to finish (new ones
+    /// are answered 503) before the server ends them and exits; a second signal exits at once.
+    #[arg(long, default_value_t = 25_000)]
+    drain_grace_ms: u64,
     #[command(flatten)]
     oauth: crate::oauth::OAuthOptions,
 }
@@ -221,7 +229,14 @@ pub async fn http(
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
     let cancel = config.cancellation_token.clone();
     let engine_call_timeout = engine.limits().call_timeout;
-    let (service, sessions) = mcp_service(&engine, audit, config);
+    let metrics_token = match read_metrics_token(&options) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tally serve: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let (service, sessions, shared) = mcp_service(&engine, audit, config);
     let authenticated = !tokens.is_empty() || oauth.is_some();
     let token_count = tokens.len();
     if let Some(oauth) = &oauth {
@@ -230,8 +245,18 @@ pub async fn http(
     let mut guard = http_guard(tokens, oauth.clone(), &hosts, &origins, &options, sessions);
     if let Some(g) = Arc::get_mut(&mut guard) {
         g.policies = policies;
+        g.metrics = Some(Arc::clone(&shared.metrics));
     }
-    let app = router(&engine, service, guard, oauth);
+    let served_state = Served {
+        engine: Arc::clone(&engine),
+        guard: Arc::clone(&guard),
+        shared,
+        metrics_token,
+    };
+    let app = router(&engine, service, Arc::clone(&guard), oauth, served_state);
+    #[cfg(unix)]
+    tokio::spawn(reload_on_hangup(Arc::clone(&engine)));
+    let grace = Duration::from_millis(options.drain_grace_ms);
     // The address the server actually listens on, for scripts that asked for port 0.
     eprintln!(
         "tally: serving MCP at http://{bound}/mcp (browser front: http://{bound}/, health: http://{bound}/health)"
@@ -251,6 +276,8 @@ pub async fn http(
         },
         async move {
             shutdown_signal().await;
+            drain(&guard, grace).await;
+            guard.close_sessions().await;
             cancel.cancel();
         },
     )
@@ -368,8 +395,10 @@ fn mcp_service(
 ) -> (
     StreamableHttpService<TallyServer, LocalSessionManager>,
     Arc<LocalSessionManager>,
+    Arc<Shared>,
 ) {
     let shared = Shared::with_audit(Arc::clone(engine), audit);
+    let kept = Arc::clone(&shared);
     // Events kept for clients that reconnect with Last-Event-ID (bounded).
     let sessions = Arc::new(LocalSessionManager::default().with_event_store(Arc::new(
         crate::events::Store(crate::events::Events::new(Default::default())),
@@ -380,7 +409,198 @@ fn mcp_service(
             Arc::clone(&sessions),
             config,
         );
-    (service, sessions)
+    (service, sessions, kept)
+}
+
+/// What the operator's routes (`/metrics`, `/ready`) read.
+#[derive(Clone)]
+struct Served {
+    engine: Arc<Engine>,
+    guard: Arc<crate::guard::Guard>,
+    shared: Arc<Shared>,
+    /// The digest of the bearer token `/metrics` asks for, when one is set.
+    metrics_token: Option<[u8; 32]>,
+}
+
+/// Reads `--metrics-token-env`: the digest of the token it names.
+fn read_metrics_token(options: &HttpOptions) -> Result<Option<[u8; 32]>, String> {
+    use sha2::Digest;
+    let Some(var) = &options.metrics_token_env else {
+        return Ok(None);
+    };
+    let token = std::env::var(var).map_err(|_| {
+        format!(
+            "--metrics-token-env {var}: the environment variable {var} is not set (or not UTF-8)"
+        )
+    })?;
+    let token = token.trim();
+    if token.chars().count() < 16 {
+        return Err(format!(
+            "--metrics-token-env {var}: the token has fewer than 16 characters; use a long random one (e.g. `openssl rand -hex 32`)"
+        ));
+    }
+    Ok(Some(sha2::Sha256::digest(token.as_bytes()).into()))
+}
+
+impl Served {
+    /// Who may read `/metrics`: the bearer of `--metrics-token-env`'s token, else only a client
+    /// on this machine.
+    fn may_scrape(
+        &self,
+        peer: std::net::SocketAddr,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<(), axum::response::Response> {
+        use axum::http::StatusCode;
+        use axum::response::IntoResponse;
+        use sha2::Digest;
+        let refuse = |status: StatusCode, message: &str, fix: &str| {
+            let body = serde_json::json!({"error": {"message": message, "fix": fix}}).to_string();
+            (
+                status,
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response()
+        };
+        match &self.metrics_token {
+            Some(want) => {
+                let presented = headers
+                    .get(axum::http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().split_once(' '))
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                    .map(|(_, token)| token.trim())
+                    .unwrap_or("");
+                let got: [u8; 32] = sha2::Sha256::digest(presented.as_bytes()).into();
+                let differs = got.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b));
+                if differs != 0 {
+                    let mut r = refuse(
+                        StatusCode::UNAUTHORIZED,
+                        "/metrics needs its own bearer token",
+                        "send `Authorization: Bearer <token>` with the token --metrics-token-env names",
+                    );
+                    r.headers_mut().insert(
+                        axum::http::header::WWW_AUTHENTICATE,
+                        axum::http::HeaderValue::from_static("Bearer realm=\"tally-metrics\""),
+                    );
+                    return Err(r);
+                }
+                Ok(())
+            }
+            None if peer.ip().is_loopback() => Ok(()),
+            None => Err(refuse(
+                StatusCode::FORBIDDEN,
+                "/metrics answers only clients on this machine",
+                "scrape from 127.0.0.1, or give the server --metrics-token-env VAR and send that token",
+            )),
+        }
+    }
+
+    fn scrape(&self) -> crate::metrics::Scrape {
+        let view = crate::view::View::of(&self.engine, crate::view::Caller::operator());
+        let (heavy_running, heavy_queued) = self.engine.heavy_load();
+        let budget = self.engine.budget();
+        let mut scrape = crate::metrics::Scrape {
+            requests_in_flight: self.guard.requests_in_flight(),
+            heavy_running,
+            heavy_queued,
+            memory_used_bytes: budget.used(),
+            memory_budget_bytes: budget.limit(),
+            datasets_served: view.datasets().count(),
+            datasets_broken: view.broken().count(),
+            datasets_pending: view.pending().count(),
+            reloads: self.engine.reloads(),
+            cache_hits: tally_storage::cache::HITS.load(std::sync::atomic::Ordering::Relaxed),
+            cache_misses: tally_storage::cache::MISSES.load(std::sync::atomic::Ordering::Relaxed),
+            cache_bytes: self.engine.cache().map_or(0, |c| c.bytes()),
+            plugin_faults: tally_storage::faults::faults(),
+            sessions: self.guard.session_count(),
+            draining: self.guard.is_draining(),
+            ..Default::default()
+        };
+        self.shared.scrape_into(&mut scrape);
+        scrape
+    }
+
+    /// `/ready`: 200 when the catalog is loaded, the cache (if any) usable and the server not
+    /// draining; 503 with why otherwise.
+    fn ready(&self) -> (axum::http::StatusCode, serde_json::Value) {
+        let mut reasons = Vec::new();
+        if self.guard.is_draining() {
+            reasons.push("draining: the server was told to stop".to_string());
+        }
+        if let Some(cache) = self.engine.cache()
+            && cache.dir().exists()
+            && let Err(why) = tally_storage::cache::check_private(cache.dir())
+        {
+            reasons.push(format!("the cache cannot be used: {why}"));
+        }
+        if reasons.is_empty() {
+            (
+                axum::http::StatusCode::OK,
+                serde_json::json!({"status": "ready"}),
+            )
+        } else {
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"status": "not_ready", "reasons": reasons}),
+            )
+        }
+    }
+}
+
+/// After a signal to stop: requests for work are answered 503 while those in flight finish,
+/// for at most `grace`; a second signal exits at once.
+async fn drain(guard: &Arc<crate::guard::Guard>, grace: Duration) {
+    guard
+        .draining
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let in_flight = guard.requests_in_flight();
+    tracing::info!(
+        in_flight,
+        grace_ms = grace.as_millis() as u64,
+        "draining: new calls are answered 503 while those in flight finish"
+    );
+    let idle = async {
+        while guard.requests_in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        () = idle => tracing::info!("drained: no call in flight"),
+        () = tokio::time::sleep(grace) => tracing::warn!(
+            in_flight = guard.requests_in_flight(),
+            "the drain's grace period ended with calls still in flight; they are ended"
+        ),
+        () = shutdown_signal() => {
+            tracing::warn!("a second signal while draining: exiting now");
+            std::process::exit(i32::from(crate::exit::FAILED));
+        }
+    }
+}
+
+/// SIGHUP: the datasets directory is scanned again now (as a change it watches would be).
+#[cfg(unix)]
+async fn reload_on_hangup(engine: Arc<Engine>) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    else {
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let engine = Arc::clone(&engine);
+        let scanned =
+            tokio::task::spawn_blocking(move || engine.reload(Duration::from_millis(500))).await;
+        match scanned {
+            Ok((changes, pending)) => tracing::info!(
+                added = changes.added.len(),
+                updated = changes.updated.len(),
+                removed = changes.removed.len(),
+                pending,
+                "SIGHUP: the datasets directory was scanned again"
+            ),
+            Err(e) => tracing::warn!("SIGHUP: the scan did not finish: {e}"),
+        }
+    }
 }
 
 /// The guard in front of the endpoint, with the options' limits.
@@ -418,9 +638,46 @@ fn router(
     service: StreamableHttpService<TallyServer, LocalSessionManager>,
     guard: Arc<crate::guard::Guard>,
     oauth: Option<Arc<crate::oauth::OAuth>>,
+    served: Served,
 ) -> axum::Router {
     let health_engine = Arc::clone(engine);
-    let mut routes = axum::Router::new();
+    let scraped = served.clone();
+    let readied = served;
+    let mut routes = axum::Router::new()
+        .route(
+            "/metrics",
+            get(
+                move |axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+                      headers: axum::http::HeaderMap| {
+                    let served = scraped.clone();
+                    async move {
+                        use axum::response::IntoResponse;
+                        if let Err(refused) = served.may_scrape(peer, &headers) {
+                            return refused;
+                        }
+                        let text = served.shared.metrics.render(&served.scrape());
+                        (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                crate::metrics::CONTENT_TYPE,
+                            )],
+                            text,
+                        )
+                            .into_response()
+                    }
+                },
+            ),
+        )
+        .route(
+            "/ready",
+            get(move || {
+                let served = readied.clone();
+                async move {
+                    let (status, body) = served.ready();
+                    (status, Json(body))
+                }
+            }),
+        );
     if let Some(oauth) = oauth {
         // RFC 9728: at the well-known path, and under it with the resource's path (where
         // MCP clients look first); open to everyone, as a client reads it before signing in.

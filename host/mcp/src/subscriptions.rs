@@ -73,6 +73,11 @@ struct Taken {
 const GIVEN_BACK: &str = "subscriptions are given back as sessions unsubscribe or end (an idle session ends after 5 minutes)";
 
 impl Total {
+    /// Subscriptions of all sessions now.
+    pub fn count(&self) -> usize {
+        self.taken().all
+    }
+
     fn taken(&self) -> std::sync::MutexGuard<'_, Taken> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -510,6 +510,21 @@ fn let_go_oldest(state: &mut State, caller: &str, why: String) -> bool {
 }
 
 impl Tasks {
+    /// The tasks kept now, by state (`working`, `input_required`, `completed`, `failed`,
+    /// `cancelled`).
+    pub fn by_state(&self) -> BTreeMap<String, usize> {
+        let state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = BTreeMap::new();
+        for entry in state.tasks.values() {
+            let name = serde_json::to_value(entry.status())
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "unknown".to_string());
+            *counts.entry(name).or_default() += 1;
+        }
+        counts
+    }
+
     /// The tasks of a server whose memory budget is `budget` and whose answers hold at most
     /// `max_result_bytes` of rows: a task keeps a result of that and as much again (at least
     /// [`ALLOWANCE`]) at most.

@@ -573,6 +573,16 @@ impl Call<'_> {
             ref stderr,
             started,
         } = *self;
+        let kind = match (asked, e.downcast_ref::<Trap>()) {
+            (Some(_), _) => tally_storage::faults::Fault::Memory,
+            (None, Some(Trap::Interrupt)) => tally_storage::faults::Fault::Deadline,
+            (None, Some(_)) if panic_message(&stderr.contents().0).is_some() => {
+                tally_storage::faults::Fault::Panic
+            }
+            (None, Some(_)) => tally_storage::faults::Fault::Trap,
+            (None, None) => tally_storage::faults::Fault::Other,
+        };
+        tally_storage::faults::count(kind);
         if let Some(asked) = asked {
             return PluginError::new(
                 format!(

@@ -244,7 +244,7 @@ enum Command {
         #[arg(long, value_name = "ADDR", value_parser = listen_address)]
         http: Option<std::net::SocketAddr>,
         #[command(flatten)]
-        guard: serve::HttpOptions,
+        guard: Box<serve::HttpOptions>,
         /// Write one JSON line per tool call to this file (appended), or `-` for stderr.
         #[arg(long, value_name = "FILE")]
         audit_log: Option<PathBuf>,
@@ -566,7 +566,7 @@ fn listen_address(given: &str) -> Result<std::net::SocketAddr, String> {
 #[allow(clippy::too_many_arguments)]
 fn serve(
     http: Option<std::net::SocketAddr>,
-    guard: serve::HttpOptions,
+    guard: Box<serve::HttpOptions>,
     audit_log: Option<PathBuf>,
     allow_origin: Vec<String>,
     watch: Option<tally_engine::watch::WatchMode>,
@@ -652,7 +652,7 @@ fn serve(
             )
         });
         match http {
-            Some(addr) => serve::http(engine, addr, allow_origin, guard, audit).await,
+            Some(addr) => serve::http(engine, addr, allow_origin, *guard, audit).await,
             None => serve::stdio(engine, audit).await,
         }
     })

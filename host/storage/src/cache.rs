@@ -191,7 +191,27 @@ fn miss(why: impl Into<String>) -> Miss {
     Miss(why.into())
 }
 
+/// Entries found and used by [`Cache::load`], in this process (for `/metrics`).
+pub static HITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Entries looked for by [`Cache::load`] and not there, or not usable, in this process.
+pub static MISSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl Cache {
+    /// The bytes of the entries in the cache now (its top level; compiled plugin code and the
+    /// cursor key aside).
+    pub fn bytes(&self) -> u64 {
+        std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| e.metadata().ok())
+                    .filter(std::fs::Metadata::is_file)
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
     /// The cache in `dir` (created when first written).
     pub fn new(dir: impl Into<PathBuf>) -> Cache {
         Cache { dir: dir.into() }
@@ -285,7 +305,10 @@ impl Cache {
         let path = self.path(dataset, version);
         let file = match File::open(&path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                MISSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(None);
+            }
             Err(e) => return Err(miss(format!("cannot open it: {e}"))),
         };
         let checked = map(&file).and_then(|buffer| {
@@ -308,6 +331,8 @@ impl Cache {
                 entry: Arc::new(entry),
             })
         });
+        let counter = if checked.is_ok() { &HITS } else { &MISSES };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match checked {
             Ok(mapped) => Ok(Some(mapped)),
             Err(why) => {

@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod dataset;
 pub mod error;
+pub mod faults;
 pub mod memory;
 pub mod object;
 pub mod parquet;

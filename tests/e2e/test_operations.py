@@ -1,0 +1,273 @@
+"""Running Tally as a service (issue 56): `/metrics` read by a real OpenMetrics parser while a
+scripted load runs (every tool, a refusal, a cancel, a reload), the
+counters moved by exactly what the script did; `/metrics` only for this machine or its own
+token; `/ready` apart from `/health`; a drain on SIGTERM that lets the calls in flight finish,
+answers new ones 503, ends the event streams and exits 0 with every call in the audit log; a
+second signal exits at once; SIGHUP scans the datasets again."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from conftest import HttpServer, ROOT, datasets_dir, wait_for
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 120
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+# A summary grouping the ten-fold table by a field with a value per record, on a server
+# without the cache: its first call prepares 750k records, long enough to be cancelled, to
+# pass a short deadline, or to be in flight when the server is told to stop.
+SLOW = {"dataset_id": "big", "group_by": ["手続名"], "limit": 5}
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    """The default datasets, a law and references to it (test_oauth.py's), and the default
+    survey ten times over as `big`."""
+    import duckdb
+
+    from test_oauth import datasets_with_a_law
+
+    root = datasets_with_a_law(tmp_path_factory.mktemp("operations") / "datasets")
+    (root / "big").mkdir()
+    source = root / "procedures"
+    shutil.copyfile(source / "dataset.yaml", root / "big" / "dataset.yaml")
+    duckdb.connect().execute(
+        f"COPY (SELECT p.* FROM read_parquet('{source / 'data.parquet'}') p, range(10))"
+        f" TO '{root / 'big' / 'data.parquet'}' (FORMAT parquet)"
+    )
+    return root
+
+
+def scrape(server: HttpServer, **kwargs) -> dict:
+    """`/metrics` parsed by prometheus_client's OpenMetrics parser: {(name, labels): value}."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    r = httpx2.get(server.base + "/metrics", timeout=30, **kwargs)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/openmetrics-text"), r.headers
+    samples = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def client(server: HttpServer, mode: str = "legacy"):
+    http = httpx2.AsyncClient(timeout=TIMEOUT)
+    return Client(streamable_http_client(server.url, http_client=http), mode=mode, cache=None, read_timeout_seconds=TIMEOUT)
+
+
+CALLS = {
+    "list_datasets": {},
+    "inspect_dataset": {"dataset_id": "guide"},
+    "query_records": {"dataset_id": "procedures", "limit": 2},
+    "summarize_records": {"dataset_id": "procedures", "group_by": ["手続類型"]},
+    "cite_provisions": {"dataset_id": "refs"},
+}
+
+
+async def test_metrics_count_what_a_scripted_load_did(datasets, tmp_path):
+    server = HttpServer(
+        "--no-cache", "--watch", "poll", "--poll-interval-ms", "200",
+        datasets=str(datasets),
+    )
+    try:
+        before = scrape(server)
+        with anyio.fail_after(TIMEOUT):
+            async with client(server) as c:
+                answered = {}
+                for tool, arguments in CALLS.items():
+                    r = await c.call_tool(tool, arguments)
+                    answered[tool] = not r.is_error
+                envelope = (await c.call_tool("summarize_records", CALLS["summarize_records"])).structured_content
+                r = await c.call_tool("verify_answer", {"envelope": envelope})
+                answered["verify_answer"] = not r.is_error
+                refused = await c.call_tool("summarize_records", {"dataset_id": "no-such-dataset"})
+                assert refused.is_error
+                # A call its client gives up on (notifications/cancelled): the first call on
+                # the 750k records, which prepares them.
+                with anyio.move_on_after(0.3) as scope:
+                    await c.call_tool("summarize_records", SLOW)
+                assert scope.cancelled_caught, "the call ended before it could be cancelled"
+
+                # Within the session: leaving it at once could end it before the client's
+                # notifications/cancelled is sent.
+                async def cancelled_counted():
+                    return value(scrape(server), "tally_tool_calls_total", tool="summarize_records", outcome="cancelled") == 1
+
+                await wait_for("the cancel counted", cancelled_counted)
+        # A reload: the guide's title changed on disk.
+        guide = datasets / "guide" / "dataset.yaml"
+        guide.write_text(guide.read_text(encoding="utf-8").replace("title: Tally guide", "title: Tally guide (v2)"), encoding="utf-8")
+
+        async def reloaded():
+            return value(scrape(server), "tally_catalog_reloads_total") >= value(before, "tally_catalog_reloads_total") + 1
+
+        await wait_for("the reload counted", reloaded)
+
+        after = scrape(server)
+        moved = lambda name, **labels: value(after, name, **labels) - value(before, name, **labels)
+        assert answered == {t: True for t in [*CALLS, "verify_answer"]}, answered
+        for tool in CALLS:
+            expected = 2 if tool == "summarize_records" else 1
+            assert moved("tally_tool_calls_total", tool=tool, outcome="answered") == expected, tool
+            assert moved("tally_tool_call_duration_seconds_count", tool=tool) >= expected, tool
+        assert moved("tally_tool_calls_total", tool="verify_answer", outcome="answered") == 1
+        assert moved("tally_tool_calls_total", tool="summarize_records", outcome="refused", code="unknown_dataset") == 1
+        assert moved("tally_tool_calls_total", tool="summarize_records", outcome="cancelled") == 1
+        assert moved("tally_catalog_reloads_total") == 1
+        assert value(after, "tally_datasets", state="served") == 5
+        assert value(after, "tally_datasets", state="broken") == 0
+        assert moved("tally_http_responses_total", path="mcp", status="2xx") >= 10
+        assert moved("tally_http_response_bytes_total") > 0
+        assert value(after, "tally_memory_budget_bytes") > 0
+        assert value(after, "tally_draining") == 0
+        for kind in ("memory", "deadline", "panic", "trap", "other"):
+            assert ("tally_plugin_faults_total", (("kind", kind),)) in after, kind
+        # No argument, value or caller ever becomes a label.
+        text = httpx2.get(server.base + "/metrics").text
+        for said in ("届出", "no-such-dataset", "手続名", "127.0.0.1"):
+            assert said not in text, said
+    finally:
+        server.stop()
+
+
+def test_metrics_need_their_own_token_when_one_is_set(datasets):
+    token = "metrics-token-0123456789abcdef"
+    server = HttpServer("--metrics-token-env", "TALLY_TEST_METRICS", datasets=str(datasets), env={"TALLY_TEST_METRICS": token})
+    try:
+        r = httpx2.get(server.base + "/metrics")
+        assert r.status_code == 401 and "--metrics-token-env" in r.text, r.text
+        assert httpx2.get(server.base + "/metrics", headers={"Authorization": "Bearer wrong-token-0123456789"}).status_code == 401
+        assert scrape(server, headers={"Authorization": f"Bearer {token}"})
+    finally:
+        server.stop()
+
+
+def post(server: HttpServer, message: dict, session: str | None = None, timeout: float = 60) -> httpx2.Response:
+    headers = {**ACCEPT, "Mcp-Protocol-Version": "2025-11-25"}
+    if session:
+        headers["Mcp-Session-Id"] = session
+    return httpx2.post(server.url, json={"jsonrpc": "2.0", **message}, headers=headers, timeout=timeout)
+
+
+def open_session(server: HttpServer) -> str:
+    r = post(server, {"id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "drain", "version": "1"}}})
+    session = r.headers["mcp-session-id"]
+    post(server, {"method": "notifications/initialized"}, session)
+    return session
+
+
+def answer_of(response: httpx2.Response) -> dict:
+    for line in response.text.splitlines():
+        if line.startswith("data:") and '"id"' in line:
+            return json.loads(line[5:])
+    return response.json()
+
+
+def test_a_drain_lets_the_calls_in_flight_finish_and_exits_0(datasets, tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    server = HttpServer("--no-cache", "--audit-log", str(audit), "--drain-grace-ms", "60000", datasets=str(datasets))
+    assert httpx2.get(server.base + "/ready").json() == {"status": "ready"}
+    session = open_session(server)
+    # An open stream of server notifications (GET), which the drain must end cleanly.
+    stream_ended = threading.Event()
+
+    def listen():
+        headers = {"Accept": "text/event-stream", "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
+        try:
+            with httpx2.stream("GET", server.url, headers=headers, timeout=120) as r:
+                for _ in r.iter_lines():
+                    pass
+        finally:
+            stream_ended.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    answers: dict[int, dict] = {}
+
+    def call(i: int):
+        arguments = SLOW if i % 2 == 0 else {"dataset_id": "big", "q": "届出", "limit": 1}
+        tool = "summarize_records" if i % 2 == 0 else "query_records"
+        answers[i] = answer_of(post(server, {"id": i, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}, session, timeout=120))
+
+    calls = [threading.Thread(target=call, args=(i,)) for i in range(1, 5)]
+    for t in calls:
+        t.start()
+    time.sleep(0.5)
+    assert all(t.is_alive() for t in calls), "a call ended before the signal; the drain would test nothing"
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    refused = post(server, {"id": 9, "method": "tools/call", "params": {"name": "list_datasets", "arguments": {}}}, session)
+    assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1, refused.text
+    ready = httpx2.get(server.base + "/ready")
+    assert ready.status_code == 503 and ready.json()["status"] == "not_ready", ready.text
+    for t in calls:
+        t.join(timeout=120)
+    code = server.proc.wait(timeout=60)
+    took = time.monotonic() - started
+    assert code == 0, "".join(server.log)[-3000:]
+    assert took < 60, took
+    for i in range(1, 5):
+        assert "result" in answers[i] and not answers[i]["result"].get("isError"), answers[i]
+    assert stream_ended.wait(10), "the event stream was not ended"
+    lines = [json.loads(line) for line in audit.read_text(encoding="utf-8").splitlines()]
+    assert sorted(line["outcome"] for line in lines if line["tool"] in ("summarize_records", "query_records")) == ["ok"] * 4, lines
+    print(f"drained 4 calls and exited 0 in {took:.1f} s")
+
+
+def test_a_second_signal_exits_at_once(datasets):
+    server = HttpServer("--no-cache", "--drain-grace-ms", "60000", datasets=str(datasets))
+    session = open_session(server)
+    def in_flight():
+        # The server exits under it: the call's connection is cut, as a forced exit does.
+        try:
+            post(server, {"id": 1, "method": "tools/call", "params": {"name": "summarize_records", "arguments": SLOW}}, session, timeout=120)
+        except httpx2.HTTPError:
+            pass
+
+    threading.Thread(target=in_flight, daemon=True).start()
+    time.sleep(0.5)
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(timeout=30)
+    assert time.monotonic() - started < 5
+    assert code != 0, "a forced exit is not a clean one"
+
+
+def test_sighup_scans_the_datasets_again(datasets, tmp_path):
+    root = tmp_path / "datasets"
+    shutil.copytree(datasets_dir(), root)
+    server = HttpServer("--watch", "off", datasets=str(root))
+    try:
+        guide = root / "guide" / "dataset.yaml"
+        guide.write_text(guide.read_text(encoding="utf-8").replace("title: Tally guide", "title: Tally guide (hup)"), encoding="utf-8")
+        time.sleep(0.5)
+        titles = lambda: [d["title"] for d in json.loads(answer_of(post(server, {"id": 1, "method": "tools/call", "params": {"name": "list_datasets", "arguments": {}}}, open_session(server)))["result"]["content"][0]["text"])["data"]["datasets"]]
+        assert "Tally guide (hup)" not in titles(), "--watch off saw the change by itself"
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "Tally guide (hup)" not in titles():
+            assert time.monotonic() < deadline, "SIGHUP did not reload"
+            time.sleep(0.2)
+    finally:
+        server.stop()
