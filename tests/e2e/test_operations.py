@@ -271,3 +271,27 @@ def test_sighup_scans_the_datasets_again(datasets, tmp_path):
             time.sleep(0.2)
     finally:
         server.stop()
+
+
+async def test_json_logs_name_the_audit_logs_caller_and_request(datasets, tmp_path):
+    """`--log-format json`: one JSON object a line, the tool call's line carrying the same
+    `caller` and `request` as its audit line, so a log pipeline can join them."""
+    audit = tmp_path / "audit.jsonl"
+    server = HttpServer("--log-format", "json", "--audit-log", str(audit), datasets=str(datasets), env={"TALLY_LOG": "info"})
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with client(server) as c:
+                await c.call_tool("list_datasets", {})
+        (line,) = [json.loads(l) for l in audit.read_text(encoding="utf-8").splitlines()]
+
+        async def logged():
+            calls = [json.loads(l) for l in list(server.log) if l.startswith("{") and '"tool call"' in l]
+            return calls[0] if calls else None
+
+        event = await wait_for("the tool call in the log", logged)
+        assert event["caller"] == line["caller"] and event["request"] == line["request"], (event, line)
+        assert event["tool"] == "list_datasets" and event["level"] == "INFO", event
+        other = [l for l in list(server.log) if l.strip() and not l.startswith("{") and "serving MCP at" not in l]
+        assert other == [], other[:5]
+    finally:
+        server.stop()

@@ -138,7 +138,7 @@ def test_the_audit_log_has_one_line_per_call_and_no_token(secured):
         ("query_records", "unknown_dataset"),
     ]
     for l in lines:
-        assert set(l) == {"time", "caller", "tool", "dataset", "arguments_sha256", "outcome", "duration_ms", "rows"}
+        assert set(l) == {"time", "caller", "request", "tool", "dataset", "arguments_sha256", "outcome", "duration_ms", "rows"}
         assert l["caller"] == "admin" and len(l["arguments_sha256"]) == 64
     assert lines[1]["dataset"] == "procedures" and lines[1]["rows"] >= 6
     text = secured.audit.read_text(encoding="utf-8")

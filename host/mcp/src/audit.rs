@@ -4,6 +4,7 @@
 //! - `time`: when the call finished, RFC 3339 UTC with milliseconds;
 //! - `caller`: the token's id (never the token), `ip:<address>` without authentication, or
 //!   `stdio`;
+//! - `request`: an id of this call, which the server's log (`--log-format json`) gives too;
 //! - `tool`; `dataset`: the `dataset_id` argument as sent (null for `list_datasets`);
 //! - `arguments_sha256`: SHA-256 of the arguments as canonical JSON (keys sorted), so equal
 //!   calls can be matched without the log holding what was asked;
@@ -68,10 +69,16 @@ impl Audit {
         })
     }
 
+    /// A new request id: what the audit log and the server's log name one tool call by.
+    pub fn request_id() -> String {
+        uuid::Uuid::new_v4().simple().to_string()
+    }
+
     /// Writes the line of one call.
     pub fn record(
         &self,
         caller: &str,
+        request: &str,
         tool: Tool,
         arguments: &Value,
         result: &Result<Value, EngineError>,
@@ -94,17 +101,26 @@ impl Audit {
                 None,
             ),
         };
-        self.write(caller, tool, arguments, &outcome, rows, elapsed);
+        self.write(caller, request, tool, arguments, &outcome, rows, elapsed);
     }
 
     /// Writes the line of a call the client cancelled (outcome `cancelled`).
-    pub fn record_cancelled(&self, caller: &str, tool: Tool, arguments: &Value, elapsed: Duration) {
-        self.write(caller, tool, arguments, "cancelled", None, elapsed);
+    pub fn record_cancelled(
+        &self,
+        caller: &str,
+        request: &str,
+        tool: Tool,
+        arguments: &Value,
+        elapsed: Duration,
+    ) {
+        self.write(caller, request, tool, arguments, "cancelled", None, elapsed);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn write(
         &self,
         caller: &str,
+        request: &str,
         tool: Tool,
         arguments: &Value,
         outcome: &str,
@@ -116,6 +132,7 @@ impl Audit {
         let line = json!({
             "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "caller": caller,
+            "request": request,
             "tool": tool.name(),
             "dataset": arguments.get("dataset_id").and_then(Value::as_str),
             "arguments_sha256": hex,

@@ -751,6 +751,7 @@ impl TallyServer {
     ) -> Result<Result<Value, tally_engine::EngineError>, ErrorData> {
         let caller = view.caller().clone();
         let started = std::time::Instant::now();
+        let request = crate::audit::Audit::request_id();
         let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
         let reporter = context.meta.get_progress_token().map(|token| {
             crate::progress::start(
@@ -771,11 +772,13 @@ impl TallyServer {
                 let elapsed = started.elapsed();
                 tracing::info!(
                     tool = tool.name(),
+                    caller = %caller.id,
+                    request = %request,
                     ms = elapsed.as_millis() as u64,
                     "tool call cancelled by the client; its work was stopped"
                 );
                 if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
-                    audit.record_cancelled(&caller.id, tool, &arguments, elapsed);
+                    audit.record_cancelled(&caller.id, &request, tool, &arguments, elapsed);
                 }
                 self.shared.metrics.cancelled(tool, elapsed);
                 return Err(cancelled_by_client());
@@ -784,7 +787,7 @@ impl TallyServer {
         if let Some(reporter) = reporter {
             reporter.finish().await;
         }
-        self.record(&caller, tool, audited, &result, started.elapsed());
+        self.record(&caller, &request, tool, audited, &result, started.elapsed());
         Ok(result)
     }
 
@@ -917,6 +920,7 @@ impl TallyServer {
             .get("dataset_id")
             .and_then(Value::as_str)
             .map(|s| s.trim().to_string());
+        let request = crate::audit::Audit::request_id();
         let audited = self.shared.audit.as_ref().map(|_| arguments.clone());
         let call = view.call_within(&engine, tool, arguments, budget, chosen);
         tokio::pin!(call);
@@ -925,9 +929,9 @@ impl TallyServer {
                 result = &mut call => break result,
                 () = task.cancelled() => {
                     let elapsed = started.elapsed();
-                    tracing::info!(tool = tool.name(), ms = elapsed.as_millis() as u64, "task cancelled by its client; its work was stopped");
+                    tracing::info!(tool = tool.name(), caller = %caller.id, request = %request, ms = elapsed.as_millis() as u64, "task cancelled by its client; its work was stopped");
                     if let (Some(audit), Some(arguments)) = (&self.shared.audit, &audited) {
-                        audit.record_cancelled(&caller.id, tool, arguments, elapsed);
+                        audit.record_cancelled(&caller.id, &request, tool, arguments, elapsed);
                     }
                     self.shared.metrics.cancelled(tool, elapsed);
                     return Err(TaskExit::Cancelled);
@@ -940,7 +944,7 @@ impl TallyServer {
             }
         };
         let elapsed = started.elapsed();
-        self.record(&caller, tool, audited, &result, elapsed);
+        self.record(&caller, &request, tool, audited, &result, elapsed);
         task.set_status_message(format!(
             "{}: {} in {:.1} s",
             tool.name(),
@@ -958,6 +962,7 @@ impl TallyServer {
     fn record(
         &self,
         caller: &Caller,
+        request: &str,
         tool: Tool,
         audited: Option<Value>,
         result: &Result<Value, tally_engine::EngineError>,
@@ -965,12 +970,14 @@ impl TallyServer {
     ) {
         tracing::info!(
             tool = tool.name(),
+            caller = %caller.id,
+            request,
             ok = result.is_ok(),
             ms = elapsed.as_millis() as u64,
             "tool call"
         );
         if let (Some(audit), Some(arguments)) = (&self.shared.audit, audited) {
-            audit.record(&caller.id, tool, &arguments, result, elapsed);
+            audit.record(&caller.id, request, tool, &arguments, result, elapsed);
         }
         self.shared.metrics.call(tool, result, elapsed);
     }

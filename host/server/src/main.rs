@@ -29,6 +29,16 @@ mod plugin_api;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How the server's log (on stderr) is written: `text` lines, or `json`, one object a
+    /// line with the same `caller` and `request` ids as the audit log.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TALLY_LOG_FORMAT")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// Options every data command takes.
@@ -377,14 +387,16 @@ fn main() -> ExitCode {
     } else {
         "error"
     };
-    tracing_subscriber::fmt()
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TALLY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let log = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TALLY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .init();
+        .with_env_filter(filter);
+    match cli.log_format {
+        LogFormat::Text => log.init(),
+        LogFormat::Json => log.json().flatten_event(true).init(),
+    }
     match cli.command {
         Command::Serve {
             http,
