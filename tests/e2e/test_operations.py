@@ -295,3 +295,97 @@ async def test_json_logs_name_the_audit_logs_caller_and_request(datasets, tmp_pa
         assert other == [], other[:5]
     finally:
         server.stop()
+
+
+def serve_help_flags() -> set[str]:
+    import re
+
+    from conftest import tally_bin
+
+    text = subprocess.run([tally_bin(), "serve", "--help"], capture_output=True, text=True, timeout=60).stdout
+    return set(re.findall(r"^\s+(?:-\w, )?--([a-z][a-z0-9-]*)", text, re.MULTILINE)) - {"help", "config", "print-settings"}
+
+
+def print_settings(*args: str, env: dict | None = None) -> dict[str, tuple[str, str]]:
+    """`tally serve --print-settings`: {key: (value as written, where it came from)}."""
+    from conftest import tally_bin
+
+    r = subprocess.run(
+        [tally_bin(), "serve", *args, "--print-settings"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+    )
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for line in r.stdout.splitlines()[1:]:
+        setting, _, comment = line.removeprefix("# ").partition("  # ")
+        key, _, value = setting.partition(" = ")
+        out[key] = (None if comment == "not set" else value, comment)
+        # Only what was set is a setting of the printed file; defaults are commented out.
+        assert line.startswith("# ") == (comment in ("default", "not set")), line
+    return out
+
+
+def test_every_flag_is_a_setting_and_the_printed_settings_are_a_settings_file(tmp_path):
+    """Every flag of `tally serve --help` has a key; what --print-settings writes is a settings
+    file that gives the same settings back."""
+    first = print_settings("--datasets", datasets_dir(), "--rate-limit", "7", "--allow-host", "a.example", "--allow-host", "b.example", "--no-cache")
+    assert serve_help_flags() <= set(first), serve_help_flags() - set(first)
+    config = tmp_path / "tally.toml"
+    from conftest import tally_bin
+
+    printed = subprocess.run(
+        [tally_bin(), "serve", "--datasets", datasets_dir(), "--rate-limit", "7", "--allow-host", "a.example", "--allow-host", "b.example", "--no-cache", "--print-settings"],
+        capture_output=True, text=True, timeout=60,
+    ).stdout
+    config.write_text(printed, encoding="utf-8")
+    again = print_settings("--config", str(config))
+    for key, (value, _) in first.items():
+        assert again[key][0] == value, (key, value, again[key])
+    assert again["rate-limit"] == ("7", f"from {config}")
+    assert again["allow-host"][0] == '["a.example", "b.example"]'
+    assert again["no-cache"][0] == "true"
+
+
+def test_the_file_then_the_environment_then_the_command_line(tmp_path):
+    config = tmp_path / "tally.toml"
+    config.write_text('rate-limit = 3\nrate-burst = 4\nmax-concurrent = 5\n[oauth]\nissuer = "https://id.example.org"\n', encoding="utf-8")
+    got = print_settings("--config", str(config), "--max-concurrent", "9", env={"TALLY_RATE_BURST": "6", "TALLY_MAX_CONCURRENT": "8"})
+    assert got["rate-limit"] == ("3", f"from {config}")
+    assert got["rate-burst"] == ("6", "from $TALLY_RATE_BURST")
+    assert got["max-concurrent"] == ("9", "from the command line")
+    assert got["oauth-issuer"] == ('"https://id.example.org"', f"from {config}")
+    # The file in TALLY_CONFIG is read as --config's.
+    got = print_settings(env={"TALLY_CONFIG": str(config)})
+    assert got["rate-limit"] == ("3", f"from {config}")
+
+
+def test_a_mistyped_setting_is_refused_with_the_nearest_one(tmp_path):
+    from conftest import tally_bin
+
+    config = tmp_path / "tally.toml"
+    for text, said in {
+        "max-bdy-bytes = 4096\n": "did you mean `max-body-bytes`?",
+        "[oauth]\nisuer = \"https://id.example\"\n": "did you mean `oauth-issuer`?",
+        "allow-origin = \"https://a.example\"\nhttp = [1, 2]\n": "`http`: takes one value, not a list",
+        "no-cache = \"yes\"\n": "`no-cache`: a switch: write `true` or `false`",
+        "rate-limit = \n": "not valid TOML",
+    }.items():
+        config.write_text(text, encoding="utf-8")
+        r = subprocess.run([tally_bin(), "serve", "--config", str(config)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 5 and said in r.stderr, (text, r.stderr)
+    # A value the flag refuses is refused as the flag would be.
+    config.write_text("max-body-bytes = \"lots\"\n", encoding="utf-8")
+    r = subprocess.run([tally_bin(), "serve", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "max-body-bytes" in r.stderr and "lots" in r.stderr, r.stderr
+
+
+def test_a_server_runs_with_its_settings_file(tmp_path):
+    config = tmp_path / "tally.toml"
+    config.write_text("max-body-bytes = 4096\nrate-limit = 100000\nrate-burst = 100000\n", encoding="utf-8")
+    server = HttpServer("--config", str(config))
+    try:
+        big = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x" * 5000}}
+        r = httpx2.post(server.url, json=big, headers=ACCEPT)
+        assert r.status_code == 413 and "4096" in r.text, r.text
+    finally:
+        server.stop()

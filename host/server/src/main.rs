@@ -18,6 +18,7 @@ mod completions;
 mod ingest;
 mod plugin;
 mod plugin_api;
+mod settings;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -273,6 +274,15 @@ enum Command {
         /// to see changes (a bucket sends no events): `60s`, `500ms`, `5m`, or `off`.
         #[arg(long, value_name = "INTERVAL", default_value = "60s", value_parser = poll_duration)]
         object_poll: PollEvery,
+        /// A settings file (TOML) holding any of these flags by their long names
+        /// (`max-body-bytes = 4096`, `[oauth] issuer = "…"`); the environment (`TALLY_<FLAG>`)
+        /// and the command line override it (docs/operations.md).
+        #[arg(long, value_name = "FILE", env = "TALLY_CONFIG")]
+        config: Option<PathBuf>,
+        /// Print the settings in effect (file, environment, command line, defaults) as a
+        /// settings file, and exit.
+        #[arg(long)]
+        print_settings: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -368,20 +378,8 @@ enum Command {
     },
 }
 
-fn main() -> ExitCode {
-    let cli = match Cli::try_parse_from(global_flags_after_subcommand(std::env::args_os())) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            // Help and version are not errors; every usage error is exit code 2.
-            return if e.use_stderr() {
-                ExitCode::from(exit::USAGE)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
-    // Logs go to stderr (stdout is the protocol in stdio mode); TALLY_LOG overrides the level.
+/// Logs go to stderr (stdout is the protocol in stdio mode); TALLY_LOG overrides the level.
+fn init_log(cli: &Cli) {
     let default_level = if matches!(cli.command, Command::Serve { .. }) {
         "info"
     } else {
@@ -397,6 +395,33 @@ fn main() -> ExitCode {
         LogFormat::Text => log.init(),
         LogFormat::Json => log.json().flatten_event(true).init(),
     }
+}
+
+fn main() -> ExitCode {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    command.build();
+    let applied =
+        match settings::apply(global_flags_after_subcommand(std::env::args_os()), &command) {
+            Ok(applied) => applied,
+            Err(e) => {
+                eprintln!("tally serve: {e}");
+                return ExitCode::from(exit::CONFIG);
+            }
+        };
+    let cli = match Cli::try_parse_from(&applied.args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version are not errors; every usage error is exit code 2.
+            return if e.use_stderr() {
+                ExitCode::from(exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_log(&cli);
     match cli.command {
         Command::Serve {
             http,
@@ -406,8 +431,15 @@ fn main() -> ExitCode {
             watch,
             poll_interval_ms,
             object_poll,
+            config: _,
+            print_settings,
             common,
         } => {
+            if print_settings {
+                let matches = command.clone().get_matches_from(&applied.args);
+                settings::print(&matches, &command, &applied.sources);
+                return ExitCode::SUCCESS;
+            }
             let interval = std::time::Duration::from_millis(poll_interval_ms.max(50));
             let watch = match watch {
                 WatchArg::Events => Some(tally_engine::watch::WatchMode::Events),
