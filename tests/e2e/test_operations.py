@@ -389,3 +389,88 @@ def test_a_server_runs_with_its_settings_file(tmp_path):
         assert r.status_code == 413 and "4096" in r.text, r.text
     finally:
         server.stop()
+
+
+class Collector:
+    """An OTLP/HTTP (JSON) receiver on 127.0.0.1: the spans it was sent."""
+
+    def __init__(self):
+        import http.server
+
+        self.spans: list[dict] = []
+        self.bodies: list[str] = []
+        collector = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode("utf-8")
+                if self.path == "/v1/traces":
+                    collector.bodies.append(body)
+                    for resource in json.loads(body)["resourceSpans"]:
+                        for scope in resource["scopeSpans"]:
+                            collector.spans.extend(scope["spans"])
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def attribute_values(span: dict) -> list[str]:
+    return [json.dumps(a["value"], ensure_ascii=False) for a in span.get("attributes", [])]
+
+
+def test_tool_calls_are_traced_under_the_clients_span(datasets):
+    """A tool call whose request carries a client's `traceparent` (in its HTTP headers, or in
+    its `_meta`) is a SERVER span of the client's trace, parented by the client's span, with
+    child spans for resolve, plan, scan and envelope; no attribute holds an argument's text
+    or a value of the data."""
+    collector = Collector()
+    server = HttpServer("--otlp-endpoint", collector.url, datasets=str(datasets))
+    try:
+        session = open_session(server)
+        trace, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+        needle = "ZZQ-NEEDLE-7741"
+        arguments = {"dataset_id": "procedures", "group_by": ["所管府省庁"], "where": {"手続名": {"$contains": needle}}}
+        headers = {**ACCEPT, "Mcp-Protocol-Version": "2025-11-25", "Mcp-Session-Id": session, "traceparent": f"00-{trace}-{parent}-01"}
+        r = httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "summarize_records", "arguments": arguments}}, headers=headers, timeout=60)
+        assert r.status_code == 200
+        other_trace, other_parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+        answer = answer_of(post(server, {"id": 6, "method": "tools/call", "params": {
+            "name": "summarize_records", "arguments": {"dataset_id": "procedures", "group_by": ["所管府省庁"]},
+            "_meta": {"traceparent": f"00-{other_trace}-{other_parent}-01"},
+        }}, session))
+        ministries = [row[0] for row in json.loads(answer["result"]["content"][0]["text"])["data"]["rows"]]
+        deadline = time.monotonic() + 30
+        while not (any(s["traceId"] == trace and s.get("parentSpanId") == parent for s in collector.spans)
+                   and any(s["traceId"] == other_trace for s in collector.spans)):
+            assert time.monotonic() < deadline, collector.spans
+            time.sleep(0.2)
+        time.sleep(1.5)
+        spans = [s for s in collector.spans if s["traceId"] == trace]
+        (root,) = [s for s in spans if s.get("parentSpanId") == parent]
+        assert root["name"] == "tools/call summarize_records" and root["kind"] == 2, root
+        attributes = {a["key"]: a["value"] for a in root["attributes"]}
+        assert attributes["mcp.method.name"] == {"stringValue": "tools/call"}
+        assert attributes["gen_ai.tool.name"] == {"stringValue": "summarize_records"}
+        assert attributes["tally.outcome"] == {"stringValue": "answered"}, attributes
+        children = {s["name"] for s in spans if s.get("parentSpanId") == root["spanId"]}
+        assert {"resolve", "plan", "scan", "envelope"} <= children, children
+        (other_root,) = [s for s in collector.spans if s["traceId"] == other_trace and s.get("parentSpanId") == other_parent]
+        assert other_root["name"] == "tools/call summarize_records"
+        everything = "\n".join(collector.bodies)
+        assert needle not in everything and "手続名" not in everything
+        for ministry in ministries:
+            assert ministry not in everything, ministry
+    finally:
+        server.stop()
+        collector.stop()

@@ -26,6 +26,7 @@ use tally_semantic::resolve::{
 };
 use tally_storage::stop::Stop;
 use tally_storage::{Catalog, Dataset, cache, dataset, memory};
+use tracing::Instrument;
 
 use crate::error::EngineError;
 use crate::{Engine, Scope, envelope, lookup, provisions, query, schema, summarize};
@@ -327,7 +328,10 @@ impl Engine {
         let engine = Arc::clone(self);
         let stop = ctx.stop.clone();
         let resolved = named.clone();
-        let call = async move { engine.call_in(&ctx, &ask, resolved).await };
+        // Traced within the caller's span, on whichever runtime it runs.
+        let call = tracing::Instrument::in_current_span(async move {
+            engine.call_in(&ctx, &ask, resolved).await
+        });
         let (runtime, slot) = if heavy {
             let deadline = tokio::time::Instant::now() + budget;
             let slot = self.governor.admit(&caller.id, deadline).await?;
@@ -683,10 +687,13 @@ impl Cx<'_> {
                 seal(data, provenance)
             }
             Request::QueryRecords(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id)?;
                 let select_given = !args.select.is_empty();
-                let mut plan = resolve_query(&ds.def, args)?;
-                plan.resolved_fields.splice(0..0, resolution);
+                let (ds, mut plan) = traced("resolve", || {
+                    let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                    let mut plan = resolve_query(&ds.def, args)?;
+                    plan.resolved_fields.splice(0..0, resolution);
+                    Ok::<_, EngineError>((ds, plan))
+                })?;
                 let mut call = plan.to_call(&ds.def);
                 if !select_given && let Some(m) = call.as_object_mut() {
                     // The default columns stay the default: asked again, the call is the same.
@@ -694,18 +701,24 @@ impl Cx<'_> {
                 }
                 let used: Vec<tally_semantic::definition::FieldId> =
                     plan.filters.iter().map(|f| f.field).collect();
-                let lookups = lookup::read(self, &ds.def, used).await?;
+                let lookups = lookup::read(self, &ds.def, used)
+                    .instrument(tracing::info_span!("plan"))
+                    .await?;
                 lookup::rewrite(&ds.def, &mut plan.filters, &lookups)?;
-                let (data, mut provenance) =
-                    query::run(self, &ds, plan, select_given, &mut call).await?;
+                let (data, mut provenance) = query::run(self, &ds, plan, select_given, &mut call)
+                    .instrument(tracing::info_span!("scan"))
+                    .await?;
                 lookup::cite(&mut provenance, &lookups);
                 provenance.query = Some(normalized(tool, call));
-                seal(data, provenance)
+                traced("envelope", || seal(data, provenance))
             }
             Request::SummarizeRecords(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id)?;
-                let mut plan = resolve_summarize(&ds.def, args)?;
-                plan.resolved_fields.splice(0..0, resolution);
+                let (ds, plan) = traced("resolve", || {
+                    let (ds, resolution) = self.dataset(&args.dataset_id)?;
+                    let mut plan = resolve_summarize(&ds.def, args)?;
+                    plan.resolved_fields.splice(0..0, resolution);
+                    Ok::<_, EngineError>((ds, plan))
+                })?;
                 let mut call = plan.to_call(&ds.def);
                 let used: Vec<tally_semantic::definition::FieldId> = plan
                     .group_by
@@ -713,39 +726,16 @@ impl Cx<'_> {
                     .copied()
                     .chain(plan.filters.iter().map(|f| f.field))
                     .collect();
-                let lookups = lookup::read(self, &ds.def, used).await?;
-                let (data, mut provenance) =
-                    summarize::run(self, &ds, plan, &mut call, &lookups).await?;
+                let lookups = lookup::read(self, &ds.def, used)
+                    .instrument(tracing::info_span!("plan"))
+                    .await?;
+                let (data, mut provenance) = summarize::run(self, &ds, plan, &mut call, &lookups)
+                    .instrument(tracing::info_span!("scan"))
+                    .await?;
                 provenance.query = Some(normalized(tool, call));
-                seal(data, provenance)
+                traced("envelope", || seal(data, provenance))
             }
-            Request::CiteProvisions(args) => {
-                let (ds, resolution) = self.dataset(&args.dataset_id)?;
-                let mut plan = tally_semantic::resolve::resolve_cite(&ds.def, args)?;
-                plan.records.resolved_fields.splice(0..0, resolution);
-                let target = self
-                    .seen(&self.catalog.load(), &plan.link.to, self.scope())
-                    .ok_or_else(|| {
-                        EngineError::Request(
-                            tally_semantic::error::RequestError::new(
-                                tally_semantic::error::ErrorCode::UnknownDataset,
-                                format!(
-                                    "dataset `{}` links to `{}`, which is not served",
-                                    ds.def.id, plan.link.to
-                                ),
-                            )
-                            .at("link")
-                            .hint(format!(
-                                "serve the dataset `{}` (a folder of that name in the datasets directory), or check `tally check` for why it is refused",
-                                plan.link.to
-                            )),
-                        )
-                    })?;
-                let call = plan.to_call(&ds.def);
-                let (data, mut provenance) = provisions::run(self, &ds, &target, plan).await?;
-                provenance.query = Some(normalized(tool, call));
-                seal(data, provenance)
-            }
+            Request::CiteProvisions(args) => self.cite(tool, args).await,
             Request::VerifyAnswer(args) => {
                 let (data, mut provenance) = Box::pin(self.verify(&args.envelope)).await?;
                 provenance.query = Some(normalized(
@@ -755,6 +745,54 @@ impl Cx<'_> {
                 seal(data, provenance)
             }
         }
+    }
+
+    /// `cite_provisions`: the provisions the records rest on, read from the linked dataset as
+    /// the caller sees it.
+    async fn cite(
+        &self,
+        tool: Tool,
+        args: tally_semantic::request::CiteArgs,
+    ) -> Result<Value, EngineError> {
+        let (ds, plan) = traced("resolve", || {
+            let (ds, resolution) = self.dataset(&args.dataset_id)?;
+            let mut plan = tally_semantic::resolve::resolve_cite(&ds.def, args)?;
+            plan.records.resolved_fields.splice(0..0, resolution);
+            Ok::<_, EngineError>((ds, plan))
+        })?;
+        let target = self
+                .seen(&self.catalog.load(), &plan.link.to, self.scope())
+                .ok_or_else(|| {
+                    EngineError::Request(
+                        tally_semantic::error::RequestError::new(
+                            tally_semantic::error::ErrorCode::UnknownDataset,
+                            format!(
+                                "dataset `{}` links to `{}`, which is not served",
+                                ds.def.id, plan.link.to
+                            ),
+                        )
+                        .at("link")
+                        .hint(format!(
+                            "serve the dataset `{}` (a folder of that name in the datasets directory), or check `tally check` for why it is refused",
+                            plan.link.to
+                        )),
+                    )
+                })?;
+        let call = plan.to_call(&ds.def);
+        let (data, mut provenance) = provisions::run(self, &ds, &target, plan)
+            .instrument(tracing::info_span!("scan"))
+            .await?;
+        provenance.query = Some(normalized(tool, call));
+        traced("envelope", || seal(data, provenance))
+    }
+}
+
+/// Runs a phase of a call within a span of its name (sent as a trace, see `tally_mcp::otlp`).
+fn traced<T>(name: &'static str, phase: impl FnOnce() -> T) -> T {
+    match name {
+        "resolve" => tracing::info_span!("resolve").in_scope(phase),
+        "envelope" => tracing::info_span!("envelope").in_scope(phase),
+        _ => tracing::info_span!("phase").in_scope(phase),
     }
 }
 

@@ -26,6 +26,7 @@ mod mcp;
 mod methods;
 mod metrics;
 mod oauth;
+pub mod otlp;
 mod policies;
 mod progress;
 mod prompts;

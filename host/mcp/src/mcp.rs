@@ -764,7 +764,11 @@ impl TallyServer {
             )
         });
         let budget = self.engine().limits().call_timeout;
-        let call = view.call_within(self.engine(), tool, arguments, budget, chosen);
+        let span = request_span(tool, context);
+        let call = tracing::Instrument::instrument(
+            view.call_within(self.engine(), tool, arguments, budget, chosen),
+            span.clone(),
+        );
         let result = tokio::select! {
             result = call => result,
             () = context.ct.cancelled() => {
@@ -787,6 +791,7 @@ impl TallyServer {
         if let Some(reporter) = reporter {
             reporter.finish().await;
         }
+        end_span(&span, &result);
         self.record(&caller, &request, tool, audited, &result, started.elapsed());
         Ok(result)
     }
@@ -980,6 +985,52 @@ impl TallyServer {
             audit.record(&caller.id, request, tool, &arguments, result, elapsed);
         }
         self.shared.metrics.call(tool, result, elapsed);
+    }
+}
+
+/// The span of a tool call (see [`crate::otlp`]): its parent is the client's span when the
+/// request carries a W3C `traceparent`, in its `_meta` or its HTTP headers.
+fn request_span(tool: Tool, context: &RequestContext<RoleServer>) -> tracing::Span {
+    let from_meta = context
+        .meta
+        .get("traceparent")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let from_header = || {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("traceparent"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let traceparent = from_meta.or_else(from_header).unwrap_or_default();
+    tracing::info_span!(
+        "mcp.request",
+        otel.name = %format!("tools/call {}", tool.name()),
+        mcp.method.name = "tools/call",
+        gen_ai.tool.name = tool.name(),
+        gen_ai.operation.name = "execute_tool",
+        traceparent = %traceparent,
+        tally.outcome = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// Records how a call ended on its span.
+fn end_span(span: &tracing::Span, result: &Result<Value, tally_engine::EngineError>) {
+    match result {
+        Ok(_) => {
+            span.record("tally.outcome", "answered");
+        }
+        Err(e) => {
+            let code = e.to_json()["error"]["code"]
+                .as_str()
+                .unwrap_or("error")
+                .to_string();
+            span.record("tally.outcome", "refused");
+            span.record("error.type", code.as_str());
+        }
     }
 }
 

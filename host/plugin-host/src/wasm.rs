@@ -491,6 +491,7 @@ impl Runtime {
         limits: &PluginLimits,
         request: &ScanRequest,
     ) -> Result<ScanResult, PluginError> {
+        let _traced = tracing::info_span!("plugin call", otel.name = "plugin call").entered();
         let result = self.call(
             label,
             compiled,

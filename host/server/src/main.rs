@@ -283,6 +283,10 @@ enum Command {
         /// settings file, and exit.
         #[arg(long)]
         print_settings: bool,
+        /// Send the spans of tool calls to this OpenTelemetry collector (OTLP over HTTP,
+        /// JSON), e.g. http://127.0.0.1:4318; a client's `traceparent` is their parent.
+        #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+        otlp_endpoint: Option<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -379,7 +383,11 @@ enum Command {
 }
 
 /// Logs go to stderr (stdout is the protocol in stdio mode); TALLY_LOG overrides the level.
-fn init_log(cli: &Cli) {
+/// With an OTLP endpoint, the spans of tool calls go there too (whatever the log's level).
+fn init_log(cli: &Cli) -> Result<(), String> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let default_level = if matches!(cli.command, Command::Serve { .. }) {
         "info"
     } else {
@@ -387,14 +395,25 @@ fn init_log(cli: &Cli) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TALLY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let log = tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(filter);
-    match cli.log_format {
-        LogFormat::Text => log.init(),
-        LogFormat::Json => log.json().flatten_event(true).init(),
-    }
+        .with_ansi(false);
+    let log = match cli.log_format {
+        LogFormat::Text => log.boxed(),
+        LogFormat::Json => log.json().flatten_event(true).boxed(),
+    };
+    let otlp = match &cli.command {
+        Command::Serve {
+            otlp_endpoint: Some(endpoint),
+            ..
+        } => Some(tally_mcp::otlp::layer(endpoint)?),
+        _ => None,
+    };
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter))
+        .with(otlp)
+        .init();
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -421,7 +440,10 @@ fn main() -> ExitCode {
             };
         }
     };
-    init_log(&cli);
+    if let Err(e) = init_log(&cli) {
+        eprintln!("tally serve: {e}");
+        return ExitCode::from(exit::CONFIG);
+    }
     match cli.command {
         Command::Serve {
             http,
@@ -433,6 +455,7 @@ fn main() -> ExitCode {
             object_poll,
             config: _,
             print_settings,
+            otlp_endpoint,
             common,
         } => {
             if print_settings {
@@ -446,7 +469,7 @@ fn main() -> ExitCode {
                 WatchArg::Poll => Some(tally_engine::watch::WatchMode::Poll(interval)),
                 WatchArg::Off => None,
             };
-            serve(
+            let code = serve(
                 http,
                 guard,
                 audit_log,
@@ -455,7 +478,11 @@ fn main() -> ExitCode {
                 interval,
                 object_poll.0,
                 &common,
-            )
+            );
+            if otlp_endpoint.is_some() {
+                tally_mcp::otlp::flush(std::time::Duration::from_secs(3));
+            }
+            code
         }
         Command::Check {
             dir,

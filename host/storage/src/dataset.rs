@@ -1576,7 +1576,11 @@ impl Job {
         let handle = tokio::runtime::Handle::current();
         // Reading and preparing is CPU work: on a blocking thread, so the runtime's workers
         // keep answering other calls (and timing this one out) meanwhile.
+        // The preparation's work (a plugin's scan among it) is traced within the call that
+        // started it.
+        let span = tracing::Span::current();
         let blocking = tokio::task::spawn_blocking(move || {
+            let _traced = span.enter();
             if let Some(prepared) = self.mapped() {
                 return Ok(prepared);
             }

@@ -1,0 +1,409 @@
+//! Traces: OpenTelemetry spans of tool calls, sent over OTLP/HTTP (JSON) when an endpoint is
+//! configured (`--otlp-endpoint`, or `OTEL_EXPORTER_OTLP_ENDPOINT`).
+//!
+//! A [`Layer`] of the server's `tracing` subscriber turns the spans of a tool call into
+//! OpenTelemetry spans: the call's own span ([`REQUEST_SPAN`], opened by the MCP layer, whose
+//! parent is the client's span when the request carries a W3C `traceparent`, in its HTTP
+//! headers or its `_meta`), and the spans opened inside it by the engine (`resolve`, `plan`,
+//! `scan`, `envelope`) and the plugin host (`plugin call`). Spans outside a tool call are
+//! not sent.
+//!
+//! Only fields the server names are attributes: the MCP method, the tool, the outcome and
+//! the error code, and counts. No argument's text, no value of the data, no caller is ever
+//! an attribute. Spans are sent in batches (every second, or 256 at a time), from a thread of
+//! their own; a collector that does not answer loses them (counted in the log), never holds
+//! up a call.
+
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tracing::Subscriber;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+
+/// The name of the span the MCP layer opens for each tool call.
+pub const REQUEST_SPAN: &str = "mcp.request";
+/// Fields recorded as attributes (by name); everything else a span carries is left out.
+const ATTRIBUTES: &[&str] = &[
+    "mcp.method.name",
+    "gen_ai.tool.name",
+    "gen_ai.operation.name",
+    "tally.outcome",
+    "error.type",
+    "tally.rows",
+];
+/// Spans kept waiting to be sent at most; past it new ones are dropped (and counted).
+const QUEUE: usize = 4_096;
+const BATCH: usize = 256;
+const EVERY: Duration = Duration::from_secs(1);
+
+/// A finished span, as it is sent.
+#[derive(Debug, Clone)]
+struct Finished {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    parent: Option<[u8; 8]>,
+    name: String,
+    server: bool,
+    start: SystemTime,
+    end: SystemTime,
+    attributes: Vec<(String, Value)>,
+    error: bool,
+}
+
+/// What the layer keeps of an open span.
+#[derive(Debug, Clone)]
+struct Open {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    parent: Option<[u8; 8]>,
+    name: String,
+    server: bool,
+    start: SystemTime,
+    attributes: Vec<(String, Value)>,
+}
+
+#[derive(Debug)]
+enum Message {
+    Span(Box<Finished>),
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+static SENDER: Mutex<Option<SyncSender<Message>>> = Mutex::new(None);
+
+/// The layer that sends tool calls' spans to `endpoint` (`http://host:4318`; the traces go to
+/// `<endpoint>/v1/traces`).
+#[derive(Debug)]
+pub struct OtlpLayer {
+    sender: SyncSender<Message>,
+}
+
+/// Starts the exporter thread and returns its layer.
+pub fn layer(endpoint: &str) -> Result<OtlpLayer, String> {
+    let lower = endpoint.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        return Err(format!(
+            "--otlp-endpoint {endpoint}: give the collector's OTLP/HTTP address, e.g. http://127.0.0.1:4318"
+        ));
+    }
+    let url = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
+    let (sender, receiver) = std::sync::mpsc::sync_channel(QUEUE);
+    std::thread::Builder::new()
+        .name("tally-otlp".into())
+        .spawn(move || export(&url, &receiver))
+        .map_err(|e| format!("cannot start the trace exporter: {e}"))?;
+    *SENDER.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender.clone());
+    Ok(OtlpLayer { sender })
+}
+
+/// Sends what is waiting, waiting at most `within` (at the end of the process).
+pub fn flush(within: Duration) {
+    let sender = SENDER.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(sender) = sender {
+        let (done, wait) = std::sync::mpsc::channel();
+        if sender.send(Message::Flush(done)).is_ok() {
+            let _ = wait.recv_timeout(within);
+        }
+    }
+}
+
+/// A W3C `traceparent` (`00-<trace id>-<span id>-<flags>`): its trace id and span id.
+pub fn parse_traceparent(value: &str) -> Option<([u8; 16], [u8; 8])> {
+    let parts: Vec<&str> = value.trim().split('-').collect();
+    let [version, trace, span, flags] = parts.as_slice() else {
+        return None;
+    };
+    if version.len() != 2 || *version == "ff" || flags.len() != 2 {
+        return None;
+    }
+    let trace: [u8; 16] = hex(trace)?.try_into().ok()?;
+    let span: [u8; 8] = hex(span)?.try_into().ok()?;
+    if trace == [0; 16] || span == [0; 8] {
+        return None;
+    }
+    Some((trace, span))
+}
+
+fn hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2)
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    for chunk in out.chunks_mut(16) {
+        let id = uuid::Uuid::new_v4();
+        chunk.copy_from_slice(&id.as_bytes()[..chunk.len()]);
+    }
+    out
+}
+
+/// The fields of a span the layer keeps: the attributes it names, `traceparent`, `otel.name`.
+#[derive(Default)]
+struct Fields {
+    attributes: Vec<(String, Value)>,
+    traceparent: Option<String>,
+    name: Option<String>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "traceparent" => self.traceparent = Some(value.to_string()),
+            "otel.name" => self.name = Some(value.to_string()),
+            name if ATTRIBUTES.contains(&name) => {
+                self.attributes
+                    .push((name.to_string(), json!({"stringValue": value})));
+            }
+            _ => {}
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if ATTRIBUTES.contains(&field.name()) {
+            self.attributes.push((
+                field.name().to_string(),
+                json!({"intValue": value.to_string()}),
+            ));
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if ATTRIBUTES.contains(&field.name()) {
+            self.attributes.push((
+                field.name().to_string(),
+                json!({"intValue": value.to_string()}),
+            ));
+        }
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        if ATTRIBUTES.contains(&field.name()) {
+            self.attributes
+                .push((field.name().to_string(), json!({"boolValue": value})));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        // Only the fields named above, written as text: never a value of another kind.
+        if ATTRIBUTES.contains(&field.name()) || matches!(field.name(), "traceparent" | "otel.name")
+        {
+            self.record_str(field, format!("{value:?}").trim_matches('"'));
+        }
+    }
+}
+
+impl<S> Layer<S> for OtlpLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let name = attrs.metadata().name();
+        let parent = span.parent().and_then(|p| {
+            p.extensions()
+                .get::<Open>()
+                .map(|o| (o.trace_id, o.span_id))
+        });
+        let mut fields = Fields::default();
+        attrs.record(&mut fields);
+        let (trace_id, parent, server) = match parent {
+            Some((trace, span)) => (trace, Some(span), false),
+            None if name == REQUEST_SPAN => {
+                match fields.traceparent.as_deref().and_then(parse_traceparent) {
+                    Some((trace, span)) => (trace, Some(span), true),
+                    None => (random_bytes::<16>(), None, true),
+                }
+            }
+            // Not within a tool call: not sent.
+            None => return,
+        };
+        span.extensions_mut().insert(Open {
+            trace_id,
+            span_id: random_bytes::<8>(),
+            parent,
+            name: fields.name.unwrap_or_else(|| name.to_string()),
+            server,
+            start: SystemTime::now(),
+            attributes: fields.attributes,
+        });
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut fields = Fields::default();
+        values.record(&mut fields);
+        if let Some(open) = span.extensions_mut().get_mut::<Open>() {
+            for (key, value) in fields.attributes {
+                open.attributes.retain(|(k, _)| *k != key);
+                open.attributes.push((key, value));
+            }
+        }
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(&id) else { return };
+        let Some(open) = span.extensions_mut().remove::<Open>() else {
+            return;
+        };
+        let error = open.attributes.iter().any(|(k, _)| k == "error.type");
+        let finished = Finished {
+            trace_id: open.trace_id,
+            span_id: open.span_id,
+            parent: open.parent,
+            name: open.name,
+            server: open.server,
+            start: open.start,
+            end: SystemTime::now(),
+            attributes: open.attributes,
+            error,
+        };
+        match self.sender.try_send(Message::Span(Box::new(finished))) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(_)) => {
+                DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn nanos(t: SystemTime) -> String {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+        .to_string()
+}
+
+/// The OTLP/JSON body of a batch of spans.
+fn body(spans: &[Finished]) -> Value {
+    let spans: Vec<Value> = spans
+        .iter()
+        .map(|s| {
+            let mut span = json!({
+                "traceId": to_hex(&s.trace_id),
+                "spanId": to_hex(&s.span_id),
+                "name": s.name,
+                // SERVER for the call's own span, INTERNAL inside it.
+                "kind": if s.server { 2 } else { 1 },
+                "startTimeUnixNano": nanos(s.start),
+                "endTimeUnixNano": nanos(s.end),
+                "attributes": s.attributes.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
+                "status": {"code": if s.error { 2 } else { 1 }},
+            });
+            if let Some(parent) = s.parent {
+                span["parentSpanId"] = json!(to_hex(&parent));
+            }
+            span
+        })
+        .collect();
+    json!({
+        "resourceSpans": [{
+            "resource": {"attributes": [
+                {"key": "service.name", "value": {"stringValue": "tally"}},
+                {"key": "service.version", "value": {"stringValue": env!("CARGO_PKG_VERSION")}},
+            ]},
+            "scopeSpans": [{"scope": {"name": "tally", "version": env!("CARGO_PKG_VERSION")}, "spans": spans}],
+        }]
+    })
+}
+
+fn export(url: &str, receiver: &Receiver<Message>) {
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build(),
+    );
+    let mut batch: Vec<Finished> = Vec::new();
+    let mut warned = false;
+    let send = |batch: &mut Vec<Finished>, warned: &mut bool| {
+        if batch.is_empty() {
+            return;
+        }
+        let sent = agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .send(body(batch).to_string());
+        match sent {
+            Ok(r) if r.status().is_success() => *warned = false,
+            Ok(r) if !*warned => {
+                tracing::warn!(
+                    status = r.status().as_u16(),
+                    spans = batch.len(),
+                    "the trace collector refused a batch of spans"
+                );
+                *warned = true;
+            }
+            Err(e) if !*warned => {
+                tracing::warn!(
+                    spans = batch.len(),
+                    "the trace collector could not be reached: {e}"
+                );
+                *warned = true;
+            }
+            _ => {}
+        }
+        batch.clear();
+    };
+    loop {
+        match receiver.recv_timeout(EVERY) {
+            Ok(Message::Span(span)) => {
+                batch.push(*span);
+                if batch.len() >= BATCH {
+                    send(&mut batch, &mut warned);
+                }
+            }
+            Ok(Message::Flush(done)) => {
+                send(&mut batch, &mut warned);
+                let _ = done.send(());
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => send(&mut batch, &mut warned),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                send(&mut batch, &mut warned);
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparent_is_read_as_w3c_writes_it() {
+        let (trace, span) =
+            parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(to_hex(&trace), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(to_hex(&span), "00f067aa0ba902b7");
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "garbage",
+        ] {
+            assert!(parse_traceparent(bad).is_none(), "{bad}");
+        }
+    }
+}
