@@ -499,6 +499,14 @@ impl Engine {
                         tokio::time::sleep(STALE_PAUSE).await;
                     }
                     self.rescan_for(&dataset);
+                    // A changed folder is read once its files have stayed as they are for a
+                    // moment (`catalog::QUIET`): the call waits for that, not for the
+                    // watcher's next scan.
+                    let until = Instant::now() + tally_storage::catalog::QUIET + STALE_SETTLE;
+                    while Instant::now() < until && self.catalog.load().pending.contains(&dataset) {
+                        tokio::time::sleep(STALE_PAUSE).await;
+                        self.rescan_for(&dataset);
+                    }
                 }
                 other => return other,
             }

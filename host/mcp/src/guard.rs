@@ -699,6 +699,16 @@ fn counted(metrics: &Arc<crate::metrics::Metrics>, path: &str, response: Respons
     Response::from_parts(parts, body)
 }
 
+/// Whether a request only asks after a task (`tasks/get`, `tasks/result`, `tasks/list`): it
+/// starts no work, and a client polling for a task's answer still gets it while the server
+/// drains.
+fn polls_a_task(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_string))
+        .is_some_and(|m| matches!(m.as_str(), "tasks/get" | "tasks/result" | "tasks/list"))
+}
+
 /// The answer to a request for work while the server drains.
 fn draining() -> Response {
     let mut r = refuse(
@@ -1250,7 +1260,7 @@ async fn pass_request(
     }
     // While draining, what answers the server (a cancellation, a reply to its question)
     // still reaches the calls in flight; a new request does not start.
-    if guard.is_draining() && asks(&bytes) {
+    if guard.is_draining() && asks(&bytes) && !polls_a_task(&bytes) {
         return Err(draining());
     }
     let request = Request::from_parts(parts, Body::from(bytes.clone()));

@@ -41,6 +41,11 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The MCP tasks kept now, by state.
+    pub fn tasks_by_state(&self) -> std::collections::BTreeMap<String, usize> {
+        self.tasks.by_state()
+    }
+
     /// What `/metrics` reads of the sessions' shared state now.
     pub fn scrape_into(&self, scrape: &mut crate::metrics::Scrape) {
         scrape.tasks = self.tasks.by_state();

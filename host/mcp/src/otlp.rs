@@ -9,10 +9,10 @@
 //! not sent.
 //!
 //! Only fields the server names are attributes: the MCP method, the tool, the outcome and
-//! the error code, and counts. No argument's text, no value of the data, no caller is ever
+//! the error code. No argument's text, no value of the data, no caller is ever
 //! an attribute. Spans are sent in batches (every second, or 256 at a time), from a thread of
-//! their own; a collector that does not answer loses them (counted in the log), never holds
-//! up a call.
+//! their own; a collector that does not answer loses them (said in the log, as are spans
+//! dropped when 4,096 wait), never holds up a call.
 
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
@@ -35,7 +35,6 @@ const ATTRIBUTES: &[&str] = &[
     "gen_ai.operation.name",
     "tally.outcome",
     "error.type",
-    "tally.rows",
 ];
 /// Spans kept waiting to be sent at most; past it new ones are dropped (and counted).
 const QUEUE: usize = 4_096;
@@ -366,6 +365,13 @@ fn export(url: &str, receiver: &Receiver<Message>) {
         batch.clear();
     };
     loop {
+        let dropped = DROPPED.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "spans were dropped: the exporter's queue was full (the collector is slower than the calls)"
+            );
+        }
         match receiver.recv_timeout(EVERY) {
             Ok(Message::Span(span)) => {
                 batch.push(*span);

@@ -148,7 +148,7 @@ pub struct HttpOptions {
     metrics_token_env: Option<String>,
     /// How long, after SIGTERM or Ctrl-C, the calls in flight may take to finish (new ones
     /// are answered 503) before the server ends them and exits; a second signal exits at once.
-    #[arg(long, default_value_t = 25_000)]
+    #[arg(long, default_value_t = 20_000)]
     drain_grace_ms: u64,
     #[command(flatten)]
     oauth: crate::oauth::OAuthOptions,
@@ -247,6 +247,7 @@ pub async fn http(
         g.policies = policies;
         g.metrics = Some(Arc::clone(&shared.metrics));
     }
+    let drained = Arc::clone(&shared);
     let served_state = Served {
         engine: Arc::clone(&engine),
         guard: Arc::clone(&guard),
@@ -276,7 +277,7 @@ pub async fn http(
         },
         async move {
             shutdown_signal().await;
-            drain(&guard, grace).await;
+            drain(&guard, &drained, grace).await;
             guard.close_sessions().await;
             cancel.cancel();
         },
@@ -551,7 +552,7 @@ impl Served {
 
 /// After a signal to stop: requests for work are answered 503 while those in flight finish,
 /// for at most `grace`; a second signal exits at once.
-async fn drain(guard: &Arc<crate::guard::Guard>, grace: Duration) {
+async fn drain(guard: &Arc<crate::guard::Guard>, shared: &Arc<Shared>, grace: Duration) {
     guard
         .draining
         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -561,15 +562,26 @@ async fn drain(guard: &Arc<crate::guard::Guard>, grace: Duration) {
         grace_ms = grace.as_millis() as u64,
         "draining: new calls are answered 503 while those in flight finish"
     );
+    // Calls in flight: requests being answered, and calls run as MCP tasks still working
+    // (their clients poll for the answers, which are kept until the process ends).
+    let busy = || {
+        guard.requests_in_flight()
+            + shared
+                .tasks_by_state()
+                .iter()
+                .filter(|(state, _)| matches!(state.as_str(), "working" | "input_required"))
+                .map(|(_, n)| n)
+                .sum::<usize>()
+    };
     let idle = async {
-        while guard.requests_in_flight() > 0 {
+        while busy() > 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
     tokio::select! {
         () = idle => tracing::info!("drained: no call in flight"),
         () = tokio::time::sleep(grace) => tracing::warn!(
-            in_flight = guard.requests_in_flight(),
+            in_flight = busy(),
             "the drain's grace period ended with calls still in flight; they are ended"
         ),
         () = shutdown_signal() => {
@@ -589,7 +601,9 @@ async fn reload_on_hangup(engine: Arc<Engine>) {
     while hangups.recv().await.is_some() {
         let engine = Arc::clone(&engine);
         let scanned =
-            tokio::task::spawn_blocking(move || engine.reload(Duration::from_millis(500))).await;
+            // The operator says the writes are done: read what changed now, without waiting
+            // for folders to be quiet.
+            tokio::task::spawn_blocking(move || engine.reload(Duration::ZERO)).await;
         match scanned {
             Ok((changes, pending)) => tracing::info!(
                 added = changes.added.len(),

@@ -544,7 +544,9 @@ fn global_flags_after_subcommand(
 ) -> Vec<std::ffi::OsString> {
     use clap::CommandFactory;
     let args: Vec<std::ffi::OsString> = args.into_iter().collect();
-    let command = Cli::command();
+    // Built, so that the global flags (`--log-format`) are among each subcommand's.
+    let mut command = Cli::command();
+    command.build();
     let takes_value = |sub: Option<&clap::Command>, long: &str| -> Option<bool> {
         let mut all = command
             .get_subcommands()

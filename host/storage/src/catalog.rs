@@ -63,6 +63,9 @@ pub struct Broken {
 struct FolderState {
     /// The folder's files (names, sizes, times) when last read; `None` reads it again.
     stamp: Option<String>,
+    /// A change not read yet: the folder's files as they were first seen so, and when. It is
+    /// read once they have stayed so for [`QUIET`].
+    waiting: Option<(String, SystemTime)>,
     served: Option<Arc<Dataset>>,
     broken: Option<Broken>,
     disabled: bool,
@@ -138,6 +141,15 @@ fn stamp(folder: &Path) -> (String, Option<SystemTime>) {
     (parts.join("|"), newest)
 }
 
+/// How long a changed folder's files must stay as they are before the change is read: a
+/// writer that renames the data and then the definition into place is never served the one
+/// with the other's previous version (when the scan waits at all: never at start).
+pub const QUIET: Duration = Duration::from_millis(500);
+
+/// A file a writer puts in a dataset folder while it changes several files: the folder is
+/// not read again until the file is gone.
+pub const WRITING_MARKER: &str = ".tally-writing";
+
 impl Catalog {
     /// Scans `dir` from scratch.
     pub fn load(dir: &Path, options: &Options) -> Catalog {
@@ -161,36 +173,7 @@ impl Catalog {
         // What each folder needs, in folder order: cheap (its files' names, sizes and times).
         let mut steps = Vec::with_capacity(folders.len());
         for folder in folders {
-            let name = folder
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if !folder.join(DEFINITION_FILE).is_file() {
-                continue;
-            }
-            if let Some(problem) = outside(dir, &folder) {
-                // A folder linked in from elsewhere would serve files nobody put here.
-                steps.push(Step::Outside(name, problem));
-                continue;
-            }
-            let (current, newest) = stamp(&folder);
-            let before = previous.folders.get(&name).cloned().unwrap_or_default();
-            let unchanged = before.stamp.as_deref() == Some(current.as_str())
-                && !(options.check_objects && objects_changed(&folder, &name, &before));
-            if unchanged {
-                steps.push(Step::Done(name, before));
-            } else {
-                let fresh = newest
-                    .and_then(|t| now.duration_since(t).ok())
-                    .is_none_or(|age| age < settle);
-                steps.push(Step::Read(Read {
-                    folder,
-                    name,
-                    current,
-                    before,
-                    fresh,
-                }));
-            }
+            steps.extend(step_of(dir, folder, previous, settle, now, options));
         }
         // The new and changed folders registered, several at once.
         read_changed(&mut steps, options);
@@ -215,6 +198,10 @@ impl Catalog {
                     continue;
                 }
                 Step::Done(name, state) => (name, state),
+                Step::Wait(name, state) => {
+                    next.pending.push(name.clone());
+                    (name, state)
+                }
                 Step::Read(read) => {
                     // Never left unread (see `read_changed`); were it, it is read again at
                     // the next scan.
@@ -323,10 +310,86 @@ enum Step {
     Outside(String, Problem),
     /// Unchanged since the last scan: its state kept.
     Done(String, FolderState),
+    /// Changed, but still changing (or marked as being written): its served version kept,
+    /// read at a later scan.
+    Wait(String, FolderState),
     /// New or changed: to be read again.
     Read(Read),
     /// Read again: its new state (logged when the catalog is assembled, in folder order).
     Registered(String, FolderState),
+}
+
+/// What a scan does with one folder: cheap (its files' names, sizes and times).
+fn step_of(
+    dir: &Path,
+    folder: PathBuf,
+    previous: &Catalog,
+    settle: Duration,
+    now: SystemTime,
+    options: &Options,
+) -> Option<Step> {
+    let name = folder
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !folder.join(DEFINITION_FILE).is_file() {
+        return None;
+    }
+    if let Some(problem) = outside(dir, &folder) {
+        // A folder linked in from elsewhere would serve files nobody put here.
+        return Some(Step::Outside(name, problem));
+    }
+    let (current, newest) = stamp(&folder);
+    let before = previous.folders.get(&name).cloned().unwrap_or_default();
+    let unchanged = before.stamp.as_deref() == Some(current.as_str())
+        && !(options.check_objects && objects_changed(&folder, &name, &before));
+    if unchanged {
+        Some(Step::Done(name, before))
+    } else if let Some(waiting) = still_changing(&folder, &current, &before, settle, now) {
+        // Read when its files have stopped changing (or its writer's marker is gone).
+        Some(Step::Wait(name, FolderState { waiting, ..before }))
+    } else {
+        let fresh = newest
+            .and_then(|t| now.duration_since(t).ok())
+            .is_none_or(|age| age < settle);
+        Some(Step::Read(Read {
+            folder,
+            name,
+            current,
+            before,
+            fresh,
+        }))
+    }
+}
+
+/// Whether a changed folder is to wait before it is read: `Some(what to remember)` while its
+/// files changed less than [`QUIET`] ago (as this scan and the earlier ones saw them) or its
+/// writer's [`WRITING_MARKER`] is there; `None` to read it now. A scan that does not wait
+/// (`settle` zero: the first one) reads it at once.
+fn still_changing(
+    folder: &Path,
+    current: &str,
+    before: &FolderState,
+    settle: Duration,
+    now: SystemTime,
+) -> Option<Option<(String, SystemTime)>> {
+    if settle.is_zero() {
+        return None;
+    }
+    if folder.join(WRITING_MARKER).exists() {
+        return Some(None);
+    }
+    match &before.waiting {
+        Some((seen, since)) if seen == current => {
+            let quiet = now.duration_since(*since).unwrap_or_default() >= QUIET.min(settle);
+            if quiet {
+                None
+            } else {
+                Some(before.waiting.clone())
+            }
+        }
+        _ => Some(Some((current.to_string(), now))),
+    }
 }
 
 /// A folder to read again, with what the last scan knew of it.
@@ -445,6 +508,7 @@ fn read_folder(
                 }),
                 served: serving,
                 disabled: false,
+                waiting: None,
             }
         }
     }
