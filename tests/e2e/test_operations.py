@@ -474,3 +474,36 @@ def test_tool_calls_are_traced_under_the_clients_span(datasets):
     finally:
         server.stop()
         collector.stop()
+
+
+def test_sighup_reads_the_token_and_policy_files_again(tmp_path):
+    """SIGHUP swaps in the token file and the policy file as they are now; files that do not
+    hold leave the ones read before in force (said in the log)."""
+    tokens = tmp_path / "tokens"
+    old, new = "old-token-0123456789abcdef", "new-token-0123456789abcdef"
+    tokens.write_text(f"old {old}\n", encoding="utf-8")
+    policies = tmp_path / "policies.yaml"
+    policies.write_text("policies:\n  all:\n    datasets: \"*\"\ngrants:\n  tokens: {old: [all]}\n", encoding="utf-8")
+    server = HttpServer("--token-file", str(tokens), "--policy-file", str(policies), "--auth-failures-per-minute", "1000")
+    status = lambda token: httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}, headers={**ACCEPT, "Authorization": f"Bearer {token}"}).status_code
+    try:
+        assert (status(old), status(new)) == (200, 401)
+        tokens.write_text(f"new {new}\n", encoding="utf-8")
+        policies.write_text("policies:\n  all:\n    datasets: \"*\"\ngrants:\n  tokens: {new: [all]}\n", encoding="utf-8")
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while status(new) != 200:
+            assert time.monotonic() < deadline, "".join(server.log)[-2000:]
+            time.sleep(0.2)
+        assert status(old) == 401
+        # A policy file that no longer holds (it grants a token there is not): kept as before.
+        policies.write_text("policies:\n  all:\n    datasets: \"*\"\ngrants:\n  tokens: {nobody: [all]}\n", encoding="utf-8")
+        tokens.write_text(f"other {old}\n", encoding="utf-8")
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while not any("stay in force" in line for line in list(server.log)):
+            assert time.monotonic() < deadline, "".join(server.log)[-2000:]
+            time.sleep(0.2)
+        assert (status(new), status(old)) == (200, 401)
+    finally:
+        server.stop()

@@ -174,14 +174,21 @@ fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
+/// Who may sign in and what each sees: the static tokens (with the policies granted to them)
+/// and the policies granted to OAuth callers. Read again on SIGHUP, swapped whole.
+#[derive(Debug, Default)]
+pub struct Auth {
+    pub tokens: Tokens,
+    /// What OAuth callers are granted (`--policy-file`); without it they see every dataset.
+    pub policies: Option<Arc<crate::policies::Policies>>,
+}
+
 /// The settings of the guard.
 #[derive(Debug)]
 pub struct Guard {
-    pub tokens: Tokens,
+    auth: std::sync::RwLock<Arc<Auth>>,
     /// Access tokens of an OAuth authorization server, when one is configured.
     pub oauth: Option<Arc<crate::oauth::OAuth>>,
-    /// What OAuth callers are granted (`--policy-file`); without it they see every dataset.
-    pub policies: Option<Arc<crate::policies::Policies>>,
     /// Set when the server was told to stop: requests that ask for work are answered 503
     /// while those in flight finish.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
@@ -376,9 +383,11 @@ impl Guard {
         max_body: usize,
     ) -> Guard {
         Guard {
-            tokens,
+            auth: std::sync::RwLock::new(Arc::new(Auth {
+                tokens,
+                policies: None,
+            })),
             oauth: None,
-            policies: None,
             draining: Arc::default(),
             metrics: None,
             hosts,
@@ -397,6 +406,17 @@ impl Guard {
             max_sessions: MAX_SESSIONS,
             live: None,
         }
+    }
+
+    /// The tokens and policies now.
+    pub fn auth(&self) -> Arc<Auth> {
+        Arc::clone(&self.auth.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Swaps in tokens and policies read again (SIGHUP): every request from now on is
+    /// checked against them; sessions keep their callers.
+    pub fn set_auth(&self, auth: Auth) {
+        *self.auth.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(auth);
     }
 
     /// Requests to `/mcp` being answered now.
@@ -431,7 +451,7 @@ impl Guard {
 
     /// Whether requests must authenticate (static tokens or OAuth).
     pub fn authenticates(&self) -> bool {
-        !self.tokens.is_empty() || self.oauth.is_some()
+        !self.auth().tokens.is_empty() || self.oauth.is_some()
     }
 
     /// Whether `peer` may try to authenticate now: `Err(seconds)` while its failures are
@@ -873,7 +893,7 @@ async fn health_caller(guard: &Guard, peer: SocketAddr, headers: &axum::http::He
     let Some(presented) = bearer(headers) else {
         return anonymous();
     };
-    if let Some(token) = guard.tokens.find(presented) {
+    if let Some(token) = guard.auth().tokens.find(presented) {
         return Caller {
             id: token.id.clone(),
             scope: token.scope.clone(),
@@ -894,6 +914,7 @@ fn oauth_caller(guard: &Guard, principal: &crate::oauth::Principal) -> Caller {
     Caller {
         id: format!("oauth:{}", principal.subject),
         scope: guard
+            .auth()
             .policies
             .as_ref()
             .map_or(Scope::All, |p| p.scope_of_principal(principal)),
@@ -973,7 +994,7 @@ async fn authenticate(
             &sign_in_hint(guard),
         ));
     };
-    if let Some(token) = guard.tokens.find(presented) {
+    if let Some(token) = guard.auth().tokens.find(presented) {
         return Ok(Caller {
             id: token.id.clone(),
             scope: token.scope.clone(),

@@ -146,11 +146,27 @@ fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Random ids for spans and traces: a xorshift generator per thread, seeded from the
+/// standard library's random hasher keys (ids must be unique, not secret).
 fn random_bytes<const N: usize>() -> [u8; N] {
+    use std::cell::Cell;
+    use std::hash::BuildHasher;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id()) | 1,
+        );
+    }
     let mut out = [0u8; N];
-    for chunk in out.chunks_mut(16) {
-        let id = uuid::Uuid::new_v4();
-        chunk.copy_from_slice(&id.as_bytes()[..chunk.len()]);
+    for chunk in out.chunks_mut(8) {
+        let next = STATE.with(|s| {
+            let mut x = s.get();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            s.set(x);
+            x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        });
+        chunk.copy_from_slice(&next.to_le_bytes()[..chunk.len()]);
     }
     out
 }

@@ -83,7 +83,7 @@ fn own_origin(host: &str, port: u16) -> String {
 }
 
 /// What guards the HTTP endpoint (see docs/security.md).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct HttpOptions {
     /// Bearer tokens, one per line: `<id> <token> [<dataset>,<dataset>…]` (no list: every
     /// dataset). Required for any non-loopback address.
@@ -242,9 +242,9 @@ pub async fn http(
     if let Some(oauth) = &oauth {
         tracing::info!(issuer = oauth.issuer(), resource = oauth.resource(), scopes = ?oauth.scopes(), "accepting OAuth access tokens");
     }
-    let mut guard = http_guard(tokens, oauth.clone(), &hosts, &origins, &options, sessions);
+    let auth = crate::guard::Auth { tokens, policies };
+    let mut guard = http_guard(auth, oauth.clone(), &hosts, &origins, &options, sessions);
     if let Some(g) = Arc::get_mut(&mut guard) {
-        g.policies = policies;
         g.metrics = Some(Arc::clone(&shared.metrics));
     }
     let drained = Arc::clone(&shared);
@@ -256,7 +256,11 @@ pub async fn http(
     };
     let app = router(&engine, service, Arc::clone(&guard), oauth, served_state);
     #[cfg(unix)]
-    tokio::spawn(reload_on_hangup(Arc::clone(&engine)));
+    tokio::spawn(reload_on_hangup(
+        Arc::clone(&engine),
+        Arc::clone(&guard),
+        options.clone(),
+    ));
     let grace = Duration::from_millis(options.drain_grace_ms);
     // The address the server actually listens on, for scripts that asked for port 0.
     eprintln!(
@@ -294,23 +298,13 @@ pub async fn http(
 
 /// Reads the bearer tokens the options name; refuses a non-loopback address without any.
 fn read_tokens(addr: SocketAddr, options: &HttpOptions) -> Result<crate::guard::Tokens, ExitCode> {
-    let mut tokens = crate::guard::Tokens::default();
-    let loaded = options
-        .token_file
-        .as_deref()
-        .map(|f| tokens.read_file(f))
-        .transpose()
-        .and_then(|_| {
-            options
-                .token_env
-                .as_deref()
-                .map(|v| tokens.read_env(v))
-                .transpose()
-        });
-    if let Err(e) = loaded {
-        eprintln!("tally serve: {e}");
-        return Err(ExitCode::from(EXIT_CONFIG));
-    }
+    let tokens = match load_tokens(options) {
+        Ok(tokens) => tokens,
+        Err(e) => {
+            eprintln!("tally serve: {e}");
+            return Err(ExitCode::from(EXIT_CONFIG));
+        }
+    };
     if !addr.ip().is_loopback() && tokens.is_empty() && options.oauth.issuer.is_none() {
         eprintln!(
             "tally serve: refusing to listen on {addr} without authentication: anyone who can reach a non-loopback address could query every dataset. \
@@ -320,6 +314,26 @@ fn read_tokens(addr: SocketAddr, options: &HttpOptions) -> Result<crate::guard::
         return Err(ExitCode::from(EXIT_CONFIG));
     }
     Ok(tokens)
+}
+
+/// The tokens of `--token-file` and `--token-env`.
+fn load_tokens(options: &HttpOptions) -> Result<crate::guard::Tokens, String> {
+    let mut tokens = crate::guard::Tokens::default();
+    if let Some(file) = &options.token_file {
+        tokens.read_file(file)?;
+    }
+    if let Some(var) = &options.token_env {
+        tokens.read_env(var)?;
+    }
+    Ok(tokens)
+}
+
+/// The tokens and policies as their files say now (SIGHUP): refused whole, with why, when
+/// any of it does not hold.
+fn reload_auth(engine: &Engine, options: &HttpOptions) -> Result<crate::guard::Auth, String> {
+    let mut tokens = load_tokens(options)?;
+    let policies = read_policies(engine, options, &mut tokens)?;
+    Ok(crate::guard::Auth { tokens, policies })
 }
 
 /// Reads `--policy-file`, grants its policies to the static tokens it names, and checks
@@ -591,19 +605,25 @@ async fn drain(guard: &Arc<crate::guard::Guard>, shared: &Arc<Shared>, grace: Du
     }
 }
 
-/// SIGHUP: the datasets directory is scanned again now (as a change it watches would be).
+/// SIGHUP: the datasets directory is scanned again now (as a change it watches would be),
+/// then the token file and the policy file are read again and swapped in whole (kept as they
+/// were, with the reason in the log, when they do not hold).
 #[cfg(unix)]
-async fn reload_on_hangup(engine: Arc<Engine>) {
+async fn reload_on_hangup(
+    engine: Arc<Engine>,
+    guard: Arc<crate::guard::Guard>,
+    options: HttpOptions,
+) {
     let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
     else {
         return;
     };
     while hangups.recv().await.is_some() {
-        let engine = Arc::clone(&engine);
+        let scanning = Arc::clone(&engine);
         let scanned =
             // The operator says the writes are done: read what changed now, without waiting
             // for folders to be quiet.
-            tokio::task::spawn_blocking(move || engine.reload(Duration::ZERO)).await;
+            tokio::task::spawn_blocking(move || scanning.reload(Duration::ZERO)).await;
         match scanned {
             Ok((changes, pending)) => tracing::info!(
                 added = changes.added.len(),
@@ -614,12 +634,29 @@ async fn reload_on_hangup(engine: Arc<Engine>) {
             ),
             Err(e) => tracing::warn!("SIGHUP: the scan did not finish: {e}"),
         }
+        if options.token_file.is_none() && options.policy_file.is_none() {
+            continue;
+        }
+        match reload_auth(&engine, &options) {
+            Ok(auth) => {
+                tracing::info!(
+                    tokens = auth.tokens.len(),
+                    policies = auth.policies.is_some(),
+                    "SIGHUP: the token and policy files were read again"
+                );
+                guard.set_auth(auth);
+            }
+            Err(e) => tracing::error!(
+                "SIGHUP: the token or policy file does not hold, so the ones read before stay in force: {}",
+                tally_storage::text::escape_controls(&e, tally_storage::text::Lines::Escaped)
+            ),
+        }
     }
 }
 
 /// The guard in front of the endpoint, with the options' limits.
 fn http_guard(
-    tokens: crate::guard::Tokens,
+    auth: crate::guard::Auth,
     oauth: Option<Arc<crate::oauth::OAuth>>,
     hosts: &[String],
     origins: &[String],
@@ -627,7 +664,7 @@ fn http_guard(
     sessions: Arc<LocalSessionManager>,
 ) -> Arc<crate::guard::Guard> {
     let mut guard = crate::guard::Guard::new(
-        tokens,
+        crate::guard::Tokens::default(),
         hosts.to_vec(),
         origins.to_vec(),
         options.rate_limit,
@@ -642,6 +679,7 @@ fn http_guard(
     guard.max_in_flight = options.max_in_flight.max(guard.concurrent);
     guard.live = Some(sessions);
     guard.oauth = oauth;
+    guard.set_auth(auth);
     Arc::new(guard)
 }
 

@@ -402,11 +402,14 @@ fn init_log(cli: &Cli) -> Result<(), String> {
         LogFormat::Text => log.boxed(),
         LogFormat::Json => log.json().flatten_event(true).boxed(),
     };
+    // Only Tally's own spans are looked at: the registry keeps no span of other crates for it.
     let otlp = match &cli.command {
         Command::Serve {
             otlp_endpoint: Some(endpoint),
             ..
-        } => Some(tally_mcp::otlp::layer(endpoint)?),
+        } => Some(tally_mcp::otlp::layer(endpoint)?.with_filter(
+            tracing_subscriber::filter::filter_fn(|meta| meta.target().starts_with("tally")),
+        )),
         _ => None,
     };
     tracing_subscriber::registry()
