@@ -124,7 +124,13 @@ impl Governor {
                     "the threads heavy calls run on could not be started: {e}"
                 ))
             })?;
-        let heavy = self.runtime.get_or_init(|| Heavy(Some(built)));
+        // Two first heavy calls may each build one: the one not kept is shut down in the
+        // background (dropping a runtime inside another panics).
+        let mut built = Some(built);
+        let heavy = self.runtime.get_or_init(|| Heavy(built.take()));
+        if let Some(unused) = built {
+            unused.shutdown_background();
+        }
         match heavy {
             Heavy(Some(runtime)) => Ok(runtime.handle().clone()),
             Heavy(None) => Err(EngineError::internal("the heavy runtime was shut down")),
