@@ -507,3 +507,38 @@ def test_sighup_reads_the_token_and_policy_files_again(tmp_path):
         assert (status(new), status(old)) == (200, 401)
     finally:
         server.stop()
+
+
+async def test_a_call_run_as_a_task_is_traced_too(datasets):
+    """A call run as an MCP task (the client asked for one) is a span of the client's trace
+    as a call answered at once is, with its phases under it."""
+    from mcp.client import advertise
+
+    from test_tasks import TASKS, call, settle
+
+    collector = Collector()
+    server = HttpServer("--otlp-endpoint", collector.url, datasets=str(datasets))
+    trace, parent = "5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b8"
+    try:
+        http = httpx2.AsyncClient(timeout=TIMEOUT)
+        with anyio.fail_after(TIMEOUT):
+            async with Client(streamable_http_client(server.url, http_client=http), mode="2026-07-28", cache=None,
+                              read_timeout_seconds=TIMEOUT, extensions=[advertise(TASKS)]) as c:
+                created = await call(c, "summarize_records", {"dataset_id": "procedures", "group_by": ["所管府省庁"]},
+                                     meta={"tally/task": True, "traceparent": f"00-{trace}-{parent}-01"})
+                assert created.get("resultType") == "task", created
+                done = await settle(c, created["taskId"])
+                assert done["status"] == "completed", done
+        deadline = time.monotonic() + 30
+        while not any(s["traceId"] == trace and s.get("parentSpanId") == parent for s in collector.spans):
+            assert time.monotonic() < deadline, collector.spans
+            time.sleep(0.2)
+        time.sleep(1.5)
+        (root,) = [s for s in collector.spans if s["traceId"] == trace and s.get("parentSpanId") == parent]
+        assert root["name"] == "tools/call summarize_records", root
+        assert {"stringValue": "answered"} in [a["value"] for a in root["attributes"] if a["key"] == "tally.outcome"], root
+        children = {s["name"] for s in collector.spans if s.get("parentSpanId") == root["spanId"]}
+        assert {"resolve", "scan", "envelope"} <= children, children
+    finally:
+        server.stop()
+        collector.stop()

@@ -574,7 +574,11 @@ impl ServerHandler for TallyServer {
                         chosen,
                         can_ask: can_ask && !declined,
                     };
-                    let form = Form { views, chart };
+                    let form = Form {
+                        views,
+                        chart,
+                        span: Some(request_span(tool, &context)),
+                    };
                     return Ok(self.start_task(view, tool, arguments, form, status, asking));
                 }
                 Err(full) if asked => return Ok(no_room(full).into()),
@@ -732,6 +736,8 @@ fn era(context: &RequestContext<RoleServer>) -> &'static str {
 pub(crate) struct Form {
     pub views: bool,
     pub chart: Option<crate::chart::Image>,
+    /// The call's trace span, for a call run as a task (see [`crate::otlp`]).
+    pub span: Option<tracing::Span>,
 }
 
 /// What a call run as a task may ask its user: the choices already made, and whether the
@@ -862,10 +868,13 @@ impl TallyServer {
                     can_ask,
                 } = asking;
                 let mut round = 0;
+                let span = form.span.clone().unwrap_or_else(tracing::Span::none);
                 let result = loop {
-                    let result = server
-                        .call_in_task(&task, &view, tool, arguments.clone(), chosen.clone())
-                        .await?;
+                    let result = tracing::Instrument::instrument(
+                        server.call_in_task(&task, &view, tool, arguments.clone(), chosen.clone()),
+                        span.clone(),
+                    )
+                    .await?;
                     let Some(ambiguous) = crate::choose::ambiguity(&result)
                         .filter(|_| can_ask && round < crate::choose::MAX_QUESTIONS)
                     else {
@@ -903,6 +912,8 @@ impl TallyServer {
                         _ => break result,
                     }
                 };
+                end_span(&span, &result);
+                drop(span);
                 Ok(answer(tool, result, form.views, form.chart).await)
             })
         });

@@ -10,12 +10,13 @@
 //!
 //! Only fields the server names are attributes: the MCP method, the tool, the outcome and
 //! the error code. No argument's text, no value of the data, no caller is ever
-//! an attribute. Spans are sent in batches (every second, or 256 at a time), from a thread of
-//! their own; a collector that does not answer loses them (said in the log, as are spans
-//! dropped when 4,096 wait), never holds up a call.
+//! an attribute. A finished span is put aside under a lock (no thread is woken for it); a
+//! thread of their own sends what waits every second, 256 spans a request; a collector that
+//! does not answer loses them (said in the log, as are spans dropped when 4,096 wait), and
+//! never holds up a call.
 
 use std::sync::Mutex;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -67,19 +68,21 @@ struct Open {
     attributes: Vec<(String, Value)>,
 }
 
+/// Asks the exporter to send what waits now (and says when it has).
 #[derive(Debug)]
-enum Message {
-    Span(Box<Finished>),
-    Flush(std::sync::mpsc::Sender<()>),
-}
+struct Flush(std::sync::mpsc::Sender<()>);
 
-static SENDER: Mutex<Option<SyncSender<Message>>> = Mutex::new(None);
+/// Finished spans waiting for the exporter, which takes them all every second: a call adds
+/// its spans under a lock and never wakes a thread.
+static WAITING: Mutex<Vec<Finished>> = Mutex::new(Vec::new());
+
+static SENDER: Mutex<Option<SyncSender<Flush>>> = Mutex::new(None);
 
 /// The layer that sends tool calls' spans to `endpoint` (`http://host:4318`; the traces go to
 /// `<endpoint>/v1/traces`).
 #[derive(Debug)]
 pub struct OtlpLayer {
-    sender: SyncSender<Message>,
+    _private: (),
 }
 
 /// Starts the exporter thread and returns its layer.
@@ -91,13 +94,13 @@ pub fn layer(endpoint: &str) -> Result<OtlpLayer, String> {
         ));
     }
     let url = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
-    let (sender, receiver) = std::sync::mpsc::sync_channel(QUEUE);
+    let (sender, receiver) = std::sync::mpsc::sync_channel(4);
     std::thread::Builder::new()
         .name("tally-otlp".into())
         .spawn(move || export(&url, &receiver))
         .map_err(|e| format!("cannot start the trace exporter: {e}"))?;
-    *SENDER.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender.clone());
-    Ok(OtlpLayer { sender })
+    *SENDER.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+    Ok(OtlpLayer { _private: () })
 }
 
 /// Sends what is waiting, waiting at most `within` (at the end of the process).
@@ -105,7 +108,7 @@ pub fn flush(within: Duration) {
     let sender = SENDER.lock().unwrap_or_else(|p| p.into_inner()).clone();
     if let Some(sender) = sender {
         let (done, wait) = std::sync::mpsc::channel();
-        if sender.send(Message::Flush(done)).is_ok() {
+        if sender.send(Flush(done)).is_ok() {
             let _ = wait.recv_timeout(within);
         }
     }
@@ -291,11 +294,11 @@ where
             attributes: open.attributes,
             error,
         };
-        match self.sender.try_send(Message::Span(Box::new(finished))) {
-            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
-            Err(TrySendError::Full(_)) => {
-                DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+        let mut waiting = WAITING.lock().unwrap_or_else(|p| p.into_inner());
+        if waiting.len() < QUEUE {
+            waiting.push(finished);
+        } else {
+            DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -342,68 +345,55 @@ fn body(spans: &[Finished]) -> Value {
     })
 }
 
-fn export(url: &str, receiver: &Receiver<Message>) {
+fn export(url: &str, flushes: &Receiver<Flush>) {
     let agent = ureq::Agent::new_with_config(
         ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(5)))
             .build(),
     );
-    let mut batch: Vec<Finished> = Vec::new();
     let mut warned = false;
-    let send = |batch: &mut Vec<Finished>, warned: &mut bool| {
-        if batch.is_empty() {
-            return;
-        }
-        let sent = agent
-            .post(url)
-            .header("Content-Type", "application/json")
-            .send(body(batch).to_string());
-        match sent {
-            Ok(r) if r.status().is_success() => *warned = false,
-            Ok(r) if !*warned => {
-                tracing::warn!(
-                    status = r.status().as_u16(),
-                    spans = batch.len(),
-                    "the trace collector refused a batch of spans"
-                );
-                *warned = true;
-            }
-            Err(e) if !*warned => {
-                tracing::warn!(
-                    spans = batch.len(),
-                    "the trace collector could not be reached: {e}"
-                );
-                *warned = true;
-            }
-            _ => {}
-        }
-        batch.clear();
-    };
     loop {
+        let flush = match flushes.recv_timeout(EVERY) {
+            Ok(flush) => Some(flush),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        };
         let dropped = DROPPED.swap(0, std::sync::atomic::Ordering::Relaxed);
         if dropped > 0 {
             tracing::warn!(
                 dropped,
-                "spans were dropped: the exporter's queue was full (the collector is slower than the calls)"
+                "spans were dropped: 4,096 were waiting (the collector is slower than the calls)"
             );
         }
-        match receiver.recv_timeout(EVERY) {
-            Ok(Message::Span(span)) => {
-                batch.push(*span);
-                if batch.len() >= BATCH {
-                    send(&mut batch, &mut warned);
+        let spans = std::mem::take(&mut *WAITING.lock().unwrap_or_else(|p| p.into_inner()));
+        for batch in spans.chunks(BATCH) {
+            let sent = agent
+                .post(url)
+                .header("Content-Type", "application/json")
+                .send(body(batch).to_string());
+            match sent {
+                Ok(r) if r.status().is_success() => warned = false,
+                Ok(r) if !warned => {
+                    tracing::warn!(
+                        status = r.status().as_u16(),
+                        spans = batch.len(),
+                        "the trace collector refused a batch of spans"
+                    );
+                    warned = true;
                 }
+                Err(e) if !warned => {
+                    tracing::warn!(
+                        spans = batch.len(),
+                        "the trace collector could not be reached: {e}"
+                    );
+                    warned = true;
+                }
+                _ => {}
             }
-            Ok(Message::Flush(done)) => {
-                send(&mut batch, &mut warned);
-                let _ = done.send(());
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => send(&mut batch, &mut warned),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                send(&mut batch, &mut warned);
-                return;
-            }
+        }
+        if let Some(Flush(done)) = flush {
+            let _ = done.send(());
         }
     }
 }
