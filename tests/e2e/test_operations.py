@@ -542,3 +542,36 @@ async def test_a_call_run_as_a_task_is_traced_too(datasets):
     finally:
         server.stop()
         collector.stop()
+
+
+def test_sighup_reads_the_settings_file_again(tmp_path):
+    """SIGHUP reads the settings file again: a policy file it now names is taken (so is a token
+    file), and a change of another setting is said in the log to take a restart."""
+    tokens = tmp_path / "tokens"
+    token = "team-token-0123456789abcdef"
+    tokens.write_text(f"team {token}\n", encoding="utf-8")
+    everything = tmp_path / "everything.yaml"
+    everything.write_text("policies:\n  all:\n    datasets: \"*\"\ngrants:\n  tokens: {team: [all]}\n", encoding="utf-8")
+    guide_only = tmp_path / "guide-only.yaml"
+    guide_only.write_text("policies:\n  guide:\n    datasets: [guide]\ngrants:\n  tokens: {team: [guide]}\n", encoding="utf-8")
+    config = tmp_path / "tally.toml"
+    config.write_text(f'token-file = "{tokens}"\npolicy-file = "{everything}"\nrate-limit = 100000\nrate-burst = 100000\n', encoding="utf-8")
+    server = HttpServer("--config", str(config))
+
+    def seen() -> list[str]:
+        session = httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}, headers={**ACCEPT, "Authorization": f"Bearer {token}"})
+        headers = {**ACCEPT, "Authorization": f"Bearer {token}", "Mcp-Session-Id": session.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-11-25"}
+        r = httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "list_datasets", "arguments": {}}}, headers=headers)
+        return sorted(d["dataset_id"] for d in json.loads(answer_of(r)["result"]["content"][0]["text"])["data"]["datasets"])
+
+    try:
+        assert seen() == ["guide", "procedures"]
+        config.write_text(f'token-file = "{tokens}"\npolicy-file = "{guide_only}"\nrate-limit = 5\nrate-burst = 100000\n', encoding="utf-8")
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while seen() != ["guide"]:
+            assert time.monotonic() < deadline, "".join(server.log)[-2000:]
+            time.sleep(0.2)
+        assert any("take effect at a restart" in line for line in list(server.log)), "".join(server.log)[-2000:]
+    finally:
+        server.stop()

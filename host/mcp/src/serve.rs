@@ -152,6 +152,20 @@ pub struct HttpOptions {
     drain_grace_ms: u64,
     #[command(flatten)]
     oauth: crate::oauth::OAuthOptions,
+    /// How the options are read again on SIGHUP (the settings file, the environment and the
+    /// command line, as at start), when the binary says.
+    #[arg(skip)]
+    pub reread: Option<Reread>,
+}
+
+/// Reads `tally serve`'s options again, as at start (see [`HttpOptions::reread`]).
+#[derive(Clone)]
+pub struct Reread(pub Arc<dyn Fn() -> Result<HttpOptions, String> + Send + Sync>);
+
+impl std::fmt::Debug for Reread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reread")
+    }
 }
 
 impl HttpOptions {
@@ -605,6 +619,51 @@ async fn drain(guard: &Arc<crate::guard::Guard>, shared: &Arc<Shared>, grace: Du
     }
 }
 
+/// The options read again on SIGHUP: the token file, `--token-env` and the policy file as the
+/// settings now name them are taken; any other setting that changed is said in the log to
+/// take a restart. Settings that do not read keep the ones before (said in the log).
+fn reread_settings(current: HttpOptions) -> HttpOptions {
+    let Some(reread) = current.reread.clone() else {
+        return current;
+    };
+    let new = match (reread.0)() {
+        Ok(new) => new,
+        Err(e) => {
+            tracing::error!(
+                "SIGHUP: the settings could not be read again, so those read before stay in force: {}",
+                tally_storage::text::escape_controls(&e, tally_storage::text::Lines::Escaped)
+            );
+            return current;
+        }
+    };
+    let taken = HttpOptions {
+        token_file: new.token_file.clone(),
+        token_env: new.token_env.clone(),
+        policy_file: new.policy_file.clone(),
+        ..current.clone()
+    };
+    let as_now = format!(
+        "{:?}",
+        HttpOptions {
+            reread: None,
+            ..taken.clone()
+        }
+    );
+    let as_read = format!(
+        "{:?}",
+        HttpOptions {
+            reread: None,
+            ..new
+        }
+    );
+    if as_now != as_read {
+        tracing::warn!(
+            "SIGHUP: settings other than the token file, --token-env and the policy file changed; they take effect at a restart"
+        );
+    }
+    taken
+}
+
 /// SIGHUP: the datasets directory is scanned again now (as a change it watches would be),
 /// then the token file and the policy file are read again and swapped in whole (kept as they
 /// were, with the reason in the log, when they do not hold).
@@ -618,7 +677,9 @@ async fn reload_on_hangup(
     else {
         return;
     };
+    let mut options = options;
     while hangups.recv().await.is_some() {
+        options = reread_settings(options);
         let scanning = Arc::clone(&engine);
         let scanned =
             // The operator says the writes are done: read what changed now, without waiting

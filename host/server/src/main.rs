@@ -382,6 +382,28 @@ enum Command {
     },
 }
 
+/// How `tally serve`'s options are read again on SIGHUP: the settings file and the
+/// environment as they are then, under the same command line.
+fn reread_serve_options(command: clap::Command) -> serve::Reread {
+    use clap::FromArgMatches;
+    // The command line as typed, without what the settings added at start.
+    let typed: Vec<std::ffi::OsString> = global_flags_after_subcommand(std::env::args_os());
+    serve::Reread(std::sync::Arc::new(move || {
+        let applied = settings::apply(typed.clone(), &command)?;
+        let matches = command
+            .clone()
+            .try_get_matches_from(&applied.args)
+            .map_err(|e| e.to_string())?;
+        match Cli::from_arg_matches(&matches)
+            .map_err(|e| e.to_string())?
+            .command
+        {
+            Command::Serve { guard, .. } => Ok(*guard),
+            _ => Err("not a serve command line".to_string()),
+        }
+    }))
+}
+
 /// Logs go to stderr (stdout is the protocol in stdio mode); TALLY_LOG overrides the level.
 /// With an OTLP endpoint, the spans of tool calls go there too (whatever the log's level).
 fn init_log(cli: &Cli) -> Result<(), String> {
@@ -472,6 +494,8 @@ fn main() -> ExitCode {
                 WatchArg::Poll => Some(tally_engine::watch::WatchMode::Poll(interval)),
                 WatchArg::Off => None,
             };
+            let mut guard = guard;
+            guard.reread = Some(reread_serve_options(command.clone()));
             let code = serve(
                 http,
                 guard,
