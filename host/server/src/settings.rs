@@ -31,6 +31,9 @@ pub struct Applied {
     pub sources: BTreeMap<String, Source>,
 }
 
+/// The largest settings file read (a settings file is a few hundred bytes).
+const MAX_SETTINGS_BYTES: usize = 1024 * 1024;
+
 /// Flags that are about the settings themselves, not settings.
 const NOT_SETTINGS: &[&str] = &["config", "print-settings", "help", "version"];
 
@@ -240,7 +243,7 @@ fn push_setting(
 /// The file's settings by flag name: `key = value` at the top level, `[word] rest = value`
 /// as `word-rest`.
 fn read(path: &Path) -> Result<Vec<(String, toml_edit::Value)>, String> {
-    let text = std::fs::read_to_string(path)
+    let text = tally_semantic::files::read_small(path, MAX_SETTINGS_BYTES)
         .map_err(|e| format!("cannot read the settings file {}: {e}", path.display()))?;
     let document: toml_edit::DocumentMut = text
         .parse()
@@ -390,6 +393,15 @@ mod tests {
             keys,
             ["http", "max-body-bytes", "allow-host", "oauth-issuer"]
         );
+    }
+
+    #[test]
+    fn a_settings_file_past_its_bound_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tally.toml");
+        std::fs::write(&path, "# ".repeat(MAX_SETTINGS_BYTES)).unwrap();
+        let e = read(&path).unwrap_err();
+        assert!(e.contains("cannot read the settings file"), "{e}");
     }
 
     #[test]
