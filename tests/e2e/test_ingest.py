@@ -443,7 +443,7 @@ def test_a_null_marker_given_on_a_re_run_is_recorded_in_the_definition(tmp_path)
     assert "1 dataset(s) valid" in checked.stdout, checked.stdout
     summed = json.loads(run("summarize", "budget", "--datasets", str(datasets), "--metrics", "sum:amount", "--group-by", "year").stdout)
     # Summed as numbers, and the empty cells said, not taken as 0.
-    assert sorted(summed["data"]["rows"]) == [["2020", 10, 1], ["2021", 50, 1], ["2022", 30, 0]], summed["data"]
+    assert sorted(summed["data"]["rows"]) == [[2020, 10, 1], [2021, 50, 1], [2022, 30, 0]], summed["data"]
     assert summed["data"]["columns"] == ["year", "sum:amount", "amount:null_excluded"]
 
     # A third run without the flag keeps the answer: the definition declares it now.

@@ -78,7 +78,7 @@ async def test_add_change_break_and_remove(tmp_path, watch):
 
                 await wait_for("added dataset listed", b_listed)
                 err, env = await count_of(c, "b")
-                assert not err and env["data"]["rows"] == [["5", 5]]
+                assert not err and env["data"]["rows"] == [[5, 5]]
 
                 write_dataset(tmp_path / "b", 5, grp_desc="グループ（改訂）")
 
@@ -99,7 +99,7 @@ async def test_add_change_break_and_remove(tmp_path, watch):
                 assert broken[0]["serving_version"] == good_version
                 assert broken[0]["problems"][0]["line"] >= 1
                 err, env = await count_of(c, "b")
-                assert not err and env["data"]["rows"] == [["5", 5]], "the last good version keeps serving"
+                assert not err and env["data"]["rows"] == [[5, 5]], "the last good version keeps serving"
                 assert env["data"]["dataset_version"] == good_version
 
                 shutil.rmtree(tmp_path / "b")
@@ -138,7 +138,7 @@ async def test_slow_chunked_write_is_never_served_half_written(tmp_path):
                         assert "slow" not in [x["folder"] for x in state["broken_datasets"]], "reported broken while still being written"
                         if "slow" in [d["dataset_id"] for d in state["datasets"]]:
                             err, env = await count_of(c, "slow")
-                            assert not err and env["data"]["rows"] == [["40", 40]], env
+                            assert not err and env["data"]["rows"] == [[40, 40]], env
                         observations += 1
 
                 async def served():
@@ -146,7 +146,7 @@ async def test_slow_chunked_write_is_never_served_half_written(tmp_path):
 
                 await wait_for("chunked dataset served once complete", served)
                 err, env = await count_of(c, "slow")
-                assert not err and env["data"]["rows"] == [["40", 40]]
+                assert not err and env["data"]["rows"] == [[40, 40]]
                 print(f"observed {observations} times while writing")
     finally:
         server.stop()

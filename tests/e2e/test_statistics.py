@@ -71,8 +71,20 @@ def datasets(tmp_path_factory):
         (ROOT / "tests/data/ssdse/ssdse-b/dataset.yaml").read_text(encoding="utf-8").replace(
             "- dataset: prefectures", "- dataset: keys-too-many"), encoding="utf-8")
     shutil.copyfile(SSDSE / FILES["ssdse-b"], root / "ssdse-b-too-many" / "data.parquet")
-    # Periods with gaps: 東 has 2018–2020, 西 only 2018–2019, so each area's latest differs.
     import duckdb
+
+    # SSDSE-B with gaps (issue 57): 沖縄県 has no 2020 record, 青森県's 2020 population is
+    # blanked, 岩手県's births are blanked in every year.
+    (root / "ssdse-b-gaps").mkdir()
+    shutil.copyfile(ROOT / "tests/data/ssdse/ssdse-b/dataset.yaml", root / "ssdse-b-gaps" / "dataset.yaml")
+    duckdb.connect().execute(
+        f"COPY (SELECT * REPLACE ("
+        f"  CASE WHEN 都道府県 = '青森県' AND 年度 = 2020 THEN NULL ELSE 総人口 END AS 総人口,"
+        f"  CASE WHEN 都道府県 = '岩手県' THEN NULL ELSE 出生数 END AS 出生数)"
+        f" FROM read_parquet('{SSDSE / FILES['ssdse-b']}') WHERE NOT (都道府県 = '沖縄県' AND 年度 = 2020))"
+        f" TO '{root / 'ssdse-b-gaps' / 'data.parquet'}' (FORMAT parquet)"
+    )
+    # Periods with gaps: 東 has 2018–2020, 西 only 2018–2019, so each area's latest differs.
 
     (root / "gaps").mkdir()
     (root / "gaps" / "dataset.yaml").write_text(GAPS_YAML, encoding="utf-8")
@@ -122,6 +134,12 @@ def duck():
     con = duckdb.connect()
     for dataset, parquet in FILES.items():
         con.execute(f"CREATE VIEW \"{dataset}\" AS SELECT * FROM read_parquet('{SSDSE / parquet}')")
+    con.execute(
+        f"CREATE VIEW \"ssdse-b-gaps\" AS SELECT * REPLACE ("
+        f"  CASE WHEN 都道府県 = '青森県' AND 年度 = 2020 THEN NULL ELSE 総人口 END AS 総人口,"
+        f"  CASE WHEN 都道府県 = '岩手県' THEN NULL ELSE 出生数 END AS 出生数)"
+        f" FROM read_parquet('{SSDSE / FILES['ssdse-b']}') WHERE NOT (都道府県 = '沖縄県' AND 年度 = 2020)"
+    )
     con.execute(f"CREATE VIEW prefectures AS SELECT * FROM read_csv('{PREFECTURES_CSV}', header = true, all_varchar = true)")
     return con
 
@@ -454,3 +472,148 @@ async def test_the_pass_that_finds_each_groups_latest_period_stops_at_the_group_
         assert "more than 5 groups" in answer["error"]["message"], answer
     finally:
         capped.stop()
+
+
+# Issue 57: statistical answers without silent gaps. Each case is checked against DuckDB on the
+# same files and fails on the code before it (0 for a sum of nothing, text years, "latest"
+# refused in compare, eras read as text, a missing year answered as an empty table).
+
+
+async def test_a_sum_over_no_value_is_null_and_said(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b-gaps", "metrics": ["sum:出生数"], "group_by": ["都道府県"], "where": {"年度": "2009..2020"}, "limit": 47,
+    })
+    assert not error, answer
+    columns = answer["data"]["columns"]
+    got = {r[0]: r[columns.index("sum:出生数")] for r in answer["data"]["rows"]}
+    expected = dict(duck.execute('SELECT 都道府県, sum(出生数) FROM "ssdse-b-gaps" GROUP BY 都道府県').fetchall())
+    assert got == expected and got["岩手県"] is None, got["岩手県"]
+    excluded = {r[0]: r[columns.index("出生数:null_excluded")] for r in answer["data"]["rows"]}
+    assert excluded["岩手県"] == 12, excluded
+    (said,) = [w for w in warnings(answer) if "`sum:出生数` is null" in w]
+    assert "岩手県" in said and "not 0" in said, said
+
+
+async def test_last_of_a_stock_blanked_at_the_latest_period_is_its_last_value_and_its_period(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b-gaps", "metrics": ["last:総人口"], "group_by": ["都道府県"], "where": {"地方": "東北"},
+    })
+    assert not error, answer
+    columns = answer["data"]["columns"]
+    got = {r[0]: (r[columns.index("last:総人口")], r[columns.index("last:総人口 period")]) for r in answer["data"]["rows"]}
+    expected = {p: (v, y) for p, v, y in duck.execute(
+        'SELECT 都道府県, arg_max(総人口, 年度), max(年度) FROM "ssdse-b-gaps" b JOIN prefectures p USING (地域コード)'
+        " WHERE 総人口 IS NOT NULL AND p.地方 = '東北' GROUP BY 都道府県"
+    ).fetchall()}
+    assert got == expected and got["青森県"][1] == 2019 and got["青森県"][0] > 0, got
+    (said,) = [w for w in warnings(answer) if "`last:総人口` is not of 2020" in w]
+    assert "青森県 2019" in said, said
+
+
+async def test_compare_to_latest_equals_the_latest_year(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["sum:総人口"], "group_by": ["地方"], "compare": {"from": 2010, "to": "latest"},
+    })
+    assert not error, answer
+    assert {"parameter": "compare.to", "input": "latest", "canonical": "2020"} in answer["data"]["resolved_fields"]
+    columns = answer["data"]["columns"]
+    assert "sum:総人口 (2020)" in columns, columns
+    got = {r[0]: r[columns.index("sum:総人口 (2020)")] for r in answer["data"]["rows"]}
+    expected = dict(duck.execute(
+        'SELECT p.地方, sum(b.総人口) FROM "ssdse-b" b JOIN prefectures p USING (地域コード) WHERE b.年度 = 2020 GROUP BY p.地方'
+    ).fetchall())
+    assert got == expected
+    # Asked again as answered, the period is named.
+    assert answer["provenance"]["query"]["arguments"]["compare"] == {"from": 2010, "to": 2020}
+
+
+async def test_a_period_not_in_the_data_is_refused_with_the_periods_there_are(server):
+    for arguments in ({"where": {"年度": 2023}}, {"where": {"年度": "2021..2025"}}, {"compare": {"from": 2005, "to": 2020}, "group_by": ["都道府県"]}):
+        error, answer = await call(server, "summarize_records", {"dataset_id": "ssdse-b", "metrics": ["sum:出生数"], **arguments})
+        assert error, (arguments, answer)
+        refusal = answer["error"]
+        assert "2009–2020 (12 periods, none missing)" in refusal["message"], refusal
+    # With gaps, the missing periods are named.
+    error, answer = await call(server, "summarize_records", {"dataset_id": "gaps", "metrics": ["sum:人口"], "where": {"年": 2017}})
+    assert error and "2018–2020" in answer["error"]["message"], answer
+
+
+async def test_periods_as_people_write_them_are_read_and_disclosed(server, duck):
+    for written, year in [("令和2年度", 2020), ("平成22年度", 2010), ("FY2020", 2020), ("2020年度", 2020), ("令和元年", 2019), ("２０１５年度", 2015), ("平成二十二年度", 2010)]:
+        error, answer = await call(server, "summarize_records", {"dataset_id": "ssdse-b", "metrics": ["sum:総人口"], "where": {"年度": written}})
+        assert not error, (written, answer)
+        (expected,) = duck.execute('SELECT sum(総人口) FROM "ssdse-b" WHERE 年度 = ?', [year]).fetchone()
+        assert answer["data"]["rows"][0][0] == expected, written
+        assert {"parameter": "where.年度", "input": written, "canonical": str(year)} in answer["data"]["resolved_fields"], written
+    # A range in eras, with 〜.
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["sum:出生数"], "where": {"年度": "平成30年度〜令和2年度"},
+    })
+    assert not error, answer
+    (expected,) = duck.execute('SELECT sum(出生数) FROM "ssdse-b" WHERE 年度 BETWEEN 2018 AND 2020').fetchone()
+    assert answer["data"]["rows"][0][0] == expected
+    assert {"parameter": "where.年度", "input": "平成30年度〜令和2年度", "canonical": "2018..2020"} in answer["data"]["resolved_fields"]
+    # "previous": the period before the latest.
+    error, answer = await call(server, "query_records", {"dataset_id": "ssdse-b", "where": {"年度": "previous", "都道府県": ["東京都"]}, "select": ["年度"]})
+    assert not error and answer["data"]["rows"] == [[2019]], answer
+
+
+async def test_the_latest_period_says_the_areas_it_leaves_out(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b-gaps", "metrics": ["sum:総人口"], "group_by": ["都道府県"], "limit": 47,
+    })
+    assert not error, answer
+    names = {r[0] for r in answer["data"]["rows"]}
+    expected = {p for (p,) in duck.execute('SELECT DISTINCT 都道府県 FROM "ssdse-b-gaps" WHERE 年度 = 2020').fetchall()}
+    assert names == expected and "沖縄県" not in names
+    (said,) = [w for w in warnings(answer) if "not in the answer" in w]
+    assert "沖縄県 (last 2019)" in said and "年度 2020" in said, said
+
+
+async def test_a_rate_over_several_periods_says_it_pools_them(server):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["avg:人口千人当たり出生数"], "group_by": ["地方"], "where": {"年度": "2015..2020"},
+    })
+    assert not error, answer
+    (said,) = [w for w in warnings(answer) if "pools" in w]
+    assert "2015–2020" in said and "group_by `年度`" in said, said
+
+
+async def test_year_keys_are_numbers(server, duck):
+    error, answer = await call(server, "summarize_records", {
+        "dataset_id": "ssdse-b", "metrics": ["count"], "group_by": ["年度"], "where": {"年度": "2016..2018"}, "order_by": ["年度"],
+    })
+    assert not error, answer
+    assert answer["data"]["rows"] == [[2016, 47], [2017, 47], [2018, 47]], answer["data"]["rows"]
+
+
+async def test_an_unknown_field_ranks_the_field_it_starts_first(server):
+    error, answer = await call(server, "summarize_records", {"dataset_id": "ssdse-b", "metrics": ["count"], "group_by": ["年"]})
+    assert error, answer
+    names = [c["name"] for c in answer["error"]["candidates"]]
+    assert names[0] == "年度", names
+    assert answer["error"]["example"]["arguments"]["group_by"] == ["年度"], answer["error"]
+
+
+async def test_a_measures_period_is_shown_and_a_ratio_across_periods_warned(server, duck):
+    error, answer = await call(server, "inspect_dataset", {"dataset_id": "ssdse-e"})
+    assert not error, answer
+    fields = {f["name"]: f for f in answer["data"]["fields"]}
+    assert (fields["総人口"]["period"], fields["出生数"]["period"], fields["合計特殊出生率"]["period"]) == ("2021", "2020", "2019")
+    error, answer = await call(server, "summarize_records", {"dataset_id": "ssdse-e", "metrics": ["avg:人口千人当たり出生数", "sum:総人口"]})
+    assert not error, answer
+    metrics = {m["column"]: m for m in answer["data"]["metrics"]}
+    assert metrics["avg:人口千人当たり出生数"]["period"] == "2020 / 2021" and metrics["sum:総人口"]["period"] == "2021", metrics
+    (said,) = [w for w in warnings(answer) if "different periods" in w]
+    assert "出生数 of 2020" in said and "総人口 of 2021" in said, said
+    value = answer["data"]["rows"][0][answer["data"]["columns"].index("avg:人口千人当たり出生数")]
+    (expected,) = duck.execute('SELECT round(sum(出生数) * 1000.0 / sum(総人口), 4) FROM "ssdse-e"').fetchone()
+    assert value == pytest.approx(expected, abs=1e-9)
+
+
+def test_summarize_help_lists_every_metric_form():
+    import subprocess
+
+    out = subprocess.run([tally_bin(), "summarize", "--help"], capture_output=True, text=True, timeout=60).stdout
+    for form in ("count", "sum:F", "avg:F", "min:F", "max:F", "last:F", "avg:<computed measure>"):
+        assert form in out, (form, out)

@@ -150,6 +150,32 @@ impl<'a> Call<'a> {
         })
     }
 
+    /// The distinct periods of `field` in the call's data before its conditions, oldest first.
+    pub async fn periods(&self, field: FieldId) -> Result<Vec<Scalar>, EngineError> {
+        let column = self.planner.column(field);
+        let batches = self
+            .base
+            .clone()
+            .filter(column.clone().is_not_null())?
+            .aggregate(vec![column.alias("__tally_period")], vec![])?
+            .sort(vec![
+                datafusion::prelude::ident("__tally_period").sort(true, false),
+            ])?
+            .collect()
+            .await
+            .map_err(|e| EngineError::computing(&self.def().id, e))?;
+        let mut out = Vec::new();
+        for b in &batches {
+            for row in 0..b.num_rows() {
+                let v = datafusion::common::ScalarValue::try_from_array(b.column(0), row)?;
+                if let Some(p) = period_of(&v) {
+                    out.push(p);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Adds the condition of the latest period of the time field to `filters` (the latest in
     /// the call's data before its conditions, the revisions it reads aside) and to the call
     /// as resolved (`call`, so that asked again it asks for that period): disclosed in
@@ -165,6 +191,23 @@ impl<'a> Call<'a> {
     ) -> Result<(), EngineError> {
         let field = &self.def().fields[latest.field];
         let name = field.name.clone();
+        if latest.previous {
+            // The period before the latest: the periods there are, read.
+            let periods = self.periods(latest.field).await?;
+            let Some(period) = periods.len().checked_sub(2).map(|i| periods[i].clone()) else {
+                return Err(tally_semantic::RequestError::invalid(
+                    format!("where.{name}"),
+                    format!(
+                        "`{name}` has no period before the latest: the data has {}",
+                        tally_semantic::period::describe(&periods)
+                    ),
+                )
+                .hint("ask for \"latest\", or name a period")
+                .into());
+            };
+            self.keep_period(latest, period, filters, resolved, notices, call);
+            return Ok(());
+        }
         let batches = self
             .base
             .clone()
@@ -195,7 +238,28 @@ impl<'a> Call<'a> {
             });
             return Ok(());
         };
+        self.keep_period(latest, period, filters, resolved, notices, call);
+        Ok(())
+    }
+
+    /// Adds the condition on `period`, the latest (or the one before it) that `latest` asked
+    /// for, and says or discloses it.
+    fn keep_period(
+        &self,
+        latest: Latest,
+        period: Scalar,
+        filters: &mut Vec<Filter>,
+        resolved: &mut [Resolution],
+        notices: &mut Vec<Notice>,
+        call: &mut Value,
+    ) {
+        let name = self.def().fields[latest.field].name.clone();
         let shown = period.text();
+        let word = if latest.previous {
+            "previous"
+        } else {
+            "latest"
+        };
         if latest.defaulted {
             notices.push(Notice {
                 parameter: format!("where.{name}"),
@@ -205,7 +269,7 @@ impl<'a> Call<'a> {
             });
         } else if let Some(r) = resolved
             .iter_mut()
-            .find(|r| r.parameter == format!("where.{name}") && r.canonical == "latest")
+            .find(|r| r.parameter == format!("where.{name}") && r.canonical == word)
         {
             r.canonical = shown;
         }
@@ -219,7 +283,6 @@ impl<'a> Call<'a> {
             field: latest.field,
             op: Op::Eq(period),
         });
-        Ok(())
     }
 
     /// Says which revisions the call read (a step) and what had none in force (warnings),
@@ -704,7 +767,7 @@ pub fn work(def: &DatasetDef, filters: &[Filter], reads: Reads<'_>) -> Work {
 
 /// A period as a condition compares it: a year or month as an integer, a month or date as
 /// text (`2020-04`, `2020-04-01`).
-fn period_of(value: &datafusion::common::ScalarValue) -> Option<Scalar> {
+pub(crate) fn period_of(value: &datafusion::common::ScalarValue) -> Option<Scalar> {
     use datafusion::common::ScalarValue as V;
     Some(match value {
         V::Int8(Some(v)) => Scalar::Int(i64::from(*v)),

@@ -448,6 +448,7 @@ fn looked_up(
         unit: None,
         aggregation: None,
         weight: None,
+        period: None,
         periods: None,
         looked_up: Some(LookedUp {
             from: key.clone(),
@@ -495,6 +496,7 @@ fn describe_field(
         unit: f.unit.clone(),
         aggregation: f.aggregation,
         weight: None,
+        period: f.period.clone(),
         periods: None,
         looked_up: None,
     }

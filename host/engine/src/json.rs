@@ -120,3 +120,19 @@ pub fn rows(batches: &[RecordBatch], columns: &[String]) -> Vec<Vec<Value>> {
     }
     out
 }
+
+/// Orders two JSON values of one column: numbers by value, anything else by its text.
+pub fn compare_values(a: &Value, b: &Value) -> std::cmp::Ordering {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        _ => value_text(a).cmp(&value_text(b)),
+    }
+}
+
+/// A JSON value as text in a sentence: a string without its quotes.
+pub fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(t) => t.clone(),
+        other => other.to_string(),
+    }
+}

@@ -26,6 +26,7 @@ pub mod json;
 pub mod lookup;
 pub mod meta;
 pub mod multicode;
+pub mod periods;
 pub mod plan;
 pub mod policy;
 pub mod provisions;

@@ -18,6 +18,7 @@ pub fn field_meta(f: &Field) -> FieldMeta {
         multi_value_separator: f.multi_value.clone(),
         codelist: f.codelist.as_ref().map(CodelistKind::of),
         unit: f.unit.clone(),
+        period: f.period.clone(),
     }
 }
 

@@ -56,6 +56,7 @@ pub async fn run(
         },
     )
     .await?;
+    crate::periods::hold_query(&call, &mut plan).await?;
     if let Some(latest) = plan.latest {
         call.read_latest(
             latest,

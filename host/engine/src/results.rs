@@ -165,6 +165,9 @@ pub struct FieldMeta {
     /// What a value is counted in, when the definition declares it (measures only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
+    /// The period a measure's values are of, when the definition declares it (`period:`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<String>,
 }
 
 /// The notes of one field the call used.
@@ -253,6 +256,10 @@ pub struct MetricMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "aggregations")]
     pub aggregation: Option<Aggregation>,
+    /// The period the metric's measure is of, when the definition declares it (`period:`);
+    /// for a ratio, its numerator's and denominator's when they differ (`2020 / 2015`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<String>,
 }
 
 /// Counts by name, sent as a JSON object in the order given.
@@ -501,6 +508,10 @@ pub struct FieldDescription {
     /// The measure a rate is averaged by (`avg:` is weighted by it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight: Option<String>,
+    /// The period a measure's values are of, when the definition declares it (`period:`, a
+    /// table whose columns are of different reference periods).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<String>,
     /// The time field: its grain and the periods in the data (a summary with no condition on
     /// it and no grouping by it is of the latest).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -18,7 +18,7 @@ use datafusion::logical_expr::{Expr, cast, lit, when};
 use datafusion::prelude::{DataFrame, ident};
 use serde_json::Value;
 use tally_semantic::definition::{DataType as FieldType, FieldId, Formula};
-use tally_semantic::request::{Op, Scalar};
+use tally_semantic::request::{Notice, Op, Scalar};
 use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
 use crate::Cx;
@@ -240,8 +240,9 @@ impl HasConditions for SummarizePlan {
 struct Aggregates {
     keys: Vec<String>,
     exprs: Vec<Expr>,
-    /// For `last:` metrics: each record's group's latest period ([`latest_of_groups`]).
-    last_period: Option<Expr>,
+    /// For each `last:` metric's field: each record's group's latest period with a value of
+    /// the field ([`latest_of_groups`]).
+    last_periods: Vec<(FieldId, Expr)>,
     /// `count` that stops the aggregation past the group and explode caps.
     count: datafusion::logical_expr::AggregateUDF,
 }
@@ -251,7 +252,7 @@ impl Aggregates {
         Aggregates {
             keys: Vec::new(),
             exprs: Vec::new(),
-            last_period: None,
+            last_periods: Vec::new(),
             count: crate::groups::capped_count(caps),
         }
     }
@@ -317,22 +318,13 @@ fn metric_exprs(
         });
         coalesce(vec![n, lit(0i64)])
     };
-    let zero = |f: FieldId| {
-        if def.fields[f].data_type == FieldType::Integer {
-            lit(datafusion::common::ScalarValue::Decimal128(Some(0), 38, 0))
-        } else {
-            lit(0.0f64)
-        }
-    };
     match m {
         Metric::Count => (aggs.records(), None),
         Metric::Sum(f) => {
+            // The sum of no value (every value null, or no record) is null, as in SQL: never a
+            // 0 a reader takes for a real total. The records left out are counted beside it.
             let total = aggs.sum(planner, *f);
-            // The sum of nothing (every value null) is 0, as the reference server answers.
-            (
-                coalesce(vec![total, zero(*f)]),
-                Some(cast(nulls(aggs, *f), DataType::Int64)),
-            )
+            (total, Some(cast(nulls(aggs, *f), DataType::Int64)))
         }
         Metric::Avg(f) if def.fields[*f].weight.is_some() => weighted_avg(planner, aggs, *f),
         Metric::Avg(f) => {
@@ -353,11 +345,23 @@ fn metric_exprs(
             Some(cast(nulls(aggs, *f), DataType::Int64)),
         ),
         Metric::Last(f) => {
-            // The records of the group's latest period; with no time field (refused when
-            // resolved) or no period, none.
-            let at = match (def.time_field(), aggs.last_period.clone()) {
-                (Some(t), Some(latest)) => column(t).eq(latest),
-                _ => lit(false),
+            // The records of the group's latest period with a value of `f`; with no time field
+            // (refused when resolved) or no such period, none: the value is null.
+            let period = aggs
+                .last_periods
+                .iter()
+                .find(|(g, _)| g == f)
+                .map(|(_, at)| at.clone());
+            let (at, skipped) = match (def.time_field(), period) {
+                (Some(t), Some(period)) => (
+                    column(t).eq(period.clone()),
+                    // Records passed over: without a value, at that period or after it (or
+                    // anywhere, in a group with no value at all).
+                    column(*f)
+                        .is_null()
+                        .and(period.clone().is_null().or(column(t).gt_eq(period))),
+                ),
+                _ => (lit(false), column(*f).is_null()),
             };
             let integer = def.fields[*f].data_type == FieldType::Integer;
             let value = if integer {
@@ -376,12 +380,12 @@ fn metric_exprs(
                     .unwrap_or(null_value))
             });
             let missing = aggs.add(format!("last-nulls:{f}"), || {
-                sum(when(at.and(column(*f).is_null()), lit(1i64))
+                sum(when(skipped, lit(1i64))
                     .otherwise(lit(0i64))
                     .unwrap_or(lit(0i64)))
             });
             (
-                coalesce(vec![total, zero(*f)]),
+                total,
                 Some(cast(coalesce(vec![missing, lit(0i64)]), DataType::Int64)),
             )
         }
@@ -515,18 +519,8 @@ fn having_expr(planner: &Planner<'_>, h: &HavingFilter, metric: bool) -> Result<
     })
 }
 
-/// Runs a summary; `call` is the call as resolved, completed with what is read while running
-/// (the latest period of the time field).
-pub async fn run(
-    engine: &Cx<'_>,
-    ds: &Dataset,
-    mut plan: SummarizePlan,
-    call_made: &mut Value,
-    lookups: &crate::lookup::Lookups,
-) -> Result<(SummaryResult, Provenance), EngineError> {
-    // Conditions on looked-up fields are conditions on their keys; a grouping by one reads
-    // its key.
-    crate::lookup::rewrite(&ds.def, &mut plan.filters, lookups)?;
+/// The fields a summary reads besides its filters, and how many computed measures it has.
+fn reads_of(ds: &Dataset, plan: &SummarizePlan) -> (Vec<FieldId>, usize) {
     let mut read = crate::lookup::read_fields(&ds.def, &plan.group_by);
     read.extend(plan.explode.iter().copied());
     read.extend(plan.latest.map(|l| l.field));
@@ -548,6 +542,31 @@ pub async fn run(
             Metric::AvgComputed(_) => computed += 1,
         }
     }
+    // A ratio or weighted average over several periods is said to pool them: the periods are
+    // read.
+    if plan
+        .metrics
+        .iter()
+        .any(|m| matches!(measures_of(&ds.def, m), Some((_, Some(_)))))
+    {
+        read.extend(ds.def.time_field());
+    }
+    (read, computed)
+}
+
+/// Runs a summary; `call` is the call as resolved, completed with what is read while running
+/// (the latest period of the time field).
+pub async fn run(
+    engine: &Cx<'_>,
+    ds: &Dataset,
+    mut plan: SummarizePlan,
+    call_made: &mut Value,
+    lookups: &crate::lookup::Lookups,
+) -> Result<(SummaryResult, Provenance), EngineError> {
+    // Conditions on looked-up fields are conditions on their keys; a grouping by one reads
+    // its key.
+    crate::lookup::rewrite(&ds.def, &mut plan.filters, lookups)?;
+    let (read, computed) = reads_of(ds, &plan);
     let call = Call::open(
         engine,
         ds,
@@ -561,6 +580,10 @@ pub async fn run(
         },
     )
     .await?;
+    crate::periods::hold(&call, &mut plan, call_made).await?;
+    // The conditions before the one on the latest period: what the groups left out by it are
+    // found under.
+    let before_latest = plan.filters.clone();
     if let Some(latest) = plan.latest {
         call.read_latest(
             latest,
@@ -640,8 +663,11 @@ pub async fn run(
         }),
         ..caps
     };
+    let mut said: Vec<Notice> = Vec::new();
+    said.extend(say_pooled(&call, &plan, &df).await?);
     let df = explode(&call.planner, &plan, df, &part_filters, &indexes)?;
     let grouped = aggregate(&call, &plan, df, caps, &indexes, lookups).await?;
+    said.extend(say_left_out(&call, &plan, &before_latest, lookups, caps).await?);
     let matched = pre_explode.unwrap_or_else(|| records_in(&grouped.batches));
     // Periods side by side and ranks, over every group.
     let grouped = crate::compare::apply(call.def(), &plan, grouped)
@@ -653,9 +679,88 @@ pub async fn run(
         row_filters: !row_filters.is_empty(),
         documents,
     };
+    plan.notices.extend(said);
     let (data, mut provenance) = cite(&call, &plan, &conditions, page, counted).await?;
     crate::lookup::cite(&mut provenance, lookups);
     Ok((data, provenance))
+}
+
+/// A ratio or a weighted average over records of several periods pools them (every period's
+/// sums divided): said, with how to get each period's. Not when the summary is of one period
+/// or is grouped by the time field.
+async fn say_pooled(
+    call: &Call<'_>,
+    plan: &SummarizePlan,
+    df: &DataFrame,
+) -> Result<Option<Notice>, EngineError> {
+    let def = call.def();
+    let Some(time) = def.time_field() else {
+        return Ok(None);
+    };
+    if plan.group_by.contains(&time) || plan.latest.is_some() || plan.compare.is_some() {
+        return Ok(None);
+    }
+    let pooled: Vec<String> = plan
+        .metrics
+        .iter()
+        .filter(|m| matches!(measures_of(def, m), Some((_, Some(_)))))
+        .map(|m| m.column(def))
+        .collect();
+    if pooled.is_empty() {
+        return Ok(None);
+    }
+    let Some((first, last)) = crate::periods::spanned(call, df).await? else {
+        return Ok(None);
+    };
+    let t = &def.fields[time].name;
+    Ok(Some(Notice {
+        parameter: "metrics".into(),
+        message: format!(
+            "{} pools the records of {t} {}–{}: each is the sum over every period divided by the sum over every period (the ratio of the pooled records, not a mean of each period's); group_by `{t}` for each period's, or name one period in where",
+            pooled
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            first.text(),
+            last.text()
+        ),
+    }))
+}
+
+/// A summary of one period grouped by other fields leaves out the groups with no record at
+/// that period: said, with each one's last period.
+async fn say_left_out(
+    call: &Call<'_>,
+    plan: &SummarizePlan,
+    before_latest: &[Filter],
+    lookups: &crate::lookup::Lookups,
+    caps: crate::groups::Caps,
+) -> Result<Option<Notice>, EngineError> {
+    let (Some(latest), Some(time)) = (plan.latest, call.def().time_field()) else {
+        return Ok(None);
+    };
+    let Some(period) = plan.filters.iter().rev().find_map(|f| match &f.op {
+        Op::Eq(p) if f.field == time => Some(p.clone()),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let mut conditions = Vec::new();
+    for f in before_latest
+        .iter()
+        .filter(|f| !plan.explode.contains(&f.field))
+    {
+        conditions.push(call.planner.filter(f)?);
+    }
+    Ok(
+        crate::periods::left_out_at(call, plan, conditions, &period, lookups, caps)
+            .await?
+            .map(|message| Notice {
+                parameter: format!("where.{}", call.def().fields[latest.field].name),
+                message,
+            }),
+    )
 }
 
 /// Explode: one row per part of each exploded field (records without parts make no row;
@@ -726,8 +831,16 @@ async fn aggregate(
     );
 
     let mut aggregates = Aggregates::new(caps);
-    if plan.metrics.iter().any(|m| matches!(m, Metric::Last(_))) {
-        aggregates.last_period = latest_of_groups(call, &df, &group_exprs, caps).await?;
+    let last: Vec<FieldId> = plan
+        .metrics
+        .iter()
+        .filter_map(|m| match m {
+            Metric::Last(f) => Some(*f),
+            _ => None,
+        })
+        .collect();
+    if !last.is_empty() {
+        aggregates.last_periods = latest_of_groups(call, &df, &group_exprs, caps, &last).await?;
     }
     let mut finals: Vec<Expr> = group_names.iter().map(ident).collect();
     let mut columns: Vec<String> = group_names.clone();
@@ -745,6 +858,17 @@ async fn aggregate(
             finals.push(ne.alias(&ne_name));
             columns.push(ne_name.clone());
             metric_columns.push(ne_name);
+        }
+        // `last:`: the period each group's value is of.
+        if let (Metric::Last(f), Some(period_name), None) = (m, m.period_column(def), &plan.compare)
+            && let Some((_, at)) = aggregates.last_periods.iter().find(|(g, _)| g == f)
+            && !columns.contains(&period_name)
+        {
+            let at = at.clone();
+            let period = aggregates.add(format!("last-period:{f}"), || max(at));
+            finals.push(period.alias(&period_name));
+            columns.push(period_name.clone());
+            metric_columns.push(period_name);
         }
     }
     let records = aggregates.records();
@@ -798,42 +922,60 @@ async fn aggregate(
     })
 }
 
-/// For `last:` metrics, an expression giving each record the latest period of its group: one
-/// pass groups as the summary does and takes each group's latest period, then each group's
-/// key (its key values as text) is mapped to it. `None` without a time field or a period.
+/// For `last:` metrics, per field, an expression giving each record its group's latest period
+/// with a value of the field: one pass groups as the summary does and takes, per group and
+/// field, the latest period where the field is not null; then each group's key (its key
+/// values as text) is mapped to it. A group with no value of a field has no period (null).
 async fn latest_of_groups(
     call: &Call<'_>,
     df: &DataFrame,
     group_exprs: &[Expr],
     caps: crate::groups::Caps,
-) -> Result<Option<Expr>, EngineError> {
+    fields: &[FieldId],
+) -> Result<Vec<(FieldId, Expr)>, EngineError> {
     use datafusion::common::ScalarValue;
     use datafusion::functions::string::expr_fn::concat_ws;
     let def = call.def();
     let Some(time) = def.time_field() else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let t = call.planner.column(time);
-    const LATEST: &str = "__tally_latest";
     // Capped as the summary's own grouping is: past the caps this pass stops first.
     let counted = crate::groups::capped_count(caps).call(vec![lit(1i64)]);
+    let mut aggregates: Vec<Expr> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            max(when(call.planner.column(*f).is_not_null(), t.clone())
+                .end()
+                .unwrap_or_else(|_| t.clone()))
+            .alias(format!("__tally_latest_{i}"))
+        })
+        .collect();
+    aggregates.push(counted.alias("__tally_rows"));
     let batches = df
         .clone()
-        .aggregate(
-            group_exprs.to_vec(),
-            vec![max(t).alias(LATEST), counted.alias("__tally_rows")],
-        )?
+        .aggregate(group_exprs.to_vec(), aggregates)?
         .collect()
         .await
         .map_err(|e| EngineError::computing(&def.id, e))?;
-    // One group: the latest period of all.
+    let keys_n = group_exprs.len();
+    // One group: the latest period of all, per field.
     if group_exprs.is_empty() {
-        let latest = batches
+        let row = batches.iter().find(|b| b.num_rows() > 0);
+        return fields
             .iter()
-            .find(|b| b.num_rows() > 0)
-            .map(|b| ScalarValue::try_from_array(b.column(group_exprs.len()), 0))
-            .transpose()?;
-        return Ok(latest.filter(|v| !v.is_null()).map(lit));
+            .enumerate()
+            .map(|(i, f)| {
+                let period = match row {
+                    Some(b) => ScalarValue::try_from_array(b.column(i), 0)?,
+                    None => ScalarValue::Null,
+                };
+                let typed =
+                    datafusion::logical_expr::ExprSchemable::get_type(&t, call.base.schema())?;
+                Ok((*f, cast(lit(period), typed)))
+            })
+            .collect();
     }
     // A group's key as text: each key's text (a missing one as U+0000) joined by U+001F, the
     // same here and in the plan.
@@ -851,9 +993,9 @@ async fn latest_of_groups(
             })
             .collect(),
     );
-    let mut by_period: Vec<(ScalarValue, Vec<Expr>)> = Vec::new();
+    let mut by_period: Vec<Vec<(ScalarValue, Vec<Expr>)>> = vec![Vec::new(); fields.len()];
     for b in &batches {
-        let keys: Vec<ArrayRef> = (0..group_exprs.len())
+        let keys: Vec<ArrayRef> = (0..keys_n)
             .map(|i| datafusion::arrow::compute::cast(b.column(i), &DataType::Utf8))
             .collect::<Result<_, _>>()
             .map_err(|e| EngineError::backend(&def.id, e))?;
@@ -862,10 +1004,6 @@ async fn latest_of_groups(
             .filter_map(|k| k.as_any().downcast_ref())
             .collect();
         for row in 0..b.num_rows() {
-            let period = ScalarValue::try_from_array(b.column(group_exprs.len()), row)?;
-            if period.is_null() {
-                continue;
-            }
             let text: Vec<&str> = keys
                 .iter()
                 .map(|k| {
@@ -876,24 +1014,40 @@ async fn latest_of_groups(
                     }
                 })
                 .collect();
-            let text = lit(text.join(SEP));
-            match by_period.iter_mut().find(|(p, _)| *p == period) {
-                Some((_, keys)) => keys.push(text),
-                None => by_period.push((period, vec![text])),
+            let text = text.join(SEP);
+            for (i, periods) in by_period.iter_mut().enumerate() {
+                let period = ScalarValue::try_from_array(b.column(keys_n + i), row)?;
+                if period.is_null() {
+                    continue;
+                }
+                match periods.iter_mut().find(|(p, _)| *p == period) {
+                    Some((_, keys)) => keys.push(lit(text.clone())),
+                    None => periods.push((period, vec![lit(text.clone())])),
+                }
             }
         }
     }
-    let mut branches = by_period
-        .into_iter()
-        .map(|(period, keys)| (key.clone().in_list(keys, false), lit(period)));
-    let Some((w, then)) = branches.next() else {
-        return Ok(None);
-    };
-    let mut case = when(w, then);
-    for (w, then) in branches {
-        case = case.when(w, then);
+    let mut out = Vec::with_capacity(fields.len());
+    for (f, periods) in fields.iter().zip(by_period) {
+        let mut branches = periods
+            .into_iter()
+            .map(|(period, keys)| (key.clone().in_list(keys, false), lit(period)));
+        let expr = match branches.next() {
+            None => cast(
+                lit(ScalarValue::Null),
+                datafusion::logical_expr::ExprSchemable::get_type(&t, call.base.schema())?,
+            ),
+            Some((w, then)) => {
+                let mut case = when(w, then);
+                for (w, then) in branches {
+                    case = case.when(w, then);
+                }
+                case.end()?
+            }
+        };
+        out.push((*f, expr));
     }
-    Ok(Some(case.end()?))
+    Ok(out)
 }
 
 /// A page of groups, shaped for the result.
@@ -1009,6 +1163,7 @@ async fn cite(
     let def = call.def();
     let (mut provenance, source_id) = call.provenance();
     warn_page(&mut provenance, &page, call.engine.limits());
+    warn_gaps(&mut provenance, def, plan, &page);
     let (rows, total_groups, matched) = (page.rows, page.total_groups, counted.matched);
     let exploded = !plan.explode.is_empty();
     let field_metadata: Vec<_> = crate::compare::result_keys(plan)
@@ -1107,6 +1262,141 @@ fn warn_page(provenance: &mut Provenance, page: &GroupPage, limits: &crate::Limi
         provenance.warn(format!(
             "`{column}` exceeds the range of 64-bit integers in some groups; those totals are shown as floating-point numbers, exact to about 15 significant digits"
         ));
+    }
+}
+
+/// `1 group`, `3 groups`.
+fn groups(n: usize) -> String {
+    if n == 1 {
+        "1 group".into()
+    } else {
+        format!("{n} groups")
+    }
+}
+
+/// Groups listed by name in a warning at most.
+const LISTED_GROUPS: usize = 8;
+
+/// What the page leaves null or reads at another period, said: a metric null in a group (no
+/// record of it has a value: an aggregate over no value is null, never 0), and a `last:`
+/// value of an earlier period than the latest any group's is of.
+fn warn_gaps(
+    provenance: &mut Provenance,
+    def: &tally_semantic::DatasetDef,
+    plan: &SummarizePlan,
+    page: &GroupPage,
+) {
+    let at = |name: &str| page.columns.iter().position(|c| c == name);
+    let keys: Vec<usize> = page.group_names.iter().filter_map(|g| at(g)).collect();
+    let label = |row: &[Value]| -> String {
+        if keys.is_empty() {
+            return "the whole".into();
+        }
+        keys.iter()
+            .map(|k| match &row[*k] {
+                Value::Null => "(missing)".to_string(),
+                Value::String(t) => t.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let listed = |names: Vec<String>| -> String {
+        let n = names.len();
+        let mut shown: Vec<String> = names.into_iter().take(LISTED_GROUPS).collect();
+        if n > LISTED_GROUPS {
+            shown.push(format!("and {} more", n - LISTED_GROUPS));
+        }
+        shown.join(", ")
+    };
+    for m in &plan.metrics {
+        if let Some((a, Some(b))) = measures_of(def, m)
+            && let (Some(pa), Some(pb)) = (&def.fields[a].period, &def.fields[b].period)
+            && pa != pb
+        {
+            let how = if matches!(m, Metric::AvgComputed(_)) {
+                "divides"
+            } else {
+                "weights"
+            };
+            provenance.warn(format!(
+                "`{}` {how} {} of {pa} by {} of {pb}: the measures are of different periods (their declared `period`), so the result mixes them",
+                m.column(def),
+                def.fields[a].name,
+                def.fields[b].name
+            ));
+        }
+        if matches!(m, Metric::Count) {
+            continue;
+        }
+        let name = m.column(def);
+        let field = match (m.field(), measures_of(def, m)) {
+            (Some(f), _) => def.fields[f].name.clone(),
+            (None, Some((a, Some(b)))) => format!(
+                "{} over {} (or whose {1} sums to 0)",
+                def.fields[a].name, def.fields[b].name
+            ),
+            _ => "its condition field".to_string(),
+        };
+        // The metric's columns: itself, or its value at each period compared.
+        for (i, column) in page.columns.iter().enumerate() {
+            if *column != name && !column.starts_with(&format!("{name} (")) {
+                continue;
+            }
+            let nulls: Vec<String> = page
+                .rows
+                .iter()
+                .filter(|r| r[i].is_null())
+                .map(|r| label(r))
+                .collect();
+            if nulls.is_empty() {
+                continue;
+            }
+            if keys.is_empty() {
+                provenance.warn(format!(
+                    "`{column}` is null: no record read has a value of {field} (an aggregate over no value is null, not 0)"
+                ));
+            } else {
+                provenance.warn(format!(
+                    "`{column}` is null for {} of {} shown, which have no record with a value of {field} (an aggregate over no value is null, not 0): {}",
+                    nulls.len(),
+                    groups(page.rows.len()),
+                    listed(nulls)
+                ));
+            }
+        }
+        let Some(period_column) = m.period_column(def).and_then(|c| at(&c)) else {
+            continue;
+        };
+        let periods: Vec<&Value> = page.rows.iter().map(|r| &r[period_column]).collect();
+        let latest = periods
+            .iter()
+            .filter(|p| !p.is_null())
+            .max_by(|a, b| crate::json::compare_values(a, b));
+        let Some(latest) = latest.copied() else {
+            continue;
+        };
+        let earlier: Vec<String> = page
+            .rows
+            .iter()
+            .filter(|r| !r[period_column].is_null() && r[period_column] != *latest)
+            .map(|r| {
+                format!(
+                    "{} {}",
+                    label(r),
+                    crate::json::value_text(&r[period_column])
+                )
+            })
+            .collect();
+        if !earlier.is_empty() {
+            provenance.warn(format!(
+                "`{name}` is not of {} for {} of {} shown: each is at its own last period with a value of {field} (`{name} period`): {}",
+                crate::json::value_text(latest),
+                earlier.len(),
+                groups(page.rows.len()),
+                listed(earlier)
+            ));
+        }
     }
 }
 
@@ -1255,7 +1545,8 @@ fn group_keys(
                 (None, None) if text => {
                     datafusion::functions::expr_fn::nullif(planner.column(g), lit("")).alias(name)
                 }
-                (None, None) => cast(planner.column(g), DataType::Utf8).alias(name),
+                // A number is its own key, returned as a number (a year is `2020`, not "2020").
+                (None, None) => planner.column(g).alias(name),
             }
         })
         .collect();
@@ -1311,7 +1602,7 @@ fn cite_steps(
     });
     agg.push(format!("computed {}", metric_columns.join(", ")));
     match &plan.compare {
-        Some(tally_semantic::resolve::Compare::Periods { field, from, to }) => agg.push(format!(
+        Some(tally_semantic::resolve::Compare::Periods { field, from, to, .. }) => agg.push(format!(
             "set {t} {} and {t} {} side by side per group: each metric at both, the difference ({1} − {0}) and the percent change (of the {0} value)",
             from.text(),
             to.text(),
@@ -1529,6 +1820,7 @@ fn compared(
         kind: ValueKind::Change,
         unit: meta.unit.clone(),
         aggregation: None,
+        period: None,
     });
     out.push(MetricMeta {
         column: names[n + 1].clone(),
@@ -1540,6 +1832,7 @@ fn compared(
         kind: ValueKind::PercentChange,
         unit: Some("%".into()),
         aggregation: None,
+        period: None,
     });
     out
 }
@@ -1578,6 +1871,7 @@ fn ranks_described(def: &tally_semantic::DatasetDef, plan: &SummarizePlan) -> Ve
             kind: ValueKind::Rank,
             unit: None,
             aggregation: None,
+            period: None,
         })
         .collect()
 }
@@ -1591,7 +1885,7 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMet
         ),
         Metric::Sum(f) => (
             format!(
-                "sum of {} over records where it is not null (0 when every value is null)",
+                "sum of {} over records where it is not null (null when no record has a value)",
                 def.fields[*f].name
             ),
             None,
@@ -1613,7 +1907,7 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMet
         Metric::Max(f) => (format!("largest {}", def.fields[*f].name), None),
         Metric::Last(f) => (
             format!(
-                "sum of {} over the records of the group's latest period (each group at its own latest period among the records read)",
+                "sum of {0} over the records of the group's latest period with a value of {0} (each group at its own; `last:{0} period` says which; null when no record has a value)",
                 def.fields[*f].name
             ),
             None,
@@ -1631,5 +1925,36 @@ fn metric_description(def: &tally_semantic::DatasetDef, m: &Metric) -> MetricMet
         kind: m.value_kind(def),
         unit: m.unit(def).map(str::to_owned),
         aggregation: m.field().and_then(|f| def.fields[f].aggregation),
+        period: metric_period(def, m),
+    }
+}
+
+/// The period a metric's measures are declared to be of (`period:`): the measure's, a rate's
+/// with its weight's, a ratio's numerator's with its denominator's (`2020 / 2015` when they
+/// differ). `None` when none is declared.
+fn metric_period(def: &tally_semantic::DatasetDef, m: &Metric) -> Option<String> {
+    let (a, b) = measures_of(def, m)?;
+    let pa = def.fields[a].period.clone();
+    let pb = b.and_then(|b| def.fields[b].period.clone());
+    match (pa, pb) {
+        (Some(x), Some(y)) if x != y => Some(format!("{x} / {y}")),
+        (Some(x), _) | (None, Some(x)) => Some(x),
+        (None, None) => None,
+    }
+}
+
+/// The measure a metric reads, and the second one it is weighted or divided by.
+fn measures_of(def: &tally_semantic::DatasetDef, m: &Metric) -> Option<(FieldId, Option<FieldId>)> {
+    match m {
+        Metric::Count => None,
+        Metric::Avg(f) => Some((*f, def.fields[*f].weight)),
+        Metric::Sum(f) | Metric::Min(f) | Metric::Max(f) | Metric::Last(f) => Some((*f, None)),
+        Metric::AvgComputed(k) => match &def.computed_measures[*k].formula {
+            Formula::SumRatio {
+                numerator,
+                denominator,
+            } => Some((*numerator, Some(*denominator))),
+            Formula::CountWhere { .. } => None,
+        },
     }
 }

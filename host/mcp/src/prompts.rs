@@ -85,7 +85,7 @@ pub fn prompts(view: &View) -> Vec<Prompt> {
             Some(vec![
                 argument("dataset_id", "The dataset", true),
                 argument("group_by", "The field whose values are the groups", true),
-                argument("metric", "count, sum:F, avg:F, min:F, max:F or avg:<computed measure> (default count)", false),
+                argument("metric", "count, sum:F, avg:F, min:F, max:F, last:F or avg:<computed measure> (default count)", false),
                 argument("where_field", "Optionally, a field to narrow the records by", false),
                 argument("where_value", "The value of where_field the records must have (its codes are completed)", false),
                 argument("explode", "Optionally, a multi-value field (such as group_by) whose parts are counted one by one", false),

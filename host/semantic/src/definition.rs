@@ -701,6 +701,11 @@ pub struct Field {
     pub unit: Option<String>,
     /// The time field's period (`grain: year`); only on the field whose role is `time`.
     pub grain: Option<Grain>,
+    /// The period a measure's values are of, when the table does not say it per record
+    /// (`period: "2020"`, `period: 2019-10-01`): a cross-sectional table whose columns are
+    /// of different reference years. Shown with every answer that uses the measure; a ratio
+    /// or weighted average across measures of different periods is warned.
+    pub period: Option<String>,
     /// How a measure adds up (`aggregation: flow | stock | rate`); undeclared, it is summed
     /// and averaged as any number.
     pub aggregation: Option<Aggregation>,
@@ -1183,6 +1188,7 @@ const FIELD_KEYS: &[&str] = &[
     "aliases",
     "unit",
     "grain",
+    "period",
     "aggregation",
     "weight",
     "rollup",
@@ -1239,6 +1245,7 @@ fn derived_field(
         locator: None,
         unit: None,
         grain: None,
+        period: None,
         aggregation: None,
         weight: None,
         aliases: Vec::new(),
@@ -2118,6 +2125,7 @@ impl Reader {
             ),
         );
         let grain = self.grain(&map, path, role, data_type);
+        let period = self.measure_period(&map, path, role);
         let aggregation = self.aggregation(&map, path, role);
         self.weight_written(&map, &name, path, aggregation);
         self.rollup_written(&map, &name, path, role);
@@ -2133,6 +2141,7 @@ impl Reader {
             locator,
             unit,
             grain,
+            period,
             aggregation,
             weight: None,
             aliases: Vec::new(),
@@ -2171,6 +2180,47 @@ impl Reader {
                 None
             }
             None => Some(unit.trim().to_string()),
+        }
+    }
+
+    /// Reads a measure's `period` (`"2020"`, `2020年度`, `2019-10-01`): the period its values
+    /// are of, short text on one line; refused on any other role.
+    fn measure_period(&mut self, map: &MapView<'_>, path: &str, role: Role) -> Option<String> {
+        let fix = "write the period the measure's values are of, e.g. `period: \"2020\"`, `period: 2020年度` or `period: 2019-10-01`";
+        let written = match &map.get("period")?.value {
+            Value::Str(s) => s.clone(),
+            Value::Int(i) => i.to_string(),
+            _ => {
+                self.error(
+                    map.key_pos("period"),
+                    &join(path, "period"),
+                    "`period` is not text or a year",
+                    fix,
+                );
+                return None;
+            }
+        };
+        let problem = if role != Role::Measure {
+            Some(format!(
+                "`period` says what period a measure's values are of, and this field's role is `{}`",
+                role.as_str()
+            ))
+        } else if written.trim().is_empty()
+            || written.chars().count() > MAX_UNIT_CHARS
+            || written.chars().any(char::is_control)
+        {
+            Some(format!(
+                "`period` is empty, longer than {MAX_UNIT_CHARS} characters or holds a control character"
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(message) => {
+                self.error(map.key_pos("period"), &join(path, "period"), message, fix);
+                None
+            }
+            None => Some(written.trim().to_string()),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod definition;
 pub mod error;
 pub mod files;
 pub mod names;
+pub mod period;
 pub mod request;
 pub mod resolve;
 pub mod yaml;

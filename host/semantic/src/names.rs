@@ -435,7 +435,9 @@ pub fn rank<'a>(input: &str, vocabulary: impl IntoIterator<Item = &'a str>) -> V
 }
 
 /// Similarity in 0..=1 of two normalised names: edit distance over characters, with a bonus
-/// when one contains the other (a caller often types part of a long Japanese name).
+/// when one contains the other (a caller often types part of a long Japanese name), larger
+/// the more of the longer name the shorter covers and when it is its start: `年` ranks
+/// `年度` before `年平均気温`.
 ///
 /// At most [`MAX_SCORED_CHARS`] characters of each are scored, so ranking a long input
 /// against many names costs a bounded time per name.
@@ -445,8 +447,19 @@ pub fn similarity(a: &str, b: &str) -> f64 {
     }
     let head = |s: &str| -> String { s.chars().take(MAX_SCORED_CHARS).collect() };
     let base = strsim::normalized_damerau_levenshtein(&head(a), &head(b));
-    if a.contains(b) || b.contains(a) {
-        base.max(0.5) + 0.25 * (1.0 - base)
+    let (short, long) = if a.chars().count() <= b.chars().count() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    if long.contains(short) {
+        let covered = short.chars().count() as f64 / long.chars().count() as f64;
+        let contained = if long.starts_with(short) {
+            0.7 + 0.25 * covered
+        } else {
+            0.5 + 0.2 * covered
+        };
+        base.max(contained).min(1.0)
     } else {
         base
     }
@@ -747,6 +760,14 @@ mod tests {
         let long = format!("第{}号", "9".repeat(40));
         assert_eq!(alias_key(&long), long);
         assert_eq!(alias_key("第1二号"), "第1二号");
+    }
+
+    #[test]
+    fn a_name_that_starts_with_what_was_typed_ranks_first() {
+        let ranked = rank("年", ["年平均気温", "年度", "総人口"]);
+        assert_eq!(ranked[..2], ["年度", "年平均気温"]);
+        let ranked = rank("人口", ["15歳未満人口", "人口総数", "総人口"]);
+        assert_eq!(ranked[0], "人口総数");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use serde::Serialize;
 use serde_json::json;
 
-use crate::definition::{Aggregation, Codelist, DatasetDef, Field, Role};
+use crate::definition::{Aggregation, Codelist, DatasetDef, Field, Grain, Role};
 use crate::error::{Candidate, ErrorCode, RequestError};
 use crate::names::{self, Match, normalize};
 use crate::request::{CompareArg, Condition, Notice, Op, QueryArgs, Scalar, SummarizeArgs};
@@ -82,6 +82,15 @@ impl Metric {
                 Some(format!("{}:null_excluded", def.fields[*f].name))
             }
             Metric::Count | Metric::AvgComputed(_) => None,
+        }
+    }
+
+    /// For `last:`, the column saying the period each group's value is of (`last:F period`):
+    /// a group's latest period with a value of `F`, which may be before its latest period.
+    pub fn period_column(&self, def: &DatasetDef) -> Option<String> {
+        match self {
+            Metric::Last(_) => Some(format!("{} period", self.column(def))),
+            _ => None,
         }
     }
 
@@ -293,12 +302,19 @@ pub struct Latest {
     /// Not asked for: a summary with no condition on the time field and no grouping by it
     /// is of the latest period, said in a warning (never a silent sum over periods).
     pub defaulted: bool,
+    /// The period before the latest (`{"年度": "previous"}`), not the latest.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub previous: bool,
 }
 
 impl Latest {
     /// The latest period asked for, as a plan's `to_json` shows it.
     pub fn to_json(&self, def: &DatasetDef) -> serde_json::Value {
-        json!({ "field": def.fields[self.field].name, "defaulted": self.defaulted })
+        let mut out = json!({ "field": def.fields[self.field].name, "defaulted": self.defaulted });
+        if self.previous {
+            out["previous"] = json!(true);
+        }
+        out
     }
 }
 
@@ -347,13 +363,60 @@ pub enum Compare {
         field: FieldId,
         from: Scalar,
         to: Scalar,
+        /// Ends named relative to the data (`"latest"`, `"previous"`), their period not yet
+        /// known: `from`/`to` hold the word until the engine reads the periods and sets them
+        /// ([`Compare::settle`]).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        relative: Vec<RelativeEnd>,
     },
     /// Each period against the one before it in the data, within each group (year over year).
     /// `grouped`: the caller grouped by the time field (else the plan adds it).
     Previous { field: FieldId, grouped: bool },
 }
 
+/// An end of `compare` named relative to the data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RelativeEnd {
+    /// `from` or `to`.
+    pub end: &'static str,
+    /// The period before the latest (`"previous"`), else the latest.
+    pub previous: bool,
+    /// As written.
+    pub input: String,
+}
+
 impl Compare {
+    /// Sets the ends named relative to the data, given its periods oldest first: the latest,
+    /// or the one before it. Returns each end's word (`latest`) and the period it named, for
+    /// the caller to disclose and to rename result columns by; an error names an end the
+    /// data has no period for.
+    pub fn settle(
+        &mut self,
+        periods: &[Scalar],
+    ) -> Result<Vec<(RelativeEnd, Scalar)>, RelativeEnd> {
+        let Compare::Periods {
+            from, to, relative, ..
+        } = self
+        else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for r in std::mem::take(relative) {
+            let back = usize::from(r.previous) + 1;
+            let Some(period) = periods.len().checked_sub(back).map(|i| periods[i].clone()) else {
+                return Err(r);
+            };
+            let slot = if r.end == "from" {
+                &mut *from
+            } else {
+                &mut *to
+            };
+            *slot = period.clone();
+            out.push((r, period));
+        }
+        Ok(out)
+    }
+
     /// The time field compared over.
     pub fn field(&self) -> FieldId {
         match self {
@@ -502,14 +565,15 @@ struct Resolver<'d> {
     notices: Vec<Notice>,
     /// Names the user chose for ambiguous ones.
     chosen: Vec<Choice>,
-    /// The time field was asked for its latest period (`{"年度": "latest"}`).
-    latest: Option<FieldId>,
+    /// The time field was asked for its latest period (`{"年度": "latest"}`), or the one
+    /// before it (`"previous"`: true).
+    latest: Option<(FieldId, bool)>,
 }
 
 /// A condition on the time field, as [`Resolver::period`] reads it.
 enum Period {
-    /// The latest period in the data.
-    Latest,
+    /// The latest period in the data (false), or the one before it (true).
+    Latest(bool),
     /// From one period to another, both included.
     Range(Op, Op),
     /// Any other condition, as written (or one year written as text, as a number).
@@ -777,8 +841,8 @@ impl<'d> Resolver<'d> {
         for cond in conditions {
             let field = self.field(&cond.target, &format!("where.{}", cond.target))?;
             let cond = match self.period(field, cond)? {
-                Period::Latest => {
-                    self.latest = Some(field);
+                Period::Latest(previous) => {
+                    self.latest = Some((field, previous));
                     continue;
                 }
                 Period::Range(from, to) => {
@@ -819,9 +883,12 @@ impl<'d> Resolver<'d> {
         Ok(out)
     }
 
-    /// A condition on the time field written as a period: `"latest"` (or `最新`), a range
-    /// `"2010..2020"` (a year grain also `2010-2020`, `2010～2020`), one year as text
-    /// (`"2020"`, `"2020年"`, `"2020年度"`). Each reading is disclosed in `resolved_fields`.
+    /// A condition on the time field written as a period: `"latest"` (or `最新`), `"previous"`
+    /// (the period before the latest), a range `"2010..2020"` (also `2010〜2020`,
+    /// `2010年から2020年まで`, a year grain also `2010-2020`), one period as people write it
+    /// (`"2020年度"`, `"FY2020"`, `"令和2年度"`, `"平成元年"`, `"2020年4月"`: [`crate::period`]).
+    /// Each reading is disclosed in `resolved_fields`; a form naming another kind of year than
+    /// the field holds (a fiscal year on a calendar-year field) is said in `notices`.
     fn period(&mut self, field_id: FieldId, cond: Condition) -> Result<Period, RequestError> {
         let field = &self.def.fields[field_id];
         let Some(grain) = field.grain.filter(|_| field.role == Role::Time) else {
@@ -834,69 +901,108 @@ impl<'d> Resolver<'d> {
         };
         let parameter = format!("where.{}", field.name);
         let folded: String = crate::names::nfkc_value(&text).to_lowercase();
-        if matches!(
-            folded.as_str(),
-            "latest" | "最新" | "最新年" | "最新年度" | "last"
-        ) {
+        let relative = match folded.as_str() {
+            "latest" | "最新" | "最新年" | "最新年度" | "last" | "直近" => Some(false),
+            "previous" | "prior" | "前年" | "前年度" | "前期" => Some(true),
+            _ => None,
+        };
+        if let Some(previous) = relative {
             self.resolved.push(Resolution {
                 parameter,
                 input: text,
-                canonical: "latest".into(),
+                canonical: if previous { "previous" } else { "latest" }.into(),
             });
-            return Ok(Period::Latest);
+            return Ok(Period::Latest(previous));
         }
-        let value = |t: &str| -> Option<Scalar> {
+        let name = field.name.clone();
+        let integer = field.data_type == crate::definition::DataType::Integer;
+        let mut other_kind = false;
+        let mut value = |t: &str| -> Option<Scalar> {
             let t = t.trim();
+            let read = crate::period::read(t, grain);
+            if let Some(r) = &read {
+                other_kind |= crate::period::other_kind(r.kind, grain);
+            }
             if grain.is_year() {
-                let t = t
-                    .strip_suffix("年度")
-                    .or_else(|| t.strip_suffix('年'))
-                    .unwrap_or(t)
-                    .trim();
-                t.parse::<i64>().ok().map(Scalar::Int)
-            } else if field.data_type == crate::definition::DataType::Integer {
+                return read.and_then(|r| r.canonical.parse::<i64>().ok().map(Scalar::Int));
+            }
+            // A month or a day: written with 年/月/日 or an era, read as `2020-04`; as digits
+            // and separators, kept as written (the data's own form).
+            let t = match read {
+                Some(r) if !t.is_ascii() => r.canonical,
+                _ => t.to_string(),
+            };
+            if integer {
                 t.replace('-', "").parse::<i64>().ok().map(Scalar::Int)
             } else {
-                (!t.is_empty()).then(|| Scalar::Str(t.to_string()))
+                (!t.is_empty()).then_some(Scalar::Str(t))
             }
         };
         let separators: &[&str] = if grain.is_year() {
-            &["..", "～", "~", "〜", "–", "—", "-"]
+            &["..", "～", "~", "〜", "から", "–", "—", "-"]
         } else {
-            &["..", "～", "~", "〜"]
+            &["..", "～", "~", "〜", "から"]
         };
+        let ranged = folded.trim_end_matches("まで").trim();
         for sep in separators {
-            if let Some((a, b)) = folded.split_once(sep)
+            if let Some((a, b)) = ranged.split_once(sep)
                 && let (Some(from), Some(to)) = (value(a), value(b))
             {
                 let canonical = format!("{}..{}", from.text(), to.text());
                 if canonical != text {
                     self.resolved.push(Resolution {
-                        parameter,
-                        input: text,
+                        parameter: parameter.clone(),
+                        input: text.clone(),
                         canonical,
                     });
                 }
+                self.say_other_kind(other_kind, &parameter, &text, &name, grain);
                 return Ok(Period::Range(Op::Gte(from), Op::Lte(to)));
             }
         }
-        if grain.is_year()
-            && let Some(year) = value(&folded)
-        {
-            if year.text() != text {
+        if let Some(one) = value(&folded) {
+            if one.text() != text {
                 self.resolved.push(Resolution {
-                    parameter,
-                    input: text,
-                    canonical: year.text(),
+                    parameter: parameter.clone(),
+                    input: text.clone(),
+                    canonical: one.text(),
                 });
             }
+            self.say_other_kind(other_kind, &parameter, &text, &name, grain);
             return Ok(Period::Other(Condition {
                 target: cond.target,
-                op: Op::Eq(year),
+                op: Op::Eq(one),
                 plain: false,
             }));
         }
         Ok(Period::Other(cond))
+    }
+
+    /// Says that a period was written as another kind of year than the field holds.
+    fn say_other_kind(
+        &mut self,
+        other: bool,
+        parameter: &str,
+        text: &str,
+        name: &str,
+        grain: Grain,
+    ) {
+        if !other {
+            return;
+        }
+        let (written, held) = match grain {
+            Grain::FiscalYear => (
+                "a calendar year",
+                "fiscal years (年度, named by the year they start in)",
+            ),
+            _ => ("a fiscal year", "calendar years"),
+        };
+        self.notices.push(Notice {
+            parameter: parameter.to_string(),
+            message: format!(
+                "\"{text}\" names {written}, and `{name}` holds {held}: read as the period of the same number"
+            ),
+        });
     }
 
     /// Types and codelists: ordering comparisons on numeric fields need numbers; values
@@ -1645,9 +1751,10 @@ pub fn resolve_query(def: &DatasetDef, args: QueryArgs) -> Result<QueryPlan, Req
         select
     };
     let as_of = resolve_as_of(def, args.as_of.as_deref(), &filters)?;
-    let latest = r.latest.map(|field| Latest {
+    let latest = r.latest.map(|(field, previous)| Latest {
         field,
         defaulted: false,
+        previous,
     });
     Ok(QueryPlan {
         dataset_id: def.id.clone(),
@@ -1919,9 +2026,10 @@ pub fn resolve_summarize(
     // Over a dataset of several periods, a summary is of one period, or of several told
     // apart: with no condition on the time field and no grouping by it, the latest.
     let latest = match (r.latest, def.time_field()) {
-        (Some(field), _) => Some(Latest {
+        (Some((field, previous)), _) => Some(Latest {
             field,
             defaulted: false,
+            previous,
         }),
         // `last:` reads each group at its own latest period, so the others are read too.
         (None, Some(time))
@@ -1932,6 +2040,7 @@ pub fn resolve_summarize(
             Some(Latest {
                 field: time,
                 defaulted: true,
+                previous: false,
             })
         }
         _ => None,
@@ -2036,7 +2145,10 @@ impl Resolver<'_> {
                     )
                     .hint(format!("leave the condition on `{t}` out of where")));
                 }
-                let mut period = |end: &str, value: Scalar| -> Result<Scalar, RequestError> {
+                let mut relative = Vec::new();
+                let mut period = |end: &'static str,
+                                  value: Scalar|
+                 -> Result<Scalar, RequestError> {
                     let parameter = format!("compare.{end}");
                     let cond = Condition {
                         target: t.clone(),
@@ -2045,7 +2157,18 @@ impl Resolver<'_> {
                     };
                     let op = match self.period(time, cond)? {
                         Period::Other(c) => self.check_operand(time, c.op)?,
-                        Period::Latest | Period::Range(..) => {
+                        // Set by the engine, which reads the periods there are.
+                        Period::Latest(previous) => {
+                            relative.push(RelativeEnd {
+                                end,
+                                previous,
+                                input: value.text(),
+                            });
+                            Op::Eq(Scalar::Str(
+                                if previous { "previous" } else { "latest" }.into(),
+                            ))
+                        }
+                        Period::Range(..) => {
                             return Err(RequestError::invalid(
                                 parameter.clone(),
                                 format!("`{parameter}` is one period of `{t}` (such as 2020); `{}` is not one", value.text()),
@@ -2053,14 +2176,7 @@ impl Resolver<'_> {
                             .hint("name each period; inspect_dataset lists the periods of the time field"));
                         }
                     };
-                    // The readings `period` records are of a condition; say them of `compare`.
-                    for r in &mut self.resolved {
-                        if r.parameter == format!("where.{t}")
-                            || r.parameter.starts_with(&format!("where.{t}."))
-                        {
-                            r.parameter = parameter.clone();
-                        }
-                    }
+                    self.said_of(&t, &parameter);
                     match op {
                         Op::Eq(v) => Ok(v),
                         _ => Err(RequestError::invalid(
@@ -2080,16 +2196,37 @@ impl Resolver<'_> {
                         ),
                     ));
                 }
-                filters.push(Filter {
-                    field: time,
-                    op: Op::In(vec![from.clone(), to.clone()]),
-                });
+                // With an end relative to the data, the engine adds the condition once it is set.
+                if relative.is_empty() {
+                    filters.push(Filter {
+                        field: time,
+                        op: Op::In(vec![from.clone(), to.clone()]),
+                    });
+                }
                 group_by.push(time);
                 Ok(Compare::Periods {
                     field: time,
                     from,
                     to,
+                    relative,
                 })
+            }
+        }
+    }
+
+    /// The readings and notices [`Resolver::period`] records are of a condition on the time
+    /// field `t`; said of `parameter` (an end of `compare`) instead.
+    fn said_of(&mut self, t: &str, parameter: &str) {
+        for r in &mut self.resolved {
+            if r.parameter == format!("where.{t}")
+                || r.parameter.starts_with(&format!("where.{t}."))
+            {
+                r.parameter = parameter.to_string();
+            }
+        }
+        for n in &mut self.notices {
+            if n.parameter == format!("where.{t}") {
+                n.parameter = parameter.to_string();
             }
         }
     }
@@ -2418,6 +2555,11 @@ impl<'a> SummaryColumns<'a> {
         for m in metrics {
             push(&mut columns, m.column(def), true);
             if let Some(c) = m.null_excluded_column(def) {
+                push(&mut columns, c, false);
+            }
+            if compare.is_none()
+                && let Some(c) = m.period_column(def)
+            {
                 push(&mut columns, c, false);
             }
         }

@@ -73,7 +73,7 @@ pub struct CiteFlags {
 #[derive(Debug, Args)]
 pub struct SummarizeFlags {
     pub dataset_id: String,
-    /// `count`, `sum:F`, `avg:F`, `min:F`, `max:F`, `avg:<computed measure>` (repeat or JSON array).
+    /// `count`, `sum:F`, `avg:F`, `min:F`, `max:F`, `last:F` (F at each group's latest period with a value, a stock over time), `avg:<computed measure>` (repeat or JSON array).
     #[arg(long)]
     pub metrics: Vec<String>,
     /// Fields to group by (repeat or JSON array).
@@ -88,7 +88,7 @@ pub struct SummarizeFlags {
     /// Multi-value fields to split into parts (repeat or JSON array).
     #[arg(long)]
     pub explode: Vec<String>,
-    /// Periods of the time field side by side: `FROM,TO` (e.g. `2010,2020`: each metric at
+    /// Periods of the time field side by side: `FROM,TO` (e.g. `2010,2020` or `2010,latest`: each metric at
     /// both, the change and the percent change per group) or `previous` (each period against
     /// the one before it).
     #[arg(long, value_name = "FROM,TO|previous")]

@@ -137,3 +137,48 @@ fn every_golden_envelope_fits_the_published_output_schema() {
     }
     assert!(checked >= 20, "only {checked} envelopes checked");
 }
+
+/// The examples of docs/semantics.md run: each JSON call marked `<!-- example: runs on panel -->`
+/// is answered by the engine over the fixture datasets, each marked `refused on panel` is
+/// refused, and each YAML block marked `a definition` is read without a diagnostic.
+#[test]
+fn the_examples_of_the_semantics_run() {
+    let doc = std::fs::read_to_string(data_dir().join("../../../../docs/semantics.md"))
+        .expect("docs/semantics.md");
+    let mut checked = 0;
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        let Some(kind) = line
+            .trim()
+            .strip_prefix("<!-- example: ")
+            .and_then(|l| l.strip_suffix(" -->"))
+        else {
+            continue;
+        };
+        let fence = lines.next().unwrap_or_default();
+        let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+        let body = body.join("\n");
+        match kind {
+            "a definition" => {
+                assert_eq!(fence, "```yaml", "{kind}: a YAML block");
+                if let Err(e) = tally_semantic::load_definition("dataset.yaml", "example", &body) {
+                    panic!("the example definition is refused: {e:?}\n{body}");
+                }
+            }
+            "runs on panel" | "refused on panel" => {
+                assert_eq!(fence, "```json", "{kind}: a JSON block");
+                let case: Value = serde_json::from_str(&body).expect("example JSON");
+                let tool = Tool::ALL
+                    .into_iter()
+                    .find(|t| Some(t.name()) == case["tool"].as_str())
+                    .expect("a tool");
+                let out = run_case(tool, &case["arguments"]);
+                let refused = out.get("error").is_some();
+                assert_eq!(refused, kind.starts_with("refused"), "{body}\n{out:#}");
+            }
+            other => panic!("unknown example kind `{other}`"),
+        }
+        checked += 1;
+    }
+    assert!(checked >= 5, "only {checked} examples found");
+}

@@ -185,14 +185,14 @@ fn expected(rows: &[Row]) -> BTreeMap<String, Vec<Value>> {
         .map(|(k, a)| {
             let avg_v = (a.v_count > 0).then(|| round(a.v_sum / a.v_count as f64, 2));
             let share = round(a.done as f64 / a.count as f64, 4);
-            let ratio =
-                (a.any_den && a.ratio_den != 0.0).then(|| round(a.ratio_num / a.ratio_den, 4));
-            let _ = a.any_num;
+            // A sum over no value is null (as SQL), and so is a ratio whose numerator is one.
+            let ratio = (a.any_num && a.any_den && a.ratio_den != 0.0)
+                .then(|| round(a.ratio_num / a.ratio_den, 4));
             (
                 k,
                 vec![
                     json!(a.count),
-                    json!(a.n_sum),
+                    json!(a.any_num.then_some(a.n_sum)),
                     json!(a.n_nulls),
                     json!(avg_v),
                     json!(a.v_nulls),

@@ -96,7 +96,8 @@ pub fn write_parquet_with(
     writer.close().expect("close");
 }
 
-/// The fixture datasets directory: `fixture` (valid) and `broken` (its data file is missing).
+/// The fixture datasets directory: `fixture` (valid), `panel` (areas × years, with gaps) and
+/// `broken` (its data file is missing).
 pub fn datasets_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -109,6 +110,13 @@ pub fn datasets_dir() -> &'static Path {
             serde_json::from_str(&std::fs::read_to_string(src.join("rows.json")).expect("rows"))
                 .expect("rows json");
         write_dataset(&tmp.path().join("fixture"), &yaml, &rows);
+        // An area × year panel with gaps (the statistics cases).
+        let panel = data_dir().join("panel");
+        let yaml = std::fs::read_to_string(panel.join("dataset.yaml")).expect("panel yaml");
+        let rows: Vec<Vec<Value>> =
+            serde_json::from_str(&std::fs::read_to_string(panel.join("rows.json")).expect("rows"))
+                .expect("rows json");
+        write_dataset(&tmp.path().join("panel"), &yaml, &rows);
         let broken = tmp.path().join("broken");
         std::fs::create_dir_all(&broken).expect("broken folder");
         std::fs::copy(
