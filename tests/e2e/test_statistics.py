@@ -617,3 +617,41 @@ def test_summarize_help_lists_every_metric_form():
     out = subprocess.run([tally_bin(), "summarize", "--help"], capture_output=True, text=True, timeout=60).stdout
     for form in ("count", "sum:F", "avg:F", "min:F", "max:F", "last:F", "avg:<computed measure>"):
         assert form in out, (form, out)
+
+
+async def test_periods_and_left_out_groups_are_of_the_callers_view(datasets, tmp_path):
+    """The periods a refusal names and the groups a warning says are left out are read through
+    the caller's policy: a caller who may see 沖縄県 only (whose last year is 2019) is told of
+    2009–2019, and never of another prefecture."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = "okinawa-token-0123456789abcdef"
+    (tmp_path / "tokens").write_text(f"okinawa {token}\n", encoding="utf-8")
+    (tmp_path / "policies.yaml").write_text(
+        "policies:\n  okinawa:\n    datasets:\n      ssdse-b-gaps:\n        rows: {都道府県: 沖縄県}\n"
+        "grants:\n  tokens: {okinawa: [okinawa]}\n",
+        encoding="utf-8",
+    )
+    scoped = HttpServer("--token-file", str(tmp_path / "tokens"), "--policy-file", str(tmp_path / "policies.yaml"), datasets=str(datasets))
+    try:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT)
+        with anyio.fail_after(TIMEOUT):
+            async with Client(streamable_http_client(scoped.url, http_client=http), mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                refused = await c.call_tool("summarize_records", {"dataset_id": "ssdse-b-gaps", "metrics": ["sum:出生数"], "where": {"年度": 2020}})
+                assert refused.is_error, refused
+                message = json.loads(refused.content[0].text)["error"]["message"]
+                assert "2009–2019 (11 periods, none missing)" in message, message
+                latest = await c.call_tool("summarize_records", {"dataset_id": "ssdse-b-gaps", "metrics": ["sum:総人口"], "group_by": ["都道府県"]})
+                assert not latest.is_error, latest
+                answer = json.loads(latest.content[0].text)
+                assert [r[0] for r in answer["data"]["rows"]] == ["沖縄県"], answer["data"]["rows"]
+                # Of the caller's latest period, 2019; nothing left out of the caller's view,
+                # and no other prefecture named anywhere in what is said.
+                assert answer["provenance"]["query"]["arguments"]["where"]["年度"] == {"$eq": 2019}
+                said = json.dumps([answer["provenance"]["warnings"], answer["data"]["rows"]], ensure_ascii=False)
+                assert "not in the answer" not in said, said
+                for other in ("北海道", "東京都", "青森県"):
+                    assert other not in said, said
+    finally:
+        scoped.stop()

@@ -42,6 +42,10 @@ pub struct Call<'a> {
     route: Option<Route>,
 }
 
+/// Periods of a time field read to check a call's conditions against at most: a field with
+/// more is not checked (said), and `"previous"` on it is refused.
+pub const MAX_PERIODS: usize = 50_000;
+
 /// The revisions a call read (`revisions` in the definition): those in force on its `as_of`
 /// date, or the latest of each.
 #[derive(Debug, Default)]
@@ -150,20 +154,33 @@ impl<'a> Call<'a> {
         })
     }
 
-    /// The distinct periods of `field` in the call's data before its conditions, oldest first.
-    pub async fn periods(&self, field: FieldId) -> Result<Vec<Scalar>, EngineError> {
+    /// The distinct periods of `field` in the call's data before its conditions, oldest first;
+    /// `None` past [`MAX_PERIODS`] (the pass stops there: it holds no more than that many).
+    pub async fn periods(&self, field: FieldId) -> Result<Option<Vec<Scalar>>, EngineError> {
         let column = self.planner.column(field);
-        let batches = self
+        let caps = crate::groups::Caps {
+            groups: MAX_PERIODS,
+            rows: u64::MAX,
+        };
+        let counted = crate::groups::capped_count(caps).call(vec![datafusion::prelude::lit(1i64)]);
+        let read = self
             .base
             .clone()
             .filter(column.clone().is_not_null())?
-            .aggregate(vec![column.alias("__tally_period")], vec![])?
+            .aggregate(
+                vec![column.alias("__tally_period")],
+                vec![counted.alias("__tally_records")],
+            )?
             .sort(vec![
                 datafusion::prelude::ident("__tally_period").sort(true, false),
             ])?
             .collect()
-            .await
-            .map_err(|e| EngineError::computing(&self.def().id, e))?;
+            .await;
+        let batches = match read {
+            Ok(batches) => batches,
+            Err(e) if crate::groups::stopped(&e).is_some() => return Ok(None),
+            Err(e) => return Err(EngineError::computing(&self.def().id, e)),
+        };
         let mut out = Vec::new();
         for b in &batches {
             for row in 0..b.num_rows() {
@@ -173,7 +190,8 @@ impl<'a> Call<'a> {
                 }
             }
         }
-        Ok(out)
+        // On a cluster the cap holds per task: the whole is checked here too.
+        Ok((out.len() <= MAX_PERIODS).then_some(out))
     }
 
     /// Adds the condition of the latest period of the time field to `filters` (the latest in
@@ -193,7 +211,14 @@ impl<'a> Call<'a> {
         let name = field.name.clone();
         if latest.previous {
             // The period before the latest: the periods there are, read.
-            let periods = self.periods(latest.field).await?;
+            let Some(periods) = self.periods(latest.field).await? else {
+                return Err(tally_semantic::RequestError::invalid(
+                    format!("where.{name}"),
+                    format!("`{name}` has more than {MAX_PERIODS} periods, too many to find the one before the latest"),
+                )
+                .hint("name the period")
+                .into());
+            };
             let Some(period) = periods.len().checked_sub(2).map(|i| periods[i].clone()) else {
                 return Err(tally_semantic::RequestError::invalid(
                     format!("where.{name}"),

@@ -724,3 +724,37 @@ pub fn document_sources(
         })
         .collect()
 }
+
+/// Groups named in a warning at most.
+pub const LISTED_GROUPS: usize = 8;
+
+/// Names as a warning lists them: the first [`LISTED_GROUPS`], then how many more.
+pub fn listed(names: Vec<String>) -> String {
+    let n = names.len();
+    let mut shown: Vec<String> = names.into_iter().take(LISTED_GROUPS).collect();
+    if n > LISTED_GROUPS {
+        shown.push(format!("and {} more", n - LISTED_GROUPS));
+    }
+    shown.join(", ")
+}
+
+/// `1 group`, `3 groups`.
+pub fn groups(n: usize) -> String {
+    if n == 1 {
+        "1 group".into()
+    } else {
+        format!("{n} groups")
+    }
+}
+
+/// A group as a warning names it: its key values joined by ` / `, a missing one as
+/// `(missing)`.
+pub fn group_label<'v>(keys: impl IntoIterator<Item = &'v serde_json::Value>) -> String {
+    keys.into_iter()
+        .map(|v| match v {
+            serde_json::Value::Null => "(missing)".to_string(),
+            v => crate::json::value_text(v),
+        })
+        .collect::<Vec<_>>()
+        .join(" / ")
+}

@@ -9,29 +9,20 @@ use tally_semantic::definition::{DatasetDef, FieldId};
 use tally_semantic::request::{Notice, Op, Scalar};
 use tally_semantic::resolve::{Compare, Filter, Resolution};
 
-use crate::call::Call;
+use crate::call::{Call, MAX_PERIODS};
 use crate::error::EngineError;
 
 pub use tally_semantic::period::describe;
 
-fn number(s: &Scalar) -> Option<f64> {
-    match s {
-        Scalar::Int(i) => Some(*i as f64),
-        Scalar::Float(f) => Some(*f),
-        Scalar::Str(t) => t.parse().ok(),
-        Scalar::Bool(_) => None,
-    }
-}
-
 /// Whether the data's period `p` equals the condition's value `v` (a year as a number or as
 /// text alike).
 fn same(p: &Scalar, v: &Scalar) -> bool {
-    p.text() == v.text() || matches!((number(p), number(v)), (Some(a), Some(b)) if a == b)
+    p.text() == v.text() || matches!((p.number(), v.number()), (Some(a), Some(b)) if a == b)
 }
 
 /// Whether `p` is past a bound of a range (`after`: above the upper bound).
 fn beyond(p: &Scalar, bound: &Scalar, below: bool, strict: bool) -> bool {
-    let ordering = match (number(p), number(bound)) {
+    let ordering = match (p.number(), bound.number()) {
         (Some(a), Some(b)) => a.partial_cmp(&b),
         _ => Some(p.text().cmp(&bound.text())),
     };
@@ -232,6 +223,38 @@ pub fn settle_compare(
     Ok(())
 }
 
+/// Whether a condition on the time field names periods ([`check`] holds them against the data):
+/// one, a list or a bound; a substring or `$ne` reads no periods.
+fn names_periods(filters: &[Filter], time: FieldId) -> bool {
+    filters.iter().any(|f| {
+        f.field == time
+            && matches!(
+                f.op,
+                Op::Eq(_) | Op::In(_) | Op::Gt(_) | Op::Gte(_) | Op::Lt(_) | Op::Lte(_)
+            )
+    })
+}
+
+/// The periods there are, read for holding conditions against them; past
+/// [`MAX_PERIODS`] none, and that said in `notices` (the conditions are answered unchecked).
+async fn read_or_say(
+    call: &Call<'_>,
+    time: FieldId,
+    notices: &mut Vec<Notice>,
+) -> Result<Option<Vec<Scalar>>, EngineError> {
+    let periods = call.periods(time).await?;
+    if periods.is_none() {
+        let name = &call.def().fields[time].name;
+        notices.push(Notice {
+            parameter: format!("where.{name}"),
+            message: format!(
+                "`{name}` has more than {MAX_PERIODS} periods: the condition on it was not checked against the periods there are"
+            ),
+        });
+    }
+    Ok(periods)
+}
+
 /// A summary's conditions on the time field held against the periods there are, and its
 /// `compare` ends named relative to the data set (the periods read only when either is
 /// there).
@@ -246,33 +269,57 @@ pub async fn hold(
     };
     let relative =
         matches!(&plan.compare, Some(Compare::Periods { relative, .. }) if !relative.is_empty());
-    if !relative && !plan.filters.iter().any(|f| f.field == time) {
+    if !relative && !names_periods(&plan.filters, time) {
         return Ok(());
     }
-    let periods = call.periods(time).await?;
+    let Some(periods) = read_or_say(call, time, &mut plan.notices).await? else {
+        if relative {
+            return Err(RequestError::invalid(
+                "compare",
+                format!(
+                    "`{}` has more than {MAX_PERIODS} periods, too many to find the latest among",
+                    def.fields[time].name
+                ),
+            )
+            .hint("name both periods")
+            .into());
+        }
+        return Ok(());
+    };
     settle_compare(def, plan, &periods, call_made)?;
-    // Each period compared is one the data has: a column of nulls is never the answer.
-    if let Some(Compare::Periods { from, to, .. }) = &plan.compare {
-        for (end, v) in [("from", from), ("to", to)] {
-            if !periods.iter().any(|p| same(p, v)) {
-                let name = &def.fields[time].name;
-                return Err(RequestError::invalid(
-                    format!("compare.{end}"),
-                    format!(
-                        "`{name}` has no period {}: the data's periods are {}",
-                        v.text(),
-                        describe(&periods)
-                    ),
-                )
-                .hint(format!(
-                    "compare two periods the data has (such as {} and \"latest\")",
-                    periods.first().map(Scalar::text).unwrap_or_default()
-                ))
-                .into());
-            }
+    compared_in_data(def, time, plan.compare.as_ref(), &periods)?;
+    check(def, time, &plan.filters, &periods, &mut plan.notices)
+}
+
+/// Each period compared is one the data has: a column of nulls is never the answer.
+fn compared_in_data(
+    def: &DatasetDef,
+    time: FieldId,
+    compare: Option<&Compare>,
+    periods: &[Scalar],
+) -> Result<(), EngineError> {
+    let Some(Compare::Periods { from, to, .. }) = compare else {
+        return Ok(());
+    };
+    for (end, v) in [("from", from), ("to", to)] {
+        if !periods.iter().any(|p| same(p, v)) {
+            let name = &def.fields[time].name;
+            return Err(RequestError::invalid(
+                format!("compare.{end}"),
+                format!(
+                    "`{name}` has no period {}: the data's periods are {}",
+                    v.text(),
+                    describe(periods)
+                ),
+            )
+            .hint(format!(
+                "compare two periods the data has (such as {} and \"latest\")",
+                periods.first().map(Scalar::text).unwrap_or_default()
+            ))
+            .into());
         }
     }
-    check(def, time, &plan.filters, &periods, &mut plan.notices)
+    Ok(())
 }
 
 /// A query's conditions on the time field held against the periods there are.
@@ -284,20 +331,20 @@ pub async fn hold_query(
     let Some(time) = def.time_field() else {
         return Ok(());
     };
-    if !plan.filters.iter().any(|f| f.field == time) {
+    if !names_periods(&plan.filters, time) {
         return Ok(());
     }
-    let periods = call.periods(time).await?;
-    check(def, time, &plan.filters, &periods, &mut plan.notices)
+    match read_or_say(call, time, &mut plan.notices).await? {
+        Some(periods) => check(def, time, &plan.filters, &periods, &mut plan.notices),
+        None => Ok(()),
+    }
 }
-
-/// Groups listed by name at most.
-const LISTED_GROUPS: usize = 8;
 
 /// For a summary of one period (the latest, asked or by default) grouped by other fields: the
 /// groups the data has under the other conditions that have no record at that period, so left
-/// out of the answer, with the last period each has (`沖縄県 (last 2019)`). Read in one pass,
-/// stopped at the group cap (then nothing is said: the answer's own grouping stops there too).
+/// out of the answer, with the last period each has (`沖縄県 (last 2019)`). Read in one pass
+/// over the caller's view, stopped at the group cap (then nothing is said: the answer's own
+/// grouping stops there too); any other failure (a deadline, a cancel) fails the call.
 pub async fn left_out_at(
     call: &Call<'_>,
     plan: &tally_semantic::SummarizePlan,
@@ -316,7 +363,6 @@ pub async fn left_out_at(
     if plan.group_by.is_empty() || !plan.explode.is_empty() || plan.group_by.contains(&time) {
         return Ok(None);
     }
-    let t = call.planner.column(time);
     let keys: Vec<datafusion::prelude::Expr> = plan
         .group_by
         .iter()
@@ -335,42 +381,33 @@ pub async fn left_out_at(
         df = df.filter(e)?;
     }
     let counted = crate::groups::capped_count(caps).call(vec![lit(1i64)]);
-    let at = datafusion::prelude::Expr::Literal(to_scalar_value(period), None);
-    let result = df
-        .aggregate(
-            keys,
-            vec![max(t).alias("__tally_last"), counted.alias("__tally_rows")],
-        )?
-        .filter(
-            datafusion::prelude::ident("__tally_last")
-                .is_null()
-                .or(datafusion::prelude::ident("__tally_last").lt(at)),
-        )?
+    let last = max(call.planner.column(time)).alias("__tally_last");
+    let batches = match df
+        .aggregate(keys, vec![last, counted.alias("__tally_rows")])?
         .collect()
-        .await;
-    // Past the caps the answer's own grouping says so; nothing more is said here.
-    let Ok(batches) = result else {
-        return Ok(None);
+        .await
+    {
+        Ok(batches) => batches,
+        Err(e) if crate::groups::stopped(&e).is_some() => return Ok(None),
+        Err(e) => return Err(EngineError::computing(&def.id, e)),
     };
+    // Every group's last period; those not at the period read are left out.
     let mut left: Vec<String> = Vec::new();
     for b in &batches {
-        let texts: Vec<Vec<serde_json::Value>> = (0..n)
+        let columns: Vec<Vec<Value>> = (0..=n)
             .map(|i| crate::json::column_values(b.column(i)))
             .collect();
-        let lasts = crate::json::column_values(b.column(n));
         for row in 0..b.num_rows() {
-            let label: Vec<String> = texts
-                .iter()
-                .map(|c| match &c[row] {
-                    Value::Null => "(missing)".to_string(),
-                    v => crate::json::value_text(v),
-                })
-                .collect();
-            let last = match &lasts[row] {
+            let last = &columns[n][row];
+            if !last.is_null() && crate::json::value_text(last) == period.text() {
+                continue;
+            }
+            let label = crate::meta::group_label(columns[..n].iter().map(|c| &c[row]));
+            let last = match last {
                 Value::Null => "no period".to_string(),
                 v => format!("last {}", crate::json::value_text(v)),
             };
-            left.push(format!("{} ({last})", label.join(" / ")));
+            left.push(format!("{label} ({last})"));
         }
     }
     if left.is_empty() {
@@ -378,10 +415,6 @@ pub async fn left_out_at(
     }
     left.sort();
     let count = left.len();
-    let mut shown: Vec<String> = left.into_iter().take(LISTED_GROUPS).collect();
-    if count > LISTED_GROUPS {
-        shown.push(format!("and {} more", count - LISTED_GROUPS));
-    }
     let keys: Vec<&str> = plan
         .group_by
         .iter()
@@ -389,17 +422,13 @@ pub async fn left_out_at(
         .collect();
     Ok(Some(format!(
         "{} of {} {} no record at {} {}, the period this summary is of, and {} not in the answer: {}",
-        if count == 1 {
-            "1 group".to_string()
-        } else {
-            format!("{count} groups")
-        },
+        crate::meta::groups(count),
         keys.join(" × "),
         if count == 1 { "has" } else { "have" },
         def.fields[time].name,
         period.text(),
         if count == 1 { "is" } else { "are" },
-        shown.join(", ")
+        crate::meta::listed(left)
     )))
 }
 
@@ -435,14 +464,4 @@ pub async fn spanned(
         (Some(a), Some(b)) if a != b => Some((a, b)),
         _ => None,
     })
-}
-
-fn to_scalar_value(s: &Scalar) -> datafusion::common::ScalarValue {
-    use datafusion::common::ScalarValue as V;
-    match s {
-        Scalar::Int(i) => V::Int64(Some(*i)),
-        Scalar::Float(f) => V::Float64(Some(*f)),
-        Scalar::Str(t) => V::Utf8(Some(t.clone())),
-        Scalar::Bool(b) => V::Boolean(Some(*b)),
-    }
 }

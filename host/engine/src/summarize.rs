@@ -1265,18 +1265,6 @@ fn warn_page(provenance: &mut Provenance, page: &GroupPage, limits: &crate::Limi
     }
 }
 
-/// `1 group`, `3 groups`.
-fn groups(n: usize) -> String {
-    if n == 1 {
-        "1 group".into()
-    } else {
-        format!("{n} groups")
-    }
-}
-
-/// Groups listed by name in a warning at most.
-const LISTED_GROUPS: usize = 8;
-
 /// What the page leaves null or reads at another period, said: a metric null in a group (no
 /// record of it has a value: an aggregate over no value is null, never 0), and a `last:`
 /// value of an earlier period than the latest any group's is of.
@@ -1288,27 +1276,8 @@ fn warn_gaps(
 ) {
     let at = |name: &str| page.columns.iter().position(|c| c == name);
     let keys: Vec<usize> = page.group_names.iter().filter_map(|g| at(g)).collect();
-    let label = |row: &[Value]| -> String {
-        if keys.is_empty() {
-            return "the whole".into();
-        }
-        keys.iter()
-            .map(|k| match &row[*k] {
-                Value::Null => "(missing)".to_string(),
-                Value::String(t) => t.clone(),
-                other => other.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(" / ")
-    };
-    let listed = |names: Vec<String>| -> String {
-        let n = names.len();
-        let mut shown: Vec<String> = names.into_iter().take(LISTED_GROUPS).collect();
-        if n > LISTED_GROUPS {
-            shown.push(format!("and {} more", n - LISTED_GROUPS));
-        }
-        shown.join(", ")
-    };
+    let label = |row: &[Value]| meta::group_label(keys.iter().map(|k| &row[*k]));
+    let (listed, groups) = (meta::listed, meta::groups);
     for m in &plan.metrics {
         if let Some((a, Some(b))) = measures_of(def, m)
             && let (Some(pa), Some(pb)) = (&def.fields[a].period, &def.fields[b].period)

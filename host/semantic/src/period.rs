@@ -124,7 +124,7 @@ fn era_year(t: &str) -> Option<(i64, &str)> {
             Some(r) => (1, r),
             None => number_prefix(rest)?,
         };
-        let year = first + n - 1;
+        let year = first.checked_add(n)? - 1;
         if n < 1 || year > *last {
             return None;
         }
@@ -138,6 +138,7 @@ fn era_year(t: &str) -> Option<(i64, &str)> {
 fn number_prefix(t: &str) -> Option<(i64, &str)> {
     let digits = t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len();
     if digits > 0 {
+        // Past i64 the parse fails: no year.
         return Some((t[..digits].parse().ok()?, &t[digits..]));
     }
     const KANJI: &str = "〇一二三四五六七八九";
@@ -145,6 +146,10 @@ fn number_prefix(t: &str) -> Option<(i64, &str)> {
     let mut current = 0i64;
     let mut used = 0;
     for c in t.chars() {
+        // A year is a few digits: a longer numeral is no year (and never overflows).
+        if used >= 4 * '十'.len_utf8() {
+            return None;
+        }
         if let Some(d) = KANJI.chars().position(|k| k == c) {
             current = current * 10 + d as i64;
         } else if c == '十' {
@@ -251,6 +256,23 @@ mod tests {
         for not_a_year in ["平成32年", "令和0年", "20", "東京", "2020年4月", "latest"] {
             assert_eq!(year(not_a_year, Grain::Year), None, "{not_a_year}");
         }
+    }
+
+    #[test]
+    fn hostile_numerals_are_no_year_and_never_overflow() {
+        let long_kanji = format!("令和{}年", "九".repeat(40));
+        let huge = "令和9223372036854775807年";
+        let huger = format!("{}年", "9".repeat(400));
+        for text in [
+            long_kanji.as_str(),
+            huge,
+            huger.as_str(),
+            "平成十十十十十年",
+            "fy99999999999999999999",
+        ] {
+            assert_eq!(year(text, Grain::Year), None, "{text}");
+        }
+        assert_eq!(year("令和十年", Grain::Year).as_deref(), Some("2028"));
     }
 
     #[test]

@@ -140,7 +140,8 @@ fn every_golden_envelope_fits_the_published_output_schema() {
 
 /// The examples of docs/semantics.md run: each JSON call marked `<!-- example: runs on panel -->`
 /// is answered by the engine over the fixture datasets, each marked `refused on panel` is
-/// refused, and each YAML block marked `a definition` is read without a diagnostic.
+/// refused, each YAML block marked `a definition` is read and each marked `a refused
+/// definition` is refused.
 #[test]
 fn the_examples_of_the_semantics_run() {
     let doc = std::fs::read_to_string(data_dir().join("../../../../docs/semantics.md"))
@@ -159,11 +160,10 @@ fn the_examples_of_the_semantics_run() {
         let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
         let body = body.join("\n");
         match kind {
-            "a definition" => {
+            "a definition" | "a refused definition" => {
                 assert_eq!(fence, "```yaml", "{kind}: a YAML block");
-                if let Err(e) = tally_semantic::load_definition("dataset.yaml", "example", &body) {
-                    panic!("the example definition is refused: {e:?}\n{body}");
-                }
+                let read = tally_semantic::load_definition("dataset.yaml", "example", &body);
+                assert_eq!(read.is_err(), kind.contains("refused"), "{kind}:\n{body}");
             }
             "runs on panel" | "refused on panel" => {
                 assert_eq!(fence, "```json", "{kind}: a JSON block");

@@ -14,6 +14,7 @@ mod lows;
 mod modules;
 mod paging;
 mod partitions;
+mod periods;
 mod provenance;
 mod provisions;
 mod reference;
