@@ -45,6 +45,16 @@ def lib(stem: str) -> Path:
     return path
 
 
+def place_library(library: Path, target: Path):
+    """A dataset's copy of a built library: a hard link where the file system allows one (a
+    library is hundreds of megabytes unoptimised, and the server reads it into a private copy
+    anyway), else a copy."""
+    try:
+        os.link(library, target)
+    except OSError:
+        shutil.copyfile(library, target)
+
+
 def need_comparison():
     if not (VARIANTS / "compare.sqlite").is_file():
         pytest.skip("TALLY_VARIANTS has no compare.sqlite (the cargo test wrapper writes it)")
@@ -69,7 +79,7 @@ def sqlite_dataset(root: Path, name: str = "sq"):
     folder = root / name
     folder.mkdir()
     shutil.copyfile(VARIANTS / "compare.sqlite", folder / "data.sqlite")
-    shutil.copyfile(lib("tally_plugin_sqlite"), folder / "plugin.so")
+    place_library(lib("tally_plugin_sqlite"), folder / "plugin.so")
     (folder / "dataset.yaml").write_text(
         "title: compare (sqlite)\nbackend: {kind: native, library: plugin.so, config: {database: data.sqlite, table: t}}\n" + FIELDS,
         encoding="utf-8",
@@ -86,7 +96,7 @@ def parquet_dataset(root: Path):
 def hostile_dataset(root: Path, name: str, library: Path, mode: str = "ok"):
     folder = root / name
     folder.mkdir()
-    shutil.copyfile(library, folder / "plugin.so")
+    place_library(library, folder / "plugin.so")
     (folder / "dataset.yaml").write_text(
         f"title: hostile {mode}\nbackend: {{kind: native, library: plugin.so, config: {{mode: {mode}}}}}\n" + HOSTILE_FIELDS,
         encoding="utf-8",

@@ -267,6 +267,12 @@ fn python_mcp_client_end_to_end() {
             "-p",
             "no:cacheprovider",
             "--timeout=300",
+            // A passing test's temporary folder is removed as it ends (native plugin libraries
+            // and generated tables are hundreds of megabytes; CI's disk is not large).
+            "-o",
+            "tmp_path_retention_policy=failed",
+            "-o",
+            "tmp_path_retention_count=1",
         ])
         .args(only)
         .current_dir(&root)
