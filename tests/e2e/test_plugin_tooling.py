@@ -140,7 +140,7 @@ async def test_a_new_plugin_builds_passes_its_test_and_is_served(tmp_path):
                 print(json.dumps(broken, ensure_ascii=False))
                 assert broken["serving_version"] == good
                 reason = broken["problems"][0]["reason"]
-                assert "a probe scan of one row failed" in reason and "could not list the dataset folder" in reason
+                assert "the probe read of its data at registration failed" in reason and "could not list the dataset folder" in reason
                 assert "it wrote to stderr: my-lines 0.2: listing texts/" in reason
                 r = await c.call_tool("query_records", {"dataset_id": "lines", "select": ["path", "line"], "limit": 1})
                 assert not r.is_error, r.content[0].text
@@ -241,9 +241,10 @@ def test_a_missing_dataset_folder_is_a_setup_error(tmp_path):
 
 
 def test_check_scan_finds_a_plugin_that_cannot_read(tmp_path):
-    """`tally check` registers each plugin dataset as the server does, with its probe scan of
-    one row, so a wrong folder in a plugin's backend.config is found before a client finds it;
-    `--scan` reads each plugin dataset whole, so a plugin that fails past its first row is found
+    """`tally check` registers each plugin dataset as the server does, with its probe read of
+    all its columns, so a wrong folder in a plugin's backend.config is found before a client
+    finds it; `--scan` reads each plugin dataset as it is served, so a plugin that fails only
+    on some reads is found
     too, with what it wrote to stderr."""
     datasets = tmp_path / "datasets"
     shutil.copytree(ROOT / "datasets" / "guide", datasets / "guide")
@@ -253,7 +254,7 @@ def test_check_scan_finds_a_plugin_that_cannot_read(tmp_path):
         checked = tally("check", *flags, str(datasets), timeout=120)
         print(checked.stdout)
         assert checked.returncode == 1, checked.stdout
-        assert "a probe scan of one row failed: plugin `documents`" in checked.stdout and "no-such-folder" in checked.stdout
+        assert "the probe read of its data at registration failed: plugin `documents`" in checked.stdout and "no-such-folder" in checked.stdout
     yaml.write_text(yaml.read_text(encoding="utf-8").replace("folder: no-such-folder", "folder: docs"), encoding="utf-8")
     late = datasets / "late"
     late.mkdir()

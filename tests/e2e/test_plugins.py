@@ -199,12 +199,18 @@ fields:
 """
 
 
-def hostile_dataset(root: Path, name: str, mode: str, **extra):
+def hostile_dataset(root: Path, name: str, mode: str, payload: bool = True, **extra):
+    """A dataset of the hostile plugin in `mode`; without `payload` its definition leaves the
+    plugin's third column out, so every served read asks for fewer columns than the probe read
+    at registration (the `late-error` and `controls` modes fail only on such reads)."""
     folder = root / name
     folder.mkdir()
     shutil.copyfile(component("tally_test_plugin_hostile"), folder / "plugin.wasm")
     config = json.dumps({"mode": mode, **extra})
-    (folder / "dataset.yaml").write_text(HOSTILE_YAML.format(mode=mode, config=config), encoding="utf-8")
+    yaml = HOSTILE_YAML.format(mode=mode, config=config)
+    if not payload:
+        yaml = yaml.replace("- {name: payload, role: attr}\n", "")
+    (folder / "dataset.yaml").write_text(yaml, encoding="utf-8")
 
 
 async def test_hostile_plugins_fail_alone(tmp_path):
@@ -235,9 +241,9 @@ async def test_hostile_plugins_fail_alone(tmp_path):
             async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
                 listed = body(await c.call_tool("list_datasets", {}))["data"]
                 served = {d["dataset_id"] for d in listed["datasets"]}
-                # A plugin whose first row fails is refused when it registers (its probe
-                # scan of one row); one that fails past it is served and fails the call.
-                assert served == {"ok", "oversize"}
+                # A plugin whose data cannot be read whole is refused when it registers (its
+                # probe read): it never enters service.
+                assert served == {"ok"}
                 broken = {b["folder"]: " ".join(p["reason"] + " " + p["fix"] for p in b["problems"]) for b in listed["broken_datasets"]}
                 print("refused at registration:", json.dumps(broken, ensure_ascii=False, indent=1))
                 assert "plugin API 9.0.0" in broken["wrong-version"] and "plugin API 0.1.0" in broken["wrong-version"]
@@ -249,31 +255,21 @@ async def test_hostile_plugins_fail_alone(tmp_path):
                     "memory": "memory limit of 64.0 MiB",
                     "trap": "trap in the middle of a scan",
                     "escape": "could not read outside the dataset folder",
+                    "oversize": "over the cap of 8.0 MiB",
                 }
                 for name, needle in expected.items():
-                    assert "a probe scan of one row failed" in broken[name] and needle in broken[name], broken[name]
+                    assert "the probe read of its data at registration failed" in broken[name] and needle in broken[name], broken[name]
                     assert secret not in broken[name]
                     r = await c.call_tool("query_records", {"dataset_id": name})
                     assert r.is_error and needle in r.content[0].text, r.content[0].text
 
-                expected = {"oversize": "over the cap of 8.0 MiB"}
-                for name, needle in expected.items():
-                    started = time.monotonic()
-                    r = await c.call_tool("query_records", {"dataset_id": name})
-                    took = time.monotonic() - started
-                    text = r.content[0].text
-                    print(f"{name}: error after {took:.2f} s: {body(r)['error']['message'][:300]}")
-                    assert r.is_error, text
-                    assert needle in text, text
-                    assert secret not in text
-
-                    started = time.monotonic()
-                    r = await c.call_tool("query_records", {"dataset_id": "ok", "select": ["name", "n"]})
-                    print(f"  normal query right after: {time.monotonic() - started:.2f} s")
-                    assert not r.is_error, r.content[0].text
-                    env = body(r)
-                    assert env["data"]["rows"] == [["alpha", 1], ["beta", 2], ["gamma", 3]]
-                    assert len(env["data"]["rowSourceRefs"]) == 3
+                started = time.monotonic()
+                r = await c.call_tool("query_records", {"dataset_id": "ok", "select": ["name", "n"]})
+                print(f"a normal query after them: {time.monotonic() - started:.2f} s")
+                assert not r.is_error, r.content[0].text
+                env = body(r)
+                assert env["data"]["rows"] == [["alpha", 1], ["beta", 2], ["gamma", 3]]
+                assert len(env["data"]["rowSourceRefs"]) == 3
     finally:
         server.stop()
 
@@ -338,13 +334,13 @@ async def test_what_a_plugin_wrote_to_stderr_comes_with_its_error(tmp_path):
     the flood before it neither traps the plugin nor fills the message."""
     import httpx2
 
-    hostile_dataset(tmp_path, "late", "late-error")
+    hostile_dataset(tmp_path, "late", "late-error", payload=False)
     hostile_dataset(tmp_path, "ok", "ok")
     server = HttpServer(datasets=str(tmp_path))
     try:
         with anyio.fail_after(TIMEOUT):
-            # Its first row reads (registration's probe), so it is served; the server's first
-            # read of its whole data fails, and /health counts it broken from then on.
+            # Its probe read at registration passes, so it is served; the server's first read
+            # as served fails, and /health counts it broken from then on.
             async def unreadable():
                 health = httpx2.get(server.base + "/health").json()
                 return health.get("unreadable_datasets") and health
@@ -353,6 +349,14 @@ async def test_what_a_plugin_wrote_to_stderr_comes_with_its_error(tmp_path):
             assert health["unreadable_datasets"] == ["late"] and health["broken_datasets"] == 1, health
             assert health["datasets"] == 2
             async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+                # list_datasets says what /health says: still served, and listed broken with why.
+                listed = body(await c.call_tool("list_datasets", {}))["data"]
+                assert sorted(d["dataset_id"] for d in listed["datasets"]) == ["late", "ok"]
+                [late] = listed["broken_datasets"]
+                assert late["folder"] == "late" and late["serving_version"], late
+                assert "could not read part 2 of 3" in late["problems"][0]["reason"], late
+                for _ in range(4):
+                    assert (await c.call_tool("query_records", {"dataset_id": "late"})).is_error
                 r = await c.call_tool("query_records", {"dataset_id": "late"})
                 assert r.is_error, r.content[0].text
                 message = body(r)["error"]["message"]
@@ -370,6 +374,8 @@ async def test_what_a_plugin_wrote_to_stderr_comes_with_its_error(tmp_path):
                     return [line for line in server.log if "the scan failed" in line]
 
                 [line] = (await wait_for("the failed scan in the log", logged))[:1]
+                # Logged once for the background read and the five calls: once a minute at most.
+                assert len(await logged()) == 1, await logged()
                 print(line)
                 assert "WARN" in line and "dataset=late" in line and "could not read part 2 of 3" in line, line
                 assert "part 2 of 3 is unreadable (bad header at byte 17)" in line, line
@@ -395,10 +401,10 @@ async def test_looping_plugins_cost_start_up_about_one_deadline(tmp_path):
                 assert [d["dataset_id"] for d in listed["datasets"]] == ["ok"]
                 assert [b["folder"] for b in listed["broken_datasets"]] == ["loop0", "loop1", "loop2", "loop3"]
                 for b in listed["broken_datasets"]:
-                    assert "a probe scan of one row failed" in b["problems"][0]["reason"], b
+                    assert "the probe read of its data at registration failed" in b["problems"][0]["reason"], b
                     assert "deadline of 2.0 s" in b["problems"][0]["reason"], b
         # Logged in folder order too.
-        logged = [line for line in server.log if "a probe scan of one row failed" in line]
+        logged = [line for line in server.log if "the probe read of its data at registration failed" in line]
         assert [line.split("WARN tally_storage::catalog: ")[1].split("/")[0] for line in logged] == ["loop0", "loop1", "loop2", "loop3"], logged
     finally:
         server.stop()
@@ -421,7 +427,7 @@ async def test_control_characters_a_plugin_writes_reach_clients_and_the_log_esca
     every text a plugin gives is escaped where it enters (`\\u{1b}`, `\\r`), the end of its
     stderr keeps its own lines for the client only, and every log line that carries plugin
     text is one line."""
-    hostile_dataset(tmp_path, "controls", "controls")
+    hostile_dataset(tmp_path, "controls", "controls", payload=False)
     hostile_dataset(tmp_path, "probe", "controls", at_probe=True)
     server = HttpServer(datasets=str(tmp_path))
     try:
@@ -430,10 +436,10 @@ async def test_control_characters_a_plugin_writes_reach_clients_and_the_log_esca
                 # Refused at registration: its probe scan failed (the reason is a client's).
                 listed = body(await c.call_tool("list_datasets", {}))["data"]
                 assert [d["dataset_id"] for d in listed["datasets"]] == ["controls"]
-                [broken] = listed["broken_datasets"]
-                assert broken["folder"] == "probe"
+                # (`controls` is listed there too once a read of it has failed: it stays served.)
+                [broken] = [b for b in listed["broken_datasets"] if b["folder"] == "probe"]
                 reason = broken["problems"][0]["reason"]
-                # Served (its first row reads); reading the whole of it fails.
+                # Served (its probe read passes); a read as served fails.
                 r = await c.call_tool("query_records", {"dataset_id": "controls"})
                 assert r.is_error, r.content[0].text
                 message = body(r)["error"]["message"]
@@ -467,14 +473,14 @@ async def test_control_characters_a_plugin_writes_reach_clients_and_the_log_esca
                 assert "\\n2026-01-01T00:00:00Z ERROR forged from stderr" in line, line
                 assert "\\u{1b}[31mred" in line and "\\u{7}" in line, line
             assert any("WARN" in line and "dataset=controls" in line and "the scan failed" in line for line in forged), forged
-            assert any("WARN" in line and "probe/dataset.yaml" in line and "a probe scan of one row failed" in line for line in forged), forged
+            assert any("WARN" in line and "probe/dataset.yaml" in line and "the probe read of its data at registration failed" in line for line in forged), forged
     finally:
         server.stop()
 
 
 async def test_a_plugin_that_cannot_read_is_broken_and_a_reload_to_one_keeps_the_last_good_version(tmp_path):
     """A plugin that describes itself but cannot read its folder is refused when it registers
-    (its probe scan of one row): listed broken with the reason, counted in /health, said in the
+    (its probe read of the whole data): listed broken with the reason, counted in /health, said in the
     log. A reload to a version whose probe fails keeps the last good version serving, as a
     broken dataset.yaml does."""
     import httpx2 as httpx
@@ -495,7 +501,7 @@ async def test_a_plugin_that_cannot_read_is_broken_and_a_reload_to_one_keeps_the
                 [docs] = listed["broken_datasets"]
                 reason = docs["problems"][0]["reason"]
                 print(reason)
-                assert docs["folder"] == "docs" and "a probe scan of one row failed" in reason and "no-such-folder" in reason
+                assert docs["folder"] == "docs" and "the probe read of its data at registration failed" in reason and "no-such-folder" in reason
                 assert any("docs/dataset.yaml" in line and "no-such-folder" in line for line in server.log), list(server.log)
 
                 r = await c.call_tool("query_records", {"dataset_id": "swap", "select": ["name"]})
@@ -513,7 +519,7 @@ async def test_a_plugin_that_cannot_read_is_broken_and_a_reload_to_one_keeps_the
                 [swap] = await wait_for("the failed reload reported", swap_broken)
                 print(json.dumps(swap, ensure_ascii=False))
                 assert swap["serving_version"] == good
-                assert "a probe scan of one row failed" in swap["problems"][0]["reason"]
+                assert "the probe read of its data at registration failed" in swap["problems"][0]["reason"]
                 assert "trap in the middle of a scan" in swap["problems"][0]["reason"]
                 r = await c.call_tool("query_records", {"dataset_id": "swap", "select": ["name"]})
                 assert not r.is_error, r.content[0].text

@@ -17,7 +17,7 @@
 //!   - { name: text, role: attr, desc: "The line" }
 //! ```
 //!
-//! docs/plugins.md is the guide: the contract, the sandbox and its limits, provenance.
+//! The project's README.md is the guide: the contract, the sandbox and its limits, provenance.
 //!
 //! The plugin sees only its dataset folder (read-only, at `/`); it has no network and no
 //! environment. What it writes to stderr is shown when it fails.

@@ -681,12 +681,33 @@ impl Engine {
                 "no dataset matches q/publisher, so no source is cited".to_string()
             });
         }
-        let broken: Vec<_> = catalog
+        let mut broken: Vec<_> = catalog
             .broken
             .iter()
             .filter(|b| scope.allows(&b.folder))
             .cloned()
             .collect();
+        // A dataset served whose data could not be read at its last whole read (a plugin
+        // failing on reads its registration's probe did not make) is listed as `/health`
+        // lists it, with the reason; it stays served, so its version is said.
+        for ds in catalog.datasets.values() {
+            if !scope.allows(&ds.def.id) || broken.iter().any(|b| b.folder == ds.def.id) {
+                continue;
+            }
+            if let Some(reason) = ds.backend.read_failure() {
+                broken.push(tally_storage::catalog::Broken {
+                    folder: ds.def.id.clone(),
+                    file: format!("{}/dataset.yaml", ds.def.id),
+                    problems: vec![tally_storage::problem::Problem {
+                        line: None,
+                        key: String::new(),
+                        reason: format!("its data could not be read at the last read of the whole of it: {reason}"),
+                        fix: "the dataset is still listed and each call tries again; fix what the reason says (the plugin's author can reproduce it with `tally plugin test`)".to_string(),
+                    }],
+                    serving_version: Some(ds.version.clone()),
+                });
+            }
+        }
         if !broken.is_empty() {
             provenance.warn(format!(
                 "{} dataset folder(s) cannot be served; see broken_datasets",

@@ -648,9 +648,6 @@ pub async fn run(
             )
         })
         .collect();
-    // The documents the matched records come from (a plugin's row sources), cited by the
-    // summary as a query cites its rows'.
-    let documents = meta::sources_of_records(&df, &call.prepared).await?;
     // Records matched before exploding, the records without a part in each exploded field,
     // and the rows exploding would make, counted before any is made.
     let (pre_explode, without_value) =
@@ -665,7 +662,17 @@ pub async fn run(
     };
     let mut said: Vec<Notice> = Vec::new();
     said.extend(say_pooled(&call, &plan, &df).await?);
+    let records = df.clone();
     let df = explode(&call.planner, &plan, df, &part_filters, &indexes)?;
+    // The documents the counted records come from (a plugin's row sources), cited by the
+    // summary as a query cites its rows': with a filter on an exploded field's parts, only
+    // the records with a part it keeps.
+    let counted_records = if part_filters.is_empty() {
+        &records
+    } else {
+        &df
+    };
+    let documents = meta::sources_of_records(counted_records, &call.prepared).await?;
     let grouped = aggregate(&call, &plan, df, caps, &indexes, lookups).await?;
     said.extend(say_left_out(&call, &plan, &before_latest, lookups, caps).await?);
     let matched = pre_explode.unwrap_or_else(|| records_in(&grouped.batches));

@@ -22,6 +22,7 @@ use tally_storage::problem::{Problem, Refusal};
 
 pub mod code_cache;
 pub mod error;
+pub mod failures;
 pub mod native;
 pub mod probe;
 pub mod stderr;

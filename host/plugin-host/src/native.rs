@@ -338,7 +338,7 @@ impl NativeBackend {
         let provider = library.create(&label, dataset, folder, config)?;
         let schema = provider.schema();
         let files = crate::wasm_backend::folder_files(folder);
-        Ok(NativeBackend {
+        let backend = NativeBackend {
             dataset: dataset.to_string(),
             label,
             library,
@@ -346,9 +346,60 @@ impl NativeBackend {
             schema,
             files,
             relative: relative.to_string(),
+        };
+        backend.probe()?;
+        Ok(backend)
+    }
+
+    /// The probe read a wasm plugin's registration makes (`wasm_backend`): every column,
+    /// no condition, the read a first query makes, so a library that opens its dataset but
+    /// cannot read it never enters service and a reload to it keeps the last good version
+    /// serving. Bounded by [`PROBE_MEMORY`]: a read stopped there says nothing against the
+    /// data (a large table is read whole when it is prepared, under the server's budget).
+    fn probe(&self) -> Result<(), PluginError> {
+        let columns: Vec<String> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let budget = tally_storage::memory::Budget::new(PROBE_MEMORY);
+        let meter = tally_storage::memory::Meter::new(
+            budget.reservation(format!("the probe read of {}", self.label)),
+            Arc::default(),
+            Arc::default(),
+        );
+        // A thread of its own with a runtime of its own: registration may run on a thread of
+        // the server's runtime, where blocking on another is refused.
+        let read = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| StorageError::internal(e.to_string()))?;
+                    runtime.block_on(self.load(&columns, &[], &meter)).map(drop)
+                })
+                .join()
+        });
+        let message = match read {
+            Ok(Ok(())) | Ok(Err(StorageError::Limit { .. })) => return Ok(()),
+            Ok(Err(StorageError::Backend { message, .. })) => message,
+            Ok(Err(other)) => other.to_string(),
+            Err(_) => format!("{} panicked while its data was read", self.label),
+        };
+        Err(PluginError {
+            maybe_incomplete: true,
+            ..PluginError::new(
+                format!("{}: {message}", crate::wasm_backend::PROBE_FAILED),
+                "fix the dataset's files or backend.config as the message says; if they are right, this is a fault of the plugin",
+            )
         })
     }
 }
+
+/// What the probe read of a native dataset may hold before it stops (and passes).
+const PROBE_MEMORY: usize = 256 * 1024 * 1024;
 
 #[async_trait]
 impl Backend for NativeBackend {

@@ -577,7 +577,7 @@ impl Call<'_> {
         let kind = match (asked, e.downcast_ref::<Trap>()) {
             (Some(_), _) => tally_storage::faults::Fault::Memory,
             (None, Some(Trap::Interrupt)) => tally_storage::faults::Fault::Deadline,
-            (None, Some(_)) if panic_message(&stderr.contents().0).is_some() => {
+            (None, Some(_)) if fault_of(&stderr.contents().0).is_some() => {
                 tally_storage::faults::Fault::Panic
             }
             (None, Some(_)) => tally_storage::faults::Fault::Trap,
@@ -605,10 +605,15 @@ impl Call<'_> {
                 "the plugin must work faster on this data, or the server needs a longer --plugin-deadline-ms",
             ),
             Some(trap) => PluginError::new(
-                match panic_message(&stderr.contents().0) {
-                    Some(panic) => {
-                        format!("{label} panicked while trying to {what}: {panic}")
-                    }
+                match fault_of(&stderr.contents().0) {
+                    // What the plugin wrote before the panic (or the whole traceback) is kept:
+                    // it is often the author's own account of what went wrong.
+                    Some(fault) => format!(
+                        "{label} {} while trying to {what}: {}{}",
+                        fault.verb,
+                        fault.message,
+                        self.stderr_text_without(fault.skip)
+                    ),
                     None => format!(
                         "{label} failed while trying to {what}: it trapped ({trap}){}",
                         self.stderr_text()
@@ -630,11 +635,18 @@ impl Call<'_> {
     /// The end of what the plugin wrote to stderr, as the end of an error message ("" when
     /// nothing).
     fn stderr_text(&self) -> String {
+        self.stderr_text_without(|_| false)
+    }
+
+    /// [`Call::stderr_text`] without the lines `skip` says are already in the message.
+    fn stderr_text_without(&self, skip: fn(&str) -> bool) -> String {
         let (bytes, dropped) = self.stderr.contents();
+        let whole = String::from_utf8_lossy(&bytes);
         // Rust's advice to set RUST_BACKTRACE cannot be followed inside the sandbox.
-        let text: String = String::from_utf8_lossy(&bytes)
+        let text: String = whole
             .lines()
             .filter(|l| !l.contains("RUST_BACKTRACE"))
+            .take_while(|l| !skip(l))
             .collect::<Vec<_>>()
             .join("\n")
             .trim()
@@ -659,6 +671,73 @@ impl Call<'_> {
             if earlier { " (the end)" } else { "" }
         )
     }
+}
+
+/// A fault a guest reported on its stderr as it failed: a Rust panic or a Python exception.
+struct Fault {
+    /// `panicked`, `raised an exception`.
+    verb: &'static str,
+    /// What failed, where.
+    message: String,
+    /// The first line of the fault's own report in stderr: what the plugin wrote before it
+    /// is shown beside the message (a Python traceback is shown whole).
+    skip: fn(&str) -> bool,
+}
+
+/// The fault in what a guest wrote to stderr: a Rust panic, else a Python exception.
+fn fault_of(stderr: &[u8]) -> Option<Fault> {
+    if let Some(message) = panic_message(stderr)
+        // componentize-py's runtime panics when a Python function raises: the exception is
+        // the fault, the runtime's panic only its consequence.
+        && !message.contains("Python function threw")
+    {
+        return Some(Fault {
+            verb: "panicked",
+            message,
+            skip: |l| l.contains(" panicked at "),
+        });
+    }
+    python_exception(stderr).map(|message| Fault {
+        verb: "raised an exception",
+        message,
+        skip: |l| l.contains(" panicked at "),
+    })
+}
+
+/// The exception of the last Python traceback in what a guest wrote to stderr (`Traceback
+/// (most recent call last):`, the frames, then `Kind: message`), with its innermost frame.
+fn python_exception(stderr: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let (_, after) = text.rsplit_once("Traceback (most recent call last):")?;
+    let lines: Vec<&str> = after
+        .lines()
+        .take_while(|l| !l.contains(" panicked at "))
+        .collect();
+    let exception = lines
+        .iter()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with(' '))?;
+    let frame = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.trim_start().strip_prefix("File "))
+        .map(|f| {
+            // componentize-py puts the app's files under `/0/`, `/1/`…: the author knows them
+            // by their own names.
+            let f = f.trim();
+            let bundled = f
+                .strip_prefix("\"/")
+                .and_then(|rest| rest.split_once('/'))
+                .filter(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .map(|(_, rest)| format!("\"{rest}"));
+            let f = bundled.unwrap_or_else(|| f.to_string());
+            format!(" (at {})", escape_controls(&f, Lines::Escaped))
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "`{}`{frame}",
+        escape_controls(last_chars(exception.trim(), 600), Lines::Escaped)
+    ))
 }
 
 /// The message of a Rust panic in what a guest wrote to stderr (`thread '…' panicked at
@@ -855,6 +934,25 @@ fn last_chars(text: &str, n: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Python exception (componentize-py's runtime panics after writing its traceback) is
+    /// the fault, said with its innermost frame; a Rust panic keeps what was written before.
+    #[test]
+    fn faults_in_stderr_are_read() {
+        let python = b"py: about to fail\nTraceback (most recent call last):\n  File \"/0/tally_plugin.py\", line 9, in scan\n  File \"/0/app.py\", line 53, in scan\nValueError: cannot read past row 1\nthread '<unnamed>' panicked at runtime/src/lib.rs:1:2:\nPython function threw an unexpected exception\n";
+        let fault = fault_of(python).expect("a fault");
+        assert_eq!(fault.verb, "raised an exception");
+        assert_eq!(
+            fault.message,
+            "`ValueError: cannot read past row 1` (at \"app.py\", line 53, in scan)"
+        );
+        let rust = b"reading part 2\nthread 'main' panicked at src/lib.rs:3:4:\nbad header\n";
+        let fault = fault_of(rust).expect("a fault");
+        assert_eq!(fault.verb, "panicked");
+        assert_eq!(fault.message, "`bad header` (at src/lib.rs:3:4)");
+        assert!((fault.skip)("thread 'main' panicked at src/lib.rs:3:4:"));
+        assert!(fault_of(b"nothing of note\n").is_none());
+    }
 
     /// Every `since_v*` directory of the plugin API has a bindings module here (and is in
     /// [`SUPPORTED_VERSIONS`]), and the newest is the version plugins are built against.

@@ -31,7 +31,7 @@ use tally_storage::text::{Lines, escape_controls};
 
 /// How the refusal of a dataset whose probe scan failed begins (what follows is the scan's
 /// error).
-pub const PROBE_FAILED: &str = "a probe scan of one row failed";
+pub const PROBE_FAILED: &str = "the probe read of its data at registration failed";
 
 /// A dataset served by a wasm component.
 #[derive(Debug)]
@@ -54,6 +54,8 @@ pub struct WasmBackend {
     files: Vec<ServedFile>,
     /// Why the last scan of the whole data failed, until one succeeds.
     failure: std::sync::Mutex<Option<String>>,
+    /// The failed scans, said in the log once per interval.
+    failures: crate::failures::FailureLog,
 }
 
 impl WasmBackend {
@@ -210,18 +212,19 @@ impl WasmBackend {
             schema,
             files,
             failure: std::sync::Mutex::default(),
+            failures: crate::failures::FailureLog::default(),
         };
         backend.probe()?;
         Ok(backend)
     }
 
-    /// A scan of one row, checked as a load checks every scan (the Arrow types, the sources,
-    /// the files reported): a plugin that describes itself but cannot read its folder (a
-    /// wrong path in its config, a bad file, a broken build) is refused when it registers,
-    /// so the operator sees it among the broken datasets and a reload to such a build keeps
-    /// the last good version serving. One row keeps it cheap for a plugin that honours the
-    /// limit; a failure past the first row is found by the whole read (`tally check --scan`,
-    /// the server's first read) and logged.
+    /// A read of the whole data, checked as a load checks every scan (the Arrow types, the
+    /// sources, the files reported): a plugin that describes itself but cannot read its
+    /// folder (a wrong path in its config, a bad file, a build that fails past its first
+    /// rows) is refused when it registers, so it never enters service: the operator sees it
+    /// among the broken datasets with what it wrote to stderr, and a reload to such a build
+    /// keeps the last good version serving. It is the read a first query makes; a plugin
+    /// whose data fits its output cap reads it well within its deadline.
     fn probe(&self) -> Result<(), PluginError> {
         let columns: Vec<String> = self
             .schema
@@ -229,8 +232,7 @@ impl WasmBackend {
             .iter()
             .map(|f| f.name().clone())
             .collect();
-        let (mut request, _) = self.scan_request(&columns, &[]);
-        request.limit = Some(1);
+        let (request, _) = self.scan_request(&columns, &[]);
         let budget = tally_storage::memory::Budget::new(self.limits.output_bytes.saturating_mul(4));
         let meter = tally_storage::memory::Meter::new(
             budget.reservation(format!("the probe scan of {}", self.label)),
@@ -494,9 +496,18 @@ impl Backend for WasmBackend {
         // The operator's account of a failed scan, on one line (what the plugin wrote to
         // stderr has lines of its own, which would read as log lines): the caller sees the
         // same message.
-        if let Err(e) = &loaded {
+        // Once per interval with a count: a client retrying a failing dataset must not fill
+        // the log.
+        if let Err(e) = &loaded
+            && let Some(unsaid) = self.failures.admit()
+        {
             let one_line = escape_controls(&e.to_string(), Lines::Escaped).into_owned();
-            tracing::warn!(dataset = %self.dataset, "{}: the scan failed: {one_line}", self.label);
+            tracing::warn!(
+                dataset = %self.dataset,
+                "{}: the scan failed: {one_line}{}",
+                self.label,
+                crate::failures::unsaid(unsaid)
+            );
         }
         // A read of the whole data says whether the data can be read (`/health`).
         // A read stopped for the memory budget says nothing of the data.

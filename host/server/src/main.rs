@@ -18,6 +18,7 @@ mod completions;
 mod ingest;
 mod plugin;
 mod plugin_api;
+mod plugin_python;
 mod settings;
 
 #[derive(Debug, Parser)]

@@ -27,8 +27,13 @@ pub enum PluginCommand {
     /// `.txt` files of its dataset folder, one row per line, citing file and line; with an
     /// example dataset folder (example/).
     New {
-        /// The plugin's (and its crate's) name: lowercase letters, digits, `-` and `_`.
+        /// The plugin's (and its crate's or module's) name: lowercase letters, digits, `-`
+        /// and `_`.
         name: String,
+        /// The language of the project: `rust` (a crate over tally-plugin-api's guest helper)
+        /// or `python` (app.py over the Python guest helper, compiled by componentize-py).
+        #[arg(long, value_enum, default_value_t = Lang::Rust)]
+        lang: Lang,
         /// Where to write the project (default: ./NAME). It must not exist or be empty.
         #[arg(long, value_name = "DIR")]
         path: Option<PathBuf>,
@@ -38,11 +43,11 @@ pub enum PluginCommand {
         #[arg(long, value_name = "DIR")]
         api: Option<PathBuf>,
     },
-    /// Build a plugin project's component in release for wasm32-wasip2, check that it is a
-    /// component of a plugin API version this server speaks, and print its file, size and
-    /// SHA-256.
+    /// Build a plugin project's component (Rust: in release for wasm32-wasip2; Python: with
+    /// componentize-py), check that it is a component of a plugin API version this server
+    /// speaks, and print its file, size and SHA-256.
     Build {
-        /// The project folder (with its Cargo.toml).
+        /// The project folder (with its Cargo.toml, or its app.py).
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
@@ -52,6 +57,13 @@ pub enum PluginCommand {
     /// the time and the memory used. Exit 0 when all is well, 1 when the plugin (or the
     /// definition) is at fault, 5 when the folder cannot be used.
     Test(TestFlags),
+}
+
+/// The language of a new plugin project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
 }
 
 #[derive(Debug, Args)]
@@ -103,10 +115,21 @@ impl Failure {
 
 pub fn run(command: PluginCommand) -> ExitCode {
     match command {
-        PluginCommand::New { name, path, api } => match new(&name, path, api) {
+        PluginCommand::New {
+            name,
+            lang,
+            path,
+            api,
+        } => match new(&name, lang, path, api) {
             Ok(dir) => {
                 println!("wrote the plugin project {}", dir.display());
                 println!("next:");
+                if lang == Lang::Python {
+                    println!(
+                        "  python3 -m pip install componentize-py=={}   # once",
+                        crate::plugin_python::COMPONENTIZE_PY
+                    );
+                }
                 println!("  tally plugin build {}", dir.display());
                 println!(
                     "  tally plugin test {} --dataset {}",
@@ -137,7 +160,18 @@ fn valid_name(name: &str) -> bool {
         && name.len() <= 64
 }
 
-fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBuf, Failure> {
+impl From<crate::plugin_python::Problem> for Failure {
+    fn from(p: crate::plugin_python::Problem) -> Failure {
+        Failure::new(p.code, p.message, p.fix)
+    }
+}
+
+fn new(
+    name: &str,
+    lang: Lang,
+    path: Option<PathBuf>,
+    api: Option<PathBuf>,
+) -> Result<PathBuf, Failure> {
     if !valid_name(name) {
         return Err(Failure::new(
             exit::BAD_INPUT,
@@ -170,6 +204,17 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
             )
         })?),
     };
+    if lang == Lang::Python {
+        if api.is_some() {
+            return Err(Failure::new(
+                exit::BAD_INPUT,
+                "--api names the Rust plugin API crate; a Python project carries its own helper",
+                "leave --api out with --lang python",
+            ));
+        }
+        write_files(&dir, crate::plugin_python::files(name))?;
+        return Ok(dir);
+    }
     let crate_name = name.replace('-', "_");
     let mut files: Vec<(PathBuf, String)> = vec![
         (PathBuf::from("Cargo.toml"), cargo_toml(name, api.as_deref())),
@@ -202,6 +247,12 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
                 .map(|(path, text)| (Path::new(VENDORED_API).join(path), text)),
         );
     }
+    write_files(&dir, files)?;
+    Ok(dir)
+}
+
+/// Writes a new project's files under `dir`.
+fn write_files(dir: &Path, files: Vec<(PathBuf, String)>) -> Result<(), Failure> {
     for (relative, text) in files {
         let path = dir.join(&relative);
         if let Some(parent) = path.parent() {
@@ -221,7 +272,7 @@ fn new(name: &str, path: Option<PathBuf>, api: Option<PathBuf>) -> Result<PathBu
             )
         })?;
     }
-    Ok(dir)
+    Ok(())
 }
 
 fn cargo_toml(name: &str, api: Option<&Path>) -> String {
@@ -313,32 +364,17 @@ fn readme(name: &str, crate_name: &str, vendored: bool) -> String {
     } else {
         "The plugin API crate is taken from a Tally checkout (the path in `Cargo.toml`)."
     };
-    format!(
-        r#"# {name}: a Tally source plugin
-
-A WebAssembly component Tally runs sandboxed to read a dataset folder (here: the `.txt`
-files, one row per line, each row citing its file and line). The guide to the contract, the
-sandbox and the limits is Tally's `docs/plugins.md`.
-
-Needs rustup with the wasm target: `rustup target add {TARGET}`.
-{api}
-
-```sh
-tally plugin build .                          # the component, in release: {crate_name}.wasm
-tally plugin test . --dataset example         # describe and scan through the sandbox, checked
-cargo test                                    # unit tests of the code on this machine
-```
-
-Serve it: copy the `.wasm` into a dataset folder whose `dataset.yaml` names it
-(`backend: {{kind: wasm, component: {crate_name}.wasm}}`, as `example/` does), put the
-folder into Tally's `datasets/`, and `tally serve`.
-"#
-    )
+    include_str!("plugin_rust_readme.md")
+        .replace("{name}", name)
+        .replace("{crate_name}", crate_name)
+        .replace("{api_note}", api)
 }
 
 // ---- build ----------------------------------------------------------------------------------
 
 struct Built {
+    /// How it was built: `release, wasm32-wasip2`, `componentize-py`.
+    how: &'static str,
     wasm: PathBuf,
     size: u64,
     sha256: String,
@@ -347,11 +383,7 @@ struct Built {
 
 fn print_built(b: &Built) {
     println!("built {}", b.wasm.display());
-    println!(
-        "  {} KiB, release, {TARGET}; {}",
-        b.size.div_ceil(1024),
-        b.sha256
-    );
+    println!("  {} KiB, {}; {}", b.size.div_ceil(1024), b.how, b.sha256);
     println!(
         "  plugin API {} (this tally speaks {})",
         b.api_version,
@@ -379,12 +411,16 @@ fn target_installed(dir: &Path) -> Option<bool> {
 }
 
 fn build(dir: &Path) -> Result<Built, Failure> {
+    if crate::plugin_python::is_project(dir) {
+        let wasm = crate::plugin_python::build(dir)?;
+        return check_component(&wasm, "componentize-py");
+    }
     let manifest = dir.join("Cargo.toml");
     if !manifest.is_file() {
         return Err(Failure::new(
             exit::CONFIG,
             format!("{} has no Cargo.toml", dir.display()),
-            "name the folder of a plugin project (`tally plugin new NAME` makes one)",
+            "name the folder of a plugin project: a Rust crate, or a Python project with its app.py (`tally plugin new [--lang python] NAME` makes one)",
         ));
     }
     if target_installed(dir) == Some(false) {
@@ -458,10 +494,10 @@ fn build(dir: &Path) -> Result<Built, Failure> {
             "the [lib] section of Cargo.toml needs crate-type = [\"cdylib\", \"rlib\"]",
         )
     })?;
-    check_component(&wasm)
+    check_component(&wasm, "release, wasm32-wasip2")
 }
 
-fn check_component(wasm: &Path) -> Result<Built, Failure> {
+fn check_component(wasm: &Path, how: &'static str) -> Result<Built, Failure> {
     let bytes = std::fs::read(wasm).map_err(|e| {
         Failure::new(
             exit::CONFIG,
@@ -476,6 +512,7 @@ fn check_component(wasm: &Path) -> Result<Built, Failure> {
         .compile(&label, &bytes, None)
         .map_err(|e| Failure::new(exit::BAD_INPUT, e.message, e.fix))?;
     Ok(Built {
+        how,
         wasm: wasm.to_path_buf(),
         size: compiled.size,
         sha256: compiled.sha256.clone(),

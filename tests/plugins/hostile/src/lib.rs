@@ -10,10 +10,11 @@
 //! - `bad-row-source`: the `ok` rows, but the last names a source that does not exist (the
 //!   guest helper never does this: the mode bypasses it, as a plugin without it could);
 //! - `wrong-type`: the `ok` rows, but `n` comes back as text though described as an integer;
-//! - `late-error`: the first row, then (when more than one row is wanted) 40 KiB of debug
-//!   lines on stderr ending with its reason, and an error: a plugin that fails only past the
-//!   start of its data.
-//! - `controls`: the first row, then (when more than one row is wanted, or always with
+//! - `late-error`: the first row, then (when the host asks for fewer than all the columns it
+//!   describes, as every read of a dataset declaring only some of them does, and the
+//!   registration's probe read does not) 40 KiB of debug lines on stderr ending with its
+//!   reason, and an error: a plugin that passes its probe and fails on other reads.
+//! - `controls`: the first row, then (on a read of fewer than all its columns, or always with
 //!   `config.at_probe: true`) ESC, BEL and CR and a forged log line written to stderr and an
 //!   error holding control characters, a forged log line and a bidirectional override: a
 //!   plugin that tries to act on the terminal of whoever reads its messages, and to write
@@ -144,7 +145,7 @@ impl SourcePlugin for Hostile {
                     vec![Cell::text("alpha"), Cell::Integer(1), Cell::Null],
                     Some(source(0)),
                 )?;
-                if rows.is_full() {
+                if !partial(request) {
                     return Ok(());
                 }
                 for i in 0..400 {
@@ -162,6 +163,12 @@ impl SourcePlugin for Hostile {
     }
 }
 
+/// Whether the host asked for fewer than all the columns the plugin describes: every read of a
+/// served dataset that declares only some of them, never the registration's probe read.
+fn partial(request: &Request) -> bool {
+    request.projection.as_ref().is_some_and(|p| p.len() < 3)
+}
+
 /// The `controls` mode: one row for the probe, then control characters on stderr and in the
 /// error.
 fn controls(request: &Request, rows: &mut Rows, source: Source) -> Result<(), String> {
@@ -169,7 +176,7 @@ fn controls(request: &Request, rows: &mut Rows, source: Source) -> Result<(), St
         vec![Cell::text("alpha"), Cell::Integer(1), Cell::Null],
         Some(source),
     )?;
-    if rows.is_full() && request.config.bool("at_probe") != Some(true) {
+    if !partial(request) && request.config.bool("at_probe") != Some(true) {
         return Ok(());
     }
     eprintln!("hostile plugin: \u{1b}[31mred\u{1b}[0m, a bell \u{7}, a return\rover");
