@@ -35,7 +35,7 @@ import struct
 import sys
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 #: The plugin API version this helper speaks (the version of its WIT package).
 API_VERSION = "0.1.0"
@@ -227,7 +227,8 @@ class Rows:
                         f"{PLUGIN_FAULT}the host asked for column `{n}`, which this plugin does not "
                         f"produce (it produces: {', '.join(names)})")
                 self._selected.append(names.index(n))
-        self._values: List[list] = [[] for _ in self._selected]
+        self._columns = [_Builder(self.columns[i].type) for i in self._selected]
+        self._plan = [(i, self.columns[i], b) for i, b in zip(self._selected, self._columns)]
         self.limit = limit
         self.rows = 0
         self.sources: List[RowSource] = []
@@ -261,11 +262,10 @@ class Rows:
             raise PluginError(
                 f"{PLUGIN_FAULT}row {row} has no source but earlier rows have one (either every "
                 "row has a source or none has)")
-        checked = []
-        for out, i in enumerate(self._selected):
-            checked.append(_cell(self.columns[i], cells[i], row))
-        for out, value in enumerate(checked):
-            self._values[out].append(value)
+        # Every cell checked before any is kept: a refused row leaves nothing behind.
+        checked = [builder.checked(column, cells[i], row) for i, column, builder in self._plan]
+        for builder, value in zip(self._columns, checked):
+            builder.append(value)
         if source is not None:
             key = source.key()
             index = self._source_index.get(key)
@@ -289,9 +289,66 @@ class Rows:
 
     def ipc(self) -> bytes:
         """The rows as one Arrow IPC stream (a schema and one record batch)."""
-        columns = [(self.columns[i].name, self.columns[i].type, self._values[out])
+        columns = [(self.columns[i].name, self.columns[i].type, self._columns[out])
                    for out, i in enumerate(self._selected)]
         return arrow_ipc_stream(columns, self.rows)
+
+
+_TEXT_BYTES = 2**31 - 1
+
+
+class _Builder:
+    """One column's values as the Arrow buffers hold them: a byte per row for validity, the
+    values packed (64-bit integers and floats, a byte per boolean, UTF-8 bytes with 32-bit
+    offsets), so a scan holds its rows' bytes, not a Python object per cell."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.valid = bytearray()
+        self.nulls = 0
+        self.data: Any = array("q") if kind == "integer" else array("d") if kind == "number" else bytearray()
+        self.offsets = array("i", [0]) if kind == "text" else None
+        # The Python type a value of this column most often is: checked at once, the rest by
+        # `_cell` (an int in a number column, a bool where an int is wanted, a wrong type).
+        self.exact = {"text": str, "integer": int, "number": float, "boolean": bool}[kind]
+
+    def checked(self, column: Column, value: Any, row: int) -> Any:
+        """The value as it will be appended (text encoded), or the plugin's fault."""
+        if value is None:
+            return None
+        if type(value) is not self.exact or (self.kind == "integer" and not _I64_MIN <= value <= _I64_MAX):
+            value = _cell(column, value, row)
+        if self.offsets is not None:
+            value = value.encode("utf-8")
+            if len(self.data) + len(value) > _TEXT_BYTES:
+                raise PluginError(f"{PLUGIN_FAULT}column `{column.name}` holds more than 2 GiB of text")
+        return value
+
+    def append(self, value: Any) -> None:
+        if value is None:
+            self.valid.append(0)
+            self.nulls += 1
+            if self.offsets is not None:
+                self.offsets.append(len(self.data))
+            else:
+                self.data.append(0)
+        elif self.offsets is not None:
+            self.valid.append(1)
+            self.data += value
+            self.offsets.append(len(self.data))
+        else:
+            self.valid.append(1)
+            self.data.append(value)
+
+    def buffers(self) -> list:
+        """The body buffers of the column: validity (none when no value is null), then its
+        values (and offsets before them for text)."""
+        validity = _bitmap(self.valid) if self.nulls else b""
+        if self.offsets is not None:
+            return [validity, self.offsets.tobytes(), self.data]
+        if self.kind == "boolean":
+            return [validity, _bitmap(self.data)]
+        return [validity, memoryview(self.data).cast("B")]
 
 
 def _cell(column: Column, value: Any, row: int) -> Any:
@@ -532,38 +589,15 @@ def _schema(fb: _Flatbuffer, columns: list) -> int:
     return fb.table([None, ("off", lambda: fb.tables([field_writer(n, k) for n, k, _ in columns]))])
 
 
-def _bitmap(bits: Iterable[bool], n: int) -> bytes:
-    out = bytearray((n + 7) // 8)
-    for i, bit in enumerate(bits):
-        if bit:
-            out[i >> 3] |= 1 << (i & 7)
-    return bytes(out)
+_BITS = bytes.maketrans(b"\x00\x01", b"01")
 
 
-def _buffers(kind: str, values: list) -> tuple:
-    """The body buffers of one column and its null count."""
-    n = len(values)
-    nulls = sum(1 for v in values if v is None)
-    validity = _bitmap((v is not None for v in values), n) if nulls else b""
-    if kind == "integer":
-        data = [array("q", (0 if v is None else v for v in values)).tobytes()]
-    elif kind == "number":
-        data = [array("d", (0.0 if v is None else v for v in values)).tobytes()]
-    elif kind == "boolean":
-        data = [_bitmap((bool(v) for v in values), n)]
-    else:
-        encoded = [b"" if v is None else v.encode("utf-8") for v in values]
-        offsets = array("i", [0])
-        total = 0
-        for e in encoded:
-            total += len(e)
-            offsets.append(total)
-        if total > 2**31 - 1:
-            raise PluginError(f"{PLUGIN_FAULT}a text column holds more than 2 GiB")
-        data = [offsets.tobytes(), b"".join(encoded)]
-    if sys.byteorder != "little":
-        raise PluginError("the Arrow stream is written little-endian only")
-    return [validity] + data, nulls
+def _bitmap(flags: bytes) -> bytes:
+    """A byte of 0 or 1 per row as an Arrow bitmap (row i is bit i, least significant first),
+    packed in C: the flags read backwards as one binary number."""
+    if not flags:
+        return b""
+    return int(bytes(flags).translate(_BITS)[::-1], 2).to_bytes((len(flags) + 7) // 8, "little")
 
 
 def _encapsulate(metadata: bytes, body: bytes = b"") -> bytes:
@@ -571,19 +605,21 @@ def _encapsulate(metadata: bytes, body: bytes = b"") -> bytes:
 
 
 def arrow_ipc_stream(columns: list, rows: int) -> bytes:
-    """An Arrow IPC stream of one record batch: `columns` is [(name, type, values)] with type
-    one of `text`, `integer`, `number`, `boolean` and values Python values or None (null)."""
+    """An Arrow IPC stream of one record batch: `columns` is [(name, type, builder)] with type
+    one of `text`, `integer`, `number`, `boolean` and a `_Builder` of `rows` values. The
+    buffers' places are laid out first, so each buffer is copied once, into the stream."""
+    if sys.byteorder != "little":
+        raise PluginError("the Arrow stream is written little-endian only")
     schema = _message(_SCHEMA, lambda fb: _schema(fb, columns), 0)
-    nodes, buffers, body = [], [], bytearray()
-    for name, kind, values in columns:
-        if len(values) != rows:
-            raise PluginError(f"{PLUGIN_FAULT}column `{name}` has {len(values)} values for {rows} rows")
-        parts, nulls = _buffers(kind, values)
-        nodes.append((rows, nulls))
-        for part in parts:
-            buffers.append((len(body), len(part)))
-            body += part
-            body.extend(bytes((-len(body)) % 8))
+    nodes, buffers, parts, at = [], [], [], 0
+    for name, kind, builder in columns:
+        if len(builder.valid) != rows:
+            raise PluginError(f"{PLUGIN_FAULT}column `{name}` has {len(builder.valid)} values for {rows} rows")
+        nodes.append((rows, builder.nulls))
+        for part in builder.buffers():
+            buffers.append((at, len(part)))
+            parts.append(part)
+            at += len(part) + (-len(part)) % 8
     batch = _message(
         _RECORD_BATCH,
         lambda fb: fb.table([
@@ -591,7 +627,12 @@ def arrow_ipc_stream(columns: list, rows: int) -> bytes:
             ("off", lambda: fb.structs(nodes)),
             ("off", lambda: fb.structs(buffers)),
         ]),
-        len(body),
+        at,
     )
-    return _encapsulate(schema) + _encapsulate(batch, bytes(body)) + struct.pack("<Ii", 0xFFFFFFFF, 0)
-
+    out = bytearray(_encapsulate(schema))
+    out += _encapsulate(batch)
+    for part in parts:
+        out += part
+        out += bytes((-len(part)) % 8)
+    out += struct.pack("<Ii", 0xFFFFFFFF, 0)
+    return bytes(out)

@@ -16,8 +16,11 @@ one dataset folder of `--rows` lines in 10 files:
 - a scan of all rows through the sandbox (`tally plugin test`: a fresh instance, the call,
   the Arrow stream checked), its time and the instance's peak memory, medians of `--runs`.
 
-The Rust build compiles the plugin API crate's dependencies once (into target/plugin-bench,
-offline from the crates the workspace fetched), about a minute on two cores. componentize-py
+Each load's peak RSS is the `tally query` process's own (its rusage). There is no DuckDB
+column: no other engine reads these plugins; the Parquet dataset of as many rows is the
+yardstick. The Rust build compiles the plugin API crate's dependencies once (into
+target/plugin-bench, offline from the crates the workspace fetched), about a minute on two
+cores. componentize-py
 comes from the environment this runs in (`pip install -r tests/e2e/requirements.txt`).
 """
 
@@ -101,14 +104,20 @@ def parquet_folder(folder: Path, rows: int):
     )
 
 
-def timed(cmd, env) -> float:
+def timed(cmd, env) -> tuple[float, float]:
+    """The wall time of a command and its peak RSS in MiB (from its own rusage)."""
     started = time.perf_counter()
-    run(cmd, env=env)
-    return time.perf_counter() - started
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - started
+    if status != 0:
+        sys.exit(f"{' '.join(map(str, cmd))} failed ({status}): {proc.stderr.read().decode()[-3000:]}")
+    return took, usage.ru_maxrss / 1024
 
 
-def loads(tally: str, datasets: Path, runs: int) -> tuple[float, float]:
-    """Medians of the first load (an empty code cache each time) and of the cached load."""
+def loads(tally: str, datasets: Path, runs: int) -> dict:
+    """Medians of the first load (an empty code cache each time) and of the cached load, with
+    the process's peak RSS."""
     first, cached = [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as cache:
@@ -116,7 +125,12 @@ def loads(tally: str, datasets: Path, runs: int) -> tuple[float, float]:
             command = [tally, "query", "--datasets", str(datasets), "texts", "--limit", "1", "--compact"]
             first.append(timed(command, env))
             cached.append(timed(command, env))
-    return statistics.median(first), statistics.median(cached)
+    return {
+        "first": statistics.median(t for t, _ in first),
+        "first_rss": max(m for _, m in first),
+        "cached": statistics.median(t for t, _ in cached),
+        "cached_rss": max(m for _, m in cached),
+    }
 
 
 SCAN = re.compile(r"scan: (\d+) rows, \d+ sources, (\d+) KiB of output in ([\d.]+) (ms|s), (\d+) MiB of memory")
@@ -154,26 +168,29 @@ def main():
         results = {}
         parquet = work / "parquet"
         parquet_folder(parquet / "texts", args.rows)
-        floor = statistics.median(
+        floors = [
             timed([tally, "query", "--datasets", str(parquet), "texts", "--limit", "1", "--compact"], environment(work / "pq-cache"))
             for _ in range(args.runs)
-        )
+        ]
+        floor = statistics.median(t for t, _ in floors)
+        floor_rss = max(m for _, m in floors)
         for lang in ("rust", "python"):
             started = time.perf_counter()
             wasm = build(tally, work, lang)
             build_time = time.perf_counter() - started
             datasets = work / f"datasets-{lang}"
             write_folder(datasets / "texts", args.rows, wasm)
-            first, cached = loads(tally, datasets, args.runs)
             results[lang] = {
                 "size": wasm.stat().st_size,
                 "build": build_time,
-                "first": first,
-                "cached": cached,
+                **loads(tally, datasets, args.runs),
                 **scans(tally, wasm, datasets / "texts", args.runs),
             }
 
-    print(f"{args.rows:,} rows in 10 files; medians of {args.runs}; `tally query --limit 1` on a Parquet dataset of as many rows: {floor * 1000:.0f} ms")
+    print(
+        f"{args.rows:,} rows in 10 files; medians of {args.runs}; `tally query --limit 1` on a Parquet dataset "
+        f"of as many rows: {floor * 1000:.0f} ms, {floor_rss:.0f} MiB peak RSS"
+    )
     print()
     print("| | Rust | Python | Python ÷ Rust |")
     print("|---|---|---|---|")
@@ -184,9 +201,11 @@ def main():
         print(f"| {label} | {fmt(r[key] * scale)} | {fmt(p[key] * scale)} | {ratio:.1f}× |")
 
     row("component size", "size", lambda v: f"{v / 1e6:.2f} MB")
-    row("`tally plugin build` (a first build, its dependencies included)", "build", lambda v: f"{v:.1f} s")
+    row("`tally plugin build` (Rust: the plugin API's dependencies compiled before)", "build", lambda v: f"{v:.1f} s")
     row("first load: compile, describe, probe read, one query", "first", lambda v: f"{v * 1000:,.0f} ms")
+    row("peak RSS of that `tally query`", "first_rss", lambda v: f"{v:.0f} MiB")
     row("cached load: the compiled code from the cache", "cached", lambda v: f"{v * 1000:,.0f} ms")
+    row("peak RSS of that `tally query`", "cached_rss", lambda v: f"{v:.0f} MiB")
     row("`describe` (a fresh instance)", "describe", lambda v: f"{v * 1000:.1f} ms")
     row(f"one scan of {r['rows']:,} rows (a fresh instance)", "scan", lambda v: f"{v * 1000:.1f} ms")
     row("peak memory of the instance", "memory", lambda v: f"{v:.0f} MiB")

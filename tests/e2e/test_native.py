@@ -224,3 +224,29 @@ async def test_panics_and_misfits_fail_alone(tmp_path):
                     assert env["data"]["rows"][0][:2] == [3, 6]
     finally:
         server.stop()
+
+
+async def test_a_probe_read_that_never_ends_stops_at_the_plugin_deadline(tmp_path):
+    """A library whose stream never yields would hold its registration (and start-up) for
+    ever: its probe read stops at the plugin deadline, the dataset is served unproven (a call
+    on it has its own deadline), and the log says so. The time to the first answer is
+    printed, never asserted."""
+    hostile = lib("tally_test_native_hostile")
+    hostile_dataset(tmp_path, "ok", hostile, "ok")
+    hostile_dataset(tmp_path, "pending", hostile, "pending")
+    started = time.monotonic()
+    server = HttpServer("--allow-native", "--plugin-deadline-ms", "1500", datasets=str(tmp_path))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with connect(server) as c:
+                listed = ok(await c.call_tool("list_datasets", {}))["data"]
+                print(f"listed {time.monotonic() - started:.2f} s after start")
+                assert {d["dataset_id"] for d in listed["datasets"]} == {"ok", "pending"}
+                assert listed["broken_datasets"] == []
+                env = ok(await c.call_tool("summarize_records", {"dataset_id": "ok", "metrics": ["count"]}))
+                assert env["data"]["rows"][0][0] == 3
+        said = [line for line in server.log if "did not finish within 1.5 s" in line]
+        assert len(said) == 1 and "dataset=pending" in said[0], list(server.log)[-20:]
+    finally:
+        server.stop()
+

@@ -276,7 +276,9 @@ async def test_hostile_plugins_fail_alone(tmp_path):
 
 async def test_replacing_a_component_or_its_config_reloads(tmp_path):
     folder = tmp_path / "swap"
-    hostile_dataset(tmp_path, "swap", "slow", millis=1500)
+    # Without `payload`, the dataset's reads ask fewer columns than the registration's probe
+    # read, so they scan (1.5 s) instead of taking the probe's rows: the call is in flight.
+    hostile_dataset(tmp_path, "swap", "slow", payload=False, millis=1500)
     server = HttpServer(datasets=str(tmp_path))
     try:
         with anyio.fail_after(TIMEOUT * 2):
@@ -540,3 +542,39 @@ async def test_a_plugin_that_cannot_read_is_broken_and_a_reload_to_one_keeps_the
                 assert [d["title"] for d in listed["datasets"]] == ["hostile ok again"]
     finally:
         server.stop()
+
+
+async def test_a_dataset_that_cannot_be_read_is_listed_only_to_who_may_see_it(tmp_path):
+    """The entry `list_datasets` adds for a served dataset whose read failed (with the plugin's
+    words and stderr) is built from the caller's view: a token scoped to other datasets learns
+    neither the dataset nor its failure."""
+    from test_security import ADMIN, client
+
+    hostile_dataset(tmp_path, "late", "late-error", payload=False)
+    hostile_dataset(tmp_path, "ok", "ok")
+    scoped = "ok-only-token-0123456789abcdef"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"admin {ADMIN}\nscoped {scoped} ok\n", encoding="utf-8")
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    for name in ("late", "ok"):
+        shutil.move(tmp_path / name, datasets / name)
+    server = HttpServer("--token-file", str(tokens), datasets=str(datasets))
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with client(server, ADMIN) as admin:
+
+                async def late_listed():
+                    listed = body(await admin.call_tool("list_datasets", {}))["data"]
+                    return [b for b in listed["broken_datasets"] if b["folder"] == "late"]
+
+                [late] = await wait_for("the failed read listed to the operator", late_listed)
+                assert "could not read part 2 of 3" in late["problems"][0]["reason"], late
+            async with client(server, scoped) as c:
+                listed = body(await c.call_tool("list_datasets", {}))["data"]
+                assert [d["dataset_id"] for d in listed["datasets"]] == ["ok"]
+                assert listed["broken_datasets"] == [], listed["broken_datasets"]
+                assert "late" not in json.dumps(listed)
+    finally:
+        server.stop()
+

@@ -221,6 +221,32 @@ async def test_a_python_plugin_is_made_built_tested_and_served(tmp_path):
         server.stop()
 
 
+def test_a_build_that_cannot_run_says_what_would_work(tmp_path):
+    """Without componentize-py, and with an app that does not compile: each build fails with
+    what went wrong and what would work, and writes no component."""
+    project = new_project(tmp_path)
+    missing = subprocess.run(
+        [tally_bin(), "plugin", "build", str(project)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TALLY_COMPONENTIZE_PY": str(tmp_path / "no-such-componentize-py")},
+    )
+    print(missing.stderr)
+    assert missing.returncode == 5, missing.stderr
+    assert "componentize-py could not be run" in missing.stderr and "pip install componentize-py==0.25.1" in missing.stderr
+    (project / "app.py").write_text("def broken(:\n", encoding="utf-8")
+    failed = tally("plugin", "build", str(project))
+    print(failed.stderr[-1500:])
+    assert failed.returncode == 1, failed.stderr
+    assert "the plugin did not build (componentize-py's messages are above)" in failed.stderr
+    assert "SyntaxError" in failed.stderr
+    assert not list((project / "build").glob("*.wasm"))
+    both = tally("plugin", "new", "--lang", "python", "other", "--path", str(tmp_path / "other"), "--api", str(ROOT / "plugin-api"))
+    assert both.returncode == 1 and "leave --api out with --lang python" in both.stderr, both.stderr
+    assert not (tmp_path / "other").exists()
+    not_a_project = tally("plugin", "build", str(tmp_path))
+    assert not_a_project.returncode == 5 and "has no Cargo.toml" in not_a_project.stderr, not_a_project.stderr
+
+
 def variant(project: Path, version: str, fail_after_first_row: bool = False) -> Path:
     """A build of the project with another version, or one that fails after its first row."""
     app = project / "app.py"

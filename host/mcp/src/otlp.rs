@@ -42,17 +42,11 @@ const QUEUE: usize = 4_096;
 const BATCH: usize = 256;
 const EVERY: Duration = Duration::from_secs(1);
 
-/// A finished span, as it is sent.
+/// A finished span, as it is sent: the open span with its end.
 #[derive(Debug, Clone)]
 struct Finished {
-    trace_id: [u8; 16],
-    span_id: [u8; 8],
-    parent: Option<[u8; 8]>,
-    name: String,
-    server: bool,
-    start: SystemTime,
+    span: Open,
     end: SystemTime,
-    attributes: Vec<(String, Value)>,
     error: bool,
 }
 
@@ -284,14 +278,8 @@ where
         };
         let error = open.attributes.iter().any(|(k, _)| k == "error.type");
         let finished = Finished {
-            trace_id: open.trace_id,
-            span_id: open.span_id,
-            parent: open.parent,
-            name: open.name,
-            server: open.server,
-            start: open.start,
+            span: open,
             end: SystemTime::now(),
-            attributes: open.attributes,
             error,
         };
         let mut waiting = WAITING.lock().unwrap_or_else(|p| p.into_inner());
@@ -316,7 +304,8 @@ fn nanos(t: SystemTime) -> String {
 fn body(spans: &[Finished]) -> Value {
     let spans: Vec<Value> = spans
         .iter()
-        .map(|s| {
+        .map(|f| {
+            let s = &f.span;
             let mut span = json!({
                 "traceId": to_hex(&s.trace_id),
                 "spanId": to_hex(&s.span_id),
@@ -324,9 +313,9 @@ fn body(spans: &[Finished]) -> Value {
                 // SERVER for the call's own span, INTERNAL inside it.
                 "kind": if s.server { 2 } else { 1 },
                 "startTimeUnixNano": nanos(s.start),
-                "endTimeUnixNano": nanos(s.end),
+                "endTimeUnixNano": nanos(f.end),
                 "attributes": s.attributes.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
-                "status": {"code": if s.error { 2 } else { 1 }},
+                "status": {"code": if f.error { 2 } else { 1 }},
             });
             if let Some(parent) = s.parent {
                 span["parentSpanId"] = json!(to_hex(&parent));

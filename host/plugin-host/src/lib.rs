@@ -54,6 +54,7 @@ pub fn backends(options: PluginOptions) -> Backends {
         })
         .with(NativeFactory {
             allow: options.allow_native,
+            probe_deadline: options.limits.deadline,
         })
 }
 
@@ -108,6 +109,9 @@ impl BackendFactory for WasmFactory {
 #[derive(Debug, Clone, Copy)]
 pub struct NativeFactory {
     pub allow: bool,
+    /// How long the probe read at registration may take (the wasm plugins' call deadline):
+    /// past it, it stops and the dataset is served (the probe proved nothing against it).
+    pub probe_deadline: std::time::Duration,
 }
 
 impl BackendFactory for NativeFactory {
@@ -144,9 +148,14 @@ impl BackendFactory for NativeFactory {
                 data_gone: false,
             });
         }
-        let backend =
-            native::NativeBackend::register(&def.id, folder, library, &def.backend.config)
-                .map_err(|e| e.refusal("backend"))?;
+        let backend = native::NativeBackend::register(
+            &def.id,
+            folder,
+            library,
+            &def.backend.config,
+            self.probe_deadline,
+        )
+        .map_err(|e| e.refusal("backend"))?;
         Ok(Arc::new(backend))
     }
 }

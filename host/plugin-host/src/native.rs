@@ -327,6 +327,7 @@ impl NativeBackend {
         folder: &Path,
         relative: &str,
         config: &serde_json::Value,
+        probe_deadline: std::time::Duration,
     ) -> Result<NativeBackend, PluginError> {
         let path = folder.join(relative);
         let label = format!("library `{relative}`");
@@ -347,28 +348,25 @@ impl NativeBackend {
             files,
             relative: relative.to_string(),
         };
-        backend.probe()?;
+        backend.probe(probe_deadline)?;
         Ok(backend)
     }
 
     /// The probe read a wasm plugin's registration makes (`wasm_backend`): every column,
     /// no condition, the read a first query makes, so a library that opens its dataset but
     /// cannot read it never enters service and a reload to it keeps the last good version
-    /// serving. Bounded by [`PROBE_MEMORY`]: a read stopped there says nothing against the
-    /// data (a large table is read whole when it is prepared, under the server's budget).
-    fn probe(&self) -> Result<(), PluginError> {
+    /// serving. Bounded by [`PROBE_MEMORY`] and by `deadline`: a read stopped at either says
+    /// nothing against the data (a large table is read whole when it is prepared, under the
+    /// server's budget and each call's deadline), and is said in the log. A library that
+    /// blocks its thread without yielding cannot be stopped: it runs with the server's rights.
+    fn probe(&self, deadline: std::time::Duration) -> Result<(), PluginError> {
         let columns: Vec<String> = self
             .schema
             .fields()
             .iter()
             .map(|f| f.name().clone())
             .collect();
-        let budget = tally_storage::memory::Budget::new(PROBE_MEMORY);
-        let meter = tally_storage::memory::Meter::new(
-            budget.reservation(format!("the probe read of {}", self.label)),
-            Arc::default(),
-            Arc::default(),
-        );
+        let meter = crate::wasm_backend::probe_meter(&self.label, PROBE_MEMORY);
         // A thread of its own with a runtime of its own: registration may run on a thread of
         // the server's runtime, where blocking on another is refused.
         let read = std::thread::scope(|scope| {
@@ -377,24 +375,36 @@ impl NativeBackend {
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
-                        .map_err(|e| StorageError::internal(e.to_string()))?;
-                    runtime.block_on(self.load(&columns, &[], &meter)).map(drop)
+                        .map_err(StorageError::internal)?;
+                    // The timer is made inside the runtime (it needs its time driver).
+                    let read = async {
+                        tokio::time::timeout(deadline, self.load(&columns, &[], &meter)).await
+                    };
+                    match runtime.block_on(read) {
+                        Ok(read) => read.map(drop),
+                        Err(_) => {
+                            tracing::warn!(
+                                dataset = %self.dataset,
+                                "{}: the probe read of its data did not finish within {:.1} s; it is served unproven",
+                                self.label,
+                                deadline.as_secs_f64()
+                            );
+                            Ok(())
+                        }
+                    }
                 })
                 .join()
-        });
-        let message = match read {
-            Ok(Ok(())) | Ok(Err(StorageError::Limit { .. })) => return Ok(()),
-            Ok(Err(StorageError::Backend { message, .. })) => message,
-            Ok(Err(other)) => other.to_string(),
-            Err(_) => format!("{} panicked while its data was read", self.label),
-        };
-        Err(PluginError {
-            maybe_incomplete: true,
-            ..PluginError::new(
-                format!("{}: {message}", crate::wasm_backend::PROBE_FAILED),
-                "fix the dataset's files or backend.config as the message says; if they are right, this is a fault of the plugin",
-            )
         })
+        .map_err(|_| {
+            crate::wasm_backend::probe_refused(
+                format!("{} panicked while its data was read", self.label),
+                "this is a fault of the plugin",
+            )
+        })?;
+        crate::wasm_backend::probe_outcome(
+            read,
+            "fix the dataset's files or backend.config as the message says; if they are right, this is a fault of the plugin",
+        )
     }
 }
 

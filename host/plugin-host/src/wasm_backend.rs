@@ -56,6 +56,12 @@ pub struct WasmBackend {
     failure: std::sync::Mutex<Option<String>>,
     /// The failed scans, said in the log once per interval.
     failures: crate::failures::FailureLog,
+    /// What the probe read at registration returned, with the columns it asked for: the first
+    /// whole read asking the same columns is answered from it (checked again, under its own
+    /// meter) instead of scanning again. At most the output cap; taken by that read.
+    primed: std::sync::Mutex<Option<(Option<Vec<String>>, wasm::ScanResult)>>,
+    /// The scans this version asked of its plugin (the probe's included).
+    scans: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl WasmBackend {
@@ -213,6 +219,8 @@ impl WasmBackend {
             files,
             failure: std::sync::Mutex::default(),
             failures: crate::failures::FailureLog::default(),
+            primed: std::sync::Mutex::default(),
+            scans: Arc::default(),
         };
         backend.probe()?;
         Ok(backend)
@@ -233,18 +241,9 @@ impl WasmBackend {
             .map(|f| f.name().clone())
             .collect();
         let (request, _) = self.scan_request(&columns, &[]);
-        let budget = tally_storage::memory::Budget::new(self.limits.output_bytes.saturating_mul(4));
-        let meter = tally_storage::memory::Meter::new(
-            budget.reservation(format!("the probe scan of {}", self.label)),
-            Arc::default(),
-            Arc::default(),
-        );
-        // The files it read may still be being written: retried when they settle.
-        let refused = |message: String, fix: String| PluginError {
-            maybe_incomplete: true,
-            ..PluginError::new(format!("{PROBE_FAILED}: {message}"), fix)
-        };
-        let reader = self.reader();
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let meter = probe_meter(&self.label, self.limits.output_bytes.saturating_mul(4));
         let result = self
             .runtime
             .scan(
@@ -254,25 +253,28 @@ impl WasmBackend {
                 &self.limits,
                 &request,
             )
-            .map_err(|e| refused(e.message, e.fix))?;
-        match reader.check(result, &request, &[], &meter) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let message = match e {
-                    StorageError::Backend { message, .. } => message,
-                    other => other.to_string(),
-                };
-                Err(refused(
-                    message,
-                    "this is a fault in the plugin: its author can reproduce it on this dataset folder with `tally plugin test`".into(),
-                ))
-            }
+            .map_err(|e| probe_refused(e.message, e.fix))?;
+        probe_outcome(
+            self.reader()
+                .check(&result, &request, &[], &meter)
+                .map(drop),
+            "this is a fault in the plugin: its author can reproduce it on this dataset folder with `tally plugin test`",
+        )?;
+        if let Ok(mut primed) = self.primed.lock() {
+            *primed = Some((request.projection, result));
         }
+        Ok(())
+    }
+
+    /// How many scans this version asked of its plugin, its probe read included.
+    pub fn scans(&self) -> u64 {
+        self.scans.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// What reads this dataset's data through the plugin, on any thread.
     fn reader(&self) -> Reader {
         Reader {
+            scans: Arc::clone(&self.scans),
             runtime: Arc::clone(&self.runtime),
             compiled: Arc::clone(&self.compiled),
             folder: self.folder.clone(),
@@ -286,6 +288,39 @@ impl WasmBackend {
     /// What the plugin says it is and does.
     pub fn description(&self) -> &Description {
         &self.description
+    }
+}
+
+/// The meter a probe read of `label`'s data reads under: at most `bytes` held.
+pub(crate) fn probe_meter(label: &str, bytes: usize) -> tally_storage::memory::Meter {
+    let budget = tally_storage::memory::Budget::new(bytes);
+    tally_storage::memory::Meter::new(
+        budget.reservation(format!("the probe read of {label}")),
+        Arc::default(),
+        Arc::default(),
+    )
+}
+
+/// The refusal of a dataset whose probe read failed with `message`. The files it read may
+/// still be being written: it is retried when they settle.
+pub(crate) fn probe_refused(
+    message: impl std::fmt::Display,
+    fix: impl Into<String>,
+) -> PluginError {
+    PluginError {
+        maybe_incomplete: true,
+        ..PluginError::new(format!("{PROBE_FAILED}: {message}"), fix)
+    }
+}
+
+/// What a probe read that ended with `read` says of the dataset: a read stopped by the probe's
+/// memory bound says nothing against the data (it is read whole when prepared, under the
+/// server's budget); any other failure refuses it, with `fix`.
+pub(crate) fn probe_outcome(read: Result<(), StorageError>, fix: &str) -> Result<(), PluginError> {
+    match read {
+        Ok(()) | Err(StorageError::Limit { .. }) => Ok(()),
+        Err(StorageError::Backend { message, .. }) => Err(probe_refused(message, fix)),
+        Err(other) => Err(probe_refused(other, fix)),
     }
 }
 
@@ -490,9 +525,22 @@ impl Backend for WasmBackend {
         let meter = meter.clone();
         // The plugin runs on a blocking thread: a scan is CPU work bounded by its deadline.
         let whole = pushed.is_empty();
-        let loaded = tokio::task::spawn_blocking(move || reader.read(&request, &applied, &meter))
-            .await
-            .map_err(StorageError::internal)?;
+        // The first whole read asking what the probe asked is answered by the probe's rows.
+        let primed = whole
+            .then(|| {
+                self.primed
+                    .lock()
+                    .ok()?
+                    .take_if(|(asked, _)| *asked == request.projection)
+                    .map(|(_, result)| result)
+            })
+            .flatten();
+        let loaded = tokio::task::spawn_blocking(move || match primed {
+            Some(result) => reader.check(&result, &request, &applied, &meter),
+            None => reader.read(&request, &applied, &meter),
+        })
+        .await
+        .map_err(StorageError::internal)?;
         // The operator's account of a failed scan, on one line (what the plugin wrote to
         // stderr has lines of its own, which would read as log lines): the caller sees the
         // same message.
@@ -526,6 +574,7 @@ impl Backend for WasmBackend {
 
 /// What reads a dataset's data through its plugin: the scan, then the checks of every load.
 struct Reader {
+    scans: Arc<std::sync::atomic::AtomicU64>,
     runtime: Arc<Runtime>,
     compiled: Arc<Compiled>,
     folder: PathBuf,
@@ -554,19 +603,21 @@ impl Reader {
             dataset,
             ..
         } = self;
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let result = runtime
             .scan(label, compiled, folder, limits, request)
             .map_err(|e| StorageError::Backend {
                 dataset: dataset.clone(),
                 message: e.to_string(),
             })?;
-        self.check(result, request, applied, meter)
+        self.check(&result, request, applied, meter)
     }
 
     /// Checks what a scan with `request` returned and makes it the data of a load.
     fn check(
         &self,
-        result: wasm::ScanResult,
+        result: &wasm::ScanResult,
         request: &ScanRequest,
         applied: &[String],
         meter: &tally_storage::memory::Meter,
@@ -590,7 +641,7 @@ impl Reader {
         let (got, batches) = decode(label, &result.ipc, schema, projection, meter, &fail)?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let read = hash_reported_files(label, folder, &result.files).map_err(fail)?;
-        let row_sources = row_sources_of(label, &result, rows, &read.hashes).map_err(fail)?;
+        let row_sources = row_sources_of(label, result, rows, &read.hashes).map_err(fail)?;
         let mut files = vec![ServedFile {
             path: format!("the output of {label}"),
             size: result.ipc.len() as u64,
@@ -833,6 +884,73 @@ mod tests {
         assert!(has_scheme("https://x"));
         assert!(!has_scheme("docs/a.md"));
         assert!(!has_scheme("1http:x"));
+    }
+
+    /// The probe read at registration answers the first whole read that asks the same columns
+    /// (the plugin is not asked twice), with the same rows; a later read scans again.
+    #[test]
+    fn the_probe_read_answers_the_first_read() {
+        // Registration blocks (as the catalog's threads do); reads run on a runtime.
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let folder = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(folder.path().join("docs")).unwrap();
+        std::fs::write(
+            folder.path().join("docs/a.md"),
+            "# A\n\nOne.\n\n## B\n\nTwo.\n",
+        )
+        .unwrap();
+        let backend = WasmBackend::register(
+            "d",
+            folder.path(),
+            &PluginRef::Builtin("documents".into()),
+            &serde_json::json!({"folder": "docs"}),
+            PluginLimits::default(),
+            None,
+        )
+        .expect("registers");
+        assert_eq!(backend.scans(), 1, "the probe read");
+        let columns: Vec<String> = backend
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let meter = probe_meter("the test", 1 << 30);
+        let count = |loaded: &LoadedData| {
+            loaded
+                .row_sources
+                .as_ref()
+                .map(|r| r.index.len())
+                .unwrap_or_default()
+        };
+        let first = runtime
+            .block_on(backend.load(&columns, &[], &meter))
+            .expect("reads");
+        assert_eq!(backend.scans(), 1, "answered by the probe's rows");
+        let again = runtime
+            .block_on(backend.load(&columns, &[], &meter))
+            .expect("reads");
+        assert_eq!(backend.scans(), 2, "a later read scans");
+        assert!(count(&first) > 0);
+        assert_eq!(count(&first), count(&again));
+        assert_eq!(
+            first.files[0].sha256, again.files[0].sha256,
+            "the same rows"
+        );
+        // A read of other columns is not answered by it.
+        let fresh = WasmBackend::register(
+            "d",
+            folder.path(),
+            &PluginRef::Builtin("documents".into()),
+            &serde_json::json!({"folder": "docs"}),
+            PluginLimits::default(),
+            None,
+        )
+        .expect("registers");
+        runtime
+            .block_on(fresh.load(&columns[..1], &[], &meter))
+            .expect("reads");
+        assert_eq!(fresh.scans(), 2);
     }
 
     #[test]

@@ -153,13 +153,6 @@ pub fn run(command: PluginCommand) -> ExitCode {
 
 // ---- new ------------------------------------------------------------------------------------
 
-fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_lowercase())
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-        && name.len() <= 64
-}
-
 impl From<crate::plugin_python::Problem> for Failure {
     fn from(p: crate::plugin_python::Problem) -> Failure {
         Failure::new(p.code, p.message, p.fix)
@@ -172,7 +165,7 @@ fn new(
     path: Option<PathBuf>,
     api: Option<PathBuf>,
 ) -> Result<PathBuf, Failure> {
-    if !valid_name(name) {
+    if !crate::plugin_python::valid_name(name) {
         return Err(Failure::new(
             exit::BAD_INPUT,
             format!("`{name}` cannot name a plugin crate"),
@@ -212,7 +205,9 @@ fn new(
                 "leave --api out with --lang python",
             ));
         }
-        write_files(&dir, crate::plugin_python::files(name))?;
+        let module = name.replace('-', "_");
+        let yaml = example_yaml(name, &module, &format!("build/{module}.wasm"));
+        write_files(&dir, crate::plugin_python::files(name, yaml))?;
         return Ok(dir);
     }
     let crate_name = name.replace('-', "_");
@@ -226,7 +221,7 @@ fn new(
         ),
         (
             PathBuf::from("example/dataset.yaml"),
-            example_yaml(name, &crate_name),
+            example_yaml(name, &crate_name, &format!("{crate_name}.wasm")),
         ),
         (
             PathBuf::from("example/hello.txt"),
@@ -339,10 +334,12 @@ fn lib_rs(name: &str) -> String {
     TEMPLATE_LIB.replacen("\"template\"", &format!("{name:?}"), 1)
 }
 
-fn example_yaml(name: &str, crate_name: &str) -> String {
+/// The example dataset of a new project: `module.wasm` served, `built` the file
+/// `tally plugin build` makes.
+fn example_yaml(name: &str, crate_name: &str, built: &str) -> String {
     format!(
         r#"# An example dataset served by the plugin `{name}`: `tally plugin build` makes
-# {crate_name}.wasm; copy it here (or let `tally plugin test` use the build).
+# {built}; copy it here (or let `tally plugin test` use the build).
 title: Example lines
 description: The lines of the .txt files of this folder.
 source: {{url: "https://example.org/"}}

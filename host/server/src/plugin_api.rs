@@ -234,9 +234,11 @@ mod tests {
         while let Some(dir) = stack.pop() {
             for entry in std::fs::read_dir(&dir).expect("plugin-api") {
                 let path = entry.expect("entry").path();
-                if path.is_dir() {
+                // `python/` holds the Python guest helper, which `tally plugin new --lang
+                // python` embeds on its own: it is not part of the Rust crate's package.
+                if path.is_dir() && path != root.join("python") {
                     stack.push(path);
-                } else {
+                } else if path.is_file() {
                     let relative = path.strip_prefix(&root).expect("inside");
                     let relative = relative.to_string_lossy().replace('\\', "/");
                     if relative != "Cargo.toml" {

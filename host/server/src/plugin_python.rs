@@ -47,8 +47,10 @@ pub fn is_project(dir: &Path) -> bool {
     dir.join("app.py").is_file() && !dir.join("Cargo.toml").is_file()
 }
 
-/// The files of a new Python plugin project named `name`, by path inside it.
-pub fn files(name: &str) -> Vec<(PathBuf, String)> {
+/// The files of a new Python plugin project named `name`, by path inside it, with the
+/// example dataset's definition `example_yaml` (the one a Rust project gets, naming
+/// `build/<module>.wasm`).
+pub fn files(name: &str, example_yaml: String) -> Vec<(PathBuf, String)> {
     let module = name.replace('-', "_");
     vec![
         (
@@ -65,10 +67,7 @@ pub fn files(name: &str) -> Vec<(PathBuf, String)> {
                 .to_string(),
         ),
         (PathBuf::from("README.md"), readme(name, &module)),
-        (
-            PathBuf::from("example/dataset.yaml"),
-            example_yaml(name, &module),
-        ),
+        (PathBuf::from("example/dataset.yaml"), example_yaml),
         (PathBuf::from("example/hello.txt"), EXAMPLE_TEXT.to_string()),
     ]
 }
@@ -98,25 +97,6 @@ app = "app"
     )
 }
 
-fn example_yaml(name: &str, module: &str) -> String {
-    format!(
-        r#"# An example dataset served by the plugin `{name}`: `tally plugin build` makes
-# build/{module}.wasm; copy it here (or let `tally plugin test` use the build).
-title: Example lines
-description: The lines of the .txt files of this folder.
-source: {{url: "https://example.org/"}}
-backend:
-  kind: wasm
-  component: {module}.wasm
-  config: {{publisher: "Example Org"}}
-fields:
-- {{name: path, role: dim, desc: The file}}
-- {{name: line, role: attr, data_type: integer, desc: "The line number, from 1"}}
-- {{name: text, role: attr, desc: The line}}
-"#
-    )
-}
-
 fn readme(name: &str, module: &str) -> String {
     include_str!("plugin_python_readme.md")
         .replace("{name}", name)
@@ -125,26 +105,67 @@ fn readme(name: &str, module: &str) -> String {
         .replace("{api}", tally_plugin_api::PLUGIN_API_VERSION)
 }
 
-/// The name of the project in `dir`: `[project] name` of its pyproject.toml, else the folder's.
-fn project_name(dir: &Path) -> String {
-    let declared = std::fs::read_to_string(dir.join("pyproject.toml"))
-        .ok()
-        .and_then(|text| text.parse::<toml_edit::DocumentMut>().ok())
-        .and_then(|doc| {
-            doc.get("project")?
-                .get("name")?
-                .as_str()
+/// Whether `name` can name a plugin (a crate, a module, a component file): lowercase letters,
+/// digits, `-` and `_`, starting with a letter, at most 64 characters.
+pub fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && name.len() <= 64
+}
+
+/// The module name of the project in `dir` (`-` as `_`), which names its component: `[project]
+/// name` of its pyproject.toml, else the folder's name. A name that could not name a file in
+/// `build/` (a path, spaces, capitals) is refused, as `tally plugin new` refuses it.
+fn project_name(dir: &Path) -> Result<String, Problem> {
+    let manifest = dir.join("pyproject.toml");
+    let declared = match std::fs::read_to_string(&manifest) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(Problem::new(
+                exit::CONFIG,
+                format!("cannot read {}: {e}", manifest.display()),
+                "make pyproject.toml readable, or remove it to name the component after the folder",
+            ));
+        }
+        Ok(text) => {
+            let doc = text.parse::<toml_edit::DocumentMut>().map_err(|e| {
+                Problem::new(
+                    exit::CONFIG,
+                    format!("{} is not valid TOML: {e}", manifest.display()),
+                    "fix the file as the message says (`tally plugin new --lang python` writes one)",
+                )
+            })?;
+            doc.get("project")
+                .and_then(|p| p.get("name"))
+                .and_then(|n| n.as_str())
                 .map(str::to_string)
-        });
-    declared
+        }
+    };
+    let from_folder = declared.is_none();
+    let name = declared
         .or_else(|| {
             dir.canonicalize()
                 .ok()?
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
         })
-        .unwrap_or_else(|| "plugin".to_string())
-        .replace('-', "_")
+        .unwrap_or_default();
+    if !valid_name(&name) {
+        return Err(Problem::new(
+            exit::CONFIG,
+            format!(
+                "{} `{name}` cannot name the plugin's component",
+                if from_folder {
+                    "the project has no [project] name in pyproject.toml, and its folder's name"
+                } else {
+                    "pyproject.toml's [project] name"
+                }
+            ),
+            "write `name = \"my-source\"` under [project] in pyproject.toml: lowercase letters, digits, `-` and `_`, starting with a letter",
+        ));
+    }
+    Ok(name.replace('-', "_"))
 }
 
 /// The componentize-py to run: `$TALLY_COMPONENTIZE_PY`, the project's own `.venv`, else the
@@ -205,7 +226,7 @@ pub fn build(dir: &Path) -> Result<PathBuf, Problem> {
             install_hint()
         );
     }
-    let name = project_name(dir);
+    let name = project_name(dir)?;
     let out_dir = dir.join("build");
     std::fs::create_dir_all(&out_dir).map_err(|e| {
         Problem::new(
@@ -260,10 +281,38 @@ mod tests {
         );
     }
 
+    /// The component is named from pyproject.toml, never with a path or a name `new` refuses,
+    /// and a pyproject.toml that does not read is said, not passed over.
+    #[test]
+    fn the_project_name_names_a_file_in_build_or_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let write = |text: &str| std::fs::write(dir.path().join("pyproject.toml"), text).unwrap();
+        write("[project]\nname = \"my-source\"\n");
+        assert_eq!(project_name(dir.path()).unwrap(), "my_source");
+        for hostile in ["../../escape", "My Source", "/abs", ""] {
+            write(&format!("[project]\nname = {hostile:?}\n"));
+            let refused = project_name(dir.path()).expect_err(hostile);
+            assert!(
+                refused
+                    .message
+                    .contains("cannot name the plugin's component"),
+                "{}",
+                refused.message
+            );
+        }
+        write("[project\nname = ");
+        let refused = project_name(dir.path()).expect_err("bad TOML");
+        assert!(
+            refused.message.contains("is not valid TOML"),
+            "{}",
+            refused.message
+        );
+    }
+
     /// A new project's helper and WIT are this tally's, and its app is named for it.
     #[test]
     fn a_new_project_carries_the_helper_and_the_current_wit() {
-        let files = files("my-source");
+        let files = files("my-source", "the example".to_string());
         let get = |p: &str| {
             files
                 .iter()
@@ -280,7 +329,7 @@ mod tests {
             "package tally:plugin@{};",
             tally_plugin_api::PLUGIN_API_VERSION
         )));
-        assert!(get("example/dataset.yaml").contains("component: my_source.wasm"));
+        assert_eq!(get("example/dataset.yaml"), "the example");
         assert!(get("README.md").contains("componentize-py==0.25.1"));
         assert!(!get("README.md").contains("{name}"));
         assert!(get("tally_plugin.py").contains(&format!(

@@ -1,5 +1,6 @@
 //! Panics as its dataset's `config.mode` says: `construct`, `scan`, `stream` (after one
-//! batch); `ok` serves three rows.
+//! batch); `pending` gives a stream that never yields a batch (and never blocks its thread);
+//! `ok` serves three rows.
 
 use std::sync::Arc;
 
@@ -53,6 +54,19 @@ impl TableProvider for Hostile {
             None => full,
         };
         let schema = data.schema();
+        if self.mode == "pending" {
+            let stream_schema = Arc::clone(&schema);
+            return Ok(Arc::new(StreamExec::new(
+                "hostile pending stream",
+                schema,
+                move || {
+                    Box::pin(RecordBatchStreamAdapter::new(
+                        Arc::clone(&stream_schema),
+                        futures::stream::pending(),
+                    ))
+                },
+            )));
+        }
         if self.mode == "stream" {
             let stream_schema = Arc::clone(&schema);
             return Ok(Arc::new(StreamExec::new(
