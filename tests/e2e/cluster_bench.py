@@ -16,6 +16,12 @@ On a machine with two cores this measures the cost of going through the cluster 
 at the scheduler, the job's start, tasks, shuffles through the executors' disks, the answer
 fetched over Arrow Flight), not a speed-up: the executors share the cores the server alone
 would use.
+
+With --pin (Linux, `taskset`), the cores are isolated instead, so a speed-up can be read: the
+server alone runs on core 0; with the cluster, the server and the scheduler run on core 0 and
+executor i on core i (one executor: core 1). The table then gives each workload's speed-up
+(one server / cluster) and the fixed cost of a call through the cluster: the median of a
+light call (a count of every record) through it, less the same call on one server.
 """
 
 import argparse
@@ -39,12 +45,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def pinned(pin, core):
+    """What runs a process on `core` when pinning (nothing otherwise)."""
+    return ["taskset", "-c", str(core % os.cpu_count())] if pin else []
+
+
 class Cluster:
-    def __init__(self, scheduler, executor, executors, work):
+    def __init__(self, scheduler, executor, executors, work, pin=False):
         self.port = free_port()
         env = {**os.environ, "RUST_LOG": "warn,ballista=info"}
         self.scheduler = subprocess.Popen(
-            [scheduler, "--bind-port", str(self.port)],
+            [*pinned(pin, 0), scheduler, "--bind-port", str(self.port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
         )
         registered = threading.Semaphore(0)
@@ -68,8 +79,10 @@ class Cluster:
         for i in range(executors):
             folder = os.path.join(work, f"executor-{i}")
             os.makedirs(folder, exist_ok=True)
+            # One executor: core 1 (the server and the scheduler are on core 0); two: 0 and 1.
+            core = 1 if executors == 1 else i
             self.executors.append(subprocess.Popen(
-                [executor, "--scheduler-port", str(self.port), "--bind-port", str(free_port()),
+                [*pinned(pin, core), executor, "--scheduler-port", str(self.port), "--bind-port", str(free_port()),
                  "--bind-grpc-port", str(free_port()), "--bind-health-port", str(free_port()),
                  "--work-dir", folder],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
@@ -93,13 +106,18 @@ class Cluster:
         return memory
 
 
-def measure(binary, datasets, dataset, runs, extra, path):
-    """The workloads on one server; every answer's extract step must say `path` (the column's
-    path: read from the files here, or by the cluster), else the run ends."""
-    server = Server(binary, datasets, None, extra)
+LIGHT = {"metrics": ["count"]}
+
+
+def measure(binary, datasets, dataset, runs, extra, path, prefix=()):
+    """The workloads on one server, and the median of a light call (`LIGHT`); every answer's
+    extract step must say `path` (the column's path: read from the files here, or by the
+    cluster), else the run ends."""
+    server = Server(binary, datasets, None, extra, prefix=prefix)
     out = run_workloads(server, dataset, runs, said=path)
     said = server.extract(dataset, WORKLOADS[0][1])
-    return out, said, server.stop().get("VmHWM", 0)
+    light = sorted(server.answer(dataset, LIGHT)[0] for _ in range(runs + 1))[1:]
+    return out, said, server.stop().get("VmHWM", 0), light[len(light) // 2]
 
 
 def main():
@@ -110,21 +128,31 @@ def main():
     ap.add_argument("--datasets", required=True)
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--pin", action="store_true", help="isolate cores with taskset (see above)")
     args = ap.parse_args()
+    if args.pin and not shutil.which("taskset"):
+        raise SystemExit("--pin needs taskset (util-linux)")
     work = tempfile.mkdtemp(prefix="tally-cluster-bench-")
     try:
-        columns = [("one server", measure(args.bin, args.datasets, args.dataset, args.runs, ["--streaming", "always"], "read from the files"), [])]
+        alone = measure(args.bin, args.datasets, args.dataset, args.runs, ["--streaming", "always"], "read from the files",
+                        prefix=pinned(args.pin, 0))
+        columns = [("one server" + (", core 0" if args.pin else ""), alone, [])]
         for executors in (1, 2):
-            cluster = Cluster(args.scheduler, args.executor, executors, os.path.join(work, str(executors)))
+            cluster = Cluster(args.scheduler, args.executor, executors, os.path.join(work, str(executors)), pin=args.pin)
             try:
                 figures = measure(args.bin, args.datasets, args.dataset, args.runs, ["--cluster", cluster.address],
-                                  f"by the cluster at {cluster.address}")
+                                  f"by the cluster at {cluster.address}", prefix=pinned(args.pin, 0))
             finally:
                 memory = cluster.stop()
-            columns.append((f"cluster, {executors} executor{'s' if executors > 1 else ''}", figures, memory))
-        print(f"runs: {args.runs} after one warm-up; every figure the median")
+            cores = (" (core 1)" if executors == 1 else " (cores 0, 1)") if args.pin else ""
+            columns.append((f"cluster, {executors} executor{'s' if executors > 1 else ''}{cores}", figures, memory))
+        print(f"runs: {args.runs} after one warm-up; every figure the median"
+              + ("; cores isolated with taskset" if args.pin else "; every process on every core"))
         print()
-        print("| workload | " + " | ".join(name for name, _, _ in columns) + " | ratio 1 ex. | ratio 2 ex. |")
+        # Pinned, a ratio is a speed-up (one server / cluster); unpinned, the cost of the
+        # cluster (cluster / one server).
+        what = "speed-up" if args.pin else "ratio"
+        print("| workload | " + " | ".join(name for name, _, _ in columns) + f" | {what} 1 ex. | {what} 2 ex. |")
         print("|---|" + "---|" * (len(columns) + 2))
         base = columns[0][1][0]
         for i, (label, _, _) in enumerate(WORKLOADS):
@@ -132,8 +160,14 @@ def main():
             if len({total for _, total in totals}) != 1:
                 raise SystemExit(f"{label}: the totals differ: " + ", ".join(f"{name} {total}" for name, total in totals))
             cells = [f"{c[1][0][i][0] * 1000:,.0f} ms" for c in columns]
-            ratios = [f"{c[1][0][i][0] / base[i][0]:.2f}" for c in columns[1:]]
+            if args.pin:
+                ratios = [f"{base[i][0] / c[1][0][i][0]:.2f}×" for c in columns[1:]]
+            else:
+                ratios = [f"{c[1][0][i][0] / base[i][0]:.2f}" for c in columns[1:]]
             print(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+        light = [c[1][3] for c in columns]
+        print("| a count of every record | " + " | ".join(f"{t * 1000:,.0f} ms" for t in light)
+              + " | " + " | ".join(f"+{(t - light[0]) * 1000:,.0f} ms" for t in light[1:]) + " |")
         print("| peak RSS, server | " + " | ".join(mib(c[1][2]) for c in columns) + " | | |")
         print("| peak RSS, executors | – | " + " | ".join(" + ".join(mib(m) for m in c[2]) for c in columns[1:]) + " | | |")
         print()

@@ -129,13 +129,14 @@ def status(pid):
 
 
 class Server:
-    def __init__(self, binary, datasets, cache, extra=(), timeout_ms=600000, capabilities=None):
+    def __init__(self, binary, datasets, cache, extra=(), timeout_ms=600000, capabilities=None, prefix=()):
+        """`prefix`: what runs the binary (`taskset -c 0` to pin it to a core)."""
         self.start = time.perf_counter()
         kept = ["--cache-dir", cache] if cache else ["--no-cache"]
         # The server's log, read for what preparing reported (the text index's size).
         self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--datasets", datasets, "--call-timeout-ms", str(timeout_ms), "--watch", "off", *kept, *extra],
+            [*prefix, binary, "serve", "--datasets", datasets, "--call-timeout-ms", str(timeout_ms), "--watch", "off", *kept, *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,

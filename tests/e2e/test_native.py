@@ -217,13 +217,57 @@ async def test_panics_and_misfits_fail_alone(tmp_path):
                 }.items():
                     assert "the probe read of its data at registration failed" in broken[name], broken[name]
                     assert needle in broken[name], broken[name]
+                    # What the library wrote to stderr during the read follows, with where its
+                    # panic happened (other datasets registering at the same time may have
+                    # written beside it; the message says so then); never the server's log.
+                    assert "it wrote to stderr" in broken[name], broken[name]
+                    assert f"hostile native plugin: scanning in mode {name}" in broken[name], broken[name]
+                    assert "panicked at tests/plugins/native-hostile/src/lib.rs:" in broken[name], broken[name]
+                    assert " WARN " not in broken[name] and "tally_" not in broken[name], broken[name]
                     r = await c.call_tool("summarize_records", {"dataset_id": name})
                     print(f"{name}: {r.content[0].text[:300]}")
                     assert r.is_error and needle in r.content[0].text
                     env = ok(await c.call_tool("summarize_records", {"dataset_id": "ok", "metrics": ["count", "sum:n"]}))
                     assert env["data"]["rows"][0][:2] == [3, 6]
+        # The operator still sees what the libraries wrote: forwarded to the server's stderr.
+        log = "".join(server.log)
+        assert "hostile native plugin: scanning in mode scan" in log
+        assert "panicked at tests/plugins/native-hostile/src/lib.rs:" in log
     finally:
         server.stop()
+
+
+async def test_what_a_native_plugin_writes_to_stdout_never_reaches_the_protocol(tmp_path):
+    """Over stdio, stdout is the protocol: a library that prints there (a forged JSON-RPC
+    answer among its lines) is captured with its stderr and forwarded to the server's stderr,
+    and the client sees answers only."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from conftest import tally_bin
+
+    hostile_dataset(tmp_path, "chatty", lib("tally_test_native_hostile"), "chatty")
+    params = StdioServerParameters(
+        command=tally_bin(),
+        args=["serve", "--allow-native", "--datasets", str(tmp_path)],
+        env={"TALLY_LOG": "warn", "PATH": os.environ.get("PATH", ""), **{k: os.environ[k] for k in ("HOME", "XDG_CACHE_HOME") if k in os.environ}},
+    )
+    errlog = (tmp_path / "stderr.txt").open("w+", encoding="utf-8")
+    with anyio.fail_after(TIMEOUT):
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                for _ in range(3):
+                    env = ok(await session.call_tool("summarize_records", {"dataset_id": "chatty", "metrics": ["count", "sum:n"]}))
+                    assert env["data"]["rows"][0][:2] == [3, 6]
+                    listed = ok(await session.call_tool("list_datasets", {}))["data"]
+                    assert [d["dataset_id"] for d in listed["datasets"]] == ["chatty"]
+    errlog.seek(0)
+    said = errlog.read()
+    errlog.close()
+    assert "hostile native plugin: a line on stdout while being built" in said, said[-2000:]
+    assert "hostile native plugin: a line on stdout while scanning" in said, said[-2000:]
+    assert '"forged":true' in said, said[-2000:]
 
 
 async def test_a_probe_read_that_never_ends_stops_at_the_plugin_deadline(tmp_path):

@@ -194,6 +194,9 @@ def test_plugin_test_names_the_fault_and_the_plugin(tmp_path, case, component, m
     assert said in out
     # No advice a sandboxed plugin cannot follow, no Rust debug text.
     assert "RUST_BACKTRACE" not in out and "Some(" not in out
+    if case == "a panic":
+        # A scan that failed reports no rows it never read.
+        assert "scan: failed after" in out and "scan: 0 rows" not in out, out
 
 
 def test_plugin_test_writes_what_a_plugin_says_visibly(tmp_path):

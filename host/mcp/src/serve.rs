@@ -21,10 +21,18 @@ const EXIT_CONFIG: u8 = crate::exit::CONFIG;
 const EXIT_GRACE: Duration = Duration::from_secs(60);
 
 /// Serves MCP over stdin/stdout until the client closes it. stdout carries protocol messages
-/// only; logs go to stderr.
-pub async fn stdio(engine: Arc<Engine>, audit: Option<crate::audit::Audit>) -> ExitCode {
+/// only; logs go to stderr. `protocol` is the stdout to write to when the process's own was
+/// redirected (where native plugins' writes are captured).
+pub async fn stdio(
+    engine: Arc<Engine>,
+    audit: Option<crate::audit::Audit>,
+    protocol: Option<std::fs::File>,
+) -> ExitCode {
     let server = TallyServer::new(Shared::with_audit(Arc::clone(&engine), audit));
-    let (transport, writer) = crate::stdio::framed(tokio::io::stdin(), tokio::io::stdout());
+    let (transport, writer) = match protocol {
+        Some(out) => crate::stdio::framed(tokio::io::stdin(), tokio::fs::File::from_std(out)),
+        None => crate::stdio::framed(tokio::io::stdin(), tokio::io::stdout()),
+    };
     let running = match server.serve(transport).await {
         Ok(r) => r,
         Err(e) => {

@@ -24,6 +24,7 @@ pub mod code_cache;
 pub mod error;
 pub mod failures;
 pub mod native;
+pub mod native_stderr;
 pub mod probe;
 pub mod stderr;
 pub mod wasm;

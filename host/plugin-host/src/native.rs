@@ -278,6 +278,7 @@ impl Library {
         let mut out = std::mem::MaybeUninit::<FFI_TableProvider>::uninit();
         let mut error = vec![0u8; 4096];
         let mut error_len = 0usize;
+        let mark = crate::native_stderr::Mark::now();
         // SAFETY: the buffers live for the call; `out` is written on success only, and then
         // owned here.
         let status = unsafe {
@@ -298,7 +299,10 @@ impl Library {
             )
             .into_owned();
             return Err(PluginError::new(
-                format!("{label} could not open the dataset: {message}"),
+                format!(
+                    "{label} could not open the dataset: {message}{}",
+                    mark.said()
+                ),
                 "fix the dataset's files or backend.config as the message says",
             ));
         }
@@ -463,13 +467,16 @@ impl Backend for NativeBackend {
         pushed: &[Pushed],
         meter: &tally_storage::memory::Meter,
     ) -> Result<LoadedData, StorageError> {
-        // DataFusion's errors carry the plugin's own text (its errors, its plans' names).
+        // DataFusion's errors carry the plugin's own text (its errors, its plans' names),
+        // followed by what it wrote to stderr during the read.
+        let mark = crate::native_stderr::Mark::now();
         let fail = |e: &dyn std::fmt::Display| StorageError::Backend {
             dataset: self.dataset.clone(),
             message: format!(
-                "{} failed: {}",
+                "{} failed: {}{}",
                 self.label,
-                escape_controls(&e.to_string(), Lines::Kept)
+                escape_controls(&e.to_string(), Lines::Kept),
+                mark.said()
             ),
         };
         let (ctx, _) = session();

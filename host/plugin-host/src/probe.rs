@@ -48,6 +48,8 @@ pub struct Probe {
     pub filterable: Vec<String>,
     pub describe: CallStats,
     pub scan: CallStats,
+    /// Whether the full scan answered (`rows` and what follows say nothing when not).
+    pub scanned: bool,
     pub rows: usize,
     pub output_bytes: usize,
     /// The first rows, as text, in the described column order.
@@ -121,6 +123,7 @@ pub fn probe(
         filterable,
         describe: describe_stats,
         scan: wasm::last_call_stats().unwrap_or_default(),
+        scanned: scanned.is_ok(),
         rows: 0,
         output_bytes: 0,
         sample: Vec::new(),

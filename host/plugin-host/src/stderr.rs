@@ -12,12 +12,17 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use tally_storage::text::{Lines, escape_controls};
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
 /// How much one write may hand over at once.
 const WRITE_BUDGET: usize = 64 * 1024;
+
+/// How many characters of the end of a plugin's stderr an error message shows: enough for a
+/// few lines of its own log, short enough for a message a model reads.
+pub const STDERR_SHOWN: usize = 2000;
 
 /// The end of a call's stderr: every write accepted, the last `capacity` bytes kept.
 #[derive(Debug, Clone)]
@@ -118,6 +123,51 @@ impl StdoutStream for StderrTail {
     }
 }
 
+/// The end of what a plugin wrote (`bytes`, after `dropped` bytes no longer kept) as the end
+/// of an error message: `"; {lead}: …"`, or `""` when it wrote nothing. Lines from the one
+/// `skip` says is already in the message are left out, and so is Rust's advice to set
+/// RUST_BACKTRACE (a plugin's process cannot be given it). Whole lines, at most
+/// [`STDERR_SHOWN`] characters; the plugin's own line breaks kept, every other control
+/// character written visibly.
+pub fn shown(bytes: &[u8], dropped: usize, lead: &str, skip: fn(&str) -> bool) -> String {
+    let whole = String::from_utf8_lossy(bytes);
+    let text: String = whole
+        .lines()
+        .filter(|l| !l.contains("RUST_BACKTRACE"))
+        .take_while(|l| !skip(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string();
+    if text.is_empty() {
+        return String::new();
+    }
+    let text = escape_controls(&text, Lines::Kept);
+    let mut tail = last_chars(&text, STDERR_SHOWN);
+    let earlier = dropped > 0 || tail.len() < text.len();
+    // Whole lines: a line cut at its start reads as another message.
+    if tail.len() < text.len()
+        && let Some((_, rest)) = tail.split_once('\n')
+        && !rest.is_empty()
+    {
+        tail = rest;
+    }
+    format!(
+        "; {lead}{}: {tail}",
+        if earlier { " (the end)" } else { "" }
+    )
+}
+
+/// The last `n` characters of `text`.
+pub fn last_chars(text: &str, n: usize) -> &str {
+    let count = text.chars().count();
+    if count <= n {
+        return text;
+    }
+    let skip = text.char_indices().nth(count - n).map_or(0, |(i, _)| i);
+    &text[skip..]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +181,34 @@ mod tests {
         assert_eq!(tail.contents(), (b"cdefghij".to_vec(), 2));
         tail.push(b"0123456789");
         assert_eq!(tail.contents(), (b"23456789".to_vec(), 12));
+    }
+
+    #[test]
+    fn the_end_shown_is_whole_lines_without_advice_that_cannot_be_followed() {
+        let never = |_: &str| false;
+        assert_eq!(shown(b"", 0, "it wrote to stderr", never), "");
+        assert_eq!(
+            shown(
+                b"one\ntwo\nnote: run with `RUST_BACKTRACE=1`\n",
+                0,
+                "it wrote to stderr",
+                never
+            ),
+            "; it wrote to stderr: one\ntwo"
+        );
+        assert_eq!(
+            shown(b"a\x1b[31m\n", 3, "it wrote", never),
+            "; it wrote (the end): a\\u{1b}[31m"
+        );
+        let long = format!("{}\nlast line\n", "x".repeat(STDERR_SHOWN));
+        assert_eq!(
+            shown(long.as_bytes(), 0, "it wrote", never),
+            "; it wrote (the end): last line"
+        );
+        assert_eq!(
+            shown(b"mine\npanicked at\nafter\n", 0, "it wrote", |l| l
+                .starts_with("panicked")),
+            "; it wrote: mine"
+        );
     }
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use wasmtime::component::{Component, Linker, ResourceTable};
 
 use crate::code_cache::CodeCache;
-use crate::stderr::StderrTail;
+use crate::stderr::{StderrTail, last_chars};
 use wasmtime::{Config, Engine, Store, StoreLimits, Trap};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -94,10 +94,6 @@ impl Pre {
         }
     }
 }
-
-/// How many characters of the end of a plugin's stderr an error message shows: enough for a
-/// few lines of its own log, short enough for a message a model reads.
-const STDERR_SHOWN: usize = 2000;
 
 /// How often the epoch advances: the granularity of every deadline.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -641,35 +637,7 @@ impl Call<'_> {
     /// [`Call::stderr_text`] without the lines `skip` says are already in the message.
     fn stderr_text_without(&self, skip: fn(&str) -> bool) -> String {
         let (bytes, dropped) = self.stderr.contents();
-        let whole = String::from_utf8_lossy(&bytes);
-        // Rust's advice to set RUST_BACKTRACE cannot be followed inside the sandbox.
-        let text: String = whole
-            .lines()
-            .filter(|l| !l.contains("RUST_BACKTRACE"))
-            .take_while(|l| !skip(l))
-            .collect::<Vec<_>>()
-            .join("\n")
-            .trim()
-            .to_string();
-        if text.is_empty() {
-            return String::new();
-        }
-        // Its own lines kept for the client; every other control character written visibly
-        // (a log line that carries it escapes the line breaks too).
-        let text = escape_controls(&text, Lines::Kept);
-        let mut shown = last_chars(&text, STDERR_SHOWN);
-        let earlier = dropped > 0 || shown.len() < text.len();
-        // Whole lines: a line cut at its start reads as another message.
-        if shown.len() < text.len()
-            && let Some((_, rest)) = shown.split_once('\n')
-            && !rest.is_empty()
-        {
-            shown = rest;
-        }
-        format!(
-            "; it wrote to stderr{}: {shown}",
-            if earlier { " (the end)" } else { "" }
-        )
+        crate::stderr::shown(&bytes, dropped, "it wrote to stderr", skip)
     }
 }
 
@@ -920,15 +888,6 @@ fn mib(bytes: usize) -> String {
     } else {
         format!("{bytes} bytes")
     }
-}
-
-fn last_chars(text: &str, n: usize) -> &str {
-    let count = text.chars().count();
-    if count <= n {
-        return text;
-    }
-    let skip = text.char_indices().nth(count - n).map_or(0, |(i, _)| i);
-    &text[skip..]
 }
 
 #[cfg(test)]

@@ -418,8 +418,9 @@ fn init_log(cli: &Cli) -> Result<(), String> {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TALLY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // The log is written apart from what native plugins write (`native_stderr`).
     let log = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(tally_plugin_host::native_stderr::log)
         .with_ansi(false);
     let log = match cli.log_format {
         LogFormat::Text => log.boxed(),
@@ -466,10 +467,69 @@ fn main() -> ExitCode {
             };
         }
     };
+    // What native plugins write is captured before any is loaded (and before anything holds
+    // stdout), so a failed call can show it.
+    let captured = native_streams(&cli.command).map(tally_plugin_host::native_stderr::install);
     if let Err(e) = init_log(&cli) {
         eprintln!("tally serve: {e}");
         return ExitCode::from(exit::CONFIG);
     }
+    let protocol = match captured {
+        Some(Ok(protocol)) => {
+            flush_after_panics();
+            protocol
+        }
+        Some(Err(e)) => {
+            tracing::warn!("what native plugins write to stderr is not captured: {e}");
+            None
+        }
+        None => None,
+    };
+    let code = run(cli, command, applied, protocol);
+    // The end of what a plugin (or this process) wrote to stderr is forwarded before it ends.
+    tally_plugin_host::native_stderr::flush();
+    code
+}
+
+/// Whether a command may load native plugins (`Some`), and then whether it serves MCP: its
+/// stdout is the protocol's alone, and a plugin's writes to it are captured with its stderr.
+fn native_streams(command: &Command) -> Option<bool> {
+    let common = match command {
+        Command::Serve {
+            common,
+            print_settings,
+            ..
+        } => return common.budgets.allow_native.then_some(!print_settings),
+        Command::Check { allow_native, .. } => return allow_native.then_some(false),
+        Command::List { common, .. }
+        | Command::Inspect { common, .. }
+        | Command::Verify { common, .. } => common,
+        Command::Query(flags) => &flags.common,
+        Command::Summarize(flags) => &flags.common,
+        Command::Cite(flags) => &flags.common,
+        _ => return None,
+    };
+    common.budgets.allow_native.then_some(false)
+}
+
+/// A panic's message goes through the captured stderr: it is forwarded before the process
+/// may abort.
+fn flush_after_panics() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        tally_plugin_host::native_stderr::flush();
+    }));
+}
+
+/// Runs the command parsed (`applied` the command line with the settings file's flags in it;
+/// `protocol` the stdout a stdio server writes to, when the process's own was redirected).
+fn run(
+    cli: Cli,
+    command: clap::Command,
+    applied: settings::Applied,
+    protocol: Option<std::fs::File>,
+) -> ExitCode {
     match cli.command {
         Command::Serve {
             http,
@@ -506,6 +566,7 @@ fn main() -> ExitCode {
                 interval,
                 object_poll.0,
                 &common,
+                protocol,
             );
             if otlp_endpoint.is_some() {
                 tally_mcp::otlp::flush(std::time::Duration::from_secs(3));
@@ -674,6 +735,7 @@ fn serve(
     poll_interval: std::time::Duration,
     object_poll: Option<std::time::Duration>,
     common: &Common,
+    protocol: Option<std::fs::File>,
 ) -> ExitCode {
     let sign_in = guard.sign_in_given();
     if http.is_none() && !sign_in.is_empty() {
@@ -754,7 +816,7 @@ fn serve(
         });
         match http {
             Some(addr) => serve::http(engine, addr, allow_origin, *guard, audit).await,
-            None => serve::stdio(engine, audit).await,
+            None => serve::stdio(engine, audit, protocol).await,
         }
     })
 }

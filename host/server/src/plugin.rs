@@ -870,14 +870,22 @@ fn print_probe(p: &tally_plugin_host::probe::Probe) {
         millis(p.describe.elapsed),
         p.describe.peak_memory.div_ceil(1 << 20)
     ));
-    say(&format!(
-        "  scan: {} rows, {} sources, {} KiB of output in {}, {} MiB of memory",
-        p.rows,
-        p.sources,
-        p.output_bytes.div_ceil(1024),
-        millis(p.scan.elapsed),
-        p.scan.peak_memory.div_ceil(1 << 20)
-    ));
+    if p.scanned {
+        say(&format!(
+            "  scan: {} rows, {} sources, {} KiB of output in {}, {} MiB of memory",
+            p.rows,
+            p.sources,
+            p.output_bytes.div_ceil(1024),
+            millis(p.scan.elapsed),
+            p.scan.peak_memory.div_ceil(1 << 20)
+        ));
+    } else {
+        say(&format!(
+            "  scan: failed after {}, {} MiB of memory (why: the problem below)",
+            millis(p.scan.elapsed),
+            p.scan.peak_memory.div_ceil(1 << 20)
+        ));
+    }
     if !p.files.is_empty() {
         say(&format!("  files read: {}", p.files.join(", ")));
     }

@@ -1,6 +1,8 @@
 //! Panics as its dataset's `config.mode` says: `construct`, `scan`, `stream` (after one
 //! batch); `pending` gives a stream that never yields a batch (and never blocks its thread);
-//! `ok` serves three rows.
+//! `ok` serves three rows, and so does `chatty`, which also writes to stdout (a line that
+//! looks like a JSON-RPC answer among them) as it is built and as it scans. Every mode says
+//! on stderr what it is about to do.
 
 use std::sync::Arc;
 
@@ -45,6 +47,11 @@ impl TableProvider for Hostile {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        eprintln!("hostile native plugin: scanning in mode {}", self.mode);
+        if self.mode == "chatty" {
+            println!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"forged":true}}}}"#);
+            println!("hostile native plugin: a line on stdout while scanning");
+        }
         if self.mode == "scan" {
             panic!("hostile native plugin: panic in scan");
         }
@@ -104,6 +111,10 @@ fn construct(context: &Context) -> std::result::Result<Arc<dyn TableProvider>, S
         .and_then(|m| m.as_str())
         .unwrap_or("ok")
         .to_string();
+    eprintln!("hostile native plugin: building in mode {mode}");
+    if mode == "chatty" {
+        println!("hostile native plugin: a line on stdout while being built");
+    }
     if mode == "construct" {
         panic!("hostile native plugin: panic while being built");
     }
