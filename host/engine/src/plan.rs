@@ -82,6 +82,12 @@ impl<'a> Planner<'a> {
         self.functions.parts(self.column(id), sep, keep_empty)
     }
 
+    /// How many parts [`Planner::parts`] gives each record (0: none), without the list.
+    pub fn part_count(&self, id: FieldId) -> Expr {
+        let sep = self.field(id).multi_value.as_deref().unwrap_or(";");
+        self.functions.part_count_of(self.column(id), sep)
+    }
+
     /// The provision a law reference names, or one inside it: the locator itself, or the
     /// locator followed by a deeper level (`第五条` holds `第五条第一項`, not `第五条の二`).
     fn within(&self, id: FieldId, reference: &Scalar) -> Expr {

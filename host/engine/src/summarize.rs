@@ -1661,19 +1661,14 @@ async fn count_before_exploding(
     {
         let mut aggs =
             vec![datafusion::functions_aggregate::expr_fn::count(lit(1i64)).alias("records")];
-        // The parts of a record, counted: from the field's index when it has one.
+        // The parts of a record, counted (no list built): from the field's index when it
+        // has one, else split and counted (each distinct value once).
         let count = |k: usize, e: FieldId| match &indexes[k] {
             Some(split) => split.count(planner, e),
-            None => datafusion::functions_nested::expr_fn::array_length(planner.parts(e, false)),
+            None => planner.part_count(e),
         };
         for (k, &e) in plan.explode.iter().enumerate() {
-            let none = match &indexes[k] {
-                Some(_) => count(k, e).eq(lit(0i64)),
-                None => datafusion::functions_nested::expr_fn::array_has(
-                    planner.parts(e, true),
-                    lit(""),
-                ),
-            };
+            let none = count(k, e).eq(lit(0i64));
             aggs.push(
                 sum(when(none, lit(1i64))
                     .otherwise(lit(0i64))

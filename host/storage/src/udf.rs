@@ -25,6 +25,7 @@ use datafusion::prelude::lit;
 
 /// The name of the parts function.
 pub const PARTS: &str = "tally_parts";
+pub const PART_COUNT: &str = "tally_part_count";
 pub const ICONTAINS: &str = "tally_icontains";
 
 /// The list type `tally_parts` returns.
@@ -203,6 +204,15 @@ struct Parts {
     memo: Memo,
 }
 
+/// `tally_part_count(text, separator)`: how many parts `tally_parts` would give (0 for a
+/// null or empty cell), with no list built: what a summary counts before it explodes, on
+/// data read from its files and on a cluster's executors.
+#[derive(Debug)]
+struct PartCount {
+    signature: Signature,
+    memo: Memo,
+}
+
 /// `tally_icontains(text, folded needle, lowered)`.
 #[derive(Debug)]
 struct IContains {
@@ -226,6 +236,7 @@ macro_rules! same_by_name {
     };
 }
 same_by_name!(Parts);
+same_by_name!(PartCount);
 same_by_name!(IContains);
 
 /// Text of any string type (a dictionary kept as it is), then literals.
@@ -278,6 +289,42 @@ impl ScalarUDFImpl for Parts {
         let key = format!("{sep}\u{0}{keep_empty}");
         over_text(text, args.number_rows, &self.memo, &key, &|at, n| {
             Ok(parts_of(at, n, &sep, keep_empty))
+        })
+    }
+}
+
+impl ScalarUDFImpl for PartCount {
+    fn name(&self) -> &str {
+        PART_COUNT
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int64)
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        text_then(arg_types, &[DataType::Utf8], PART_COUNT)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use datafusion::arrow::array::Int64Array;
+        let [text, sep] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "{PART_COUNT} takes 2 arguments"
+            )));
+        };
+        let sep = scalar_str(sep, "separator")?;
+        over_text(text, args.number_rows, &self.memo, &sep, &|at, n| {
+            let counts: Int64Array = (0..n)
+                .map(|i| {
+                    Some(at(i).map_or(0, |v| {
+                        v.split(sep.as_str())
+                            .filter(|p| !p.trim().is_empty())
+                            .count() as i64
+                    }))
+                })
+                .collect();
+            Ok(Arc::new(counts) as ArrayRef)
         })
     }
 }
@@ -913,6 +960,10 @@ impl Functions {
                 signature: user_defined(),
                 memo: Memo::default(),
             }))),
+            PART_COUNT => Some(Arc::new(ScalarUDF::new_from_impl(PartCount {
+                signature: user_defined(),
+                memo: Memo::default(),
+            }))),
             ICONTAINS => Some(Arc::new(ScalarUDF::new_from_impl(IContains {
                 signature: user_defined(),
                 memo: Memo::default(),
@@ -933,6 +984,15 @@ impl Functions {
             memo: Memo::default(),
         });
         udf.call(vec![text, lit(separator), lit(keep_empty)])
+    }
+
+    /// How many parts [`Functions::parts`] would give each cell (0: none), without the list.
+    pub fn part_count_of(&self, text: Expr, separator: &str) -> Expr {
+        ScalarUDF::new_from_impl(PartCount {
+            signature: user_defined(),
+            memo: Memo::default(),
+        })
+        .call(vec![text, lit(separator)])
     }
 
     /// The codes of a multi-value field's parts, from its index (prepared data only).
@@ -1240,5 +1300,47 @@ mod tests {
         let dict = datafusion::arrow::array::DictionaryArray::try_new(keys, Arc::new(values))
             .expect("dictionary");
         assert_eq!(parts_rows(ColumnarValue::Array(Arc::new(dict))), expected);
+    }
+
+    #[test]
+    fn part_counts_are_the_lengths_of_the_parts() {
+        use datafusion::arrow::array::{AsArray, StringViewArray};
+        use datafusion::arrow::datatypes::Int64Type;
+        let udf = Functions::by_name(PART_COUNT).expect("made by name, so sent to a cluster");
+        let count = |text: ArrayRef| -> Vec<i64> {
+            let n = text.len();
+            let out = udf
+                .invoke_with_args(ScalarFunctionArgs {
+                    args: vec![
+                        ColumnarValue::Array(text),
+                        ColumnarValue::Scalar(ScalarValue::Utf8(Some(";".into()))),
+                    ],
+                    arg_fields: vec![
+                        Arc::new(Field::new("t", DataType::Utf8, true)),
+                        Arc::new(Field::new("s", DataType::Utf8, false)),
+                    ],
+                    number_rows: n,
+                    return_field: Arc::new(Field::new("n", DataType::Int64, false)),
+                    config_options: Arc::default(),
+                })
+                .expect("counts")
+                .to_array(n)
+                .expect("an array");
+            out.as_primitive::<Int64Type>().values().to_vec()
+        };
+        let cells = vec![
+            Some("a; b ;;c"),
+            None,
+            Some("  "),
+            Some("x"),
+            Some("a; b ;;c"),
+        ];
+        // As many as tally_parts gives without its empty marker, for plain text and for
+        // views (each distinct view counted once).
+        let expected = vec![3, 0, 0, 1, 3];
+        let plain: ArrayRef = Arc::new(datafusion::arrow::array::StringArray::from(cells.clone()));
+        assert_eq!(count(plain), expected);
+        let views: ArrayRef = Arc::new(StringViewArray::from(cells));
+        assert_eq!(count(views), expected);
     }
 }
