@@ -333,6 +333,12 @@ impl NativeBackend {
         config: &serde_json::Value,
         probe_deadline: std::time::Duration,
     ) -> Result<NativeBackend, PluginError> {
+        // One registration at a time: what a library writes while it is built and probed is
+        // then its own, and shown with its failure (`native_stderr`).
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _alone = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let path = folder.join(relative);
         let label = format!("library `{relative}`");
         let library = load(&path, &label)?;
