@@ -370,12 +370,7 @@ impl NativeBackend {
     /// server's budget and each call's deadline), and is said in the log. A library that
     /// blocks its thread without yielding cannot be stopped: it runs with the server's rights.
     fn probe(&self, deadline: std::time::Duration) -> Result<(), PluginError> {
-        let columns: Vec<String> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
+        let columns = crate::wasm_backend::column_names(&self.schema);
         let meter = crate::wasm_backend::probe_meter(&self.label, PROBE_MEMORY);
         // A thread of its own with a runtime of its own: registration may run on a thread of
         // the server's runtime, where blocking on another is refused.
@@ -447,11 +442,7 @@ impl Backend for NativeBackend {
 
     fn pushdown_columns(&self) -> Vec<String> {
         // The provider says per condition what it runs itself; offering every column lets it.
-        self.schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect()
+        crate::wasm_backend::column_names(&self.schema)
     }
 
     fn describe(&self) -> BackendDescription {

@@ -234,12 +234,7 @@ impl WasmBackend {
     /// keeps the last good version serving. It is the read a first query makes; a plugin
     /// whose data fits its output cap reads it well within its deadline.
     fn probe(&self) -> Result<(), PluginError> {
-        let columns: Vec<String> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
+        let columns = column_names(&self.schema);
         let (request, _) = self.scan_request(&columns, &[]);
         self.scans
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -289,6 +284,11 @@ impl WasmBackend {
     pub fn description(&self) -> &Description {
         &self.description
     }
+}
+
+/// Every column of `schema`, by name, in order: what a probe read asks for.
+pub(crate) fn column_names(schema: &SchemaRef) -> Vec<String> {
+    schema.fields().iter().map(|f| f.name().clone()).collect()
 }
 
 /// The meter a probe read of `label`'s data reads under: at most `bytes` held.
@@ -909,12 +909,7 @@ mod tests {
         )
         .expect("registers");
         assert_eq!(backend.scans(), 1, "the probe read");
-        let columns: Vec<String> = backend
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
+        let columns = column_names(&backend.schema());
         let meter = probe_meter("the test", 1 << 30);
         let count = |loaded: &LoadedData| {
             loaded
