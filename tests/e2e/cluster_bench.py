@@ -25,6 +25,7 @@ light call (a count of every record) through it, less the same call on one serve
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -117,7 +118,20 @@ def measure(binary, datasets, dataset, runs, extra, path, prefix=()):
     out = run_workloads(server, dataset, runs, said=path)
     said = server.extract(dataset, WORKLOADS[0][1])
     light = sorted(server.answer(dataset, LIGHT)[0] for _ in range(runs + 1))[1:]
-    return out, said, server.stop().get("VmHWM", 0), light[len(light) // 2]
+    inspected = inspect(server, dataset)
+    return out, said, server.stop().get("VmHWM", 0), light[len(light) // 2], inspected
+
+
+def inspect(server, dataset):
+    """The first `inspect_dataset` of this server (computed then, kept for the version): its
+    time and its fields, which must be the same whatever computed them."""
+    start = time.perf_counter()
+    answer = server.request("tools/call", {"name": "inspect_dataset", "arguments": {"dataset_id": dataset, "detail": "full"}})
+    elapsed = time.perf_counter() - start
+    result = answer.get("result", {})
+    if result.get("isError") or "error" in answer:
+        raise SystemExit(f"inspect_dataset failed: {json.dumps(answer, ensure_ascii=False)[:600]}")
+    return elapsed, result.get("structuredContent", {}).get("fields")
 
 
 def main():
@@ -168,6 +182,12 @@ def main():
         light = [c[1][3] for c in columns]
         print("| a count of every record | " + " | ".join(f"{t * 1000:,.0f} ms" for t in light)
               + " | " + " | ".join(f"+{(t - light[0]) * 1000:,.0f} ms" for t in light[1:]) + " |")
+        inspected = [c[1][4] for c in columns]
+        for name, (_, fields) in zip((c[0] for c in columns), inspected):
+            if fields != inspected[0][1]:
+                raise SystemExit(f"inspect_dataset: the fields {name} gives differ from {columns[0][0]}'s")
+        print("| inspect_dataset (computed) | " + " | ".join(f"{t * 1000:,.0f} ms" for t, _ in inspected) + " | "
+              + " | ".join((f"{inspected[0][0] / t:.2f}×" if args.pin else f"{t / inspected[0][0]:.2f}") for t, _ in inspected[1:]) + " |")
         print("| peak RSS, server | " + " | ".join(mib(c[1][2]) for c in columns) + " | | |")
         print("| peak RSS, executors | – | " + " | ".join(" + ".join(mib(m) for m in c[2]) for c in columns[1:]) + " | | |")
         print()

@@ -24,6 +24,7 @@ use tally_storage::cluster::ScanExec;
 use tally_storage::memory::Budget;
 use tally_storage::source::{SourceFile, TableSource};
 use tally_storage::udf::Functions;
+use tally_storage::value_counts::{VALUE_COUNTS, value_counts_udaf};
 
 /// The first bytes of a Tally node (Ballista's own nodes are protobuf messages, which never
 /// start with them).
@@ -282,6 +283,9 @@ impl PhysicalExtensionCodec for TallyCodec {
                 rows: number(8),
             })));
         }
+        if name == VALUE_COUNTS && buf.is_empty() {
+            return Ok(Arc::new(value_counts_udaf()));
+        }
         if buf.is_empty()
             && let Some(udaf) = datafusion::functions_aggregate::all_default_aggregate_functions()
                 .into_iter()
@@ -304,7 +308,8 @@ impl PhysicalExtensionCodec for TallyCodec {
             buf.extend_from_slice(&caps.rows.to_le_bytes());
             return Ok(());
         }
-        if Functions::is_tally(node.name()) {
+        // The value counts carry nothing but their name.
+        if Functions::is_tally(node.name()) && node.name() != VALUE_COUNTS {
             return Err(DataFusionError::NotImplemented(format!(
                 "aggregate function `{}` cannot be sent to a cluster",
                 node.name()

@@ -173,7 +173,7 @@ pub async fn compute(
     };
     let ctx = engine.call_context(prepared.rows)?;
     let table = ctx.read_table(prepared.table().provider)?;
-    let stats = Facts::of_every_field(&prepared, def, &table).await?;
+    let (stats, mut parts) = facts_and_values(&ctx, &prepared, def, &table).await?;
     let mut listed = listed_values_of_every_field(&ctx, &prepared, def).await;
     let mut fields = Vec::with_capacity(def.fields.len());
     let mut quality_summary = QualitySummary {
@@ -223,7 +223,7 @@ pub async fn compute(
                 });
             }
             Some(kind @ (Codelist::Auto | Codelist::AutoSplit)) => {
-                let counted = counted_codes(&ctx, &prepared, def, id, kind).await?;
+                let counted = counted_codes(&ctx, &prepared, def, id, kind, &mut parts).await?;
                 entry.codelist = Some(match counted {
                     Some(kept) => kept,
                     None => auto_codelist(&planner, &table, id, kind).await?,
@@ -291,6 +291,49 @@ pub async fn compute(
     Ok((body, ran))
 }
 
+/// Every field's statistics, and, for data read from its files, the values of the fields
+/// whose values are described, counted in the same pass over the data (one job on a
+/// cluster): kept by `prepared` as it keeps a prepared table's, but for the parts of `auto`
+/// codelists that split (given back by field).
+async fn facts_and_values(
+    ctx: &datafusion::prelude::SessionContext,
+    prepared: &tally_storage::dataset::Prepared,
+    def: &tally_semantic::DatasetDef,
+    table: &DataFrame,
+) -> Result<
+    (
+        Vec<Facts>,
+        std::collections::HashMap<FieldId, Vec<(String, usize)>>,
+    ),
+    EngineError,
+> {
+    let counted_here: Vec<FieldId> = if prepared.is_prepared() {
+        Vec::new()
+    } else {
+        (0..def.fields.len())
+            .map(FieldId::at)
+            .filter(|&id| counts_values(&def.fields[id]))
+            .collect()
+    };
+    let (stats, counted) = Facts::of_every_field(prepared, def, table, &counted_here).await?;
+    let mut parts = std::collections::HashMap::new();
+    for (id, values) in counted {
+        let f = &def.fields[id];
+        match &f.codelist {
+            Some(kind) if splits(f, kind) => {
+                let separator = f.multi_value.as_deref().unwrap_or(";");
+                let occurring = tally_storage::dataset::part_occurrences(
+                    values.iter().map(|(v, n)| (v.as_str(), *n)),
+                    separator,
+                );
+                parts.insert(id, occurring);
+            }
+            _ => prepared.keep_values(ctx, def, id, &values)?,
+        }
+    }
+    Ok((stats, parts))
+}
+
 /// With a cluster, where the plans of an inspection ran (or why they were computed here).
 fn where_ran(
     ctx: &datafusion::prelude::SessionContext,
@@ -333,21 +376,36 @@ impl Facts {
     }
 
     /// Every column field's: what a prepared table kept while it was prepared, else one pass
-    /// over the data ([`statistics`]).
+    /// over the data ([`statistics`]), which also counts the values of the fields `counted`
+    /// (each distinct value with its records, given back by field).
     async fn of_every_field(
         prepared: &tally_storage::dataset::Prepared,
         def: &tally_semantic::DatasetDef,
         table: &DataFrame,
-    ) -> Result<Vec<Facts>, EngineError> {
-        Ok(match prepared.field_stats() {
-            Some(kept) => kept.iter().map(|s| Facts::kept(s, prepared.rows)).collect(),
-            None => {
-                let batches = statistics(def, table).await?;
-                (0..def.column_fields().len())
-                    .map(|i| Facts::counted(&batches, i))
-                    .collect()
-            }
-        })
+        counted: &[FieldId],
+    ) -> Result<(Vec<Facts>, Vec<(FieldId, Vec<(String, usize)>)>), EngineError> {
+        if let Some(kept) = prepared.field_stats()
+            && counted.is_empty()
+        {
+            let facts = kept.iter().map(|s| Facts::kept(s, prepared.rows)).collect();
+            return Ok((facts, Vec::new()));
+        }
+        let batches = statistics(def, table, counted).await?;
+        let facts = (0..def.column_fields().len())
+            .map(|i| Facts::counted(&batches, i))
+            .collect();
+        let row = batches.iter().find(|b| b.num_rows() > 0);
+        let mut values = Vec::with_capacity(counted.len());
+        for &id in counted {
+            let column = row.and_then(|b| b.column_by_name(&counts_column(id)));
+            let counts = match column {
+                Some(c) => tally_storage::value_counts::counts_at(c, 0)
+                    .map_err(|e| EngineError::computing(&def.id, e))?,
+                None => Vec::new(),
+            };
+            values.push((id, counts));
+        }
+        Ok((facts, values))
     }
 
     /// Column `i` of the one row [`statistics`] gives.
@@ -366,13 +424,26 @@ impl Facts {
     }
 }
 
+/// The column of [`statistics`] that counts the values of field `id`.
+fn counts_column(id: FieldId) -> String {
+    format!("v{}", id.index())
+}
+
 /// One pass over the data for every field's fill rate and every numeric field's statistics:
-/// one row, with columns `f{i}_filled`, `f{i}_min`, `f{i}_max`, `f{i}_mean`, `f{i}_zeros`.
+/// one row, with columns `f{i}_filled`, `f{i}_min`, `f{i}_max`, `f{i}_mean`, `f{i}_zeros`;
+/// and the values of the fields `counted` with their records ([`counts_column`]).
 async fn statistics(
     def: &tally_semantic::DatasetDef,
     table: &DataFrame,
+    counted: &[FieldId],
 ) -> Result<Vec<RecordBatch>, EngineError> {
     let mut aggregates: Vec<Expr> = vec![count(lit(1i64)).alias("rows")];
+    for &id in counted {
+        aggregates.push(
+            tally_storage::value_counts::value_counts(ident(&def.fields[id].name))
+                .alias(counts_column(id)),
+        );
+    }
     for (i, f) in def.column_fields().iter().enumerate() {
         let column = ident(&f.name);
         let filled = if f.data_type.is_numeric() {
@@ -563,9 +634,8 @@ async fn auto_codelist(
 ) -> Result<CodelistDescription, EngineError> {
     let def = planner.def;
     let f = &def.fields[field];
-    let split = matches!(kind, Codelist::AutoSplit) || f.is_multi_value();
     let mut df = table.clone();
-    let key = if split {
+    let key = if splits(f, kind) {
         df = df
             .with_column("__tally_value", planner.parts(field, false))?
             .unnest_columns(&["__tally_value"])?;
@@ -621,27 +691,32 @@ async fn auto_codelist(
     })
 }
 
-/// An `auto` codelist of a text field of a prepared table, from its dictionary's counts (once
-/// per distinct value): what [`auto_codelist`] counts with two plans over every record.
-/// `None` where it must count that way (numbers; data read from its files).
+/// An `auto` codelist of a text field from counts made once per distinct value (a prepared
+/// table's dictionary, or the one pass over data read from its files that counted `parts`):
+/// what [`auto_codelist`] counts with two plans over every record. `None` where it must
+/// count that way (numbers).
 async fn counted_codes(
     ctx: &datafusion::prelude::SessionContext,
     prepared: &tally_storage::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
     field: FieldId,
     kind: &Codelist,
+    parts: &mut std::collections::HashMap<FieldId, Vec<(String, usize)>>,
 ) -> Result<Option<CodelistDescription>, EngineError> {
     let f = &def.fields[field];
-    if !prepared.is_prepared() || f.data_type.is_numeric() {
+    if f.data_type.is_numeric() {
         return Ok(None);
     }
     // Split as [`auto_codelist`] splits (the parts `tally_parts` gives), each part counted
     // once for every time it occurs.
-    let counts = if matches!(kind, Codelist::AutoSplit) || f.is_multi_value() {
+    let counts = if splits(f, kind) {
         let separator = f.multi_value.as_deref().unwrap_or(";");
-        match prepared.part_occurrences(ctx, field, separator) {
-            Some(counted) => std::sync::Arc::new(counted?),
-            None => return Ok(None),
+        match parts.remove(&field) {
+            Some(counted) => std::sync::Arc::new(counted),
+            None => match prepared.part_occurrences(ctx, field, separator) {
+                Some(counted) => std::sync::Arc::new(counted?),
+                None => return Ok(None),
+            },
         }
     } else {
         prepared.distinct_values(ctx, def, field).await?
@@ -671,43 +746,44 @@ async fn counted_codes(
     }))
 }
 
-/// Plans a cluster runs at once for an inspection.
-const CLUSTER_PLANS_AT_ONCE: usize = 4;
-
 /// Whether a field without a codelist has its values listed: a model still needs the exact
 /// spelling of the values it may filter or group by.
 fn lists_values(f: &tally_semantic::definition::Field) -> bool {
     f.derived.is_none() && !f.data_type.is_numeric() && f.locator.is_none() && f.role != Role::Id
 }
 
-/// [`listed_values`] of every field without a codelist that [`lists_values`]. On a cluster
-/// each plan pays a job's start-up (the scheduler's planning, the executors reopening the
-/// files), far more than its scan of one column: there the fields are counted a few at a
-/// time, their jobs overlapping. Alone, one at a time: each is a scan on all the server's
-/// cores already.
+/// Whether an `auto` codelist counts the parts of the field's values.
+fn splits(f: &tally_semantic::definition::Field, kind: &Codelist) -> bool {
+    matches!(kind, Codelist::AutoSplit) || (matches!(kind, Codelist::Auto) && f.is_multi_value())
+}
+
+/// Whether an inspection describes the field's values from their counts: its listed values
+/// ([`lists_values`]), or its `auto` codelist of text.
+fn counts_values(f: &tally_semantic::definition::Field) -> bool {
+    match &f.codelist {
+        None => lists_values(f),
+        Some(Codelist::Auto | Codelist::AutoSplit) => {
+            f.derived.is_none() && !f.data_type.is_numeric()
+        }
+        Some(_) => false,
+    }
+}
+
+/// [`listed_values`] of every field without a codelist that [`lists_values`] (from the counts
+/// of one pass over the data, or a prepared table's dictionaries).
 async fn listed_values_of_every_field(
     ctx: &datafusion::prelude::SessionContext,
     prepared: &tally_storage::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
 ) -> std::collections::HashMap<FieldId, Option<TopValues>> {
-    use futures::StreamExt;
-    let on_cluster = ctx
-        .state()
-        .config()
-        .get_extension::<tally_storage::cluster::ClusterCall>()
-        .is_some();
-    let fields: Vec<FieldId> = def
-        .fields
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.codelist.is_none() && lists_values(f))
-        .map(|(i, _)| FieldId::at(i))
-        .collect();
-    futures::stream::iter(fields)
-        .map(|id| async move { (id, listed_values(ctx, prepared, def, id).await) })
-        .buffered(if on_cluster { CLUSTER_PLANS_AT_ONCE } else { 1 })
-        .collect()
-        .await
+    let mut listed = std::collections::HashMap::new();
+    for (i, f) in def.fields.iter().enumerate() {
+        if f.codelist.is_none() && lists_values(f) {
+            let id = FieldId::at(i);
+            listed.insert(id, listed_values(ctx, prepared, def, id).await);
+        }
+    }
+    listed
 }
 
 /// The values of a text field without a codelist, when worth listing: values that each occur

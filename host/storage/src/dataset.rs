@@ -659,26 +659,38 @@ impl Prepared {
         let store = self.store()?;
         let stop = crate::stop::Stop::of(ctx);
         let counted = code_counts(store, field, &stop).map(|(dictionary, per_code)| {
-            let mut counts: std::collections::HashMap<&str, usize> =
-                std::collections::HashMap::new();
-            for (code, n) in per_code.iter().enumerate().filter(|(_, n)| **n > 0) {
-                for part in dictionary
-                    .value(code)
-                    .split(separator)
-                    .map(str::trim)
-                    .filter(|p| !p.is_empty())
-                {
-                    *counts.entry(part).or_default() += n;
-                }
-            }
-            let mut parts: Vec<(String, usize)> = counts
-                .into_iter()
-                .map(|(p, n)| (p.to_string(), n))
-                .collect();
-            parts.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            parts
+            part_occurrences(
+                per_code
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(code, n)| (dictionary.value(code), *n)),
+                separator,
+            )
         });
         Some(counted)
+    }
+
+    /// Keeps `counted` (each distinct value of a text field with the records that hold it,
+    /// counted elsewhere: one pass over data read from its files for every field) as
+    /// [`Prepared::distinct_values`] gives it from then on.
+    pub fn keep_values(
+        &self,
+        ctx: &SessionContext,
+        def: &DatasetDef,
+        field: FieldId,
+        counted: &[(String, usize)],
+    ) -> Result<(), StorageError> {
+        let stop = crate::stop::Stop::of(ctx);
+        let values = count_values(
+            &def.fields[field].multi_value,
+            &stop,
+            counted.iter().map(|(v, n)| (v.as_str(), *n)),
+        )?;
+        if let Ok(mut cache) = self.values.lock() {
+            cache.insert(field, Arc::new(values));
+        }
+        Ok(())
     }
 
     /// The distinct non-empty values of a text field with how many records have each, most
@@ -758,6 +770,31 @@ impl Prepared {
         }
         Ok(values)
     }
+}
+
+/// The parts of `values` (split at `separator`, trimmed, blanks left out) with how many times
+/// each occurs (a value held by `n` records counts its parts `n` times), most first, ties by
+/// part.
+pub fn part_occurrences<'a>(
+    values: impl Iterator<Item = (&'a str, usize)>,
+    separator: &str,
+) -> Vec<(String, usize)> {
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (value, n) in values {
+        for part in value
+            .split(separator)
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            *counts.entry(part).or_default() += n;
+        }
+    }
+    let mut parts: Vec<(String, usize)> = counts
+        .into_iter()
+        .map(|(p, n)| (p.to_string(), n))
+        .collect();
+    parts.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    parts
 }
 
 /// A text field's dictionary and how many records hold each of its codes (a null none).

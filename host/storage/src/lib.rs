@@ -27,6 +27,7 @@ pub mod stop;
 pub mod store;
 pub mod text;
 pub mod udf;
+pub mod value_counts;
 mod views;
 pub mod watch;
 

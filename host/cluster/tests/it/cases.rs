@@ -34,11 +34,13 @@ fn golden_cases_through_a_cluster_of_two_executors() {
     let cluster = LocalCluster::start(2);
     let engine = engine_over(crate::fixture::datasets_dir(), &cluster);
     let remote = AtomicUsize::new(0);
+    let inspections = std::sync::Mutex::new(Vec::new());
     let at = format!("by the cluster at {}", cluster.address());
     let said = |text: String| -> String {
         let (text, inspected) = without_inspect_step(&text, &at);
-        if inspected {
+        if let Some(step) = inspected {
             remote.fetch_add(1, Ordering::Relaxed);
+            inspections.lock().unwrap().push(step);
         }
         as_if_prepared(&text, &|how| {
             assert!(
@@ -55,6 +57,27 @@ fn golden_cases_through_a_cluster_of_two_executors() {
     run_golden(&engine, &said, false);
     // Every answer that reads the fixture's rows read them on the cluster.
     assert!(remote.load(Ordering::Relaxed) >= 30);
+    // An inspection is one pass over the data (every field's statistics and values in one
+    // plan), and one plan per time field for its periods.
+    let inspections = inspections.into_inner().unwrap();
+    assert!(!inspections.is_empty());
+    for step in &inspections {
+        let plans: usize = step
+            .find(" plan")
+            .and_then(|at| step[..at].rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("how many plans an inspection ran: {step}"));
+        assert!(
+            plans <= 2,
+            "an inspection in one pass (and a time field's periods): {step}"
+        );
+    }
+    assert!(
+        inspections
+            .iter()
+            .any(|s| s.contains(" 1 plan ran on its executors")),
+        "a dataset without time fields is inspected in one plan: {inspections:?}"
+    );
 }
 
 /// The real survey's checks (host/engine/tests/it/survey.rs) through a cluster.
@@ -67,11 +90,11 @@ fn the_real_survey_through_a_cluster_of_two_executors() {
 }
 
 /// `text` (an answer, as pretty JSON) without the extract step `inspect_dataset` adds on a
-/// cluster (one server adds none), and whether it had one, checked first: it names the
+/// cluster (one server adds none), and that step if it had one, checked first: it names the
 /// cluster and its plans.
-fn without_inspect_step(text: &str, at: &str) -> (String, bool) {
+fn without_inspect_step(text: &str, at: &str) -> (String, Option<String>) {
     let mut answer: serde_json::Value = serde_json::from_str(text).expect("an answer in JSON");
-    let mut found = false;
+    let mut found = None;
     if let Some(steps) = answer
         .pointer_mut("/provenance/transformations")
         .and_then(serde_json::Value::as_array_mut)
@@ -86,7 +109,7 @@ fn without_inspect_step(text: &str, at: &str) -> (String, bool) {
                     said.contains(at) && said.contains("ran on its executors"),
                     "inspect_dataset says the cluster ran its plans: {said}"
                 );
-                found = true;
+                found = Some(said.to_string());
             }
             !inspected
         });
