@@ -37,11 +37,11 @@ use crate::{Address, CONNECT_TIMEOUT, TallyCodec};
 /// The largest message either side sends (Ballista's default).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// How often the job's status is asked for, at first and at most.
-const POLL_FIRST: Duration = Duration::from_millis(5);
-const POLL_MOST: Duration = Duration::from_millis(50);
+const POLL_FIRST: Duration = Duration::from_millis(2);
+const POLL_MOST: Duration = Duration::from_millis(10);
 /// Answers without a status after which a job that never had one is taken as lost (about 30 s
 /// of polls).
-const LOST_AFTER: u32 = 600;
+const LOST_AFTER: u32 = 3000;
 /// How long the scheduler has to say how many tasks a job ran.
 const TASKS_WITHIN: Duration = Duration::from_secs(1);
 /// How long a cancellation may take before it is given up (it runs after the call ended).

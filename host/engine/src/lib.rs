@@ -29,6 +29,7 @@ pub mod multicode;
 pub mod periods;
 pub mod plan;
 pub mod policy;
+pub mod pregroup;
 pub mod provisions;
 pub mod query;
 pub mod results;

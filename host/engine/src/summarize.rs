@@ -245,20 +245,27 @@ struct Aggregates {
     last_periods: Vec<(FieldId, Expr)>,
     /// `count` that stops the aggregation past the group and explode caps.
     count: datafusion::logical_expr::AggregateUDF,
+    /// Whether each row stands for [`crate::pregroup::WEIGHT`] records.
+    weighted: bool,
 }
 
 impl Aggregates {
-    fn new(caps: crate::groups::Caps) -> Aggregates {
+    fn new(caps: crate::groups::Caps, weighted: bool) -> Aggregates {
         Aggregates {
             keys: Vec::new(),
             exprs: Vec::new(),
             last_periods: Vec::new(),
             count: crate::groups::capped_count(caps),
+            weighted,
         }
     }
 
-    /// Records per group, counted by the capped count.
+    /// Records per group, counted by the capped count (added up from the records each row
+    /// stands for, when weighted: the groups are checked against the cap once made).
     fn records(&mut self) -> Expr {
+        if self.weighted {
+            return self.add("count".into(), || sum(ident(crate::pregroup::WEIGHT)));
+        }
         let count = self.count.clone();
         self.add("count".into(), move || count.call(vec![lit(1i64)]))
     }
@@ -648,10 +655,16 @@ pub async fn run(
             )
         })
         .collect();
+    // Read from its files (on this server or a cluster), a summary that only counts
+    // explodes groups of records made first.
+    let from_files = !call.prepared.is_prepared() && part_filters.is_empty();
+    let pregrouped = crate::pregroup::grouped(&call, &plan, &df, lookups, from_files).await?;
+    let weighted = pregrouped.is_some();
+    let df = pregrouped.unwrap_or(df);
     // Records matched before exploding, the records without a part in each exploded field,
     // and the rows exploding would make, counted before any is made.
     let (pre_explode, without_value) =
-        count_before_exploding(&call.planner, &plan, &df, caps, &indexes).await?;
+        count_before_exploding(&call.planner, &plan, &df, caps, &indexes, weighted).await?;
     // While aggregating, the rows are bounded by the records and the cap on what exploding
     // adds to them.
     let caps = crate::groups::Caps {
@@ -673,7 +686,7 @@ pub async fn run(
         &df
     };
     let documents = meta::sources_of_records(counted_records, &call.prepared).await?;
-    let grouped = aggregate(&call, &plan, df, caps, &indexes, lookups).await?;
+    let grouped = aggregate(&call, &plan, df, caps, &indexes, lookups, weighted).await?;
     said.extend(say_left_out(&call, &plan, &before_latest, lookups, caps).await?);
     let matched = pre_explode.unwrap_or_else(|| records_in(&grouped.batches));
     // Periods side by side and ranks, over every group.
@@ -810,7 +823,9 @@ fn explode(
     })
 }
 
-/// Execute: group and compute the metrics (each aggregate once), with the records per group.
+/// Execute: group and compute the metrics (each aggregate once), with the records per group
+/// (with `weighted`, `df` is of groups of records made before exploding: each row stands for
+/// [`crate::pregroup::WEIGHT`] records).
 async fn aggregate(
     call: &Call<'_>,
     plan: &SummarizePlan,
@@ -818,6 +833,7 @@ async fn aggregate(
     caps: crate::groups::Caps,
     indexes: &[Option<Split>],
     lookups: &crate::lookup::Lookups,
+    weighted: bool,
 ) -> Result<Grouped, EngineError> {
     let def = call.def();
     let group_names: Vec<String> = plan
@@ -837,7 +853,7 @@ async fn aggregate(
         lookups,
     );
 
-    let mut aggregates = Aggregates::new(caps);
+    let mut aggregates = Aggregates::new(caps, weighted);
     let last: Vec<FieldId> = plan
         .metrics
         .iter()
@@ -1652,6 +1668,7 @@ async fn count_before_exploding(
     df: &datafusion::dataframe::DataFrame,
     caps: crate::groups::Caps,
     indexes: &[Option<Split>],
+    weighted: bool,
 ) -> Result<(Option<usize>, Vec<(String, u64)>), EngineError> {
     let def = planner.def;
     let mut without_value: Vec<(String, u64)> = Vec::new();
@@ -1659,8 +1676,18 @@ async fn count_before_exploding(
         return Ok((None, without_value));
     }
     {
-        let mut aggs =
-            vec![datafusion::functions_aggregate::expr_fn::count(lit(1i64)).alias("records")];
+        // The records a row stands for: one, or, over groups made before exploding, those of
+        // its group.
+        let (records, each) = if weighted {
+            let weight = ident(crate::pregroup::WEIGHT);
+            (sum(weight.clone()), weight)
+        } else {
+            (
+                datafusion::functions_aggregate::expr_fn::count(lit(1i64)),
+                lit(1i64),
+            )
+        };
+        let mut aggs = vec![records.alias("records")];
         // The parts of a record, counted (no list built): from the field's index when it
         // has one, else split and counted (each distinct value once).
         let count = |k: usize, e: FieldId| match &indexes[k] {
@@ -1670,7 +1697,7 @@ async fn count_before_exploding(
         for (k, &e) in plan.explode.iter().enumerate() {
             let none = count(k, e).eq(lit(0i64));
             aggs.push(
-                sum(when(none, lit(1i64))
+                sum(when(none, each.clone())
                     .otherwise(lit(0i64))
                     .unwrap_or(lit(0i64)))
                 .alias(format!("without_{k}")),
@@ -1686,9 +1713,12 @@ async fn count_before_exploding(
         // What exploding adds beyond one row per record (a record of one part, or none,
         // adds nothing): what the cap bounds.
         aggs.push(
-            sum(when(product.clone().gt(lit(1.0f64)), product - lit(1.0f64))
-                .otherwise(lit(0.0f64))
-                .unwrap_or(lit(0.0f64)))
+            sum(when(
+                product.clone().gt(lit(1.0f64)),
+                (product - lit(1.0f64)) * cast(each, DataType::Float64),
+            )
+            .otherwise(lit(0.0f64))
+            .unwrap_or(lit(0.0f64)))
             .alias("fanout"),
         );
         let counted = df

@@ -118,3 +118,58 @@ fn without_inspect_step(text: &str, at: &str) -> (String, Option<String>) {
     out.push('\n');
     (out, found)
 }
+
+/// The extract step of an answer (where its plans ran).
+fn extract_step(answer: &serde_json::Value) -> String {
+    answer["provenance"]["transformations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["type"] == "extract")
+        .filter_map(|t| t["description"].as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A summary that only counts the parts of a multi-value field is one job through a cluster
+/// (the records grouped by their whole cells there, the groups exploded on the server), and
+/// counts what the summary on one server counts; one with another metric explodes every
+/// record on the executors, after a job that counts before exploding.
+#[test]
+fn an_exploded_count_is_one_job_through_a_cluster() {
+    use serde_json::json;
+    use tally_semantic::Tool;
+    let cluster = LocalCluster::start(1);
+    let dir = crate::fixture::datasets_dir();
+    let engine = engine_over(dir, &cluster);
+    let alone = Engine::open_with(
+        dir,
+        Limits {
+            serving: Serving::Streaming,
+            ..Default::default()
+        },
+    );
+    let field = "手続が行われるイベント(個人)";
+    for (arguments, plans) in [
+        (json!({"dataset_id": "fixture", "group_by": [field]}), 1),
+        (
+            json!({"dataset_id": "fixture", "group_by": [field, "所管府省庁"], "having": {"count": {"$gte": 1}}}),
+            1,
+        ),
+        (
+            json!({"dataset_id": "fixture", "group_by": [field], "metrics": ["count", "sum:総手続件数"]}),
+            2,
+        ),
+    ] {
+        let through = crate::golden::run_case_on(&engine, Tool::SummarizeRecords, &arguments);
+        let here = crate::golden::run_case_on(&alone, Tool::SummarizeRecords, &arguments);
+        assert_eq!(through["data"], here["data"], "{arguments}");
+        let said = extract_step(&through);
+        let ran = if plans == 1 {
+            " 1 plan ran on its executors".to_string()
+        } else {
+            format!(" {plans} plans ran on its executors")
+        };
+        assert!(said.contains(&ran), "{arguments}: {said}");
+    }
+}

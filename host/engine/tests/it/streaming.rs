@@ -448,3 +448,42 @@ fn the_caps_hold_across_partitions_and_count_exploded_rows_only() {
         );
     }
 }
+
+/// Read from its files, a summary that only counts is grouped by whole cells before it
+/// explodes; with more distinct cells than a summary may hold groups, it explodes record by
+/// record instead. The answers are the same, and those of the prepared table.
+#[test]
+fn an_exploded_count_is_the_same_grouped_first_or_record_by_record() {
+    let dir = crate::fixture::datasets_dir();
+    let answer = |serving: Serving, max_groups: usize, arguments: &Value| -> Value {
+        let engine = Engine::open_with(
+            dir,
+            Limits {
+                serving,
+                max_groups,
+                ..Default::default()
+            },
+        );
+        call(&engine, Tool::SummarizeRecords, arguments)["data"].clone()
+    };
+    let field = "手続が行われるイベント(個人)";
+    for arguments in [
+        json!({"dataset_id": "fixture", "group_by": [field]}),
+        json!({"dataset_id": "fixture", "group_by": [field], "having": {"count": {"$gte": 2}}}),
+    ] {
+        let prepared = answer(Serving::Prepared, 100_000, &arguments);
+        assert!(
+            prepared["rows"].as_array().is_some_and(|r| !r.is_empty()),
+            "{prepared}"
+        );
+        // The fixture's field has 9 distinct cells (null and blank among them) and 6 parts:
+        // under a cap of 8 or 6 groups, its records are exploded one by one.
+        for max_groups in [100_000, 8, 6] {
+            assert_eq!(
+                answer(Serving::Streaming, max_groups, &arguments),
+                prepared,
+                "{arguments} under a cap of {max_groups} groups"
+            );
+        }
+    }
+}
