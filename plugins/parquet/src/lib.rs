@@ -145,28 +145,39 @@ pub fn read_footer_of(
     blob: &dyn Blob,
     modified: Option<SystemTime>,
 ) -> Result<Footer, Error> {
+    let (size, footer_bytes) = footer_bytes(path, blob)?;
+    parse_footer(path, footer_bytes, size, modified)
+}
+
+/// The size of the bytes `blob` holds and its raw footer (Thrift metadata and its length).
+fn footer_bytes(path: &Path, blob: &dyn Blob) -> Result<(u64, Vec<u8>), Error> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
     };
     let size = blob.size().map_err(io)?;
-    let footer_bytes = match raw_footer(blob, size).map_err(io)? {
-        Tail::Footer(bytes) => bytes,
+    match raw_footer(blob, size).map_err(io)? {
+        Tail::Footer(bytes) => Ok((size, bytes)),
         // No magic number at the end: not Parquet, or a file still being written (its footer
         // comes last), which the caller retries.
-        Tail::NoMagic => {
-            return Err(Error::Format {
-                path: path.to_path_buf(),
-                message: "the file does not end with the Parquet magic number".into(),
-            });
-        }
-        Tail::TooLong => {
-            return Err(Error::Implausible {
-                path: path.to_path_buf(),
-                message: format!("its footer says it is longer than {MAX_FOOTER_BYTES} bytes"),
-            });
-        }
-    };
+        Tail::NoMagic => Err(Error::Format {
+            path: path.to_path_buf(),
+            message: "the file does not end with the Parquet magic number".into(),
+        }),
+        Tail::TooLong => Err(Error::Implausible {
+            path: path.to_path_buf(),
+            message: format!("its footer says it is longer than {MAX_FOOTER_BYTES} bytes"),
+        }),
+    }
+}
+
+/// The footer `footer_bytes` of a file of `size` bytes, parsed and checked.
+fn parse_footer(
+    path: &Path,
+    footer_bytes: Vec<u8>,
+    size: u64,
+    modified: Option<SystemTime>,
+) -> Result<Footer, Error> {
     let reader_meta = guarded(path, || {
         let thrift = &footer_bytes[..footer_bytes.len().saturating_sub(8)];
         let metadata =
@@ -186,6 +197,84 @@ pub fn read_footer_of(
         footer_bytes,
         metadata: std::sync::Arc::clone(reader_meta.metadata()),
     })
+}
+
+/// Footers parsed before, by the path (or object key) they were read from, within a bound on
+/// the memory they hold: a footer read again whose bytes are those parsed before, in a file
+/// of the same size, is given back without being parsed again. Parsing the footer of a file
+/// of hundreds of row groups takes tens of milliseconds (megabytes of Thrift); reading its
+/// bytes again and comparing them takes one.
+#[derive(Debug)]
+pub struct Footers {
+    held: std::sync::Mutex<FootersHeld>,
+    /// The memory the footers held may take, in bytes.
+    bound: usize,
+}
+
+#[derive(Debug, Default)]
+struct FootersHeld {
+    /// The footers, oldest first.
+    footers: std::collections::VecDeque<(Footer, usize)>,
+    bytes: usize,
+}
+
+impl Footers {
+    pub fn new(bound: usize) -> Footers {
+        Footers {
+            held: std::sync::Mutex::new(FootersHeld::default()),
+            bound,
+        }
+    }
+
+    /// [`read_footer_of`], parsed only when its bytes are not those of a footer held.
+    pub fn read_of(
+        &self,
+        path: &Path,
+        blob: &dyn Blob,
+        modified: Option<SystemTime>,
+    ) -> Result<Footer, Error> {
+        let (size, bytes) = footer_bytes(path, blob)?;
+        if let Ok(held) = self.held.lock()
+            && let Some((footer, _)) = held
+                .footers
+                .iter()
+                .find(|(f, _)| f.path == path && f.size == size && f.footer_bytes == bytes)
+        {
+            return Ok(Footer {
+                modified,
+                ..footer.clone()
+            });
+        }
+        let footer = parse_footer(path, bytes, size, modified)?;
+        let weight = footer.footer_bytes.len() + footer.metadata.memory_size();
+        if weight <= self.bound
+            && let Ok(mut held) = self.held.lock()
+        {
+            if let Some(at) = held.footers.iter().position(|(f, _)| f.path == path)
+                && let Some((_, w)) = held.footers.remove(at)
+            {
+                held.bytes -= w;
+            }
+            while held.bytes + weight > self.bound {
+                match held.footers.pop_front() {
+                    Some((_, w)) => held.bytes -= w,
+                    None => break,
+                }
+            }
+            held.bytes += weight;
+            held.footers.push_back((footer.clone(), weight));
+        }
+        Ok(footer)
+    }
+
+    /// How many footers are held.
+    pub fn len(&self) -> usize {
+        self.held.lock().map_or(0, |h| h.footers.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The checks a footer must pass: row counts that add up, column chunks inside the file, and
@@ -462,4 +551,54 @@ pub fn decode(
         }
         Ok(schema)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn write(path: &Path, rows: i64) {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+        )
+        .expect("batch");
+        let file = File::create(path).expect("create");
+        let mut writer =
+            datafusion::parquet::arrow::ArrowWriter::try_new(file, schema, None).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+    }
+
+    #[test]
+    fn a_footer_read_again_unchanged_is_not_parsed_again() {
+        let dir = std::env::temp_dir().join(format!("tally-footers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("data.parquet");
+        write(&path, 10);
+        let footers = Footers::new(64 * 1024 * 1024);
+        let read = |footers: &Footers| {
+            let file = File::open(&path).expect("open");
+            footers.read_of(&path, &file, None).expect("footer")
+        };
+        let first = read(&footers);
+        let again = read(&footers);
+        assert_eq!(footers.len(), 1);
+        assert!(Arc::ptr_eq(&first.metadata, &again.metadata));
+        assert_eq!(again.num_rows, 10);
+        // Replaced: parsed again, and held instead of the old one.
+        write(&path, 12);
+        let replaced = read(&footers);
+        assert!(!Arc::ptr_eq(&first.metadata, &replaced.metadata));
+        assert_eq!((replaced.num_rows, footers.len()), (12, 1));
+        // A bound below one footer holds none.
+        let none = Footers::new(16);
+        read(&none);
+        assert!(none.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -284,9 +284,15 @@ impl ParquetStream {
     }
 }
 
+/// The footers an executor parsed, held for the next tasks that read the same files (each
+/// task rebuilds its table, and checks the footer's bytes against the version registered).
+static FOOTERS: std::sync::LazyLock<tally_plugin_parquet::Footers> =
+    std::sync::LazyLock::new(|| tally_plugin_parquet::Footers::new(256 * 1024 * 1024));
+
 /// The files of a table sent to an executor, opened here and checked against the versions
 /// registered: the same size and the same footer (an object: the same ETag, named in every
-/// read). Footers are read on blocking threads, a few files at a time.
+/// read). Footers are read on blocking threads, a few files at a time; one whose bytes are
+/// those of a footer this executor parsed before is not parsed again ([`FOOTERS`]).
 pub(crate) async fn reopen(
     source: &crate::source::TableSource,
 ) -> Result<Vec<StreamFile>, StorageError> {
@@ -316,11 +322,8 @@ pub(crate) async fn reopen(
                         }),
                     )
                     .map_err(|e| executor_object_error(&dataset, e))?;
-                    let footer = tally_plugin_parquet::read_footer_of(
-                        &object.message_path(),
-                        &object,
-                        object.modified,
-                    )
+                    let footer = FOOTERS
+                        .read_of(&object.message_path(), &object, object.modified)
                     .map_err(|e| {
                         // The store's own refusal (an object replaced: its ETag is another),
                         // said as such, not as a file that cannot be read.
@@ -338,7 +341,19 @@ pub(crate) async fn reopen(
                     Ok((footer, Some(Arc::new(object)), file))
                 }
                 (None, Some(path)) => {
-                    let footer = match tally_plugin_parquet::read_footer(std::path::Path::new(path)) {
+                    let opened = std::fs::File::open(path).and_then(|f| {
+                        let modified = f.metadata()?.modified().ok();
+                        Ok((f, modified))
+                    });
+                    let read = opened
+                        .map_err(|source| tally_plugin_parquet::Error::Io {
+                            path: path.into(),
+                            source,
+                        })
+                        .and_then(|(f, modified)| {
+                            FOOTERS.read_of(std::path::Path::new(path), &f, modified)
+                        });
+                    let footer = match read {
                         Ok(f) => f,
                         Err(e) if !std::path::Path::new(path).exists() => {
                             return Err(StorageError::Stale {
