@@ -390,7 +390,20 @@ impl Facts {
             let facts = kept.iter().map(|s| Facts::kept(s, prepared.rows)).collect();
             return Ok((facts, Vec::new()));
         }
-        let batches = statistics(def, table, counted).await?;
+        let (batches, counted) = match statistics(def, table, counted).await {
+            Ok(batches) => (batches, counted),
+            // Every field's values held at once may not fit the call's memory where one
+            // field's at a time do (millions of names): then each field's values are counted
+            // by a plan of its own, as before this pass.
+            Err(e) if !counted.is_empty() && out_of_memory(&e) => {
+                tracing::info!(dataset = %def.id, "values counted a field at a time: {e}");
+                let batches = statistics(def, table, &[])
+                    .await
+                    .map_err(|e| EngineError::computing(&def.id, e))?;
+                (batches, &[][..])
+            }
+            Err(e) => return Err(EngineError::computing(&def.id, e)),
+        };
         let facts = (0..def.column_fields().len())
             .map(|i| Facts::counted(&batches, i))
             .collect();
@@ -436,7 +449,7 @@ async fn statistics(
     def: &tally_semantic::DatasetDef,
     table: &DataFrame,
     counted: &[FieldId],
-) -> Result<Vec<RecordBatch>, EngineError> {
+) -> Result<Vec<RecordBatch>, datafusion::error::DataFusionError> {
     let mut aggregates: Vec<Expr> = vec![count(lit(1i64)).alias("rows")];
     for &id in counted {
         aggregates.push(
@@ -473,12 +486,13 @@ async fn statistics(
             );
         }
     }
-    table
-        .clone()
-        .aggregate(vec![], aggregates)?
-        .collect()
-        .await
-        .map_err(|e| EngineError::computing(&def.id, e))
+    table.clone().aggregate(vec![], aggregates)?.collect().await
+}
+
+/// Whether a plan failed for want of memory (the call's, the caller's or the server's; on a
+/// cluster, an executor's, whose errors arrive as text).
+fn out_of_memory(e: &datafusion::error::DataFusionError) -> bool {
+    tally_storage::error::memory_limit(e).is_some() || e.to_string().contains("Resources exhausted")
 }
 
 /// A field as its definition and the statistics describe it (no values yet).

@@ -39,3 +39,38 @@ fn survey_answers_a_model_gets_right() {
 fn survey_answers_a_model_gets_right_read_at_every_call() {
     crate::survey::answers_a_model_gets_right(&opened(Serving::Streaming));
 }
+
+/// Read from its file with too little memory for every field's values at once, the survey is
+/// inspected a field at a time, and described as with the default budget (in one pass). The
+/// budget, 12 MiB, lies between what the widest field needs alone (手続名, 75k names: the
+/// inspection leaves its values out at 8 MiB) and what every field needs at once (the one
+/// pass fits at 16 MiB), as measured when this test was written.
+#[test]
+fn survey_inspected_a_field_at_a_time_when_one_pass_does_not_fit() {
+    use serde_json::json;
+    let Some((tmp, _)) = crate::survey::survey_folder() else {
+        return;
+    };
+    let inspect = |call_memory_bytes: usize| {
+        let engine = Engine::open_with(
+            tmp.path(),
+            Limits {
+                serving: Serving::Streaming,
+                call_memory_bytes,
+                ..Default::default()
+            },
+        );
+        let out = crate::fixture::block_on(engine.call(
+            tally_semantic::Tool::InspectDataset,
+            &json!({"dataset_id": "survey", "detail": "full"}),
+        ))
+        .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        out["data"].clone()
+    };
+    let small = inspect(12 * 1024 * 1024);
+    assert!(
+        small["fields"].as_array().is_some_and(|f| f.len() == 38),
+        "{small}"
+    );
+    assert_eq!(small, inspect(Limits::default().call_memory_bytes));
+}
