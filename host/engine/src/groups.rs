@@ -30,7 +30,7 @@ pub const CAPPED_COUNT: &str = "tally_count_capped";
 
 /// Why an aggregation was stopped; carried inside a DataFusion error and turned into a
 /// `limit_exceeded` answer by the engine.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Stopped {
     /// The groups passed the cap.
     Groups { cap: usize, seen: usize, rows: u64 },
@@ -71,6 +71,14 @@ const TAG: &str = "[tally:stopped:";
 impl std::fmt::Display for Stopped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.message(), self.tag())
+    }
+}
+
+/// As its message and tag: a cluster's executor sends a failed task's error as the `Debug`
+/// form of its chain, which must carry the tag [`Stopped::from_message`] reads back.
+impl std::fmt::Debug for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 
@@ -342,7 +350,10 @@ mod tests {
             Stopped::Rows { cap: 1_000_000 },
         ] {
             let carried = format!("Job 3 failed: Execution error: {stop}");
-            assert_eq!(Stopped::from_message(&carried), Some(stop));
+            assert_eq!(Stopped::from_message(&carried), Some(stop.clone()));
+            // As an executor sends it: the Debug form of its error chain.
+            let sent = format!("{:?}", DataFusionError::External(Box::new(stop.clone())));
+            assert_eq!(Stopped::from_message(&sent), Some(stop));
         }
         assert_eq!(Stopped::from_message("another failure"), None);
         // The words alone are not read: only the tag the stop writes is.

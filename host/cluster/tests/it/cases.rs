@@ -173,3 +173,35 @@ fn an_exploded_count_is_one_job_through_a_cluster() {
         assert!(said.contains(&ran), "{arguments}: {said}");
     }
 }
+
+/// Past `--max-groups` distinct cells, grouping first stops on the executors (their stop
+/// reaches the server as text) and the summary explodes record by record: the same answer as
+/// one server's under the same cap.
+#[test]
+fn an_exploded_count_is_the_same_through_a_cluster_past_the_cap() {
+    use serde_json::json;
+    use tally_semantic::Tool;
+    let cluster = LocalCluster::start(1);
+    let dir = crate::fixture::datasets_dir();
+    let limits = |serving| Limits {
+        serving,
+        // The fixture's field has 9 distinct cells and 6 parts.
+        max_groups: 6,
+        call_timeout: std::time::Duration::from_secs(120),
+        ..Default::default()
+    };
+    let address = Address::parse(&cluster.address()).expect("the cluster's address");
+    let through = Engine::open_with(dir, limits(Serving::Streaming))
+        .with_cluster(Arc::new(BallistaCluster::new(address, false)), 4);
+    let alone = Engine::open_with(dir, limits(Serving::Prepared));
+    let arguments = json!({"dataset_id": "fixture", "group_by": ["手続が行われるイベント(個人)"]});
+    let answer = crate::golden::run_case_on(&through, Tool::SummarizeRecords, &arguments);
+    let here = crate::golden::run_case_on(&alone, Tool::SummarizeRecords, &arguments);
+    assert!(
+        answer["data"]["rows"]
+            .as_array()
+            .is_some_and(|r| r.len() == 6),
+        "{answer}"
+    );
+    assert_eq!(answer["data"], here["data"]);
+}
