@@ -10,7 +10,9 @@ coded columns' values are the ones drawn from). Each row is drawn independently 
 uniformly (`tally-synth` draws the survey's skew), and the columns the survey keeps narrow are
 made wide:
 
-- `所管府省庁`: 2,000 values (25 in the survey's profile), `法令名` and `法令番号` 200,000;
+- `所管府省庁`: 2,000 values (25 in the survey's profile), `法令名` and `法令番号` 200,000,
+  the first of them the values `--like` holds (so a condition on a real ministry finds its
+  records, one in 2,000) and the rest made up;
 - `手続名`: unique per row, one in ten containing `届出`;
 - the multi-value `手続が行われるイベント(個人)`: one to four parts of 2,000, so nearly every
   record has a combination of its own (distinct cells in the millions);
@@ -56,7 +58,13 @@ for k, (name, kind, *_) in enumerate(columns):
         e = (f"array_to_string(list_transform(range(1 + ({h} % 4)::BIGINT), "
              f"lambda x: 'イベント' || (hash(i, {k}, x) % {parts})::VARCHAR), '; ')")
     elif name in spec["wide"]:
-        e = f"'{name[:2]}' || ({h} % {spec['wide'][name]})::VARCHAR"
+        # The first values are the survey's own (so a condition naming one, such as
+        # scale.py's 国土交通省, finds its records), the rest made up.
+        wide = spec["wide"][name]
+        real = [v for (v,) in c.sql(f"SELECT DISTINCT {q} FROM {source} WHERE {q} IS NOT NULL ORDER BY 1 LIMIT {wide // 2}").fetchall()]
+        listed = "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in real) + "]"
+        made = f"'{name[:2]}' || ({h} % {wide})::VARCHAR"
+        e = f"CASE WHEN {h} % {wide} < {len(real)} THEN {listed}[1 + ({h} % {wide})::BIGINT] ELSE {made} END" if real else made
     elif name == spec["searched"]:
         e = f"CASE WHEN {h} % 20 = 0 THEN '電子' ELSE '書面' END || ({h} % 1000)::VARCHAR"
     elif name == columns[0][0]:

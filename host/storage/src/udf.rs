@@ -27,6 +27,7 @@ use datafusion::prelude::lit;
 pub const PARTS: &str = "tally_parts";
 pub const PART_COUNT: &str = "tally_part_count";
 pub const ICONTAINS: &str = "tally_icontains";
+pub const EXACT: &str = "tally_exact";
 
 /// The list type `tally_parts` returns.
 pub fn parts_type() -> DataType {
@@ -544,11 +545,16 @@ impl ScalarUDFImpl for PartCodes {
 /// The codes a call gives the text of a field read from its files, numbered as its values
 /// are met (code 0: a missing value, null or `""`). A summary over data read at every call
 /// groups on these integers instead of hashing and comparing every row's text, and reads the
-/// values back from here once the groups are made; each distinct value of a batch is looked
-/// up once ([`crate::views::distinct_views`]). They live in this server's memory: a plan sent
-/// to a cluster does not use them.
+/// values back from here once the groups are made; a row read as a view is looked up by its
+/// view ([`crate::views::ViewCodes`]), so its text is hashed once per value a thread meets
+/// (a short value) or once per batch (a long one). They live in this server's memory: a
+/// plan sent to a cluster does not use them.
 #[derive(Debug)]
-pub struct StreamCodes(Mutex<CodeTable>);
+pub struct StreamCodes {
+    table: Mutex<CodeTable>,
+    /// Names this table among those of every call (the threads' view memos are tagged with it).
+    id: u64,
+}
 
 #[derive(Debug)]
 struct CodeTable {
@@ -556,49 +562,70 @@ struct CodeTable {
     values: Vec<String>,
 }
 
+impl CodeTable {
+    /// The code of a present, non-empty value, numbering it if it was not met before.
+    fn code_of(&mut self, v: &str) -> Result<u32> {
+        if let Some(c) = self.codes.get(v) {
+            return Ok(*c);
+        }
+        let c = u32::try_from(self.values.len())
+            .map_err(|_| DataFusionError::Internal("more than 2^32 distinct values".into()))?;
+        self.codes.insert(v.to_string(), c);
+        self.values.push(v.to_string());
+        Ok(c)
+    }
+}
+
 impl Default for StreamCodes {
     fn default() -> StreamCodes {
-        StreamCodes(Mutex::new(CodeTable {
-            codes: hashbrown::HashMap::new(),
-            values: vec![String::new()],
-        }))
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        StreamCodes {
+            table: Mutex::new(CodeTable {
+                codes: hashbrown::HashMap::new(),
+                values: vec![String::new()],
+            }),
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
     }
 }
 
 impl StreamCodes {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, CodeTable>> {
+        self.table
+            .lock()
+            .map_err(|_| DataFusionError::Internal("the code table's lock is poisoned".into()))
+    }
+
     /// The values numbered so far, by code (code 0 is `""`).
     pub fn values(&self) -> Result<datafusion::arrow::array::StringArray> {
-        let table = self
-            .0
-            .lock()
-            .map_err(|_| DataFusionError::Internal("the code table's lock is poisoned".into()))?;
-        Ok(table.values.iter().map(Some).collect())
+        Ok(self.lock()?.values.iter().map(Some).collect())
     }
 
     /// The code of each value (`None`, `""`: 0), numbering the values not met before.
     fn code<'a>(&self, values: &dyn Fn(usize) -> Option<&'a str>, n: usize) -> Result<Vec<u32>> {
-        let mut table = self
-            .0
-            .lock()
-            .map_err(|_| DataFusionError::Internal("the code table's lock is poisoned".into()))?;
+        let mut table = self.lock()?;
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             out.push(match values(i) {
                 None | Some("") => 0,
-                Some(v) => match table.codes.get(v) {
-                    Some(c) => *c,
-                    None => {
-                        let c = u32::try_from(table.values.len()).map_err(|_| {
-                            DataFusionError::Internal("more than 2^32 distinct values".into())
-                        })?;
-                        table.codes.insert(v.to_string(), c);
-                        table.values.push(v.to_string());
-                        c
-                    }
-                },
+                Some(v) => table.code_of(v)?,
             });
         }
         Ok(out)
+    }
+
+    /// [`StreamCodes::code`] of text read as views, looked up by view.
+    fn code_views(&self, array: &datafusion::arrow::array::StringViewArray) -> Result<UInt32Array> {
+        // The table is taken at the first value this thread has no code for, and held to
+        // the batch's end.
+        let mut held = None;
+        crate::views::ViewCodes::codes(array, self.id, |v| {
+            let table = match &mut held {
+                Some(t) => t,
+                None => held.insert(self.lock()?),
+            };
+            table.code_of(v)
+        })
     }
 }
 
@@ -621,26 +648,12 @@ impl StreamCodes {
             }
             return Ok(Arc::new(counts.finish()));
         }
-        let mut table = self
-            .0
-            .lock()
-            .map_err(|_| DataFusionError::Internal("the code table's lock is poisoned".into()))?;
+        let mut table = self.lock()?;
         let mut lists = ListBuilder::new(UInt32Builder::new());
         for i in 0..n {
             if let Some(v) = values(i) {
                 for part in split(v) {
-                    let code = match table.codes.get(part) {
-                        Some(c) => *c,
-                        None => {
-                            let c = u32::try_from(table.values.len()).map_err(|_| {
-                                DataFusionError::Internal("more than 2^32 distinct parts".into())
-                            })?;
-                            table.codes.insert(part.to_string(), c);
-                            table.values.push(part.to_string());
-                            c
-                        }
-                    };
-                    lists.values().append_value(code);
+                    lists.values().append_value(table.code_of(part)?);
                 }
             }
             lists.append(true);
@@ -749,6 +762,11 @@ impl ScalarUDFImpl for Code {
                 "tally_code takes 1 argument".into(),
             ));
         };
+        if let ColumnarValue::Array(array) = text
+            && let Some(view) = datafusion::arrow::array::AsArray::as_string_view_opt(array)
+        {
+            return Ok(ColumnarValue::Array(Arc::new(self.codes.code_views(view)?)));
+        }
         let memo = Memo::default();
         over_text(text, args.number_rows, &memo, "", &|at, n| {
             Ok(Arc::new(UInt32Array::from(self.codes.code(at, n)?)) as ArrayRef)
@@ -941,6 +959,65 @@ impl ScalarUDFImpl for Lookup {
     }
 }
 
+/// `tally_exact(integer)`: an integer as a 128-bit decimal of scale 0, what an exact sum
+/// adds. Every 64-bit integer fits 38 digits, so no value is checked against the precision,
+/// as a cast checks each (a cast was a tenth of a summary's time); a float or decimal column
+/// (an integer field read from one) is cast.
+#[derive(Debug)]
+struct Exact {
+    signature: Signature,
+}
+same_by_name!(Exact);
+
+impl ScalarUDFImpl for Exact {
+    fn name(&self) -> &str {
+        EXACT
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Decimal128(38, 0))
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        match arg_types {
+            [DataType::UInt64] => Ok(vec![DataType::UInt64]),
+            [t] if t.is_integer() || t.is_null() => Ok(vec![DataType::Int64]),
+            // An integer field read from floats or decimals: cast as before.
+            [t] if t.is_numeric() => Ok(vec![t.clone()]),
+            _ => Err(DataFusionError::Plan(format!(
+                "{EXACT} takes 1 integer argument, not {arg_types:?}"
+            ))),
+        }
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use datafusion::arrow::array::{AsArray, Decimal128Array};
+        use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
+        let [value] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "{EXACT} takes 1 argument"
+            )));
+        };
+        let array = value.to_array(args.number_rows)?;
+        let out: Decimal128Array = if let Some(a) = array.as_primitive_opt::<Int64Type>() {
+            a.unary(i128::from)
+        } else if let Some(a) = array.as_primitive_opt::<UInt64Type>() {
+            a.unary(i128::from)
+        } else {
+            datafusion::arrow::compute::cast(&array, &DataType::Decimal128(38, 0))?
+                .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>()
+                .clone()
+        };
+        let out: ArrayRef = Arc::new(out.with_precision_and_scale(38, 0)?);
+        Ok(match value {
+            ColumnarValue::Scalar(_) => {
+                ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+            }
+            ColumnarValue::Array(_) => ColumnarValue::Array(out),
+        })
+    }
+}
+
 /// Builds the functions' expressions. Each expression gets an instance of its own, so what it
 /// keeps of a dictionary lives as long as the plan that uses it.
 #[derive(Debug, Clone, Default)]
@@ -967,6 +1044,9 @@ impl Functions {
             ICONTAINS => Some(Arc::new(ScalarUDF::new_from_impl(IContains {
                 signature: user_defined(),
                 memo: Memo::default(),
+            }))),
+            EXACT => Some(Arc::new(ScalarUDF::new_from_impl(Exact {
+                signature: user_defined(),
             }))),
             _ => None,
         }
@@ -1013,6 +1093,14 @@ impl Functions {
             count: true,
         })
         .call(vec![text])
+    }
+
+    /// An integer as the 128-bit decimal an exact sum adds (`tally_exact`).
+    pub fn exact(&self, integer: Expr) -> Expr {
+        ScalarUDF::new_from_impl(Exact {
+            signature: user_defined(),
+        })
+        .call(vec![integer])
     }
 
     /// The code of each row's text in `codes` (data read from its files; not for a cluster).
@@ -1190,6 +1278,113 @@ mod tests {
         assert_eq!(run(Arc::new(view)), want);
         assert_eq!(run(Arc::new(plain)), want);
         assert_eq!(codes.values().expect("values").len(), 4);
+    }
+
+    /// Codes by view, batch after batch, from more code tables than a thread keeps, each
+    /// batch's views built anew (a long value's view names another buffer in each): every
+    /// row's code names its own text in its own table.
+    #[test]
+    fn codes_by_view_name_each_rows_text_across_batches_and_tables() {
+        use datafusion::arrow::array::StringViewBuilder;
+        let tables: Vec<Arc<StreamCodes>> = (0..crate::views::TABLES_KEPT + 2)
+            .map(|_| Arc::new(StreamCodes::default()))
+            .collect();
+        let value = |k: usize| match k % 4 {
+            0 => format!("v{k}"),
+            1 => format!("とても長い手続の名前 {k}"),
+            2 => String::new(),
+            _ => format!("所管{k}"),
+        };
+        for batch in 0..6usize {
+            for (t, table) in tables.iter().enumerate() {
+                let rows: Vec<Option<String>> = (0..3000usize)
+                    .map(|r| {
+                        let k = (r * 7919 + batch * 31 + t * 17) % 5000;
+                        (r % 13 != 0).then(|| value(k))
+                    })
+                    .collect();
+                let mut builder = StringViewBuilder::new();
+                if batch % 2 == 0 {
+                    builder = builder.with_deduplicate_strings();
+                }
+                builder.extend(rows.iter().map(|v| v.as_deref()));
+                let array = builder.finish();
+                let codes = table.code_views(&array).expect("codes");
+                let values = table.values().expect("values");
+                for (r, want) in rows.iter().enumerate() {
+                    let code = codes.value(r) as usize;
+                    let got = (code != 0).then(|| values.value(code).to_string());
+                    let want = want.clone().filter(|v| !v.is_empty());
+                    assert_eq!(got, want, "batch {batch}, table {t}, row {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exact_integers_are_128_bit_decimals_unchecked_and_floats_cast() {
+        use datafusion::arrow::array::{AsArray, Float64Array, Int64Array, UInt64Array};
+        use datafusion::arrow::datatypes::Decimal128Type;
+        let udf = Exact {
+            signature: user_defined(),
+        };
+        let run = |a: ArrayRef| -> Vec<Option<i128>> {
+            let n = a.len();
+            let t = a.data_type().clone();
+            let coerced = udf.coerce_types(std::slice::from_ref(&t)).expect("coerces");
+            let a = datafusion::arrow::compute::cast(&a, &coerced[0]).expect("coerced");
+            let out = udf
+                .invoke_with_args(ScalarFunctionArgs {
+                    args: vec![ColumnarValue::Array(a)],
+                    arg_fields: vec![Arc::new(Field::new("n", coerced[0].clone(), true))],
+                    number_rows: n,
+                    return_field: Arc::new(Field::new("e", DataType::Decimal128(38, 0), true)),
+                    config_options: Arc::new(Default::default()),
+                })
+                .expect("exact")
+                .to_array(n)
+                .expect("array");
+            assert_eq!(out.data_type(), &DataType::Decimal128(38, 0));
+            out.as_primitive::<Decimal128Type>().iter().collect()
+        };
+        assert_eq!(
+            run(Arc::new(Int64Array::from(vec![
+                Some(i64::MIN),
+                None,
+                Some(7),
+                Some(i64::MAX)
+            ]))),
+            vec![
+                Some(i128::from(i64::MIN)),
+                None,
+                Some(7),
+                Some(i128::from(i64::MAX))
+            ]
+        );
+        assert_eq!(
+            run(Arc::new(UInt64Array::from(vec![Some(u64::MAX), None]))),
+            vec![Some(i128::from(u64::MAX)), None]
+        );
+        assert_eq!(
+            run(Arc::new(datafusion::arrow::array::Int32Array::from(vec![
+                Some(-3),
+                None
+            ]))),
+            vec![Some(-3), None]
+        );
+        assert_eq!(
+            run(Arc::new(Float64Array::from(vec![
+                Some(2.0),
+                None,
+                Some(-5.0)
+            ]))),
+            vec![Some(2), None, Some(-5)]
+        );
+        assert!(udf.coerce_types(&[DataType::Utf8]).is_err());
+        assert!(
+            Functions::by_name(EXACT).is_some(),
+            "sent to a cluster by name"
+        );
     }
 
     fn parts_rows_of(text: ColumnarValue, n: usize) -> Vec<Vec<String>> {

@@ -100,6 +100,127 @@ fn slot_of(view: u128) -> usize {
     let folded = (view as u64) ^ ((view >> 64) as u64);
     (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize
 }
+/// The codes of a call's [`crate::udf::StreamCodes`] for the views a thread met: a short
+/// value (up to 12 bytes) is held in its view, so its view names its text in any batch and is
+/// kept for the calls' next batches on this thread; a long value's view points into its
+/// batch's buffers, so it is kept for that batch only. A row is then one lookup of 16 bytes
+/// instead of a hash and a compare of its text (a summary by a column of 2,000 values spent a
+/// third of its time numbering each batch's distinct views and looking them up by text).
+pub(crate) struct ViewCodes {
+    /// The short views' codes, per code table (the last few a thread used: a summary by two
+    /// fields read from the files numbers each in a table of its own, batch after batch).
+    short: Vec<(u64, hashbrown::HashMap<u128, u32, ViewHash>)>,
+    long: hashbrown::HashMap<u128, u32, ViewHash>,
+}
+
+/// Code tables whose short views a thread keeps.
+pub(crate) const TABLES_KEPT: usize = 4;
+
+/// Short views kept per code table at most (about 0.8 MiB; a thread keeps [`TABLES_KEPT`]
+/// tables); past it a new value is looked up by its text, as a long one.
+const SHORT_KEPT: usize = 1 << 15;
+
+/// The longest value held in its view.
+const INLINE: u32 = 12;
+
+thread_local! {
+    static VIEW_CODES: std::cell::RefCell<ViewCodes> = std::cell::RefCell::new(ViewCodes {
+        short: Vec::new(),
+        long: hashbrown::HashMap::default(),
+    });
+}
+
+impl ViewCodes {
+    /// Each row's code in the table `table` names (null and `""`: 0); `code_of` gives a
+    /// value's code from the table itself, for a value this thread has none for.
+    pub(crate) fn codes(
+        array: &datafusion::arrow::array::StringViewArray,
+        table: u64,
+        mut code_of: impl FnMut(&str) -> datafusion::common::Result<u32>,
+    ) -> datafusion::common::Result<datafusion::arrow::array::UInt32Array> {
+        VIEW_CODES.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            let memo = &mut *memo;
+            // The table's short views first; a table not met lately takes the place of the
+            // one used longest ago (its memory given back when it held many).
+            match memo.short.iter().position(|(t, _)| *t == table) {
+                Some(0) => {}
+                Some(i) => memo.short[..=i].rotate_right(1),
+                None => {
+                    if memo.short.len() < TABLES_KEPT {
+                        memo.short.push((table, hashbrown::HashMap::default()));
+                    }
+                    let last = memo.short.len() - 1;
+                    let (t, kept) = &mut memo.short[last];
+                    *t = table;
+                    if kept.capacity() > 4 * 1024 {
+                        *kept = hashbrown::HashMap::default();
+                    } else {
+                        kept.clear();
+                    }
+                    memo.short.rotate_right(1);
+                }
+            }
+            memo.long.clear();
+            let short = &mut memo.short[0].1;
+            let nulls = array.nulls().filter(|n| n.null_count() > 0);
+            let mut out = Vec::with_capacity(array.len());
+            for (r, view) in array.views().iter().enumerate() {
+                let len = *view as u32;
+                if len == 0 || nulls.is_some_and(|n| n.is_null(r)) {
+                    out.push(0);
+                    continue;
+                }
+                let kept = if len <= INLINE {
+                    &mut *short
+                } else {
+                    &mut memo.long
+                };
+                if let Some(code) = kept.get(view) {
+                    out.push(*code);
+                    continue;
+                }
+                let code = code_of(array.value(r))?;
+                if len > INLINE || kept.len() < SHORT_KEPT {
+                    kept.insert(*view, code);
+                }
+                out.push(code);
+            }
+            Ok(datafusion::arrow::array::UInt32Array::from(out))
+        })
+    }
+}
+
+/// Hashes a view: its halves folded by a wide multiply (a view is 16 bytes of text, or a
+/// length, a prefix and where the rest lies; it needs no keyed hash).
+#[derive(Default, Clone, Copy)]
+struct ViewHash;
+
+struct ViewHasher(u64);
+
+impl std::hash::BuildHasher for ViewHash {
+    type Hasher = ViewHasher;
+    fn build_hasher(&self) -> ViewHasher {
+        ViewHasher(0)
+    }
+}
+
+impl std::hash::Hasher for ViewHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        let folded = (v as u64) ^ ((v >> 64) as u64).rotate_left(29);
+        let wide = u128::from(folded ^ self.0) * 0x9E37_79B9_7F4A_7C15;
+        self.0 = (wide as u64) ^ ((wide >> 64) as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::StringViewBuilder;
