@@ -39,6 +39,13 @@ impl EngineError {
         matches!(self, EngineError::Limit { message, .. } if message.contains("longer than its time budget"))
     }
 
+    /// Whether the call needed more memory than one call may use (`--call-memory-mb`), as
+    /// [`tally_storage::error::memory_limit`] says it: not the caller's share or the server's
+    /// budget taken by others, which pass.
+    pub fn is_over_call_memory(&self) -> bool {
+        matches!(self, EngineError::Limit { message, .. } if message.starts_with("the call needed more memory than its budget"))
+    }
+
     /// The backend of `dataset` failed (for DataFusion's errors, use [`EngineError::computing`],
     /// which tells a budget from a failure).
     pub fn backend(dataset: &str, e: impl std::fmt::Display) -> EngineError {

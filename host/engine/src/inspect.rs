@@ -174,7 +174,7 @@ pub async fn compute(
     let ctx = engine.call_context(prepared.rows)?;
     let table = ctx.read_table(prepared.table().provider)?;
     let (stats, mut parts) = facts_and_values(&ctx, &prepared, def, &table).await?;
-    let mut listed = listed_values_of_every_field(&ctx, &prepared, def).await;
+    let (mut listed, unlisted) = listed_values_of_every_field(&ctx, &prepared, def).await?;
     let mut fields = Vec::with_capacity(def.fields.len());
     let mut quality_summary = QualitySummary {
         rule: "fill rate (null and blank count as empty): fully = 1.0, mostly ≥ 0.5, sparse < 0.5",
@@ -182,7 +182,7 @@ pub async fn compute(
     };
     // What the data shows the definition did not say (cells of several codes in a field
     // declared single-valued), said with the definition's own warnings.
-    let mut data_warnings: Vec<String> = Vec::new();
+    let mut data_warnings: Vec<String> = unlisted;
     for (i, f) in def.fields.iter().enumerate() {
         // A call given up ends between two fields: over prepared data each field's queries
         // may finish without ever yielding, where an abort would take effect.
@@ -785,19 +785,44 @@ fn counts_values(f: &tally_semantic::definition::Field) -> bool {
 
 /// [`listed_values`] of every field without a codelist that [`lists_values`] (from the counts
 /// of one pass over the data, or a prepared table's dictionaries).
+/// The listed values of every field that lists them, and a warning per field whose values
+/// could not be counted within one call's memory (the field then says so itself; the
+/// description is not refused for it). Any other failure fails the inspection.
 async fn listed_values_of_every_field(
     ctx: &datafusion::prelude::SessionContext,
     prepared: &tally_storage::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
-) -> std::collections::HashMap<FieldId, Option<TopValues>> {
+) -> Result<
+    (
+        std::collections::HashMap<FieldId, Option<TopValues>>,
+        Vec<String>,
+    ),
+    EngineError,
+> {
     let mut listed = std::collections::HashMap::new();
+    let mut warnings = Vec::new();
     for (i, f) in def.fields.iter().enumerate() {
         if f.codelist.is_none() && lists_values(f) {
             let id = FieldId::at(i);
-            listed.insert(id, listed_values(ctx, prepared, def, id).await);
+            let values = match listed_values(ctx, prepared, def, id).await {
+                Ok(values) => values,
+                Err(e) if e.is_over_call_memory() => {
+                    let said = format!(
+                        "the values of `{}` are not listed: counting them needs more memory than one call may use (the server's --call-memory-mb); find its values with query_records (`q` or `$contains`) or a summary grouped by it with filters",
+                        f.name
+                    );
+                    warnings.push(said.clone());
+                    Some(TopValues {
+                        note: Some(said),
+                        ..TopValues::default()
+                    })
+                }
+                Err(e) => return Err(e),
+            };
+            listed.insert(id, values);
         }
     }
-    listed
+    Ok((listed, warnings))
 }
 
 /// The values of a text field without a codelist, when worth listing: values that each occur
@@ -808,12 +833,10 @@ async fn listed_values(
     prepared: &tally_storage::dataset::Prepared,
     def: &tally_semantic::DatasetDef,
     field: FieldId,
-) -> Option<TopValues> {
-    let (distinct, values) = observed_values(ctx, prepared, def, field, TOP_VALUES)
-        .await
-        .ok()?;
+) -> Result<Option<TopValues>, EngineError> {
+    let (distinct, values) = observed_values(ctx, prepared, def, field, TOP_VALUES).await?;
     let unique = values.first().is_some_and(|v| v.count == 1);
-    if unique && distinct > TOP_VALUES {
+    Ok(if unique && distinct > TOP_VALUES {
         Some(TopValues {
             distinct_count: Some(distinct),
             note: Some(format!(
@@ -836,7 +859,7 @@ async fn listed_values(
         })
     } else {
         None
-    }
+    })
 }
 
 /// The computed measures, with the metric that asks for each.

@@ -441,9 +441,12 @@ pub struct TopValues {
 }
 
 impl TopValues {
-    /// The compact form: the first `n` values as `[value, count]`, without the note.
+    /// The compact form: the first `n` values as `[value, count]`, without the note (kept
+    /// when the values were not counted at all: it says why there are none).
     pub fn shorten(&mut self, n: usize) {
-        self.note = None;
+        if self.distinct_count.is_some() {
+            self.note = None;
+        }
         self.top_values = self.top_values.take().map(|top| {
             TopValueList::Pairs(match top {
                 TopValueList::Full(values) => values

@@ -40,6 +40,60 @@ fn survey_answers_a_model_gets_right_read_at_every_call() {
     crate::survey::answers_a_model_gets_right(&opened(Serving::Streaming));
 }
 
+/// A field whose values do not fit one call's memory even counted alone (75,071 names in
+/// 1 MiB) is described without them, and says so, in the field and in the warnings: its
+/// values are never left out in silence, and the rest of the description is given.
+#[test]
+fn survey_fields_whose_values_do_not_fit_a_call_say_so() {
+    use serde_json::json;
+    let Some((tmp, _)) = crate::survey::survey_folder() else {
+        return;
+    };
+    let inspect = |call_memory_bytes: usize, detail: &str| {
+        let engine = Engine::open_with(
+            tmp.path(),
+            Limits {
+                serving: Serving::Streaming,
+                call_memory_bytes,
+                ..Default::default()
+            },
+        );
+        let out = crate::fixture::block_on(engine.call(
+            tally_semantic::Tool::InspectDataset,
+            &json!({"dataset_id": "survey", "detail": detail}),
+        ))
+        .unwrap_or_else(|e| panic!("{}", e.to_json()));
+        out["data"].clone()
+    };
+    let unlisted = |data: &serde_json::Value| -> Vec<String> {
+        data["definition_warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.as_str())
+            .filter(|w| w.contains("are not listed"))
+            .map(str::to_string)
+            .collect()
+    };
+    for detail in ["full", "compact"] {
+        let small = inspect(1024 * 1024, detail);
+        let said = unlisted(&small);
+        assert!(
+            said.iter().any(|w| w.contains("`手続名`")),
+            "{detail}: {said:?}"
+        );
+        for f in small["fields"].as_array().expect("fields") {
+            let name = f["name"].as_str().expect("name");
+            if said.iter().any(|w| w.contains(&format!("`{name}`"))) {
+                let note = f["values"]["note"].as_str().unwrap_or_default();
+                assert!(note.contains("are not listed"), "{detail}: {f}");
+                assert!(f["values"].get("top_values").is_none(), "{detail}: {f}");
+            }
+        }
+        assert!(unlisted(&inspect(Limits::default().call_memory_bytes, detail)).is_empty());
+    }
+}
+
 /// Read from its file with too little memory for every field's values at once, the survey is
 /// inspected a field at a time, and described as with the default budget (in one pass). The
 /// budget, 12 MiB, lies between what the widest field needs alone (手続名, 75k names: the
