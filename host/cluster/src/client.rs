@@ -386,6 +386,14 @@ fn job_failed(address: &Address, job: &str, error: &str) -> DataFusionError {
         };
         return DataFusionError::External(Box::new(storage));
     }
+    // An executor's memory refused to an operator above the scan (an aggregate's state): the
+    // call's budget, as on one server (a scan's own refusal crosses as a storage error).
+    if error.contains("ResourcesExhausted") {
+        return DataFusionError::ResourcesExhausted(format!(
+            "{} (job {job} on the cluster at {address})",
+            readable(error)
+        ));
+    }
     failed(address, format!("job {job} failed: {}", readable(error)))
 }
 
@@ -524,8 +532,15 @@ mod tests {
             ),
         ];
         for (sent, said) in cases {
-            let e = job_failed(&address(), "j1", sent).to_string();
+            let failed = job_failed(&address(), "j1", sent);
+            let e = failed.to_string();
             assert!(e.contains(said), "{sent}\n→ {e}");
+            // A memory refusal is the call's budget, as on one server.
+            assert_eq!(
+                tally_storage::error::memory_limit(&failed).is_some(),
+                said == "ResourcesExhausted",
+                "{e}"
+            );
             assert!(!dumped(&e), "{sent}\n→ {e}");
             assert!(e.contains("df://127.0.0.1:50050"), "{e}");
         }

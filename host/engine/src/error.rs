@@ -43,7 +43,7 @@ impl EngineError {
     /// [`tally_storage::error::memory_limit`] says it: not the caller's share or the server's
     /// budget taken by others, which pass.
     pub fn is_over_call_memory(&self) -> bool {
-        matches!(self, EngineError::Limit { message, .. } if message.starts_with("the call needed more memory than its budget"))
+        matches!(self, EngineError::Limit { message, .. } if message == tally_storage::error::OVER_CALL_BUDGET)
     }
 
     /// The backend of `dataset` failed (for DataFusion's errors, use [`EngineError::computing`],

@@ -784,8 +784,7 @@ fn counts_values(f: &tally_semantic::definition::Field) -> bool {
 }
 
 /// [`listed_values`] of every field without a codelist that [`lists_values`] (from the counts
-/// of one pass over the data, or a prepared table's dictionaries).
-/// The listed values of every field that lists them, and a warning per field whose values
+/// of one pass over the data, or a prepared table's dictionaries), and a warning per field whose values
 /// could not be counted within one call's memory (the field then says so itself; the
 /// description is not refused for it). Any other failure fails the inspection.
 async fn listed_values_of_every_field(

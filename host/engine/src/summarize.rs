@@ -866,7 +866,7 @@ async fn aggregate(
     if !last.is_empty() {
         aggregates.last_periods = latest_of_groups(call, &df, &group_exprs, caps, &last).await?;
     }
-    let (grouped_on, mut finals) = one_key(&group_exprs, &group_names, df.schema());
+    let (grouped_on, mut finals) = one_key(&group_exprs, &coded, &group_names, df.schema());
     let mut columns: Vec<String> = group_names.clone();
     let mut metric_columns: Vec<String> = Vec::new();
     for m in &plan.metrics {
@@ -955,11 +955,14 @@ const PAIR_KEY: &str = "__tally_key_pair";
 /// value's code is 0, whether or not it is null, so a null code is taken as 0.
 fn one_key(
     group_exprs: &[Expr],
+    coded: &[Option<KeyCodes>],
     names: &[String],
     schema: &datafusion::common::DFSchema,
 ) -> (Vec<Expr>, Vec<Expr>) {
     use datafusion::logical_expr::ExprSchemable;
     let codes = group_exprs.len() == 2
+        && coded.len() == 2
+        && coded.iter().all(Option::is_some)
         && group_exprs
             .iter()
             .all(|e| matches!(e.get_type(schema), Ok(DataType::UInt32)));

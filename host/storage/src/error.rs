@@ -105,6 +105,9 @@ fn exhausted(e: &DataFusionError) -> Option<&str> {
     }
 }
 
+/// What a call stopped at its own memory budget (`--call-memory-mb`) is told.
+pub const OVER_CALL_BUDGET: &str = "the call needed more memory than its budget and was stopped";
+
 /// A full memory pool is the caller's budget (or the server's, shared by every call), not a
 /// broken backend. Which budget it was, the call pool says in its refusal ([`Refused`]).
 pub fn memory_limit(e: &DataFusionError) -> Option<StorageError> {
@@ -119,7 +122,7 @@ pub fn memory_limit(e: &DataFusionError) -> Option<StorageError> {
             hint: "try again in a moment; a narrower call (filters, fewer groups) needs less memory".to_string(),
         },
         Refused::CallBudget => StorageError::Limit {
-            message: "the call needed more memory than its budget and was stopped".to_string(),
+            message: OVER_CALL_BUDGET.to_string(),
             hint: "narrow the call: add filters, group by fewer or coarser fields, or lower limit"
                 .to_string(),
         },

@@ -107,6 +107,10 @@ pub fn canonical_type(field_type: FieldType, source: &DataType) -> Result<DataTy
     }
 }
 
+/// Counted values a share compares each row's view with; with more, each distinct view of a
+/// batch is decided once instead ([`Share::column`]).
+const VIEWS_COMPARED: usize = 16;
+
 /// A `count_where` measure whose records count or not, decided once per dictionary value.
 #[derive(Debug, Clone)]
 pub struct Share {
@@ -176,6 +180,7 @@ impl Share {
             share_of_codes(dict, &mask)
         } else if let Some(view) = text.as_string_view_opt()
             && self.separator.is_none()
+            && self.values.len() <= VIEWS_COMPARED
         {
             self.column_of_views(view)
         } else if let Some(view) = text.as_string_view_opt() {

@@ -1004,9 +1004,19 @@ impl ScalarUDFImpl for Exact {
         } else if let Some(a) = array.as_primitive_opt::<UInt64Type>() {
             a.unary(i128::from)
         } else {
-            datafusion::arrow::compute::cast(&array, &DataType::Decimal128(38, 0))?
-                .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>()
-                .clone()
+            // As the logical cast did: a value that is no integer (NaN, an infinity) or
+            // past 38 digits fails the call instead of leaving the sum as a null.
+            let options = datafusion::arrow::compute::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            datafusion::arrow::compute::cast_with_options(
+                &array,
+                &DataType::Decimal128(38, 0),
+                &options,
+            )?
+            .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>()
+            .clone()
         };
         let out: ArrayRef = Arc::new(out.with_precision_and_scale(38, 0)?);
         Ok(match value {
@@ -1295,11 +1305,20 @@ mod tests {
             2 => String::new(),
             _ => format!("所管{k}"),
         };
-        for batch in 0..6usize {
-            for (t, table) in tables.iter().enumerate() {
-                let rows: Vec<Option<String>> = (0..3000usize)
+        // First as many tables as a thread keeps, batch after batch (each table's short
+        // views found again, the tables' places rotating), then more than it keeps.
+        let runs = (0..6usize)
+            .flat_map(|batch| (0..crate::views::TABLES_KEPT).map(move |t| (batch, t)))
+            .chain((6..12usize).flat_map(|batch| (0..tables.len()).map(move |t| (batch, t))))
+            .chain((12..15usize).map(|batch| (batch, 1)));
+        for (batch, t) in runs {
+            let table = &tables[t];
+            {
+                let rows: Vec<Option<String>> = (0..if batch >= 12 { 8000 } else { 3000 })
                     .map(|r| {
-                        let k = (r * 7919 + batch * 31 + t * 17) % 5000;
+                        // The last batches draw from more short values than a table keeps.
+                        let keys = if batch >= 12 { 40_000 } else { 5000 };
+                        let k = (r * 7919 + batch * 31 + t * 17) % keys;
                         (r % 13 != 0).then(|| value(k))
                     })
                     .collect();
@@ -1380,6 +1399,16 @@ mod tests {
             ]))),
             vec![Some(2), None, Some(-5)]
         );
+        // A float that is no integer fails the call, as the cast it replaces did.
+        let nan: ArrayRef = Arc::new(Float64Array::from(vec![Some(1.0), Some(f64::NAN)]));
+        let failed = udf.invoke_with_args(ScalarFunctionArgs {
+            args: vec![ColumnarValue::Array(nan)],
+            arg_fields: vec![Arc::new(Field::new("n", DataType::Float64, true))],
+            number_rows: 2,
+            return_field: Arc::new(Field::new("e", DataType::Decimal128(38, 0), true)),
+            config_options: Arc::new(Default::default()),
+        });
+        assert!(failed.is_err(), "{failed:?}");
         assert!(udf.coerce_types(&[DataType::Utf8]).is_err());
         assert!(
             Functions::by_name(EXACT).is_some(),

@@ -116,9 +116,11 @@ pub(crate) struct ViewCodes {
 /// Code tables whose short views a thread keeps.
 pub(crate) const TABLES_KEPT: usize = 4;
 
-/// Short views kept per code table at most (about 0.8 MiB; a thread keeps [`TABLES_KEPT`]
-/// tables); past it a new value is looked up by its text, as a long one.
-const SHORT_KEPT: usize = 1 << 15;
+/// Short views kept per code table at most: a map of 4,096 views and codes takes about
+/// 270 KiB (32 bytes an entry, in 8,192 buckets), so a thread holds about 1.1 MiB for its
+/// [`TABLES_KEPT`] tables, and up to 540 KiB more for a batch's long views (a batch of 8,192
+/// rows). Past it a table's new short values are kept for their batch, as long ones are.
+const SHORT_KEPT: usize = 4096;
 
 /// The longest value held in its view.
 const INLINE: u32 = 12;
@@ -171,18 +173,22 @@ impl ViewCodes {
                     out.push(0);
                     continue;
                 }
-                let kept = if len <= INLINE {
-                    &mut *short
-                } else {
-                    &mut memo.long
-                };
-                if let Some(code) = kept.get(view) {
+                if len <= INLINE
+                    && let Some(code) = short.get(view)
+                {
+                    out.push(*code);
+                    continue;
+                }
+                // Long views, and short ones past what a table keeps: for this batch.
+                if let Some(code) = memo.long.get(view) {
                     out.push(*code);
                     continue;
                 }
                 let code = code_of(array.value(r))?;
-                if len > INLINE || kept.len() < SHORT_KEPT {
-                    kept.insert(*view, code);
+                if len <= INLINE && short.len() < SHORT_KEPT {
+                    short.insert(*view, code);
+                } else {
+                    memo.long.insert(*view, code);
                 }
                 out.push(code);
             }
