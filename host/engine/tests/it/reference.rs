@@ -40,31 +40,37 @@ fn survey_answers_a_model_gets_right_read_at_every_call() {
     crate::survey::answers_a_model_gets_right(&opened(Serving::Streaming));
 }
 
+/// The survey in `folder` inspected read from its file, with `call_memory_bytes` a call.
+fn inspected(
+    folder: &std::path::Path,
+    call_memory_bytes: usize,
+    detail: &str,
+) -> serde_json::Value {
+    let engine = Engine::open_with(
+        folder,
+        Limits {
+            serving: Serving::Streaming,
+            call_memory_bytes,
+            ..Default::default()
+        },
+    );
+    let out = crate::fixture::block_on(engine.call(
+        tally_semantic::Tool::InspectDataset,
+        &serde_json::json!({"dataset_id": "survey", "detail": detail}),
+    ))
+    .unwrap_or_else(|e| panic!("{}", e.to_json()));
+    out["data"].clone()
+}
+
 /// A field whose values do not fit one call's memory even counted alone (75,071 names in
 /// 1 MiB) is described without them, and says so, in the field and in the warnings: its
 /// values are never left out in silence, and the rest of the description is given.
 #[test]
 fn survey_fields_whose_values_do_not_fit_a_call_say_so() {
-    use serde_json::json;
     let Some((tmp, _)) = crate::survey::survey_folder() else {
         return;
     };
-    let inspect = |call_memory_bytes: usize, detail: &str| {
-        let engine = Engine::open_with(
-            tmp.path(),
-            Limits {
-                serving: Serving::Streaming,
-                call_memory_bytes,
-                ..Default::default()
-            },
-        );
-        let out = crate::fixture::block_on(engine.call(
-            tally_semantic::Tool::InspectDataset,
-            &json!({"dataset_id": "survey", "detail": detail}),
-        ))
-        .unwrap_or_else(|e| panic!("{}", e.to_json()));
-        out["data"].clone()
-    };
+    let inspect = |call_memory_bytes, detail| inspected(tmp.path(), call_memory_bytes, detail);
     let unlisted = |data: &serde_json::Value| -> Vec<String> {
         data["definition_warnings"]
             .as_array()
@@ -96,31 +102,15 @@ fn survey_fields_whose_values_do_not_fit_a_call_say_so() {
 
 /// Read from its file with too little memory for every field's values at once, the survey is
 /// inspected a field at a time, and described as with the default budget (in one pass). The
-/// budget, 12 MiB, lies between what the widest field needs alone (手続名, 75k names: the
-/// inspection leaves its values out at 8 MiB) and what every field needs at once (the one
+/// budget, 12 MiB, lies between what the widest field needs alone (手続名, 75k names: at
+/// 8 MiB it is described without them, and says so) and what every field needs at once (the one
 /// pass fits at 16 MiB), as measured when this test was written.
 #[test]
 fn survey_inspected_a_field_at_a_time_when_one_pass_does_not_fit() {
-    use serde_json::json;
     let Some((tmp, _)) = crate::survey::survey_folder() else {
         return;
     };
-    let inspect = |call_memory_bytes: usize| {
-        let engine = Engine::open_with(
-            tmp.path(),
-            Limits {
-                serving: Serving::Streaming,
-                call_memory_bytes,
-                ..Default::default()
-            },
-        );
-        let out = crate::fixture::block_on(engine.call(
-            tally_semantic::Tool::InspectDataset,
-            &json!({"dataset_id": "survey", "detail": "full"}),
-        ))
-        .unwrap_or_else(|e| panic!("{}", e.to_json()));
-        out["data"].clone()
-    };
+    let inspect = |call_memory_bytes| inspected(tmp.path(), call_memory_bytes, "full");
     let small = inspect(12 * 1024 * 1024);
     assert!(
         small["fields"].as_array().is_some_and(|f| f.len() == 38),
