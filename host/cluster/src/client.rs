@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ballista_core::client::BallistaClient;
+use ballista_core::extension::BallistaConfigGrpcEndpoint;
 use ballista_core::serde::protobuf::execute_query_failure_result::Failure;
 use ballista_core::serde::protobuf::execute_query_params::Query;
 use ballista_core::serde::protobuf::execute_query_result;
@@ -29,7 +30,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::physical_plan::AsExecutionPlan;
 use datafusion_proto::protobuf::PhysicalPlanNode;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use tonic::transport::Channel;
 
 use crate::{Address, CONNECT_TIMEOUT, TallyCodec};
@@ -72,11 +73,15 @@ pub async fn run(
         return Err(failed(address, why));
     }
     let (locations, proxy) = follow(address, &mut scheduler, &job_id, &mut job).await?;
-    let tasks = tasks(&mut scheduler, &job_id).await;
-    let address = address.clone();
-    let partitions = futures::stream::iter(locations)
-        .then(move |location| fetch(address.clone(), location, proxy.clone()))
-        .try_flatten();
+    // The partitions of the answer are asked for at once, each from the executor holding it,
+    // while the scheduler says how many tasks the job ran; they are read in order.
+    let opened = futures::future::try_join_all(
+        locations
+            .into_iter()
+            .map(|location| fetch(address.clone(), location, proxy.clone())),
+    );
+    let (tasks, opened) = tokio::join!(tasks(&mut scheduler, &job_id), opened);
+    let partitions = futures::stream::iter(opened?).flatten();
     Ok((
         Box::pin(RecordBatchStreamAdapter::new(
             SchemaRef::clone(&schema),
@@ -286,7 +291,7 @@ async fn fetch(
         port,
         MAX_MESSAGE,
         false,
-        None,
+        Some(Arc::new(BallistaConfigGrpcEndpoint::new(crate::without_delay()))),
         3,
         100,
         0,

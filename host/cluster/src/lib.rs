@@ -1,9 +1,11 @@
 //! Tally on an Apache Arrow Ballista cluster.
 //!
-//! The server plans each call as it does alone; a plan that scans files
-//! (`tally_storage::cluster::ScanExec`) is sent whole, as a physical plan, to the Ballista
-//! scheduler, which splits it into stages and hands their tasks to the executors. The
-//! answer streams back to the server, which shapes it into the envelope as for any call.
+//! The server plans each call as it does alone; the part of a plan that scans files
+//! (`tally_storage::cluster::ScanExec`), below its lowest exchanges
+//! (`tally_storage::cluster::ClusterPlanner`), is sent as a physical plan to the Ballista
+//! scheduler, which hands its tasks to the executors. Its answer streams back to the server,
+//! which merges it (the exchanges and what is above them) and shapes it into the envelope as
+//! for any call.
 //!
 //! - [`codec`]: how Tally's scans and functions travel (the scheduler and every executor
 //!   must use it: `tally-scheduler` and `tally-executor` are Ballista's with it).
@@ -37,6 +39,18 @@ pub use codec::TallyCodec;
 
 /// How long the scheduler has to accept a connection.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What every gRPC connection a Tally process opens to the cluster sets: no Nagle delay.
+///
+/// Ballista's clients to executors (the answer's partitions, an executor's reports to the
+/// scheduler, one executor reading another's shuffle) and its scheduler's listener leave
+/// Nagle's algorithm on. A request or an answer written in two parts (its headers, then its
+/// message) then waits for the peer's delayed acknowledgement of the first part: 40 ms on
+/// Linux, at each of a call's exchanges (measured: a count of 7.5M records through two
+/// executors took 120 ms, of which the job was 25 ms).
+pub fn without_delay() -> ballista_core::extension::EndpointOverrideFn {
+    Arc::new(|endpoint: tonic::transport::Endpoint| Ok(endpoint.tcp_nodelay(true)))
+}
 
 /// A scheduler's address: `df://host:port` (the form Ballista's clients take).
 #[derive(Debug, Clone, PartialEq, Eq)]

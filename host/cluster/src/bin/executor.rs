@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use ballista_core::extension::SessionConfigExt;
 use ballista_executor::config::Config;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use clap::Parser;
@@ -56,6 +57,13 @@ async fn main() -> std::process::ExitCode {
         }
     };
     config.override_physical_codec = Some(Arc::new(TallyCodec::new(budget)));
+    // Its reports to the scheduler and its reads of other executors' shuffles without the
+    // Nagle delay (`tally_cluster::without_delay`).
+    config.override_create_grpc_client_endpoint = Some(tally_cluster::without_delay());
+    config.override_config_producer = Some(Arc::new(|| {
+        ballista_core::utils::default_config_producer()
+            .with_ballista_override_create_grpc_client_endpoint(tally_cluster::without_delay())
+    }));
     match start_executor_process(Arc::new(config)).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

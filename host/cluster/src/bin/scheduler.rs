@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::{Config, SchedulerConfig};
-use ballista_scheduler::scheduler_process::start_server;
+use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
 use clap::Parser;
+use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use tally_cluster::TallyCodec;
 
 /// Tally's defaults, given before the arguments so that any given overrides them.
@@ -67,7 +68,58 @@ async fn serve(opt: Config) -> Result<(), String> {
     let cluster = BallistaCluster::new_from_config(&config)
         .await
         .map_err(|e| format!("{e}"))?;
-    start_server(cluster, address, Arc::new(config))
+    let config = Arc::new(config);
+    config.validate().map_err(|e| format!("{e}"))?;
+    let listener = listen(address)?;
+    // The line Ballista's own `start_server` writes, under its target, so that a filter such
+    // as `ballista=info` (the one docs/cluster.md and the tests use) still shows it.
+    tracing::info!(
+        target: "ballista_scheduler::scheduler_process",
+        "Ballista Scheduler v{} (tally-scheduler) listening on {address:?}",
+        ballista_core::BALLISTA_VERSION
+    );
+    let scheduler = create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, config)
+        .await
+        .map_err(|e| format!("{e}"))?;
+    start_grpc_service_with_listener(listener, scheduler)
         .await
         .map_err(|e| format!("{e}"))
+}
+
+/// The scheduler's listening socket, its connections without the Nagle delay (Linux gives
+/// an accepted connection its listener's setting; Ballista's own `start_server` leaves it
+/// on, so each answer to a server or an executor waited for a delayed acknowledgement).
+fn listen(address: std::net::SocketAddr) -> Result<tokio::net::TcpListener, String> {
+    let bind = |e: std::io::Error| format!("cannot listen on {address}: {e}");
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(bind)?;
+    socket.set_reuseaddr(true).map_err(bind)?;
+    socket.set_nodelay(true).map_err(bind)?;
+    socket.bind(address).map_err(bind)?;
+    socket.listen(1024).map_err(bind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the scheduler answers on goes out at once: an accepted connection has no Nagle
+    /// delay (set on the listener, which the connection inherits).
+    #[tokio::test]
+    async fn connections_to_the_scheduler_have_no_nagle_delay() {
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let at = listener.local_addr().unwrap();
+        let client = tokio::net::TcpStream::connect(at);
+        let (accepted, client) = tokio::join!(listener.accept(), client);
+        let (accepted, _) = accepted.unwrap();
+        assert!(accepted.nodelay().unwrap());
+        assert!(
+            !client.unwrap().nodelay().unwrap(),
+            "a plain connection has it on"
+        );
+    }
 }
