@@ -241,7 +241,7 @@ pub fn read_groups_of(
     }
     // Rewritten while it was read: not the version registered.
     match crate::raw_footer(file, size).map_err(io)? {
-        crate::Tail::Footer(bytes) if bytes == footer.footer_bytes => {}
+        crate::Tail::Footer(bytes) if *bytes == *footer.footer_bytes => {}
         _ => {
             return Err(Error::Changed {
                 path: path.to_path_buf(),

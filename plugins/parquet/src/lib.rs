@@ -90,8 +90,12 @@ pub struct Footer {
     pub size: u64,
     pub modified: Option<SystemTime>,
     /// The raw footer (Thrift metadata and its length), which changes whenever the data does:
-    /// enough to tell versions apart without reading the data pages.
-    pub footer_bytes: Vec<u8>,
+    /// enough to tell versions apart without reading the data pages. Shared by the footer's
+    /// clones (it is megabytes for a file of hundreds of row groups).
+    pub footer_bytes: std::sync::Arc<[u8]>,
+    /// A digest of `footer_bytes`, made once by whoever needs one and shared by the footer's
+    /// clones: a footer [`Footers`] gives back is such a clone, its bytes compared equal.
+    pub digest: std::sync::Arc<std::sync::OnceLock<String>>,
     /// The footer, parsed and checked.
     pub metadata: std::sync::Arc<datafusion::parquet::file::metadata::ParquetMetaData>,
 }
@@ -194,7 +198,8 @@ fn parse_footer(
         num_rows: u64::try_from(num_rows).unwrap_or(0),
         size,
         modified,
-        footer_bytes,
+        footer_bytes: footer_bytes.into(),
+        digest: std::sync::Arc::default(),
         metadata: std::sync::Arc::clone(reader_meta.metadata()),
     })
 }
@@ -238,7 +243,7 @@ impl Footers {
             && let Some((footer, _)) = held
                 .footers
                 .iter()
-                .find(|(f, _)| f.path == path && f.size == size && f.footer_bytes == bytes)
+                .find(|(f, _)| f.path == path && f.size == size && *f.footer_bytes == *bytes)
         {
             return Ok(Footer {
                 modified,
@@ -590,11 +595,15 @@ mod tests {
         assert_eq!(footers.len(), 1);
         assert!(Arc::ptr_eq(&first.metadata, &again.metadata));
         assert_eq!(again.num_rows, 10);
-        // Replaced: parsed again, and held instead of the old one.
+        // A digest made of the first is the second's: their bytes are the same.
+        first.digest.get_or_init(|| "made once".into());
+        assert_eq!(again.digest.get().map(String::as_str), Some("made once"));
+        // Replaced: parsed again, and held instead of the old one, with no digest yet.
         write(&path, 12);
         let replaced = read(&footers);
         assert!(!Arc::ptr_eq(&first.metadata, &replaced.metadata));
         assert_eq!((replaced.num_rows, footers.len()), (12, 1));
+        assert!(replaced.digest.get().is_none());
         // A bound below one footer holds none.
         let none = Footers::new(16);
         read(&none);

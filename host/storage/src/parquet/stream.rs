@@ -276,7 +276,11 @@ impl ParquetStream {
                 size: f.footer.size,
                 offset: f.offset,
                 rows: f.footer.num_rows,
-                footer_sha256: crate::backend::sha256_hex(&f.footer.footer_bytes),
+                footer_sha256: f
+                    .footer
+                    .digest
+                    .get_or_init(|| crate::backend::sha256_hex(&f.footer.footer_bytes))
+                    .clone(),
             });
             values.push(f.values.clone());
         }
@@ -375,7 +379,10 @@ pub(crate) async fn reopen(
         let (footer, object, file) = opened;
         let same = footer.size == file.size
             && footer.num_rows == file.rows
-            && crate::backend::sha256_hex(&footer.footer_bytes) == file.footer_sha256;
+            && *footer
+                .digest
+                .get_or_init(|| crate::backend::sha256_hex(&footer.footer_bytes))
+                == file.footer_sha256;
         if !same {
             return Err(stale(
                 "the data file an executor opened is not the version the server registered",
@@ -900,7 +907,7 @@ impl ParquetFileReaderFactory for CheckedFactory {
         let mut tail = vec![0u8; file.footer.footer_bytes.len()];
         let same = size == file.footer.size
             && read_at(&opened, &mut tail, size.saturating_sub(footer)).is_ok()
-            && tail == file.footer.footer_bytes;
+            && *tail == *file.footer.footer_bytes;
         if !same {
             return Err(external(stale(
                 "its data file changed after this version was registered",
