@@ -30,7 +30,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::physical_plan::AsExecutionPlan;
 use datafusion_proto::protobuf::PhysicalPlanNode;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tonic::transport::Channel;
 
 use crate::{Address, CONNECT_TIMEOUT, TallyCodec};
@@ -47,6 +47,9 @@ const LOST_AFTER: u32 = 3000;
 const TASKS_WITHIN: Duration = Duration::from_secs(1);
 /// How long a cancellation may take before it is given up (it runs after the call ended).
 const CANCEL_WITHIN: Duration = Duration::from_secs(3);
+/// The partitions of an answer asked for at once (each a connection whose buffers fill
+/// before it is read).
+const FETCH_AHEAD: usize = 4;
 
 /// Runs `plan` on the cluster at `address`, through `scheduler`, and streams its answer (its
 /// partitions in order), with the tasks the scheduler split it into (when it says).
@@ -72,16 +75,17 @@ pub async fn run(
     ) {
         return Err(failed(address, why));
     }
-    let (locations, proxy) = follow(address, &mut scheduler, &job_id, &mut job).await?;
-    // The partitions of the answer are asked for at once, each from the executor holding it,
-    // while the scheduler says how many tasks the job ran; they are read in order.
-    let opened = futures::future::try_join_all(
-        locations
-            .into_iter()
-            .map(|location| fetch(address.clone(), location, proxy.clone())),
-    );
-    let (tasks, opened) = tokio::join!(tasks(&mut scheduler, &job_id), opened);
-    let partitions = futures::stream::iter(opened?).flatten();
+    let (mut locations, proxy) = follow(address, &mut scheduler, &job_id, &mut job).await?;
+    let tasks = tasks(&mut scheduler, &job_id).await;
+    // The scheduler lists the partitions as their tasks ended; they are read in the plan's
+    // order (a merge on the server keeps the first of equal rows as one server would), a few
+    // asked for ahead of the one read, each from the executor holding it.
+    locations.sort_by_key(|l| l.partition_id.as_ref().map(|p| p.partition_id));
+    let address = address.clone();
+    let partitions = futures::stream::iter(locations)
+        .map(move |location| fetch(address.clone(), location, proxy.clone()))
+        .buffered(FETCH_AHEAD)
+        .try_flatten();
     Ok((
         Box::pin(RecordBatchStreamAdapter::new(
             SchemaRef::clone(&schema),

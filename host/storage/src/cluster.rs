@@ -242,9 +242,13 @@ fn has_exchange(plan: &Arc<dyn ExecutionPlan>) -> bool {
 }
 
 /// Whether what flows through `exchange` is little enough to bring to the server: a merge of
-/// partitions, or the hashing of an aggregate's partial groups (a hash of rows, as a join
-/// makes, is not).
+/// partitions (an ordered one only with a limit: without, the server would sort every row
+/// brought, where the executors merge sorted streams), or the hashing of an aggregate's
+/// partial groups (a hash of rows, as a join makes, is not).
 fn light_exchange(exchange: &Arc<dyn ExecutionPlan>) -> bool {
+    if let Some(merge) = exchange.downcast_ref::<SortPreservingMergeExec>() {
+        return merge.fetch().is_some();
+    }
     if !exchange.is::<RepartitionExec>() {
         return true;
     }
@@ -1098,6 +1102,11 @@ mod tests {
             }
             assert!(!reads_memory(&cut), "{sql}: nothing reads here");
         }
+        // Every row in order, without a limit: the executors merge it (sent whole).
+        let (cut, _, whole, parted) =
+            cut_and_run(&ctx, "SELECT k, v FROM t WHERE v > 100 ORDER BY v DESC, k").await;
+        assert!(cut.is_none());
+        assert_eq!(parted, whole);
         // A join hashes rows, not partial groups: sent whole.
         let (cut, _, whole, parted) = cut_and_run(
             &ctx,
