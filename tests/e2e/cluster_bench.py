@@ -22,6 +22,13 @@ server alone runs on core 0; with the cluster, the server and the scheduler run 
 executor i on core i (one executor: core 1). The table then gives each workload's speed-up
 (one server / cluster) and the fixed cost of a call through the cluster: the median of a
 light call (a count of every record) through it, less the same call on one server.
+
+--store reads the dataset from moto's S3 server on 127.0.0.1 instead of the file (run with
+the tests' venv, which has moto and boto3): its Parquet file is put there, the server and
+the executors are given the store's address and key, and each reads the object by ranges.
+--workloads picks some of the workloads by number and --no-inspect leaves inspect_dataset
+out (at 75M rows, `q` and the inspection take minutes a call on one core);
+--max-explode-rows is passed to every server (exploding 75M records passes the default cap).
 """
 
 import argparse
@@ -110,7 +117,30 @@ class Cluster:
 LIGHT = {"metrics": ["count"]}
 
 
-def measure(binary, datasets, dataset, runs, extra, path, prefix=()):
+def in_store(datasets, dataset, work):
+    """The dataset's Parquet file put in moto's S3 server on 127.0.0.1 (tests/e2e/
+    test_object_store.py's), and a datasets folder whose definition reads it from there. The
+    environment of this process (so of the server and the executors it starts) points at the
+    store."""
+    from test_object_store import BUCKET, S3  # noqa: E402
+
+    folder = os.path.join(datasets, dataset)
+    with open(os.path.join(folder, "dataset.yaml"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    data = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("data_file:")), "data.parquet")
+    s3 = S3()
+    s3.client.create_bucket(Bucket=BUCKET)
+    s3.client.upload_file(os.path.join(folder, data), BUCKET, f"bench/{dataset}.parquet")
+    os.environ.update(s3.env())
+    root = os.path.join(work, "store")
+    os.makedirs(os.path.join(root, dataset))
+    with open(os.path.join(root, dataset, "dataset.yaml"), "w", encoding="utf-8") as f:
+        f.write("\n".join([f"data: s3://{BUCKET}/bench/{dataset}.parquet"]
+                          + [l for l in lines if not l.startswith("data_file:")]) + "\n")
+    return s3, root
+
+
+def measure(binary, datasets, dataset, runs, extra, path, prefix=(), inspected=True):
     """The workloads on one server, and the median of a light call (`LIGHT`); every answer's
     extract step must say `path` (the column's path: read from the files here, or by the
     cluster), else the run ends."""
@@ -118,7 +148,7 @@ def measure(binary, datasets, dataset, runs, extra, path, prefix=()):
     out = run_workloads(server, dataset, runs, said=path)
     said = server.extract(dataset, WORKLOADS[0][1])
     light = sorted(server.answer(dataset, LIGHT)[0] for _ in range(runs + 1))[1:]
-    inspected = inspect(server, dataset)
+    inspected = inspect(server, dataset) if inspected else None
     return out, said, server.stop().get("VmHWM", 0), light[len(light) // 2], inspected
 
 
@@ -143,19 +173,33 @@ def main():
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--pin", action="store_true", help="isolate cores with taskset (see above)")
+    ap.add_argument("--workloads", help="the workloads to run, by number (1-6, comma-separated; default all)")
+    ap.add_argument("--no-inspect", action="store_true", help="leave out inspect_dataset (minutes at 75M rows)")
+    ap.add_argument("--max-explode-rows", help="passed to tally serve (exploding one field of 75M records passes the default cap)")
+    ap.add_argument("--store", action="store_true",
+                    help="the dataset read from moto's S3 server on 127.0.0.1 by the server and by the executors (needs boto3 and moto)")
     args = ap.parse_args()
     if args.pin and not shutil.which("taskset"):
         raise SystemExit("--pin needs taskset (util-linux)")
+    if args.workloads:
+        chosen = [WORKLOADS[int(n) - 1] for n in args.workloads.split(",")]
+        WORKLOADS[:] = chosen
+    extra = ["--max-explode-rows", args.max_explode_rows] if args.max_explode_rows else []
     work = tempfile.mkdtemp(prefix="tally-cluster-bench-")
+    store = None
     try:
-        alone = measure(args.bin, args.datasets, args.dataset, args.runs, ["--streaming", "always"], "read from the files",
-                        prefix=pinned(args.pin, 0))
+        if args.store:
+            store, args.datasets = in_store(args.datasets, args.dataset, work)
+            print(f"read from the object store (moto on 127.0.0.1): {os.environ['AWS_ENDPOINT_URL']}")
+        alone = measure(args.bin, args.datasets, args.dataset, args.runs, ["--streaming", "always", *extra], "read from the files",
+                        prefix=pinned(args.pin, 0), inspected=not args.no_inspect)
         columns = [("one server" + (", core 0" if args.pin else ""), alone, [])]
         for executors in (1, 2):
             cluster = Cluster(args.scheduler, args.executor, executors, os.path.join(work, str(executors)), pin=args.pin)
             try:
-                figures = measure(args.bin, args.datasets, args.dataset, args.runs, ["--cluster", cluster.address],
-                                  f"by the cluster at {cluster.address}", prefix=pinned(args.pin, 0))
+                figures = measure(args.bin, args.datasets, args.dataset, args.runs, ["--cluster", cluster.address, *extra],
+                                  f"by the cluster at {cluster.address}", prefix=pinned(args.pin, 0),
+                                  inspected=not args.no_inspect)
             finally:
                 memory = cluster.stop()
             cores = (" (core 1)" if executors == 1 else " (cores 0, 1)") if args.pin else ""
@@ -183,17 +227,20 @@ def main():
         print("| a count of every record | " + " | ".join(f"{t * 1000:,.0f} ms" for t in light)
               + " | " + " | ".join(f"+{(t - light[0]) * 1000:,.0f} ms" for t in light[1:]) + " |")
         inspected = [c[1][4] for c in columns]
-        for name, (_, fields) in zip((c[0] for c in columns), inspected):
-            if fields != inspected[0][1]:
-                raise SystemExit(f"inspect_dataset: the fields {name} gives differ from {columns[0][0]}'s")
-        print("| inspect_dataset (computed) | " + " | ".join(f"{t * 1000:,.0f} ms" for t, _ in inspected) + " | "
-              + " | ".join((f"{inspected[0][0] / t:.2f}×" if args.pin else f"{t / inspected[0][0]:.2f}") for t, _ in inspected[1:]) + " |")
+        if not args.no_inspect:
+            for name, (_, fields) in zip((c[0] for c in columns), inspected):
+                if fields != inspected[0][1]:
+                    raise SystemExit(f"inspect_dataset: the fields {name} gives differ from {columns[0][0]}'s")
+            print("| inspect_dataset (computed) | " + " | ".join(f"{t * 1000:,.0f} ms" for t, _ in inspected) + " | "
+                  + " | ".join((f"{inspected[0][0] / t:.2f}×" if args.pin else f"{t / inspected[0][0]:.2f}") for t, _ in inspected[1:]) + " |")
         print("| peak RSS, server | " + " | ".join(mib(c[1][2]) for c in columns) + " | | |")
         print("| peak RSS, executors | – | " + " | ".join(" + ".join(mib(m) for m in c[2]) for c in columns[1:]) + " | | |")
         print()
         for name, figures, _ in columns:
             print(f"Extract step, {name}: {figures[1]}")
     finally:
+        if store is not None:
+            store.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

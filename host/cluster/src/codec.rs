@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use ballista_core::serde::BallistaPhysicalExtensionCodec;
-use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::{DataFusionError, Result as DfResult, TableReference};
 use datafusion::datasource::TableProvider;
 use datafusion::execution::TaskContext;
@@ -19,8 +19,10 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use prost::Message;
+use tally_engine::first_rows::{FIRST_ROWS, Order, first_rows_udaf, order_of};
 use tally_engine::groups::{CAPPED_COUNT, Caps, capped_count, caps_of};
 use tally_storage::cluster::ScanExec;
+use tally_storage::coded::{LOCAL_CODE, LOCAL_VALUE, LocalCodes, code_udf, table_of, value_udf};
 use tally_storage::memory::Budget;
 use tally_storage::source::{SourceFile, TableSource};
 use tally_storage::udf::Functions;
@@ -36,6 +38,10 @@ const LOOKUP_MAGIC: &[u8] = b"tally-lookup-1:";
 /// What a capped count's definition starts with; its caps (groups, rows) follow, each as
 /// eight little-endian bytes.
 const CAPPED_MAGIC: &[u8] = b"tally-capped-count-1";
+/// What precedes the token of an executor's code table (and the text type a value gives).
+const LOCAL_MAGIC: &[u8] = b"tally-local-codes-1";
+/// What precedes the order of a `tally_first_rows` in a plan.
+const FIRST_ROWS_MAGIC: &[u8] = b"tally-first-rows-1";
 
 /// A scan of files as it travels.
 #[derive(Clone, PartialEq, Message)]
@@ -283,6 +289,13 @@ impl PhysicalExtensionCodec for TallyCodec {
                 rows: number(8),
             })));
         }
+        if name == FIRST_ROWS
+            && let Some(order) = buf
+                .strip_prefix(FIRST_ROWS_MAGIC)
+                .and_then(Order::from_bytes)
+        {
+            return Ok(Arc::new(first_rows_udaf(order)));
+        }
         if name == VALUE_COUNTS && buf.is_empty() {
             return Ok(Arc::new(value_counts_udaf()));
         }
@@ -306,6 +319,12 @@ impl PhysicalExtensionCodec for TallyCodec {
             buf.extend_from_slice(CAPPED_MAGIC);
             buf.extend_from_slice(&(caps.groups as u64).to_le_bytes());
             buf.extend_from_slice(&caps.rows.to_le_bytes());
+            return Ok(());
+        }
+        // The first rows in order go with their order and how many.
+        if let Some(order) = order_of(node) {
+            buf.extend_from_slice(FIRST_ROWS_MAGIC);
+            buf.extend_from_slice(&order.to_bytes());
             return Ok(());
         }
         // The value counts carry nothing but their name.
@@ -372,6 +391,23 @@ impl LogicalExtensionCodec for FunctionCodec {
         {
             return Ok(udf);
         }
+        // An executor's codes for text it groups: one table per token, in this process.
+        if (name == LOCAL_CODE || name == LOCAL_VALUE)
+            && let Some(rest) = buf.strip_prefix(LOCAL_MAGIC)
+            && let Some((token, out)) = rest.split_first_chunk::<8>()
+        {
+            let table = LocalCodes::of_token(u64::from_le_bytes(*token));
+            return Ok(Arc::new(match (name, out) {
+                (LOCAL_CODE, []) => code_udf(&table),
+                (LOCAL_VALUE, [0]) => value_udf(&table, DataType::Utf8),
+                (LOCAL_VALUE, [1]) => value_udf(&table, DataType::Utf8View),
+                _ => {
+                    return Err(DataFusionError::NotImplemented(format!(
+                        "function `{name}` with these bytes is not one this executor knows (is it the same Tally version as the server?)"
+                    )));
+                }
+            }));
+        }
         // A looked-up field's table travels with the plan that maps by it.
         if name == tally_storage::udf::LOOKUP
             && let Some(table) = buf.strip_prefix(LOOKUP_MAGIC)
@@ -394,6 +430,22 @@ impl LogicalExtensionCodec for FunctionCodec {
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> DfResult<()> {
         if Functions::by_name(node.name()).is_some() {
             buf.extend_from_slice(UDF_MAGIC);
+            return Ok(());
+        }
+        if let Some((token, out)) = table_of(node) {
+            buf.extend_from_slice(LOCAL_MAGIC);
+            buf.extend_from_slice(&token.to_le_bytes());
+            match out {
+                None => {}
+                Some(DataType::Utf8) => buf.push(0),
+                Some(DataType::Utf8View) => buf.push(1),
+                Some(other) => {
+                    return Err(DataFusionError::NotImplemented(format!(
+                        "function `{}` giving {other}",
+                        node.name()
+                    )));
+                }
+            }
             return Ok(());
         }
         if let Some(table) = Functions::lookup_table(node) {

@@ -19,6 +19,7 @@ pub mod door;
 pub mod envelope;
 pub mod error;
 pub mod estimate;
+pub mod first_rows;
 pub mod governor;
 pub mod groups;
 pub mod inspect;

@@ -1,12 +1,9 @@
 //! `query_records`: matching records, a page at a time, in a deterministic order.
 
-use std::sync::Arc;
-
 use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{
-    SortColumn, SortOptions, concat_batches, lexsort_to_indices, take_record_batch,
-};
-use datafusion::arrow::datatypes::UInt64Type;
+use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
+use datafusion::functions_aggregate::count::count;
 use datafusion::logical_expr::{Expr, lit};
 use datafusion::prelude::ident;
 use serde_json::Value;
@@ -18,6 +15,7 @@ use crate::call::{Asked, Call, HasConditions};
 use crate::cursor;
 use crate::envelope::{Provenance, TransformationType};
 use crate::error::EngineError;
+use crate::first_rows::{Order, first_rows, rows_at};
 use crate::meta::{self, echo, field_meta, is_uninformative};
 use crate::plan::conjunction;
 use crate::results::{OmittedColumn, QueryResult};
@@ -128,47 +126,42 @@ async fn fetch(
         .map(|s| call.planner.column(s.field))
         .collect();
     keys.push(ident(ROW_COL));
-    let options: Vec<SortOptions> = plan
-        .order_by
-        .iter()
-        .map(|s| SortOptions {
-            descending: s.descending,
-            nulls_first: false,
-        })
-        .chain(std::iter::once(SortOptions::default()))
-        .collect();
     let wanted = offset.saturating_add(plan.limit);
-    let mut stream = source
-        .select(keys)?
-        .execute_stream()
+    // One aggregation: the count, and the first `wanted` keys, which each partition (each
+    // task, on a cluster) keeps of its own rows before they are merged.
+    let order = Order {
+        n: wanted,
+        descending: plan.order_by.iter().map(|s| s.descending).collect(),
+    };
+    let found = source
+        .aggregate(
+            vec![],
+            vec![
+                count(lit(1)).alias("matched"),
+                first_rows(order, keys).alias("first"),
+            ],
+        )?
+        .collect()
         .await
         .map_err(computing)?;
-    let mut total = 0usize;
-    let mut best: Option<RecordBatch> = None;
-    while let Some(batch) = futures::StreamExt::next(&mut stream).await {
-        let batch = batch.map_err(computing)?;
-        total += batch.num_rows();
-        if batch.num_rows() == 0 {
-            continue;
-        }
-        let merged = match best.take() {
-            Some(b) => concat_batches(&batch.schema(), [&b, &batch])
-                .map_err(|e| EngineError::backend(&def.id, e))?,
-            None => batch,
-        };
-        best = Some(
-            first_rows(&merged, &options, wanted).map_err(|e| EngineError::backend(&def.id, e))?,
-        );
-    }
-    drop(stream);
+    let Some(found) = found.into_iter().find(|b| b.num_rows() > 0) else {
+        return Err(EngineError::internal(
+            "an aggregation without groups gave no row",
+        ));
+    };
+    let total = found
+        .column(0)
+        .as_primitive_opt::<Int64Type>()
+        .map(|c| usize::try_from(c.value(0)).unwrap_or(0))
+        .ok_or_else(|| EngineError::internal("a count that is not a number"))?;
     if let Some(c) = &plan.cursor {
         // Now against the records that match.
         cursor::decode(c, &call.ds.version, &fingerprint, total)?;
     }
-    let page_rows: Vec<u64> = match &best {
-        Some(b) => {
-            let rows = b
-                .column(b.num_columns() - 1)
+    let page_rows: Vec<u64> = match rows_at(found.column(1), 0).map_err(computing)? {
+        Some(kept) => {
+            let rows = kept
+                .column(kept.num_columns() - 1)
                 .as_primitive_opt::<UInt64Type>()
                 .ok_or_else(|| EngineError::internal("row numbers that are not numbers"))?;
             rows.values()
@@ -197,26 +190,6 @@ async fn fetch(
         next_cursor,
         cut,
     })
-}
-
-/// The first `n` rows of a batch in the order `options` gives its columns (the last column,
-/// the row number, breaking every tie).
-fn first_rows(
-    batch: &RecordBatch,
-    options: &[SortOptions],
-    n: usize,
-) -> Result<RecordBatch, datafusion::arrow::error::ArrowError> {
-    let columns: Vec<SortColumn> = batch
-        .columns()
-        .iter()
-        .zip(options)
-        .map(|(values, o)| SortColumn {
-            values: Arc::clone(values),
-            options: Some(*o),
-        })
-        .collect();
-    let indices = lexsort_to_indices(&columns, Some(n.min(batch.num_rows())))?;
-    take_record_batch(batch, &indices)
 }
 
 /// The records with the given row numbers, in that order, with the named columns: taken

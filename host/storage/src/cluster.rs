@@ -31,7 +31,7 @@ use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties, displayable,
     replace_children_if_necessary,
 };
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
@@ -145,6 +145,7 @@ impl datafusion::execution::context::QueryPlanner for ClusterPlanner {
             return Ok(plan);
         }
         if let Some(cut) = cut_at_exchanges(&plan, &scans_files, &mut |part| send(part, &call))? {
+            tracing::debug!(plan = %displayable(cut.as_ref()).indent(true), "plan cut at its exchanges");
             return Ok(cut);
         }
         Ok(send(plan, &call))
@@ -153,7 +154,13 @@ impl datafusion::execution::context::QueryPlanner for ClusterPlanner {
 
 /// `plan` run on the cluster, or `plan` itself (said) when it cannot be sent.
 fn send(plan: Arc<dyn ExecutionPlan>, call: &Arc<ClusterCall>) -> Arc<dyn ExecutionPlan> {
-    match call.cluster.distribute(Arc::clone(&plan), Arc::clone(call)) {
+    // Text grouped on the executors' own codes (the server's live in its memory).
+    let sent = crate::coded::group_on_codes(Arc::clone(&plan)).unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "text grouped as text on the cluster");
+        Arc::clone(&plan)
+    });
+    tracing::debug!(plan = %displayable(sent.as_ref()).indent(true), "sent to the cluster");
+    match call.cluster.distribute(sent, Arc::clone(call)) {
         Ok(remote) => remote,
         Err(why) => {
             tracing::info!(%why, "plan computed on this server");

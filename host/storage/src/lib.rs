@@ -14,6 +14,7 @@ pub mod backend;
 pub mod cache;
 pub mod catalog;
 pub mod cluster;
+pub mod coded;
 pub mod dataset;
 pub mod error;
 pub mod faults;

@@ -614,6 +614,39 @@ impl StreamCodes {
         Ok(out)
     }
 
+    /// The code of each row of `text` (any text type; null and `""`: 0).
+    pub(crate) fn code_array(&self, text: &ArrayRef) -> Result<UInt32Array> {
+        let views = datafusion::arrow::compute::cast(text, &DataType::Utf8View)?;
+        match datafusion::arrow::array::AsArray::as_string_view_opt(&views) {
+            Some(views) => self.code_views(views),
+            None => Err(DataFusionError::Internal(format!(
+                "codes of {} values",
+                text.data_type()
+            ))),
+        }
+    }
+
+    /// The value of each code (null where the code is null).
+    pub(crate) fn values_of(
+        &self,
+        codes: &UInt32Array,
+    ) -> Result<datafusion::arrow::array::StringArray> {
+        let table = self.lock()?;
+        codes
+            .iter()
+            .map(|c| match c {
+                None => Ok(None),
+                Some(c) => table
+                    .values
+                    .get(c as usize)
+                    .map(|v| Some(v.as_str()))
+                    .ok_or_else(|| {
+                        DataFusionError::Internal(format!("code {c} was never given out"))
+                    }),
+            })
+            .collect()
+    }
+
     /// [`StreamCodes::code`] of text read as views, looked up by view.
     fn code_views(&self, array: &datafusion::arrow::array::StringViewArray) -> Result<UInt32Array> {
         // The table is taken at the first value this thread has no code for, and held to
