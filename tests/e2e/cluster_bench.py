@@ -23,9 +23,10 @@ executor i on core i (one executor: core 1). The table then gives each workload'
 (one server / cluster) and the fixed cost of a call through the cluster: the median of a
 light call (a count of every record) through it, less the same call on one server.
 
---store reads the dataset from moto's S3 server on 127.0.0.1 instead of the file (run with
-the tests' venv, which has moto and boto3): its Parquet file is put there, the server and
-the executors are given the store's address and key, and each reads the object by ranges.
+--weed PATH reads the dataset from an S3 server on 127.0.0.1 instead of the file (SeaweedFS,
+as tests/e2e/object_bench.py starts it; boto3 must be importable): its Parquet file is put
+there, the server and the executors are given the store's address and key, and each reads
+the object by ranges.
 --workloads picks some of the workloads by number and --no-inspect leaves inspect_dataset
 out (at 75M rows, `q` and the inspection take minutes a call on one core);
 --max-explode-rows is passed to every server (exploding 75M records passes the default cap).
@@ -117,27 +118,29 @@ class Cluster:
 LIGHT = {"metrics": ["count"]}
 
 
-def in_store(datasets, dataset, work):
-    """The dataset's Parquet file put in moto's S3 server on 127.0.0.1 (tests/e2e/
-    test_object_store.py's), and a datasets folder whose definition reads it from there. The
-    environment of this process (so of the server and the executors it starts) points at the
-    store."""
-    from test_object_store import BUCKET, S3  # noqa: E402
+def in_store(weed, datasets, dataset, work):
+    """The dataset's Parquet file put in an S3 server on 127.0.0.1 (SeaweedFS, started as
+    tests/e2e/object_bench.py starts it), and a datasets folder whose definition reads it from
+    there. The environment of this process (so of the server and the executors it starts)
+    points at the store."""
+    from object_bench import BUCKET, KEY, SECRET, start_store  # noqa: E402
 
     folder = os.path.join(datasets, dataset)
     with open(os.path.join(folder, "dataset.yaml"), encoding="utf-8") as f:
         lines = f.read().splitlines()
     data = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("data_file:")), "data.parquet")
-    s3 = S3()
-    s3.client.create_bucket(Bucket=BUCKET)
-    s3.client.upload_file(os.path.join(folder, data), BUCKET, f"bench/{dataset}.parquet")
-    os.environ.update(s3.env())
+    proc, endpoint, client = start_store(weed, work)
+    client.upload_file(os.path.join(folder, data), BUCKET, f"bench/{dataset}.parquet")
+    os.environ.update({
+        "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_TIMEOUT": "120s",
+    })
     root = os.path.join(work, "store")
     os.makedirs(os.path.join(root, dataset))
     with open(os.path.join(root, dataset, "dataset.yaml"), "w", encoding="utf-8") as f:
         f.write("\n".join([f"data: s3://{BUCKET}/bench/{dataset}.parquet"]
                           + [l for l in lines if not l.startswith("data_file:")]) + "\n")
-    return s3, root
+    return proc, root
 
 
 def measure(binary, datasets, dataset, runs, extra, path, prefix=(), inspected=True):
@@ -176,8 +179,7 @@ def main():
     ap.add_argument("--workloads", help="the workloads to run, by number (1-6, comma-separated; default all)")
     ap.add_argument("--no-inspect", action="store_true", help="leave out inspect_dataset (minutes at 75M rows)")
     ap.add_argument("--max-explode-rows", help="passed to tally serve (exploding one field of 75M records passes the default cap)")
-    ap.add_argument("--store", action="store_true",
-                    help="the dataset read from moto's S3 server on 127.0.0.1 by the server and by the executors (needs boto3 and moto)")
+    ap.add_argument("--weed", help="SeaweedFS's `weed`: the dataset read from its S3 server on 127.0.0.1 by the server and by the executors (needs boto3)")
     args = ap.parse_args()
     if args.pin and not shutil.which("taskset"):
         raise SystemExit("--pin needs taskset (util-linux)")
@@ -188,9 +190,9 @@ def main():
     work = tempfile.mkdtemp(prefix="tally-cluster-bench-")
     store = None
     try:
-        if args.store:
-            store, args.datasets = in_store(args.datasets, args.dataset, work)
-            print(f"read from the object store (moto on 127.0.0.1): {os.environ['AWS_ENDPOINT_URL']}")
+        if args.weed:
+            store, args.datasets = in_store(args.weed, args.datasets, args.dataset, work)
+            print(f"read from the object store (SeaweedFS on 127.0.0.1): {os.environ['AWS_ENDPOINT_URL']}")
         alone = measure(args.bin, args.datasets, args.dataset, args.runs, ["--streaming", "always", *extra], "read from the files",
                         prefix=pinned(args.pin, 0), inspected=not args.no_inspect)
         columns = [("one server" + (", core 0" if args.pin else ""), alone, [])]
@@ -240,7 +242,8 @@ def main():
             print(f"Extract step, {name}: {figures[1]}")
     finally:
         if store is not None:
-            store.stop()
+            store.terminate()
+            store.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
 
 
