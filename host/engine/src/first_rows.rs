@@ -219,7 +219,7 @@ impl Kept {
         self.rows = Some(
             merged
                 .iter()
-                .map(|c| take(c.as_ref(), &indices, None))
+                .map(|c| take(c.as_ref(), &indices, None).map(compact))
                 .collect::<std::result::Result<_, _>>()?,
         );
         Ok(())
@@ -247,6 +247,17 @@ impl Kept {
             None,
         )?;
         Ok(ScalarValue::List(Arc::new(list)))
+    }
+}
+
+/// `column` holding only the bytes of its own rows. Text read as views points into the
+/// buffers of the batches it came from, and taking rows of a view array keeps every buffer:
+/// the rows kept would hold (and a partial aggregation's state would carry) the text of every
+/// batch met.
+fn compact(column: ArrayRef) -> ArrayRef {
+    match column.as_string_view_opt() {
+        Some(views) if !views.data_buffers().is_empty() => Arc::new(views.gc()),
+        _ => column,
     }
 }
 
@@ -387,6 +398,31 @@ mod tests {
         // Nothing read: an empty list, not an error.
         let mut none = kept(&order, &types);
         assert!(row_numbers(&mut none).is_empty());
+    }
+
+    #[test]
+    fn text_kept_holds_its_own_bytes_not_those_of_every_batch_met() {
+        let order = Order {
+            n: 2,
+            descending: vec![false],
+        };
+        let types = [DataType::Utf8View, DataType::UInt64];
+        let mut acc = kept(&order, &types);
+        for b in 0..50u64 {
+            // Each batch's long values in a buffer of its own (about 4 KB).
+            let text: ArrayRef =
+                Arc::new(datafusion::arrow::array::StringViewArray::from_iter_values(
+                    (0..100).map(|i| format!("value {b:03} {i:03}, longer than a view holds")),
+                ));
+            let numbers: Vec<u64> = (0..100).map(|i| b * 100 + i).collect();
+            acc.update_batch(&[text, rows(&numbers)]).unwrap();
+        }
+        assert_eq!(row_numbers(&mut acc), vec![0, 1]);
+        assert!(
+            acc.size() < 16 * 1024,
+            "{} bytes kept for two rows",
+            acc.size()
+        );
     }
 
     #[test]

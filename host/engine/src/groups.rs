@@ -26,7 +26,7 @@ use datafusion::logical_expr::{
 };
 
 /// The name of the capped count in plans.
-pub const CAPPED_COUNT: &str = "tally_count_capped";
+pub use tally_storage::coded::CAPPED_COUNT;
 
 /// Why an aggregation was stopped; carried inside a DataFusion error and turned into a
 /// `limit_exceeded` answer by the engine.

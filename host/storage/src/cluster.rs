@@ -155,10 +155,11 @@ impl datafusion::execution::context::QueryPlanner for ClusterPlanner {
 /// `plan` run on the cluster, or `plan` itself (said) when it cannot be sent.
 fn send(plan: Arc<dyn ExecutionPlan>, call: &Arc<ClusterCall>) -> Arc<dyn ExecutionPlan> {
     // Text grouped on the executors' own codes (the server's live in its memory).
-    let sent = crate::coded::group_on_codes(Arc::clone(&plan)).unwrap_or_else(|e| {
-        tracing::debug!(error = %e, "text grouped as text on the cluster");
-        Arc::clone(&plan)
-    });
+    let sent = crate::coded::group_on_codes(Arc::clone(&plan), &crate::coded::counts_capped)
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "text grouped as text on the cluster");
+            Arc::clone(&plan)
+        });
     tracing::debug!(plan = %displayable(sent.as_ref()).indent(true), "sent to the cluster");
     match call.cluster.distribute(sent, Arc::clone(call)) {
         Ok(remote) => remote,

@@ -39,6 +39,10 @@ use datafusion::physical_plan::projection::ProjectionExec;
 
 use crate::udf::StreamCodes;
 
+/// The name of the count that stops at a summary's caps (`tally_engine::groups`): an
+/// aggregation counting with it holds at most the cap's groups, so its code table does too.
+pub const CAPPED_COUNT: &str = "tally_count_capped";
+
 /// The name of the function giving a text's code.
 pub const LOCAL_CODE: &str = "tally_local_code";
 /// The name of the function giving a code's text.
@@ -234,10 +238,25 @@ impl ScalarUDFImpl for LocalValue {
     }
 }
 
-/// `plan` with each partial aggregation that groups by text grouping on codes instead (see
-/// the module's documentation); what each gives is unchanged, in names, types and values.
-/// An aggregation with grouping sets or a limit on its groups is left as it is.
-pub fn group_on_codes(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+/// Whether `aggregate` counts with [`CAPPED_COUNT`], so that its groups (and the values of a
+/// code table made for it) are bounded by the summary's cap: a code table keeps every value
+/// it met for as long as the plan lives, where DataFusion stops grouping rows whose keys are
+/// nearly all distinct (and holds none of them), so only bounded aggregations are coded.
+pub fn counts_capped(aggregate: &AggregateExec) -> bool {
+    aggregate
+        .aggr_expr()
+        .iter()
+        .any(|a| a.fun().name() == CAPPED_COUNT)
+}
+
+/// `plan` with each partial aggregation that groups by text and that `only` accepts grouping
+/// on codes instead (see the module's documentation); what each gives is unchanged, in names,
+/// types and values. An aggregation with grouping sets or a limit on its groups is left as it
+/// is.
+pub fn group_on_codes(
+    plan: Arc<dyn ExecutionPlan>,
+    only: &dyn Fn(&AggregateExec) -> bool,
+) -> Result<Arc<dyn ExecutionPlan>> {
     let config = Arc::new(ConfigOptions::default());
     plan.transform_up(|node| {
         let Some(aggregate) = node.downcast_ref::<AggregateExec>() else {
@@ -246,6 +265,7 @@ pub fn group_on_codes(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionP
         if *aggregate.mode() != AggregateMode::Partial
             || !aggregate.group_expr().is_single()
             || aggregate.limit_options().is_some()
+            || !only(aggregate)
         {
             return Ok(Transformed::no(node));
         }
@@ -323,7 +343,9 @@ mod tests {
     use datafusion::arrow::datatypes::Schema;
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::common::tree_node::TreeNodeRecursion;
     use datafusion::datasource::MemTable;
+    use datafusion::logical_expr::AggregateUDF;
     use datafusion::physical_plan::collect;
     use datafusion::prelude::SessionContext;
 
@@ -376,13 +398,32 @@ mod tests {
             Arc::new(MemTable::try_new(Arc::clone(&schema), partitions).unwrap()),
         )
         .unwrap();
+        ctx.register_udaf(AggregateUDF::from(Capped(Signature::any(
+            1,
+            Volatility::Immutable,
+        ))));
+        // A count that is not stopped at a cap is left as it is: its groups are not bounded.
+        let uncapped = ctx
+            .sql("SELECT a, b, count(*) AS c FROM t GROUP BY a, b")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        assert!(!counts_capped_anywhere(&uncapped));
+        let left = group_on_codes(Arc::clone(&uncapped), &counts_capped).unwrap();
+        assert!(Arc::ptr_eq(&left, &uncapped));
+
         let df = ctx
-            .sql("SELECT a, b, count(*) AS c, sum(n) AS s FROM t GROUP BY a, b")
+            .sql(&format!(
+                "SELECT a, b, {CAPPED_COUNT}(1) AS c, sum(n) AS s FROM t GROUP BY a, b"
+            ))
             .await
             .unwrap();
         let plan = df.create_physical_plan().await.unwrap();
         let expected = sorted(&collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap());
-        let coded = group_on_codes(Arc::clone(&plan)).unwrap();
+        assert!(counts_capped_anywhere(&plan));
+        let coded = group_on_codes(Arc::clone(&plan), &counts_capped).unwrap();
         let shown = datafusion::physical_plan::displayable(coded.as_ref())
             .indent(true)
             .to_string();
@@ -393,6 +434,46 @@ mod tests {
         assert_eq!(got, expected);
         // Null and "" are groups of their own: ("", q) twice beside (null, q).
         assert_eq!(expected.len(), 7, "{expected:?}");
+    }
+
+    /// A count under the capped count's name (the engine's own stops at its caps).
+    #[derive(Debug, PartialEq, Eq, Hash)]
+    struct Capped(Signature);
+
+    impl datafusion::logical_expr::AggregateUDFImpl for Capped {
+        fn name(&self) -> &str {
+            CAPPED_COUNT
+        }
+        fn signature(&self) -> &Signature {
+            &self.0
+        }
+        fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+            Ok(DataType::Int64)
+        }
+        fn accumulator(
+            &self,
+            args: datafusion::logical_expr::function::AccumulatorArgs,
+        ) -> Result<Box<dyn datafusion::logical_expr::Accumulator>> {
+            datafusion::functions_aggregate::count::count_udaf().accumulator(args)
+        }
+        fn state_fields(
+            &self,
+            args: datafusion::logical_expr::function::StateFieldsArgs,
+        ) -> Result<Vec<FieldRef>> {
+            datafusion::functions_aggregate::count::count_udaf().state_fields(args)
+        }
+    }
+
+    fn counts_capped_anywhere(plan: &Arc<dyn ExecutionPlan>) -> bool {
+        let mut found = false;
+        plan.apply(|node| {
+            if let Some(a) = node.downcast_ref::<AggregateExec>() {
+                found |= counts_capped(a);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        found
     }
 
     #[test]
