@@ -462,3 +462,64 @@ impl LogicalExtensionCodec for FunctionCodec {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_first_rows_travel_and_malformed_bytes_are_refused() {
+        use datafusion::arrow::datatypes::DataType;
+        use tally_engine::first_rows::{Order, first_rows_udaf, order_of};
+        use tally_storage::coded::{LocalCodes, code_udf, table_of, value_udf};
+        let codec = TallyCodec::new(Budget::new(1 << 20));
+
+        // The code and value functions of one table decode to one table, by its token.
+        let table = LocalCodes::of_token(0x5eed_0000_0000_0042);
+        let mut code = Vec::new();
+        codec.try_encode_udf(&code_udf(&table), &mut code).unwrap();
+        let mut value = Vec::new();
+        codec
+            .try_encode_udf(&value_udf(&table, DataType::Utf8View), &mut value)
+            .unwrap();
+        drop(table);
+        let code = codec.try_decode_udf(LOCAL_CODE, &code).unwrap();
+        let value = codec.try_decode_udf(LOCAL_VALUE, &value).unwrap();
+        let (a, _) = table_of(&code).unwrap();
+        let (b, out) = table_of(&value).unwrap();
+        assert_eq!((a, b), (0x5eed_0000_0000_0042, 0x5eed_0000_0000_0042));
+        assert_eq!(out, Some(&DataType::Utf8View));
+
+        // The first rows go with their order.
+        let order = Order {
+            n: 25,
+            descending: vec![true, false],
+        };
+        let mut bytes = Vec::new();
+        codec
+            .try_encode_udaf(&first_rows_udaf(order.clone()), &mut bytes)
+            .unwrap();
+        let back = codec.try_decode_udaf(FIRST_ROWS, &bytes).unwrap();
+        assert_eq!(order_of(&back), Some(&order));
+
+        // Malformed bytes are refused, naming the function.
+        for (name, bad) in [
+            (LOCAL_CODE, b"tally-local-codes-1\x01".to_vec()),
+            (LOCAL_VALUE, [LOCAL_MAGIC, &[0u8; 8], &[9u8]].concat()),
+            (LOCAL_CODE, b"junk".to_vec()),
+        ] {
+            let e = codec.try_decode_udf(name, &bad).unwrap_err().to_string();
+            assert!(e.contains(name), "{name}: {e}");
+        }
+        for bad in [
+            b"tally-first-rows-1\x01\x02".to_vec(),
+            [FIRST_ROWS_MAGIC, &25u64.to_le_bytes(), &[7u8]].concat(),
+        ] {
+            let e = codec
+                .try_decode_udaf(FIRST_ROWS, &bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(FIRST_ROWS), "{e}");
+        }
+    }
+}
