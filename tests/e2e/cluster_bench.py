@@ -178,7 +178,7 @@ def main():
     ap.add_argument("--pin", action="store_true", help="isolate cores with taskset (see above)")
     ap.add_argument("--workloads", help="the workloads to run, by number (1-6, comma-separated; default all)")
     ap.add_argument("--no-inspect", action="store_true", help="leave out inspect_dataset (minutes at 75M rows)")
-    ap.add_argument("--cluster-partitions", help="passed to the servers that send to the cluster (partitions of each plan; default the server's, 4)")
+    ap.add_argument("--cluster-partitions", help="passed to the servers that send to the cluster (the cluster's task slots; default: with --pin, one per executor, each on one core; without, the server's default, 4)")
     ap.add_argument("--max-explode-rows", help="passed to tally serve (exploding one field of 75M records passes the default cap)")
     ap.add_argument("--weed", help="SeaweedFS's `weed`: the dataset read from its S3 server on 127.0.0.1 by the server and by the executors (needs boto3)")
     args = ap.parse_args()
@@ -200,7 +200,9 @@ def main():
         for executors in (1, 2):
             cluster = Cluster(args.scheduler, args.executor, executors, os.path.join(work, str(executors)), pin=args.pin)
             try:
-                partitions = ["--cluster-partitions", args.cluster_partitions] if args.cluster_partitions else []
+                # Pinned, each executor has one core, so one task slot.
+                slots = args.cluster_partitions or (str(executors) if args.pin else None)
+                partitions = ["--cluster-partitions", slots] if slots else []
                 figures = measure(args.bin, args.datasets, args.dataset, args.runs, ["--cluster", cluster.address, *partitions, *extra],
                                   f"by the cluster at {cluster.address}", prefix=pinned(args.pin, 0),
                                   inspected=not args.no_inspect)

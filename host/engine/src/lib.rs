@@ -198,7 +198,7 @@ pub struct Engine {
     /// Held while the datasets directory is scanned.
     rescanning: std::sync::Mutex<()>,
     /// Where the physical work of calls over files goes, with the partitions it is split in.
-    cluster: Option<(Arc<dyn cluster::Cluster>, usize)>,
+    cluster: Option<(Arc<dyn cluster::Cluster>, cluster::Split)>,
     /// Where heavy calls run and when they may start.
     governor: Arc<governor::Governor>,
     /// The datasets as policies show them to restricted callers.
@@ -318,10 +318,14 @@ impl Engine {
         }
     }
 
-    /// Sends the physical work of calls over data read from its files to `cluster`, split in
-    /// `partitions` partitions (tasks) per scan.
-    pub fn with_cluster(mut self, cluster: Arc<dyn cluster::Cluster>, partitions: usize) -> Engine {
-        self.cluster = Some((cluster, partitions.max(1)));
+    /// Sends the physical work of calls over data read from its files to `cluster`, each scan
+    /// split into partitions (tasks) by `split`.
+    pub fn with_cluster(
+        mut self,
+        cluster: Arc<dyn cluster::Cluster>,
+        split: cluster::Split,
+    ) -> Engine {
+        self.cluster = Some((cluster, split));
         self
     }
 
@@ -409,16 +413,18 @@ impl Engine {
         }
         let mut builder =
             SessionStateBuilder::new_from_existing(self.ctx.state()).with_runtime_env(runtime);
-        if let Some((cluster, _)) = &self.cluster {
-            config =
-                config.with_extension(Arc::new(cluster::ClusterCall::new(Arc::clone(cluster))));
+        if let Some((cluster, split)) = &self.cluster {
+            config = config.with_extension(Arc::new(cluster::ClusterCall::new(
+                Arc::clone(cluster),
+                *split,
+            )));
             builder = builder.with_query_planner(Arc::new(cluster::ClusterPlanner));
         }
         let mut state = builder.with_config(config).build();
-        if let Some((_, partitions)) = &self.cluster {
+        if let Some((_, split)) = &self.cluster {
             // On a cluster every scan of files is split, whatever its size: the tasks are what
-            // the executors share.
-            state.config_mut().options_mut().execution.target_partitions = *partitions;
+            // the executors share (each scan by what it reads, `cluster::Split`).
+            state.config_mut().options_mut().execution.target_partitions = split.slots;
         } else if rows >= self.limits.partition_rows && self.limits.partitions > 1 {
             state.config_mut().options_mut().execution.target_partitions = self.limits.partitions;
         }

@@ -23,7 +23,10 @@ pub struct ClusterArgs {
     /// fails saying why) or `local` (computed on this server, which the envelope says).
     #[arg(long, global = true, value_enum, default_value_t = Fallback::Fail)]
     pub cluster_fallback: Fallback,
-    /// Partitions (tasks for the executors) each scan of files is split into.
+    /// The cluster's task slots (its executors times the tasks each runs at once): a scan of
+    /// files that reads little is split into this many partitions (tasks), one for each slot;
+    /// a scan that reads more into further waves of as many, one wave for every 16 MiB of
+    /// column chunks each slot would read, up to four waves.
     #[arg(long, global = true, default_value_t = 4, value_name = "N")]
     pub cluster_partitions: usize,
 }
@@ -60,7 +63,7 @@ impl ClusterArgs {
         }
         Ok(engine.with_cluster(
             std::sync::Arc::new(tally_cluster::BallistaCluster::new(address, fallback)),
-            self.cluster_partitions.max(1),
+            tally_storage::cluster::Split::slots(self.cluster_partitions),
         ))
     }
 

@@ -66,11 +66,53 @@ pub struct ClusterCall {
     /// The tasks the scheduler split the plans that ran there into, and whether it said so
     /// for every one of them.
     tasks: Mutex<(usize, bool)>,
+    /// How its scans of files are split into partitions.
+    pub split: Split,
+}
+
+/// How a scan of files sent to the cluster is split into partitions (the executors' tasks):
+/// by the work it reads. A scan that reads little runs as one wave of tasks, one per slot of
+/// the cluster (`--cluster-partitions`), so that a light call pays each task's fixed cost
+/// (its share of the job, the footer compared, the page index decoded) once per slot. A scan
+/// that reads more gets another wave for every `bytes_per_task` each slot would read, up to
+/// [`Split::MOST_WAVES`]: with more tasks than slots, a slot that finishes early (an executor
+/// on a core of its own) takes the next task instead of the call waiting for the slowest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// The cluster's task slots (executors times the tasks each runs at once).
+    pub slots: usize,
+    /// Column-chunk bytes (compressed, as stored) a task reads before a scan gets another wave.
+    pub bytes_per_task: u64,
+}
+
+impl Split {
+    /// The bytes a task reads before another wave, by default: 16 MiB, about 40 ms of
+    /// decoding and grouping on one core, against a few milliseconds of a task's fixed cost.
+    pub const BYTES_PER_TASK: u64 = 16 << 20;
+    /// The most waves of tasks a scan is split into.
+    pub const MOST_WAVES: u64 = 4;
+
+    /// The split of a cluster of `slots` task slots.
+    pub fn slots(slots: usize) -> Split {
+        Split {
+            slots: slots.max(1),
+            bytes_per_task: Self::BYTES_PER_TASK,
+        }
+    }
+
+    /// The partitions of a scan that reads `bytes` of column chunks.
+    pub fn partitions(&self, bytes: u64) -> usize {
+        let slots = self.slots.max(1);
+        let wave = self.bytes_per_task.max(1).saturating_mul(slots as u64);
+        let waves = bytes.div_ceil(wave).clamp(1, Self::MOST_WAVES);
+        slots * waves as usize
+    }
 }
 
 impl ClusterCall {
-    pub fn new(cluster: Arc<dyn Cluster>) -> ClusterCall {
+    pub fn new(cluster: Arc<dyn Cluster>, split: Split) -> ClusterCall {
         ClusterCall {
+            split,
             cluster,
             distributed: Mutex::new(0),
             local: Mutex::new(Vec::new()),
@@ -386,9 +428,15 @@ impl ScanExec {
         let budget = self.budget.clone().ok_or_else(|| {
             DataFusionError::Internal("a scan made on this server has its plan".into())
         })?;
+        let started = std::time::Instant::now();
         let table = rebuild_table(&self.source, &budget)
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        tracing::debug!(
+            dataset = %self.source.dataset,
+            micros = started.elapsed().as_micros() as u64,
+            "table rebuilt for a task (definition loaded, files checked)"
+        );
         // Planned as the server planned it; how partitions share files is the task context's
         // (`alone`), read when the scan runs.
         let config = SessionConfig::new().with_target_partitions(self.target_partitions);
@@ -864,10 +912,36 @@ impl TableProvider for StreamedTable {
             })
             .cloned()
             .collect();
-        let scan = self
-            .inner
-            .scan(state, Some(&read), &pushable, limit)
-            .await?;
+        // Sent to a cluster, the scan is split by what it reads (`Split`); an executor makes
+        // the same split from the number the scan carries.
+        let sent = match (&self.source, crate::cluster::of_session(state)) {
+            (Some(source), Some(call)) => Some((source, call)),
+            _ => None,
+        };
+        let target = match &sent {
+            Some((_, call)) => (self.inner.as_ref() as &dyn std::any::Any)
+                .downcast_ref::<crate::parquet::stream::StreamTable>()
+                .map(|table| call.split.partitions(table.bytes_read(&read)))
+                .unwrap_or_else(|| state.config().target_partitions()),
+            None => state.config().target_partitions(),
+        };
+        let scan = if target == state.config().target_partitions() {
+            self.inner
+                .scan(state, Some(&read), &pushable, limit)
+                .await?
+        } else {
+            let mut split = state
+                .as_any()
+                .downcast_ref::<datafusion::execution::SessionState>()
+                .ok_or_else(|| {
+                    DataFusionError::Internal("a call's session is DataFusion's".into())
+                })?
+                .clone();
+            split.config_mut().options_mut().execution.target_partitions = target;
+            self.inner
+                .scan(&split, Some(&read), &pushable, limit)
+                .await?
+        };
         let schema = Arc::new(
             layout
                 .schema
@@ -901,16 +975,16 @@ impl TableProvider for StreamedTable {
         ));
         // In cluster mode the scan goes as its description: an executor rebuilds this table
         // and makes this same scan.
-        match (&self.source, crate::cluster::of_session(state)) {
-            (Some(source), Some(_)) => Ok(Arc::new(crate::cluster::ScanExec::local(
+        match sent {
+            Some((source, _)) => Ok(Arc::new(crate::cluster::ScanExec::local(
                 Arc::clone(source),
                 projection.cloned(),
                 filters.to_vec(),
                 limit,
-                state.config().target_partitions(),
+                target,
                 plan,
             ))),
-            _ => Ok(plan),
+            None => Ok(plan),
         }
     }
 }
@@ -935,7 +1009,7 @@ mod tests {
                 Err("nothing".into())
             }
         }
-        let call = ClusterCall::new(Arc::new(Nowhere));
+        let call = ClusterCall::new(Arc::new(Nowhere), Split::slots(2));
         call.ran_remotely(Some(4));
         call.ran_here("a reason");
         call.ran_here("a reason");
@@ -944,6 +1018,31 @@ mod tests {
         assert_eq!(call.tasks(), Some(7));
         call.ran_remotely(None);
         assert_eq!(call.tasks(), None);
+    }
+
+    #[test]
+    fn a_scan_is_split_by_what_it_reads_in_whole_waves() {
+        let split = Split::slots(2);
+        let mib = 1u64 << 20;
+        // Little or nothing read: one task per slot.
+        assert_eq!(split.partitions(0), 2);
+        assert_eq!(split.partitions(2 * mib), 2);
+        assert_eq!(split.partitions(32 * mib), 2);
+        // Another wave for every 16 MiB a slot would read, whole waves only.
+        assert_eq!(split.partitions(32 * mib + 1), 4);
+        assert_eq!(split.partitions(63 * mib), 4);
+        assert_eq!(split.partitions(65 * mib), 6);
+        // At most four waves, however much is read.
+        assert_eq!(split.partitions(200 * mib), 8);
+        assert_eq!(split.partitions(u64::MAX), 8);
+        // No slot is taken as one; a test's small task size splits small files.
+        assert_eq!(Split::slots(0).partitions(0), 1);
+        let small = Split {
+            slots: 3,
+            bytes_per_task: 1000,
+        };
+        assert_eq!(small.partitions(2999), 3);
+        assert_eq!(small.partitions(3001), 6);
     }
 
     /// A part "sent" in the cut tests: run here as the cluster runs it (its partitions one

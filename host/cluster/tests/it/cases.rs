@@ -26,7 +26,10 @@ pub fn engine_over(dir: &Path, cluster: &LocalCluster) -> Engine {
             ..Default::default()
         },
     )
-    .with_cluster(Arc::new(BallistaCluster::new(address, false)), 4)
+    .with_cluster(
+        Arc::new(BallistaCluster::new(address, false)),
+        tally_storage::cluster::Split::slots(4),
+    )
 }
 
 #[test]
@@ -191,8 +194,10 @@ fn an_exploded_count_is_the_same_through_a_cluster_past_the_cap() {
         ..Default::default()
     };
     let address = Address::parse(&cluster.address()).expect("the cluster's address");
-    let through = Engine::open_with(dir, limits(Serving::Streaming))
-        .with_cluster(Arc::new(BallistaCluster::new(address, false)), 4);
+    let through = Engine::open_with(dir, limits(Serving::Streaming)).with_cluster(
+        Arc::new(BallistaCluster::new(address, false)),
+        tally_storage::cluster::Split::slots(4),
+    );
     let alone = Engine::open_with(dir, limits(Serving::Prepared));
     let arguments = json!({"dataset_id": "fixture", "group_by": ["手続が行われるイベント(個人)"]});
     let answer = crate::golden::run_case_on(&through, Tool::SummarizeRecords, &arguments);
@@ -204,4 +209,51 @@ fn an_exploded_count_is_the_same_through_a_cluster_past_the_cap() {
         "{answer}"
     );
     assert_eq!(answer["data"], here["data"]);
+}
+
+/// A scan is split by what it reads: a count of every record reads no column and runs as one
+/// task per slot, a search of a text field reads its chunks and runs in more waves of tasks
+/// (here a task's share is one byte, so any read takes every wave); the answers are one
+/// server's either way.
+#[test]
+fn a_scan_is_split_into_tasks_by_what_it_reads() {
+    use serde_json::json;
+    use tally_semantic::Tool;
+    let cluster = LocalCluster::start(2);
+    let dir = crate::fixture::datasets_dir();
+    let address = Address::parse(&cluster.address()).expect("the cluster's address");
+    let split = tally_storage::cluster::Split {
+        slots: 2,
+        bytes_per_task: 1,
+    };
+    let limits = |serving| Limits {
+        serving,
+        call_timeout: std::time::Duration::from_secs(120),
+        ..Default::default()
+    };
+    let through = Engine::open_with(dir, limits(Serving::Streaming))
+        .with_cluster(Arc::new(BallistaCluster::new(address, false)), split);
+    let alone = Engine::open_with(dir, limits(Serving::Streaming));
+    let waves = tally_storage::cluster::Split::MOST_WAVES as usize;
+    for (tool, arguments, tasks) in [
+        (
+            Tool::SummarizeRecords,
+            json!({"dataset_id": "fixture", "metrics": ["count"]}),
+            2,
+        ),
+        (
+            Tool::SummarizeRecords,
+            json!({"dataset_id": "fixture", "where": {"手続名": {"$contains": "届出"}}, "metrics": ["count"]}),
+            2 * waves,
+        ),
+    ] {
+        let answer = crate::golden::run_case_on(&through, tool, &arguments);
+        let here = crate::golden::run_case_on(&alone, tool, &arguments);
+        assert_eq!(answer["data"], here["data"], "{arguments}");
+        let said = extract_step(&answer);
+        assert!(
+            said.contains(&format!(" in {tasks} tasks")),
+            "{arguments}: {tasks} tasks expected: {said} in {answer}"
+        );
+    }
 }

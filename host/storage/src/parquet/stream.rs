@@ -469,7 +469,7 @@ impl Streaming for ParquetStream {
 
 /// The table of one call.
 #[derive(Debug)]
-struct StreamTable {
+pub(crate) struct StreamTable {
     shared: Arc<Shared>,
     counts: Arc<ReadCounts>,
 }
@@ -631,6 +631,25 @@ impl TableProvider for StreamTable {
 }
 
 impl StreamTable {
+    /// The bytes of column chunks (as stored) a scan of the columns `projection` (indices
+    /// into the table's schema) reads of every file, with no condition ruling any out: the
+    /// work a cluster splits it by (`crate::cluster::Split`).
+    pub(crate) fn bytes_read(&self, projection: &[usize]) -> u64 {
+        let shared = &self.shared;
+        let (scanned, _) = self.columns(projection);
+        let names: Vec<&str> = scanned
+            .iter()
+            .filter(|i| **i < shared.file_schema.fields().len())
+            .map(|i| shared.file_schema.field(*i).name().as_str())
+            .collect();
+        shared
+            .files
+            .iter()
+            .flat_map(|f| f.chunks_of_columns(&names))
+            .map(|r| r.end - r.start)
+            .sum()
+    }
+
     /// The object reads of the call `state` belongs to, when this stream reads objects that
     /// together fit what the call may keep. Larger objects are read scan by scan, as local
     /// files are: a call over them would hold its share of memory for bytes it reads once.
