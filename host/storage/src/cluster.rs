@@ -751,6 +751,7 @@ async fn rebuild_table(
     source: &TableSource,
     budget: &Arc<Budget>,
 ) -> Result<Arc<dyn TableProvider>, StorageError> {
+    let started = std::time::Instant::now();
     let loaded = tally_semantic::definition::load_definition(
         "dataset.yaml",
         &source.dataset,
@@ -777,7 +778,9 @@ async fn rebuild_table(
         .zip(&layout.targets)
         .map(|(f, t)| (f.name.clone(), t.clone()))
         .collect();
+    let loaded_at = std::time::Instant::now();
     let files = crate::parquet::reopen(source).await?;
+    let opened_at = std::time::Instant::now();
     let stream = crate::parquet::stream::ParquetStream::new(
         &source.dataset,
         &fields,
@@ -788,6 +791,13 @@ async fn rebuild_table(
         budget,
     )?;
     let (inner, _counts) = crate::backend::Streaming::table(&stream);
+    tracing::debug!(
+        dataset = %source.dataset,
+        definition_micros = (loaded_at - started).as_micros() as u64,
+        files_micros = (opened_at - loaded_at).as_micros() as u64,
+        table_micros = opened_at.elapsed().as_micros() as u64,
+        "the parts of a task's table"
+    );
     Ok(Arc::new(crate::cluster::StreamedTable::new(inner, layout)))
 }
 

@@ -98,6 +98,113 @@ pub struct Footer {
     pub digest: std::sync::Arc<std::sync::OnceLock<String>>,
     /// The footer, parsed and checked.
     pub metadata: std::sync::Arc<datafusion::parquet::file::metadata::ParquetMetaData>,
+    /// Its column chunks by where they lie ([`Footer::chunks`]), made once by whoever needs
+    /// them and shared by the footer's clones.
+    chunks: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<[ChunkAt]>>>,
+    /// The file this footer was last read from and found equal to, as its metadata said then,
+    /// shared by the footer's clones ([`Footer::known_in`]).
+    seen: std::sync::Arc<std::sync::Mutex<Option<Stamp>>>,
+}
+
+/// A local file as its metadata says it is: which file (device and inode), its size, and when
+/// its contents (`modified`) and its inode (`changed`: any write, rename or change of times
+/// sets it to the clock's time, and no call sets it otherwise) last changed, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    device: u64,
+    inode: u64,
+    size: u64,
+    modified: i128,
+    changed: i128,
+}
+
+/// How long after a file's last change its footer must have been read for its stamp to vouch
+/// for its bytes: a change within the same tick of the file system's clock as a read could
+/// leave the stamp as it was (git's "racy" index entries); a change after a read made this
+/// long after the last one cannot.
+pub const SETTLED: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Stamp {
+    /// The stamp of a file's metadata (`None` where the platform does not say inode and
+    /// change time: there, a footer is always read again).
+    #[cfg(unix)]
+    pub fn of(meta: &std::fs::Metadata) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Some(Stamp {
+            device: meta.dev(),
+            inode: meta.ino(),
+            size: meta.size(),
+            modified: ns(meta.mtime(), meta.mtime_nsec()),
+            changed: ns(meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+
+    #[cfg(not(unix))]
+    pub fn of(_meta: &std::fs::Metadata) -> Option<Stamp> {
+        None
+    }
+
+    /// Whether a read made `at` (nanoseconds since the epoch) came [`SETTLED`] after this
+    /// stamp's last change.
+    fn settled_at(&self, at: i128) -> bool {
+        at.saturating_sub(self.changed) >= SETTLED.as_nanos() as i128
+    }
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// Where a column chunk lies in its file: its first byte, the byte after its last, its row
+/// group and its column (the index of its leaf).
+pub type ChunkAt = (u64, u64, usize, usize);
+
+impl Footer {
+    /// The file's column chunks sorted by where they lie ([`ChunkAt`]); a chunk whose offset
+    /// or size is negative is left out. Made once per footer parsed: a file of thousands of
+    /// row groups has hundreds of thousands of chunks, and every scan of it needs them.
+    pub fn chunks(&self) -> std::sync::Arc<[ChunkAt]> {
+        std::sync::Arc::clone(self.chunks.get_or_init(|| {
+            let mut chunks = Vec::new();
+            for (g, group) in self.metadata.row_groups().iter().enumerate() {
+                for (c, column) in group.columns().iter().enumerate() {
+                    if let Ok((start, len)) = pages::chunk_range(column, g) {
+                        chunks.push((start as u64, (start + len) as u64, g, c));
+                    }
+                }
+            }
+            chunks.sort_unstable();
+            chunks.into()
+        }))
+    }
+
+    /// Whether the file whose metadata is `meta` is known to end in this footer without
+    /// reading it: it is the same file, of the same size, unchanged since it was last read
+    /// and found to end in it, and that read came [`SETTLED`] after its last change (so no
+    /// later change can have left its stamp as it was).
+    pub fn known_in(&self, meta: &std::fs::Metadata) -> bool {
+        let Some(stamp) = Stamp::of(meta) else {
+            return false;
+        };
+        stamp.size == self.size && self.seen.lock().is_ok_and(|seen| *seen == Some(stamp))
+    }
+
+    /// The file whose metadata is `meta` was read just now and found to end in this footer.
+    pub fn seen_in(&self, meta: &std::fs::Metadata) {
+        self.seen_in_at(meta, now_ns());
+    }
+
+    /// [`Footer::seen_in`], read at `at` (nanoseconds since the epoch): remembered only when
+    /// the read came [`SETTLED`] after the file's last change.
+    pub fn seen_in_at(&self, meta: &std::fs::Metadata, at: i128) {
+        let stamp = Stamp::of(meta).filter(|s| s.settled_at(at) && s.size == self.size);
+        if let Ok(mut seen) = self.seen.lock() {
+            *seen = stamp;
+        }
+    }
 }
 
 /// Bytes read by position: a local file, or an object in object storage (whose reads are
@@ -201,6 +308,8 @@ fn parse_footer(
         footer_bytes: footer_bytes.into(),
         digest: std::sync::Arc::default(),
         metadata: std::sync::Arc::clone(reader_meta.metadata()),
+        chunks: std::sync::Arc::default(),
+        seen: std::sync::Arc::default(),
     })
 }
 
@@ -229,6 +338,19 @@ impl Footers {
             held: std::sync::Mutex::new(FootersHeld::default()),
             bound,
         }
+    }
+
+    /// A footer held for `path` that the file with metadata `meta` is known to end in
+    /// ([`Footer::known_in`]), so that its bytes need not be read again.
+    pub fn known(&self, path: &Path, meta: &std::fs::Metadata) -> Option<Footer> {
+        let held = self.held.lock().ok()?;
+        held.footers
+            .iter()
+            .find(|(f, _)| f.path == path && f.known_in(meta))
+            .map(|(f, _)| Footer {
+                modified: meta.modified().ok(),
+                ..f.clone()
+            })
     }
 
     /// [`read_footer_of`], parsed only when its bytes are not those of a footer held.
@@ -608,6 +730,51 @@ mod tests {
         let none = Footers::new(16);
         read(&none);
         assert!(none.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_footer_is_known_in_its_file_only_while_the_file_is_unchanged_and_was_read_settled() {
+        let dir = std::env::temp_dir().join(format!("tally-parquet-stamp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("a.parquet");
+        write(&path, 10);
+        let footers = Footers::new(64 * 1024 * 1024);
+        let meta = || std::fs::metadata(&path).expect("metadata");
+        let footer = footers
+            .read_of(&path, &File::open(&path).expect("open"), None)
+            .expect("footer");
+        let changed = Stamp::of(&meta()).expect("a stamp on unix").changed;
+        // Never read: not known.
+        assert!(!footer.known_in(&meta()));
+        assert!(footers.known(&path, &meta()).is_none());
+        // Read within SETTLED of the file's last change: a change in the same tick of the
+        // file system's clock could leave the stamp as it is, so it vouches for nothing.
+        footer.seen_in_at(&meta(), changed + SETTLED.as_nanos() as i128 / 2);
+        assert!(!footer.known_in(&meta()));
+        // Read after it: known, by the footer and its clones, and by the footers held.
+        footer.seen_in_at(&meta(), changed + SETTLED.as_nanos() as i128);
+        assert!(footer.known_in(&meta()));
+        let held = footers
+            .known(&path, &meta())
+            .expect("known through the footers held");
+        assert!(Arc::ptr_eq(&held.metadata, &footer.metadata));
+        assert!(held.clone().known_in(&meta()));
+        // Another file at the same path (written aside and renamed over it): another inode.
+        let aside = dir.join("b.parquet");
+        write(&aside, 10);
+        std::fs::rename(&aside, &path).expect("rename");
+        assert!(!footer.known_in(&meta()));
+        assert!(footers.known(&path, &meta()).is_none());
+        // Seen again, then rewritten in place with more rows: another size.
+        footer.seen_in_at(
+            &meta(),
+            Stamp::of(&meta()).expect("stamp").changed + 2_000_000_000,
+        );
+        assert!(footer.known_in(&meta()));
+        write(&path, 11);
+        assert!(!footer.known_in(&meta()));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -68,8 +68,8 @@ pub(crate) struct StreamFile {
     pub offset: u64,
     /// Its partition values, one per key column the stream serves.
     pub values: Vec<ScalarValue>,
-    /// Its column chunks by where they lie: (start, end, row group, column).
-    chunks: Vec<(u64, u64, usize, usize)>,
+    /// Its column chunks by where they lie: (start, end, row group, column), the footer's.
+    chunks: Arc<[tally_plugin_parquet::ChunkAt]>,
     /// Where it is an object in object storage (read by ranged requests).
     object: Option<Arc<crate::object::ObjectFile>>,
 }
@@ -82,15 +82,7 @@ impl StreamFile {
         values: Vec<ScalarValue>,
         object: Option<Arc<crate::object::ObjectFile>>,
     ) -> StreamFile {
-        let mut chunks = Vec::new();
-        for (g, group) in footer.metadata.row_groups().iter().enumerate() {
-            for (c, column) in group.columns().iter().enumerate() {
-                if let Ok((start, len)) = tally_plugin_parquet::pages::chunk_range(column, g) {
-                    chunks.push((start as u64, (start + len) as u64, g, c));
-                }
-            }
-        }
-        chunks.sort_unstable();
+        let chunks = footer.chunks();
         StreamFile {
             relative,
             footer,
@@ -346,16 +338,25 @@ pub(crate) async fn reopen(
                 }
                 (None, Some(path)) => {
                     let opened = std::fs::File::open(path).and_then(|f| {
-                        let modified = f.metadata()?.modified().ok();
-                        Ok((f, modified))
+                        let meta = f.metadata()?;
+                        Ok((f, meta))
                     });
+                    // The file's metadata is taken before its footer is read: a change after
+                    // it gives another stamp, so a footer is never vouched for by a stamp
+                    // older than what was read.
                     let read = opened
                         .map_err(|source| tally_plugin_parquet::Error::Io {
                             path: path.into(),
                             source,
                         })
-                        .and_then(|(f, modified)| {
-                            FOOTERS.read_of(std::path::Path::new(path), &f, modified)
+                        .and_then(|(f, meta)| {
+                            let path = std::path::Path::new(path);
+                            if let Some(footer) = FOOTERS.known(path, &meta) {
+                                return Ok(footer);
+                            }
+                            let footer = FOOTERS.read_of(path, &f, meta.modified().ok())?;
+                            footer.seen_in(&meta);
+                            Ok(footer)
                         });
                     let footer = match read {
                         Ok(f) => f,
@@ -917,20 +918,25 @@ impl ParquetFileReaderFactory for CheckedFactory {
             }
             Err(e) => return Err(external(StorageError::backend(&shared.dataset, e))),
         };
-        // The file must be the version registered: the same size and the same footer.
-        let size = opened
+        // The file must be the version registered: the same size and the same footer, read
+        // again unless the file is known to be unchanged since it was last found to end in it
+        // (`Footer::known_in`; its metadata taken before the read).
+        let meta = opened
             .metadata()
-            .map_err(|e| external(StorageError::backend(&shared.dataset, e)))?
-            .len();
-        let footer = file.footer.footer_bytes.len() as u64;
-        let mut tail = vec![0u8; file.footer.footer_bytes.len()];
-        let same = size == file.footer.size
-            && read_at(&opened, &mut tail, size.saturating_sub(footer)).is_ok()
-            && *tail == *file.footer.footer_bytes;
-        if !same {
-            return Err(external(stale(
-                "its data file changed after this version was registered",
-            )));
+            .map_err(|e| external(StorageError::backend(&shared.dataset, e)))?;
+        if !file.footer.known_in(&meta) {
+            let size = meta.len();
+            let footer = file.footer.footer_bytes.len() as u64;
+            let mut tail = vec![0u8; file.footer.footer_bytes.len()];
+            let same = size == file.footer.size
+                && read_at(&opened, &mut tail, size.saturating_sub(footer)).is_ok()
+                && *tail == *file.footer.footer_bytes;
+            if !same {
+                return Err(external(stale(
+                    "its data file changed after this version was registered",
+                )));
+            }
+            file.footer.seen_in(&meta);
         }
         Ok(Box::new(CheckedReader {
             shared: Arc::clone(shared),
