@@ -1,16 +1,16 @@
-//! A summary of data read from its files grouped before it explodes.
+//! A summary grouped before it explodes.
 //!
-//! A prepared table explodes a multi-value field on the codes of its index. Data read from
-//! its files was exploded record by record: one server split each cell into parts it
-//! numbered as the call read them (`StreamCodes`, in its memory); a plan sent to a cluster's
-//! executors cannot carry those, so there each cell became a list of text parts, unnested and
-//! grouped as text. Either way every record paid for its parts. A summary that only counts
-//! records needs less: the records are grouped by the whole cells of the exploded fields (and
-//! the other keys), each group with how many records it stands for (one job on a cluster);
-//! those groups (as many as the distinct cells, far fewer than the records) are exploded on
-//! the server and their records added by part. The count before exploding (records, records
-//! without a part, what exploding adds) is read from the same groups, so a call through a
-//! cluster is one job instead of two.
+//! Exploding a multi-value field record by record makes every record pay for its parts: a
+//! prepared table looks up each record's parts on the codes of its index; data read from its
+//! files was split cell by cell into parts numbered as the call read them (`StreamCodes`, in
+//! this server's memory), and on a cluster's executors, which cannot carry those, into lists
+//! of text parts unnested and grouped as text. A summary that only counts records needs less:
+//! the records are grouped by the whole cells of the exploded fields (and the other keys),
+//! each group with how many records it stands for (one job on a cluster); those groups (as
+//! many as the distinct cells, far fewer than the records) are exploded on the server and
+//! their records added by part. The count before exploding (records, records without a part,
+//! what exploding adds) is read from the same groups, so a call through a cluster is one job
+//! instead of two.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -26,16 +26,16 @@ use crate::error::EngineError;
 /// The column of a grouped table that holds how many records each of its rows stands for.
 pub const WEIGHT: &str = "__tally_records";
 
-/// Whether `plan` is summarized from groups made before exploding: `from_files` (data read
-/// from its files, with no filter on parts), a summary that explodes, only counts, groups by
-/// no looked-up field, and reads no plugin's row sources.
+/// Whether `plan` is summarized from groups made before exploding: `wanted` (no filter on
+/// parts), a summary that explodes, only counts, groups by no looked-up field, and reads no
+/// plugin's row sources.
 fn applies(
     call: &Call<'_>,
     plan: &SummarizePlan,
     lookups: &crate::lookup::Lookups,
-    from_files: bool,
+    wanted: bool,
 ) -> bool {
-    from_files
+    wanted
         && !plan.explode.is_empty()
         && plan.metrics.iter().all(|m| matches!(m, Metric::Count))
         && !plan.group_by.iter().any(|g| lookups.contains_key(g))
@@ -53,9 +53,9 @@ pub async fn grouped(
     plan: &SummarizePlan,
     df: &DataFrame,
     lookups: &crate::lookup::Lookups,
-    from_files: bool,
+    wanted: bool,
 ) -> Result<Option<DataFrame>, EngineError> {
-    if !applies(call, plan, lookups, from_files) {
+    if !applies(call, plan, lookups, wanted) {
         return Ok(None);
     }
     let def = call.def();

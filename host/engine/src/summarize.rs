@@ -656,10 +656,10 @@ pub async fn run(
             )
         })
         .collect();
-    // Read from its files (on this server or a cluster), a summary that only counts
-    // explodes groups of records made first.
-    let from_files = !call.prepared.is_prepared() && part_filters.is_empty();
-    let pregrouped = crate::pregroup::grouped(&call, &plan, &df, lookups, from_files).await?;
+    // A summary that only counts explodes groups of records made first (read from its files,
+    // on this server or a cluster, or from a prepared table), unless its parts are filtered.
+    let groups_first = part_filters.is_empty();
+    let pregrouped = crate::pregroup::grouped(&call, &plan, &df, lookups, groups_first).await?;
     let weighted = pregrouped.is_some();
     let df = pregrouped.unwrap_or(df);
     // Records matched before exploding, the records without a part in each exploded field,

@@ -118,18 +118,37 @@ pub struct Stamp {
     changed: i128,
 }
 
-/// How long after a file's last change its footer must have been read for its stamp to vouch
-/// for its bytes: a change within the same tick of the file system's clock as a read could
-/// leave the stamp as it was (git's "racy" index entries); a change after a read made this
-/// long after the last one cannot.
+/// How long after a file's last change the read of its footer must have begun for its stamp to
+/// vouch for its bytes: a change within the same tick of the file system's clock as a read
+/// could leave the stamp as it was (git's "racy" index entries), one after a read begun this
+/// long after the last change cannot (its tick is a later one, even at one second a tick).
 pub const SETTLED: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// File systems (Linux's magic numbers) whose change times come from this machine's clock:
+/// ext2–4, XFS, Btrfs, tmpfs, overlayfs, ZFS, F2FS. On a network file system they come from
+/// the server's, which may lag this one's past [`SETTLED`]; there a footer is always read.
+#[cfg(target_os = "linux")]
+const LOCAL_FILE_SYSTEMS: [u64; 7] = [
+    0xEF53,
+    0x5846_5342,
+    0x9123_683E,
+    0x0102_1994,
+    0x794C_7630,
+    0x2FC1_2FC1,
+    0xF2F5_2010,
+];
+
 impl Stamp {
-    /// The stamp of a file's metadata (`None` where the platform does not say inode and
-    /// change time: there, a footer is always read again).
-    #[cfg(unix)]
-    pub fn of(meta: &std::fs::Metadata) -> Option<Stamp> {
+    /// The stamp of an open file with metadata `meta`, both taken before it is read (with
+    /// [`clock_ns`] before them). `None` unless the file lies on a local file system of Linux
+    /// ([`LOCAL_FILE_SYSTEMS`]): elsewhere a footer is always read again.
+    #[cfg(target_os = "linux")]
+    pub fn of(file: &File, meta: &std::fs::Metadata) -> Option<Stamp> {
         use std::os::unix::fs::MetadataExt;
+        let kind = rustix::fs::fstatfs(file).ok()?.f_type as u64 & 0xFFFF_FFFF;
+        if !LOCAL_FILE_SYSTEMS.contains(&kind) {
+            return None;
+        }
         let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
         Some(Stamp {
             device: meta.dev(),
@@ -140,19 +159,21 @@ impl Stamp {
         })
     }
 
-    #[cfg(not(unix))]
-    pub fn of(_meta: &std::fs::Metadata) -> Option<Stamp> {
+    #[cfg(not(target_os = "linux"))]
+    pub fn of(_file: &File, _meta: &std::fs::Metadata) -> Option<Stamp> {
         None
     }
 
-    /// Whether a read made `at` (nanoseconds since the epoch) came [`SETTLED`] after this
+    /// Whether a read begun `at` (nanoseconds since the epoch) began [`SETTLED`] after this
     /// stamp's last change.
     fn settled_at(&self, at: i128) -> bool {
         at.saturating_sub(self.changed) >= SETTLED.as_nanos() as i128
     }
 }
 
-fn now_ns() -> i128 {
+/// The clock now, in nanoseconds since the epoch: taken before a file's stamp and the read of
+/// its footer, and given to [`Footer::seen_in`] once the read found the footer's bytes.
+pub fn clock_ns() -> i128 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i128)
@@ -181,26 +202,22 @@ impl Footer {
         }))
     }
 
-    /// Whether the file whose metadata is `meta` is known to end in this footer without
-    /// reading it: it is the same file, of the same size, unchanged since it was last read
-    /// and found to end in it, and that read came [`SETTLED`] after its last change (so no
-    /// later change can have left its stamp as it was).
-    pub fn known_in(&self, meta: &std::fs::Metadata) -> bool {
-        let Some(stamp) = Stamp::of(meta) else {
+    /// Whether the file stamped `stamp` is known to end in this footer without reading it:
+    /// it is the same file, of the same size, unchanged since a read that found it ending in
+    /// this footer, a read begun [`SETTLED`] after the file's last change (so no later change
+    /// can have left its stamp as it was).
+    pub fn known_in(&self, stamp: Option<Stamp>) -> bool {
+        let Some(stamp) = stamp else {
             return false;
         };
         stamp.size == self.size && self.seen.lock().is_ok_and(|seen| *seen == Some(stamp))
     }
 
-    /// The file whose metadata is `meta` was read just now and found to end in this footer.
-    pub fn seen_in(&self, meta: &std::fs::Metadata) {
-        self.seen_in_at(meta, now_ns());
-    }
-
-    /// [`Footer::seen_in`], read at `at` (nanoseconds since the epoch): remembered only when
-    /// the read came [`SETTLED`] after the file's last change.
-    pub fn seen_in_at(&self, meta: &std::fs::Metadata, at: i128) {
-        let stamp = Stamp::of(meta).filter(|s| s.settled_at(at) && s.size == self.size);
+    /// A read begun `at` ([`clock_ns`], taken before the file's stamp `stamp`) found the file
+    /// ending in this footer: remembered only when the read began [`SETTLED`] after the
+    /// file's last change.
+    pub fn seen_in(&self, stamp: Option<Stamp>, at: i128) {
+        let stamp = stamp.filter(|s| s.settled_at(at) && s.size == self.size);
         if let Ok(mut seen) = self.seen.lock() {
             *seen = stamp;
         }
@@ -340,15 +357,21 @@ impl Footers {
         }
     }
 
-    /// A footer held for `path` that the file with metadata `meta` is known to end in
-    /// ([`Footer::known_in`]), so that its bytes need not be read again.
-    pub fn known(&self, path: &Path, meta: &std::fs::Metadata) -> Option<Footer> {
+    /// A footer held for `path` that the file stamped `stamp` is known to end in
+    /// ([`Footer::known_in`]), so that its bytes need not be read again; `modified` is the
+    /// file's, as its metadata says now.
+    pub fn known(
+        &self,
+        path: &Path,
+        stamp: Option<Stamp>,
+        modified: Option<SystemTime>,
+    ) -> Option<Footer> {
         let held = self.held.lock().ok()?;
         held.footers
             .iter()
-            .find(|(f, _)| f.path == path && f.known_in(meta))
+            .find(|(f, _)| f.path == path && f.known_in(stamp))
             .map(|(f, _)| Footer {
-                modified: meta.modified().ok(),
+                modified,
                 ..f.clone()
             })
     }
@@ -733,48 +756,71 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_footer_is_known_in_its_file_only_while_the_file_is_unchanged_and_was_read_settled() {
+        // The test's temporary directory is on a local file system (as on the machines the
+        // tests run on); a stamp there is taken.
         let dir = std::env::temp_dir().join(format!("tally-parquet-stamp-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("a.parquet");
         write(&path, 10);
         let footers = Footers::new(64 * 1024 * 1024);
-        let meta = || std::fs::metadata(&path).expect("metadata");
+        let stamp = || {
+            let file = File::open(&path).expect("open");
+            let meta = file.metadata().expect("metadata");
+            Stamp::of(&file, &meta).expect("a stamp on a local file system")
+        };
         let footer = footers
             .read_of(&path, &File::open(&path).expect("open"), None)
             .expect("footer");
-        let changed = Stamp::of(&meta()).expect("a stamp on unix").changed;
+        let settled = |s: Stamp| s.changed + SETTLED.as_nanos() as i128;
         // Never read: not known.
-        assert!(!footer.known_in(&meta()));
-        assert!(footers.known(&path, &meta()).is_none());
-        // Read within SETTLED of the file's last change: a change in the same tick of the
-        // file system's clock could leave the stamp as it is, so it vouches for nothing.
-        footer.seen_in_at(&meta(), changed + SETTLED.as_nanos() as i128 / 2);
-        assert!(!footer.known_in(&meta()));
-        // Read after it: known, by the footer and its clones, and by the footers held.
-        footer.seen_in_at(&meta(), changed + SETTLED.as_nanos() as i128);
-        assert!(footer.known_in(&meta()));
+        assert!(!footer.known_in(Some(stamp())));
+        assert!(footers.known(&path, Some(stamp()), None).is_none());
+        // A read begun within SETTLED of the file's last change: a change in the same tick of
+        // the file system's clock could leave the stamp as it is, so it vouches for nothing.
+        footer.seen_in(Some(stamp()), settled(stamp()) - 1);
+        assert!(!footer.known_in(Some(stamp())));
+        // Begun after it: known, by the footer and its clones, and by the footers held.
+        footer.seen_in(Some(stamp()), settled(stamp()));
+        assert!(footer.known_in(Some(stamp())));
         let held = footers
-            .known(&path, &meta())
+            .known(&path, Some(stamp()), None)
             .expect("known through the footers held");
         assert!(Arc::ptr_eq(&held.metadata, &footer.metadata));
-        assert!(held.clone().known_in(&meta()));
+        assert!(held.clone().known_in(Some(stamp())));
+        // No stamp (a file system whose clock is not this machine's): never known.
+        assert!(!footer.known_in(None));
+        // Rewritten in place with the same size and its modification time moved: the same
+        // file, another stamp.
+        let before = std::fs::metadata(&path)
+            .expect("metadata")
+            .modified()
+            .expect("mtime");
+        let bytes = std::fs::read(&path).expect("read");
+        let rewrite = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        std::os::unix::fs::FileExt::write_all_at(&rewrite, &bytes, 0).expect("write");
+        rewrite
+            .set_modified(before + std::time::Duration::from_secs(5))
+            .expect("set mtime");
+        assert_eq!(stamp().size, bytes.len() as u64);
+        assert!(!footer.known_in(Some(stamp())));
         // Another file at the same path (written aside and renamed over it): another inode.
+        footer.seen_in(Some(stamp()), settled(stamp()));
+        assert!(footer.known_in(Some(stamp())));
         let aside = dir.join("b.parquet");
         write(&aside, 10);
         std::fs::rename(&aside, &path).expect("rename");
-        assert!(!footer.known_in(&meta()));
-        assert!(footers.known(&path, &meta()).is_none());
-        // Seen again, then rewritten in place with more rows: another size.
-        footer.seen_in_at(
-            &meta(),
-            Stamp::of(&meta()).expect("stamp").changed + 2_000_000_000,
-        );
-        assert!(footer.known_in(&meta()));
+        assert!(!footer.known_in(Some(stamp())));
+        assert!(footers.known(&path, Some(stamp()), None).is_none());
+        // Rewritten with more rows: another size.
+        footer.seen_in(Some(stamp()), settled(stamp()));
         write(&path, 11);
-        assert!(!footer.known_in(&meta()));
+        assert!(!footer.known_in(Some(stamp())));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -337,13 +337,14 @@ pub(crate) async fn reopen(
                     Ok((footer, Some(Arc::new(object)), file))
                 }
                 (None, Some(path)) => {
+                    // The clock, then the file's stamp, then its footer's bytes: a change
+                    // after the stamp gives another, so a footer is never vouched for by a
+                    // stamp older than what was read (`Footer::known_in`).
+                    let at = tally_plugin_parquet::clock_ns();
                     let opened = std::fs::File::open(path).and_then(|f| {
                         let meta = f.metadata()?;
                         Ok((f, meta))
                     });
-                    // The file's metadata is taken before its footer is read: a change after
-                    // it gives another stamp, so a footer is never vouched for by a stamp
-                    // older than what was read.
                     let read = opened
                         .map_err(|source| tally_plugin_parquet::Error::Io {
                             path: path.into(),
@@ -351,11 +352,13 @@ pub(crate) async fn reopen(
                         })
                         .and_then(|(f, meta)| {
                             let path = std::path::Path::new(path);
-                            if let Some(footer) = FOOTERS.known(path, &meta) {
+                            let stamp = tally_plugin_parquet::Stamp::of(&f, &meta);
+                            let modified = meta.modified().ok();
+                            if let Some(footer) = FOOTERS.known(path, stamp, modified) {
                                 return Ok(footer);
                             }
-                            let footer = FOOTERS.read_of(path, &f, meta.modified().ok())?;
-                            footer.seen_in(&meta);
+                            let footer = FOOTERS.read_of(path, &f, modified)?;
+                            footer.seen_in(stamp, at);
                             Ok(footer)
                         });
                     let footer = match read {
@@ -921,10 +924,12 @@ impl ParquetFileReaderFactory for CheckedFactory {
         // The file must be the version registered: the same size and the same footer, read
         // again unless the file is known to be unchanged since it was last found to end in it
         // (`Footer::known_in`; its metadata taken before the read).
+        let at = tally_plugin_parquet::clock_ns();
         let meta = opened
             .metadata()
             .map_err(|e| external(StorageError::backend(&shared.dataset, e)))?;
-        if !file.footer.known_in(&meta) {
+        let stamp = tally_plugin_parquet::Stamp::of(&opened, &meta);
+        if !file.footer.known_in(stamp) {
             let size = meta.len();
             let footer = file.footer.footer_bytes.len() as u64;
             let mut tail = vec![0u8; file.footer.footer_bytes.len()];
@@ -936,7 +941,7 @@ impl ParquetFileReaderFactory for CheckedFactory {
                     "its data file changed after this version was registered",
                 )));
             }
-            file.footer.seen_in(&meta);
+            file.footer.seen_in(stamp, at);
         }
         Ok(Box::new(CheckedReader {
             shared: Arc::clone(shared),
