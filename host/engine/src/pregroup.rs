@@ -26,9 +26,9 @@ use crate::error::EngineError;
 /// The column of a grouped table that holds how many records each of its rows stands for.
 pub const WEIGHT: &str = "__tally_records";
 
-/// Whether `plan` is summarized from groups made before exploding: `wanted` (no filter on
-/// parts), a summary that explodes, only counts, groups by no looked-up field, and reads no
-/// plugin's row sources.
+/// Whether `plan` is summarized from groups made before exploding: `wanted` (data read from
+/// its files, with no filter on parts), a summary that explodes, only counts, groups by no
+/// looked-up field, and reads no plugin's row sources.
 fn applies(
     call: &Call<'_>,
     plan: &SummarizePlan,

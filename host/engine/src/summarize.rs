@@ -656,9 +656,10 @@ pub async fn run(
             )
         })
         .collect();
-    // A summary that only counts explodes groups of records made first (read from its files,
-    // on this server or a cluster, or from a prepared table), unless its parts are filtered.
-    let groups_first = part_filters.is_empty();
+    // Read from its files (on this server or a cluster), a summary that only counts explodes
+    // groups of records made first, unless its parts are filtered. (Not a prepared table yet:
+    // its coded keys are grouped on code columns the grouped table does not keep.)
+    let groups_first = !call.prepared.is_prepared() && part_filters.is_empty();
     let pregrouped = crate::pregroup::grouped(&call, &plan, &df, lookups, groups_first).await?;
     let weighted = pregrouped.is_some();
     let df = pregrouped.unwrap_or(df);

@@ -486,4 +486,21 @@ fn an_exploded_count_is_the_same_grouped_first_or_record_by_record() {
             );
         }
     }
+    // With a second key, coded on a prepared table (a dim with a codelist): grouped first from
+    // the files, record by record on the prepared table's codes, the same answer.
+    for arguments in [
+        json!({"dataset_id": "fixture", "group_by": [field, "所管府省庁"]}),
+        json!({"dataset_id": "fixture", "group_by": [field, "所管府省庁"], "order_by": ["所管府省庁"]}),
+    ] {
+        let prepared = answer(Serving::Prepared, 100_000, &arguments);
+        assert!(
+            prepared["rows"].as_array().is_some_and(|r| !r.is_empty()),
+            "{prepared}"
+        );
+        assert_eq!(
+            answer(Serving::Streaming, 100_000, &arguments),
+            prepared,
+            "{arguments}"
+        );
+    }
 }
