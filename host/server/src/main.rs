@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use tally_mcp::{audit, exit, serve};
 
+mod allocator;
 mod check;
 mod cli;
 mod cluster;
@@ -445,6 +446,7 @@ fn init_log(cli: &Cli) -> Result<(), String> {
 
 fn main() -> ExitCode {
     use clap::CommandFactory;
+    allocator::tune();
     let mut command = Cli::command();
     command.build();
     let applied =

@@ -1627,7 +1627,7 @@ impl Job {
                 stop,
                 Arc::clone(&self.progress),
             );
-            match prepare(&self, &handle, &meter, self.cacheable()) {
+            let prepared = match prepare(&self, &handle, &meter, self.cacheable()) {
                 Ok(p) => Ok(p),
                 Err(Failed::Engine(e)) => Err(e),
                 // Served all the same, from memory; the next version tries the cache again.
@@ -1639,7 +1639,13 @@ impl Job {
                         Failed::Cache(why) => StorageError::internal(why),
                     })
                 }
-            }
+            };
+            // What reading and preparing held is freed: handed back to the system, whatever
+            // the budget counted of it (the batches read, the dictionaries being built and
+            // the allocator's own slack are more than it sees).
+            drop(meter);
+            crate::memory::release::wake();
+            prepared
         });
         // A backend that never returns (a native plugin stuck in its own code) is abandoned
         // past the preparation's time; the flag above stops everything that reads batches.

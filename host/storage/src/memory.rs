@@ -45,6 +45,8 @@ pub fn default_budget() -> usize {
 pub struct Budget {
     limit: usize,
     used: AtomicUsize,
+    /// The most held since freed memory was last handed back to the system ([`release`]).
+    high: AtomicUsize,
 }
 
 impl Budget {
@@ -52,6 +54,7 @@ impl Budget {
         Arc::new(Budget {
             limit: limit.max(MIB),
             used: AtomicUsize::new(0),
+            high: AtomicUsize::new(0),
         })
     }
 
@@ -69,26 +72,50 @@ impl Budget {
 
     /// Takes `bytes` from the budget if they fit.
     fn try_take(&self, bytes: usize) -> bool {
-        self.used
+        match self
+            .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes).filter(|total| *total <= self.limit)
-            })
-            .is_ok()
+            }) {
+            Ok(before) => {
+                self.high.fetch_max(before + bytes, Ordering::AcqRel);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Takes `bytes` whether or not they fit (memory already allocated, e.g. by an operator
     /// that cannot refuse).
     fn take(&self, bytes: usize) {
-        self.used.fetch_add(bytes, Ordering::AcqRel);
+        let before = self.used.fetch_add(bytes, Ordering::AcqRel);
+        self.high
+            .fetch_max(before.saturating_add(bytes), Ordering::AcqRel);
     }
 
     fn give_back(&self, bytes: usize) {
         // Never below zero, whatever the order of releases.
-        let _ = self
+        let before = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 Some(used.saturating_sub(bytes))
-            });
+            })
+            .unwrap_or_else(|used| used);
+        if self.freed_much(before.saturating_sub(bytes)) {
+            release::wake();
+        }
+    }
+
+    /// Whether, now that `now` bytes are held, at least [`release::AFTER`] were freed since
+    /// the last hand-back (a preparation's columns and dictionaries, a large call's
+    /// operators); if so the high-water mark starts again from `now`.
+    fn freed_much(&self, now: usize) -> bool {
+        let high = self.high.load(Ordering::Acquire);
+        high.saturating_sub(now) >= release::AFTER
+            && self
+                .high
+                .compare_exchange(high, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
     }
 
     /// An empty reservation, grown as memory is needed and released when dropped.
@@ -420,10 +447,115 @@ impl Drop for CallPool {
     }
 }
 
+/// Handing memory the process freed back to the system. The allocator is the binary's to
+/// choose and tune, so what hands it back is set by the binary ([`give_back_with`]); storage
+/// says when: after every preparation, and once [`AFTER`] bytes or more of the budget were
+/// freed since the last time (a large call's operators). glibc's
+/// malloc keeps what a thread freed in that thread's arena for its next allocations, so
+/// after a preparation or a large call the process would otherwise hold, for as long as it
+/// runs, the high-water mark of its busiest moment. It runs on a thread of its own (handing
+/// back walks every arena under its lock), at most once per [`PAUSE`].
+pub mod release {
+    use std::sync::{Condvar, Mutex, OnceLock};
+    use std::time::Duration;
+
+    /// Bytes freed (in the budget's count) that are worth handing back.
+    pub const AFTER: usize = 16 * super::MIB;
+    /// The least time between two hand-backs.
+    pub const PAUSE: Duration = Duration::from_millis(500);
+
+    static HOOK: OnceLock<fn()> = OnceLock::new();
+    static WANTED: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+    static STARTED: std::sync::Once = std::sync::Once::new();
+
+    /// Sets what hands freed memory back (once; later calls change nothing). Without it,
+    /// freed memory is left to the allocator.
+    pub fn give_back_with(hook: fn()) {
+        let _ = HOOK.set(hook);
+    }
+
+    /// Asks for a hand-back soon (no-op without a hook).
+    pub(crate) fn wake() {
+        let Some(hook) = HOOK.get().copied() else {
+            return;
+        };
+        STARTED.call_once(|| {
+            let started = std::thread::Builder::new()
+                .name("tally-give-back".into())
+                .spawn(move || run(hook));
+            if let Err(e) = started {
+                tracing::warn!("freed memory will not be handed back: {e}");
+            }
+        });
+        let (wanted, wake) = &WANTED;
+        if let Ok(mut w) = wanted.lock() {
+            *w = true;
+            wake.notify_one();
+        }
+    }
+
+    fn run(hook: fn()) {
+        let (wanted, wake) = &WANTED;
+        loop {
+            {
+                let Ok(mut w) = wanted.lock() else { return };
+                while !*w {
+                    w = match wake.wait(w) {
+                        Ok(w) => w,
+                        Err(_) => return,
+                    };
+                }
+                *w = false;
+            }
+            let started = std::time::Instant::now();
+            hook();
+            tracing::debug!(
+                took_us = started.elapsed().as_micros() as u64,
+                "handed freed memory back to the system"
+            );
+            std::thread::sleep(PAUSE);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use datafusion::common::DataFusionError;
+
+    /// Freeing a preparation's worth hands memory back once, through the hook the binary
+    /// set; small releases do not, and the count starts again from what is held.
+    #[test]
+    fn much_freed_memory_is_handed_back_through_the_hook() {
+        static HANDED: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>> =
+            std::sync::Mutex::new(None);
+        let (tx, rx) = std::sync::mpsc::channel();
+        *HANDED.lock().expect("lock") = Some(tx);
+        release::give_back_with(|| {
+            if let Some(tx) = HANDED.lock().expect("lock").as_ref() {
+                let _ = tx.send(());
+            }
+        });
+        let budget = Budget::new(1024 * MIB);
+        let mut small = budget.reservation("small");
+        small.grow(release::AFTER / 2).expect("fits");
+        drop(small);
+        assert_eq!(budget.high.load(Ordering::Acquire), release::AFTER / 2);
+        let mut prep = budget.reservation("a preparation");
+        prep.grow(3 * release::AFTER).expect("fits");
+        let mut kept = budget.reservation("the prepared table");
+        kept.grow(MIB).expect("fits");
+        drop(prep);
+        assert_eq!(
+            budget.high.load(Ordering::Acquire),
+            MIB,
+            "counted again from what is held"
+        );
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the hook ran");
+        drop(kept);
+        assert!(!budget.freed_much(0), "one MiB freed is not worth it");
+    }
 
     #[test]
     fn reservations_are_bounded_and_released() {
