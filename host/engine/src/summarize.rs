@@ -29,7 +29,9 @@ use crate::error::EngineError;
 use crate::meta::{self, echo, field_meta};
 use crate::plan::{Planner, conjunction};
 use crate::results::{CountsByName, MetricMeta, SummaryResult};
-use tally_storage::dataset::{Codes, Dataset, Prepared, code_column, share_column};
+use tally_storage::dataset::{
+    Codes, Dataset, Prepared, code_column, dictionary_column, share_column,
+};
 use tally_storage::udf::StreamCodes;
 
 /// Hidden result column: records per group (before exploding, the matched total is its sum).
@@ -1567,8 +1569,17 @@ fn group_keys(
                 // Exploded parts are never empty.
                 (Some(col), _) => ident(col).alias(name),
                 (None, Some(KeyCodes::Fixed(_))) => ident(code_column(g)).alias(name),
+                // Read as a dictionary array where the files store it so (a condition on
+                // the field has it read as text: conditions are planned on the text).
                 (None, Some(KeyCodes::Streamed(codes))) => {
-                    planner.functions.code(planner.column(g), codes).alias(name)
+                    let text = if prepared.dictionary_of(g)
+                        && !plan.filters.iter().any(|f| f.field == g)
+                    {
+                        ident(dictionary_column(g))
+                    } else {
+                        planner.column(g)
+                    };
+                    planner.functions.code(text, codes).alias(name)
                 }
                 // A text column without missing values is its own key: no copy of every value.
                 (None, None) if text && !prepared.has_missing(g).unwrap_or(true) => {

@@ -828,6 +828,82 @@ impl StreamedTable {
     }
 }
 
+/// Plans the columns of a [`StreamedTable`]'s scan: the backend's columns to read (its own
+/// indices: the fields, then the row), per output column what it is and where it comes from,
+/// and the fields to read as dictionaries (their text numbered by a summary, or what a share
+/// is decided on): each distinct value of a chunk decided once instead of every row.
+#[allow(clippy::type_complexity)]
+fn columns_of(
+    layout: &Layout,
+    indices: &[usize],
+) -> DfResult<(Vec<usize>, Vec<(Out, usize)>, Vec<usize>)> {
+    let fields = layout.targets.len();
+    let mut read: Vec<usize> = Vec::new();
+    let at = |i: usize, read: &mut Vec<usize>| match read.iter().position(|r| *r == i) {
+        Some(p) => p,
+        None => {
+            read.push(i);
+            read.len() - 1
+        }
+    };
+    let mut outs: Vec<(Out, usize)> = Vec::with_capacity(indices.len());
+    let mut dictionaries: Vec<usize> = Vec::new();
+    for &c in indices {
+        let out = layout.out(c).ok_or_else(|| {
+            DataFusionError::Internal(format!("no column {c} in the streamed table"))
+        })?;
+        let from = match out {
+            Out::Field(f) => at(f, &mut read),
+            Out::Row => at(fields, &mut read),
+            Out::Share(s) => {
+                let share = &layout.shares[s];
+                if share.separator.is_none() {
+                    dictionaries.push(share.field.index());
+                }
+                at(share.field.index(), &mut read)
+            }
+            Out::Dict(f) => {
+                dictionaries.push(f);
+                at(f, &mut read)
+            }
+            Out::Code(_) => {
+                return Err(DataFusionError::Internal(
+                    "a streamed table has no code columns".into(),
+                ));
+            }
+        };
+        outs.push((out, from));
+    }
+    Ok((read, outs, dictionaries))
+}
+
+impl StreamedTable {
+    /// The backend table's scan of `read`, with the fields `dictionaries` read as dictionary
+    /// arrays where the backend is the Parquet stream (another backend's scan is as it is).
+    async fn scan_inner(
+        &self,
+        state: &dyn Session,
+        read: &[usize],
+        dictionaries: &[usize],
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let stream = (self.inner.as_ref() as &dyn std::any::Any)
+            .downcast_ref::<crate::parquet::stream::StreamTable>();
+        match stream {
+            Some(table) if !dictionaries.is_empty() => {
+                table
+                    .scan_with(state, read, dictionaries, filters, limit)
+                    .await
+            }
+            _ => {
+                let read = read.to_vec();
+                self.inner.scan(state, Some(&read), filters, limit).await
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl TableProvider for StreamedTable {
     fn schema(&self) -> SchemaRef {
@@ -882,36 +958,9 @@ impl TableProvider for StreamedTable {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let layout = &self.layout;
-        let fields = layout.targets.len();
         let all: Vec<usize> = (0..layout.schema.fields().len()).collect();
         let indices = projection.unwrap_or(&all);
-        // The backend's columns to read (its own indices: the fields, then the row), and per
-        // output column where it comes from.
-        let mut read: Vec<usize> = Vec::new();
-        let at = |i: usize, read: &mut Vec<usize>| match read.iter().position(|r| *r == i) {
-            Some(p) => p,
-            None => {
-                read.push(i);
-                read.len() - 1
-            }
-        };
-        let mut outs: Vec<(Out, usize)> = Vec::with_capacity(indices.len());
-        for &c in indices {
-            let out = layout.out(c).ok_or_else(|| {
-                DataFusionError::Internal(format!("no column {c} in the streamed table"))
-            })?;
-            let from = match out {
-                Out::Field(f) => at(f, &mut read),
-                Out::Row => at(fields, &mut read),
-                Out::Share(s) => at(layout.shares[s].field.index(), &mut read),
-                Out::Code(_) => {
-                    return Err(DataFusionError::Internal(
-                        "a streamed table has no code columns".into(),
-                    ));
-                }
-            };
-            outs.push((out, from));
-        }
+        let (read, outs, dictionaries) = columns_of(layout, indices)?;
         let inner_schema = self.inner.schema();
         let pushable: Vec<Expr> = filters
             .iter()
@@ -936,8 +985,7 @@ impl TableProvider for StreamedTable {
             None => state.config().target_partitions(),
         };
         let scan = if target == state.config().target_partitions() {
-            self.inner
-                .scan(state, Some(&read), &pushable, limit)
+            self.scan_inner(state, &read, &dictionaries, &pushable, limit)
                 .await?
         } else {
             let mut split = state
@@ -948,8 +996,7 @@ impl TableProvider for StreamedTable {
                 })?
                 .clone();
             split.config_mut().options_mut().execution.target_partitions = target;
-            self.inner
-                .scan(&split, Some(&read), &pushable, limit)
+            self.scan_inner(&split, &read, &dictionaries, &pushable, limit)
                 .await?
         };
         let schema = Arc::new(
@@ -962,12 +1009,21 @@ impl TableProvider for StreamedTable {
         let shares = layout.shares.clone();
         let map = move |batch: RecordBatch| -> DfResult<RecordBatch> {
             let mut columns: Vec<ArrayRef> = Vec::with_capacity(outs.len());
-            for (out, from) in &outs {
+            for (k, (out, from)) in outs.iter().enumerate() {
+                let read = batch.column(*from);
                 columns.push(match out {
-                    Out::Share(s) => shares[*s]
-                        .column(batch.column(*from).as_ref())
-                        .map_err(external)?,
-                    _ => Arc::clone(batch.column(*from)),
+                    Out::Share(s) => shares[*s].column(read.as_ref()).map_err(external)?,
+                    // A field read in another type than this table's (text read as a
+                    // dictionary for another column, a dictionary asked of a field a
+                    // condition names, or of a backend without them).
+                    _ => {
+                        let want = out_schema.field(k).data_type();
+                        if read.data_type() == want {
+                            Arc::clone(read)
+                        } else {
+                            datafusion::arrow::compute::cast(read, want)?
+                        }
+                    }
                 });
             }
             RecordBatch::try_new_with_options(

@@ -21,7 +21,8 @@ use crate::memory::{Budget, Meter, Progress};
 use crate::store::{Builder, ChunkSink, InMemory, Layout, PreparedTable, Store};
 
 pub use crate::store::{
-    RESERVED_PREFIX, ROW_COL, canonical_type, code_column, share_column, text_type,
+    RESERVED_PREFIX, ROW_COL, canonical_type, code_column, dictionary_column, share_column,
+    text_type,
 };
 
 /// Where the retrieval date of a dataset comes from.
@@ -575,6 +576,15 @@ impl Prepared {
     /// Whether the table is not to be used again (its cached data did not check out).
     pub fn is_damaged(&self) -> bool {
         self.store().is_some_and(|s| s.is_damaged())
+    }
+
+    /// Whether a field read from its files is also served as a dictionary array
+    /// ([`crate::store::dictionary_column`]): what a summary numbers the field's values
+    /// from, once per distinct value of a column chunk instead of once per row.
+    pub fn dictionary_of(&self, field: FieldId) -> bool {
+        matches!(self.data, Data::Streamed(_))
+            && self.layout.dictionaries
+            && self.layout.coded.contains(&field)
     }
 
     /// The values of a field's code column, when it is grouped on codes.

@@ -552,6 +552,8 @@ impl ScalarUDFImpl for PartCodes {
 #[derive(Debug)]
 pub struct StreamCodes {
     table: Mutex<CodeTable>,
+    /// The last dictionaries coded ([`StreamCodes::code_dictionary`]) with their codes.
+    dictionaries: Mutex<KeptDictionaries>,
     /// Names this table among those of every call (the threads' view memos are tagged with it).
     id: u64,
 }
@@ -584,6 +586,7 @@ impl Default for StreamCodes {
                 codes: hashbrown::HashMap::new(),
                 values: vec![String::new()],
             }),
+            dictionaries: Mutex::new(Vec::new()),
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
@@ -662,6 +665,68 @@ impl StreamCodes {
     }
 }
 
+impl StreamCodes {
+    /// The code of each row of a dictionary array (null and `""`: 0): its dictionary's values
+    /// numbered once. A column chunk's batches share its dictionary, so the codes of the last
+    /// dictionaries met ([`DICTIONARIES_KEPT`]) are kept with them, for the call, and a row
+    /// is then one look-up by its key.
+    pub(crate) fn code_dictionary(
+        &self,
+        dict: &datafusion::arrow::array::DictionaryArray<datafusion::arrow::datatypes::UInt32Type>,
+    ) -> Result<UInt32Array> {
+        let codes = self.dictionary_codes(dict.values())?;
+        let keys = dict.keys();
+        let mut out: Vec<u32> = keys
+            .values()
+            .iter()
+            .map(|k| codes.get(*k as usize).copied().unwrap_or(0))
+            .collect();
+        // A null's key is any number: its code is 0 (without a branch on each row).
+        if let Some(nulls) = keys.nulls().filter(|n| n.null_count() > 0) {
+            for (code, valid) in out.iter_mut().zip(nulls.iter()) {
+                *code *= u32::from(valid);
+            }
+        }
+        Ok(UInt32Array::from(out))
+    }
+
+    /// The codes of a dictionary's values, kept or made.
+    fn dictionary_codes(&self, values: &ArrayRef) -> Result<Arc<[u32]>> {
+        let data = values.to_data();
+        {
+            let kept = self.lock_dictionaries()?;
+            if let Some((_, codes)) = kept.iter().find(|(held, _)| held.to_data().ptr_eq(&data)) {
+                return Ok(Arc::clone(codes));
+            }
+        }
+        let text = datafusion::arrow::compute::cast(values, &DataType::Utf8)?;
+        let text = datafusion::arrow::array::AsArray::as_string::<i32>(&text);
+        let codes: Arc<[u32]> = self
+            .code(&|i| text.is_valid(i).then(|| text.value(i)), text.len())?
+            .into();
+        // The values are held with their codes, so their buffers are not freed and reused
+        // for another dictionary while the codes are kept.
+        let mut kept = self.lock_dictionaries()?;
+        if kept.len() >= DICTIONARIES_KEPT {
+            kept.remove(0);
+        }
+        kept.push((Arc::clone(values), Arc::clone(&codes)));
+        Ok(codes)
+    }
+
+    fn lock_dictionaries(&self) -> Result<std::sync::MutexGuard<'_, KeptDictionaries>> {
+        self.dictionaries
+            .lock()
+            .map_err(|_| DataFusionError::Internal("the dictionaries' lock is poisoned".into()))
+    }
+}
+
+/// Dictionaries whose codes a call keeps ([`StreamCodes::code_dictionary`]): the column
+/// chunks its threads read at once.
+const DICTIONARIES_KEPT: usize = 16;
+
+/// Dictionaries' values with their codes, oldest first.
+type KeptDictionaries = Vec<(ArrayRef, Arc<[u32]>)>;
 impl StreamCodes {
     /// Per value, the codes of its parts split by `separator` as `tally_parts` splits them
     /// (trimmed, non-empty), numbering the parts not met before; with `count`, just how many.
@@ -799,6 +864,15 @@ impl ScalarUDFImpl for Code {
             && let Some(view) = datafusion::arrow::array::AsArray::as_string_view_opt(array)
         {
             return Ok(ColumnarValue::Array(Arc::new(self.codes.code_views(view)?)));
+        }
+        if let ColumnarValue::Array(array) = text
+            && let Some(dict) = datafusion::arrow::array::AsArray::as_dictionary_opt::<
+                datafusion::arrow::datatypes::UInt32Type,
+            >(array.as_ref())
+        {
+            return Ok(ColumnarValue::Array(Arc::new(
+                self.codes.code_dictionary(dict)?,
+            )));
         }
         let memo = Memo::default();
         over_text(text, args.number_rows, &memo, "", &|at, n| {
@@ -1321,6 +1395,79 @@ mod tests {
         assert_eq!(run(Arc::new(view)), want);
         assert_eq!(run(Arc::new(plain)), want);
         assert_eq!(codes.values().expect("values").len(), 4);
+    }
+
+    /// Codes of dictionary arrays (text read from its files as a column chunk stores it):
+    /// batches sharing a chunk's dictionary number its values once, another chunk's
+    /// dictionary holding some of the same values gives them the same codes, and a null key,
+    /// a null value and `""` are code 0.
+    #[test]
+    fn codes_of_dictionary_arrays_name_each_rows_text_and_are_made_once_per_dictionary() {
+        use datafusion::arrow::array::{DictionaryArray, UInt32Array as Keys};
+        use datafusion::arrow::datatypes::UInt32Type;
+        let codes = StreamCodes::default();
+        let first: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("国土交通省"),
+            Some(""),
+            Some("所管12"),
+            None,
+        ]));
+        let batch = |values: &ArrayRef, keys: Vec<Option<u32>>| {
+            DictionaryArray::<UInt32Type>::try_new(Keys::from(keys), Arc::clone(values))
+                .expect("dictionary")
+        };
+        let text_of = |c: u32| -> Option<String> {
+            let values = codes.values().expect("values");
+            (c != 0).then(|| values.value(c as usize).to_string())
+        };
+        let a = codes
+            .code_dictionary(&batch(
+                &first,
+                vec![Some(0), Some(2), None, Some(1), Some(3), Some(0)],
+            ))
+            .expect("codes");
+        let got: Vec<Option<String>> = a.values().iter().map(|c| text_of(*c)).collect();
+        let want = |v: &[Option<&str>]| v.iter().map(|t| t.map(str::to_string)).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            want(&[
+                Some("国土交通省"),
+                Some("所管12"),
+                None,
+                None,
+                None,
+                Some("国土交通省")
+            ])
+        );
+        // The next batch of the chunk: the same dictionary, no more values numbered.
+        let b = codes
+            .code_dictionary(&batch(&first, vec![Some(2), Some(2), Some(0)]))
+            .expect("codes");
+        assert_eq!(b.values().as_ref(), &[a.value(1), a.value(1), a.value(0)]);
+        assert_eq!(codes.lock_dictionaries().expect("lock").len(), 1);
+        // Another chunk: its own dictionary, a value met before keeps its code.
+        let second: ArrayRef =
+            Arc::new(StringArray::from(vec![Some("デジタル庁"), Some("所管12")]));
+        let c = codes
+            .code_dictionary(&batch(&second, vec![Some(1), Some(0)]))
+            .expect("codes");
+        assert_eq!(c.value(0), a.value(1));
+        assert_eq!(text_of(c.value(1)).as_deref(), Some("デジタル庁"));
+        assert_eq!(codes.lock_dictionaries().expect("lock").len(), 2);
+        // More chunks than are kept: the oldest is let go, codes stay the table's.
+        for k in 0..DICTIONARIES_KEPT + 3 {
+            let values: ArrayRef =
+                Arc::new(StringArray::from(vec![format!("値{k}"), "所管12".into()]));
+            let d = codes
+                .code_dictionary(&batch(&values, vec![Some(1), Some(0)]))
+                .expect("codes");
+            assert_eq!(d.value(0), a.value(1));
+            assert_eq!(text_of(d.value(1)), Some(format!("値{k}")));
+        }
+        assert_eq!(
+            codes.lock_dictionaries().expect("lock").len(),
+            DICTIONARIES_KEPT
+        );
     }
 
     /// Codes by view, batch after batch, from more code tables than a thread keeps, each

@@ -484,8 +484,8 @@ impl StreamTable {
     /// number out: the Parquet reader would number every row group it reads, and makes a map
     /// of all the file's row groups to do so each time (75M rows in 4,578 row groups: 21M
     /// entries per scan, a third of a summary's time).
-    fn table_schema(&self, row_numbers: bool) -> TableSchema {
-        let builder = TableSchema::builder(Arc::clone(&self.shared.file_schema))
+    fn table_schema(&self, file_schema: &SchemaRef, row_numbers: bool) -> TableSchema {
+        let builder = TableSchema::builder(Arc::clone(file_schema))
             .with_table_partition_cols(self.shared.partition_fields.clone());
         if !row_numbers {
             return builder.build();
@@ -561,13 +561,33 @@ impl TableProvider for StreamTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let all: Vec<usize> = (0..=self.shared.sources.len()).collect();
+        self.scan_with(state, projection.unwrap_or(&all), &[], filters, limit)
+            .await
+    }
+}
+
+impl StreamTable {
+    /// [`TableProvider::scan`], with the text fields `dictionaries` (indices into the table's
+    /// schema) read as dictionary arrays (`Dictionary(UInt32, Utf8)`, one dictionary per
+    /// column chunk, as the file stores it) instead of views: what a summary numbering a
+    /// key's values needs once per distinct value of a chunk instead of once per row. A field
+    /// a condition names is read as views all the same (conditions are planned against the
+    /// table's types); the scan's schema says which type each column came in.
+    pub(crate) async fn scan_with(
+        &self,
+        state: &dyn Session,
+        wanted: &[usize],
+        dictionaries: &[usize],
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let shared = &self.shared;
-        let all: Vec<usize> = (0..=shared.sources.len()).collect();
-        let wanted = projection.unwrap_or(&all);
         let (scanned, outputs) = self.columns(wanted);
+        let (file_schema, as_dictionary) = self.dictionary_schema(dictionaries, filters);
         // The row number is the table schema's last column, after the files' and the partitions'.
         let row_number = shared.file_schema.fields().len() + shared.partition_fields.len();
-        let table_schema = self.table_schema(scanned.contains(&row_number));
+        let table_schema = self.table_schema(&file_schema, scanned.contains(&row_number));
         // Records asked for by number: per file, a selection of just those rows (the pages
         // that hold them are read; files without any are left out).
         let mut wanted_rows: Option<Vec<u64>> = filters.iter().find_map(StreamTable::row_numbers);
@@ -586,7 +606,7 @@ impl TableProvider for StreamTable {
             (reads, ahead)
         });
         let source = self.source(state, &table_schema, filters, reads)?;
-        let partitioned = self.partitioned(wanted_rows.as_deref());
+        let partitioned = self.partitioned(wanted_rows.as_deref(), &as_dictionary);
         let config =
             FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
                 .with_file_group(FileGroup::new(partitioned))
@@ -604,7 +624,20 @@ impl TableProvider for StreamTable {
                 scan = split;
             }
         }
-        let schema = Arc::new(shared.schema.project(wanted)?);
+        let schema = Arc::new(Schema::new(
+            wanted
+                .iter()
+                .map(|w| {
+                    let field = shared.schema.field(*w);
+                    match shared.sources.get(*w) {
+                        Some(Col::File(i)) if as_dictionary.contains(i) => {
+                            Arc::new(field.clone().with_data_type(dictionary_type()))
+                        }
+                        _ => Arc::new(field.clone()),
+                    }
+                })
+                .collect::<Vec<FieldRef>>(),
+        ));
         let out_schema = Arc::clone(&schema);
         // The call's stop, looked at before each batch is handed on: a call given up ends at
         // its next batch, whatever the operators above it are doing.
@@ -632,6 +665,58 @@ impl TableProvider for StreamTable {
             Arc::new(map),
         )))
     }
+
+    /// The file schema of a scan reading the fields `dictionaries` as dictionary arrays, and
+    /// which file columns those are: the text columns of the files among them that no
+    /// condition names.
+    fn dictionary_schema(
+        &self,
+        dictionaries: &[usize],
+        filters: &[Expr],
+    ) -> (SchemaRef, Vec<usize>) {
+        let shared = &self.shared;
+        let named: std::collections::HashSet<String> = filters
+            .iter()
+            .flat_map(|f| f.column_refs().into_iter().map(|c| c.name.clone()))
+            .collect();
+        let as_dictionary: Vec<usize> = dictionaries
+            .iter()
+            .filter_map(|w| match shared.sources.get(*w) {
+                Some(Col::File(i)) => Some(*i),
+                _ => None,
+            })
+            .filter(|i| {
+                let field = shared.file_schema.field(*i);
+                is_text(field.data_type()) && !named.contains(field.name())
+            })
+            .collect();
+        if as_dictionary.is_empty() {
+            return (Arc::clone(&shared.file_schema), as_dictionary);
+        }
+        let fields: Vec<FieldRef> = shared
+            .file_schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                if as_dictionary.contains(&i) {
+                    Arc::new(f.as_ref().clone().with_data_type(dictionary_type()))
+                } else {
+                    Arc::clone(f)
+                }
+            })
+            .collect();
+        (Arc::new(Schema::new(fields)), as_dictionary)
+    }
+}
+
+/// The type of text read as a dictionary array.
+fn dictionary_type() -> DataType {
+    DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8))
+}
+
+fn is_text(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
 }
 
 impl StreamTable {
@@ -762,12 +847,41 @@ impl StreamTable {
 
     /// Lists the files a scan reads, each with its partition values and, when records are
     /// asked for by number (sorted, distinct), the selection of just those rows.
-    fn partitioned(&self, wanted_rows: Option<&[u64]>) -> Vec<PartitionedFile> {
+    fn partitioned(
+        &self,
+        wanted_rows: Option<&[u64]>,
+        as_dictionary: &[usize],
+    ) -> Vec<PartitionedFile> {
         let shared = &self.shared;
+        let names: Vec<&str> = as_dictionary
+            .iter()
+            .map(|i| shared.file_schema.field(*i).name().as_str())
+            .collect();
         let mut partitioned: Vec<PartitionedFile> = Vec::with_capacity(shared.files.len());
         for (i, f) in shared.files.iter().enumerate() {
             let mut pf =
                 PartitionedFile::new(format!("tally/{}/{i}", shared.dataset), f.footer.size);
+            // The Parquet reader reads a column in the type the file's schema it is handed
+            // says: a text column as a dictionary array keeps the chunk's dictionary.
+            if !names.is_empty() {
+                let fields: Vec<FieldRef> = f
+                    .footer
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|field| {
+                        if names.contains(&field.name().as_str()) && is_text(field.data_type()) {
+                            Arc::new(field.as_ref().clone().with_data_type(dictionary_type()))
+                        } else {
+                            Arc::clone(field)
+                        }
+                    })
+                    .collect();
+                pf = pf.with_arrow_schema(Arc::new(Schema::new_with_metadata(
+                    fields,
+                    f.footer.schema.metadata().clone(),
+                )));
+            }
             pf.partition_values = std::iter::once(ScalarValue::UInt64(Some(f.offset)))
                 .chain(f.values.iter().cloned())
                 .collect();
@@ -1348,6 +1462,75 @@ mod tests {
             );
         }
         out
+    }
+
+    /// Text fields asked for as dictionaries come as dictionary arrays with the same values
+    /// as the views a plain scan gives; a field a condition names is read as views all the
+    /// same, and the other text field as a dictionary beside it.
+    #[test]
+    fn text_fields_read_as_dictionaries_hold_the_values_views_hold() {
+        use datafusion::arrow::array::AsArray;
+        let (_, stream, _) = objects();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let (table, _) = stream.table();
+        let table = (table.as_ref() as &dyn std::any::Any)
+            .downcast_ref::<StreamTable>()
+            .expect("a Parquet stream's table");
+        let ctx = call(None);
+        let state = ctx.state();
+        let run = |dictionaries: &[usize], filters: Vec<Expr>| {
+            runtime.block_on(async {
+                let plan = table
+                    .scan_with(&state, &[0, 1, 2], dictionaries, &filters, None)
+                    .await
+                    .unwrap();
+                let schema = plan.schema();
+                let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx())
+                    .await
+                    .unwrap();
+                let text: Vec<Vec<Option<String>>> = (0..2)
+                    .map(|c| {
+                        batches
+                            .iter()
+                            .flat_map(|b| {
+                                let column =
+                                    datafusion::arrow::compute::cast(b.column(c), &DataType::Utf8)
+                                        .unwrap();
+                                column
+                                    .as_string::<i32>()
+                                    .iter()
+                                    .map(|v| v.map(str::to_string))
+                                    .collect::<Vec<_>>()
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let types: Vec<DataType> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.data_type().clone())
+                    .collect();
+                for b in &batches {
+                    for (column, want) in b.columns().iter().zip(&types) {
+                        assert_eq!(column.data_type(), want, "a batch in its scan's type");
+                    }
+                }
+                (types, text)
+            })
+        };
+        let (plain_types, plain) = run(&[], Vec::new());
+        assert_eq!(plain_types[0], DataType::Utf8);
+        let (types, both) = run(&[0, 1], Vec::new());
+        assert_eq!(types[0], dictionary_type());
+        assert_eq!(types[1], dictionary_type());
+        assert_eq!(types[2], DataType::Int64);
+        assert_eq!(both, plain);
+        // A condition on `kind`: read as text, tested on the text; `ministry` a dictionary.
+        let named = datafusion::prelude::col("kind").is_not_null();
+        let (types, filtered) = run(&[0, 1], vec![named]);
+        assert_eq!(types[0], dictionary_type());
+        assert_eq!(types[1], DataType::Utf8);
+        assert_eq!(filtered, plain, "the condition prunes nothing here");
     }
 
     #[test]
