@@ -851,8 +851,12 @@ async fn aggregate(
         &call.planner,
         &call.prepared,
         plan,
-        having_on_keys,
-        on_cluster,
+        KeyRead {
+            having_on_keys,
+            on_cluster,
+            // Groups made first (`pregroup`) hold the keys' text, not the table's columns.
+            dictionaries: !weighted,
+        },
         indexes,
         lookups,
     );
@@ -1514,16 +1518,31 @@ enum KeyCodes {
 /// expressions. A field with an integer code column is grouped on its codes (integers hash
 /// far faster than strings) and the codes are turned back into values afterwards; a `having`
 /// on the key itself needs the text, so then the text is grouped.
+/// How a summary's group keys may be read.
+#[derive(Debug, Clone, Copy)]
+struct KeyRead {
+    /// A `having` tests the keys themselves (grouped on their text).
+    having_on_keys: bool,
+    /// The plan is sent to a cluster (no call's code tables there).
+    on_cluster: bool,
+    /// The table read has the streamed table's dictionary columns (not groups made first).
+    dictionaries: bool,
+}
+
 #[allow(clippy::type_complexity)]
 fn group_keys(
     planner: &Planner<'_>,
     prepared: &tally_storage::dataset::Prepared,
     plan: &SummarizePlan,
-    having_on_keys: bool,
-    on_cluster: bool,
+    read: KeyRead,
     indexes: &[Option<Split>],
     lookups: &crate::lookup::Lookups,
 ) -> (Vec<Option<KeyCodes>>, Vec<Expr>) {
+    let KeyRead {
+        having_on_keys,
+        on_cluster,
+        dictionaries,
+    } = read;
     let def = planner.def;
     let part_of = |field: FieldId| {
         plan.explode
@@ -1572,7 +1591,8 @@ fn group_keys(
                 // Read as a dictionary array where the files store it so (a condition on
                 // the field has it read as text: conditions are planned on the text).
                 (None, Some(KeyCodes::Streamed(codes))) => {
-                    let text = if prepared.dictionary_of(g)
+                    let text = if dictionaries
+                        && prepared.dictionary_of(g)
                         && !plan.filters.iter().any(|f| f.field == g)
                     {
                         ident(dictionary_column(g))

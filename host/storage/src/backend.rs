@@ -291,6 +291,12 @@ pub trait Streaming: Send + Sync + fmt::Debug {
     fn extract(&self) -> Option<String>;
     /// The records it reads.
     fn rows(&self) -> usize;
+    /// Whether its table reads the text field `field` as dictionary arrays, one dictionary per
+    /// chunk as stored, when asked (the streamed table's dictionary columns); else such a
+    /// column is made of the text, dearer than the text itself.
+    fn dictionary_encoded(&self, _field: &str) -> bool {
+        false
+    }
     /// Where its files are, for an executor of a cluster to read them itself
     /// ([`crate::source::TableSource`]): the partition keys served, the files, and each
     /// file's key values. `None`: its reads cannot be sent elsewhere.

@@ -582,9 +582,12 @@ impl Prepared {
     /// ([`crate::store::dictionary_column`]): what a summary numbers the field's values
     /// from, once per distinct value of a column chunk instead of once per row.
     pub fn dictionary_of(&self, field: FieldId) -> bool {
-        matches!(self.data, Data::Streamed(_))
-            && self.layout.dictionaries
+        let Data::Streamed(streaming) = &self.data else {
+            return false;
+        };
+        self.layout.dictionaries
             && self.layout.coded.contains(&field)
+            && streaming.dictionary_encoded(self.layout.schema.field(field.index()).name())
     }
 
     /// The values of a field's code column, when it is grouped on codes.

@@ -666,16 +666,17 @@ impl StreamCodes {
 }
 
 impl StreamCodes {
-    /// The code of each row of a dictionary array (null and `""`: 0): its dictionary's values
-    /// numbered once. A column chunk's batches share its dictionary, so the codes of the last
-    /// dictionaries met ([`DICTIONARIES_KEPT`]) are kept with them, for the call, and a row
-    /// is then one look-up by its key.
+    /// The code of each row of a dictionary array (null and `""`: 0). A column chunk's
+    /// batches share its dictionary, so the codes of the last dictionaries met
+    /// ([`DICTIONARIES_KEPT`]) are kept with them, for the call: a value is numbered once per
+    /// chunk, when a row first holds it (a condition keeping few rows of a chunk numbers only
+    /// theirs), and a row is then one look-up by its key.
     pub(crate) fn code_dictionary(
         &self,
         dict: &datafusion::arrow::array::DictionaryArray<datafusion::arrow::datatypes::UInt32Type>,
     ) -> Result<UInt32Array> {
-        let codes = self.dictionary_codes(dict.values())?;
         let keys = dict.keys();
+        let codes = self.dictionary_codes(dict.values(), keys.values())?;
         let mut out: Vec<u32> = keys
             .values()
             .iter()
@@ -690,28 +691,47 @@ impl StreamCodes {
         Ok(UInt32Array::from(out))
     }
 
-    /// The codes of a dictionary's values, kept or made.
-    fn dictionary_codes(&self, values: &ArrayRef) -> Result<Arc<[u32]>> {
+    /// The codes of a dictionary's values, every one the keys `keys` name numbered (the
+    /// others [`UNNUMBERED`]).
+    fn dictionary_codes(&self, values: &ArrayRef, keys: &[u32]) -> Result<Arc<Vec<u32>>> {
         let data = values.to_data();
+        let mut kept = self.lock_dictionaries()?;
+        let at = match kept
+            .iter()
+            .position(|(held, _)| held.to_data().ptr_eq(&data))
         {
-            let kept = self.lock_dictionaries()?;
-            if let Some((_, codes)) = kept.iter().find(|(held, _)| held.to_data().ptr_eq(&data)) {
-                return Ok(Arc::clone(codes));
+            Some(at) => at,
+            None => {
+                if kept.len() >= DICTIONARIES_KEPT {
+                    kept.remove(0);
+                }
+                // The values are held with their codes, so their buffers are not freed and
+                // reused for another dictionary while the codes are kept.
+                kept.push((Arc::clone(values), Arc::new(vec![UNNUMBERED; values.len()])));
+                kept.len() - 1
+            }
+        };
+        let codes = &mut kept[at].1;
+        let numbered = |c: &Vec<u32>| {
+            keys.iter()
+                .all(|k| c.get(*k as usize).is_none_or(|c| *c != UNNUMBERED))
+        };
+        if !numbered(codes) {
+            let text = datafusion::arrow::compute::cast(values, &DataType::Utf8)?;
+            let text = datafusion::arrow::array::AsArray::as_string::<i32>(&text);
+            let mut table = self.lock()?;
+            let codes = Arc::make_mut(codes);
+            for k in keys {
+                let k = *k as usize;
+                if codes.get(k) == Some(&UNNUMBERED) {
+                    codes[k] = match text.is_valid(k).then(|| text.value(k)) {
+                        None | Some("") => 0,
+                        Some(v) => table.code_of(v)?,
+                    };
+                }
             }
         }
-        let text = datafusion::arrow::compute::cast(values, &DataType::Utf8)?;
-        let text = datafusion::arrow::array::AsArray::as_string::<i32>(&text);
-        let codes: Arc<[u32]> = self
-            .code(&|i| text.is_valid(i).then(|| text.value(i)), text.len())?
-            .into();
-        // The values are held with their codes, so their buffers are not freed and reused
-        // for another dictionary while the codes are kept.
-        let mut kept = self.lock_dictionaries()?;
-        if kept.len() >= DICTIONARIES_KEPT {
-            kept.remove(0);
-        }
-        kept.push((Arc::clone(values), Arc::clone(&codes)));
-        Ok(codes)
+        Ok(Arc::clone(&kept[at].1))
     }
 
     fn lock_dictionaries(&self) -> Result<std::sync::MutexGuard<'_, KeptDictionaries>> {
@@ -726,7 +746,10 @@ impl StreamCodes {
 const DICTIONARIES_KEPT: usize = 16;
 
 /// Dictionaries' values with their codes, oldest first.
-type KeptDictionaries = Vec<(ArrayRef, Arc<[u32]>)>;
+type KeptDictionaries = Vec<(ArrayRef, Arc<Vec<u32>>)>;
+
+/// The code of a dictionary value no row has held yet.
+const UNNUMBERED: u32 = u32::MAX;
 impl StreamCodes {
     /// Per value, the codes of its parts split by `separator` as `tally_parts` splits them
     /// (trimmed, non-empty), numbering the parts not met before; with `count`, just how many.
@@ -1468,6 +1491,16 @@ mod tests {
             codes.lock_dictionaries().expect("lock").len(),
             DICTIONARIES_KEPT
         );
+        // A chunk of which a condition kept one row: only that row's value is numbered.
+        let before = codes.values().expect("values").len();
+        let wide: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..1000).map(|k| format!("法令{k}")),
+        ));
+        let e = codes
+            .code_dictionary(&batch(&wide, vec![Some(5)]))
+            .expect("codes");
+        assert_eq!(text_of(e.value(0)).as_deref(), Some("法令5"));
+        assert_eq!(codes.values().expect("values").len(), before + 1);
     }
 
     /// Codes by view, batch after batch, from more code tables than a thread keeps, each

@@ -429,6 +429,14 @@ fn executor_object_error(dataset: &str, e: crate::object::ObjectError) -> Storag
 }
 
 impl Streaming for ParquetStream {
+    fn dictionary_encoded(&self, field: &str) -> bool {
+        let shared = &self.shared;
+        shared
+            .file_schema
+            .index_of(field)
+            .is_ok_and(|i| shared.dictionary_encoded(i))
+    }
+
     fn table(&self) -> (Arc<dyn TableProvider>, Arc<ReadCounts>) {
         let counts = Arc::new(ReadCounts::default());
         counts.row_groups.store(
@@ -687,7 +695,7 @@ impl StreamTable {
             })
             .filter(|i| {
                 let field = shared.file_schema.field(*i);
-                is_text(field.data_type()) && !named.contains(field.name())
+                !named.contains(field.name()) && shared.dictionary_encoded(*i)
             })
             .collect();
         if as_dictionary.is_empty() {
@@ -707,6 +715,54 @@ impl StreamTable {
             })
             .collect();
         (Arc::new(Schema::new(fields)), as_dictionary)
+    }
+}
+
+impl Shared {
+    /// Whether the file column `i` is text every data page of which, in every file, is
+    /// dictionary-encoded: then reading it as dictionary arrays hands on each chunk's
+    /// dictionary. (A chunk whose writer fell back to plain pages would have the reader build
+    /// a dictionary of each batch by hashing its values: dearer than views.) A chunk without
+    /// page encoding statistics is taken at its dictionary page.
+    fn dictionary_encoded(&self, i: usize) -> bool {
+        use datafusion::parquet::basic::{Encoding, PageType};
+        let field = self.file_schema.field(i);
+        if !is_text(field.data_type()) {
+            return false;
+        }
+        let name = field.name();
+        let dictionary =
+            |e: Encoding| matches!(e, Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY);
+        self.files.iter().all(|f| {
+            let meta = &f.footer.metadata;
+            let columns = meta.file_metadata().schema_descr().columns();
+            let Some(c) = columns
+                .iter()
+                .position(|c| c.path().parts() == [name.clone()])
+            else {
+                return false;
+            };
+            meta.row_groups().iter().all(|rg| {
+                let chunk = rg.column(c);
+                chunk.dictionary_page_offset().is_some()
+                    && match (
+                        chunk.page_encoding_stats_mask(),
+                        chunk.page_encoding_stats(),
+                    ) {
+                        (Some(mask), _) => {
+                            mask.is_only(Encoding::PLAIN_DICTIONARY)
+                                || mask.is_only(Encoding::RLE_DICTIONARY)
+                        }
+                        (None, Some(stats)) => stats
+                            .iter()
+                            .filter(|s| {
+                                matches!(s.page_type, PageType::DATA_PAGE | PageType::DATA_PAGE_V2)
+                            })
+                            .all(|s| dictionary(s.encoding)),
+                        (None, None) => true,
+                    }
+            })
+        })
     }
 }
 
