@@ -719,21 +719,20 @@ impl StreamTable {
 }
 
 impl Shared {
-    /// Whether the file column `i` is text every data page of which, in every file, is
-    /// dictionary-encoded: then reading it as dictionary arrays hands on each chunk's
-    /// dictionary. (A chunk whose writer fell back to plain pages would have the reader build
-    /// a dictionary of each batch by hashing its values: dearer than views.) A chunk without
-    /// page encoding statistics is taken at its dictionary page.
+    /// Whether the file column `i` is text whose chunks are, for nine records in ten or more,
+    /// dictionary-encoded on every data page: then reading it as dictionary arrays hands on
+    /// each chunk's dictionary. (Of a chunk whose writer fell back to plain pages, or wrote
+    /// no dictionary, the reader makes a dictionary of each batch by hashing its values:
+    /// dearer than views, so worth it only for a small share of the records.) A chunk
+    /// without page encoding statistics is taken at its dictionary page.
     fn dictionary_encoded(&self, i: usize) -> bool {
-        use datafusion::parquet::basic::{Encoding, PageType};
         let field = self.file_schema.field(i);
         if !is_text(field.data_type()) {
             return false;
         }
         let name = field.name();
-        let dictionary =
-            |e: Encoding| matches!(e, Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY);
-        self.files.iter().all(|f| {
+        let (mut encoded, mut all) = (0u64, 0u64);
+        for f in &self.files {
             let meta = &f.footer.metadata;
             let columns = meta.file_metadata().schema_descr().columns();
             let Some(c) = columns
@@ -742,28 +741,39 @@ impl Shared {
             else {
                 return false;
             };
-            meta.row_groups().iter().all(|rg| {
-                let chunk = rg.column(c);
-                chunk.dictionary_page_offset().is_some()
-                    && match (
-                        chunk.page_encoding_stats_mask(),
-                        chunk.page_encoding_stats(),
-                    ) {
-                        (Some(mask), _) => {
-                            mask.is_only(Encoding::PLAIN_DICTIONARY)
-                                || mask.is_only(Encoding::RLE_DICTIONARY)
-                        }
-                        (None, Some(stats)) => stats
-                            .iter()
-                            .filter(|s| {
-                                matches!(s.page_type, PageType::DATA_PAGE | PageType::DATA_PAGE_V2)
-                            })
-                            .all(|s| dictionary(s.encoding)),
-                        (None, None) => true,
-                    }
-            })
-        })
+            for rg in meta.row_groups() {
+                let rows = u64::try_from(rg.num_rows()).unwrap_or(0);
+                all += rows;
+                if chunk_dictionary_encoded(rg.column(c)) {
+                    encoded += rows;
+                }
+            }
+        }
+        encoded * 10 >= all * 9
     }
+}
+
+/// Whether every data page of a column chunk is dictionary-encoded ([`Shared::dictionary_encoded`]).
+fn chunk_dictionary_encoded(
+    chunk: &datafusion::parquet::file::metadata::ColumnChunkMetaData,
+) -> bool {
+    use datafusion::parquet::basic::{Encoding, PageType};
+    let dictionary =
+        |e: Encoding| matches!(e, Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY);
+    chunk.dictionary_page_offset().is_some()
+        && match (
+            chunk.page_encoding_stats_mask(),
+            chunk.page_encoding_stats(),
+        ) {
+            (Some(mask), _) => {
+                mask.is_only(Encoding::PLAIN_DICTIONARY) || mask.is_only(Encoding::RLE_DICTIONARY)
+            }
+            (None, Some(stats)) => stats
+                .iter()
+                .filter(|s| matches!(s.page_type, PageType::DATA_PAGE | PageType::DATA_PAGE_V2))
+                .all(|s| dictionary(s.encoding)),
+            (None, None) => true,
+        }
 }
 
 /// The type of text read as a dictionary array.
