@@ -181,9 +181,21 @@ impl Share {
         let n = text.len();
         let out: Float64Array = if let Some(dict) = text.as_dictionary_opt::<UInt32Type>() {
             let values = dict.values().as_string::<i32>();
-            let mask: Vec<bool> = (0..values.len())
-                .map(|i| self.counts(values.value(i)))
-                .collect();
+            let mask: Vec<bool> = if values.len() <= dict.len() {
+                (0..values.len())
+                    .map(|i| self.counts(values.value(i)))
+                    .collect()
+            } else {
+                // A dictionary larger than the batch (a chunk's, of which a condition kept
+                // few rows): only the values the rows hold are decided.
+                let mut decided: Vec<Option<bool>> = vec![None; values.len()];
+                for k in dict.keys().values() {
+                    if let Some(slot @ None) = decided.get_mut(*k as usize) {
+                        *slot = Some(self.counts(values.value(*k as usize)));
+                    }
+                }
+                decided.into_iter().map(|d| d.unwrap_or(false)).collect()
+            };
             share_of_codes(dict, &mask)
         } else if let Some(view) = text.as_string_view_opt()
             && self.separator.is_none()

@@ -741,6 +741,11 @@ impl Shared {
             else {
                 return false;
             };
+            // Text stored as text: a number or date served as text would be cast into a
+            // dictionary batch by batch.
+            if columns[c].physical_type() != datafusion::parquet::basic::Type::BYTE_ARRAY {
+                return false;
+            }
             for rg in meta.row_groups() {
                 let rows = u64::try_from(rg.num_rows()).unwrap_or(0);
                 all += rows;
