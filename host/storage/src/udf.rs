@@ -696,10 +696,7 @@ impl StreamCodes {
     fn dictionary_codes(&self, values: &ArrayRef, keys: &[u32]) -> Result<Arc<Vec<u32>>> {
         let data = values.to_data();
         let mut kept = self.lock_dictionaries()?;
-        let at = match kept
-            .iter()
-            .position(|(held, _)| held.to_data().ptr_eq(&data))
-        {
+        let at = match kept.iter().position(|(held, _)| held.ptr_eq(&data)) {
             Some(at) => at,
             None => {
                 if kept.len() >= DICTIONARIES_KEPT {
@@ -707,7 +704,7 @@ impl StreamCodes {
                 }
                 // The values are held with their codes, so their buffers are not freed and
                 // reused for another dictionary while the codes are kept.
-                kept.push((Arc::clone(values), Arc::new(vec![UNNUMBERED; values.len()])));
+                kept.push((data.clone(), Arc::new(vec![UNNUMBERED; values.len()])));
                 kept.len() - 1
             }
         };
@@ -746,7 +743,7 @@ impl StreamCodes {
 const DICTIONARIES_KEPT: usize = 16;
 
 /// Dictionaries' values with their codes, oldest first.
-type KeptDictionaries = Vec<(ArrayRef, Arc<Vec<u32>>)>;
+type KeptDictionaries = Vec<(datafusion::arrow::array::ArrayData, Arc<Vec<u32>>)>;
 
 /// The code of a dictionary value no row has held yet.
 const UNNUMBERED: u32 = u32::MAX;

@@ -155,6 +155,9 @@ struct Shared {
     sources: Vec<Col>,
     budget: Arc<Budget>,
     rows: usize,
+    /// Per file column, whether it is read as dictionaries ([`Shared::dictionary_encoded`]),
+    /// decided from the footers once.
+    encoded: Vec<std::sync::OnceLock<bool>>,
 }
 
 /// A Parquet dataset's files, read at every call.
@@ -216,6 +219,10 @@ impl ParquetStream {
                 files,
                 served,
                 extract,
+                encoded: file_fields
+                    .iter()
+                    .map(|_| std::sync::OnceLock::new())
+                    .collect(),
                 file_schema: Arc::new(Schema::new(file_fields)),
                 partition_fields,
                 schema: Arc::new(Schema::new(out)),
@@ -726,6 +733,13 @@ impl Shared {
     /// dearer than views, so worth it only for a small share of the records.) A chunk
     /// without page encoding statistics is taken at its dictionary page.
     fn dictionary_encoded(&self, i: usize) -> bool {
+        self.encoded
+            .get(i)
+            .is_some_and(|e| *e.get_or_init(|| self.count_encoded(i)))
+    }
+
+    /// [`Shared::dictionary_encoded`], counted over every row group of every file.
+    fn count_encoded(&self, i: usize) -> bool {
         let field = self.file_schema.field(i);
         if !is_text(field.data_type()) {
             return false;
@@ -1535,6 +1549,37 @@ mod tests {
         out
     }
 
+    /// A chunk counts as dictionary-encoded only with a dictionary page and every data page
+    /// so: a column written without a dictionary does not.
+    #[test]
+    fn a_chunk_is_dictionary_encoded_only_when_every_data_page_is() {
+        use datafusion::parquet::file::metadata::ParquetMetaDataReader;
+        use datafusion::parquet::schema::types::ColumnPath;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("coded", DataType::Utf8, true),
+            Field::new("plain", DataType::Utf8, true),
+        ]));
+        let values = || StringArray::from_iter_values((0..100).map(|r| format!("省{}", r % 7)));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(values()), Arc::new(values())],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let properties = WriterProperties::builder()
+            .set_column_dictionary_enabled(ColumnPath::from("plain"), false)
+            .build();
+        let mut writer = ArrowWriter::try_new(&mut out, schema, Some(properties)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let meta = ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes::Bytes::from(out))
+            .unwrap();
+        let group = meta.row_group(0);
+        assert!(chunk_dictionary_encoded(group.column(0)));
+        assert!(!chunk_dictionary_encoded(group.column(1)));
+    }
+
     /// Text fields asked for as dictionaries come as dictionary arrays with the same values
     /// as the views a plain scan gives; a field a condition names is read as views all the
     /// same, and the other text field as a dictionary beside it.
@@ -1547,7 +1592,12 @@ mod tests {
         let table = (table.as_ref() as &dyn std::any::Any)
             .downcast_ref::<StreamTable>()
             .expect("a Parquet stream's table");
-        let ctx = call(None);
+        // Batches of 10 rows: each row group of 40 comes in four.
+        let ctx = SessionContext::new_with_config(
+            SessionConfig::new()
+                .with_target_partitions(1)
+                .with_batch_size(10),
+        );
         let state = ctx.state();
         let run = |dictionaries: &[usize], filters: Vec<Expr>| {
             runtime.block_on(async {
@@ -1584,6 +1634,26 @@ mod tests {
                 for b in &batches {
                     for (column, want) in b.columns().iter().zip(&types) {
                         assert_eq!(column.data_type(), want, "a batch in its scan's type");
+                    }
+                }
+                // Read as the chunk's dictionary, not cast batch by batch: the batches of a
+                // row group share one dictionary's values.
+                if types[0] == dictionary_type() {
+                    assert!(batches.len() >= 8, "{} batches", batches.len());
+                    for pair in batches.chunks(4) {
+                        let values: Vec<_> = pair
+                            .iter()
+                            .map(|b| {
+                                b.column(0)
+                                    .as_dictionary::<datafusion::arrow::datatypes::UInt32Type>()
+                                    .values()
+                                    .to_data()
+                            })
+                            .collect();
+                        assert!(
+                            values.windows(2).all(|w| w[0].ptr_eq(&w[1])),
+                            "the batches of one row group hold one dictionary"
+                        );
                     }
                 }
                 (types, text)
