@@ -145,6 +145,21 @@ async def wait_for(what: str, probe, bound: float = 30.0):
         await anyio.sleep(0.1)
 
 
+async def requests_in_flight(server: "HttpServer", at_least: int = 1):
+    """Waits until the server counts `at_least` HTTP requests in flight (its
+    `tally_requests_in_flight` gauge on `/metrics`): the event a test waits for before acting
+    on a call it started, instead of sleeping and hoping the call has begun."""
+    import httpx2
+
+    async def probe():
+        async with httpx2.AsyncClient() as h:
+            r = await h.get(server.base + "/metrics", timeout=10)
+        m = re.search(r"^tally_requests_in_flight (\d+)", r.text, re.MULTILINE)
+        return m is not None and int(m.group(1)) >= at_least
+
+    await wait_for(f"{at_least} request(s) in flight", probe)
+
+
 # ---- test accounting ---------------------------------------------------------------------
 # Every test counts in the closing line of `.ci/run`, these too: the counts (and the skipped
 # tests, with their reasons) are written to TALLY_PYTEST_REPORT when it is set. Under CI=true a

@@ -47,11 +47,13 @@ def need(name: str) -> Path:
 
 
 class Watchdog:
-    """Samples a process's resident memory until stopped; `peak` is the largest seen."""
+    """Samples a process's resident memory until stopped; `peak` is the largest seen, `samples`
+    how many reads of it succeeded (a peak of 0 from no reads would pass any bound)."""
 
     def __init__(self, pid: int):
         self.pid = pid
         self.peak = 0
+        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -68,12 +70,19 @@ class Watchdog:
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, self.rss())
+            rss = self.rss()
+            if rss > 0:
+                self.samples += 1
+                self.peak = max(self.peak, rss)
             time.sleep(0.05)
 
     def stop(self) -> int:
+        """The peak, after checking it was measured: the server was sampled while it ran, and
+        a running server holds more than a few MiB."""
         self._stop.set()
         self._thread.join()
+        assert self.samples >= 5, f"the server's memory was read {self.samples} times"
+        assert self.peak > 8 * 2**20, f"a peak of {self.peak} bytes is no server's"
         return self.peak
 
 

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import HttpServer, stdio_params, wait_for
+from conftest import HttpServer, requests_in_flight, stdio_params, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -292,7 +292,7 @@ async def test_replacing_a_component_or_its_config_reloads(tmp_path):
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(slow_call)
-                    await anyio.sleep(0.4)
+                    await requests_in_flight(server)
                     # The new version: another component and a definition for its columns.
                     (folder / "notes.txt").write_text("first line\nsecond line\n", encoding="utf-8")
                     write_atomic(folder / "plugin.wasm", component("tally_plugin_template").read_bytes())

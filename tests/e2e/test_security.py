@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import HttpServer, datasets_dir, tally_bin
+from conftest import HttpServer, datasets_dir, requests_in_flight, tally_bin
 
 pytestmark = pytest.mark.anyio
 
@@ -184,7 +184,7 @@ async def test_concurrent_calls_per_token_are_capped(tmp_path):
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(slow_call)
-                    await anyio.sleep(0.5)
+                    await requests_in_flight(server)
                     async with httpx2.AsyncClient() as h:
                         r = await h.post(server.url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {ADMIN}"})
                     assert r.status_code == 429 and r.headers["retry-after"] == "1"

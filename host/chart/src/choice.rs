@@ -3,7 +3,7 @@
 //! These are the rules of the HTML view, `chooseChart` in `host/mcp/ui/view.js`; the two must
 //! stay the same, so that `tally summarize --chart` and the view show the same chart for the
 //! same result. Change both together. The rules are [`choose`] here; the crate's public
-//! [`crate::choose`] (in `lib.rs`) reads the envelope and calls it.
+//! [`crate::choose`] (in `render.rs`) reads the envelope and calls it.
 
 use std::collections::HashSet;
 
@@ -11,9 +11,9 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
-use crate::MetricKind;
 use crate::error::ChartError;
 use crate::kind::Kind;
+use crate::kind::MetricKind;
 use crate::limits::LIMITS;
 use crate::summary::Summary;
 use crate::text::cell_label;

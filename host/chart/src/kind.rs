@@ -5,6 +5,9 @@
 
 use std::fmt;
 
+/// What a metric's value is, as the summary's `metrics[].kind` says it.
+pub use tally_semantic::resolve::ValueKind as MetricKind;
+
 /// A kind of chart. `Table` is what the view shows when no chart fits; this crate does not draw
 /// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

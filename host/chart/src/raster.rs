@@ -17,7 +17,7 @@ use resvg::tiny_skia::{Pixmap, Transform};
 use resvg::usvg::{self, fontdb};
 use skrifa::MetadataProvider;
 
-use crate::Chart;
+use crate::drawn::Chart;
 use crate::error::{ChartError, render};
 use crate::limits::MAX_PNG_PIXEL_BYTES;
 

@@ -6,8 +6,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::MetricKind;
 use crate::error::ChartError;
+use crate::kind::MetricKind;
 use crate::text::{NO_VALUE, format_number, format_percent};
 
 /// One metric column, with what the view needs to show its values.

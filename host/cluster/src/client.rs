@@ -33,7 +33,8 @@ use datafusion_proto::protobuf::PhysicalPlanNode;
 use futures::{StreamExt, TryStreamExt};
 use tonic::transport::Channel;
 
-use crate::{Address, CONNECT_TIMEOUT, TallyCodec};
+use crate::address::{Address, CONNECT_TIMEOUT, without_delay};
+use crate::codec::TallyCodec;
 
 /// The largest message either side sends (Ballista's default).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
@@ -295,7 +296,7 @@ async fn fetch(
         port,
         MAX_MESSAGE,
         false,
-        Some(Arc::new(BallistaConfigGrpcEndpoint::new(crate::without_delay()))),
+        Some(Arc::new(BallistaConfigGrpcEndpoint::new(without_delay()))),
         3,
         100,
         0,

@@ -20,7 +20,7 @@ use tally_semantic::names::{alias_key, fold, nfkc_value};
 use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{Filter, Resolution};
 
-use crate::Cx;
+use crate::context::Cx;
 use crate::error::EngineError;
 use crate::plan::Planner;
 use tally_storage::dataset::{Dataset, Prepared};

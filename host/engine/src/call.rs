@@ -12,7 +12,7 @@ use tally_semantic::DatasetDef;
 use tally_semantic::request::{Notice, Scalar};
 use tally_semantic::resolve::{Filter, Latest, Resolution};
 
-use crate::Cx;
+use crate::context::Cx;
 use crate::envelope::Provenance;
 use crate::error::EngineError;
 use crate::meta::{self, unknown_value_hints};

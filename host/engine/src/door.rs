@@ -15,292 +15,29 @@
 //! [`Engine::view`]) all take one.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use datafusion::prelude::SessionContext;
 use serde_json::Value;
-use tally_semantic::request::{self, Request, Tool};
+use tally_semantic::request::{Request, Tool};
 use tally_semantic::resolve::{
     Choice, Resolution, resolve_dataset_choosing, resolve_query, resolve_summarize,
 };
 use tally_storage::stop::Stop;
-use tally_storage::{Catalog, Dataset, cache, dataset, memory};
+use tally_storage::{Dataset, StorageError};
 use tracing::Instrument;
 
+use crate::context::{Ask, CallCtx, Caller, Cx};
+use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::{Engine, Scope, envelope, lookup, provisions, query, schema, summarize};
+use crate::policy::Scope;
+use crate::{envelope, lookup, provisions, query, schema, summarize};
 
 /// How long a half-written file may settle when a call finds its dataset replaced.
 const STALE_SETTLE: Duration = Duration::from_secs(2);
 /// Before the second retry of a call whose files changed under it.
 const STALE_PAUSE: Duration = Duration::from_millis(250);
 
-/// Who is calling, as the engine sees it (never a token).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    /// The token's id, `ip:<address>` without authentication, `stdio`, or `cli`.
-    pub id: String,
-    pub scope: Scope,
-}
-
-impl Caller {
-    /// A caller who may see every dataset.
-    pub fn everyone(id: &str) -> Caller {
-        Caller {
-            id: id.to_string(),
-            scope: Scope::All,
-        }
-    }
-
-    /// The client that started a stdio server: it owns the process and sees everything.
-    pub fn stdio() -> Caller {
-        Caller::everyone("stdio")
-    }
-
-    /// A person at a shell running a one-shot command on their own datasets directory.
-    pub fn operator() -> Caller {
-        Caller::everyone("cli")
-    }
-
-    pub fn sees(&self, dataset: &str) -> bool {
-        self.scope.allows(dataset)
-    }
-}
-
-/// A call's request, parsed once at the edge: the tool, its arguments as sent (for the
-/// estimate and the words of a refusal) and the typed request every phase reads.
-#[derive(Debug, Clone)]
-pub struct Ask {
-    tool: Tool,
-    arguments: Value,
-    request: Request,
-}
-
-impl Ask {
-    /// Parses `arguments` of `tool` (loose LLM forms accepted, sizes bounded): refused as the
-    /// caller's input when they do not fit.
-    pub fn parse(tool: Tool, arguments: Value) -> Result<Ask, EngineError> {
-        let request = request::parse(tool, &arguments)?;
-        Ok(Ask {
-            tool,
-            arguments,
-            request,
-        })
-    }
-
-    pub fn tool(&self) -> Tool {
-        self.tool
-    }
-
-    pub fn arguments(&self) -> &Value {
-        &self.arguments
-    }
-
-    pub fn request(&self) -> &Request {
-        &self.request
-    }
-
-    /// The dataset the call names, as typed.
-    pub fn dataset_id(&self) -> Option<&str> {
-        match &self.request {
-            Request::InspectDataset(a) => Some(&a.dataset_id),
-            Request::QueryRecords(a) => Some(&a.dataset_id),
-            Request::SummarizeRecords(a) => Some(&a.dataset_id),
-            Request::CiteProvisions(a) => Some(&a.dataset_id),
-            Request::ListDatasets(_) | Request::VerifyAnswer(_) => None,
-        }
-    }
-
-    /// Whether the answer is also asked as W3C PROV-O (`provenance_format: "prov"`).
-    fn prov(&self) -> bool {
-        self.arguments
-            .get("provenance_format")
-            .and_then(Value::as_str)
-            .is_some_and(|f| f.trim().eq_ignore_ascii_case("prov"))
-    }
-
-    /// Whether the call searches text (`q`, `$contains`, `$not_contains`).
-    fn searches(&self) -> bool {
-        match &self.request {
-            Request::QueryRecords(a) => a.q.is_some() || searching(&a.conditions),
-            Request::SummarizeRecords(a) => searching(&a.conditions),
-            _ => false,
-        }
-    }
-}
-
-fn searching(conditions: &[request::Condition]) -> bool {
-    conditions
-        .iter()
-        .any(|c| matches!(c.op, request::Op::Contains(_) | request::Op::NotContains(_)))
-}
-
-/// Everything one call runs with, handed down explicitly to every phase.
-#[derive(Debug)]
-pub struct CallCtx {
-    pub caller: Caller,
-    /// The call's time budget, from `began`.
-    pub budget: Duration,
-    pub began: Instant,
-    /// Set when the caller stops waiting; the call's work ends at its next look.
-    pub stop: Stop,
-    /// The names its user chose for ambiguous ones (said in `resolved_fields`).
-    pub chosen: Arc<Vec<Choice>>,
-    /// The operator memory the caller's calls in flight hold together.
-    memory: Arc<AtomicUsize>,
-    /// Set on a call run again once the preparation its first run outlasted its deadline
-    /// waiting for has ended: when the call began (said in its extract step).
-    pub waited_since: Option<Instant>,
-}
-
-impl CallCtx {
-    /// The context of a call of `caller` with `budget`, beginning now.
-    pub fn new(engine: &Engine, caller: Caller, budget: Duration, chosen: Vec<Choice>) -> Self {
-        let memory = engine.caller_memory(&caller.id);
-        CallCtx {
-            caller,
-            budget,
-            began: Instant::now(),
-            stop: Stop::new(),
-            chosen: Arc::new(chosen),
-            memory,
-            waited_since: None,
-        }
-    }
-
-    /// The operator memory the caller's calls in flight hold together.
-    pub(crate) fn memory(&self) -> &Arc<AtomicUsize> {
-        &self.memory
-    }
-
-    /// The same call run again after the preparation it waited for: from `began`.
-    fn again(&self) -> CallCtx {
-        CallCtx {
-            caller: self.caller.clone(),
-            budget: self.budget,
-            began: Instant::now(),
-            stop: self.stop.clone(),
-            chosen: Arc::clone(&self.chosen),
-            memory: Arc::clone(&self.memory),
-            waited_since: Some(self.began),
-        }
-    }
-}
-
-/// The engine as one call uses it: the engine with the call's context.
-#[derive(Debug, Clone, Copy)]
-pub struct Cx<'a> {
-    pub engine: &'a Engine,
-    pub call: &'a CallCtx,
-}
-
-impl std::ops::Deref for Cx<'_> {
-    type Target = Engine;
-    fn deref(&self) -> &Engine {
-        self.engine
-    }
-}
-
-impl tally_storage::Resources for Cx<'_> {
-    fn budget(&self) -> &Arc<memory::Budget> {
-        self.engine.budget()
-    }
-    fn cache(&self) -> Option<&Arc<cache::Cache>> {
-        self.engine.cache()
-    }
-    fn context(&self) -> &SessionContext {
-        self.engine.context()
-    }
-    fn preparations(&self) -> &Arc<tokio::sync::Semaphore> {
-        self.engine.preparations()
-    }
-    fn serving(&self) -> dataset::Serving {
-        self.engine.limits().serving
-    }
-}
-
-impl Cx<'_> {
-    /// A DataFusion context for this call over a table of `rows` records: a memory pool of
-    /// its own within the caller's allowance, and the call's stop as a config extension.
-    pub fn call_context(&self, rows: usize) -> Result<SessionContext, EngineError> {
-        self.engine.context_for(rows, Some(self.call))
-    }
-
-    pub fn scope(&self) -> &Scope {
-        &self.call.caller.scope
-    }
-}
-
-/// One caller's view of one catalog snapshot: what that caller may see, and nothing else. A
-/// hidden dataset and one that does not exist are the same absence to it.
-#[derive(Debug, Clone)]
-pub struct View {
-    caller: Caller,
-    catalog: Arc<Catalog>,
-    /// The datasets the caller sees, as they see them (a policy's restricted twin).
-    seen: std::collections::BTreeMap<String, Arc<Dataset>>,
-}
-
-impl View {
-    pub fn caller(&self) -> &Caller {
-        &self.caller
-    }
-
-    /// Whether the caller may see everything (no scope on its token).
-    pub fn sees_all(&self) -> bool {
-        self.caller.scope == Scope::All
-    }
-
-    /// A dataset the caller may see, as they see it; `None` alike for a hidden one and one
-    /// not served.
-    pub fn dataset(&self, id: &str) -> Option<&Arc<Dataset>> {
-        self.seen.get(id)
-    }
-
-    /// The datasets the caller may see, by id.
-    pub fn datasets(&self) -> impl Iterator<Item = &Arc<Dataset>> + '_ {
-        self.seen.values()
-    }
-
-    pub fn ids(&self) -> Vec<String> {
-        self.seen.keys().cloned().collect()
-    }
-
-    /// The folders the caller may see whose files are still being written (retried when they
-    /// settle).
-    pub fn pending(&self) -> impl Iterator<Item = &String> + '_ {
-        self.catalog
-            .pending
-            .iter()
-            .filter(|folder| self.caller.sees(folder))
-    }
-
-    /// The refused folders the caller may see (by folder name, which is the dataset id).
-    pub fn broken(&self) -> impl Iterator<Item = &tally_storage::catalog::Broken> + '_ {
-        self.catalog
-            .broken
-            .iter()
-            .filter(|b| self.caller.sees(&b.folder))
-    }
-}
-
 impl Engine {
-    /// The view of `caller` on the catalog as it is now.
-    pub fn view(&self, caller: Caller) -> View {
-        let catalog = self.catalog.load_full();
-        let seen = catalog
-            .datasets
-            .keys()
-            .filter_map(|id| Some((id.clone(), self.seen(&catalog, id, &caller.scope)?)))
-            .collect();
-        View {
-            caller,
-            catalog,
-            seen,
-        }
-    }
-
     /// Answers a call of `caller`: the one door every surface (MCP tools, tasks, the command
     /// line, `tally check`) goes through. `budget` is the call's time (a call run as a task
     /// has the task's), `chosen` the names its user chose for ambiguous ones.
@@ -378,7 +115,7 @@ impl Engine {
                 ds.read_from_files(self)
                     || ds.ready().is_none()
                     // A table large enough to be scanned on every core at once
-                    // ([`crate::Limits::partition_rows`]) would take the serving threads.
+                    // ([`crate::limits::Limits::partition_rows`]) would take the serving threads.
                     || ds
                         .record_count()
                         .is_none_or(|n| n >= self.limits.partition_rows as u64)
@@ -490,7 +227,7 @@ impl Engine {
         };
         loop {
             match cx.run(ask).await {
-                Err(EngineError::Stale { dataset, message }) => {
+                Err(EngineError::Storage(StorageError::Stale { dataset, message })) => {
                     tries += 1;
                     if tries > 2 {
                         return Err(self.gone_or_stale(dataset, message));
@@ -555,7 +292,7 @@ impl Engine {
                 dataset,
                 diagnostics: Vec::new(),
             },
-            _ => EngineError::Stale { dataset, message },
+            _ => StorageError::Stale { dataset, message }.into(),
         }
     }
 

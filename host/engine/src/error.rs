@@ -18,14 +18,12 @@ pub enum EngineError {
         message: String,
         diagnostics: Vec<Diagnostic>,
     },
-    /// The backend failed while reading or computing.
-    #[error("the backend of dataset `{dataset}` failed: {message}")]
-    Backend { dataset: String, message: String },
-    /// The dataset's files changed after the version being served was registered: the call
-    /// is retried once on a fresh catalog; if that still fails, the caller retries.
-    #[error("dataset `{dataset}` is being replaced: {message}")]
-    Stale { dataset: String, message: String },
-    /// A per-call budget was exceeded.
+    /// What reading the data met, as storage says it: the backend failing, the dataset's
+    /// files replaced under the call (retried once on a fresh catalog), a memory budget, or a
+    /// bug in storage.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// One of the engine's own per-call caps was met (time, groups, slots, sizes).
     #[error("{message}")]
     Limit { message: String, hint: String },
     /// A bug in Tally.
@@ -34,25 +32,34 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The message and hint of a cap or budget the call met: the engine's own or storage's
+    /// (a memory budget, a size cap).
+    pub fn limit(&self) -> Option<(&str, &str)> {
+        match self {
+            EngineError::Limit { message, hint }
+            | EngineError::Storage(StorageError::Limit { message, hint }) => Some((message, hint)),
+            _ => None,
+        }
+    }
+
     /// Whether the call was stopped at its time budget (as `past_deadline_named` says it).
     pub fn is_past_deadline(&self) -> bool {
-        matches!(self, EngineError::Limit { message, .. } if message.contains("longer than its time budget"))
+        self.limit()
+            .is_some_and(|(message, _)| message.contains("longer than its time budget"))
     }
 
     /// Whether the call needed more memory than one call may use (`--call-memory-mb`), as
     /// [`tally_storage::error::memory_limit`] says it: not the caller's share or the server's
     /// budget taken by others, which pass.
     pub fn is_over_call_memory(&self) -> bool {
-        matches!(self, EngineError::Limit { message, .. } if message == tally_storage::error::OVER_CALL_BUDGET)
+        self.limit()
+            .is_some_and(|(message, _)| message == tally_storage::error::OVER_CALL_BUDGET)
     }
 
     /// The backend of `dataset` failed (for DataFusion's errors, use [`EngineError::computing`],
     /// which tells a budget from a failure).
     pub fn backend(dataset: &str, e: impl std::fmt::Display) -> EngineError {
-        EngineError::Backend {
-            dataset: dataset.to_string(),
-            message: e.to_string(),
-        }
+        StorageError::backend(dataset, e).into()
     }
 
     pub fn internal(e: impl std::fmt::Display) -> EngineError {
@@ -81,23 +88,25 @@ impl EngineError {
                 "diagnostics": diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "hint": "the dataset's folder needs fixing; run `tally check` on the datasets directory",
             }),
-            EngineError::Backend { dataset, message } => json!({
+            EngineError::Storage(StorageError::Backend { dataset, message }) => json!({
                 "code": "backend_failed",
                 "message": format!("the backend of dataset `{dataset}` failed: {message}"),
                 "dataset_id": dataset,
             }),
-            EngineError::Stale { dataset, message } => json!({
+            EngineError::Storage(StorageError::Stale { dataset, message }) => json!({
                 "code": "dataset_changing",
                 "message": format!("dataset `{dataset}` is being replaced: {message}"),
                 "dataset_id": dataset,
                 "hint": "retry the call in a moment",
             }),
-            EngineError::Limit { message, hint } => json!({
+            EngineError::Limit { message, hint }
+            | EngineError::Storage(StorageError::Limit { message, hint }) => json!({
                 "code": "limit_exceeded",
                 "message": message,
                 "hint": hint,
             }),
-            EngineError::Internal(message) => json!({
+            EngineError::Internal(message)
+            | EngineError::Storage(StorageError::Internal(message)) => json!({
                 "code": "internal",
                 "message": format!("internal error: {message}"),
             }),
@@ -146,18 +155,6 @@ fn carried(e: &DataFusionError) -> Option<EngineError> {
             }
         }
         current = current.source()?;
-    }
-}
-
-/// Each storage error is the engine error of the same meaning.
-impl From<StorageError> for EngineError {
-    fn from(e: StorageError) -> Self {
-        match e {
-            StorageError::Backend { dataset, message } => EngineError::Backend { dataset, message },
-            StorageError::Stale { dataset, message } => EngineError::Stale { dataset, message },
-            StorageError::Limit { message, hint } => EngineError::Limit { message, hint },
-            StorageError::Internal(message) => EngineError::Internal(message),
-        }
     }
 }
 

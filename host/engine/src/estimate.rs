@@ -15,7 +15,8 @@ use tally_semantic::Tool;
 use tally_semantic::resolve::Choice;
 use tally_storage::Dataset;
 
-use crate::{Ask, Caller, Engine};
+use crate::context::{Ask, Caller};
+use crate::engine::Engine;
 
 /// Field values a call read from the files goes through in a second.
 const FIELD_VALUES_PER_SECOND: f64 = 75_000_000.0;

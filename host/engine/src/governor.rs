@@ -3,12 +3,12 @@
 //! Calls that read many records (a table read from its files, one being prepared, a large
 //! prepared table, an inspection not yet computed, a check of an answer, provisions) are
 //! *heavy*: they run on a runtime of their own, [`Governor::runtime`], whose threads are
-//! not the ones that serve requests, and at most [`Limits::heavy_calls`](crate::Limits) of
+//! not the ones that serve requests, and at most [`Limits::heavy_calls`](crate::limits::Limits) of
 //! them run at once. The others wait for a slot, fairly: a freed slot goes to the waiting
 //! call whose caller has the fewest heavy calls running (the earliest of those first), so one
 //! caller sending many cannot keep the slots from the others; a caller may hold at most
-//! [`Limits::heavy_queue_per_caller`](crate::Limits) waiting and the server
-//! [`Limits::heavy_queue`](crate::Limits); past either, or at its deadline while waiting, a
+//! [`Limits::heavy_queue_per_caller`](crate::limits::Limits) waiting and the server
+//! [`Limits::heavy_queue`](crate::limits::Limits); past either, or at its deadline while waiting, a
 //! call is refused with the cap it met and how many calls hold the slots.
 //!
 //! Light calls (lists, an inspection already computed, conditions on a small prepared table)

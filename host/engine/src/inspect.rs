@@ -115,15 +115,15 @@ async fn observed_values(
 /// The answer of `inspect_dataset` for one call: the version's description, computed once
 /// and kept (compact unless `full`), with this call's names and provenance.
 pub(crate) async fn answer(
-    cx: &crate::Cx<'_>,
+    cx: &crate::context::Cx<'_>,
     ds: &Dataset,
     resolution: Option<tally_semantic::resolve::Resolution>,
     full: bool,
-) -> Result<(InspectResult, crate::Provenance), EngineError> {
+) -> Result<(InspectResult, crate::envelope::Provenance), EngineError> {
     let (body, ran) = ds.memo(|| compute(cx, ds)).await?;
     let mut data = if full { body } else { compact(body) };
     let prepared = ds.prepared_for_every_value(cx).await?;
-    let mut provenance = crate::Provenance::default();
+    let mut provenance = crate::envelope::Provenance::default();
     let (source, warnings) = crate::envelope::dataset_source(ds, &prepared.files);
     let source_ref = provenance.cite(source);
     for w in warnings {
@@ -160,7 +160,7 @@ pub(crate) async fn answer(
 /// The answer of `inspect_dataset`, and, with a cluster, where its plans ran (said in every
 /// answer from this version: the answer is computed once).
 pub async fn compute(
-    engine: &crate::Cx<'_>,
+    engine: &crate::context::Cx<'_>,
     ds: &Dataset,
 ) -> Result<(InspectResult, Option<String>), EngineError> {
     let def = &ds.def;

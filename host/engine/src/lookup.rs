@@ -22,7 +22,7 @@ use tally_semantic::error::{Candidate, ErrorCode, RequestError};
 use tally_semantic::request::{MAX_VALUES, Op, Scalar};
 use tally_semantic::resolve::Filter;
 
-use crate::Cx;
+use crate::context::Cx;
 use crate::envelope::{Provenance, Source, TransformationType};
 use crate::error::EngineError;
 use crate::plan::Planner;

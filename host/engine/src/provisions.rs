@@ -29,8 +29,8 @@ use tally_semantic::definition::{FieldId, LocatorKind};
 use tally_semantic::request::{Op, Scalar};
 use tally_semantic::resolve::{CitePlan, Filter};
 
-use crate::Cx;
 use crate::call::{Asked, Call};
+use crate::context::Cx;
 use crate::cursor;
 use crate::envelope::{Provenance, Source, TransformationType};
 use crate::error::EngineError;

@@ -10,8 +10,8 @@ use serde_json::Value;
 use tally_semantic::definition::FieldId;
 use tally_semantic::resolve::QueryPlan;
 
-use crate::Cx;
 use crate::call::{Asked, Call, HasConditions};
+use crate::context::Cx;
 use crate::cursor;
 use crate::envelope::{Provenance, TransformationType};
 use crate::error::EngineError;

@@ -21,9 +21,9 @@ use tally_semantic::definition::{DataType as FieldType, FieldId, Formula};
 use tally_semantic::request::{Notice, Op, Scalar};
 use tally_semantic::resolve::{Filter, HavingFilter, Metric, SummarizePlan};
 
-use crate::Cx;
 use crate::call::{Asked, Call, HasConditions};
 use crate::compare::Grouped;
+use crate::context::Cx;
 use crate::envelope::{Provenance, TransformationType};
 use crate::error::EngineError;
 use crate::meta::{self, echo, field_meta};
@@ -1312,7 +1312,7 @@ async fn cite(
 }
 
 /// The page's caveats, as warnings: cut to a budget, sums past the range of 64-bit integers.
-fn warn_page(provenance: &mut Provenance, page: &GroupPage, limits: &crate::Limits) {
+fn warn_page(provenance: &mut Provenance, page: &GroupPage, limits: &crate::limits::Limits) {
     if let Some(cut) = page.cut {
         provenance.warn(match cut {
             meta::Cut::Tokens => format!(

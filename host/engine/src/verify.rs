@@ -25,10 +25,10 @@ use serde_json::Value;
 use tally_semantic::error::ErrorCode;
 use tally_semantic::request::Tool;
 
+use crate::context::{Ask, Cx};
 use crate::envelope::{Provenance, Source, TransformationType, result_hash, tool_version};
 use crate::error::EngineError;
 use crate::results::{NumberChange, SourceCheck, VerifyResult, VerifyStatus};
-use crate::{Ask, Cx};
 
 /// Changes listed at most (all are counted).
 const MAX_CHANGES: usize = 200;

@@ -19,11 +19,14 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use url::Url;
 
+use crate::add::{AddOptions, Progress, Summary};
 use crate::error::IngestError;
-use crate::{AddOptions, DEFINITION_FILE, Progress, Summary};
+use crate::folder::{
+    DEFINITION_FILE, Staging, check_id, read_definition, remove_stale_staging, rename, write_synced,
+};
 
 /// The record of a fetch, beside the data.
-pub const FETCH_RECORD: &str = ".fetch.json";
+pub use crate::folder::FETCH_RECORD;
 /// Default cap on a download.
 pub const DEFAULT_MAX_BYTES: u64 = 200 * 1000 * 1000;
 /// Cap on the publisher's page.
@@ -599,7 +602,7 @@ pub fn fetch(options: &FetchOptions, progress: &dyn Progress) -> Result<FetchSum
     let last_modified = header(&resp, "last-modified");
     let content_type = header(&resp, "content-type");
     let name = file_name(&asset);
-    let staging = crate::Staging::new(&options.datasets, &format!("fetch-{id}"))?;
+    let staging = Staging::new(&options.datasets, &format!("fetch-{id}"))?;
     let download = staging.dir.join(safe_file_name(&name));
     let (size, sha256) = download_to(
         &download,
@@ -656,10 +659,10 @@ struct Setup {
 /// to and the agent that talks to them.
 fn set_up(options: &FetchOptions) -> Result<Setup, IngestError> {
     let id = &options.dataset_id;
-    crate::check_id(id)?;
-    crate::remove_stale_staging(&options.datasets);
+    check_id(id)?;
+    remove_stale_staging(&options.datasets);
     let folder = options.datasets.join(id);
-    let def = crate::read_definition(&folder, id)?.ok_or_else(|| {
+    let def = read_definition(&folder, id)?.ok_or_else(|| {
         IngestError::dataset(
             format!("{} has no {DEFINITION_FILE}", folder.display()),
             "write one with source.url (the publisher's page) and source.asset_pattern (a regular expression for the file's name), or start with tally add on a downloaded copy",
@@ -982,7 +985,7 @@ fn download_to(
 /// beside the data.
 fn convert_and_record(
     options: &FetchOptions,
-    staging: &crate::Staging,
+    staging: &Staging,
     download: &Path,
     folder: &Path,
     record: &FetchRecord,
@@ -994,12 +997,12 @@ fn convert_and_record(
     add.datasets = options.datasets.clone();
     add.file = download.to_path_buf();
     add.keep_fetch_record = true;
-    let added = crate::add(&add, progress)?;
+    let added = crate::add::add(&add, progress)?;
     let text = serde_json::to_string_pretty(record)
         .map_err(|e| IngestError::io("cannot write the fetch record", std::io::Error::other(e)))?;
     let staged = staging.dir.join(FETCH_RECORD);
-    crate::write_synced(&staged, &format!("{text}\n"))?;
-    crate::rename(&staged, &folder.join(FETCH_RECORD))?;
+    write_synced(&staged, &format!("{text}\n"))?;
+    rename(&staged, &folder.join(FETCH_RECORD))?;
     Ok(added)
 }
 

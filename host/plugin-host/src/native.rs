@@ -103,15 +103,12 @@ pub fn load(path: &Path, label: &str) -> Result<Arc<Library>, PluginError> {
             "make the temporary directory writable (and give it room for the library)",
         )
     })?;
-    let library = opened
-        .expect("opened when written")
-        .map_err(|e| PluginError {
-            maybe_incomplete: true,
-            ..PluginError::new(
-                format!("{label} is not a loadable shared library: {e}"),
-                "build the plugin as a cdylib for this platform (a .so on Linux)",
-            )
-        })?;
+    let library = opened.expect("opened when written").map_err(|e| {
+        PluginError::incomplete(
+            format!("{label} is not a loadable shared library: {e}"),
+            "build the plugin as a cdylib for this platform (a .so on Linux)",
+        )
+    })?;
     // SAFETY: the symbol is looked up by name; its type is checked by what it returns next.
     let entry = unsafe {
         library.get::<unsafe extern "C" fn() -> *const Descriptor>(ENTRY_POINT.as_bytes())
@@ -298,7 +295,7 @@ impl Library {
                 Lines::Kept,
             )
             .into_owned();
-            return Err(PluginError::new(
+            return Err(PluginError::refused(
                 format!(
                     "{label} could not open the dataset: {message}{}",
                     mark.said()

@@ -137,7 +137,7 @@ pub fn probe(
     let full = match scanned {
         Ok(r) => r,
         Err(e) => {
-            problems.push(e.message);
+            problems.push(e.message().to_string());
             probe.problems = problems;
             return Ok(probe);
         }
@@ -260,7 +260,7 @@ impl Plugin<'_> {
                     ));
                 }
             }
-            Err(e) => problems.push(format!("{} (with a limit of 1 row)", e.message)),
+            Err(e) => problems.push(format!("{} (with a limit of 1 row)", e.message())),
         }
     }
 
@@ -314,7 +314,7 @@ impl Plugin<'_> {
                 }
                 Err(e) => problems.push(format!(
                     "{} (with the filter {column} = `{value}`)",
-                    e.message
+                    e.message()
                 )),
             }
         }

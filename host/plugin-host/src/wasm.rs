@@ -310,9 +310,8 @@ impl Runtime {
         let from_disk = kept.is_some();
         let component = match kept {
             Some(c) => c,
-            None => Component::new(&self.engine, bytes).map_err(|e| PluginError {
-                maybe_incomplete: true,
-                ..PluginError::new(
+            None => Component::new(&self.engine, bytes).map_err(|e| {
+                PluginError::incomplete(
                     format!(
                         "{label} is not a valid WebAssembly component: {}",
                         root_cause(&e)
@@ -517,13 +516,10 @@ impl Runtime {
 /// what they are instead.
 fn check_component_bytes(label: &str, bytes: &[u8]) -> Result<(), PluginError> {
     if !bytes.starts_with(b"\0asm") {
-        return Err(PluginError {
-            maybe_incomplete: true,
-            ..PluginError::new(
-                format!("{label} is not WebAssembly (it does not start with the bytes `\\0asm`)"),
-                "name a .wasm component built for wasm32-wasip2",
-            )
-        });
+        return Err(PluginError::incomplete(
+            format!("{label} is not WebAssembly (it does not start with the bytes `\\0asm`)"),
+            "name a .wasm component built for wasm32-wasip2",
+        ));
     }
     if bytes.len() >= 8 && bytes[4..8] == [1, 0, 0, 0] {
         return Err(PluginError::new(
@@ -550,7 +546,7 @@ impl Call<'_> {
     /// it wrote to stderr (its own account of what went wrong).
     fn refused(&self, message: &str) -> PluginError {
         let Call { label, what, .. } = *self;
-        PluginError::new(
+        PluginError::refused(
             format!("{label} could not {what}: {message}{}", self.stderr_text()),
             if message.starts_with(tally_plugin_api::PLUGIN_FAULT) {
                 "this is a fault in the plugin: its author can reproduce it on this dataset folder with `tally plugin test`"
@@ -581,7 +577,7 @@ impl Call<'_> {
         };
         tally_storage::faults::count(kind);
         if let Some(asked) = asked {
-            return PluginError::new(
+            return PluginError::stopped(
                 format!(
                     "{label} was stopped while trying to {what}: it exceeded its memory limit of {} (it asked for {})",
                     mib(limits.memory_bytes),
@@ -591,7 +587,7 @@ impl Call<'_> {
             );
         }
         match e.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => PluginError::new(
+            Some(Trap::Interrupt) => PluginError::stopped(
                 format!(
                     "{label} was stopped while trying to {what}: it did not finish within its deadline of {:.1} s (ran {:.1} s){}",
                     limits.deadline.as_secs_f64(),
@@ -600,7 +596,7 @@ impl Call<'_> {
                 ),
                 "the plugin must work faster on this data, or the server needs a longer --plugin-deadline-ms",
             ),
-            Some(trap) => PluginError::new(
+            Some(trap) => PluginError::stopped(
                 match fault_of(&stderr.contents().0) {
                     // What the plugin wrote before the panic (or the whole traceback) is kept:
                     // it is often the author's own account of what went wrong.
@@ -617,7 +613,7 @@ impl Call<'_> {
                 },
                 "this is a fault in the plugin (a panic or a trap): its author can reproduce it on this dataset folder with `tally plugin test`, which shows what the plugin wrote to stderr",
             ),
-            None => PluginError::new(
+            None => PluginError::stopped(
                 format!(
                     "{label} failed while trying to {what}: {}{}",
                     root_cause(e),

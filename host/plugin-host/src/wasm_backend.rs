@@ -248,7 +248,7 @@ impl WasmBackend {
                 &self.limits,
                 &request,
             )
-            .map_err(|e| probe_refused(e.message, e.fix))?;
+            .map_err(|e| probe_refused(e.message(), e.fix().to_string()))?;
         probe_outcome(
             self.reader()
                 .check(&result, &request, &[], &meter)
@@ -307,10 +307,7 @@ pub(crate) fn probe_refused(
     message: impl std::fmt::Display,
     fix: impl Into<String>,
 ) -> PluginError {
-    PluginError {
-        maybe_incomplete: true,
-        ..PluginError::new(format!("{PROBE_FAILED}: {message}"), fix)
-    }
+    PluginError::incomplete(format!("{PROBE_FAILED}: {message}"), fix)
 }
 
 /// What a probe read that ended with `read` says of the dataset: a read stopped by the probe's

@@ -212,7 +212,7 @@ impl Check {
     fn prepare(&mut self, dir: &Path, options: &CheckOptions) -> Result<(), ExitCode> {
         // Prepare each dataset as the server's first call would: through its backend (a
         // plugin's scan included), within the memory budget.
-        let Some(runtime) = crate::runtime() else {
+        let Some(runtime) = crate::runtime::runtime() else {
             return Err(ExitCode::from(tally_mcp::exit::FAILED));
         };
         let mut limits = options.limits;

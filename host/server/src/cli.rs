@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use tally_engine::{Engine, EngineError};
 use tally_semantic::Tool;
 
-use crate::Common;
+use crate::flags::Common;
 
 /// Exit code for a refused call (bad arguments).
 const EXIT_BAD_INPUT: u8 = tally_mcp::exit::BAD_INPUT;
@@ -196,7 +196,7 @@ fn call(tool: Tool, mut arguments: Value, common: &Common) -> Result<Value, Exit
     {
         args.insert("provenance_format".into(), Value::String(format.clone()));
     }
-    let Some(runtime) = crate::runtime() else {
+    let Some(runtime) = crate::runtime::runtime() else {
         return Err(ExitCode::from(EXIT_FAILED));
     };
     if !common.datasets.is_dir() {

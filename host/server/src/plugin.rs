@@ -503,11 +503,11 @@ fn check_component(wasm: &Path, how: &'static str) -> Result<Built, Failure> {
         )
     })?;
     let runtime = tally_plugin_host::wasm::runtime()
-        .map_err(|e| Failure::new(exit::FAILED, e.message, e.fix))?;
+        .map_err(|e| Failure::new(exit::FAILED, e.message(), e.fix()))?;
     let label = format!("`{}`", wasm.display());
     let compiled = runtime
         .compile(&label, &bytes, None)
-        .map_err(|e| Failure::new(exit::BAD_INPUT, e.message, e.fix))?;
+        .map_err(|e| Failure::new(exit::BAD_INPUT, e.message(), e.fix()))?;
     Ok(Built {
         how,
         wasm: wasm.to_path_buf(),
@@ -582,8 +582,8 @@ fn run_test(flags: &TestFlags) -> Result<ExitCode, Failure> {
     ) {
         Ok(p) => p,
         Err(e) => {
-            say(&format!("FAIL {}", e.message));
-            say(&format!("  fix: {}", e.fix));
+            say(&format!("FAIL {}", e.message()));
+            say(&format!("  fix: {}", e.fix()));
             return Ok(ExitCode::from(exit::BAD_INPUT));
         }
     };
@@ -798,7 +798,7 @@ fn as_served(
         }
         // One query as a client would send it: what the server checks of the rows and their
         // sources (source types, dates, files inside the folder) fails here if it fails there.
-        if let Some(runtime) = crate::runtime() {
+        if let Some(runtime) = crate::runtime::runtime() {
             let asked = serde_json::json!({ "dataset_id": id, "limit": 1 });
             if let Err(e) = runtime.block_on(view.call(
                 &engine,

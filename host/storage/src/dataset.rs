@@ -14,7 +14,6 @@ use tokio::sync::OnceCell;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::Resources;
 use crate::backend::{Backend, LoadedData, Pushed, RowSources, ServedFile};
 use crate::error::StorageError;
 use crate::memory::{Budget, Meter, Progress};
@@ -24,6 +23,17 @@ pub use crate::store::{
     RESERVED_PREFIX, ROW_COL, canonical_type, code_column, dictionary_column, share_column,
     text_type,
 };
+
+/// What a dataset's preparation draws on, owned by the layer that serves calls (the engine):
+/// the server-wide memory budget, the cache of prepared tables, the shared session, the slots
+/// preparations take, and whether datasets are prepared or read at every call.
+pub trait Resources: Send + Sync {
+    fn budget(&self) -> &Arc<crate::memory::Budget>;
+    fn cache(&self) -> Option<&Arc<crate::cache::Cache>>;
+    fn context(&self) -> &SessionContext;
+    fn preparations(&self) -> &Arc<tokio::sync::Semaphore>;
+    fn serving(&self) -> Serving;
+}
 
 /// Where the retrieval date of a dataset comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

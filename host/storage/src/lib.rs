@@ -32,36 +32,7 @@ pub mod value_counts;
 mod views;
 pub mod watch;
 
-use std::sync::Arc;
-
-use datafusion::prelude::SessionContext;
-
 pub use backend::{Backend, BackendFactory, Backends};
 pub use catalog::Catalog;
-pub use dataset::{Dataset, Serving};
+pub use dataset::{Dataset, Resources, Serving};
 pub use error::StorageError;
-
-/// What a dataset's preparation draws on, owned by the layer that serves calls (the engine):
-/// the server-wide memory budget, the cache of prepared tables, the shared session, the slots
-/// preparations take, and whether datasets are prepared or read at every call.
-pub trait Resources: Send + Sync {
-    fn budget(&self) -> &Arc<memory::Budget>;
-    fn cache(&self) -> Option<&Arc<cache::Cache>>;
-    fn context(&self) -> &SessionContext;
-    fn preparations(&self) -> &Arc<tokio::sync::Semaphore>;
-    fn serving(&self) -> Serving;
-}
-
-impl Default for Backends {
-    /// The built-in backends only (Parquet).
-    fn default() -> Self {
-        Backends::builtin()
-    }
-}
-
-impl Backends {
-    /// The backends every engine has: Parquet files.
-    pub fn builtin() -> Backends {
-        Backends::empty().with(parquet::ParquetFactory)
-    }
-}

@@ -598,7 +598,7 @@ mod tests {
             Box::new(DataFusionError::Shared(Arc::new(err))),
         );
         assert!(
-            matches!(crate::StorageError::from(wrapped), crate::StorageError::Limit { ref message, .. } if message.contains("server's memory budget")),
+            matches!(crate::error::StorageError::from(wrapped), crate::error::StorageError::Limit { ref message, .. } if message.contains("server's memory budget")),
         );
         drop(r);
         r2.try_grow(4 * MIB)

@@ -30,6 +30,8 @@ use object_store::{
 use sha2::{Digest, Sha256};
 use tally_semantic::definition::ObjectUrl;
 
+use crate::error::StorageError;
+
 /// Connecting to the store: a store that is not there fails fast.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// From sending a request (its retries included) to the answer's headers, and then between
@@ -979,6 +981,19 @@ fn s3_store(
             "the S3 store for `{bucket}` cannot be made from the server's AWS_* settings and profile{which}; check AWS_ENDPOINT_URL, AWS_REGION and the other settings"
         ))
     })
+}
+
+/// An object-store failure as the engine reports it: an object removed or rewritten since
+/// it was registered is a dataset being replaced (the call reloads and retries); the
+/// rest is the backend failing, said with what to do.
+pub(crate) fn object_error(dataset: &str, e: ObjectError) -> StorageError {
+    match e {
+        ObjectError::Missing(m) | ObjectError::Changed(m) => StorageError::Stale {
+            dataset: dataset.to_string(),
+            message: m,
+        },
+        other => StorageError::backend(dataset, format!("{other} ({})", other.fix())),
+    }
 }
 
 #[cfg(test)]

@@ -20,10 +20,12 @@ use tally_semantic::definition::{BackendKind, DatasetDef};
 use tally_semantic::names::fold;
 
 use crate::backend::{
-    Backend, BackendFactory, LoadedData, Pushed, ServedFile, Test, sha256_file, sha256_hex,
+    Backend, BackendFactory, Backends, LoadedData, Pushed, ServedFile, Test, sha256_file,
+    sha256_hex,
 };
 use crate::error::StorageError;
 use crate::memory::Meter;
+use crate::object::object_error;
 use crate::problem::{Problem, Refusal};
 
 pub mod reads;
@@ -1298,17 +1300,18 @@ fn object_version(o: &crate::object::ObjectFile) -> crate::backend::ObjectVersio
     }
 }
 
-/// An object-store failure as the engine reports it: an object removed or rewritten since
-/// it was registered is a dataset being replaced (the call reloads and retries); the
-/// rest is the backend failing, said with what to do.
-pub(crate) fn object_error(dataset: &str, e: crate::object::ObjectError) -> StorageError {
-    use crate::object::ObjectError;
-    match e {
-        ObjectError::Missing(m) | ObjectError::Changed(m) => StorageError::Stale {
-            dataset: dataset.to_string(),
-            message: m,
-        },
-        other => StorageError::backend(dataset, format!("{other} ({})", other.fix())),
+// The built-in backends are named here, below the registry that holds them.
+impl Default for Backends {
+    /// The built-in backends only (Parquet).
+    fn default() -> Self {
+        Backends::builtin()
+    }
+}
+
+impl Backends {
+    /// The backends every engine has: Parquet files.
+    pub fn builtin() -> Backends {
+        Backends::empty().with(ParquetFactory)
     }
 }
 

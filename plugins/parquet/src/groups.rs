@@ -23,7 +23,8 @@ use datafusion::parquet::arrow::arrow_reader::{
 use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::file::reader::{ChunkReader, Length};
 
-use crate::{BATCH_ROWS, Error, Footer, format_error, guarded, pages};
+use crate::file::{BATCH_ROWS, Blob, Error, Footer, Tail, format_error, guarded, raw_footer};
+use crate::pages;
 
 /// How text columns are decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +140,7 @@ pub fn read_groups(
 /// [`read_groups`] over the bytes `blob` holds (an object in object storage).
 pub fn read_groups_of(
     footer: &Footer,
-    file: &dyn crate::Blob,
+    file: &dyn Blob,
     columns: &[usize],
     text: Text,
     held: &mut dyn FnMut(usize) -> Result<(), String>,
@@ -240,8 +241,8 @@ pub fn read_groups_of(
         });
     }
     // Rewritten while it was read: not the version registered.
-    match crate::raw_footer(file, size).map_err(io)? {
-        crate::Tail::Footer(bytes) if *bytes == *footer.footer_bytes => {}
+    match raw_footer(file, size).map_err(io)? {
+        Tail::Footer(bytes) if *bytes == *footer.footer_bytes => {}
         _ => {
             return Err(Error::Changed {
                 path: path.to_path_buf(),
@@ -256,19 +257,4 @@ pub fn read_groups_of(
                 .collect::<Vec<_>>(),
         ))
     }))
-}
-
-/// Fills `buf` from `offset` of `file` without moving a shared cursor (positional reads, so
-/// several readers may share one open file).
-#[cfg(unix)]
-pub fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
-}
-
-#[cfg(not(unix))]
-pub fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = file.try_clone()?;
-    f.seek(SeekFrom::Start(offset))?;
-    f.read_exact(buf)
 }

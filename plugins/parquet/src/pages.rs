@@ -5,10 +5,15 @@
 //! claims 2 GB would take 2 GB. So every page header of the column chunks about to be decoded
 //! is read first (Thrift compact protocol, only the three sizes of `PageHeader` are kept, the
 //! rest skipped with a depth bound) and checked: pages lie inside their chunk, and a page may
-//! not claim more than [`MAX_EXPANSION`](crate::MAX_EXPANSION) times its compressed size (past
+//! not claim more than [`MAX_EXPANSION`](MAX_EXPANSION) times its compressed size (past
 //! a 1 MiB floor) nor more than its chunk declares in all.
 
 use datafusion::parquet::file::metadata::ParquetMetaData;
+
+/// How much larger a column chunk may say it is once decompressed than on disk. Real files
+/// stay far below (dictionary and run-length encoding happen before compression); a page
+/// that claims more is a decompression bomb.
+pub const MAX_EXPANSION: i64 = 1000;
 
 /// A page header's sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +76,7 @@ pub fn chunk_range(
 /// Checks the pages in `bytes`, which start at a page header of the column chunk `column` of
 /// row group `group` and end at a page boundary (a whole chunk, or the pages a reader
 /// fetches): headers readable, no page claiming more than the chunk declares in all or more
-/// than [`MAX_EXPANSION`](crate::MAX_EXPANSION) times its size, none inflating past its claim,
+/// than [`MAX_EXPANSION`](MAX_EXPANSION) times its size, none inflating past its claim,
 /// none running past the end.
 pub fn check_pages(
     bytes: &[u8],
@@ -102,13 +107,11 @@ pub fn check_pages(
             ));
         }
         if sizes.uncompressed > (1 << 20)
-            && sizes.uncompressed / sizes.compressed.max(1) > crate::MAX_EXPANSION
+            && sizes.uncompressed / sizes.compressed.max(1) > MAX_EXPANSION
         {
             return Err(format!(
                 "page {page} of column `{name}` in row group {g} claims to expand from {} to {} bytes, more than {} times",
-                sizes.compressed,
-                sizes.uncompressed,
-                crate::MAX_EXPANSION
+                sizes.compressed, sizes.uncompressed, MAX_EXPANSION
             ));
         }
         let body_start = at.saturating_add(sizes.header);

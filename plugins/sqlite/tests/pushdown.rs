@@ -84,7 +84,8 @@ fn bad_configs_are_refused_with_the_reason() {
     let err = |config: serde_json::Value| {
         lib.create("the sqlite plugin", "t", dir.path(), &config)
             .expect_err("refused")
-            .message
+            .message()
+            .to_string()
     };
     assert!(err(serde_json::json!({})).contains("needs `database`"));
     assert!(

@@ -5,11 +5,12 @@ use plotters::style::text_anchor::{HPos, VPos};
 use serde_json::Value;
 
 use super::{BAR, Font, Layer, MUTED, PAD, Scale, close, label_column, open, rate_note, what};
+use crate::drawn::Chart;
 use crate::error::ChartError;
+use crate::kind::Kind;
 use crate::limits::{LIMITS, largest_note};
 use crate::summary::{Metric, Summary};
 use crate::text::{NO_VALUE, cell_label, format_number, text_width, truncate};
-use crate::{Chart, Kind};
 
 const ROW: f64 = 26.0;
 const BAR_HEIGHT: f64 = 18.0;
@@ -55,7 +56,7 @@ impl<'a> Bars<'a> {
             .map(|r| {
                 let v = metric.format(&r[metric.index]);
                 match count_col {
-                    Some(c) if metric.kind == crate::MetricKind::Share && !r[c].is_null() => {
+                    Some(c) if metric.kind == crate::kind::MetricKind::Share && !r[c].is_null() => {
                         format!(
                             "{v} (n = {})",
                             format_number(r[c].as_f64().unwrap_or(0.0), 0)

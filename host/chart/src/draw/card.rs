@@ -4,10 +4,11 @@ use plotters::style::text_anchor::{HPos, VPos};
 use serde_json::Value;
 
 use super::{Font, LINE, Layer, PAD, PANEL, close, open};
+use crate::drawn::Chart;
 use crate::error::ChartError;
+use crate::kind::{Kind, MetricKind};
 use crate::summary::Summary;
 use crate::text::{format_number, truncate, wrap};
-use crate::{Chart, Kind, MetricKind};
 
 const CARD_HEIGHT: f64 = 124.0;
 const GAP: f64 = 12.0;

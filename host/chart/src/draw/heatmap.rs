@@ -7,11 +7,12 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use super::stacked::Grid;
 use super::{Canvas, Font, Layer, PAD, close, label_column, open, rate_note, text_on, what};
+use crate::drawn::Chart;
 use crate::error::ChartError;
+use crate::kind::Kind;
 use crate::limits::LIMITS;
 use crate::summary::{Metric, Summary};
 use crate::text::{text_width, truncate};
-use crate::{Chart, Kind};
 
 const ROW: f64 = 26.0;
 const LABEL_PX: f64 = 12.0;

@@ -350,7 +350,12 @@ impl Canvas {
 
     /// The finished chart, `y` high; `title` and `description` say what it shows to a reader
     /// that cannot see it.
-    pub fn finish(self, kind: crate::Kind, title: &str, description: &str) -> crate::Chart {
+    pub fn finish(
+        self,
+        kind: crate::kind::Kind,
+        title: &str,
+        description: &str,
+    ) -> crate::drawn::Chart {
         let height = self.y.ceil().max(1.0) as u32;
         let width = self.width;
         let svg = format!(
@@ -366,7 +371,7 @@ impl Canvas {
             desc = escape_xml(description),
             body = self.body.into_string(),
         );
-        crate::Chart {
+        crate::drawn::Chart {
             kind,
             width,
             height,
@@ -388,11 +393,11 @@ pub(crate) fn open(width: u32, summary: &Summary<'_>, what: &str) -> Result<Canv
 /// A chart's bottom: its notes, the source line, and the finished document.
 pub(crate) fn close(
     mut canvas: Canvas,
-    kind: crate::Kind,
+    kind: crate::kind::Kind,
     summary: &Summary<'_>,
     what: &str,
     chart_notes: &[String],
-) -> Result<crate::Chart, ChartError> {
+) -> Result<crate::drawn::Chart, ChartError> {
     notes(&mut canvas, chart_notes)?;
     source(&mut canvas, summary)?;
     let title = format!("{}: {what}", summary.title());
@@ -567,7 +572,7 @@ pub(crate) fn what(metric: &Metric, summary: &Summary<'_>) -> String {
 /// The note that says what a computed measure is, as the view writes it: its formula, and for
 /// a rate that it is shown as a percentage of the group's records.
 pub(crate) fn rate_note(metric: &Metric, summary: &Summary<'_>) -> Option<String> {
-    use crate::MetricKind::{Ratio, Share};
+    use crate::kind::MetricKind::{Ratio, Share};
     match metric.kind {
         Share => Some(format!(
             "{} = {}, shown as a percentage{}",

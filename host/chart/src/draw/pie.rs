@@ -13,10 +13,11 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use super::bar::by_value_desc;
 use super::{Font, Layer, PAD, close, open, palette, text_on, what};
+use crate::drawn::Chart;
 use crate::error::ChartError;
+use crate::kind::Kind;
 use crate::summary::{Metric, Summary};
 use crate::text::{cell_label, format_percent, text_width, truncate};
-use crate::{Chart, Kind};
 
 const RADIUS: f64 = 120.0;
 const HOLE: f64 = 54.0;

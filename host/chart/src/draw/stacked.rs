@@ -10,11 +10,12 @@ use serde_json::Value;
 use super::{
     Canvas, Font, Layer, PAD, Scale, close, label_column, open, palette, rate_note, text_on, what,
 };
+use crate::drawn::Chart;
 use crate::error::ChartError;
+use crate::kind::Kind;
 use crate::limits::{ALL_IN_TABLE, LIMITS};
 use crate::summary::{Metric, Summary};
 use crate::text::{cell_label, code_order, format_number, text_width, truncate};
-use crate::{Chart, Kind};
 
 const ROW: f64 = 28.0;
 const BAR_HEIGHT: f64 = 20.0;

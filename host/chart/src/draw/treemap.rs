@@ -8,11 +8,12 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use super::pie::{left_out_note, parts};
 use super::{Font, Layer, PAD, close, open, palette, text_on, what};
+use crate::drawn::Chart;
 use crate::error::ChartError;
+use crate::kind::Kind;
 use crate::limits::{LIMITS, largest_note};
 use crate::summary::{Metric, Summary};
 use crate::text::{format_percent, text_width, truncate};
-use crate::{Chart, Kind};
 
 /// A rectangle in pixels.
 #[derive(Debug, Clone, Copy, PartialEq)]

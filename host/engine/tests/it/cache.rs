@@ -89,15 +89,17 @@ fn built_once_and_mapped_after_a_restart() {
         .and_then(|m| m.modified())
         .ok();
 
-    let second = summarize(&engine(&datasets, &cache));
+    let restarted = engine(&datasets, &cache);
+    let second = summarize(&restarted);
     assert!(mapped(&second), "a restart maps: {second:#}");
     assert_eq!(data(&first), data(&second), "same answer");
     assert_eq!(
         first["provenance"]["sources"], second["provenance"]["sources"],
         "same sources, same content hash"
     );
-    // Mapped, not written again.
-    std::thread::sleep(Duration::from_millis(200));
+    // Mapped, not written again: once no preparation of the restarted engine is running,
+    // the one entry is the first one, untouched.
+    block_on(restarted.finish_preparations(Duration::from_secs(30)));
     assert_eq!(entries(&cache), written);
     assert_eq!(
         std::fs::metadata(&written[0])
@@ -388,7 +390,8 @@ fn data_over_the_budget_is_read_from_its_files_and_not_cached() {
             .to_string();
         assert!(extract.contains("read from the files"), "{extract}");
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // No preparation runs that could still write an entry.
+    block_on(engine.finish_preparations(Duration::from_secs(30)));
     assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
 }
 

@@ -426,7 +426,11 @@ fn generated_requests_are_answered_or_refused_in_words() {
                 assert!(!e.message.trim().is_empty(), "case {case}: {arguments}");
                 refused += 1;
             }
-            Err(EngineError::Limit { message, .. } | EngineError::Dataset { message, .. }) => {
+            Err(
+                EngineError::Limit { message, .. }
+                | EngineError::Storage(tally_storage::StorageError::Limit { message, .. })
+                | EngineError::Dataset { message, .. },
+            ) => {
                 assert!(!message.trim().is_empty(), "case {case}: {arguments}");
                 refused += 1;
             }

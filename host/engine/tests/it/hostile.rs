@@ -286,7 +286,10 @@ async fn exercise(engine: &Arc<Engine>, id: &str) -> Result<(), String> {
     ] {
         match crate::fixture::answer(engine, tool, args.clone()).await {
             Ok(_) => {}
-            Err(EngineError::Internal(m)) => {
+            Err(
+                EngineError::Internal(m)
+                | EngineError::Storage(tally_storage::StorageError::Internal(m)),
+            ) => {
                 return Err(format!("{tool:?} {args}: internal error: {m}"));
             }
             Err(_) => {}

@@ -1,6 +1,8 @@
 //! The layering of the workspace, read from its sources: no crate has files that import each
-//! other in a loop (a module's `crate::` and `super::` paths are its arrows), the engine holds
-//! no storage code, and the layers depend on each other in one direction only.
+//! other in a loop (a module's `crate::` and `super::` paths are its arrows, and the crate root
+//! is a module like the others: a module that imports an item of the root while the root names
+//! that module is a loop), the engine holds no storage code, and the layers depend on each
+//! other in one direction only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -131,16 +133,61 @@ fn ident(text: &str) -> &str {
     &text[..end]
 }
 
-/// The arrows between the modules of one crate.
+/// Where a path that names no module of the crate leads: to the crate root, which defines or
+/// re-exports it (`lib`, or `main` for a binary).
+fn root_of(modules: &BTreeMap<String, String>) -> Option<&'static str> {
+    ["lib", "main"]
+        .into_iter()
+        .find(|root| modules.contains_key(*root))
+}
+
+/// The children a module names bare (`child::item`, `pub use child::X`): for a crate root the
+/// top-level modules, for `draw` (a `draw/mod.rs`) the modules `draw/*`.
+fn children_named(module: &str, text: &str, modules: &BTreeMap<String, String>) -> Vec<String> {
+    let is_root = module == "lib" || module == "main";
+    modules
+        .keys()
+        .filter_map(|child| {
+            let name = if is_root {
+                (child != "lib" && child != "main" && !child.contains('/'))
+                    .then_some(child.as_str())
+            } else {
+                child
+                    .strip_prefix(module)
+                    .and_then(|rest| rest.strip_prefix('/'))
+                    .filter(|rest| !rest.contains('/'))
+            }?;
+            let named = after(text, &format!("{name}::")).into_iter().any(|rest| {
+                // `a::name::` is another crate's module of that name.
+                let start = text.len() - rest.len() - name.len() - 2;
+                !text[..start].ends_with(':')
+            });
+            named.then(|| child.clone())
+        })
+        .collect()
+}
+
+/// The arrows between the modules of one crate, its root included: a module's `crate::` and
+/// `super::` paths, a path to an item of the root (`crate::Engine`) pointing at the root, and
+/// a module's bare paths into its own children (the root's `pub use door::Ask`).
 fn arrows(modules: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let known = |name: &str| modules.contains_key(name) && name != "lib" && name != "main";
+    let root = root_of(modules);
+    let known = |name: &str| modules.contains_key(name);
+    // A path into the crate that names no module names an item of the root.
+    let resolve = |name: String| -> Option<String> {
+        if known(&name) && Some(name.as_str()) != root {
+            Some(name)
+        } else {
+            root.map(str::to_string)
+        }
+    };
     for (module, text) in modules {
         let text = code(text);
         let mut targets = Vec::new();
         for rest in after(&text, "crate::") {
             if let Some(group) = rest.strip_prefix('{') {
-                targets.extend(group_heads(group));
+                targets.extend(group_heads(group).into_iter().filter_map(&resolve));
                 continue;
             }
             let head = ident(rest);
@@ -149,15 +196,19 @@ fn arrows(modules: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<Strin
                 .map(ident)
                 .unwrap_or_default();
             let nested = format!("{head}/{tail}");
-            targets.push(if known(&nested) {
-                nested
+            targets.extend(if known(&nested) {
+                Some(nested)
             } else {
-                head.to_string()
+                resolve(head.to_string())
             });
         }
         if let Some((parent, _)) = module.rsplit_once('/') {
             for rest in after(&text, "super::") {
                 let name = ident(rest);
+                // `use super::*;` in a file's inline `mod tests` is the file itself.
+                if name.is_empty() {
+                    continue;
+                }
                 let sibling = format!("{parent}/{name}");
                 targets.push(if known(&sibling) {
                     sibling
@@ -166,6 +217,7 @@ fn arrows(modules: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<Strin
                 });
             }
         }
+        targets.extend(children_named(module, &text, modules));
         for target in targets {
             if known(&target) && &target != module {
                 edges.entry(module.clone()).or_default().insert(target);
@@ -305,6 +357,45 @@ fn the_reader_finds_a_loop_when_there_is_one() {
     assert!(edges["d/e"].contains("d/f"), "{edges:?}");
     modules.insert("c".to_string(), "// crate::a\n".to_string());
     assert!(loops(&arrows(&modules)).is_empty());
+
+    // The crate root counts: a module that imports an item of the root (or one the root
+    // re-exports) while the root names that module is a loop; a root that only declares
+    // modules and re-exports, with modules importing each other by their own paths, is not.
+    let mut rooted = BTreeMap::new();
+    rooted.insert(
+        "lib".to_string(),
+        "mod door;\nmod sum;\npub use door::Ask;\npub struct Engine;\n".to_string(),
+    );
+    rooted.insert("door".to_string(), "use crate::sum;\n".to_string());
+    rooted.insert("sum".to_string(), "use crate::Engine;\n".to_string());
+    let edges = arrows(&rooted);
+    assert_eq!(
+        loops(&edges),
+        vec![vec![
+            "door".to_string(),
+            "lib".to_string(),
+            "sum".to_string()
+        ]]
+    );
+    rooted.insert("engine".to_string(), "pub struct Engine;\n".to_string());
+    rooted.insert(
+        "lib".to_string(),
+        "mod door;\nmod engine;\nmod sum;\npub use door::Ask;\npub use engine::Engine;\n"
+            .to_string(),
+    );
+    rooted.insert(
+        "sum".to_string(),
+        "use crate::engine::Engine;\n".to_string(),
+    );
+    let edges = arrows(&rooted);
+    assert!(loops(&edges).is_empty(), "{edges:?}");
+    assert!(
+        edges["lib"].contains("door") && edges["lib"].contains("engine"),
+        "{edges:?}"
+    );
+    // Another crate's module of the same name is no arrow.
+    rooted.insert("sum".to_string(), "use datafusion::door::X;\n".to_string());
+    assert!(!arrows(&rooted).contains_key("sum"));
 }
 
 /// The dependencies a crate declares in its manifest (names before `.workspace` or `=`).
@@ -372,4 +463,70 @@ fn the_engine_holds_no_storage_code_and_layers_point_down() {
             );
         }
     }
+}
+
+/// Whether `name` (a crate, `-` written `_`) is named as a path or an import in `text`.
+fn names_crate(text: &str, name: &str) -> bool {
+    let name = name.replace('-', "_");
+    after(text, &name).into_iter().any(|rest| {
+        let end = rest.chars().next();
+        // `name::`, `name!`, `use name;`, `extern crate name`, `name as`
+        end.is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+    })
+}
+
+#[test]
+fn every_crate_uses_the_dependencies_it_declares() {
+    let root = workspace();
+    let mut unused = Vec::new();
+    let mut checked = 0;
+    for krate in crates(&root) {
+        let manifest = krate.join("Cargo.toml");
+        let mut text: String = modules(&krate.join("src"))
+            .values()
+            .map(|t| code(t))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // Binaries under `src/bin` and a build script are the crate's code too.
+        for extra in ["build.rs"] {
+            if let Ok(t) = std::fs::read_to_string(krate.join(extra)) {
+                text.push_str(&code(&t));
+            }
+        }
+        if let Ok(bins) = std::fs::read_dir(krate.join("src/bin")) {
+            for bin in bins.flatten() {
+                if let Ok(t) = std::fs::read_to_string(bin.path()) {
+                    text.push_str(&code(&t));
+                }
+            }
+        }
+        for dep in declared(&manifest) {
+            checked += 1;
+            if !names_crate(&text, &dep) {
+                unused.push(format!(
+                    "{}: {dep}",
+                    krate.strip_prefix(&root).unwrap_or(&krate).display()
+                ));
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "the manifests were read: {checked} dependencies"
+    );
+    assert!(
+        unused.is_empty(),
+        "dependencies declared under [dependencies] that the crate's sources never name \
+         (remove them, or move them to [dev-dependencies] if only tests use them):\n{}",
+        unused.join("\n")
+    );
+}
+
+#[test]
+fn a_dependency_is_named_only_by_a_path_or_an_import() {
+    assert!(names_crate("use tally_storage::Dataset;", "tally-storage"));
+    assert!(names_crate("serde_json::json!({})", "serde_json"));
+    assert!(!names_crate("use tally_storage_x::Y;", "tally-storage"));
+    assert!(!names_crate("use my_axum::Y;", "axum"));
+    assert!(!names_crate(&code("// axum::serve is not used"), "axum"));
 }

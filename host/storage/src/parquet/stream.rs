@@ -46,7 +46,7 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tally_plugin_parquet::Footer;
-use tally_plugin_parquet::groups::read_at;
+use tally_plugin_parquet::read_at;
 
 use super::reads::CallReads;
 use crate::backend::{ReadCounts, ServedFile, Streaming};
@@ -431,7 +431,7 @@ fn executor_object_error(dataset: &str, e: crate::object::ObjectError) -> Storag
             dataset,
             format!("{m}, on an executor ({EXECUTORS}; check that they may read the objects)"),
         ),
-        other => super::object_error(dataset, other),
+        other => crate::object::object_error(dataset, other),
     }
 }
 
@@ -1239,7 +1239,8 @@ impl CheckedReader {
         let Some(object) = file.object.clone() else {
             return Err(ParquetError::General("not an object".into()));
         };
-        let failed = |e| ParquetError::External(Box::new(super::object_error(&shared.dataset, e)));
+        let failed =
+            |e| ParquetError::External(Box::new(crate::object::object_error(&shared.dataset, e)));
         if let Some(ahead) = &self.ahead {
             ahead.clone().await;
         }

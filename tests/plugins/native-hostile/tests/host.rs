@@ -47,11 +47,11 @@ async fn panics_become_errors_and_the_next_call_works() {
 
     let err = create("construct").expect_err("a panic while being built is an error");
     assert!(
-        err.message.contains(
+        err.message().contains(
             "panicked while it was being built: hostile native plugin: panic while being built"
         ),
         "{}",
-        err.message
+        err.message()
     );
 
     let err = rows(create("scan").expect("builds"))
@@ -84,17 +84,17 @@ fn libraries_that_do_not_fit_are_refused() {
     let err = native::load(&library("tally_test_native_wrong_version"), "`future.so`")
         .expect_err("refused");
     assert_eq!(
-        err.message,
+        err.message(),
         "`future.so` was built for native plugin ABI 9.0 and DataFusion 54, but this Tally runs native plugin ABI 1.0 and DataFusion 55"
     );
 
     let err =
         native::load(&library("tally_test_native_no_entry"), "`other.so`").expect_err("refused");
     assert!(
-        err.message
+        err.message()
             .contains("has no entry point `tally_native_plugin_v0`"),
         "{}",
-        err.message
+        err.message()
     );
 
     let dir = tempfile::tempdir().expect("temp dir");
@@ -102,9 +102,9 @@ fn libraries_that_do_not_fit_are_refused() {
     std::fs::write(&junk, b"this is not a shared library").expect("write");
     let err = native::load(&junk, "`junk.so`").expect_err("refused");
     assert!(
-        err.message
+        err.message()
             .contains("`junk.so` is not a loadable shared library"),
         "{}",
-        err.message
+        err.message()
     );
 }
