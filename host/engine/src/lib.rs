@@ -39,6 +39,7 @@ pub mod provisions;
 pub mod query;
 pub mod results;
 pub mod schema;
+pub mod storage;
 pub mod summarize;
 mod twin;
 pub mod values;

@@ -1017,7 +1017,7 @@ async fn authenticate(
             tracing::info!(
                 peer = %peer.ip(),
                 "an access token was refused: {}",
-                tally_storage::text::escape_controls(&why, tally_storage::text::Lines::Escaped)
+                tally_engine::storage::escape_controls(&why, tally_engine::storage::Lines::Escaped)
             );
             Err(challenge(
                 guard,
@@ -1052,7 +1052,7 @@ async fn authenticate(
             // What failed at the issuer is for the operator, not for whoever asks.
             tracing::warn!(
                 "an access token could not be checked: {}",
-                tally_storage::text::escape_controls(&why, tally_storage::text::Lines::Escaped)
+                tally_engine::storage::escape_controls(&why, tally_engine::storage::Lines::Escaped)
             );
             let mut r = refuse(
                 StatusCode::SERVICE_UNAVAILABLE,

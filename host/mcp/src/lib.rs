@@ -23,7 +23,7 @@ mod guard;
 mod listen;
 mod logging;
 mod mcp;
-mod methods;
+pub mod methods;
 mod metrics;
 mod oauth;
 pub mod otlp;

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
-use tally_storage::catalog::Changes;
+use tally_engine::storage::Changes;
 
 use crate::view::View;
 

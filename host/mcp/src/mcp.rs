@@ -161,7 +161,7 @@ pub fn dataset_uri(id: &str) -> String {
 
 /// A dataset described as a resource: what it is, which fields it has, which version is
 /// served. Reading it needs no data.
-fn describe(ds: &tally_storage::Dataset) -> Value {
+fn describe(ds: &tally_engine::storage::Dataset) -> Value {
     let def = &ds.def;
     json!({
         "dataset_id": def.id,

@@ -7,7 +7,7 @@
 //!
 //! Probes are JSON `params` in which `@DATASET@` stands for a dataset id, `@FIELD@` for one
 //! of its fields, `@VALUE@` for one of that field's codes and `@PREFIX@` for the first
-//! letters of the id. Plain data, so the test suite can read this file as it is.
+//! letters of the id. Plain data, public so the test suite can write it out (`to_json`).
 
 /// One method: its name, the protocol revisions in which it is answered, and its probes.
 #[derive(Debug, Clone, Copy)]
@@ -142,8 +142,8 @@ pub const METHODS: &[Method] = &[
     },
 ];
 
-/// The table as JSON, for the test suite (which compiles this file on its own).
-#[allow(dead_code)]
+/// The table as JSON, for the test suite (`tests/e2e/test_gate.py` reads it as
+/// `methods.json`).
 pub fn to_json() -> String {
     let mut out = String::from("[");
     for (i, m) in METHODS.iter().enumerate() {

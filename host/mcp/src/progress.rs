@@ -135,7 +135,7 @@ fn doing(
             .unwrap_or_default();
         let what = if preparing { "prepared" } else { "read" };
         let left = ds
-            .weigh(tally_storage::dataset::Work::default())
+            .weigh(tally_engine::storage::Work::default())
             .flatten()
             .map(|(_, left)| left);
         let about = left

@@ -8,7 +8,7 @@ use rmcp::model::{
     CompletionInfo, GetPromptResult, Prompt, PromptArgument, PromptMessage, ResourceTemplate, Role,
 };
 use serde_json::{Value, json};
-use tally_storage::Dataset;
+use tally_engine::storage::Dataset;
 
 use crate::view::View;
 use tally_semantic::definition::{Codelist, LocatorKind, Role as FieldRole};

@@ -537,6 +537,7 @@ impl Served {
         let view = crate::view::View::of(&self.engine, crate::view::Caller::operator());
         let (heavy_running, heavy_queued) = self.engine.heavy_load();
         let budget = self.engine.budget();
+        let (cache_hits, cache_misses) = tally_engine::storage::cache_hits_and_misses();
         let mut scrape = crate::metrics::Scrape {
             requests_in_flight: self.guard.requests_in_flight(),
             heavy_running,
@@ -547,10 +548,10 @@ impl Served {
             datasets_broken: view.broken().count(),
             datasets_pending: view.pending().count(),
             reloads: self.engine.reloads(),
-            cache_hits: tally_storage::cache::HITS.load(std::sync::atomic::Ordering::Relaxed),
-            cache_misses: tally_storage::cache::MISSES.load(std::sync::atomic::Ordering::Relaxed),
+            cache_hits,
+            cache_misses,
             cache_bytes: self.engine.cache().map_or(0, |c| c.bytes()),
-            plugin_faults: tally_storage::faults::faults(),
+            plugin_faults: tally_engine::storage::plugin_faults(),
             sessions: self.guard.session_count(),
             draining: self.guard.is_draining(),
             ..Default::default()
@@ -568,7 +569,7 @@ impl Served {
         }
         if let Some(cache) = self.engine.cache()
             && cache.dir().exists()
-            && let Err(why) = tally_storage::cache::check_private(cache.dir())
+            && let Err(why) = tally_engine::storage::check_cache_private(cache.dir())
         {
             reasons.push(format!("the cache cannot be used: {why}"));
         }
@@ -639,7 +640,7 @@ fn reread_settings(current: HttpOptions) -> HttpOptions {
         Err(e) => {
             tracing::error!(
                 "SIGHUP: the settings could not be read again, so those read before stay in force: {}",
-                tally_storage::text::escape_controls(&e, tally_storage::text::Lines::Escaped)
+                tally_engine::storage::escape_controls(&e, tally_engine::storage::Lines::Escaped)
             );
             return current;
         }
@@ -717,7 +718,7 @@ async fn reload_on_hangup(
             }
             Err(e) => tracing::error!(
                 "SIGHUP: the token or policy file does not hold, so the ones read before stay in force: {}",
-                tally_storage::text::escape_controls(&e, tally_storage::text::Lines::Escaped)
+                tally_engine::storage::escape_controls(&e, tally_engine::storage::Lines::Escaped)
             ),
         }
     }

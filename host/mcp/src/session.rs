@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use rmcp::model::ResourceUpdatedNotificationParam;
 use rmcp::{Peer, RoleServer};
 use tally_engine::Engine;
-use tally_storage::catalog::Changes;
+use tally_engine::storage::Changes;
 
 use crate::logging::SessionLog;
 use crate::subscriptions::SessionSubscriptions;

@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use tally_storage::catalog::Changes;
+use tally_engine::storage::Changes;
 
 use crate::bounds::{
     MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTION_BYTES_PER_CALLER, MAX_SUBSCRIPTION_BYTES_TOTAL,

@@ -44,7 +44,7 @@ use rmcp::model::{
 };
 use rmcp::task_manager::{TaskExit, TaskFuture, current_timestamp};
 use serde_json::{Value, json};
-use tally_storage::memory::{Budget, Reservation};
+use tally_engine::storage::{Budget, Reservation};
 
 /// Tasks of one caller running at once: each may run for the task's budget, past the call
 /// budget that bounds a caller's other calls.

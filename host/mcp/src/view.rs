@@ -23,9 +23,9 @@ use rmcp::ErrorData;
 use rmcp::RoleServer;
 use rmcp::service::{NotificationContext, RequestContext};
 use serde_json::{Value, json};
+use tally_engine::storage::Changes;
 use tally_engine::{Ask, Engine, EngineError};
 use tally_semantic::Tool;
-use tally_storage::catalog::Changes;
 
 /// Who is calling, as the tools see it (never the token itself): the engine's caller, which
 /// every entry point into the engine takes.

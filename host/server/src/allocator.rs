@@ -1,8 +1,8 @@
 //! The process's allocator, set up for a server that holds little between calls. The binary
 //! owns the allocator, so this is here and not in a library: with glibc's malloc, what was
 //! freed is handed back to the system (`malloc_trim`) when the storage layer says much was
-//! freed: after a preparation, after a large call (`tally_storage::memory::release`). glibc
-//! keeps what a thread freed in that thread's arena for its next allocations, so the server
+//! freed: after a preparation, after a large call
+//! (`tally_engine::storage::give_memory_back_with`). glibc keeps what a thread freed in that thread's arena for its next allocations, so the server
 //! otherwise held its busiest moment for as long as it ran: 316 MiB anonymous after
 //! preparing a 7.5M-record table into the cache, 164 MiB with it; 51–58 MiB after
 //! preparing the 75k-record survey, 25 MiB with it. Other allocators are left alone.
@@ -10,7 +10,7 @@
 /// Called first in `main`, before any thread starts.
 pub fn tune() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    tally_storage::memory::release::give_back_with(glibc_trim);
+    tally_engine::storage::give_memory_back_with(glibc_trim);
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use tally_engine::storage::Problem;
+use tally_engine::storage::{DEFINITION_FILE, RegisterOptions, dataset_folders, register};
 use tally_semantic::definition::{Diagnostic, load_definition, quote_name};
-use tally_storage::catalog::{self, DEFINITION_FILE};
-use tally_storage::problem::Problem;
 
 /// `println!` that ends quietly when stdout is closed (`tally check | head`).
 macro_rules! say {
@@ -27,7 +27,7 @@ const EXIT_UNREADABLE: u8 = tally_mcp::exit::CONFIG;
 #[derive(Debug)]
 pub struct CheckOptions {
     /// The backends datasets may name (native libraries only when allowed).
-    pub backends: tally_storage::Backends,
+    pub backends: tally_engine::storage::Backends,
     /// Scan every plugin dataset once through its plugin (bounded by the plugin limits).
     pub scan: bool,
     /// Prepare every dataset as a first call would (every page of every data file is read
@@ -56,9 +56,9 @@ pub fn run(dir: &Path, options: &CheckOptions) -> ExitCode {
         eprintln!("tally check: cannot read {}: {e}", dir.display());
         return ExitCode::from(EXIT_UNREADABLE);
     }
-    let mut folders = catalog::dataset_folders(dir);
+    let mut folders = dataset_folders(dir);
     folders.sort();
-    let register_options = catalog::Options {
+    let register_options = RegisterOptions {
         backends: options.backends.clone(),
         memory_budget: options.limits.memory_budget_bytes,
         serving: options.limits.serving,
@@ -104,7 +104,7 @@ impl Check {
         &mut self,
         dir: &Path,
         folder: &Path,
-        register_options: &catalog::Options,
+        register_options: &RegisterOptions,
         limits: &tally_engine::Limits,
     ) {
         let folder_id = folder
@@ -119,12 +119,12 @@ impl Check {
         if !yaml.is_file() {
             return;
         }
-        if let Some(p) = tally_storage::problem::outside(dir, folder) {
+        if let Some(p) = tally_engine::storage::outside(dir, folder) {
             print_problem(&label, &p);
             self.broken += 1;
             return;
         }
-        let text = match tally_storage::problem::read_small(
+        let text = match tally_engine::storage::read_small(
             &yaml,
             tally_semantic::yaml::MAX_DOCUMENT_BYTES,
         ) {
@@ -145,7 +145,7 @@ impl Check {
         }
         // The definition must also fit its data: registration reads the data's metadata and
         // checks every declared field against it, exactly as the server does.
-        match catalog::register(folder, &folder_id, &label, register_options) {
+        match register(folder, &folder_id, &label, register_options) {
             Ok(Some(ds)) => {
                 if let Err(p) = every_page(&ds, limits) {
                     print_problem(&label, &p);
@@ -449,9 +449,12 @@ fn relation_problems(
 /// within the memory budget. Registration reads footers only and page headers are checked
 /// when pages are read, so without this a file whose pages are corrupt would pass the check
 /// and fail every query.
-fn every_page(ds: &tally_storage::Dataset, limits: &tally_engine::Limits) -> Result<(), Problem> {
-    let budget = tally_storage::memory::Budget::new(limits.memory_budget_bytes);
-    catalog::read_every_page(ds, &budget).map_err(|reason| Problem {
+fn every_page(
+    ds: &tally_engine::storage::Dataset,
+    limits: &tally_engine::Limits,
+) -> Result<(), Problem> {
+    let budget = tally_engine::storage::Budget::new(limits.memory_budget_bytes);
+    tally_engine::storage::read_every_page(ds, &budget).map_err(|reason| Problem {
         line: None,
         key: if ds.def.data_url.is_some() {
             "data".into()

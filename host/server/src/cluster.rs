@@ -63,7 +63,7 @@ impl ClusterArgs {
         }
         Ok(engine.with_cluster(
             std::sync::Arc::new(tally_cluster::BallistaCluster::new(address, fallback)),
-            tally_storage::cluster::Split::slots(self.cluster_partitions),
+            tally_engine::storage::Split::slots(self.cluster_partitions),
         ))
     }
 

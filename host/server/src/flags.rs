@@ -32,7 +32,7 @@ impl Common {
     pub fn limits(&self) -> tally_engine::Limits {
         let mut limits = self.budgets.limits();
         if self.cluster.cluster.is_some() && self.budgets.streaming == StreamingArg::Auto {
-            limits.serving = tally_storage::dataset::Serving::Streaming;
+            limits.serving = tally_engine::storage::Serving::Streaming;
         }
         limits
     }
@@ -132,7 +132,10 @@ impl Budgets {
     /// The backends datasets may name: Parquet, wasm components in their sandbox, and native
     /// libraries when allowed. With a `cache` of prepared data, compiled wasm components
     /// are kept in it too (its `code` folder).
-    pub fn backends(&self, cache: Option<&tally_storage::cache::Cache>) -> tally_storage::Backends {
+    pub fn backends(
+        &self,
+        cache: Option<&tally_engine::storage::Cache>,
+    ) -> tally_engine::storage::Backends {
         tally_plugin_host::backends(tally_plugin_host::PluginOptions {
             code_cache: cache.map(|c| tally_plugin_host::CodeCache::new(c.dir().join("code"))),
             limits: tally_plugin_host::PluginLimits {
@@ -149,7 +152,7 @@ impl Budgets {
     /// a folder of the user's cache directory kept for this datasets directory (two
     /// directories with a dataset of the same name never evict each other's entries); none
     /// with `--no-cache`, or when there is no cache directory to use.
-    pub fn cache(&self, datasets: &std::path::Path) -> Option<tally_storage::cache::Cache> {
+    pub fn cache(&self, datasets: &std::path::Path) -> Option<tally_engine::storage::Cache> {
         if self.no_cache {
             return None;
         }
@@ -158,11 +161,11 @@ impl Budgets {
             .as_ref()
             .filter(|d| !d.as_os_str().is_empty())
         {
-            return Some(tally_storage::cache::Cache::new(dir));
+            return Some(tally_engine::storage::Cache::new(dir));
         }
-        let root = tally_storage::cache::Cache::default_dir()?;
-        Some(tally_storage::cache::Cache::new(
-            root.join(tally_storage::cache::Cache::folder_for(datasets)),
+        let root = tally_engine::storage::Cache::default_dir()?;
+        Some(tally_engine::storage::Cache::new(
+            root.join(tally_engine::storage::Cache::folder_for(datasets)),
         ))
     }
 
@@ -176,7 +179,7 @@ impl Budgets {
             memory_budget_bytes: self
                 .memory_budget
                 .map(|m| m.max(16) * 1024 * 1024)
-                .unwrap_or_else(tally_storage::memory::default_budget),
+                .unwrap_or_else(tally_engine::storage::default_memory_budget),
             max_groups: self.max_groups.max(1),
             max_explode_rows: self.max_explode_rows.max(1),
             max_envelope_bytes: self.max_envelope_bytes.max(1024),
@@ -187,9 +190,9 @@ impl Budgets {
             heavy_queue: self.heavy_queue,
             heavy_queue_per_caller: self.heavy_queue_per_caller.max(1),
             serving: match self.streaming {
-                StreamingArg::Auto => tally_storage::dataset::Serving::Auto,
-                StreamingArg::Always => tally_storage::dataset::Serving::Streaming,
-                StreamingArg::Never => tally_storage::dataset::Serving::Prepared,
+                StreamingArg::Auto => tally_engine::storage::Serving::Auto,
+                StreamingArg::Always => tally_engine::storage::Serving::Streaming,
+                StreamingArg::Never => tally_engine::storage::Serving::Prepared,
             },
             ..tally_engine::Limits::default()
         }

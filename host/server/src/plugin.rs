@@ -521,11 +521,11 @@ fn check_component(wasm: &Path, how: &'static str) -> Result<Built, Failure> {
 
 /// A line of `tally plugin test`'s report. What the plugin said (its names, rows, messages and
 /// the column names of its Arrow stream) may hold control characters: they are written
-/// visibly, as the server escapes a plugin's text (`tally_storage::text`).
+/// visibly, as the server escapes a plugin's text (`tally_engine::storage::escape_controls`).
 fn say(line: &str) {
     println!(
         "{}",
-        tally_storage::text::escape_controls(line, tally_storage::text::Lines::Kept)
+        tally_engine::storage::escape_controls(line, tally_engine::storage::Lines::Kept)
     );
 }
 

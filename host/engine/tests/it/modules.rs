@@ -530,3 +530,51 @@ fn a_dependency_is_named_only_by_a_path_or_an_import() {
     assert!(!names_crate("use my_axum::Y;", "axum"));
     assert!(!names_crate(&code("// axum::serve is not used"), "axum"));
 }
+
+#[test]
+fn layers_above_the_engine_reach_storage_only_through_it() {
+    let root = workspace();
+    for layer in ["host/mcp", "host/server"] {
+        let krate = root.join(layer);
+        for table in ["[dependencies]", "[dev-dependencies]"] {
+            let text = std::fs::read_to_string(krate.join("Cargo.toml")).expect("a manifest");
+            let declares = text
+                .split(table)
+                .nth(1)
+                .map(|rest| rest.split("\n[").next().unwrap_or_default())
+                .is_some_and(|deps| deps.lines().any(|l| l.trim().starts_with("tally-storage")));
+            assert!(
+                !declares,
+                "{layer} declares tally-storage under {table}: use what `tally_engine::storage` gives"
+            );
+        }
+        let mut files = Vec::new();
+        for dir in ["src", "tests", "benches"] {
+            collect_rs(&krate.join(dir), &mut files);
+        }
+        assert!(!files.is_empty(), "{layer}'s sources were read");
+        for file in files {
+            let text = code(&std::fs::read_to_string(&file).expect("a source file"));
+            assert!(
+                !names_crate(&text, "tally-storage"),
+                "{} names tally_storage: use what `tally_engine::storage` gives (add it there if it is missing)",
+                file.display()
+            );
+        }
+    }
+}
+
+/// Every `.rs` file under `dir`.
+fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_rs(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}

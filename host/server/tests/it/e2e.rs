@@ -8,11 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The server's table of MCP methods and their probes, compiled here from the MCP layer's own
-/// source and handed to the scoped walk (`tests/e2e/test_gate.py`) as `methods.json`.
-#[path = "../../../mcp/src/methods.rs"]
-mod methods;
-
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
@@ -242,8 +237,11 @@ fn python_mcp_client_end_to_end() {
     write_variants(variants.path());
     write_comparison(variants.path());
     write_hostile(variants.path());
-    std::fs::write(variants.path().join("methods.json"), methods::to_json())
-        .expect("the method table");
+    std::fs::write(
+        variants.path().join("methods.json"),
+        tally_mcp::methods::to_json(),
+    )
+    .expect("the method table");
     // Native plugin libraries cargo built for this test run sit beside this test binary.
     let native_dir = std::env::current_exe()
         .ok()
