@@ -15,10 +15,9 @@
 
 pub mod audit;
 mod bounds;
-pub mod chart;
+mod chart;
 mod choose;
 mod events;
-pub mod exit;
 mod guard;
 mod listen;
 mod logging;

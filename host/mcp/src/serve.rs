@@ -1,7 +1,6 @@
 //! `tally serve`: MCP over stdio (default) or streamable HTTP (`--http ADDR`).
 
 use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,23 @@ use tally_engine::Engine;
 use crate::mcp::{Shared, TallyServer};
 
 /// Exit code when the server cannot start as configured.
-const EXIT_CONFIG: u8 = crate::exit::CONFIG;
+pub use crate::oauth::OAuthOptions;
+
+/// Why serving could not start or stopped; the binary says it and turns it into its exit code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServeError {
+    /// The setup cannot be used: the tokens, the policies, the address, the authorization
+    /// server, the metrics token. Nothing was served.
+    #[error("{0}")]
+    Setup(String),
+    /// Serving failed while it ran.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The process's exit status when a second signal arrives while calls drain (it ends at
+/// once); the binary's code for "a failure while working".
+pub const EXIT_ON_SECOND_SIGNAL: i32 = 3;
 
 /// How long a stdio server whose client has gone waits for preparations into the cache.
 const EXIT_GRACE: Duration = Duration::from_secs(60);
@@ -27,7 +42,7 @@ pub async fn stdio(
     engine: Arc<Engine>,
     audit: Option<crate::audit::Audit>,
     protocol: Option<std::fs::File>,
-) -> ExitCode {
+) -> Result<(), ServeError> {
     let server = TallyServer::new(Shared::with_audit(Arc::clone(&engine), audit));
     let (transport, writer) = match protocol {
         Some(out) => crate::stdio::framed(tokio::io::stdin(), tokio::fs::File::from_std(out)),
@@ -36,19 +51,17 @@ pub async fn stdio(
     let running = match server.serve(transport).await {
         Ok(r) => r,
         Err(e) => {
-            tracing::error!("the MCP session could not start: {e}");
-            return ExitCode::from(crate::exit::FAILED);
+            return Err(ServeError::Failed(format!(
+                "the MCP session could not start: {e}"
+            )));
         }
     };
     let code = match running.waiting().await {
         Ok(reason) => {
             tracing::info!(?reason, "stdio session ended");
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Err(e) => {
-            tracing::error!("the MCP session failed: {e}");
-            ExitCode::from(crate::exit::FAILED)
-        }
+        Err(e) => Err(ServeError::Failed(format!("the MCP session failed: {e}"))),
     };
     // The last answers are written before the process ends.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
@@ -90,80 +103,88 @@ fn own_origin(host: &str, port: u16) -> String {
     }
 }
 
-/// What guards the HTTP endpoint (see docs/security.md).
-#[derive(Debug, Clone, clap::Args)]
+/// What guards the HTTP endpoint (see docs/security.md). The binary fills it from its flags
+/// (`tally serve --help` says each); [`Default`] is what the flags default to.
+#[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// Bearer tokens, one per line: `<id> <token> [<dataset>,<dataset>…]` (no list: every
     /// dataset). Required for any non-loopback address.
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<std::path::PathBuf>,
+    pub token_file: Option<std::path::PathBuf>,
     /// An environment variable holding one bearer token (every dataset; its id is
     /// `env:<VAR>`). Tokens are never read from the command line.
-    #[arg(long, value_name = "VAR")]
-    token_env: Option<String>,
+    pub token_env: Option<String>,
     /// A further name the Host header may carry (repeatable); loopback names and the bound
     /// address are always allowed.
-    #[arg(long = "allow-host", value_name = "HOST")]
-    allow_host: Vec<String>,
+    pub allow_host: Vec<String>,
     /// The largest request body accepted, in bytes.
-    #[arg(long, default_value_t = 1024 * 1024)]
-    max_body_bytes: usize,
+    pub max_body_bytes: usize,
     /// Requests per second one caller (token, or address without tokens) may make.
-    #[arg(long, default_value_t = 50.0)]
-    rate_limit: f64,
+    pub rate_limit: f64,
     /// How many requests a caller may make at once before the rate applies.
-    #[arg(long, default_value_t = 100.0)]
-    rate_burst: f64,
+    pub rate_burst: f64,
     /// Requests one caller may have in flight at once (without tokens, one MCP session, or
     /// one address outside a session).
-    #[arg(long, default_value_t = 8)]
-    max_concurrent: usize,
+    pub max_concurrent: usize,
     /// Requests of all callers in flight at once (never fewer than --max-concurrent).
-    #[arg(long, default_value_t = crate::guard::MAX_IN_FLIGHT)]
-    max_in_flight: usize,
+    pub max_in_flight: usize,
     /// Open connections in total (kept below the process's open-file limit). When all are
     /// taken, the oldest connection not serving a request is closed to make room.
-    #[arg(long, default_value_t = 1024)]
-    max_connections: usize,
+    pub max_connections: usize,
     /// Open connections from one peer address.
-    #[arg(long, default_value_t = 64)]
-    max_connections_per_peer: usize,
+    pub max_connections_per_peer: usize,
     /// Time a client has to send a request's headers, in milliseconds (from connecting, or
     /// from the end of the previous response).
-    #[arg(long, default_value_t = 10_000)]
-    header_timeout_ms: u64,
+    pub header_timeout_ms: u64,
     /// Time a connection may pass without sending or receiving a byte, in milliseconds
     /// (server-sent event streams send a keep-alive every 15 s).
-    #[arg(long, default_value_t = 60_000)]
-    idle_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
     /// Failed authentications one peer address may make per minute before its requests are
     /// answered 429 (bursts of twice as many).
-    #[arg(long, default_value_t = 10.0)]
-    auth_failures_per_minute: f64,
+    pub auth_failures_per_minute: f64,
     /// Live MCP sessions one caller may hold; past it its oldest session is closed.
-    #[arg(long, default_value_t = crate::guard::MAX_SESSIONS_PER_CALLER)]
-    max_sessions_per_caller: usize,
+    pub max_sessions_per_caller: usize,
     /// Live MCP sessions of all callers together; past it the oldest session is closed.
-    #[arg(long, default_value_t = crate::guard::MAX_SESSIONS)]
-    max_sessions: usize,
+    pub max_sessions: usize,
     /// What each caller may see (YAML): policies naming datasets, hidden fields and row
     /// conditions, granted to token ids and to OAuth scopes and claims (docs/security.md).
-    #[arg(long, value_name = "FILE")]
-    policy_file: Option<std::path::PathBuf>,
+    pub policy_file: Option<std::path::PathBuf>,
     /// An environment variable holding the bearer token `/metrics` asks for. Without it,
     /// `/metrics` answers only clients on this machine (a loopback address).
-    #[arg(long, value_name = "VAR")]
-    metrics_token_env: Option<String>,
+    pub metrics_token_env: Option<String>,
     /// How long, after SIGTERM or Ctrl-C, the calls in flight may take to finish (new ones
     /// are answered 503) before the server ends them and exits; a second signal exits at once.
-    #[arg(long, default_value_t = 20_000)]
-    drain_grace_ms: u64,
-    #[command(flatten)]
-    oauth: crate::oauth::OAuthOptions,
+    pub drain_grace_ms: u64,
+    pub oauth: crate::oauth::OAuthOptions,
     /// How the options are read again on SIGHUP (the settings file, the environment and the
     /// command line, as at start), when the binary says.
-    #[arg(skip)]
     pub reread: Option<Reread>,
+}
+
+impl Default for HttpOptions {
+    fn default() -> HttpOptions {
+        HttpOptions {
+            token_file: Default::default(),
+            token_env: Default::default(),
+            allow_host: Default::default(),
+            max_body_bytes: 1024 * 1024,
+            rate_limit: 50.0,
+            rate_burst: 100.0,
+            max_concurrent: 8,
+            max_in_flight: crate::guard::MAX_IN_FLIGHT,
+            max_connections: 1024,
+            max_connections_per_peer: 64,
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            auth_failures_per_minute: 10.0,
+            max_sessions_per_caller: crate::guard::MAX_SESSIONS_PER_CALLER,
+            max_sessions: crate::guard::MAX_SESSIONS,
+            policy_file: Default::default(),
+            metrics_token_env: Default::default(),
+            drain_grace_ms: 20_000,
+            oauth: Default::default(),
+            reread: Default::default(),
+        }
+    }
 }
 
 /// Reads `tally serve`'s options again, as at start (see [`HttpOptions::reread`]).
@@ -197,47 +218,42 @@ impl HttpOptions {
     }
 }
 
-/// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`.
+/// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`. `listening` is told the
+/// address bound (the port, when 0 was asked) before the first request is taken.
 pub async fn http(
     engine: Arc<Engine>,
     addr: SocketAddr,
     extra_origins: Vec<String>,
     options: HttpOptions,
     audit: Option<crate::audit::Audit>,
-) -> ExitCode {
-    let mut tokens = match read_tokens(addr, &options) {
-        Ok(tokens) => tokens,
-        Err(code) => return code,
-    };
+    listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let mut tokens = read_tokens(addr, &options)?;
     let policies = match read_policies(&engine, &options, &mut tokens) {
         Ok(policies) => policies,
         Err(e) => {
-            eprintln!("tally serve: {e}");
-            return ExitCode::from(EXIT_CONFIG);
+            return Err(ServeError::Setup(e.to_string()));
         }
     };
     if addr.ip().is_unspecified()
         && options.oauth.issuer.is_some()
         && options.oauth.resource.is_none()
     {
-        eprintln!(
-            "tally serve: --oauth-issuer with --http {addr}: on every address of the machine the resource URI tokens must name cannot be derived from the address; give --oauth-resource as clients reach the server (e.g. https://tally.example.org/mcp)"
-        );
-        return ExitCode::from(EXIT_CONFIG);
+        return Err(ServeError::Setup(format!(
+            "--oauth-issuer with --http {addr}: on every address of the machine the resource URI tokens must name cannot be derived from the address; give --oauth-resource as clients reach the server (e.g. https://tally.example.org/mcp)"
+        )));
     }
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("tally serve: cannot listen on {addr}: {e}");
-            return ExitCode::from(EXIT_CONFIG);
+            return Err(ServeError::Setup(format!("cannot listen on {addr}: {e}")));
         }
     };
     let bound = listener.local_addr().unwrap_or(addr);
     let oauth = match crate::oauth::OAuth::new(&options.oauth, bound) {
         Ok(oauth) => oauth.map(Arc::new),
         Err(e) => {
-            eprintln!("tally serve: {e}");
-            return ExitCode::from(EXIT_CONFIG);
+            return Err(ServeError::Setup(e.to_string()));
         }
     };
     let (hosts, origins) = allowed_names(bound, &options, extra_origins);
@@ -254,8 +270,7 @@ pub async fn http(
     let metrics_token = match read_metrics_token(&options) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("tally serve: {e}");
-            return ExitCode::from(EXIT_CONFIG);
+            return Err(ServeError::Setup(e.to_string()));
         }
     };
     let (service, sessions, shared) = mcp_service(&engine, audit, config);
@@ -285,9 +300,7 @@ pub async fn http(
     ));
     let grace = Duration::from_millis(options.drain_grace_ms);
     // The address the server actually listens on, for scripts that asked for port 0.
-    eprintln!(
-        "tally: serving MCP at http://{bound}/mcp (browser front: http://{bound}/, health: http://{bound}/health)"
-    );
+    listening(bound);
     tracing::info!(%bound, ?origins, ?hosts, authenticated, tokens = token_count, "serving streamable HTTP");
     let served = crate::listen::serve(
         listener,
@@ -309,31 +322,21 @@ pub async fn http(
         },
     )
     .await;
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("the HTTP server failed: {e}");
-            ExitCode::from(crate::exit::FAILED)
-        }
-    }
+    served.map_err(|e| ServeError::Failed(format!("the HTTP server failed: {e}")))
 }
 
 /// Reads the bearer tokens the options name; refuses a non-loopback address without any.
-fn read_tokens(addr: SocketAddr, options: &HttpOptions) -> Result<crate::guard::Tokens, ExitCode> {
-    let tokens = match load_tokens(options) {
-        Ok(tokens) => tokens,
-        Err(e) => {
-            eprintln!("tally serve: {e}");
-            return Err(ExitCode::from(EXIT_CONFIG));
-        }
-    };
+fn read_tokens(
+    addr: SocketAddr,
+    options: &HttpOptions,
+) -> Result<crate::guard::Tokens, ServeError> {
+    let tokens = load_tokens(options).map_err(ServeError::Setup)?;
     if !addr.ip().is_loopback() && tokens.is_empty() && options.oauth.issuer.is_none() {
-        eprintln!(
-            "tally serve: refusing to listen on {addr} without authentication: anyone who can reach a non-loopback address could query every dataset. \
+        return Err(ServeError::Setup(format!(
+            "refusing to listen on {addr} without authentication: anyone who can reach a non-loopback address could query every dataset. \
              Give bearer tokens with --token-file FILE or --token-env VAR, an authorization server with --oauth-issuer URL, or listen on 127.0.0.1:{}.",
             addr.port()
-        );
-        return Err(ExitCode::from(EXIT_CONFIG));
+        )));
     }
     Ok(tokens)
 }
@@ -623,7 +626,7 @@ async fn drain(guard: &Arc<crate::guard::Guard>, shared: &Arc<Shared>, grace: Du
         ),
         () = shutdown_signal() => {
             tracing::warn!("a second signal while draining: exiting now");
-            std::process::exit(i32::from(crate::exit::FAILED));
+            std::process::exit(EXIT_ON_SECOND_SIGNAL);
         }
     }
 }

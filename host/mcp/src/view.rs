@@ -24,6 +24,10 @@ use rmcp::RoleServer;
 use rmcp::service::{NotificationContext, RequestContext};
 use serde_json::{Value, json};
 use tally_engine::storage::Changes;
+
+/// The interactive view of a tool's answer as a page of its own (what `--chart FILE.html`
+/// writes): it loads nothing from the network.
+pub use crate::ui::standalone_html;
 use tally_engine::{Ask, Engine, EngineError};
 use tally_semantic::Tool;
 

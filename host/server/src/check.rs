@@ -19,9 +19,9 @@ macro_rules! say {
 }
 
 /// Exit code when a dataset cannot be served.
-const EXIT_INVALID: u8 = tally_mcp::exit::BAD_INPUT;
+const EXIT_INVALID: u8 = crate::exit::BAD_INPUT;
 /// Exit code when the directory itself cannot be read.
-const EXIT_UNREADABLE: u8 = tally_mcp::exit::CONFIG;
+const EXIT_UNREADABLE: u8 = crate::exit::CONFIG;
 
 /// What `check` was asked to do.
 #[derive(Debug)]
@@ -213,7 +213,7 @@ impl Check {
         // Prepare each dataset as the server's first call would: through its backend (a
         // plugin's scan included), within the memory budget.
         let Some(runtime) = crate::runtime::runtime() else {
-            return Err(ExitCode::from(tally_mcp::exit::FAILED));
+            return Err(ExitCode::from(crate::exit::FAILED));
         };
         let mut limits = options.limits;
         // A deep check may take as long as the data needs.

@@ -10,11 +10,11 @@ use tally_semantic::Tool;
 use crate::flags::Common;
 
 /// Exit code for a refused call (bad arguments).
-const EXIT_BAD_INPUT: u8 = tally_mcp::exit::BAD_INPUT;
+const EXIT_BAD_INPUT: u8 = crate::exit::BAD_INPUT;
 /// Exit code for a dataset that is not served.
-const EXIT_UNKNOWN_DATASET: u8 = tally_mcp::exit::UNKNOWN_DATASET;
+const EXIT_UNKNOWN_DATASET: u8 = crate::exit::UNKNOWN_DATASET;
 /// Exit code when the server failed (backend or internal error).
-const EXIT_FAILED: u8 = tally_mcp::exit::FAILED;
+const EXIT_FAILED: u8 = crate::exit::FAILED;
 
 #[derive(Debug, Args)]
 pub struct QueryFlags {
@@ -205,7 +205,7 @@ fn call(tool: Tool, mut arguments: Value, common: &Common) -> Result<Value, Exit
             "message": format!("the datasets directory {} does not exist", common.datasets.display()),
             "hint": "run from the repository root, or pass --datasets DIR",
         }}));
-        return Err(ExitCode::from(tally_mcp::exit::CONFIG));
+        return Err(ExitCode::from(crate::exit::CONFIG));
     }
     // Cursors printed by one invocation must be accepted by the next, and by a server of the
     // same datasets directory: the key kept with the cache, else one derived from the
@@ -235,7 +235,7 @@ fn call(tool: Tool, mut arguments: Value, common: &Common) -> Result<Value, Exit
                 "message": e,
                 "hint": "start the cluster (docs/cluster.md), pass --cluster-fallback local, or leave out --cluster",
             }}));
-            return Err(ExitCode::from(tally_mcp::exit::CONFIG));
+            return Err(ExitCode::from(crate::exit::CONFIG));
         }
     };
     // A one-shot process cannot leave the data to be prepared in the background for a later
@@ -372,7 +372,7 @@ pub fn summarize(f: SummarizeFlags) -> ExitCode {
         return run(Tool::SummarizeRecords, Value::Object(args), &f.common);
     };
     // The file's kind is checked before anything is computed.
-    let format = match tally_mcp::chart::Format::of_path(path) {
+    let format = match crate::chart_file::Format::of_path(path) {
         Ok(format) => format,
         Err(message) => {
             print_error(&json!({ "error": {
@@ -389,7 +389,7 @@ pub fn summarize(f: SummarizeFlags) -> ExitCode {
         Err(code) => return code,
     };
     // The answer is printed whether or not it could be drawn.
-    let drawn = tally_mcp::chart::write(path, format, &arguments, &envelope, &f.fonts);
+    let drawn = crate::chart_file::write(path, format, &arguments, &envelope, &f.fonts);
     let printed = print_envelope(&envelope, &f.common);
     match drawn {
         Ok(said) => {

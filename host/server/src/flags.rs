@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use tally_mcp::serve;
+
 use crate::cluster;
 
 /// Options every data command takes.
@@ -204,4 +206,172 @@ pub enum StreamingArg {
     Auto,
     Always,
     Never,
+}
+
+/// What guards the HTTP endpoint (see docs/security.md): `tally serve`'s flags, handed to
+/// the MCP layer as its [`serve::HttpOptions`].
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpFlags {
+    /// Bearer tokens, one per line: `<id> <token> [<dataset>,<dataset>…]` (no list: every
+    /// dataset). Required for any non-loopback address.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_file: Option<std::path::PathBuf>,
+    /// An environment variable holding one bearer token (every dataset; its id is
+    /// `env:<VAR>`). Tokens are never read from the command line.
+    #[arg(long, value_name = "VAR")]
+    pub(crate) token_env: Option<String>,
+    /// A further name the Host header may carry (repeatable); loopback names and the bound
+    /// address are always allowed.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub(crate) allow_host: Vec<String>,
+    /// The largest request body accepted, in bytes.
+    #[arg(long, default_value_t = serve::HttpOptions::default().max_body_bytes)]
+    pub(crate) max_body_bytes: usize,
+    /// Requests per second one caller (token, or address without tokens) may make.
+    #[arg(long, default_value_t = serve::HttpOptions::default().rate_limit)]
+    pub(crate) rate_limit: f64,
+    /// How many requests a caller may make at once before the rate applies.
+    #[arg(long, default_value_t = serve::HttpOptions::default().rate_burst)]
+    pub(crate) rate_burst: f64,
+    /// Requests one caller may have in flight at once (without tokens, one MCP session, or
+    /// one address outside a session).
+    #[arg(long, default_value_t = serve::HttpOptions::default().max_concurrent)]
+    pub(crate) max_concurrent: usize,
+    /// Requests of all callers in flight at once (never fewer than --max-concurrent).
+    #[arg(long, default_value_t = serve::HttpOptions::default().max_in_flight)]
+    pub(crate) max_in_flight: usize,
+    /// Open connections in total (kept below the process's open-file limit). When all are
+    /// taken, the oldest connection not serving a request is closed to make room.
+    #[arg(long, default_value_t = serve::HttpOptions::default().max_connections)]
+    pub(crate) max_connections: usize,
+    /// Open connections from one peer address.
+    #[arg(long, default_value_t = serve::HttpOptions::default().max_connections_per_peer)]
+    pub(crate) max_connections_per_peer: usize,
+    /// Time a client has to send a request's headers, in milliseconds (from connecting, or
+    /// from the end of the previous response).
+    #[arg(long, default_value_t = serve::HttpOptions::default().header_timeout_ms)]
+    pub(crate) header_timeout_ms: u64,
+    /// Time a connection may pass without sending or receiving a byte, in milliseconds
+    /// (server-sent event streams send a keep-alive every 15 s).
+    #[arg(long, default_value_t = serve::HttpOptions::default().idle_timeout_ms)]
+    pub(crate) idle_timeout_ms: u64,
+    /// Failed authentications one peer address may make per minute before its requests are
+    /// answered 429 (bursts of twice as many).
+    #[arg(long, default_value_t = serve::HttpOptions::default().auth_failures_per_minute)]
+    pub(crate) auth_failures_per_minute: f64,
+    /// Live MCP sessions one caller may hold; past it its oldest session is closed.
+    #[arg(long, default_value_t = serve::HttpOptions::default().max_sessions_per_caller)]
+    pub(crate) max_sessions_per_caller: usize,
+    /// Live MCP sessions of all callers together; past it the oldest session is closed.
+    #[arg(long, default_value_t = serve::HttpOptions::default().max_sessions)]
+    pub(crate) max_sessions: usize,
+    /// What each caller may see (YAML): policies naming datasets, hidden fields and row
+    /// conditions, granted to token ids and to OAuth scopes and claims (docs/security.md).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the bearer token `/metrics` asks for. Without it,
+    /// `/metrics` answers only clients on this machine (a loopback address).
+    #[arg(long, value_name = "VAR")]
+    pub(crate) metrics_token_env: Option<String>,
+    /// How long, after SIGTERM or Ctrl-C, the calls in flight may take to finish (new ones
+    /// are answered 503) before the server ends them and exits; a second signal exits at once.
+    #[arg(long, default_value_t = serve::HttpOptions::default().drain_grace_ms)]
+    pub(crate) drain_grace_ms: u64,
+    #[command(flatten)]
+    pub(crate) oauth: OAuthFlags,
+}
+
+impl From<HttpFlags> for serve::HttpOptions {
+    fn from(f: HttpFlags) -> serve::HttpOptions {
+        serve::HttpOptions {
+            token_file: f.token_file,
+            token_env: f.token_env,
+            allow_host: f.allow_host,
+            max_body_bytes: f.max_body_bytes,
+            rate_limit: f.rate_limit,
+            rate_burst: f.rate_burst,
+            max_concurrent: f.max_concurrent,
+            max_in_flight: f.max_in_flight,
+            max_connections: f.max_connections,
+            max_connections_per_peer: f.max_connections_per_peer,
+            header_timeout_ms: f.header_timeout_ms,
+            idle_timeout_ms: f.idle_timeout_ms,
+            auth_failures_per_minute: f.auth_failures_per_minute,
+            max_sessions_per_caller: f.max_sessions_per_caller,
+            max_sessions: f.max_sessions,
+            policy_file: f.policy_file,
+            metrics_token_env: f.metrics_token_env,
+            drain_grace_ms: f.drain_grace_ms,
+            oauth: f.oauth.into(),
+            reread: None,
+        }
+    }
+}
+
+/// OAuth 2.1: accept access tokens issued by an authorization server (see docs/security.md),
+/// handed to the MCP layer as its `OAuthOptions`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OAuthFlags {
+    /// The authorization server's issuer identifier (an https URL). Turns OAuth on: access
+    /// tokens it issued for this server are accepted beside the static tokens.
+    #[arg(long = "oauth-issuer", value_name = "URL")]
+    pub(crate) issuer: Option<String>,
+    /// The issuer's key set (JWKS). Without it, `jwks_uri` is read from the issuer's
+    /// metadata (RFC 8414, then OpenID Connect discovery).
+    #[arg(long = "oauth-jwks-url", value_name = "URL", requires = "issuer")]
+    pub(crate) jwks_url: Option<String>,
+    /// The resource URI tokens must name in `aud` (RFC 8707). Default: this server's MCP
+    /// endpoint, `http://<address>/mcp`.
+    #[arg(long = "oauth-resource", value_name = "URL", requires = "issuer")]
+    pub(crate) resource: Option<String>,
+    /// A scope every token must carry (repeatable); a token without it is answered 403
+    /// `insufficient_scope`.
+    #[arg(
+        long = "oauth-scope",
+        value_name = "SCOPE",
+        default_value = "tally",
+        requires = "issuer"
+    )]
+    pub(crate) scopes: Vec<String>,
+    /// The issuer's token introspection endpoint (RFC 7662), for opaque access tokens.
+    #[arg(
+        long = "oauth-introspection-url",
+        value_name = "URL",
+        requires = "issuer"
+    )]
+    pub(crate) introspection_url: Option<String>,
+    /// This server's client id at the introspection endpoint.
+    #[arg(
+        long = "oauth-client-id",
+        value_name = "ID",
+        requires = "introspection_url"
+    )]
+    pub(crate) client_id: Option<String>,
+    /// An environment variable holding this server's client secret at the introspection
+    /// endpoint (secrets are never read from the command line).
+    #[arg(
+        long = "oauth-client-secret-env",
+        value_name = "VAR",
+        requires = "client_id"
+    )]
+    pub(crate) client_secret_env: Option<String>,
+    /// Certificate authorities (PEM) trusted for the issuer's endpoints, instead of the
+    /// built-in roots.
+    #[arg(long = "oauth-ca-cert", value_name = "FILE", requires = "issuer")]
+    pub(crate) ca_certs: Vec<PathBuf>,
+}
+
+impl From<OAuthFlags> for serve::OAuthOptions {
+    fn from(f: OAuthFlags) -> serve::OAuthOptions {
+        serve::OAuthOptions {
+            issuer: f.issuer,
+            jwks_url: f.jwks_url,
+            resource: f.resource,
+            scopes: f.scopes,
+            introspection_url: f.introspection_url,
+            client_id: f.client_id,
+            client_secret_env: f.client_secret_env,
+            ca_certs: f.ca_certs,
+        }
+    }
 }

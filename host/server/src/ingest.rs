@@ -107,13 +107,13 @@ pub struct FetchFlags {
     read: ReadFlags,
 }
 
-/// Exit codes (tally_mcp::exit): 0 done (or unchanged), 1 the input or its drift, 5 the dataset
+/// Exit codes (`crate::exit`): 0 done (or unchanged), 1 the input or its drift, 5 the dataset
 /// folder or its definition, 3 a failure (network, files, limits, a bug).
 fn exit_code(e: &IngestError) -> ExitCode {
     ExitCode::from(match e {
-        IngestError::Input { .. } | IngestError::Drift { .. } => tally_mcp::exit::BAD_INPUT,
-        IngestError::Dataset { .. } => tally_mcp::exit::CONFIG,
-        _ => tally_mcp::exit::FAILED,
+        IngestError::Input { .. } | IngestError::Drift { .. } => crate::exit::BAD_INPUT,
+        IngestError::Dataset { .. } => crate::exit::CONFIG,
+        _ => crate::exit::FAILED,
     })
 }
 

@@ -9,16 +9,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tally_mcp::{audit, exit, serve};
+use tally_mcp::{audit, serve};
 
-use crate::flags::Common;
+use crate::flags::{Common, HttpFlags};
 use crate::runtime::runtime;
 
 mod allocator;
+mod chart_file;
 mod check;
 mod cli;
 mod cluster;
 mod completions;
+mod exit;
 mod flags;
 mod ingest;
 mod plugin;
@@ -66,7 +68,7 @@ enum Command {
         #[arg(long, value_name = "ADDR", value_parser = listen_address)]
         http: Option<std::net::SocketAddr>,
         #[command(flatten)]
-        guard: Box<serve::HttpOptions>,
+        guard: Box<HttpFlags>,
         /// Write one JSON line per tool call to this file (appended), or `-` for stderr.
         #[arg(long, value_name = "FILE")]
         audit_log: Option<PathBuf>,
@@ -209,7 +211,7 @@ fn reread_serve_options(command: clap::Command) -> serve::Reread {
             .map_err(|e| e.to_string())?
             .command
         {
-            Command::Serve { guard, .. } => Ok(*guard),
+            Command::Serve { guard, .. } => Ok((*guard).into()),
             _ => Err("not a serve command line".to_string()),
         }
     }))
@@ -366,7 +368,7 @@ fn run(
                 WatchArg::Poll => Some(tally_engine::watch::WatchMode::Poll(interval)),
                 WatchArg::Off => None,
             };
-            let mut guard = guard;
+            let mut guard: serve::HttpOptions = (*guard).into();
             guard.reread = Some(reread_serve_options(command.clone()));
             let code = serve(
                 http,
@@ -539,7 +541,7 @@ fn listen_address(given: &str) -> Result<std::net::SocketAddr, String> {
 #[allow(clippy::too_many_arguments)]
 fn serve(
     http: Option<std::net::SocketAddr>,
-    guard: Box<serve::HttpOptions>,
+    guard: serve::HttpOptions,
     audit_log: Option<PathBuf>,
     allow_origin: Vec<String>,
     watch: Option<tally_engine::watch::WatchMode>,
@@ -578,7 +580,7 @@ fn serve(
         tracing::info!(folder = %removed.display(), "removed the staging folder of an add that did not finish");
     }
     let Some(runtime) = runtime() else {
-        return ExitCode::from(tally_mcp::exit::FAILED);
+        return ExitCode::from(crate::exit::FAILED);
     };
     let cache = common.budgets.cache(&common.datasets);
     // Cursors signed with the key kept in the cache: a page is asked for again after a
@@ -606,7 +608,7 @@ fn serve(
         dir = %common.datasets.display(),
         "catalog loaded"
     );
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         // Dropping the handle stops watching; keep it for the life of the server.
         let _watching = watch.map(|mode| {
             tally_engine::watch::spawn(
@@ -626,10 +628,28 @@ fn serve(
             )
         });
         match http {
-            Some(addr) => serve::http(engine, addr, allow_origin, *guard, audit).await,
+            Some(addr) => {
+                serve::http(engine, addr, allow_origin, guard, audit, |bound| {
+                    eprintln!(
+                        "tally: serving MCP at http://{bound}/mcp (browser front: http://{bound}/, health: http://{bound}/health)"
+                    );
+                })
+                .await
+            }
             None => serve::stdio(engine, audit, protocol).await,
         }
-    })
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(serve::ServeError::Setup(why)) => {
+            eprintln!("tally serve: {why}");
+            ExitCode::from(exit::CONFIG)
+        }
+        Err(serve::ServeError::Failed(why)) => {
+            tracing::error!("{why}");
+            ExitCode::from(exit::FAILED)
+        }
+    }
 }
 
 /// An interval of `--object-poll`, or none (`off`).

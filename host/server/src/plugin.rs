@@ -14,7 +14,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use clap::{Args, Subcommand};
 
-use tally_mcp::exit;
+use crate::exit;
 
 const TARGET: &str = "wasm32-wasip2";
 const TEMPLATE_LIB: &str = include_str!("../../../examples/plugin-template/src/lib.rs");

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tally_mcp::exit;
+use crate::exit;
 
 /// The componentize-py version projects are built with (pinned: its output is the component
 /// the sandbox runs, and its CPython is the one the plugin's code meets).

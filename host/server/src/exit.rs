@@ -19,3 +19,14 @@ pub const FAILED: u8 = 3;
 pub const UNKNOWN_DATASET: u8 = 4;
 /// The setup cannot be used.
 pub const CONFIG: u8 = 5;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_second_signal_while_draining_exits_as_a_failure() {
+        assert_eq!(
+            tally_mcp::serve::EXIT_ON_SECOND_SIGNAL,
+            i32::from(super::FAILED)
+        );
+    }
+}
