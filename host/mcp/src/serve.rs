@@ -13,7 +13,6 @@ use tally_engine::Engine;
 
 use crate::mcp::{Shared, TallyServer};
 
-/// Exit code when the server cannot start as configured.
 pub use crate::oauth::OAuthOptions;
 
 /// Why serving could not start or stopped; the binary says it and turns it into its exit code.

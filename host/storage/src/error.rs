@@ -1,6 +1,6 @@
 //! Errors of the storage layer: a dataset that cannot be read or prepared, a file replaced
 //! under a read, a memory budget refused. Named by who must act, like the engine's, which
-//! converts each into its own at the boundary (`tally_engine::EngineError: From<StorageError>`).
+//! wraps it as it is (`tally_engine::EngineError::Storage`).
 
 use datafusion::error::DataFusionError;
 
