@@ -145,6 +145,15 @@ async def wait_for(what: str, probe, bound: float = 30.0):
         await anyio.sleep(0.1)
 
 
+async def metrics(server: "HttpServer") -> dict[str, float]:
+    """The server's unlabelled gauges and counters on `/metrics`, by name."""
+    import httpx2
+
+    async with httpx2.AsyncClient() as h:
+        r = await h.get(server.base + "/metrics", timeout=10)
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(tally_[a-z_]+) ([0-9.e+-]+)$", r.text, re.MULTILINE)}
+
+
 async def requests_in_flight(server: "HttpServer", at_least: int = 1):
     """Waits until the server counts `at_least` HTTP requests in flight (its
     `tally_requests_in_flight` gauge on `/metrics`): the event a test waits for before acting

@@ -22,7 +22,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import HttpServer
+from conftest import HttpServer, metrics, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -146,7 +146,14 @@ async def test_a_ping_and_a_light_call_are_answered_while_heavy_calls_run():
                 async with anyio.create_task_group() as tg:
                     for _ in range(6):
                         tg.start_soon(one)
-                    await anyio.sleep(1.0)
+
+                    async def running_and_waiting():
+                        now = await metrics(server)
+                        return now.get("tally_heavy_calls_running", 0) >= 1 and now.get("tally_heavy_calls_queued", 0) >= 2
+
+                    # One heavy call holds the slot and others wait for it (the server counts
+                    # them): the ping and the list are asked while heavy calls run.
+                    await wait_for("heavy calls running and queued", running_and_waiting)
                     began = time.monotonic()
                     await light.send_ping()
                     ping = time.monotonic() - began

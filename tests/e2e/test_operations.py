@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import HttpServer, ROOT, datasets_dir, wait_for
+from conftest import HttpServer, ROOT, datasets_dir, requests_in_flight, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -182,6 +182,14 @@ def answer_of(response: httpx2.Response) -> dict:
     return response.json()
 
 
+def draining(server: HttpServer):
+    """Waits until the server has taken its signal: `/ready` answers 503 while it drains."""
+    deadline = time.monotonic() + 30
+    while httpx2.get(server.base + "/ready", timeout=10).status_code != 503:
+        assert time.monotonic() < deadline, "the server did not start draining"
+        time.sleep(0.05)
+
+
 def test_a_drain_lets_the_calls_in_flight_finish_and_exits_0(datasets, tmp_path):
     audit = tmp_path / "audit.jsonl"
     server = HttpServer("--no-cache", "--audit-log", str(audit), "--drain-grace-ms", "60000", datasets=str(datasets))
@@ -210,11 +218,12 @@ def test_a_drain_lets_the_calls_in_flight_finish_and_exits_0(datasets, tmp_path)
     calls = [threading.Thread(target=call, args=(i,)) for i in range(1, 5)]
     for t in calls:
         t.start()
-    time.sleep(0.5)
+    # The four calls are in flight (the server counts them), so the drain has work to wait for.
+    anyio.run(requests_in_flight, server, 4)
     assert all(t.is_alive() for t in calls), "a call ended before the signal; the drain would test nothing"
     started = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    draining(server)
     refused = post(server, {"id": 9, "method": "tools/call", "params": {"name": "list_datasets", "arguments": {}}}, session)
     assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1, refused.text
     ready = httpx2.get(server.base + "/ready")
@@ -244,9 +253,9 @@ def test_a_second_signal_exits_at_once(datasets):
             pass
 
     threading.Thread(target=in_flight, daemon=True).start()
-    time.sleep(0.5)
+    anyio.run(requests_in_flight, server, 1)
     server.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    draining(server)
     started = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     code = server.proc.wait(timeout=30)
@@ -451,11 +460,16 @@ def test_tool_calls_are_traced_under_the_clients_span(datasets):
         }}, session))
         ministries = [row[0] for row in json.loads(answer["result"]["content"][0]["text"])["data"]["rows"]]
         deadline = time.monotonic() + 30
-        while not (any(s["traceId"] == trace and s.get("parentSpanId") == parent for s in collector.spans)
-                   and any(s["traceId"] == other_trace for s in collector.spans)):
+        # Spans are sent in batches: wait until both roots and the first call's phases are in.
+        def arrived():
+            spans = [s for s in collector.spans if s["traceId"] == trace]
+            roots = [s for s in spans if s.get("parentSpanId") == parent]
+            phases = {s["name"] for s in spans if roots and s.get("parentSpanId") == roots[0]["spanId"]}
+            return roots and {"resolve", "plan", "scan", "envelope"} <= phases and any(
+                s["traceId"] == other_trace and s.get("parentSpanId") == other_parent for s in collector.spans)
+        while not arrived():
             assert time.monotonic() < deadline, collector.spans
             time.sleep(0.2)
-        time.sleep(1.5)
         spans = [s for s in collector.spans if s["traceId"] == trace]
         (root,) = [s for s in spans if s.get("parentSpanId") == parent]
         assert root["name"] == "tools/call summarize_records" and root["kind"] == 2, root
@@ -530,10 +544,13 @@ async def test_a_call_run_as_a_task_is_traced_too(datasets):
                 done = await settle(c, created["taskId"])
                 assert done["status"] == "completed", done
         deadline = time.monotonic() + 30
-        while not any(s["traceId"] == trace and s.get("parentSpanId") == parent for s in collector.spans):
+        def arrived():
+            roots = [s for s in collector.spans if s["traceId"] == trace and s.get("parentSpanId") == parent]
+            phases = {s["name"] for s in collector.spans if roots and s.get("parentSpanId") == roots[0]["spanId"]}
+            return roots and {"resolve", "scan", "envelope"} <= phases
+        while not arrived():
             assert time.monotonic() < deadline, collector.spans
             time.sleep(0.2)
-        time.sleep(1.5)
         (root,) = [s for s in collector.spans if s["traceId"] == trace and s.get("parentSpanId") == parent]
         assert root["name"] == "tools/call summarize_records", root
         assert {"stringValue": "answered"} in [a["value"] for a in root["attributes"] if a["key"] == "tally.outcome"], root

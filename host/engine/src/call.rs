@@ -105,7 +105,7 @@ impl<'a> Call<'a> {
         crate::aliases::read_aliases(engine, ds, filters, resolved).await?;
         let work = work(def, filters, reads);
         let (prepared, route) = ds
-            .prepared_for_work(engine, &ds.pushdown(filters), work)
+            .prepared_for_work(engine, &crate::pushdown::pushdown(ds, filters), work)
             .await?;
         // Run again on the prepared table after the first run outlasted its deadline while
         // the table was being prepared: said as the wait it was.

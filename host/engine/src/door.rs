@@ -61,7 +61,7 @@ impl Engine {
         // the call's task were stuck in work that does not yield, the caller is answered
         // anyway, and its stop is set.
         let backstop = budget + Duration::from_secs(2);
-        let heavy = self.heavy(&ask, named.as_deref());
+        let heavy = self.heavy(&ask, named.as_ref());
         let engine = Arc::clone(self);
         let stop = ctx.stop.clone();
         let resolved = named.clone();
@@ -104,12 +104,12 @@ impl Engine {
     }
 
     /// Whether a call is heavy: it reads many records (see [`crate::governor`]).
-    fn heavy(&self, ask: &Ask, named: Option<&Dataset>) -> bool {
+    fn heavy(&self, ask: &Ask, named: Option<&Arc<Dataset>>) -> bool {
         match ask.tool() {
             Tool::ListDatasets => false,
             // A check runs a recorded call again, and provisions read a linked dataset.
             Tool::VerifyAnswer | Tool::CiteProvisions => true,
-            Tool::InspectDataset => named.is_some_and(|ds| !ds.memo_ready()),
+            Tool::InspectDataset => named.is_some_and(|ds| !self.descriptions.ready(ds)),
             // A dataset with relations may read a related table of up to 100,000 records.
             Tool::QueryRecords | Tool::SummarizeRecords => named.is_some_and(|ds| {
                 ds.read_from_files(self)

@@ -45,6 +45,8 @@ pub struct Engine {
     pub(crate) twins: policy::Twins,
     /// Catalog changes served since the start (for `/metrics`).
     pub(crate) reloads: std::sync::atomic::AtomicU64,
+    /// `inspect_dataset`'s description of each dataset version, computed once.
+    pub(crate) descriptions: crate::descriptions::Descriptions,
 }
 
 /// What storage draws on to prepare a dataset, the engine's own.
@@ -141,6 +143,7 @@ impl Engine {
             preparations: Arc::new(tokio::sync::Semaphore::new(2)),
             twins: Default::default(),
             reloads: Default::default(),
+            descriptions: Default::default(),
             limits,
             backends,
             cache: None,

@@ -116,11 +116,16 @@ async fn observed_values(
 /// and kept (compact unless `full`), with this call's names and provenance.
 pub(crate) async fn answer(
     cx: &crate::context::Cx<'_>,
-    ds: &Dataset,
+    ds: &std::sync::Arc<Dataset>,
     resolution: Option<tally_semantic::resolve::Resolution>,
     full: bool,
 ) -> Result<(InspectResult, crate::envelope::Provenance), EngineError> {
-    let (body, ran) = ds.memo(|| compute(cx, ds)).await?;
+    let (body, ran) = cx
+        .descriptions
+        .cell(ds)
+        .get_or_try_init(|| compute(cx, ds))
+        .await?
+        .clone();
     let mut data = if full { body } else { compact(body) };
     let prepared = ds.prepared_for_every_value(cx).await?;
     let mut provenance = crate::envelope::Provenance::default();
@@ -283,7 +288,7 @@ pub async fn compute(
             .chain(data_warnings)
             .collect(),
         version: ds.version.clone(),
-        backend: ds.backend.describe(),
+        backend: ds.backend.describe().into(),
         detail: None,
         resolved_fields: Vec::new(),
         source_refs: Vec::new(),
@@ -918,4 +923,71 @@ pub fn compact(mut body: InspectResult) -> InspectResult {
         "compact: one line of meaning per field, codes without their descriptions, the 5 most frequent values as [value, count] pairs (top_values) out of distinct_count; call again with \"detail\": \"full\" for everything",
     );
     body
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+    use tally_semantic::request::Tool;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_description_is_computed_once_per_version_and_goes_with_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let folder = dir.path().join("procedures");
+        std::fs::create_dir(&folder).expect("dataset folder");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/procedures");
+        for file in ["dataset.yaml", "data.parquet"] {
+            std::fs::copy(source.join(file), folder.join(file)).expect("copy");
+        }
+        let engine = crate::engine::Engine::open(dir.path());
+        let version = |engine: &crate::engine::Engine| {
+            Arc::clone(&engine.catalog.load().datasets["procedures"])
+        };
+        let first = version(&engine);
+        assert!(!engine.descriptions.ready(&first));
+        let inspect = json!({"dataset_id": "procedures"});
+        let a = engine
+            .call(Tool::InspectDataset, &inspect)
+            .await
+            .expect("inspect");
+        assert!(engine.descriptions.ready(&first), "kept once computed");
+        let b = engine
+            .call(Tool::InspectDataset, &inspect)
+            .await
+            .expect("inspect again");
+        assert_eq!(a["data"], b["data"]);
+
+        // A new version of the definition: described afresh, and the old description goes
+        // once nothing holds its version.
+        let text = std::fs::read_to_string(folder.join("dataset.yaml")).expect("definition");
+        std::fs::write(
+            folder.join("dataset.yaml"),
+            format!("{text}\n# a new version\n"),
+        )
+        .expect("write");
+        engine.reload(Duration::ZERO);
+        let second = version(&engine);
+        assert!(!Arc::ptr_eq(&first, &second), "a new version is served");
+        assert!(!engine.descriptions.ready(&second));
+        engine
+            .call(Tool::InspectDataset, &inspect)
+            .await
+            .expect("inspect the new version");
+        assert!(engine.descriptions.ready(&second));
+        assert_eq!(
+            engine.descriptions.held(),
+            2,
+            "the first version is still held here"
+        );
+        drop(first);
+        assert_eq!(
+            engine.descriptions.held(),
+            1,
+            "a version no one holds is described no longer"
+        );
+    }
 }

@@ -73,7 +73,7 @@ impl Engine {
             .broken
             .iter()
             .filter(|b| scope.allows(&b.folder))
-            .cloned()
+            .map(crate::results::Broken::from)
             .collect();
         // A dataset served whose data could not be read at its last whole read (a plugin
         // failing on reads its registration's probe did not make) is listed as `/health`
@@ -83,10 +83,10 @@ impl Engine {
                 continue;
             }
             if let Some(reason) = ds.backend.read_failure() {
-                broken.push(tally_storage::catalog::Broken {
+                broken.push(crate::results::Broken {
                     folder: ds.def.id.clone(),
                     file: format!("{}/dataset.yaml", ds.def.id),
-                    problems: vec![tally_storage::problem::Problem {
+                    problems: vec![crate::results::Problem {
                         line: None,
                         key: String::new(),
                         reason: format!("its data could not be read at the last read of the whole of it: {reason}"),

@@ -9,8 +9,6 @@ use serde_json::Value;
 use tally_semantic::definition::{Aggregation, BackendKind, DataType, Grain, Mode, Role};
 use tally_semantic::resolve::{Resolution, ValueKind};
 
-use tally_storage::catalog::Broken;
-
 /// The schema of a closed vocabulary, from its one table.
 fn vocabulary<'a>(values: impl IntoIterator<Item = &'a str>) -> Schema {
     let values: Vec<&str> = values.into_iter().collect();
@@ -600,7 +598,117 @@ pub struct MetricsGuide {
     pub rounding: String,
 }
 
-pub use tally_storage::backend::{BackendDescription, Sandbox};
+/// A plugin's sandbox, as it runs.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Sandbox {
+    pub files: &'static str,
+    pub network: bool,
+    pub deadline_ms: u64,
+    pub memory_bytes: u64,
+    pub output_bytes: u64,
+}
+
+/// Where the records come from: the kind of backend and, for plugins, the plugin, its
+/// version, its code's hash and its sandbox.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct BackendDescription {
+    #[schemars(schema_with = "backend_kinds")]
+    pub kind: BackendKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trust: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filters_applied_by_plugin: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+}
+
+/// A backend as storage describes it, in the answer's terms.
+impl From<tally_storage::backend::BackendDescription> for BackendDescription {
+    fn from(b: tally_storage::backend::BackendDescription) -> BackendDescription {
+        BackendDescription {
+            kind: b.kind,
+            plugin: b.plugin,
+            plugin_version: b.plugin_version,
+            summary: b.summary,
+            component: b.component,
+            component_sha256: b.component_sha256,
+            library: b.library,
+            library_sha256: b.library_sha256,
+            trust: b.trust,
+            filters_applied_by_plugin: b.filters_applied_by_plugin,
+            sandbox: b.sandbox.map(|s| Sandbox {
+                files: s.files,
+                network: s.network,
+                deadline_ms: s.deadline_ms,
+                memory_bytes: s.memory_bytes,
+                output_bytes: s.output_bytes,
+            }),
+        }
+    }
+}
+
+/// A dataset folder that cannot be served, and why.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Broken {
+    /// The folder name.
+    pub folder: String,
+    /// The file at fault, relative to the datasets directory.
+    pub file: String,
+    /// Each problem: line, key path, message and fix.
+    pub problems: Vec<Problem>,
+    /// When an earlier version of this folder was valid, it keeps serving: its version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving_version: Option<String>,
+}
+
+/// One problem of a dataset folder: where, what is wrong, and what would work.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Problem {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    pub reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub fix: String,
+}
+
+impl From<&tally_storage::problem::Problem> for Problem {
+    fn from(p: &tally_storage::problem::Problem) -> Problem {
+        Problem {
+            line: p.line,
+            key: p.key.clone(),
+            reason: p.reason.clone(),
+            fix: p.fix.clone(),
+        }
+    }
+}
+
+/// A folder the catalog could not serve, in the answer's terms.
+impl From<&tally_storage::catalog::Broken> for Broken {
+    fn from(b: &tally_storage::catalog::Broken) -> Broken {
+        Broken {
+            folder: b.folder.clone(),
+            file: b.file.clone(),
+            problems: b.problems.iter().map(Problem::from).collect(),
+            serving_version: b.serving_version.clone(),
+        }
+    }
+}
 
 /// `inspect_dataset`: what every field means and how well it is filled.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -42,11 +42,55 @@ pub async fn stdio(
     audit: Option<crate::audit::Audit>,
     protocol: Option<std::fs::File>,
 ) -> Result<(), ServeError> {
-    let server = TallyServer::new(Shared::with_audit(Arc::clone(&engine), audit));
-    let (transport, writer) = match protocol {
-        Some(out) => crate::stdio::framed(tokio::io::stdin(), tokio::fs::File::from_std(out)),
-        None => crate::stdio::framed(tokio::io::stdin(), tokio::io::stdout()),
+    let served = match protocol {
+        Some(out) => {
+            over(
+                Arc::clone(&engine),
+                audit,
+                tokio::io::stdin(),
+                tokio::fs::File::from_std(out),
+            )
+            .await
+        }
+        None => {
+            over(
+                Arc::clone(&engine),
+                audit,
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+            )
+            .await
+        }
     };
+    // A client that asks a question or two and goes must not leave a preparation into the
+    // cache half done (the next start would prepare again): it is given a while to finish,
+    // unless the process is told to stop.
+    tokio::select! {
+        _ = engine.finish_preparations(EXIT_GRACE) => {},
+        _ = shutdown_signal() => {},
+    }
+    served
+}
+
+/// Serves one MCP session over a byte stream of newline-delimited JSON-RPC messages (the
+/// stdio transport's framing) until the client closes its end: what [`stdio`] serves over the
+/// process's stdin and stdout, and what a host or a test serves over a pipe, a socket or an
+/// in-memory duplex. The caller is the stream's owner, who sees every dataset (as a stdio
+/// client does). Returns once the last answer is written (waiting at most 5 s for it); a host
+/// that ends its process then lets preparations into the cache finish first
+/// (`Engine::finish_preparations`), as [`stdio`] does.
+pub async fn over<R, W>(
+    engine: Arc<Engine>,
+    audit: Option<crate::audit::Audit>,
+    input: R,
+    output: W,
+) -> Result<(), ServeError>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let server = TallyServer::new(Shared::with_audit(engine, audit));
+    let (transport, writer) = crate::stdio::framed(input, output);
     let running = match server.serve(transport).await {
         Ok(r) => r,
         Err(e) => {
@@ -55,23 +99,16 @@ pub async fn stdio(
             )));
         }
     };
-    let code = match running.waiting().await {
+    let served = match running.waiting().await {
         Ok(reason) => {
             tracing::info!(?reason, "stdio session ended");
             Ok(())
         }
         Err(e) => Err(ServeError::Failed(format!("the MCP session failed: {e}"))),
     };
-    // The last answers are written before the process ends.
+    // The last answers are written before the session ends.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
-    // A client that asks a question or two and goes must not leave a preparation into the
-    // cache half done (the next start would prepare again): it is given a while to finish,
-    // unless the process is told to stop.
-    tokio::select! {
-        _ = engine.finish_preparations(EXIT_GRACE) => {},
-        _ = shutdown_signal() => {},
-    }
-    code
+    served
 }
 
 /// Origins a browser page may call from: the server's own address, by default.
@@ -217,8 +254,9 @@ impl HttpOptions {
     }
 }
 
-/// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`. `listening` is told the
-/// address bound (the port, when 0 was asked) before the first request is taken.
+/// Serves MCP over streamable HTTP at `/mcp`, with `GET /health`, until SIGTERM or Ctrl-C
+/// (then drains: see [`HttpOptions::drain_grace_ms`]). `listening` is told the address bound
+/// (the port, when 0 was asked) before the first request is taken.
 pub async fn http(
     engine: Arc<Engine>,
     addr: SocketAddr,
@@ -226,6 +264,30 @@ pub async fn http(
     options: HttpOptions,
     audit: Option<crate::audit::Audit>,
     listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    http_until(
+        engine,
+        addr,
+        extra_origins,
+        options,
+        audit,
+        listening,
+        shutdown_signal(),
+    )
+    .await
+}
+
+/// [`http`], ended by `stop` instead of a signal (a host that embeds the server, a test):
+/// when `stop` completes, new calls are refused, the calls in flight drain as after a signal,
+/// the sessions close and this returns.
+pub async fn http_until(
+    engine: Arc<Engine>,
+    addr: SocketAddr,
+    extra_origins: Vec<String>,
+    options: HttpOptions,
+    audit: Option<crate::audit::Audit>,
+    listening: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let mut tokens = read_tokens(addr, &options)?;
     let policies = match read_policies(&engine, &options, &mut tokens) {
@@ -314,7 +376,7 @@ pub async fn http(
                 .max(engine_call_timeout + Duration::from_secs(20)),
         },
         async move {
-            shutdown_signal().await;
+            stop.await;
             drain(&guard, &drained, grace).await;
             guard.close_sessions().await;
             cancel.cancel();

@@ -521,7 +521,7 @@ pub(crate) fn hex_digest(digest: &[u8]) -> String {
 }
 
 /// A plugin's sandbox, as it runs.
-#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Sandbox {
     pub files: &'static str,
     pub network: bool,
@@ -532,9 +532,8 @@ pub struct Sandbox {
 
 /// Where the records come from: the kind of backend and, for plugins, the plugin, its
 /// version, its code's hash and its sandbox.
-#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct BackendDescription {
-    #[schemars(schema_with = "backend_kinds")]
     pub kind: BackendKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plugin: Option<String>,
@@ -575,12 +574,6 @@ impl BackendDescription {
             sandbox: None,
         }
     }
-}
-
-/// The kinds of backend, as a JSON Schema vocabulary.
-fn backend_kinds(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let kinds: Vec<&str> = BackendKind::ALL.map(BackendKind::as_str).to_vec();
-    schemars::json_schema!({ "enum": kinds })
 }
 
 #[cfg(test)]

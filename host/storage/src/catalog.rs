@@ -45,7 +45,7 @@ pub struct Options {
 }
 
 /// A dataset folder that cannot be served, and why.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Broken {
     /// The folder name.
     pub folder: String,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use tally_semantic::definition::Diagnostic;
 
 /// One problem of a dataset folder: where, what is wrong, and what would work.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,

@@ -640,3 +640,53 @@ fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// Storage receives what a backend needs (columns, values, bounds: `Pushed`), as DataFusion's
+/// `TableProvider` receives expressions: it names neither the request model nor the
+/// resolved request, derives no answer schema, and keeps nothing of the layer above in it.
+#[test]
+fn storage_knows_no_request_and_no_answer() {
+    let root = workspace();
+    let mut files = Vec::new();
+    collect_rs(&root.join("host/storage/src"), &mut files);
+    assert!(files.len() > 10, "storage's files were found: {files:?}");
+    let mut found = Vec::new();
+    for file in &files {
+        let text = code(&std::fs::read_to_string(file).expect("source"));
+        for forbidden in [
+            "tally_semantic::request",
+            "tally_semantic::resolve",
+            "JsonSchema",
+            "schemars",
+            // A value of the layer above kept as an opaque box (DataFusion's `&dyn Any`
+            // downcasts are not that).
+            "Arc<dyn std::any::Any",
+            "Arc<dyn Any",
+        ] {
+            if text.contains(forbidden) {
+                found.push(format!("{}: {forbidden}", file.display()));
+            }
+        }
+    }
+    // Grouped imports too: `use tally_semantic::{request::Op, …}`.
+    for file in &files {
+        let text = code(&std::fs::read_to_string(file).expect("source"));
+        for rest in after(&text, "tally_semantic::{") {
+            let heads = group_heads(rest);
+            for head in ["request", "resolve"] {
+                if heads.iter().any(|h| h == head) {
+                    found.push(format!("{}: tally_semantic::{{{head}…}}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "storage names what is the engine's: {found:#?}"
+    );
+    let deps = declared(&root.join("host/storage/Cargo.toml"));
+    assert!(
+        !deps.contains("schemars"),
+        "storage derives no schema: {deps:?}"
+    );
+}

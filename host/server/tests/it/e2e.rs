@@ -265,6 +265,9 @@ fn python_mcp_client_end_to_end() {
             "-p",
             "no:cacheprovider",
             "--timeout=300",
+            // Where the suite's time goes, in every log: the slowest tests and fixtures.
+            "--durations=40",
+            "--durations-min=3",
             // A passing test's temporary folder is removed as it ends (native plugin libraries
             // and generated tables are hundreds of megabytes; CI's disk is not large).
             "-o",
