@@ -32,7 +32,7 @@ pub struct Planner<'a> {
     pub def: &'a DatasetDef,
     pub functions: &'a Functions,
     /// The data the call reads: a prepared table answers text conditions from its
-    /// dictionaries ([`tally_storage::search`]) instead of testing every record's text.
+    /// dictionaries (storage's `search`) instead of testing every record's text.
     pub data: Option<Arc<Prepared>>,
     /// The call's stop: a search through the dictionaries ends at it.
     pub stop: tally_storage::stop::Stop,
