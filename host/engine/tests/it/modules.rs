@@ -690,3 +690,134 @@ fn storage_knows_no_request_and_no_answer() {
         "storage derives no schema: {deps:?}"
     );
 }
+
+/// The invariant ARCHITECTURE.md gives each crate, held on what its manifest declares: a crate
+/// that must not know MCP, DataFusion, an async runtime, a plugin runtime or a layer above it
+/// cannot use one without declaring it. Each invariant there names this test.
+#[test]
+fn each_crates_invariant_holds_on_what_it_declares() {
+    let root = workspace();
+    let mcp = ["rmcp", "axum"];
+    let plugin_runtimes = ["wasmtime", "wasmtime-wasi", "libloading", "datafusion-ffi"];
+    let host_crates = [
+        "tally-semantic",
+        "tally-storage",
+        "tally-engine",
+        "tally-mcp",
+        "tally-plugin-host",
+        "tally-ingest",
+        "tally-chart",
+        "tally-cluster",
+        "tally",
+    ];
+    // (crate folder, what it must not declare, the invariant in words)
+    let rules: &[(&str, Vec<&str>, &str)] = &[
+        (
+            "host/semantic",
+            [&["datafusion", "tokio", "arrow", "parquet"][..], &mcp[..]].concat(),
+            "no IO, no DataFusion, no MCP, no async",
+        ),
+        (
+            "host/storage",
+            [
+                &mcp[..],
+                &plugin_runtimes[..],
+                &["tally-engine", "tally-mcp", "schemars"][..],
+            ]
+            .concat(),
+            "knows no MCP, no plugin runtime, no layer above, no answer schema",
+        ),
+        (
+            "host/engine",
+            [
+                &mcp[..],
+                &plugin_runtimes[..],
+                &["tally-mcp", "object_store", "notify"][..],
+            ]
+            .concat(),
+            "knows no MCP, links no plugin runtime, reads no file itself",
+        ),
+        (
+            "host/chart",
+            [
+                &mcp[..],
+                &["datafusion", "tally-engine", "tally-storage"][..],
+            ]
+            .concat(),
+            "reads a result envelope: no MCP, no DataFusion, no engine",
+        ),
+        (
+            "host/ingest",
+            [
+                &mcp[..],
+                &["datafusion", "tally-engine", "tally-storage"][..],
+            ]
+            .concat(),
+            "never MCP or the query engine",
+        ),
+        (
+            "host/cluster",
+            [&mcp[..], &["tally-semantic", "tally-mcp"][..]].concat(),
+            "knows Ballista and the engine's cluster types, never MCP or the semantic layer",
+        ),
+        (
+            "host/server",
+            [&mcp[..], &["datafusion", "tally-storage"][..]].concat(),
+            "thin: no MCP and no query logic of its own",
+        ),
+        (
+            "plugin-api",
+            host_crates.to_vec(),
+            "knows no host internals",
+        ),
+        (
+            "plugins/parquet",
+            host_crates.to_vec(),
+            "knows nothing of the host",
+        ),
+    ];
+    // The reader sees what the allowed crates do declare.
+    assert!(declared(&root.join("host/mcp/Cargo.toml")).contains("rmcp"));
+    assert!(declared(&root.join("host/plugin-host/Cargo.toml")).contains("wasmtime"));
+    let mut broken = Vec::new();
+    for (folder, forbidden, invariant) in rules {
+        let deps = declared(&root.join(folder).join("Cargo.toml"));
+        assert!(!deps.is_empty(), "{folder}'s dependencies were read");
+        for name in forbidden {
+            if deps.contains(*name) {
+                broken.push(format!(
+                    "{folder} declares {name}, against its invariant: {invariant}"
+                ));
+            }
+        }
+    }
+    // Only the plugin host links a plugin runtime, only the MCP layer MCP, and nothing that
+    // serves depends on the generator of the default dataset.
+    for folder in crates(&root) {
+        let manifest = folder.join("Cargo.toml");
+        let deps = declared(&manifest);
+        let name = folder
+            .strip_prefix(&root)
+            .unwrap_or(&folder)
+            .display()
+            .to_string();
+        if name.starts_with("host/") && name != "host/plugin-host" {
+            for runtime in plugin_runtimes {
+                if deps.contains(runtime) {
+                    broken.push(format!(
+                        "{name} declares {runtime}: only host/plugin-host links a plugin runtime"
+                    ));
+                }
+            }
+        }
+        if name != "host/mcp" && deps.contains("rmcp") {
+            broken.push(format!("{name} declares rmcp: only host/mcp knows MCP"));
+        }
+        if name != "tools/synth" && deps.contains("tally-synth") {
+            broken.push(format!(
+                "{name} declares tally-synth: a build-time tool nothing depends on"
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+}
