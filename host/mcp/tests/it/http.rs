@@ -29,7 +29,11 @@ impl Drop for Served {
             let _ = stop.send(());
         }
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            let stopped = thread.join();
+            // The server's own end is checked too (unless the test failed already).
+            if !std::thread::panicking() {
+                assert!(stopped.is_ok(), "the server did not stop cleanly");
+            }
         }
     }
 }

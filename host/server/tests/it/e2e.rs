@@ -298,6 +298,12 @@ fn python_mcp_client_end_to_end() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}");
+    // cargo test shows a passing test's output to no one: the suite's output is kept for
+    // `.ci/run`, which prints where its time went (pytest's slowest tests).
+    let _ = std::fs::write(
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("pytest-output.txt"),
+        stdout.as_bytes(),
+    );
     eprintln!("{stderr}");
     // pytest exits 5 when it collected nothing: that is a failure here too.
     assert!(
