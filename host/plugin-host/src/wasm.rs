@@ -938,4 +938,70 @@ mod tests {
             );
         }
     }
+
+    /// Each kind of fault is an error of its own kind, which the layers above act on (an
+    /// incomplete file is retried when it settles; the rest are reported): a file that is not
+    /// WebAssembly or is cut short is incomplete, a core module or another API version
+    /// unusable, an error the plugin returns refused, a deadline or a panic stopped.
+    #[test]
+    fn each_kind_of_fault_is_an_error_of_its_kind() {
+        fn kind<T>(result: Result<T, PluginError>) -> &'static str {
+            match result {
+                Ok(_) => "ok",
+                Err(PluginError::Unusable { .. }) => "unusable",
+                Err(PluginError::Incomplete { .. }) => "incomplete",
+                Err(PluginError::Refused { .. }) => "refused",
+                Err(PluginError::Stopped { .. }) => "stopped",
+            }
+        }
+        let rt = runtime().expect("the runtime");
+        let read = |stem: &str| {
+            std::fs::read(tally_wasm_plugins::built(stem))
+                .unwrap_or_else(|e| panic!("the workspace built {stem}: {e}"))
+        };
+        let hostile = read("tally_test_plugin_hostile");
+        assert_eq!(
+            kind(rt.compile("text", b"not wasm at all", None)),
+            "incomplete"
+        );
+        assert_eq!(
+            kind(rt.compile("half", &hostile[..hostile.len() / 2], None)),
+            "incomplete"
+        );
+        assert_eq!(
+            kind(rt.compile("core", b"\0asm\x01\0\0\0", None)),
+            "unusable"
+        );
+        assert_eq!(
+            kind(rt.compile("other", &read("tally_test_plugin_wrong_version"), None)),
+            "unusable"
+        );
+
+        let compiled = rt.compile("hostile", &hostile, None).expect("compiles");
+        let folder = std::env::temp_dir();
+        let limits = PluginLimits {
+            deadline: Duration::from_millis(500),
+            ..PluginLimits::default()
+        };
+        let scan = |mode: &str, projection: Option<Vec<String>>| {
+            rt.scan(
+                "hostile",
+                &compiled,
+                &folder,
+                &limits,
+                &ScanRequest {
+                    dataset: "hostile".into(),
+                    config: format!(r#"{{"mode": "{mode}"}}"#),
+                    projection,
+                    filters: Vec::new(),
+                    limit: None,
+                },
+            )
+        };
+        assert_eq!(kind(scan("ok", None)), "ok");
+        let partial = Some(vec!["name".to_string()]);
+        assert_eq!(kind(scan("late-error", partial)), "refused");
+        assert_eq!(kind(scan("loop", None)), "stopped");
+        assert_eq!(kind(scan("trap", None)), "stopped");
+    }
 }
