@@ -797,6 +797,13 @@
     return h('td', { class: cls, text: String(v) });
   }
 
+  // The summary after its badge: "identical: …" beside the badge "Identical" says it twice.
+  function verdictText(summary, st) {
+    if (!summary) return st.says;
+    var prefix = st.text.toLowerCase() + ':';
+    return summary.toLowerCase().indexOf(prefix) === 0 ? summary.slice(prefix.length).trim() : summary;
+  }
+
   // verify_answer: the status, why, each source then and now, and every changed value with
   // the answer's number beside the one computed now.
   function renderVerify(root, env) {
@@ -806,7 +813,7 @@
       .forEach(function (e) { if (e) root.appendChild(e); });
     root.appendChild(h('div', { class: 'verdict ' + st.tone, role: 'status', dataset: { status: data.status } }, [
       h('span', { class: 'badge', text: st.text }), ' ',
-      h('span', { text: data.summary || st.says }),
+      h('span', { text: verdictText(data.summary, st) }),
     ]));
     var warn = warningsBlock(env);
     if (warn) root.appendChild(warn);
