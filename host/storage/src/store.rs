@@ -38,4 +38,4 @@ pub use scan::PreparedTable;
 pub(crate) use scan::external;
 pub use share::Share;
 pub use stats::FieldStats;
-pub use table::{Columns, Store};
+pub use table::{Columns, Damage, Store};

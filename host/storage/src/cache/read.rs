@@ -17,6 +17,7 @@ use super::format::{
     ALIGN, FORMAT, Header, MAGIC, MAX_HEADER, Miss, Section, digest, miss, nanos, values_schema,
 };
 use crate::backend::{ServedFile, sha256_file};
+use crate::store::{Columns, Damage};
 
 /// Entries found and used by [`Cache::load`], in this process (for `/metrics`).
 pub static HITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -243,7 +244,7 @@ impl Entry {
         version: MetadataVersion,
         block: &Block,
         projection: Vec<usize>,
-    ) -> Result<RecordBatch, String> {
+    ) -> Result<RecordBatch, Damage> {
         let start = at + block.offset() as usize;
         let len = block.bodyLength() as usize + block.metaDataLength() as usize;
         let data = self.buffer.slice_with_length(start, len);
@@ -253,9 +254,9 @@ impl Entry {
         }));
         match decoded {
             Ok(Ok(Some(batch))) => Ok(batch),
-            Ok(Ok(None)) => Err("an empty block".into()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("a block the decoder cannot read".into()),
+            Ok(Ok(None)) => Err(Damage::EmptyBlock),
+            Ok(Err(e)) => Err(Damage::Arrow(e)),
+            Err(_) => Err(Damage::Undecodable),
         }
     }
 
@@ -272,8 +273,8 @@ impl Entry {
     }
 }
 
-impl crate::store::Columns for Entry {
-    fn column(&self, field: usize) -> Result<Vec<ArrayRef>, String> {
+impl Columns for Entry {
+    fn column(&self, field: usize) -> Result<Vec<ArrayRef>, Damage> {
         self.blocks
             .iter()
             .enumerate()
@@ -282,28 +283,28 @@ impl crate::store::Columns for Entry {
                     self.decode(self.chunks_at, &self.stored, self.version, b, vec![field])?;
                 let array = Arc::clone(batch.column(0));
                 if self.digests.get(c).and_then(|d| d.get(field)) != Some(&digest(array.as_ref())) {
-                    return Err(format!("chunk {c} does not match its checksum"));
+                    return Err(Damage::ChunkChecksum(c));
                 }
                 Ok(array)
             })
             .collect()
     }
 
-    fn values(&self, field: usize) -> Result<StringArray, String> {
+    fn values(&self, field: usize) -> Result<StringArray, Damage> {
         let (at, values) = self.values_column(field, 0)?;
         if self.value_digests.get(at) != Some(&digest(&values)) {
-            return Err("the dictionary does not match its checksum".into());
+            return Err(Damage::DictionaryChecksum);
         }
         if values.is_empty() || !values.value(0).is_empty() || values.null_count() > 0 {
-            return Err("a dictionary that does not start with the empty value".into());
+            return Err(Damage::NoEmptyValue);
         }
         Ok(values)
     }
 
-    fn folded(&self, field: usize) -> Result<StringArray, String> {
+    fn folded(&self, field: usize) -> Result<StringArray, Damage> {
         let (at, folded) = self.values_column(field, 1)?;
         if self.folded_digests.get(at) != Some(&digest(&folded)) {
-            return Err("the folded values do not match their checksum".into());
+            return Err(Damage::FoldedChecksum);
         }
         Ok(folded)
     }
@@ -316,15 +317,12 @@ impl crate::store::Columns for Entry {
 impl Entry {
     /// Column `column` of text field `field`'s block in the values section, with the block's
     /// place (its checksums' index).
-    fn values_column(&self, field: usize, column: usize) -> Result<(usize, StringArray), String> {
-        let at = *self
-            .text
-            .get(&field)
-            .ok_or_else(|| format!("no dictionary for field {field}"))?;
+    fn values_column(&self, field: usize, column: usize) -> Result<(usize, StringArray), Damage> {
+        let at = *self.text.get(&field).ok_or(Damage::NoDictionary(field))?;
         let block = self
             .values_blocks
             .get(at)
-            .ok_or_else(|| format!("no dictionary for field {field}"))?;
+            .ok_or(Damage::NoDictionary(field))?;
         let batch = self.decode(
             self.values_at,
             &self.values_schema,
@@ -335,7 +333,7 @@ impl Entry {
         let values = batch
             .column(0)
             .as_string_opt::<i32>()
-            .ok_or("a dictionary that is not text")?
+            .ok_or(Damage::NotText)?
             .clone();
         Ok((at, values))
     }

@@ -4,6 +4,19 @@
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringBuilder, UInt32Array};
 use datafusion::arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Int32Type};
+use datafusion::arrow::error::ArrowError;
+
+/// Why a batch's text column could not be interned (said in its field's error).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unencodable {
+    #[error("its distinct values hold more than 2 GiB of text")]
+    Text,
+    #[error("its distinct values hold more than 2 GiB of folded text")]
+    FoldedText,
+    /// The column could not be read as text.
+    #[error("{0}")]
+    Cast(#[from] ArrowError),
+}
 
 /// Interns a field's text values: each distinct value once, numbered in order of first
 /// appearance (0 is `""`). Values are kept in one buffer and the table holds 4-byte numbers,
@@ -55,7 +68,7 @@ impl Interner {
         interner
     }
 
-    fn intern(&mut self, s: &str) -> Result<u32, String> {
+    fn intern(&mut self, s: &str) -> Result<u32, Unencodable> {
         use std::hash::BuildHasher;
         let bytes = s.as_bytes();
         let hash = self.state.hash_one(bytes);
@@ -76,7 +89,7 @@ impl Interner {
         }
         let end = data.len() + bytes.len();
         if end > i32::MAX as usize || offsets.len() > u32::MAX as usize - 1 {
-            return Err("its distinct values hold more than 2 GiB of text".into());
+            return Err(Unencodable::Text);
         }
         let code = (offsets.len() - 1) as u32;
         match tally_semantic::names::fold(s) {
@@ -84,7 +97,7 @@ impl Interner {
             std::borrow::Cow::Owned(f) => {
                 *folded_bytes += f.len();
                 if *folded_bytes > i32::MAX as usize {
-                    return Err("its distinct values hold more than 2 GiB of folded text".into());
+                    return Err(Unencodable::FoldedText);
                 }
                 folded.append_value(f);
             }
@@ -119,13 +132,15 @@ impl Interner {
 }
 
 /// The codes of a batch's text column, new values interned.
-pub(super) fn encode(interner: &mut Interner, column: &ArrayRef) -> Result<UInt32Array, String> {
+pub(super) fn encode(
+    interner: &mut Interner,
+    column: &ArrayRef,
+) -> Result<UInt32Array, Unencodable> {
     let n = column.len();
     let nulls = column.logical_nulls();
     // A dictionary (Parquet pages read as such): each distinct value of the batch once.
     if let Some(dict) = column.as_dictionary_opt::<Int32Type>() {
-        let values = datafusion::arrow::compute::cast(dict.values(), &DataType::Utf8)
-            .map_err(|e| e.to_string())?;
+        let values = datafusion::arrow::compute::cast(dict.values(), &DataType::Utf8)?;
         let values = values.as_string::<i32>();
         let mut codes = Vec::with_capacity(values.len());
         for i in 0..values.len() {
@@ -163,8 +178,7 @@ pub(super) fn encode(interner: &mut Interner, column: &ArrayRef) -> Result<UInt3
             }
         }
         _ => {
-            let text = datafusion::arrow::compute::cast(column, &DataType::Utf8)
-                .map_err(|e| e.to_string())?;
+            let text = datafusion::arrow::compute::cast(column, &DataType::Utf8)?;
             let strings = text.as_string::<i32>();
             for r in 0..n {
                 out.push(if strings.is_valid(r) {

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, DictionaryArray, RecordBatch, RecordBatchOptions, StringArray,
 };
-use datafusion::arrow::datatypes::{Field as ArrowField, Schema, UInt32Type};
+use datafusion::arrow::datatypes::{DataType, Field as ArrowField, Schema, UInt32Type};
+use datafusion::arrow::error::ArrowError;
 use tally_semantic::definition::FieldId;
 
 use super::intern::Dictionary;
@@ -22,13 +23,51 @@ type Slot<T> = Mutex<Option<T>>;
 /// Where a store's columns are read from when first used.
 pub trait Columns: Send + Sync + fmt::Debug {
     /// The stored column `field` of every chunk (text as its codes), checked.
-    fn column(&self, field: usize) -> Result<Vec<ArrayRef>, String>;
+    fn column(&self, field: usize) -> Result<Vec<ArrayRef>, Damage>;
     /// The dictionary of text field `field`, checked.
-    fn values(&self, field: usize) -> Result<StringArray, String>;
+    fn values(&self, field: usize) -> Result<StringArray, Damage>;
     /// The folded forms of that dictionary's values ([`Dictionary::folded`]), checked.
-    fn folded(&self, field: usize) -> Result<StringArray, String>;
+    fn folded(&self, field: usize) -> Result<StringArray, Damage>;
     /// Called when something read does not check out: the source is not to be used again.
     fn damaged(&self) {}
+}
+
+/// Why what a store read from its source (a mapped cache entry) does not check out: said in
+/// the log, and the store is not used again. Codes stored in memory are checked alike.
+#[derive(Debug, thiserror::Error)]
+pub enum Damage {
+    /// Arrow could not decode or validate what was read.
+    #[error("{0}")]
+    Arrow(#[from] ArrowError),
+    #[error("an empty block")]
+    EmptyBlock,
+    /// The decoder panicked on the block.
+    #[error("a block the decoder cannot read")]
+    Undecodable,
+    #[error("chunk {0} does not match its checksum")]
+    ChunkChecksum(usize),
+    #[error("the dictionary does not match its checksum")]
+    DictionaryChecksum,
+    #[error("the folded values do not match their checksum")]
+    FoldedChecksum,
+    #[error("a dictionary that does not start with the empty value")]
+    NoEmptyValue,
+    #[error("no dictionary for field {0}")]
+    NoDictionary(usize),
+    #[error("a dictionary that is not text")]
+    NotText,
+    #[error("codes stored as {0}")]
+    CodesStoredAs(DataType),
+    #[error("a code past the end of its dictionary")]
+    CodePastEnd,
+    #[error("its chunks do not have the rows of the table")]
+    ChunkRows,
+    /// A number column of another type than the layout's.
+    #[error("it holds {0}")]
+    Holds(DataType),
+    /// Folded forms not as many as the dictionary's values.
+    #[error("they are not as many as its values")]
+    FoldedCount,
 }
 
 /// The prepared table.
@@ -177,7 +216,7 @@ impl Store {
         self.damaged.load(Ordering::Relaxed)
     }
 
-    fn damage(&self, what: &str, why: String) -> StorageError {
+    fn damage(&self, what: &str, why: Damage) -> StorageError {
         self.damaged.store(true, Ordering::Relaxed);
         if let Some(source) = &self.source {
             source.damaged();
@@ -244,7 +283,7 @@ impl Store {
         let what = format!("the folded values of field {f}");
         let folded = source.folded(f).map_err(|why| self.damage(&what, why))?;
         if folded.len() != values.len() {
-            return Err(self.damage(&what, "they are not as many as its values".into()));
+            return Err(self.damage(&what, Damage::FoldedCount));
         }
         let folded = Arc::new(folded);
         *slot = Some(Arc::clone(&folded));
@@ -289,7 +328,7 @@ impl Store {
                 .zip(&self.chunks)
                 .any(|(a, (_, n))| a.len() != *n)
         {
-            return Err(self.damage(&what, "its chunks do not have the rows of the table".into()));
+            return Err(self.damage(&what, Damage::ChunkRows));
         }
         let arrays: Vec<ArrayRef> = match &values {
             Some(v) => stored
@@ -300,7 +339,7 @@ impl Store {
             None => {
                 let want = &self.layout.targets[f];
                 if let Some(bad) = stored.iter().find(|a| a.data_type() != want) {
-                    return Err(self.damage(&what, format!("it holds {}", bad.data_type())));
+                    return Err(self.damage(&what, Damage::Holds(bad.data_type().clone())));
                 }
                 stored
             }
@@ -436,16 +475,15 @@ impl Store {
 
 /// A dictionary array of stored codes over a field's values; every present code is checked
 /// against the values.
-fn dictionary(keys: ArrayRef, values: &ArrayRef) -> Result<ArrayRef, String> {
+fn dictionary(keys: ArrayRef, values: &ArrayRef) -> Result<ArrayRef, Damage> {
     let keys = keys
         .as_primitive_opt::<UInt32Type>()
-        .ok_or_else(|| format!("codes stored as {}", keys.data_type()))?
+        .ok_or_else(|| Damage::CodesStoredAs(keys.data_type().clone()))?
         .clone();
     let n = values.len() as u32;
     if keys.values().iter().any(|k| *k >= n) {
-        return Err("a code past the end of its dictionary".into());
+        return Err(Damage::CodePastEnd);
     }
-    let array = DictionaryArray::<UInt32Type>::try_new(keys, Arc::clone(values))
-        .map_err(|e| e.to_string())?;
+    let array = DictionaryArray::<UInt32Type>::try_new(keys, Arc::clone(values))?;
     Ok(Arc::new(array))
 }
