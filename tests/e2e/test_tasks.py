@@ -250,7 +250,7 @@ async def test_a_task_is_its_callers_only(server):
             assert (await raw(a, "tasks/get", {"taskId": task_id}))["status"] == "completed"
 
 
-# The finished results one caller keeps (host/mcp/src/tasks.rs).
+# The finished results one caller keeps (host/mcp/src/tasks/bounds.rs).
 RESULTS_PER_CALLER = 16
 
 
