@@ -1,0 +1,442 @@
+//! Laws: facts about those among the most frequent law names (ministry, number, subjects),
+//! and the templates other law names are invented from.
+
+/// Facts about laws that appear among the most frequent law names: the
+/// ministry in charge, the official law number, and subjects to build
+/// procedure names from.
+pub(crate) struct KnownLaw {
+    pub name: &'static str,
+    pub ministry: &'static str,
+    pub number: &'static str,
+    pub subjects: &'static [&'static str],
+}
+
+pub(crate) const KNOWN_LAWS: &[KnownLaw] = &[
+    KnownLaw {
+        name: "建築基準法",
+        ministry: "国土交通省",
+        number: "昭和二十五年法律第二百一号",
+        subjects: &[
+            "建築物",
+            "建築確認",
+            "工作物",
+            "建築設備",
+            "昇降機",
+            "仮設建築物",
+            "特定建築物",
+            "建築協定",
+        ],
+    },
+    KnownLaw {
+        name: "金融商品取引法",
+        ministry: "金融庁",
+        number: "昭和二十三年法律第二十五号",
+        subjects: &[
+            "有価証券届出書",
+            "金融商品取引業",
+            "有価証券報告書",
+            "公開買付",
+            "大量保有報告書",
+            "金融商品取引所",
+            "投資助言・代理業",
+            "適格機関投資家等特例業務",
+        ],
+    },
+    KnownLaw {
+        name: "核原料物質、核燃料物質及び原子炉の規制に関する法律",
+        ministry: "環境省",
+        number: "昭和三十二年法律第百六十六号",
+        subjects: &[
+            "原子炉設置",
+            "核燃料物質",
+            "使用済燃料",
+            "加工事業",
+            "再処理事業",
+            "廃棄物埋設",
+            "保安規定",
+            "核物質防護",
+        ],
+    },
+    KnownLaw {
+        name: "特定複合観光施設区域整備法",
+        ministry: "カジノ管理委員会",
+        number: "平成三十年法律第八十号",
+        subjects: &[
+            "カジノ事業",
+            "カジノ施設",
+            "区域整備計画",
+            "カジノ関連機器等",
+            "カジノ行為粗収益",
+            "特定資金貸付業務",
+            "入場者管理",
+        ],
+    },
+    KnownLaw {
+        name: "高圧ガス保安法",
+        ministry: "経済産業省",
+        number: "昭和二十六年法律第二百四号",
+        subjects: &[
+            "高圧ガス製造",
+            "高圧ガス貯蔵所",
+            "容器",
+            "特定設備",
+            "液化石油ガス",
+            "保安検査",
+            "高圧ガス販売事業",
+        ],
+    },
+    KnownLaw {
+        name: "地方税法",
+        ministry: "総務省",
+        number: "昭和二十五年法律第二百二十六号",
+        subjects: &[
+            "固定資産税",
+            "住民税",
+            "事業税",
+            "軽油引取税",
+            "自動車税",
+            "不動産取得税",
+            "ゴルフ場利用税",
+            "地方消費税",
+        ],
+    },
+    KnownLaw {
+        name: "土地改良法",
+        ministry: "農林水産省",
+        number: "昭和二十四年法律第百九十五号",
+        subjects: &[
+            "土地改良事業",
+            "土地改良区",
+            "換地計画",
+            "土地改良施設",
+            "国営土地改良事業",
+        ],
+    },
+    KnownLaw {
+        name: "医薬品、医療機器等の品質、有効性及び安全性の確保等に関する法律",
+        ministry: "厚生労働省",
+        number: "昭和三十五年法律第百四十五号",
+        subjects: &[
+            "医薬品製造販売業",
+            "医療機器",
+            "体外診断用医薬品",
+            "再生医療等製品",
+            "薬局",
+            "治験",
+            "医薬部外品",
+            "化粧品",
+        ],
+    },
+    KnownLaw {
+        name: "保険業法",
+        ministry: "金融庁",
+        number: "平成七年法律第百五号",
+        subjects: &[
+            "保険会社",
+            "少額短期保険業者",
+            "保険募集人",
+            "保険契約",
+            "保険持株会社",
+            "外国保険会社等",
+        ],
+    },
+    KnownLaw {
+        name: "漁業法",
+        ministry: "農林水産省",
+        number: "昭和二十四年法律第二百六十七号",
+        subjects: &[
+            "漁業権",
+            "定置漁業",
+            "区画漁業",
+            "漁業許可",
+            "漁獲割当",
+            "漁業調整委員会",
+        ],
+    },
+    KnownLaw {
+        name: "国家公務員共済組合法施行規則",
+        ministry: "財務省",
+        number: "昭和三十三年大蔵省令第五十四号",
+        subjects: &[
+            "組合員",
+            "短期給付",
+            "長期給付",
+            "掛金",
+            "被扶養者",
+            "共済組合",
+        ],
+    },
+    KnownLaw {
+        name: "租税特別措置法",
+        ministry: "財務省",
+        number: "昭和三十二年法律第二十六号",
+        subjects: &[
+            "特別償却",
+            "税額控除",
+            "譲渡所得",
+            "登録免許税の軽減",
+            "交際費",
+            "事業承継税制",
+        ],
+    },
+    KnownLaw {
+        name: "預金保険法",
+        ministry: "金融庁",
+        number: "昭和四十六年法律第三十四号",
+        subjects: &[
+            "預金保険",
+            "預金保険料",
+            "資金援助",
+            "金融整理管財人",
+            "名寄せ",
+        ],
+    },
+    KnownLaw {
+        name: "地方自治法",
+        ministry: "総務省",
+        number: "昭和二十二年法律第六十七号",
+        subjects: &[
+            "地方公共団体",
+            "指定管理者",
+            "地方債",
+            "財産区",
+            "認可地縁団体",
+            "外部監査契約",
+        ],
+    },
+    KnownLaw {
+        name: "租税特別措置法施行令",
+        ministry: "財務省",
+        number: "昭和三十二年政令第四十三号",
+        subjects: &[
+            "特別償却",
+            "特定事業用資産",
+            "住宅借入金等",
+            "課税の特例",
+            "買換え特例",
+        ],
+    },
+    KnownLaw {
+        name: "電波法",
+        ministry: "総務省",
+        number: "昭和二十五年法律第百三十一号",
+        subjects: &[
+            "無線局",
+            "無線従事者",
+            "電波利用料",
+            "高周波利用設備",
+            "登録検査等事業者",
+            "特定無線設備",
+        ],
+    },
+    KnownLaw {
+        name: "雇用保険法施行規則",
+        ministry: "厚生労働省",
+        number: "昭和五十年労働省令第三号",
+        subjects: &[
+            "被保険者資格",
+            "育児休業給付",
+            "高年齢雇用継続給付",
+            "教育訓練給付",
+            "失業等給付",
+            "雇用安定事業",
+        ],
+    },
+    KnownLaw {
+        name: "海洋汚染等及び海上災害の防止に関する法律",
+        ministry: "国土交通省",
+        number: "昭和四十五年法律第百三十六号",
+        subjects: &[
+            "廃油処理事業",
+            "船舶からの油の排出",
+            "海洋投入処分",
+            "油濁防止",
+            "有害液体物質",
+            "大気汚染防止検査",
+        ],
+    },
+    KnownLaw {
+        name: "道路交通法",
+        ministry: "国家公安委員会・警察庁",
+        number: "昭和三十五年法律第百五号",
+        subjects: &[
+            "運転免許",
+            "道路使用",
+            "自動車教習所",
+            "駐車",
+            "交通安全講習",
+            "特定小型原動機付自転車",
+        ],
+    },
+    KnownLaw {
+        name: "銀行法",
+        ministry: "金融庁",
+        number: "昭和五十六年法律第五十九号",
+        subjects: &[
+            "銀行",
+            "銀行代理業",
+            "銀行持株会社",
+            "電子決済等代行業",
+            "外国銀行支店",
+        ],
+    },
+    KnownLaw {
+        name: "水産業協同組合法",
+        ministry: "農林水産省",
+        number: "昭和二十三年法律第二百四十二号",
+        subjects: &["漁業協同組合", "水産加工業協同組合", "共済事業", "信用事業"],
+    },
+    KnownLaw {
+        name: "ガス事業法",
+        ministry: "経済産業省",
+        number: "昭和二十九年法律第五十一号",
+        subjects: &[
+            "ガス小売事業",
+            "一般ガス導管事業",
+            "ガス工作物",
+            "ガス主任技術者",
+            "消費機器",
+        ],
+    },
+    KnownLaw {
+        name: "中小企業等協同組合法",
+        ministry: "経済産業省",
+        number: "昭和二十四年法律第百八十一号",
+        subjects: &["事業協同組合", "企業組合", "協同組合連合会", "火災共済事業"],
+    },
+    KnownLaw {
+        name: "関税法",
+        ministry: "財務省",
+        number: "昭和二十九年法律第六十一号",
+        subjects: &[
+            "輸出申告",
+            "輸入申告",
+            "保税蔵置場",
+            "特例輸入者",
+            "保税工場",
+            "認定通関業者",
+        ],
+    },
+    KnownLaw {
+        name: "農業協同組合法",
+        ministry: "農林水産省",
+        number: "昭和二十二年法律第百三十二号",
+        subjects: &[
+            "農業協同組合",
+            "農協信用事業",
+            "農協共済事業",
+            "農事組合法人",
+        ],
+    },
+    KnownLaw {
+        name: "電気通信事業法",
+        ministry: "総務省",
+        number: "昭和五十九年法律第八十六号",
+        subjects: &[
+            "電気通信事業",
+            "電気通信設備",
+            "端末設備",
+            "電気通信主任技術者",
+            "媒介等業務",
+        ],
+    },
+    KnownLaw {
+        name: "国税通則法",
+        ministry: "財務省",
+        number: "昭和三十七年法律第六十六号",
+        subjects: &[
+            "更正の請求",
+            "納税の猶予",
+            "還付金",
+            "税務調査",
+            "不服申立て",
+            "附帯税",
+        ],
+    },
+    KnownLaw {
+        name: "商品先物取引法",
+        ministry: "経済産業省",
+        number: "昭和二十五年法律第二百三十九号",
+        subjects: &[
+            "商品先物取引業",
+            "商品取引所",
+            "商品取引清算機関",
+            "外務員",
+            "商品先物取引仲介業",
+        ],
+    },
+    KnownLaw {
+        name: "放射性同位元素等の規制に関する法律",
+        ministry: "環境省",
+        number: "昭和三十二年法律第百六十七号",
+        subjects: &[
+            "放射性同位元素",
+            "放射線発生装置",
+            "使用施設",
+            "廃棄業",
+            "放射線取扱主任者",
+        ],
+    },
+    KnownLaw {
+        name: "消防法",
+        ministry: "総務省",
+        number: "昭和二十三年法律第百八十六号",
+        subjects: &[
+            "危険物",
+            "消防用設備等",
+            "防火対象物",
+            "危険物取扱者",
+            "消防設備士",
+            "防災管理",
+        ],
+    },
+];
+
+pub(crate) fn known_law(name: &str) -> Option<&'static KnownLaw> {
+    KNOWN_LAWS.iter().find(|l| l.name == name)
+}
+
+/// Kinds of legal instrument, which decide how the law number is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LawKind {
+    Act,
+    CabinetOrder,
+    Ordinance,
+}
+
+/// Law-name templates; `{S}` is a subject area, `{W}` the ministry's word
+/// for its own ordinances (省令, 内閣府令, …規則). Weights favour the
+/// basic act / order / ordinance triple, as in the real law catalogue.
+pub(crate) const LAW_TEMPLATES: &[(&str, LawKind, u64)] = &[
+    ("{S}法", LawKind::Act, 6),
+    ("{S}法施行令", LawKind::CabinetOrder, 4),
+    ("{S}法施行規則", LawKind::Ordinance, 5),
+    ("{S}の適正化に関する法律", LawKind::Act, 1),
+    ("{S}の適正化に関する法律施行規則", LawKind::Ordinance, 1),
+    ("{S}の振興に関する法律", LawKind::Act, 1),
+    ("{S}の振興に関する法律施行令", LawKind::CabinetOrder, 1),
+    ("{S}の規制等に関する法律", LawKind::Act, 1),
+    ("{S}の規制等に関する法律施行規則", LawKind::Ordinance, 1),
+    ("{S}の登録等に関する{W}", LawKind::Ordinance, 1),
+    ("{S}に係る指定機関に関する{W}", LawKind::Ordinance, 1),
+    ("{S}の技術上の基準を定める{W}", LawKind::Ordinance, 1),
+    ("{S}の促進に関する特別措置法", LawKind::Act, 1),
+    ("{S}の促進に関する特別措置法施行規則", LawKind::Ordinance, 1),
+    ("{S}の安全確保に関する法律", LawKind::Act, 1),
+    ("{S}の安全確保に関する法律施行令", LawKind::CabinetOrder, 1),
+    ("{S}の届出等に関する{W}", LawKind::Ordinance, 1),
+    ("{S}に関する検査等の実施に関する{W}", LawKind::Ordinance, 1),
+    ("{S}の特例に関する法律", LawKind::Act, 1),
+    ("{S}の特例に関する法律施行規則", LawKind::Ordinance, 1),
+];
+
+/// Names of instruments without a law number.
+pub(crate) const UNNUMBERED_TEMPLATES: &[&str] = &[
+    "{S}事務処理要領",
+    "{S}に関する事務取扱要綱",
+    "{S}に係る運用指針",
+    "{S}に関するガイドライン",
+    "{S}補助金交付要綱",
+    "{S}に関する通知",
+    "{S}実施要領",
+];
