@@ -45,14 +45,16 @@ fn system_fonts() -> &'static tally_chart::Fonts {
 }
 
 /// The chart of a summary as an MCP image block.
-pub fn image_block(format: Image, envelope: &Value) -> Result<rmcp::model::ContentBlock, String> {
+pub fn image_block(
+    format: Image,
+    envelope: &Value,
+) -> Result<rmcp::model::ContentBlock, tally_chart::ChartError> {
     use base64::Engine as _;
-    let chart = tally_chart::svg(envelope, &tally_chart::Options::for_result(envelope))
-        .map_err(|e| e.to_string())?;
+    let chart = tally_chart::svg(envelope, &tally_chart::Options::for_result(envelope))?;
     let (bytes, mime) = match format {
         Image::Svg => (chart.svg.into_bytes(), "image/svg+xml"),
         Image::Png => {
-            let raster = tally_chart::png(&chart, system_fonts()).map_err(|e| e.to_string())?;
+            let raster = tally_chart::png(&chart, system_fonts())?;
             if let Some(warning) = raster.warning() {
                 tracing::warn!("{warning}");
             }

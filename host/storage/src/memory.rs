@@ -264,12 +264,6 @@ impl Meter {
         Ok(())
     }
 
-    /// [`Meter::account`] for code that can only pass on text (a decoder's callback); the
-    /// whole error is kept and returned by [`Meter::refusal`].
-    pub fn account_text(&self, bytes: usize, rows: usize) -> Result<(), String> {
-        self.account(bytes, rows).map_err(|e| e.to_string())
-    }
-
     fn refuse(&self, e: StorageError) -> StorageError {
         if let Ok(mut slot) = self.inner.refusal.lock() {
             *slot = Some(e.clone());

@@ -17,6 +17,7 @@ mod partitions;
 mod periods;
 mod provenance;
 mod provisions;
+mod readable;
 mod reference;
 mod search;
 mod snapshots;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The workspace's root, two folders above this crate.
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
@@ -17,7 +17,7 @@ fn workspace() -> PathBuf {
 }
 
 /// Every crate of the workspace with Rust sources: folders holding `Cargo.toml` and `src/`.
-fn crates(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn crates(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for group in ["host", "plugins", "tools", "examples", "tests/plugins", "."] {
         let Ok(entries) = std::fs::read_dir(root.join(group)) else {
@@ -627,7 +627,7 @@ fn layers_above_the_engine_reach_storage_only_through_it() {
 }
 
 /// Every `.rs` file under `dir`.
-fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

@@ -59,12 +59,13 @@ pub(super) async fn answer(
     }
     if let (Some(format), Some(envelope)) = (chart, r.structured_content.clone()) {
         // Drawing is CPU work of tens of milliseconds: off the async threads.
-        let block =
-            tokio::task::spawn_blocking(move || crate::chart::image_block(format, &envelope))
-                .await
-                .unwrap_or_else(|e| Err(format!("the chart could not be drawn: {e}")));
-        r.content
-            .push(block.unwrap_or_else(|reason| ContentBlock::text(format!("No chart: {reason}"))));
+        let drawn =
+            tokio::task::spawn_blocking(move || crate::chart::image_block(format, &envelope)).await;
+        r.content.push(match drawn {
+            Ok(Ok(block)) => block,
+            Ok(Err(reason)) => ContentBlock::text(format!("No chart: {reason}")),
+            Err(e) => ContentBlock::text(format!("No chart: the chart could not be drawn: {e}")),
+        });
     }
     r
 }
