@@ -6,7 +6,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
 
-from conftest import HttpServer, stdio_params
+from conftest import HttpServer, stdio_params, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -162,3 +162,56 @@ async def test_the_first_completion_after_a_start_offers_the_values_in_the_data(
                 {"dataset_id": "procedures", "where_field": "法令名"},
             )
             assert law.completion.values[0] == "建築基準法", law.completion.values
+
+
+async def test_completing_values_not_ready_says_so_at_once(tmp_path):
+    """Values of a table whose first preparation takes longer than a completion may wait (a
+    few million records) are not waited for: the completion answers at once, with no values,
+    `hasMore`, and `_meta["tally/values"]` saying they are being prepared and about when to
+    ask again; the preparation goes on, and a later completion offers them. (It waited 3 s
+    and returned nothing, with nothing said.)"""
+    import time
+
+    import duckdb
+
+    root = tmp_path / "datasets"
+    big = root / "big"
+    big.mkdir(parents=True)
+    (big / "dataset.yaml").write_text(
+        'title: 大きな表\nretrieved_at: "2026-12-01"\nfields:\n- {name: 記録ID, role: id}\n- {name: 地域, role: dim}\n- {name: 件数, role: measure, data_type: integer}\n',
+        encoding="utf-8",
+    )
+    duckdb.connect().execute(
+        "COPY (SELECT 'R' || i AS 記録ID, '地域' || (i % 47) AS 地域, 1::BIGINT AS 件数 FROM range(3000000) t(i))"
+        f" TO '{big / 'data.parquet'}' (FORMAT parquet)"
+    )
+    server = HttpServer("--cache-dir", str(tmp_path / "cache"), datasets=str(root))
+    try:
+        with anyio.fail_after(TIMEOUT * 2):
+            async with Client(server.url, mode="legacy", cache=None, read_timeout_seconds=TIMEOUT) as c:
+
+                async def complete():
+                    return await c.complete(
+                        PromptReference(name="compare_groups"), {"name": "where_value", "value": "地域1"},
+                        {"dataset_id": "big", "where_field": "地域"},
+                    )
+
+                began = time.monotonic()
+                first = await complete()
+                took = time.monotonic() - began
+                said = (first.meta or {}).get("tally/values") if hasattr(first, "meta") else None
+                said = said or (first.model_extra or {}).get("_meta", {}).get("tally/values")
+                print(f"first completion in {took * 1000:.0f} ms: {first.completion}, {said}")
+                assert first.completion.values == [] and first.completion.has_more, first
+                assert said and said["ready"] is False, first
+                assert "being prepared" in said["message"] and "3000000 records" in said["message"], said
+                assert took < 2.0, f"the completion waited {took:.1f} s for values it could not have"
+
+                async def offered():
+                    r = await complete()
+                    return r.completion.values or None
+
+                values = await wait_for("the values once prepared", offered, 90)
+                assert values[0] == "地域1" and "地域10" in values, values
+    finally:
+        server.stop()

@@ -291,6 +291,27 @@ impl Engine {
 pub const KNOWN_VALUES: usize = 10_000;
 /// How long a completion waits for a preparation it started (the preparation goes on after).
 pub const KNOWN_VALUES_WAIT: Duration = Duration::from_secs(3);
+/// How long a completion waits for a preparation estimated to take longer than
+/// [`KNOWN_VALUES_WAIT`]: just long enough to start it; it answers at once that the values
+/// are not ready, and when they may be.
+const KNOWN_VALUES_START: Duration = Duration::from_millis(50);
+
+/// The values a completion may offer for a field, or why it has none now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KnownValues {
+    /// The values, most frequent first.
+    Values(Vec<String>),
+    /// Not ready yet: the dataset's data is being prepared (or its values counted), which
+    /// goes on; `about` is the time it is estimated to need still, when known. The words say
+    /// what to do.
+    NotReady {
+        message: String,
+        about: Option<Duration>,
+    },
+    /// None to offer: an unknown dataset or field, numbers, data read from its files at
+    /// every call (never scanned for a completion), or a preparation that failed.
+    None,
+}
 
 impl Engine {
     /// Prepares a dataset's data now, waiting as long as the preparation takes (bounded by
@@ -322,23 +343,68 @@ impl Engine {
         dataset_id: &str,
         field: &str,
     ) -> Option<Vec<String>> {
+        match self.values_to_complete(caller, dataset_id, field).await {
+            KnownValues::Values(values) => Some(values),
+            _ => None,
+        }
+    }
+
+    /// [`Engine::known_values`], saying why there are none when they are not ready: a table
+    /// whose preparation is estimated past [`KNOWN_VALUES_WAIT`] is not waited for (the
+    /// preparation starts, and the answer says when to ask again), nor is one still being
+    /// prepared past that wait.
+    pub async fn values_to_complete(
+        self: &Arc<Self>,
+        caller: &Caller,
+        dataset_id: &str,
+        field: &str,
+    ) -> KnownValues {
         let catalog = self.catalog.load_full();
-        let ds = self.seen(&catalog, dataset_id, &caller.scope)?;
-        let id = ds.def.field_index(field)?;
+        let Some(ds) = self.seen(&catalog, dataset_id, &caller.scope) else {
+            return KnownValues::None;
+        };
+        let Some(id) = ds.def.field_index(field) else {
+            return KnownValues::None;
+        };
         let f = &ds.def.fields[id];
         if let Some(tally_semantic::definition::Codelist::Static(codes)) = &f.codelist {
-            return Some(codes.iter().map(|c| c.value.clone()).collect());
+            return KnownValues::Values(codes.iter().map(|c| c.value.clone()).collect());
         }
         if f.data_type.is_numeric() {
-            return None;
+            return KnownValues::None;
         }
+        let not_ready = |what: &str, about: Option<Duration>| KnownValues::NotReady {
+            message: format!(
+                "the values of `{field}` are not ready: `{}` ({} records) is {what}{}; ask again then",
+                ds.id(),
+                ds.record_count()
+                    .map_or_else(|| "its".to_string(), |n| n.to_string()),
+                about.map_or_else(String::new, |t| format!(
+                    ", about {} s more",
+                    t.as_secs_f64().ceil().max(1.0)
+                ))
+            ),
+            about,
+        };
         let prepared = match ds.ready() {
             Some(p) => p,
-            None if ds.read_from_files(&**self) => return None,
-            None => tokio::time::timeout(KNOWN_VALUES_WAIT, ds.prepared_whole(&**self))
-                .await
-                .ok()?
-                .ok()?,
+            None if ds.read_from_files(&**self) => return KnownValues::None,
+            None => {
+                let about = self.preparation_left(&ds);
+                let wait = if about.is_some_and(|t| t > KNOWN_VALUES_WAIT) {
+                    KNOWN_VALUES_START
+                } else {
+                    KNOWN_VALUES_WAIT
+                };
+                // The preparation runs on a task of its own: it goes on after this wait.
+                match tokio::time::timeout(wait, ds.prepared_whole(&**self)).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return KnownValues::None,
+                    Err(_) => {
+                        return not_ready("being prepared", self.preparation_left(&ds));
+                    }
+                }
+            }
         };
         // Counted once per table and kept; a large table is counted as a heavy call is, on
         // the heavy runtime after its slot (within the completion's wait), never on the
@@ -351,21 +417,31 @@ impl Engine {
         };
         let counts = if ds.record_count().unwrap_or(0) >= self.limits.partition_rows as u64 {
             let deadline = tokio::time::Instant::now() + KNOWN_VALUES_WAIT;
-            let slot = self.governor.admit(&caller.id, deadline).await.ok()?;
-            let runtime = self.governor.runtime().ok()?;
-            runtime
-                .spawn(async move {
-                    let _slot = slot;
-                    count.await
-                })
-                .await
-                .ok()?
-                .ok()?
+            let Ok(slot) = self.governor.admit(&caller.id, deadline).await else {
+                return not_ready("waiting for a slot among heavy calls", None);
+            };
+            let Ok(runtime) = self.governor.runtime() else {
+                return KnownValues::None;
+            };
+            // Counted once per table and kept: a count that outlasts the wait goes on, and
+            // the next completion finds it.
+            let counting = runtime.spawn(async move {
+                let _slot = slot;
+                count.await
+            });
+            match tokio::time::timeout(KNOWN_VALUES_WAIT, counting).await {
+                Ok(Ok(Ok(counts))) => counts,
+                Ok(_) => return KnownValues::None,
+                Err(_) => return not_ready("having its values counted", None),
+            }
         } else {
-            count.await.ok()?
+            match count.await {
+                Ok(counts) => counts,
+                Err(_) => return KnownValues::None,
+            }
         };
         // The most frequent ones: a free-text field may hold a value per record.
-        Some(
+        KnownValues::Values(
             counts
                 .iter()
                 .take(KNOWN_VALUES)

@@ -55,6 +55,9 @@ impl Engine {
         chosen: Vec<Choice>,
     ) -> Result<Value, EngineError> {
         let named = self.dataset_named(ask.dataset_id(), &caller.scope, &chosen);
+        // What the call was estimated to take, to calibrate later estimates by its time.
+        let estimated = self.plain_estimate(caller, &ask, &chosen);
+        let started = Instant::now();
         let ctx = CallCtx::new(self, caller.clone(), budget, chosen);
         let name = ask.tool().name();
         // A backstop a little past the call's own deadline, kept by this (waiting) future: if
@@ -90,7 +93,13 @@ impl Engine {
         loop {
             let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_secs(1));
             tokio::select! {
-                result = &mut run => return result,
+                result = &mut run => {
+                    if let (Ok(_), Some(estimate)) = (&result, &estimated) {
+                        self.calibration
+                            .observe(estimate.kind, estimate.time, started.elapsed());
+                    }
+                    return result;
+                }
                 () = tokio::time::sleep(tick) => {
                     let now = tokio::time::Instant::now();
                     if named.as_ref().is_some_and(|ds| ds.preparing().is_some()) {

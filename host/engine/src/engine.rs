@@ -47,6 +47,8 @@ pub struct Engine {
     pub(crate) reloads: std::sync::atomic::AtomicU64,
     /// `inspect_dataset`'s description of each dataset version, computed once.
     pub(crate) descriptions: crate::descriptions::Descriptions,
+    /// How far calls have taken from their estimates on this machine.
+    pub(crate) calibration: crate::calibration::Calibration,
 }
 
 /// What storage draws on to prepare a dataset, the engine's own.
@@ -144,6 +146,7 @@ impl Engine {
             twins: Default::default(),
             reloads: Default::default(),
             descriptions: Default::default(),
+            calibration: Default::default(),
             limits,
             backends,
             cache: None,

@@ -7,6 +7,10 @@
 //! through about 40M values a second for each text field it searches (46M measured over the
 //! 35 text fields of 75M records), and a first preparation reads about 400k records a second. They are deliberately plain: an estimate only chooses
 //! between answering now and answering through a task, and either way the answer is the same.
+//!
+//! Calibrated against what calls measure ([`crate::calibration`]): later estimates of a kind
+//! (data read from the files, a first preparation) are scaled by how far off the estimates of
+//! that kind have been on this machine, under its load.
 
 use std::time::Duration;
 
@@ -15,6 +19,7 @@ use tally_semantic::Tool;
 use tally_semantic::resolve::Choice;
 use tally_storage::Dataset;
 
+use crate::calibration::EstimateKind;
 use crate::context::{Ask, Caller};
 use crate::engine::Engine;
 
@@ -38,13 +43,37 @@ const CLUSTER_OVERHEAD: Duration = Duration::from_secs(2);
 pub struct Estimate {
     pub time: Duration,
     pub why: String,
+    /// What the estimate is of, which its calibration is kept by.
+    pub kind: EstimateKind,
 }
 
 impl Engine {
     /// The estimated time of `tool` called with `arguments` by a caller limited to `scope`:
     /// `None` for calls that read no records (lists, checks of an answer) or name no dataset
-    /// the caller may see, whose time is that of any small call.
+    /// the caller may see, whose time is that of any small call. Scaled by how far this
+    /// machine's calls of its kind have been from their estimates
+    /// ([`crate::calibration::Calibration`]).
     pub fn estimate(&self, caller: &Caller, ask: &Ask, chosen: &[Choice]) -> Option<Estimate> {
+        let mut estimate = self.plain_estimate(caller, ask, chosen)?;
+        let factor = self.calibration.factor(estimate.kind);
+        if factor != 1.0 {
+            estimate.time = estimate.time.mul_f64(factor);
+            estimate.why.push_str(&format!(
+                " (×{factor:.2}, as {} such calls here took against their estimates)",
+                self.calibration.samples(estimate.kind)
+            ));
+        }
+        Some(estimate)
+    }
+
+    /// The estimate from the rates above alone, before calibration: what a call's measured
+    /// time is compared with.
+    pub(crate) fn plain_estimate(
+        &self,
+        caller: &Caller,
+        ask: &Ask,
+        chosen: &[Choice],
+    ) -> Option<Estimate> {
         let (tool, arguments) = (ask.tool(), ask.arguments());
         if !matches!(
             tool,
@@ -85,6 +114,7 @@ impl Engine {
                         ""
                     }
                 ),
+                kind: EstimateKind::Files,
             });
         }
         if ds.ready().is_some() {
@@ -105,7 +135,26 @@ impl Engine {
             why: format!(
                 "`{id}` is being prepared for its first use ({records} records{searching})"
             ),
+            kind: EstimateKind::Preparing,
         })
+    }
+}
+
+impl Engine {
+    /// How long the first preparation of `ds`'s table is estimated to take still: the
+    /// running preparation's own estimate, else its records at the rate above, calibrated.
+    /// `None` when its records are not known.
+    pub(crate) fn preparation_left(&self, ds: &Dataset) -> Option<Duration> {
+        match ds.weigh(tally_storage::dataset::Work::default()) {
+            Some(Some((_, left))) => Some(left),
+            _ => {
+                let records = ds.record_count()? as f64;
+                Some(Duration::from_secs_f64(
+                    records / PREPARED_RECORDS_PER_SECOND
+                        * self.calibration.factor(EstimateKind::Preparing),
+                ))
+            }
+        }
     }
 }
 

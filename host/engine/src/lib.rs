@@ -12,6 +12,7 @@
 //! "provenance"}`) out, run under the execution [`governor`].
 
 pub mod aliases;
+pub mod calibration;
 pub mod call;
 pub mod compare;
 pub mod context;
@@ -49,7 +50,7 @@ pub mod verify;
 
 pub use tally_storage::watch;
 
-pub use context::{Ask, CallCtx, Caller, Cx, KNOWN_VALUES, KNOWN_VALUES_WAIT, View};
+pub use context::{Ask, CallCtx, Caller, Cx, KNOWN_VALUES, KNOWN_VALUES_WAIT, KnownValues, View};
 pub use engine::Engine;
 pub use envelope::{Envelope, Provenance};
 pub use error::EngineError;

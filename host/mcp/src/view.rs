@@ -137,6 +137,19 @@ impl View {
             .unwrap_or_default()
     }
 
+    /// The values a completion may offer for `field` of `dataset`, or why there are none now
+    /// (see [`Engine::values_to_complete`]).
+    pub async fn values_to_complete(
+        &self,
+        engine: &Arc<Engine>,
+        dataset: &str,
+        field: &str,
+    ) -> tally_engine::KnownValues {
+        engine
+            .values_to_complete(self.caller(), dataset, field)
+            .await
+    }
+
     /// What `/health` tells this caller: counts only to a caller that may see everything
     /// (the count of datasets is itself something a scoped token must not learn). A dataset
     /// served whose data cannot be read (its last whole read failed: a plugin failing past

@@ -178,14 +178,37 @@ impl ServerHandler for TallyServer {
         let completion = if request.argument.name == "where_value" {
             // The codes of the chosen field: its codelist, or the values of its prepared data
             // (only those a condition can name: longer texts cannot be sent as one).
-            let values = match (chosen.get("dataset_id"), chosen.get("where_field")) {
-                (Some(id), Some(field)) => view
-                    .known_values(self.engine(), id, field)
-                    .await
+            let known = match (chosen.get("dataset_id"), chosen.get("where_field")) {
+                (Some(id), Some(field)) => view.values_to_complete(self.engine(), id, field).await,
+                _ => tally_engine::KnownValues::None,
+            };
+            let values = match known {
+                tally_engine::KnownValues::Values(values) => values
                     .into_iter()
                     .filter(|v| crate::bounds::at_most_chars(v, crate::bounds::MAX_TEXT_CHARS))
                     .collect(),
-                _ => Vec::new(),
+                tally_engine::KnownValues::NotReady { message, about } => {
+                    // No values yet, and said so: `hasMore` (there are values, not yet at
+                    // hand) and, for clients that read it, what is happening and when to ask
+                    // again.
+                    let info = rmcp::model::CompletionInfo::with_pagination(Vec::new(), None, true)
+                        .unwrap_or_default();
+                    let mut result = CompleteResult::new(info);
+                    result.meta = Some(rmcp::model::MetaObject(
+                        [(
+                            "tally/values".to_string(),
+                            json!({
+                                "ready": false,
+                                "message": message,
+                                "retryAfterMs": about.map(|t| t.as_millis() as u64),
+                            }),
+                        )]
+                        .into_iter()
+                        .collect(),
+                    ));
+                    return Ok(result);
+                }
+                tally_engine::KnownValues::None => Vec::new(),
             };
             crate::prompts::rank(&request.argument.value, values)
         } else {
