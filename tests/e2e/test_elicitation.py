@@ -286,3 +286,60 @@ async def test_questions_waiting_for_the_user_are_bounded():
             r = await c.call_tool("summarize_records", AMBIGUOUS)
             assert r.is_error and len(asked) == WAITING_PER_CALLER + 1, body(r)
             assert "not asked" not in body(r)["error"]["message"]
+
+
+@pytest.mark.parametrize("version,form", [("2025-06-18", "enumNames"), ("2025-11-25", "oneOf")])
+def test_each_protocol_version_is_asked_in_its_own_form_of_a_choice(version, form):
+    """A 2025-06-18 client knows a titled choice as `enum` with `enumNames` (it shows `oneOf`,
+    the 2025-11-25 form, as a free-text box): the session's negotiated version decides the
+    form. Driven as JSON-RPC lines over stdio, so the client can name its version."""
+    import subprocess
+
+    from conftest import stop_process, tally_bin, datasets_dir
+
+    proc = subprocess.Popen(
+        [tally_bin(), "serve", "--datasets", datasets_dir()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
+    )
+
+    def send(message: dict):
+        proc.stdin.write(json.dumps(message, ensure_ascii=False) + "\n")
+        proc.stdin.flush()
+
+    def receive() -> dict:
+        line = proc.stdout.readline()
+        assert line, "the server closed stdout"
+        return json.loads(line)
+
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "old-client", "version": "1"}}})
+        assert receive()["result"]["protocolVersion"] == version
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "summarize_records", "arguments": AMBIGUOUS}})
+        asked = receive()
+        while asked.get("method") != "elicitation/create":
+            assert asked.get("id") != 2, asked
+            asked = receive()
+        name = asked["params"]["requestedSchema"]["properties"]["name"]
+        if form == "enumNames":
+            assert name["enum"] == [PERSONAL, BUSINESS], name
+            # Each field with its description, as the titled form gives it.
+            assert [n.split(" — ")[0] for n in name["enumNames"]] == [PERSONAL, BUSINESS], name
+            assert all(" — " in n for n in name["enumNames"]), name
+            assert "oneOf" not in name, name
+        else:
+            assert [o["const"] for o in name["oneOf"]] == [PERSONAL, BUSINESS], name
+            assert "enum" not in name and "enumNames" not in name, name
+        send({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"name": BUSINESS}}})
+        answer = receive()
+        while answer.get("id") != 2:
+            answer = receive()
+        data = json.loads(answer["result"]["content"][0]["text"])
+        assert not answer["result"].get("isError"), data
+        resolved = data["data"]["resolved_fields"]
+        assert {"parameter": "group_by", "input": "手続が行われるイベント", "canonical": BUSINESS, "chosen_by": "the user"} in resolved, resolved
+    finally:
+        proc.stdin.close()
+        stop_process(proc)

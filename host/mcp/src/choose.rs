@@ -66,30 +66,68 @@ pub fn ambiguity(result: &Result<Value, EngineError>) -> Option<&Ambiguous> {
     }
 }
 
+/// The first protocol version whose elicitation has titled choices (`oneOf` of `const` and
+/// `title`); before it, a choice is `enum` with its titles in `enumNames`.
+pub const TITLED_CHOICES_SINCE: &str = "2025-11-25";
+
+/// The form of a choice a session's protocol version expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChoiceForm {
+    /// `oneOf: [{const, title}]` (2025-11-25 and later).
+    Titled,
+    /// `enum` with `enumNames` (2025-06-18 and earlier): a client of that version shows
+    /// `oneOf` as a free-text box.
+    EnumNames,
+}
+
+impl ChoiceForm {
+    /// The form for a session that negotiated `version` (none known: the current form).
+    pub fn of(version: Option<&str>) -> ChoiceForm {
+        match version {
+            Some(v) if v < TITLED_CHOICES_SINCE => ChoiceForm::EnumNames,
+            _ => ChoiceForm::Titled,
+        }
+    }
+}
+
 /// The question for an ambiguity: one choice among the names it fits, each titled with its
-/// description.
+/// description, in the current form.
 pub fn question(tool: Tool, ambiguous: &Ambiguous) -> ElicitRequestParams {
-    let choices: Vec<Value> = ambiguous
+    question_in(tool, ambiguous, ChoiceForm::Titled)
+}
+
+/// The question for an ambiguity in the form the session's protocol version expects.
+pub fn question_in(tool: Tool, ambiguous: &Ambiguous, form: ChoiceForm) -> ElicitRequestParams {
+    let titles: Vec<String> = ambiguous
         .choices
         .iter()
-        .map(|c| {
-            let title = match &c.description {
-                Some(d) if !d.trim().is_empty() => format!("{} — {}", c.name, d.trim()),
-                _ => c.name.clone(),
-            };
-            json!({ "const": c.name, "title": title })
+        .map(|c| match &c.description {
+            Some(d) if !d.trim().is_empty() => format!("{} — {}", c.name, d.trim()),
+            _ => c.name.clone(),
         })
         .collect();
+    let mut name = json!({
+        "type": "string",
+        "title": capitalized(ambiguous.what),
+        "description": format!("the {} meant by `{}`", ambiguous.what, ambiguous.input),
+    });
+    match form {
+        ChoiceForm::Titled => {
+            name["oneOf"] = ambiguous
+                .choices
+                .iter()
+                .zip(&titles)
+                .map(|(c, title)| json!({ "const": c.name, "title": title }))
+                .collect();
+        }
+        ChoiceForm::EnumNames => {
+            name["enum"] = ambiguous.choices.iter().map(|c| json!(c.name)).collect();
+            name["enumNames"] = json!(titles);
+        }
+    }
     let schema = json!({
         "type": "object",
-        "properties": {
-            "name": {
-                "type": "string",
-                "title": capitalized(ambiguous.what),
-                "description": format!("the {} meant by `{}`", ambiguous.what, ambiguous.input),
-                "oneOf": choices,
-            }
-        },
+        "properties": { "name": name },
         "required": ["name"],
     });
     let requested_schema: ElicitationSchema = serde_json::from_value(schema)
@@ -377,6 +415,64 @@ fn digest(tool: Tool, arguments: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 2025-06-18 client is asked with `enum` and `enumNames` (its form of a titled
+    /// choice; it shows `oneOf` as a free-text box), a 2025-11-25 or later one with `oneOf`;
+    /// both survive rmcp's schema type as sent.
+    #[test]
+    fn each_protocol_version_is_asked_in_its_form_of_a_choice() {
+        let ambiguous = Ambiguous {
+            what: "field",
+            parameter: "group_by".to_string(),
+            input: "イベント".to_string(),
+            choices: vec![
+                tally_semantic::Candidate {
+                    name: "個人イベント".to_string(),
+                    description: Some("the individuals' event".to_string()),
+                },
+                tally_semantic::Candidate::new("法人イベント"),
+            ],
+        };
+        let schema_of = |form| {
+            let ElicitRequestParams::FormElicitationParams {
+                requested_schema, ..
+            } = question_in(Tool::SummarizeRecords, &ambiguous, form)
+            else {
+                panic!("a form question");
+            };
+            serde_json::to_value(requested_schema).unwrap()["properties"]["name"].clone()
+        };
+        assert_eq!(ChoiceForm::of(Some("2025-06-18")), ChoiceForm::EnumNames);
+        assert_eq!(ChoiceForm::of(Some("2025-03-26")), ChoiceForm::EnumNames);
+        assert_eq!(ChoiceForm::of(Some("2025-11-25")), ChoiceForm::Titled);
+        assert_eq!(ChoiceForm::of(Some("2026-07-28")), ChoiceForm::Titled);
+        assert_eq!(ChoiceForm::of(None), ChoiceForm::Titled);
+        let old = schema_of(ChoiceForm::EnumNames);
+        assert_eq!(
+            old["enum"],
+            json!(["個人イベント", "法人イベント"]),
+            "{old}"
+        );
+        assert_eq!(
+            old["enumNames"],
+            json!(["個人イベント — the individuals' event", "法人イベント"]),
+            "{old}"
+        );
+        assert!(old.get("oneOf").is_none(), "{old}");
+        let new = schema_of(ChoiceForm::Titled);
+        assert_eq!(
+            new["oneOf"],
+            json!([
+                {"const": "個人イベント", "title": "個人イベント — the individuals' event"},
+                {"const": "法人イベント", "title": "法人イベント"},
+            ]),
+            "{new}"
+        );
+        assert!(
+            new.get("enum").is_none() && new.get("enumNames").is_none(),
+            "{new}"
+        );
+    }
 
     #[test]
     fn questions_waited_on_are_bounded_per_caller_and_in_all() {

@@ -133,7 +133,15 @@ impl TallyServer {
             // The wait for the answer ends with the call when the client cancels it.
             let asked = tokio::select! {
                 asked = context.peer.create_elicitation_with_timeout(
-                    crate::choose::question(tool, ambiguous),
+                    // In the form of a choice the session's version knows (a 2025-06-18
+                    // client shows the titled form as a free-text box).
+                    crate::choose::question_in(
+                        tool,
+                        ambiguous,
+                        crate::choose::ChoiceForm::of(
+                            context.protocol_version().as_ref().map(|v| v.as_str()),
+                        ),
+                    ),
                     Some(crate::choose::WAIT),
                 ) => asked,
                 () = context.ct.cancelled() => {
