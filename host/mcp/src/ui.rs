@@ -117,20 +117,30 @@ fn inline(text: &str) -> String {
     text.replace("</", "<\\/")
 }
 
+/// Whether a tool's view draws charts: only a summary's does (view.js calls the chart
+/// library in `drawSummary` alone), so only its page carries the library, the bulk of a page.
+pub fn draws_charts(tool: Tool) -> bool {
+    tool == Tool::SummarizeRecords
+}
+
 /// The whole view of a tool: one self-contained HTML document (the host frames it with no
-/// network, so the chart library and the code are inline).
+/// network, so the code is inline), with the chart library only where the view draws charts.
 pub fn view_html(tool: Tool) -> String {
+    let echarts = if draws_charts(tool) {
+        format!("<script>{}</script>", inline(ECHARTS_JS))
+    } else {
+        String::new()
+    };
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>Tally: {name}</title><style>{css}</style></head>\
          <body data-tool=\"{name}\" data-version=\"{version}\"><main id=\"view\" class=\"tally-view\" aria-live=\"polite\">\
          <p id=\"waiting\" class=\"muted\">Waiting for the result…</p></main>\
-         <script>{echarts}</script><script>{view}</script><script>{app}</script></body></html>\n",
+         {echarts}<script>{view}</script><script>{app}</script></body></html>\n",
         name = tool.name(),
         version = env!("CARGO_PKG_VERSION"),
         css = inline(VIEW_CSS),
-        echarts = inline(ECHARTS_JS),
         view = inline(VIEW_JS),
         app = inline(APP_JS),
     )
@@ -199,8 +209,14 @@ mod tests {
                 "view.js does not draw {}",
                 tool.name()
             );
-            // One document: the only closing script tags are the three it opens.
-            assert_eq!(html.matches("</script>").count(), 3);
+            // One document: the only closing script tags are those it opens, the chart
+            // library's only where the view draws charts.
+            let scripts = if draws_charts(tool) { 3 } else { 2 };
+            assert_eq!(html.matches("</script>").count(), scripts);
+            assert_eq!(
+                html.contains(ECHARTS_JS.get(..200).unwrap_or_default()),
+                draws_charts(tool)
+            );
             assert!(
                 !html.contains("src=\""),
                 "a view loads nothing from outside"
@@ -208,6 +224,26 @@ mod tests {
         }
         assert_eq!(tool_of("ui://tally/nothing"), None);
         assert_eq!(tool_of("ui://other/query_records"), None);
+    }
+
+    /// Each view's page carries only what its tool needs: a page without charts is a tenth of
+    /// one with the chart library (it was 723 KB for every tool).
+    #[test]
+    fn a_view_without_charts_carries_no_chart_library() {
+        let chart = view_html(Tool::SummarizeRecords).len();
+        for tool in Tool::ALL
+            .into_iter()
+            .filter(|t| has_view(*t) && !draws_charts(*t))
+        {
+            let size = view_html(tool).len();
+            assert!(
+                size * 5 < chart && size < 128 * 1024,
+                "{}: {size} bytes against {chart} with charts",
+                tool.name()
+            );
+        }
+        // That view.js needs the library only to draw a chart is held in headless Chromium
+        // (tests/e2e/test_views.py: every view opens without a console error).
     }
 
     #[test]
