@@ -275,11 +275,16 @@ async def test_notifications_of_a_scoped_session_never_name_a_hidden_dataset(gat
                             return any(d["title"] == expected_title for d in listed)
 
                     deadline = time.monotonic() + 60
-                    while not await admin_sees("Archive Q7Z survey, revised"):
+                    while not (await admin_sees("Archive Q7Z survey, revised") and await admin_sees("New Q7Z")):
                         assert time.monotonic() < deadline, "the hidden change was not served"
                         await anyio.sleep(0.2)
                     shutil.rmtree(datasets / "vault-new-q7z")
-                    await anyio.sleep(1.5)
+                    # The removal served (the admin no longer sees it) is the event: a session
+                    # would be told of it now, and in order, before anything that follows.
+                    deadline = time.monotonic() + 60
+                    while await admin_sees("New Q7Z"):
+                        assert time.monotonic() < deadline, "the hidden removal was not served"
+                        await anyio.sleep(0.2)
                     hidden_only = len(notices_2025), len(notices_2026)
                     # A visible change, which both must hear of.
                     guide = datasets / "guide" / "dataset.yaml"

@@ -110,6 +110,16 @@ def test_bash_completes_dataset_ids(folder, bin_dir, tmp_path):
     (folder / "bridges").mkdir()
     (folder / "bridges" / "dataset.yaml").write_text("title: t\n", encoding="utf-8")
     assert complete("tally", "--datasets", str(folder), "cite", "b") == ["births", "bridges", "budget"]
+    # After flags, wherever they stand (the binary takes flags before the command as its
+    # own): `tally query --datasets DIR su<TAB>` rang the bell.
+    assert complete("tally", "query", "--datasets", str(folder), "bu") == ["budget"]
+    assert complete("tally", "--log-format", "json", "--datasets", str(folder), "inspect", "b") == ["births", "bridges", "budget"]
+    assert complete("tally", "summarize", "--compact", f"--datasets={folder}", "--call-timeout-ms", "900", "bi") == ["births"]
+    # Bash itself splits `--datasets=DIR` at the `=` into three words.
+    assert complete("tally", "query", "--datasets", "=", str(folder), "bu") == ["budget"]
+    # A flag's value, or a command's second argument, is not an id.
+    assert "budget" not in complete("tally", "inspect", "--datasets", "")
+    assert "budget" not in complete("tally", "--datasets", str(folder), "inspect", "budget", "")
     # Where no id is taken, clap's own completion: subcommands, options.
     assert "summarize" in complete("tally", "su")
     assert "--group-by" in complete("tally", "summarize", "procedures", "--gr")
@@ -122,8 +132,31 @@ def test_bash_completes_dataset_ids(folder, bin_dir, tmp_path):
 def bash_tab(bash: str, bin_dir: Path, cwd: Path, line: str, shows: bytes) -> str:
     """Types `line` and a TAB into an interactive bash on a terminal with the completion script
     installed, and returns what the terminal showed (the candidates bash listed) once it shows
+    `shows`."""
+    setup = [
+        # Every candidate listed at the first TAB, no bell, then the script installed.
+        b"bind 'set show-all-if-ambiguous on'; bind 'set bell-style none'\n",
+        b"source <(tally completions bash); echo READY-$((6*7))\n",
+    ]
+    return shell_tab([bash, "--norc", "--noprofile", "-i"], setup, bin_dir, cwd, line, shows)
+
+
+def zsh_tab(zsh: str, bin_dir: Path, cwd: Path, line: str, shows: bytes) -> str:
+    """`bash_tab` for zsh: its completion system (compinit) with the script sourced, a TAB typed
+    after `line`, the candidates zsh lists."""
+    setup = [
+        f"autoload -U compinit && compinit -u -d {cwd}/.zcompdump\n".encode(),
+        b"source <(tally completions zsh); echo READY-$((6*7))\n",
+    ]
+    return shell_tab([zsh, "-f", "-i"], setup, bin_dir, cwd, line, shows)
+
+
+def shell_tab(argv: list[str], setup: list[bytes], bin_dir: Path, cwd: Path, line: str, shows: bytes) -> str:
+    """Types `setup` (whose last line echoes READY-42), then `line` and a TAB, into an
+    interactive shell on a terminal, and returns what the terminal showed once it shows
     `shows`. The rest of the session is typed only then: input already waiting when the TAB's
-    completion ends can keep readline from listing the candidates (seen on a loaded machine)."""
+    completion ends can keep the line editor from listing the candidates (seen on a loaded
+    machine)."""
     import pty
     import select
 
@@ -136,7 +169,7 @@ def bash_tab(bash: str, bin_dir: Path, cwd: Path, line: str, shows: bytes) -> st
         "INPUTRC": "/dev/null",
     }
     proc = subprocess.Popen(
-        [bash, "--norc", "--noprofile", "-i"],
+        argv,
         stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env, start_new_session=True,
     )
     os.close(slave)
@@ -156,9 +189,8 @@ def bash_tab(bash: str, bin_dir: Path, cwd: Path, line: str, shows: bytes) -> st
                     break
 
     try:
-        # Every candidate listed at the first TAB, no bell, then the script installed.
-        os.write(master, b"bind 'set show-all-if-ambiguous on'; bind 'set bell-style none'\n")
-        os.write(master, b"source <(tally completions bash); echo READY-$((6*7))\n")
+        for command in setup:
+            os.write(master, command)
         read_until(b"READY-42")
         start = len(seen)
         os.write(master, line.encode() + b"\t")
@@ -200,6 +232,15 @@ def test_a_folder_named_like_a_command_is_never_run_by_bash(hostile, bin_dir, tm
         assert name not in shown, shown
 
 
+def test_bash_completes_ids_after_flags_at_a_real_tab(folder, bin_dir, tmp_path):
+    """`tally query --datasets DIR <TAB>` and `tally --datasets DIR query <TAB>` at an
+    interactive bash: the ids of DIR, not the bell."""
+    bash = shell("bash")
+    for line in (f"tally query --datasets {folder} ", f"tally --datasets {folder} query --compact "):
+        shown = bash_tab(bash, bin_dir, tmp_path, line, b"budget")
+        assert "births" in shown and "budget" in shown, (line, shown)
+
+
 def test_fish_completes_dataset_ids(folder, bin_dir, tmp_path):
     fish = shell("fish")
 
@@ -211,6 +252,12 @@ def test_fish_completes_dataset_ids(folder, bin_dir, tmp_path):
     assert complete(f"tally --datasets={folder} summarize ") == ["births", "budget"]
     assert complete(f"tally --datasets {datasets_dir()} query pro") == ["procedures"]
     assert "summarize" in complete("tally su")
+    # After flags, wherever they stand.
+    assert complete(f"tally query --datasets {folder} bu") == ["budget"]
+    assert complete(f"tally --log-format json --datasets {folder} inspect ") == ["births", "budget"]
+    assert complete(f"tally summarize --compact --call-timeout-ms 900 --datasets={folder} bi") == ["births"]
+    # A flag's value, or a command's second argument, is not an id.
+    assert "budget" not in complete(f"tally --datasets {folder} inspect budget ")
     # Folders named like shell code are neither run nor offered.
     for name in HOSTILE_NAMES:
         (folder / name).mkdir()
@@ -248,3 +295,17 @@ _tally_dataset_ids
     assert got[:2] == ["births", "budget"], got
     assert not any("touch" in g or " " in g or "*" in g for g in got), got
     assert not (tmp_path / "PWNED").exists()
+
+
+def test_zsh_completes_ids_after_flags_at_a_real_tab(folder, bin_dir, tmp_path):
+    """zsh's own completion system at a terminal (compinit, the script sourced, a TAB typed):
+    the ids after the command, after flags behind it, and after flags before it (the binary
+    takes those as the command's own)."""
+    zsh = shell("zsh")
+    for line in (
+        f"tally inspect --datasets {folder} ",
+        f"tally query --compact --datasets {folder} ",
+        f"tally --datasets {folder} summarize ",
+    ):
+        shown = zsh_tab(zsh, bin_dir, tmp_path, line, b"budget")
+        assert "births" in shown and "budget" in shown, (line, shown)

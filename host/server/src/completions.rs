@@ -25,13 +25,14 @@ pub fn write(
     command: &mut clap::Command,
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
+    let valued = valued_flags(command);
     let mut script = Vec::new();
     clap_complete::generate(shell, command, "tally", &mut script);
     let script = String::from_utf8_lossy(&script);
     let script = match shell {
-        clap_complete::Shell::Bash => format!("{script}\n{}", bash()),
-        clap_complete::Shell::Zsh => zsh(&script),
-        clap_complete::Shell::Fish => format!("{script}\n{}", fish()),
+        clap_complete::Shell::Bash => format!("{script}\n{}", bash(&valued)),
+        clap_complete::Shell::Zsh => zsh(&script, &valued),
+        clap_complete::Shell::Fish => format!("{script}\n{}", fish(&valued)),
         // Elvish and PowerShell: clap's script as it is (options and commands, no ids).
         _ => script.into_owned(),
     };
@@ -47,53 +48,117 @@ fn commands(separator: &str) -> String {
     TAKE_AN_ID.join(separator)
 }
 
-fn bash() -> String {
+/// Every long flag of the command line that takes a value (`--datasets`, `--where`, …), in
+/// any command: the scripts skip a flag's value when they look for the command and its first
+/// argument, wherever the flags stand (`tally query --datasets DIR su<TAB>`,
+/// `tally --datasets DIR query su<TAB>`: the binary takes flags typed before the command as
+/// its own).
+fn valued_flags(command: &mut clap::Command) -> Vec<String> {
+    fn walk(command: &clap::Command, out: &mut std::collections::BTreeSet<String>) {
+        for arg in command.get_arguments() {
+            if let Some(long) = arg.get_long()
+                && arg.get_action().takes_values()
+            {
+                out.insert(format!("--{long}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            walk(sub, out);
+        }
+    }
+    command.build();
+    let mut out = std::collections::BTreeSet::new();
+    walk(command, &mut out);
+    out.into_iter().collect()
+}
+
+fn bash(valued: &[String]) -> String {
     format!(
         r#"# Dataset ids of the datasets directory (`--datasets DIR`, default `datasets`), asked of
-# `tally __datasets` at each TAB, after a command that takes one.
+# `tally __datasets` at each TAB, where a command takes one.
 _tally_dataset_ids() {{
     local i datasets=datasets
     for ((i = 1; i < ${{#COMP_WORDS[@]}}; i++)); do
         case "${{COMP_WORDS[i]}}" in
-            --datasets) datasets="${{COMP_WORDS[i + 1]}}" ;;
+            --datasets)
+                # Bash splits `--datasets=DIR` at the `=` into three words.
+                if [[ "${{COMP_WORDS[i + 1]}}" == "=" ]]; then
+                    datasets="${{COMP_WORDS[i + 2]}}"
+                else
+                    datasets="${{COMP_WORDS[i + 1]}}"
+                fi
+                ;;
             --datasets=*) datasets="${{COMP_WORDS[i]#--datasets=}}" ;;
         esac
     done
     "${{COMP_WORDS[0]}}" __datasets --datasets "$datasets" 2>/dev/null
 }}
 
-_tally_with_dataset_ids() {{
-    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD - 1]}}"
-    case "$prev" in
-        {cases})
-            if [[ "$cur" != -* ]]; then
-                # Each id read as one line and matched against the typed prefix here: never
-                # through `compgen -W`, which expands what it is given (a folder named
-                # `$(cmd)` would run cmd). Only what a dataset id may be is offered.
-                local id pattern='{pattern}'
-                COMPREPLY=()
-                while IFS= read -r id; do
-                    if [[ "$id" =~ $pattern && "$id" == "$cur"* ]]; then
-                        COMPREPLY+=("$id")
-                    fi
-                done < <(_tally_dataset_ids)
-                if [[ ${{#COMPREPLY[@]}} -gt 0 || "$prev" != add ]]; then
-                    return 0
+# Whether the word at the cursor is a dataset id: the first argument of a command that takes
+# one, wherever flags and their values stand (before the command too: the binary takes them
+# as the command's own).
+_tally_wants_dataset_id() {{
+    local i word command="" arguments=0
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        word="${{COMP_WORDS[i]}}"
+        case "$word" in
+            --*=*) ;;
+            {valued})
+                if [[ "${{COMP_WORDS[i + 1]}}" == "=" ]]; then
+                    ((i += 2))
+                else
+                    ((i++))
                 fi
-            fi
-            ;;
+                ;;
+            -*) ;;
+            *)
+                if [[ -z "$command" ]]; then
+                    command="$word"
+                else
+                    ((arguments++))
+                fi
+                ;;
+        esac
+    done
+    _tally_command="$command"
+    # The word at the cursor is a flag's value, or not the command's first argument.
+    ((i == COMP_CWORD && arguments == 0)) || return 1
+    case "$command" in
+        {cases}) return 0 ;;
     esac
+    return 1
+}}
+
+_tally_with_dataset_ids() {{
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" _tally_command=""
+    if [[ "$cur" != -* ]] && _tally_wants_dataset_id; then
+        # Each id read as one line and matched against the typed prefix here: never
+        # through `compgen -W`, which expands what it is given (a folder named
+        # `$(cmd)` would run cmd). Only what a dataset id may be is offered.
+        local id pattern='{pattern}'
+        COMPREPLY=()
+        while IFS= read -r id; do
+            if [[ "$id" =~ $pattern && "$id" == "$cur"* ]]; then
+                COMPREPLY+=("$id")
+            fi
+        done < <(_tally_dataset_ids)
+        # `add` takes a new id too: with none matching, the default completion.
+        if [[ ${{#COMPREPLY[@]}} -gt 0 || "$_tally_command" != add ]]; then
+            return 0
+        fi
+    fi
     _tally "$@"
 }}
 
 complete -F _tally_with_dataset_ids -o bashdefault -o default tally
 "#,
         cases = commands("|"),
+        valued = valued.join("|"),
         pattern = ID_PATTERN,
     )
 }
 
-fn zsh(script: &str) -> String {
+fn zsh(script: &str, valued: &[String]) -> String {
     let ids = r#"
 # Dataset ids of the datasets directory (`--datasets DIR`, default `datasets`), asked of
 # `tally __datasets` at each TAB, where a command takes one.
@@ -114,14 +179,38 @@ _tally_dataset_ids() {
     done
     compadd -a ids
 }
+
+# Flags typed before the command (`tally --datasets DIR query <TAB>`) are the command's own,
+# as the binary takes them: moved after the command's name before the completion reads the
+# line (the words before the cursor are only reordered, so CURRENT stays).
+_tally_global_flags_first() {
+    local i=2
+    local -a before
+    while (( i < CURRENT )); do
+        case $words[i] in
+            (--*=*) before+=("$words[i]"); (( i++ )) ;;
+            (__VALUED__) before+=("$words[i]" "$words[i+1]"); (( i += 2 )) ;;
+            (-*) before+=("$words[i]"); (( i++ )) ;;
+            (*) break ;;
+        esac
+    done
+    if (( i < CURRENT && $#before )); then
+        words=("$words[1]" "$words[i]" "${before[@]}" "${(@)words[i+1,-1]}")
+    fi
+    _tally "$@"
+}
 "#
-    .replace("__PATTERN__", ID_PATTERN);
+    .replace("__PATTERN__", ID_PATTERN)
+    .replace("__VALUED__", &valued.join("|"));
     let mut out = String::with_capacity(script.len() + ids.len());
     let mut inserted = false;
     for line in script.split_inclusive('\n') {
         // The positional `dataset_id` of each command: completed with the ids.
         if line.starts_with("':dataset_id") && line.trim_end().ends_with(":_default' \\") {
             out.push_str(&line.replacen(":_default' \\", ":_tally_dataset_ids' \\", 1));
+        } else if line.trim() == "_tally \"$@\"" || line.trim() == "compdef _tally tally" {
+            // The dispatch at the end (autoloaded, or sourced): through the wrapper.
+            out.push_str(&line.replacen("_tally", "_tally_global_flags_first", 1));
         } else {
             out.push_str(line);
         }
@@ -133,10 +222,10 @@ _tally_dataset_ids() {
     out
 }
 
-fn fish() -> String {
+fn fish(valued: &[String]) -> String {
     format!(
         r#"# Dataset ids of the datasets directory (`--datasets DIR`, default `datasets`), asked of
-# `tally __datasets` at each TAB, after a command that takes one.
+# `tally __datasets` at each TAB, where a command takes one.
 function __fish_tally_dataset_ids
     set -l words (commandline -opc)
     set -l datasets datasets
@@ -154,14 +243,39 @@ function __fish_tally_dataset_ids
     $words[1] __datasets --datasets $datasets 2>/dev/null | string match --regex -- '{pattern}'
 end
 
+# Whether the token at the cursor is a dataset id: the first argument of a command that takes
+# one, wherever flags and their values stand (before the command too: the binary takes them
+# as the command's own).
 function __fish_tally_wants_dataset_id
     set -l words (commandline -opc)
-    contains -- $words[-1] {commands}
+    set -l command
+    set -l arguments 0
+    set -l value 0
+    for word in $words[2..-1]
+        if test $value -eq 1
+            set value 0
+            continue
+        end
+        switch $word
+            case '--*=*'
+            case {valued}
+                set value 1
+            case '-*'
+            case '*'
+                if test -z "$command"
+                    set command $word
+                else
+                    set arguments (math $arguments + 1)
+                end
+        end
+    end
+    test $value -eq 0; and test $arguments -eq 0; and contains -- "$command" {commands}
 end
 
 complete -c tally -n __fish_tally_wants_dataset_id -f -a "(__fish_tally_dataset_ids)" -d dataset
 "#,
         commands = commands(" "),
+        valued = valued.join(" "),
         pattern = ID_PATTERN,
     )
 }
@@ -218,10 +332,11 @@ mod tests {
         assert!(zsh.contains("':dataset_id:_tally_dataset_ids' \\"), "{zsh}");
         assert!(!zsh.contains("':dataset_id:_default'"));
         assert!(
-            zsh.find("_tally_dataset_ids() {").unwrap() < zsh.find("compdef _tally tally").unwrap()
+            zsh.find("_tally_dataset_ids() {").unwrap()
+                < zsh.find("compdef _tally_global_flags_first tally").unwrap()
         );
         let fish = script(clap_complete::Shell::Fish);
-        assert!(fish.contains("contains -- $words[-1] inspect query summarize cite add fetch"));
+        assert!(fish.contains("contains -- \"$command\" inspect query summarize cite add fetch"));
     }
 
     #[test]
@@ -283,7 +398,7 @@ mod tests {
         }
         // clap's own part completes its fixed options with `compgen -W`; the ids never go
         // through it.
-        let code = bash();
+        let code = bash(&["--datasets".to_string()]);
         let mut code = code.lines().filter(|l| !l.trim_start().starts_with('#'));
         assert!(!code.any(|l| l.contains("compgen")));
     }

@@ -150,9 +150,13 @@ enum Command {
     /// Validate every dataset definition in a directory; prints each problem with file, line,
     /// key and fix, and exits non-zero when any dataset cannot be served.
     Check {
-        /// The datasets directory.
-        #[arg(default_value = "datasets")]
-        dir: PathBuf,
+        /// The datasets directory (as `--datasets DIR`, which every command that reads
+        /// datasets takes).
+        #[arg(value_name = "DIR", conflicts_with = "datasets")]
+        dir: Option<PathBuf>,
+        /// The datasets directory (default `datasets`).
+        #[arg(long, value_name = "DIR")]
+        datasets: Option<PathBuf>,
         /// Also load native plugins to check them (they run with this process's rights).
         #[arg(long, env = "TALLY_ALLOW_NATIVE", value_parser = clap::builder::FalseyValueParser::new())]
         allow_native: bool,
@@ -388,6 +392,7 @@ fn run(
         }
         Command::Check {
             dir,
+            datasets,
             allow_native,
             deep,
             scan,
@@ -397,6 +402,9 @@ fn run(
             if let Some(m) = memory_budget {
                 limits.memory_budget_bytes = m.max(16) * 1024 * 1024;
             }
+            let dir = dir
+                .or(datasets)
+                .unwrap_or_else(|| PathBuf::from("datasets"));
             check::run(
                 &dir,
                 &check::CheckOptions {
@@ -706,6 +714,58 @@ mod tests {
                 info.command
             );
         }
+    }
+
+    /// One set of global flags: every command that reads a datasets directory takes
+    /// `--datasets` (and those that serve or answer, `--cache-dir` and the budgets), before
+    /// its name or after it.
+    #[test]
+    fn every_command_that_reads_datasets_takes_the_global_flags_before_or_after_it() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        cli.build();
+        let no_datasets = ["completions", "plugin", "schema", "help"];
+        let answering = [
+            "serve",
+            "list",
+            "inspect",
+            "query",
+            "summarize",
+            "cite",
+            "verify",
+        ];
+        let mut checked = 0;
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name();
+            if no_datasets.contains(&name) {
+                continue;
+            }
+            let longs: Vec<&str> = sub.get_arguments().filter_map(|a| a.get_long()).collect();
+            let mut global = vec!["datasets", "log-format"];
+            if answering.contains(&name) {
+                global.extend(["cache-dir", "memory-budget", "call-timeout-ms", "compact"]);
+            }
+            for flag in global {
+                assert!(
+                    longs.contains(&flag),
+                    "`tally {name}` does not take --{flag}: {longs:?}"
+                );
+            }
+            let moved = global_flags_after_subcommand(
+                ["tally", "--datasets", "DIR", "--log-format=json", name, "x"].map(Into::into),
+            );
+            let moved: Vec<String> = moved
+                .iter()
+                .map(|w| w.to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(
+                moved,
+                ["tally", name, "--datasets", "DIR", "--log-format=json", "x"],
+                "flags before `{name}` are taken as its own"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 11, "the commands were found: {checked}");
     }
 
     #[test]
