@@ -6,7 +6,9 @@ survey; the browser front of `tally serve --http` used as a person would."""
 import http.server
 import json
 import os
+import re
 import shutil
+import subprocess
 import socketserver
 import threading
 import urllib.error
@@ -18,7 +20,7 @@ import pytest
 from mcp import Client
 from mcp.client.extension import advertise
 
-from conftest import ROOT, HttpServer, reference_survey, stdio_params
+from conftest import ROOT, HttpServer, reference_survey, stdio_params, tally_bin
 
 pytestmark = pytest.mark.anyio
 
@@ -229,6 +231,9 @@ CASES = {
     "stacked bars": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "手続類型"]}, "stacked"),
     "stacked bars of a page": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "手続類型"], "limit": 50}, "stacked"),
     "heatmap of a rate": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "手続類型"], "metrics": ["avg:オンライン率"]}, "heatmap"),
+    # Issue 61: pages that hold a fraction of their groups; the chart asks for the largest.
+    "heatmap of many pairs": ("summarize_records", {"dataset_id": "survey", "group_by": ["所管府省庁", "法令名"]}, "heatmap"),
+    "treemap of many groups": ("summarize_records", {"dataset_id": "survey", "group_by": ["法令名"]}, "treemap"),
     "bar of parts": ("summarize_records", {"dataset_id": "survey", "explode": "申請等における本人確認手法", "group_by": ["申請等における本人確認手法"], "limit": 8}, "bar"),
     "figures": ("summarize_records", {"dataset_id": "survey", "metrics": ["count", "avg:オンライン率"], "where": {"所管府省庁": ["総務省"]}}, "card"),
     "records": ("query_records", {"dataset_id": "survey", "select": ["手続名", "所管府省庁"], "limit": 25}, None),
@@ -365,12 +370,21 @@ return { kind: el.dataset.kind, marks: marks, drawn: drawn, names: names, axis: 
 """
 
 
+def chart_drawn(browser, what: str):
+    """Waits until the chart is drawn: at once from the answer, or after its own calls."""
+    wait_until(browser, "return document.querySelector('.chart-scope, .cards, table.data')", what, 90)
+
+
 @pytest.mark.parametrize("case", [c for c, v in CASES.items() if v[0] == "summarize_records"])
 def test_summary_views_draw_one_mark_per_group(case, views, browser):
     data = views.cases[case]["result"]["structuredContent"]["data"]
     expected_kind = views.cases[case]["kind"]
+    # A page that does not hold every group: the chart asks for its own (the largest), and
+    # the tests below check what it draws; here, that it did.
+    page_cut = "group_by" in views.cases[case]["arguments"] and data["total_group_count"] > len(data["rows"])
     open_case(browser, views, case)
     try:
+        chart_drawn(browser, f"{case}: the chart")
         drawn = browser.execute_script("return document.getElementById('view').dataset.kind")
         assert drawn == expected_kind, (case, drawn)
         groups = [c for c in data["columns"] if c in {f["name"] for f in data["field_metadata"]} and c not in {m["column"] for m in data["metrics"]}]
@@ -382,15 +396,18 @@ def test_summary_views_draw_one_mark_per_group(case, views, browser):
         else:
             facts = browser.execute_script(CHART_FACTS)
             assert facts and facts["kind"] == expected_kind, facts
-            present = [r for r in data["rows"] if r[data["columns"].index(data["metrics"][0]["column"])] is not None]
-            assert facts["marks"] == len(present), (case, facts["marks"], len(data["rows"]))
-            # Each datum has its own element in the drawing (bars, cells, slices, tiles).
-            assert facts["drawn"] >= len(present), (case, facts)
             assert facts["svg"] > 0, "nothing was drawn"
-            first = data["columns"].index(groups[0])
-            want = {labels(r[first]) for r in data["rows"]}
-            got = set(facts["axis"] or facts["names"])
-            assert got == want, (case, got ^ want)
+            scope = browser.execute_script("return document.querySelector('.chart-scope').dataset.from")
+            assert scope == ("calls" if page_cut else "answer"), (case, scope)
+            if not page_cut:
+                present = [r for r in data["rows"] if r[data["columns"].index(data["metrics"][0]["column"])] is not None]
+                assert facts["marks"] == len(present), (case, facts["marks"], len(data["rows"]))
+                # Each datum has its own element in the drawing (bars, cells, slices, tiles).
+                assert facts["drawn"] >= len(present), (case, facts)
+                first = data["columns"].index(groups[0])
+                want = {labels(r[first]) for r in data["rows"]}
+                got = set(facts["axis"] or facts["names"])
+                assert got == want, (case, got ^ want)
         # Warnings are shown, above the chart.
         # The survey states no retrieval date: every answer warns about that.
         warnings = views.cases[case]["result"]["structuredContent"]["provenance"]["warnings"]
@@ -398,10 +415,13 @@ def test_summary_views_draw_one_mark_per_group(case, views, browser):
         shown = browser.execute_script(
             "var w = document.querySelector('.warnings'); var b = document.querySelector('.body');"
             "return w && w.offsetHeight > 0 && w.getBoundingClientRect().bottom <= b.getBoundingClientRect().top ? w.textContent : null")
-        assert shown and warnings[0][:20] in shown, shown
+        assert shown, shown
+        for w in warnings:
+            # A chart drawn from calls of its own says what it shows instead of the page's cut.
+            assert (page_cut and page_warning(w)) != (w[:20] in shown), (w, shown)
         source = browser.execute_script("return document.querySelector('.provenance .source').textContent")
         assert "retrieved" in source
-        # The table is one click away, with every group.
+        # The table is one click away, with every group of the page.
         browser.execute_script("document.querySelector('button[data-kind=\"table\"]').click()")
         rows = browser.execute_script("return document.querySelectorAll('table.data tbody tr').length")
         assert rows == len(data["rows"])
@@ -418,31 +438,185 @@ def test_summary_views_draw_one_mark_per_group(case, views, browser):
     assert outside == [], outside
 
 
-def test_a_chart_says_plainly_what_it_leaves_out(views, browser):
+def warning_texts(browser, scope: str = "") -> list[str]:
+    return browser.execute_script(f"return [].map.call(document.querySelectorAll('{scope} .warnings li'), function (l) {{ return l.textContent; }})")
+
+
+def page_warning(w: str) -> bool:
+    return re.match(r"\d+ of \d+ groups returned \(limit \d+\)", w) is not None
+
+
+def test_a_chart_says_plainly_what_it_leaves_out(views, survey, tmp_path, browser):
     """Regression (issue 42, "a misleading stacked chart"): a summary cut by its limit (50 of
     147 pairs) drew ministries missing and bars short with only the answer's warning above.
-    Under the chart one line now says what is drawn and what is not, and why; a complete
-    answer is said to be drawn whole."""
+    Issue 61: a view that can call tools asks for the chart's groups itself and draws all 147
+    pairs, the warnings above saying what the chart shows (not "50 of 147 groups returned",
+    which is about the table's page); a chart that cannot (a file, no server) says under it
+    what the answer did not hold."""
     data = views.cases["stacked bars of a page"]["result"]["structuredContent"]["data"]
+    whole = views.cases["stacked bars"]["result"]["structuredContent"]["data"]
     assert data["total_group_count"] > data["returned"] == 50, data["total_group_count"]
+    assert whole["returned"] == whole["total_group_count"] == data["total_group_count"]
     open_case(browser, views, "stacked bars of a page")
     try:
-        scope = browser.execute_script("var p = document.querySelector('.chart-scope'); return p && { complete: p.dataset.complete, text: p.textContent };")
-        missing = data["total_group_count"] - data["returned"]
-        assert scope["complete"] == "false", scope
-        assert f"(50 of {data['total_group_count']} pairs)" in scope["text"], scope
-        assert f"Not drawn: {missing} of the {data['total_group_count']} groups that the answer did not hold" in scope["text"], scope
-        assert "may be short" in scope["text"], scope
+        chart_drawn(browser, "the chart's own groups")
+        facts = browser.execute_script(CHART_FACTS)
+        assert facts["kind"] == "stacked" and facts["marks"] == whole["total_group_count"], facts
+        assert set(facts["axis"]) == {r[0] for r in whole["rows"]}
+        scope = browser.execute_script("var p = document.querySelector('.chart-scope'); return p && { complete: p.dataset.complete, from: p.dataset.from, text: p.textContent };")
+        assert scope["complete"] == "true" and scope["from"] == "calls", scope
+        total = data["total_group_count"]
+        assert f"({total} of {total} pairs)" in scope["text"] and "Not drawn" not in scope["text"], scope
+        warnings = warning_texts(browser)
+        ministries, kinds = {r[0] for r in whole["rows"]}, {r[1] for r in whole["rows"]}
+        assert warnings[0] == (f"The chart shows {len(ministries)} 所管府省庁 × {len(kinds)} 手続類型 ({total} of {total} pairs). "
+                               f"It was asked in 3 calls of its own; the table is the page asked for: 50 of {total} groups."), warnings
+        assert not [w for w in warnings if page_warning(w)], warnings
+        # The table is the page, with the page's own warning.
+        browser.execute_script("document.querySelector('button[data-kind=\"table\"]').click()")
+        assert [w for w in warning_texts(browser) if page_warning(w)] == [f"50 of {total} groups returned (limit 50); raise limit or add having to see the rest"]
     finally:
         browser.switch_to.default_content()
-    whole = views.cases["stacked bars"]["result"]["structuredContent"]["data"]
+    calls = browser.execute_script("return window.hostLog.toolCalls")
+    assert [c["name"] for c in calls] == ["summarize_records"] * 3, calls
     open_case(browser, views, "stacked bars")
     try:
-        scope = browser.execute_script("var p = document.querySelector('.chart-scope'); return { complete: p.dataset.complete, text: p.textContent };")
-        assert scope["complete"] == "true" and "Not drawn" not in scope["text"], scope
+        scope = browser.execute_script("var p = document.querySelector('.chart-scope'); return { complete: p.dataset.complete, from: p.dataset.from, text: p.textContent };")
+        assert scope["complete"] == "true" and scope["from"] == "answer" and "Not drawn" not in scope["text"], scope
         assert f"({whole['returned']} of {whole['total_group_count']} pairs)" in scope["text"], scope
     finally:
         browser.switch_to.default_content()
+    assert browser.execute_script("return window.hostLog.toolCalls") == [], "a page holding every group asks nothing"
+    assert console_errors(browser) == []
+
+    # A chart file holds the answer and calls nothing: drawn from the page, it says what the
+    # page lacks, and the page's warning stays above it.
+    page = tmp_path / "page.html"
+    r = subprocess.run(
+        [tally_bin(), "summarize", "survey", "--datasets", str(survey), "--compact", "--chart", str(page),
+         "--group-by", "所管府省庁", "--group-by", "手続類型", "--limit", "50"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    fresh_logs(browser)
+    browser.get(page.as_uri())
+    wait_until(browser, "return document.querySelector('.chart-scope')", "the chart of the page")
+    scope = browser.execute_script("var p = document.querySelector('.chart-scope'); return { complete: p.dataset.complete, from: p.dataset.from, text: p.textContent };")
+    missing = total - 50
+    assert scope["complete"] == "false" and scope["from"] == "answer", scope
+    assert f"(50 of {total} pairs)" in scope["text"], scope
+    assert f"Not drawn: {missing} of the {total} groups that the answer did not hold" in scope["text"], scope
+    assert "may be short" in scope["text"], scope
+    assert [w for w in warning_texts(browser) if page_warning(w)], warning_texts(browser)
+    assert console_errors(browser) == []
+
+
+def independent_counts(survey: Path, *groups: str) -> list:
+    """Every group of a count of the survey, computed apart from the server the chart asked:
+    by the command line, with a result budget that holds them all."""
+    r = subprocess.run(
+        [tally_bin(), "summarize", "survey", "--datasets", str(survey), "--compact", "--limit", "10000",
+         "--max-result-tokens", "100000000", *[a for g in groups for a in ("--group-by", g)]],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)["data"]
+    assert data["returned"] == data["total_group_count"] and data["columns"][-1] == "count", data["columns"]
+    return data["rows"]
+
+
+# The heatmap as drawn: its rows and columns, and every cell with its value ("others" cells
+# are a series of their own, marked with how many groups they stand for).
+HEATMAP_CELLS = """
+var el = document.querySelector(arguments[0] + ' .chart');
+var option = echarts.getInstanceByDom(el).getOption();
+var rows = option.yAxis[0].data, columns = option.xAxis[0].data, cells = [];
+option.series.forEach(function (s) {
+  s.data.forEach(function (d) {
+    var v = Array.isArray(d) ? d : d.value;
+    cells.push({ row: rows[v[1]], column: columns[v[0]], value: v[2], others: Array.isArray(d) ? 0 : d.others || 0 });
+  });
+});
+return { kind: el.dataset.kind, rows: rows, columns: columns, cells: cells };
+"""
+
+OTHERS = re.compile(r"\((\d[\d,]*) others\)")
+
+
+def check_largest_pairs(chart: dict, survey: Path):
+    """Issue 61: a chart of 所管府省庁 × 法令名 (thousands of pairs, a page holding a few
+    hundred) draws every ministry (they fit the heatmap's 60 rows), the 39 laws with the
+    most records (of the 40 columns it draws) and one "others" column, whose cell for each
+    ministry is exactly its records outside those laws: checked against the ministries' own
+    totals (a summary without the second grouping) and against every pair, both computed
+    apart from the server the chart asked."""
+    pairs = {(m, law): n for m, law, n in independent_counts(survey, "所管府省庁", "法令名")}
+    ministries = {m: n for m, n in independent_counts(survey, "所管府省庁")}
+    laws: dict = {}
+    for (_, law), n in pairs.items():
+        laws[law] = laws.get(law, 0) + n
+    assert len(pairs) > 60 * 40 and len(laws) > 40, (len(pairs), len(laws))
+    assert chart["kind"] == "heatmap", chart["kind"]
+    # Every ministry: 25 fit the rows.
+    assert sorted(chart["rows"]) == sorted(ministries), set(chart["rows"]) ^ set(ministries)
+    *drawn, others = chart["columns"]
+    assert len(drawn) == 39 and OTHERS.fullmatch(others), chart["columns"]
+    assert int(OTHERS.fullmatch(others).group(1).replace(",", "")) == len(laws) - 39
+    # The largest: no law left in "others" has more records than a law drawn apart.
+    folded = [law for law in laws if law not in drawn]
+    assert min(laws[law] for law in drawn) >= max(laws[law] for law in folded), (drawn, others)
+    apart = [c for c in chart["cells"] if not c["others"]]
+    folded_cells = [c for c in chart["cells"] if c["others"]]
+    assert {(c["row"], c["column"]): c["value"] for c in apart} == {k: n for k, n in pairs.items() if k[1] in drawn}
+    for c in folded_cells:
+        assert c["column"] == others and c["others"] == len(folded), c
+        kept = sum(pairs.get((c["row"], law), 0) for law in drawn)
+        assert c["value"] == ministries[c["row"]] - kept, c
+        assert c["value"] == sum(n for (m, law), n in pairs.items() if m == c["row"] and law not in drawn), c
+    assert {c["row"] for c in folded_cells} == {m for m, n in ministries.items() if n > sum(pairs.get((m, law), 0) for law in drawn)}
+    return pairs
+
+
+def test_a_view_of_thousands_of_pairs_draws_the_largest_and_folds_the_rest(views, survey, browser):
+    """Issue 61 in an MCP Apps view: the answer's page (200 of the pairs) is not what the
+    heatmap draws; it asks for the largest through the host."""
+    data = views.cases["heatmap of many pairs"]["result"]["structuredContent"]["data"]
+    assert data["total_group_count"] > data["returned"], data["total_group_count"]
+    open_case(browser, views, "heatmap of many pairs")
+    try:
+        chart_drawn(browser, "the heatmap's own groups")
+        chart = browser.execute_script(HEATMAP_CELLS, "")
+        warnings = warning_texts(browser)
+    finally:
+        browser.switch_to.default_content()
+    pairs = check_largest_pairs(chart, survey)
+    assert data["total_group_count"] == len(pairs)
+    assert warnings[0].startswith("The chart shows 25 所管府省庁 × the 39 largest of "), warnings
+    assert not [w for w in warnings if page_warning(w)], warnings
+    calls = browser.execute_script("return window.hostLog.toolCalls")
+    assert 3 <= len(calls) <= 40 and {c["name"] for c in calls} == {"summarize_records"}, calls
+    assert console_errors(browser) == []
+
+
+def test_a_view_of_thousands_of_groups_folds_the_smallest_into_one_exact_tile(views, survey, browser):
+    """One grouping: 法令名 alone has thousands of groups; the treemap draws the 199 largest
+    and one "others" tile whose value is every other record, exactly."""
+    data = views.cases["treemap of many groups"]["result"]["structuredContent"]["data"]
+    laws = {law: n for law, n in independent_counts(survey, "法令名")}
+    assert data["total_group_count"] == len(laws) > 200
+    open_case(browser, views, "treemap of many groups")
+    try:
+        chart_drawn(browser, "the treemap's own groups")
+        facts = browser.execute_script(CHART_FACTS)
+        items = browser.execute_script("return echarts.getInstanceByDom(document.querySelector('.chart')).getOption().series[0].data.map(function (d) { return [d.name, d.value, d.others || 0]; })")
+    finally:
+        browser.switch_to.default_content()
+    assert facts["kind"] == "treemap" and facts["marks"] == 200, facts
+    *apart, (others, value, n) = items
+    assert OTHERS.fullmatch(others) and n == len(laws) - 199, items[-1]
+    assert {name: v for name, v, _ in apart} == {name: laws[name] for name, _, _ in apart}
+    assert min(v for _, v, _ in apart) >= max(v for law, v in laws.items() if law not in {a[0] for a in apart})
+    assert value == sum(laws.values()) - sum(v for _, v, _ in apart) == data["total_records"] - sum(v for _, v, _ in apart)
     assert console_errors(browser) == []
 
 
@@ -856,8 +1030,17 @@ def test_browser_front_offers_coded_values_draws_every_pair_and_warns_once(tmp_p
         # The call shown (and its permalink) is the one asked: the table's page of 50.
         call = json.loads(browser.find_element(By.ID, "call-json").get_attribute("textContent"))
         assert call["params"]["arguments"]["limit"] == 50
-        table_warnings = browser.execute_script("return [].map.call(document.querySelectorAll('#result .warnings li'), function (l) { return l.textContent; })")
-        assert any("50 of" in w for w in table_warnings), table_warnings  # the page's own warning stays
+        # Above the chart, what the chart shows (issue 61: it said "50 of 147 groups returned",
+        # the table's page, above all 147 pairs drawn); the table keeps the page's warning.
+        chart_warnings = warning_texts(browser, "#result")
+        kinds = {r[1] for r in pairs["rows"]}
+        assert chart_warnings[0].startswith(
+            f"The chart shows {len(ministries)} 所管府省庁 × {len(kinds)} 手続類型 ({pairs['total_group_count']} of {pairs['total_group_count']} pairs)."), chart_warnings
+        assert chart_warnings[0].endswith(f"the table is the page asked for: 50 of {pairs['total_group_count']} groups."), chart_warnings
+        assert not [w for w in chart_warnings if page_warning(w)], chart_warnings
+        browser.execute_script("document.querySelector('#result button[data-kind=\"table\"]').click()")
+        assert [w for w in warning_texts(browser, "#result") if page_warning(w)], warning_texts(browser, "#result")
+        browser.execute_script("document.querySelector('#result button[data-kind=\"stacked\"]').click()")
 
         def shown_once():
             texts = browser.execute_script("return [].map.call(document.querySelectorAll('.warnings li'), function (l) { return l.textContent; })")
@@ -878,6 +1061,44 @@ def test_browser_front_offers_coded_values_draws_every_pair_and_warns_once(tmp_p
         folded = browser.execute_script("return [].map.call(document.querySelectorAll('#result details.omitted'), function (d) { return d.querySelector('summary').textContent; })")
         assert len(folded) == 1 and folded[0].endswith("columns left out"), folded
         assert not browser.execute_script("return [].some.call(document.querySelectorAll('#result p'), function (p) { return /^Column .* left out/.test(p.textContent); })")
+        assert console_errors(browser) == []
+        outside = [u for u in requests_made(browser) if not u.startswith(server.base + "/") and not u.startswith(("data:", "about:"))]
+        assert outside == [], outside
+    finally:
+        server.stop()
+
+
+def test_browser_front_charts_the_largest_of_thousands_of_pairs(survey, browser):
+    """Issue 61, as a new user met it: the front's summary 所管府省庁 × 法令名 (a page of 50 of
+    thousands of pairs) drew "40 of 3,027 pairs", the first 40 law names in code order, a
+    nearly empty grid with ministries missing, under a warning about the table's page. Its
+    chart now draws every ministry, the laws with the most records and the rest as one exact
+    "others" column, and the warnings above it say what it shows."""
+    server = HttpServer("--call-timeout-ms", "60000", datasets=str(survey))
+    try:
+        call = {"name": "summarize_records", "arguments": {"dataset_id": "survey", "group_by": ["所管府省庁", "法令名"], "limit": 50}}
+        fresh_logs(browser)
+        browser.get(server.base + "/#/d/survey?call=" + urllib.request.quote(json.dumps(call, ensure_ascii=False)))
+        wait_until(browser, "return document.querySelector('#result .chart-scope')", "the heatmap", 120)
+        chart = browser.execute_script(HEATMAP_CELLS, "#result")
+        pairs = check_largest_pairs(chart, survey)
+        laws = len({law for _, law in pairs})
+        warnings = warning_texts(browser, "#result")
+        assert warnings[0].startswith(f"The chart shows 25 所管府省庁 × the 39 largest of {laws:,} 法令名 and “({laws - 39:,} others)”, their exact total"), warnings
+        assert warnings[0].endswith(f"the table is the page asked for: 50 of {len(pairs):,} groups."), warnings
+        assert not [w for w in warnings if page_warning(w)], warnings
+        scope = browser.execute_script("var p = document.querySelector('#result .chart-scope'); return { complete: p.dataset.complete, from: p.dataset.from, text: p.textContent };")
+        assert scope["complete"] == "true" and scope["from"] == "calls", scope
+        # The table is the page asked for, and the call shown is the one asked.
+        assert json.loads(browser.find_element("id", "call-json").get_attribute("textContent"))["params"] == call
+        browser.execute_script("document.querySelector('#result button[data-kind=\"table\"]').click()")
+        assert browser.execute_script("return document.querySelectorAll('#result table.data tbody tr').length") == 50
+        assert [w for w in warning_texts(browser, "#result") if page_warning(w)] == [f"50 of {len(pairs)} groups returned (limit 50); raise limit or add having to see the rest"]
+        browser.execute_script("document.querySelector('#result button[data-kind=\"heatmap\"]').click()")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.set_window_size(1200, 1500)
+        browser.save_screenshot(str(ARTIFACTS / "front-largest-pairs.png"))
+        browser.set_window_size(1200, 900)
         assert console_errors(browser) == []
         outside = [u for u in requests_made(browser) if not u.startswith(server.base + "/") and not u.startswith(("data:", "about:"))]
         assert outside == [], outside

@@ -12,8 +12,9 @@
 //! warnings above the plot, the source and the steps Tally computed under it.
 //!
 //! A chart's size does not grow with the result: at most [`LIMITS`] are drawn (the same as
-//! the view's), the rest said in the notes, and a PNG's pixels are at most
-//! [`MAX_PNG_PIXEL_BYTES`].
+//! the view's): the largest groups by the charted metric, the rest folded into one "others"
+//! group (their sum) when the metric adds up, else left out, and said in the notes; a PNG's
+//! pixels are at most [`MAX_PNG_PIXEL_BYTES`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), tally_chart::ChartError> {
@@ -48,7 +49,10 @@
 //!   slice, per treemap tile and per card figure. A row whose value is null has no mark (bars
 //!   say "(no value)" in its place, a heatmap leaves its cell grey); pies and treemaps draw
 //!   only values above zero, and say which were left out. Past [`LIMITS`] the notes say
-//!   what was drawn of how many ("The 100 largest of 10,000 groups are drawn; …").
+//!   what was drawn of how many ("The 99 largest of 10,000 groups are drawn, and the other
+//!   9,901 as one bar, “(9,901 others)”, their sum; …"); a mark that stands for groups folded
+//!   into one has `data-others` (how many: of its row's grouping for a cell of an "others"
+//!   row, else of its column's).
 
 mod choice;
 mod draw;
@@ -56,6 +60,7 @@ mod drawn;
 mod error;
 mod kind;
 mod limits;
+mod pick;
 mod raster;
 mod render;
 mod summary;

@@ -1,8 +1,10 @@
 //! How much a chart draws at most, so that its size does not grow with the result.
 //!
 //! A summary can have tens of thousands of groups; drawn whole, a bar chart of 10,000 groups
-//! is about 260,000 px tall and its PNG about 3 GB. Past these limits a chart draws the first
-//! (or largest) ones and says in its notes what it left out; the result's table has them all.
+//! is about 260,000 px tall and its PNG about 3 GB. Past these limits a chart draws the largest
+//! groups by its metric, the rest folded into one "others" group when the metric adds up (a
+//! count or a sum) or left out when it does not, and says so in its notes (`pick`); the
+//! result's table has them all.
 //!
 //! **The same as view.js `LIMITS`** (`host/mcp/ui/view.js`, `drawSummary`), so that the
 //! image and the view show the same groups. Change both together.
@@ -10,18 +12,19 @@
 /// The most a chart of each kind draws. [`LIMITS`] is the one value used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Bars: the first in the order drawn (largest first). view.js `LIMITS.bars`.
+    /// Bars, largest first (the last "others" past the bound). view.js `LIMITS.bars`.
     pub bars: usize,
     /// Stacked bars: categories of the first grouping, by total, largest first. view.js
     /// `LIMITS.stackedCategories`.
     pub stacked_categories: usize,
-    /// Stacked bars: series (values of the second grouping, in code order). A summary with
-    /// more is chosen as a heatmap (`chooseChart` in view.js); stacked bars asked for by name
-    /// draw this many.
+    /// Stacked bars: series (the largest values of the second grouping, drawn in code order).
+    /// A summary with more is chosen as a heatmap (`chooseChart` in view.js); stacked bars
+    /// asked for by name draw this many.
     pub stacked_series: usize,
-    /// Heatmap rows (the first grouping, in the order drawn). view.js `LIMITS.heatmapRows`.
+    /// Heatmap rows (the first grouping's largest values, largest first). view.js
+    /// `LIMITS.heatmapRows`.
     pub heatmap_rows: usize,
-    /// Heatmap columns (the second grouping, in code order). view.js
+    /// Heatmap columns (the second grouping's largest values, drawn in code order). view.js
     /// `LIMITS.heatmapColumns`.
     pub heatmap_columns: usize,
     /// Treemap tiles, largest first. view.js `LIMITS.treemapTiles`.
@@ -47,15 +50,6 @@ pub const LIMITS: Limits = Limits {
 /// smaller scale (down to 1×), and one that does not fit even then is refused. Only the PNG
 /// has this limit (the view has no raster).
 pub const MAX_PNG_PIXEL_BYTES: u64 = 64 * 1024 * 1024;
-
-/// The sentence a chart's notes carry when `limit` of `total` were drawn, e.g. "The 100
-/// largest of 10,000 groups are drawn; the result's table has them all."
-pub(crate) fn largest_note(limit: usize, total: usize, what: &str) -> String {
-    format!(
-        "The {limit} largest of {} {what} are drawn; {ALL_IN_TABLE}",
-        crate::text::format_number(total as f64, 0)
-    )
-}
 
 /// What every note about a limit ends with.
 pub(crate) const ALL_IN_TABLE: &str = "the result's table has them all.";

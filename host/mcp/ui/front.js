@@ -308,35 +308,16 @@
     show('call-details', true);
     history.replaceState(null, '', permalink(call));
     return callTool(call.name, call.arguments).then(function (result) {
-      var chartCall = chartCallFor(call, result);
-      if (!chartCall) return { result: result, chart: null };
-      status('asking the chart its groups…');
-      return callTool(chartCall.name, chartCall.arguments).then(function (chartResult) {
-        return { result: result, chart: chartResult && !chartResult.isError ? { arguments: chartCall.arguments, result: chartResult } : null };
-      }, function () { return { result: result, chart: null }; });
-    }).then(function (answer) {
       status('');
-      window.TallyView.render(out, call.name, call.arguments, answer.result, {
-        callTool: callTool, chart: answer.chart, omitWarnings: current.datasetWarnings,
+      // The table is the page asked for (its limit). A chart of a summary whose page does not
+      // hold every group asks for the groups it shows in calls of its own, through the same
+      // client (view.js `askChart`: the largest by the charted metric, the rest folded into
+      // "others" with exact totals), and says so above it; the call shown and its permalink
+      // stay the one asked.
+      window.TallyView.render(out, call.name, call.arguments, result, {
+        callTool: callTool, omitWarnings: current.datasetWarnings,
       });
     }, failed(out));
-  }
-
-  // The table shows the page asked for (its limit); a chart of a page would leave groups out
-  // (50 of 147 pairs: ministries missing, bars cut short). So when the page does not hold
-  // every group, the chart is drawn from a call of its own: the same call asking for as many
-  // groups as the chart can draw (view.js `chartLimit`), and the chart says what it still
-  // leaves out.
-  function chartCallFor(call, result) {
-    if (call.name !== 'summarize_records' || !result || result.isError) return null;
-    var data = result.structuredContent && result.structuredContent.data;
-    var groups = [].concat(call.arguments.group_by || []).length;
-    if (!data || !groups || !(data.total_group_count > (data.rows || []).length)) return null;
-    var limit = window.TallyView.chartLimit(groups);
-    if (!limit || (call.arguments.limit || 0) >= limit) return null;
-    var args = Object.assign({}, call.arguments, { limit: limit });
-    delete args.cursor;
-    return { name: call.name, arguments: args };
   }
 
   $('call-form').addEventListener('submit', function (e) {

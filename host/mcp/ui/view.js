@@ -262,7 +262,8 @@
   }
 
   // At most this much is drawn (the same numbers as host/chart's `limits`): past them a chart
-  // says what it left out, and the table has every group.
+  // draws the largest groups by its metric, the rest folded into one "others" group when the
+  // metric adds up (a count or a sum) or left out when it does not, and says which.
   var LIMITS = { bars: 100, stackedCategories: 60, stackedSeries: 12, heatmapRows: 60, heatmapColumns: 40, treemapTiles: 200 };
 
   function byCode(a, b) {
@@ -270,71 +271,434 @@
     return a.localeCompare(b, undefined, { numeric: true });
   }
 
-  // How many groups a summary asked for a chart needs, for `groups` groupings: the most the
-  // chart could draw (bars or treemap tiles for one grouping, rows × columns of a heatmap for
-  // two). The browser front asks its charts with this limit, not the table's page.
+  // ---- what a chart draws: the largest groups, the rest as one "others" --------------------
+
+  // A group standing for `n` groups folded into one. It reads `(1,811 others)`, as host/chart
+  // writes it (`others_label`), and is a group key only in rows the chart's own calls built.
+  function Others(n) { this.n = n; }
+  Others.prototype.toString = function () { return '(' + fmtNumber(this.n, 0) + ' others)'; };
+  function isOthers(v) { return v instanceof Others; }
+
+  function numeric(v) { return typeof v === 'number' && isFinite(v); }
+
+  // Largest first, what is not a number last (a sort keeps equal values in their order).
+  function desc(x, y) {
+    if (!numeric(x)) return numeric(y) ? 1 : 0;
+    if (!numeric(y)) return -1;
+    return y - x;
+  }
+
+  // The sum of values, null when none is a number (the engine's sum of nothing).
+  function sumOf(values) {
+    var s = 0;
+    var n = 0;
+    values.forEach(function (v) { if (numeric(v)) { s += v; n++; } });
+    return n ? s : null;
+  }
+
+  // The largest groups of one grouping by the metric (column `col`), at most `most` drawn in
+  // all: past it, `most - 1` and the rest as one "others" group when `fold` (the metric adds
+  // up), else `most` and the rest left out. host/chart's `pick_groups`. A row whose group is
+  // already "others" (the chart's own calls folded it, exactly) stays folded. `given`: how many
+  // groups there are, when the chart knows of more than its rows (its own calls).
+  function pickGroups(rows, g, col, fold, most, given) {
+    var real = [];
+    var folded = [];
+    rows.forEach(function (r) { (isOthers(r[g]) ? folded : real).push(r); });
+    real.sort(function (a, b) { return desc(a[col], b[col]); });
+    var held = real.length + folded.reduce(function (n, r) { return n + r[g].n; }, 0);
+    var total = Math.max(given || 0, held);
+    if (total <= most && !folded.length) return { rows: real, others: null, given: total, leftOut: 0 };
+    var keep = fold ? Math.max(0, most - 1) : most;
+    var drawn = real.slice(0, keep);
+    var rest = fold ? real.slice(keep).concat(folded) : [];
+    var n = rest.reduce(function (k, r) { return k + (isOthers(r[g]) ? r[g].n : 1); }, 0);
+    var others = rest.length ? { groups: n, value: sumOf(rest.map(function (r) { return r[col]; })) } : null;
+    return { rows: drawn, others: others, given: total, leftOut: total - drawn.length - n };
+  }
+
+  // The values of two groupings a chart draws: the largest of each by their totals (their
+  // largest value when the metric does not add up; `known.ranks`, the grouping alone, when the
+  // chart's own calls asked), the first grouping's largest first, the second's in code order;
+  // past `rowsMost` / `colsMost` the rest folded into one "others" row or column when `fold`
+  // (their cells summed), else left out. host/chart's `pick::Grid`. `known.given`: how many
+  // values each grouping has, when the chart knows of more than its rows.
+  function pickPairs(rows, g1, g2, col, additive, fold, rowsMost, colsMost, known) {
+    known = known || {};
+    function axis(g, ranks, given, most) {
+      var keys = [];
+      var at = new Map();
+      var rank = [];
+      var othersSeen = [];
+      var othersN = 0;
+      rows.forEach(function (r) {
+        var k = r[g];
+        if (isOthers(k)) {
+          if (othersSeen.indexOf(k) < 0) { othersSeen.push(k); othersN += k.n; }
+          return;
+        }
+        var l = label(k);
+        var i = at.get(l);
+        if (i === undefined) { i = keys.length; at.set(l, i); keys.push(l); rank.push(additive ? 0 : null); }
+        var v = r[col];
+        if (numeric(v)) rank[i] = additive ? rank[i] + v : (rank[i] === null ? v : Math.max(rank[i], v));
+      });
+      if (ranks) keys.forEach(function (l, i) { if (ranks.has(l)) rank[i] = ranks.get(l); });
+      var order = keys.map(function (_, i) { return i; });
+      order.sort(function (a, b) { return desc(rank[a], rank[b]); });
+      var total = Math.max(given || 0, keys.length + othersN);
+      var drawn = total <= most && !othersN ? keys.length : Math.min(keys.length, fold ? Math.max(0, most - 1) : most);
+      var foldedN = fold && (total > most || othersN) ? total - drawn : 0;
+      return { values: order.slice(0, drawn).map(function (i) { return keys[i]; }), given: total, folded: foldedN, leftOut: total - drawn - foldedN };
+    }
+    var ranks = known.ranks || {};
+    var given = known.given || {};
+    var first = axis(g1, ranks.first, given.first, rowsMost);
+    var second = axis(g2, ranks.second, given.second, colsMost);
+    second.values.sort(byCode);
+    [first, second].forEach(function (ax) {
+      ax.labels = ax.values.slice();
+      if (ax.folded) ax.labels.push(String(new Others(ax.folded)));
+    });
+    var firstAt = new Map(first.values.map(function (l, i) { return [l, i]; }));
+    var secondAt = new Map(second.values.map(function (l, i) { return [l, i]; }));
+    var otherRow = first.folded ? first.values.length : -1;
+    var otherColumn = second.folded ? second.values.length : -1;
+    var place = function (k, at, other) {
+      if (isOthers(k)) return other;
+      var i = at.get(label(k));
+      return i === undefined ? other : i;
+    };
+    var cells = [];
+    var sums = new Map();
+    var foldedRows = 0;
+    rows.forEach(function (r) {
+      var a = place(r[g1], firstAt, otherRow);
+      var b = place(r[g2], secondAt, otherColumn);
+      if (a < 0 || b < 0) return;
+      if (a === otherRow || b === otherColumn) {
+        var key = a + ' ' + b;
+        if (!sums.has(key)) sums.set(key, { a: a, b: b, values: [] });
+        sums.get(key).values.push(r[col]);
+        if (!isOthers(r[g1]) && !isOthers(r[g2])) foldedRows++;
+      } else {
+        cells.push({ a: a, b: b, value: r[col], row: r });
+      }
+    });
+    sums.forEach(function (s) {
+      cells.push({ a: s.a, b: s.b, value: sumOf(s.values), others: s.a === otherRow ? first.folded : second.folded });
+    });
+    cells.sort(function (x, y) { return x.a - y.a || x.b - y.b; });
+    return { first: first, second: second, cells: cells, foldedRows: foldedRows };
+  }
+
+  // ---- the chart's own calls ---------------------------------------------------------------
+
+  // What a tool result says when it is an error, in one line.
+  function resultMessage(result) {
+    var text = ((result && result.content) || []).filter(function (c) { return c.type === 'text'; }).map(function (c) { return c.text; }).join('\n');
+    try {
+      var parsed = JSON.parse(text);
+      var e = parsed.error || parsed;
+      return [e.message, e.hint].filter(Boolean).join(' — ') || text;
+    } catch (err) {
+      return text || 'the tool returned no result';
+    }
+  }
+
+  // A summary's page (its limit) need not hold the groups its chart should show: the largest
+  // by the charted metric, every value of a grouping that fits. With a way to call tools (the
+  // host of an MCP Apps view, the browser front's client), the chart asks for them itself, from
+  // the call the answer records (`provenance.query`, canonical names), ordered by the metric:
+  //
+  // - one grouping: its largest groups, and, when the metric adds up (a count or a sum) and
+  //   some are past them, the others as one group whose value is the summary without grouping
+  //   less the groups drawn;
+  // - two groupings: each grouping alone, ordered by the metric (the totals of its values);
+  //   the pairs of the largest values of each (by `$in`, in as many calls as the result's size
+  //   budget needs); and, when the metric adds up, "others" cells from those totals less the
+  //   pairs drawn (the corner from the summary without grouping).
+  //
+  // Every value is exact: a total of the same call, less values of the same call. What cannot
+  // be had so (a metric that does not add up; a `having` or a comparison, drawn as a page of
+  // their largest) is left out and said, never estimated. Resolves to null when the page holds
+  // every group (the chart draws it).
+  var MAX_CHART_CALLS = 40;
+  function askChart(env, metricIndex, callTool) {
+    var data = env.data;
+    var base = env.provenance && env.provenance.query && env.provenance.query.arguments;
+    var shape = summaryShape(data);
+    var m = shape.metrics[metricIndex];
+    var groups = shape.groups.map(function (g) { return g.name; });
+    if (!base || !m || groups.length < 1 || groups.length > 2 || !(data.total_group_count > (data.rows || []).length)) {
+      return Promise.resolve(null);
+    }
+    var calls = 0;
+    function ask(changes) {
+      var args = Object.assign({}, base, changes);
+      Object.keys(args).forEach(function (k) { if (args[k] === undefined) delete args[k]; });
+      calls++;
+      return callTool('summarize_records', args).then(function (result) {
+        var d = result && !result.isError && result.structuredContent && result.structuredContent.data;
+        if (!d || !d.columns) throw new Error(resultMessage(result));
+        return d;
+      });
+    }
+    var metrics = [].concat(base.metrics || ['count']);
+    var plain = !base.compare && metrics.indexOf(m.column) >= 0;
+    if (!plain || Object.keys(base.having || {}).length > 0) {
+      // A comparison's columns are not metrics it can be ordered or totalled by, and groups
+      // kept by `having` have no total to take them from: the chart asks for as many as it
+      // can draw, the largest first where it can order them, and draws them as a page (what
+      // they do not hold is said; "others" sums those they hold).
+      return ask({ limit: chartLimit(groups.length), order_by: plain ? ['-' + m.column] : base.order_by, cursor: undefined }).then(function (d) {
+        return { data: d, fold: m.additive, page: true, calls: calls };
+      });
+    }
+    if (metrics.indexOf('count') < 0) metrics.push('count');
+    var fold = m.additive;
+    var ordered = { metrics: metrics, order_by: ['-' + m.column], cursor: undefined };
+    // The charted value, the records counted and those without a value (a sum's
+    // `null_excluded_column`) of a row of `d`: enough to take values of one call from another's
+    // total, exactly.
+    function measure(d, r) {
+      var at = function (c) { var i = d.columns.indexOf(c); return i < 0 ? null : r[i]; };
+      var meta = (d.metrics || []).filter(function (x) { return x.column === m.column; })[0] || {};
+      return { v: at(m.column) || 0, c: at('count') || 0, z: meta.null_excluded_column ? at(meta.null_excluded_column) || 0 : 0, nulls: !!meta.null_excluded_column };
+    }
+    function minus(t, parts) {
+      var out = { v: t.v, c: t.c, z: t.z, nulls: t.nulls };
+      parts.forEach(function (p) { out.v -= p.v; out.c -= p.c; out.z -= p.z; });
+      return out;
+    }
+    // A row of `d`'s columns for groups folded into one, from what they hold (`t`): none when
+    // they hold no record, a null value when none has one.
+    function othersRow(d, keys, t) {
+      if (t.c <= 0) return null;
+      var r = d.columns.map(function () { return null; });
+      Object.keys(keys).forEach(function (g) { r[d.columns.indexOf(g)] = keys[g]; });
+      var meta = (d.metrics || []).filter(function (x) { return x.column === m.column; })[0] || {};
+      r[d.columns.indexOf(m.column)] = m.column === 'count' ? t.c : (t.nulls && t.z >= t.c ? null : t.v);
+      if (d.columns.indexOf('count') >= 0) r[d.columns.indexOf('count')] = t.c;
+      if (meta.null_excluded_column && d.columns.indexOf(meta.null_excluded_column) >= 0) r[d.columns.indexOf(meta.null_excluded_column)] = t.z;
+      return r;
+    }
+    function total() {
+      return ask({ group_by: undefined, limit: 1, order_by: [], metrics: metrics }).then(function (d) { return measure(d, d.rows[0] || []); });
+    }
+    if (groups.length === 1) {
+      return ask(Object.assign({ limit: chartLimit(1) }, ordered)).then(function (d) {
+        var held = d.rows.length;
+        if (!(d.total_group_count > held)) return { data: d, fold: m.additive, calls: calls };
+        if (!fold) return { data: d, fold: false, known: { given: d.total_group_count }, calls: calls };
+        return total().then(function (t) {
+          var keys = {};
+          keys[groups[0]] = new Others(d.total_group_count - held);
+          var rest = othersRow(d, keys, minus(t, d.rows.map(function (r) { return measure(d, r); })));
+          var rows = d.rows.concat(rest ? [rest] : []);
+          return { data: Object.assign({}, d, { rows: rows, truncated: false, returned: rows.length }), fold: true, calls: calls };
+        });
+      });
+    }
+    var rowsMost = Math.max(LIMITS.stackedCategories, LIMITS.heatmapRows);
+    var colsMost = Math.max(LIMITS.stackedSeries, LIMITS.heatmapColumns);
+    return Promise.all([
+      ask(Object.assign({}, ordered, { group_by: [groups[0]], limit: rowsMost })),
+      ask(Object.assign({}, ordered, { group_by: [groups[1]], limit: colsMost })),
+    ]).then(function (alone) {
+      // Each grouping's values to draw apart: all of them when they fit, else the largest;
+      // those are asked by name (`$in`), which a missing value (null) has not: it joins
+      // "others", or is left out with the rest.
+      var axes = alone.map(function (d, i) {
+        var g = d.columns.indexOf(groups[i]);
+        var most = i === 0 ? rowsMost : colsMost;
+        var cut = d.total_group_count > most;
+        var keep = cut ? (fold ? most - 1 : most) : d.rows.length;
+        var rows = cut ? d.rows.filter(function (r) { return r[g] !== null; }).slice(0, keep) : d.rows;
+        return {
+          name: groups[i], cut: cut, given: d.total_group_count, rows: rows, d: d,
+          values: rows.map(function (r) { return r[g]; }),
+          ranks: new Map(d.rows.map(function (r) { return [label(r[g]), r[d.columns.indexOf(m.column)]]; })),
+          total: function (key) {
+            var r = d.rows.filter(function (x) { return label(x[g]) === label(key); })[0];
+            return r ? measure(d, r) : null;
+          },
+        };
+      });
+      var where = Object.assign({}, base.where || {});
+      axes.forEach(function (ax) {
+        if (ax.cut) where[ax.name] = Object.assign({}, where[ax.name] || {}, { $in: ax.values });
+      });
+      var pairs = Object.assign({}, ordered, { where: where, limit: rowsMost * colsMost });
+      return askAll(pairs, axes[0].name, axes[0].values).then(function (d) {
+        var known = { given: { first: axes[0].given, second: axes[1].given }, ranks: { first: axes[0].ranks, second: axes[1].ranks } };
+        var g1 = d.columns.indexOf(groups[0]);
+        var g2 = d.columns.indexOf(groups[1]);
+        var cutAny = axes[0].cut || axes[1].cut;
+        if (!fold || !cutAny || d.incomplete) {
+          // Pairs asked for that no call could hold (past the calls a chart makes) are said.
+          var missing = d.incomplete ? d.total_group_count - d.rows.length : 0;
+          return { data: Object.assign({}, d, { total_group_count: data.total_group_count }), fold: fold && !d.incomplete, known: known, missing: missing, calls: calls };
+        }
+        var cell = function (r) { return measure(d, r); };
+        var rows = d.rows.slice();
+        var o1 = new Others(axes[0].given - axes[0].values.length);
+        var o2 = new Others(axes[1].given - axes[1].values.length);
+        // Each value drawn apart, with the cells of the other grouping's values folded: its
+        // total (the grouping alone) less its cells drawn.
+        [[0, g1, o2], [1, g2, o1]].forEach(function (spec) {
+          var ax = axes[spec[0]];
+          var other = axes[1 - spec[0]];
+          if (!other.cut) return;
+          ax.values.forEach(function (v) {
+            var t = ax.total(v);
+            if (!t) return;
+            var mine = d.rows.filter(function (r) { return label(r[spec[1]]) === label(v); }).map(cell);
+            var keys = {};
+            keys[ax.name] = v;
+            keys[other.name] = spec[2];
+            var r = othersRow(d, keys, minus(t, mine));
+            if (r) rows.push(r);
+          });
+        });
+        var corner = axes[0].cut && axes[1].cut ? total().then(function (t) {
+          // Everything, less each value drawn apart of either grouping, plus their pairs
+          // (taken away twice).
+          var drawn = axes[0].values.map(axes[0].total).concat(axes[1].values.map(axes[1].total)).filter(Boolean);
+          var back = d.rows.map(cell).map(function (p) { return { v: -p.v, c: -p.c, z: -p.z }; });
+          var keys = {};
+          keys[groups[0]] = o1;
+          keys[groups[1]] = o2;
+          var r = othersRow(d, keys, minus(t, drawn.concat(back)));
+          if (r) rows.push(r);
+        }) : Promise.resolve();
+        return corner.then(function () {
+          return {
+            data: Object.assign({}, d, { rows: rows, truncated: false, returned: rows.length, total_group_count: data.total_group_count }),
+            fold: true, known: known, calls: calls,
+          };
+        });
+      });
+    });
+
+    // Every pair a call asks for, in several calls when one result's size budget cuts them:
+    // the first grouping's values split into as many parts as the cut answer says the pairs
+    // need, and again if a part is still cut (a missing value alone, asked as empty).
+    function askAll(changes, field, values) {
+      return ask(changes).then(function (d) {
+        if (!(d.total_group_count > d.rows.length)) return d;
+        if (values.length < 2 || calls >= MAX_CHART_CALLS) return Object.assign({}, d, { incomplete: true });
+        var nulls = values.filter(function (v) { return v === null; });
+        var named = values.filter(function (v) { return v !== null; });
+        var n = Math.min(named.length, Math.max(2, Math.ceil(1.25 * d.total_group_count / Math.max(1, d.rows.length))));
+        var parts = nulls.length ? [nulls] : [];
+        for (var k = 0; k < n; k++) parts.push(named.slice(Math.floor(k * named.length / n), Math.floor((k + 1) * named.length / n)));
+        parts = parts.filter(function (p) { return p.length; });
+        var merged = Object.assign({}, d, { rows: [], total_group_count: 0, returned: 0 });
+        return parts.reduce(function (done, part) {
+          return done.then(function () {
+            var w = Object.assign({}, changes.where || {});
+            var only = part[0] === null ? { $not_empty: false } : { $in: part };
+            w[field] = Object.assign({}, w[field] || {}, only);
+            if (part[0] === null) delete w[field].$in;
+            return askAll(Object.assign({}, changes, { where: w }), field, part).then(function (p) {
+              merged.rows = merged.rows.concat(p.rows);
+              merged.total_group_count += p.total_group_count;
+              merged.incomplete = merged.incomplete || p.incomplete;
+            });
+          });
+        }, Promise.resolve()).then(function () {
+          merged.returned = merged.rows.length;
+          return merged;
+        });
+      });
+    }
+  }
+
+  // How many groups a chart of `groups` groupings asks for in a call of its own when it cannot
+  // order them by its metric (a comparison): the most the chart could draw.
   function chartLimit(groups) {
     if (groups === 1) return Math.max(LIMITS.bars, LIMITS.treemapTiles);
     if (groups === 2) return Math.max(LIMITS.stackedCategories * LIMITS.stackedSeries, LIMITS.heatmapRows * LIMITS.heatmapColumns);
     return 0;
   }
 
-  // What a chart leaves out, said plainly: the groups the answer itself did not hold (its
-  // limit or its size budget), and those past the chart's own bounds. `tableHasAll`: the
-  // table beside the chart has the same rows (an MCP Apps view), so it shows what the chart
-  // could not.
-  function scopeSentence(data, rows, drawnText, cuts, tableHasAll) {
-    var total = typeof data.total_group_count === 'number' ? data.total_group_count : rows.length;
-    var missing = Math.max(0, total - rows.length);
+  // ---- what a chart says it draws ----------------------------------------------------------
+
+  // The line under a chart: what it draws and what it does not, plainly. `missing`: groups the
+  // rows it was drawn from did not hold (the answer's limit or size budget); `tableHasAll`:
+  // the table beside the chart has the same rows, so it shows what the chart's bounds cut.
+  function scopeSentence(drawnText, cuts, missing, total, held, tableHasAll) {
     var parts = cuts.slice();
     if (missing > 0) {
       parts.push(fmtNumber(missing, 0) + ' of the ' + fmtNumber(total, 0) + ' groups that the answer did not hold (it returned ' +
-        fmtNumber(rows.length, 0) + '; raise its limit or add a condition)');
+        fmtNumber(held, 0) + '; raise its limit or add a condition)');
     }
     var text = 'Drawn: ' + drawnText + '.';
     if (parts.length) {
       text += ' Not drawn: ' + parts.join('; ') + '.';
       if (tableHasAll && missing === 0) text += ' The table has them all.';
     }
-    return { text: text, complete: parts.length === 0 };
+    return { drawn: drawnText, text: text, complete: parts.length === 0 };
   }
 
-  function drawSummary(container, data, choice, kind, tableHasAll) {
+  // Why groups past a chart's bounds are left out rather than folded.
+  function notFolded(m) {
+    return m.column + ' does not add up across groups, so they are not one “others”';
+  }
+
+  // Draws the chart of `source.data` (the answer's rows, or those the chart's own calls built:
+  // `source.own`) as `kind`, and says under it what it draws. Returns the chart and that
+  // statement.
+  function drawSummary(container, source, choice, kind, tableHasAll) {
+    var data = source.data;
     var shape = choice.shape;
     var m = choice.metric;
     var col = shape.column(m.column);
     var rows = (data.rows || []).slice();
+    var total = typeof data.total_group_count === 'number' ? data.total_group_count : rows.length;
+    // Groups the rows do not hold: none when the chart's own calls accounted for every group.
+    var missing = source.own && !source.page ? source.missing || 0 : Math.max(0, total - rows.length);
+    var fold = !!source.fold;
     var countCol = shape.column('count');
     var denominator = function (r) {
-      return m.kind === 'share' && countCol >= 0 && r[countCol] !== null ? ' (n = ' + fmtNumber(r[countCol], 0) + ')' : '';
+      return r && m.kind === 'share' && countCol >= 0 && r[countCol] !== null ? ' (n = ' + fmtNumber(r[countCol], 0) + ')' : '';
     };
     var axisFormat = function (v) { return m.kind === 'share' ? fmtPercent(v) : fmtNumber(v, 2); };
     var opt = baseOption();
     var tip = tooltipFormatter(m.format);
+    var othersColour = cssVar('--others');
+    var summed = source.own && !source.page ? 'their exact total' : 'their sum';
     var target;
-    var leftOut = null;
+    var scope;
     if (kind === 'bar' || kind === 'pie' || kind === 'treemap') {
       var g = shape.groups[0].index;
-      // Largest first (nulls last); the server's order already is unless another metric
-      // than the first is drawn.
-      rows.sort(function (a, b) {
-        if (a[col] === null) return b[col] === null ? 0 : 1;
-        if (b[col] === null) return -1;
-        return b[col] - a[col];
-      });
-      var items = rows.map(function (r) { return { name: label(r[g]), value: r[col], row: r }; });
-      var whole = items.reduce(function (sum, i) { return sum + (typeof i.value === 'number' ? i.value : 0); }, 0);
+      var name = shape.groups[0].name;
+      var most = kind === 'bar' ? LIMITS.bars : kind === 'treemap' ? LIMITS.treemapTiles : Infinity;
+      // A tile's area is its value: what has none is not a tile (host/chart draws the same).
+      var pool = kind === 'treemap' ? rows.filter(function (r) { return isOthers(r[g]) || (numeric(r[col]) && r[col] > 0); }) : rows;
+      var arealess = rows.length - pool.length;
+      var picked = pickGroups(pool, g, col, fold, most, source.known && source.known.given);
+      var items = picked.rows.map(function (r) { return { name: label(r[g]), value: r[col], row: r }; });
+      if (picked.others) items.push({ name: String(new Others(picked.others.groups)), value: picked.others.value, others: picked.others.groups });
+      var whole = items.reduce(function (s, i) { return s + (numeric(i.value) ? i.value : 0); }, 0);
       var share = function (v) { return whole > 0 ? fmtNumber(100 * v / whole, 1) + ' %' : ''; };
-      var most = kind === 'bar' ? LIMITS.bars : kind === 'treemap' ? LIMITS.treemapTiles : items.length;
-      var cuts = [];
-      if (items.length > most) {
-        cuts.push('the ' + fmtNumber(items.length - most, 0) + ' smallest of the ' + fmtNumber(items.length, 0) + ' groups answered, past the ' +
-          most + ' a ' + kind + ' chart draws');
-        items = items.slice(0, most);
+      var n = fmtNumber(picked.rows.length, 0);
+      var drawnText = !missing && !picked.others && !picked.leftOut ? 'all ' + n + ' groups of ' + name
+        : 'the ' + n + ' largest of ' + fmtNumber(picked.given, 0) + ' groups of ' + name + ' by ' + m.column;
+      if (picked.others) {
+        drawnText += ', and the other ' + fmtNumber(picked.others.groups, 0) + ' as one ' + (kind === 'treemap' ? 'tile' : 'bar') + ', “' +
+          items[items.length - 1].name + '”, ' + summed;
       }
-      var drawnAll = items.length === rows.length && !(data.total_group_count > rows.length);
-      leftOut = scopeSentence(data, rows, drawnAll ? 'all ' + fmtNumber(items.length, 0) + ' groups of ' + shape.groups[0].name
-        : fmtNumber(items.length, 0) + ' groups of ' + shape.groups[0].name + ', the largest by ' + m.column, cuts, tableHasAll);
+      var cuts = [];
+      if (picked.leftOut) {
+        cuts.push('the other ' + fmtNumber(picked.leftOut, 0) + ', past the ' + most + ' a ' + kind + ' chart draws (' + notFolded(m) + ')');
+      }
+      if (arealess) cuts.push(fmtNumber(arealess, 0) + ' of no value or 0 (no area)');
+      scope = scopeSentence(drawnText, cuts, missing, total, rows.length, tableHasAll);
+      var styled = function (i) {
+        return i.others ? { name: i.name, value: i.value, others: i.others, itemStyle: { color: othersColour } } : { name: i.name, value: i.value };
+      };
       if (kind === 'bar') {
         target = mount(container, Math.max(220, items.length * 26 + 70));
         opt.grid = { left: 8, right: 80, top: 30, bottom: 30, containLabel: true };
@@ -342,16 +706,17 @@
         opt.xAxis = { type: 'value', name: m.label, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: axisFormat } };
         opt.yAxis = { type: 'category', inverse: true, data: items.map(function (i) { return i.name; }), name: shape.groups[0].name, nameLocation: 'start', nameTextStyle: { fontWeight: 'bold', align: 'right' }, axisLabel: { width: 220, overflow: 'truncate' } };
         opt.series = [{
-          type: 'bar', name: m.column, data: items.map(function (i) { return i.value; }),
+          type: 'bar', name: m.column,
+          data: items.map(function (i) { return i.others ? styled(i) : i.value; }),
           itemStyle: { color: cssVar('--bar') },
-          label: { show: true, position: 'right', formatter: function (p) { return m.format(p.value) + denominator(items[p.dataIndex].row); } },
+          label: { show: true, position: 'right', formatter: function (p) { return m.format(Array.isArray(p.value) ? p.value[0] : p.value) + denominator(items[p.dataIndex].row); } },
         }];
       } else if (kind === 'pie') {
         target = mount(container, 320);
         opt.tooltip = { trigger: 'item', formatter: tip };
         opt.series = [{
           type: 'pie', name: m.column, radius: ['30%', '65%'],
-          data: items.map(function (i) { return { name: i.name, value: i.value }; }),
+          data: items.map(styled),
           // A function, not a template: a template would read `{…}` or `$&` in a group's name.
           label: { formatter: function (p) { return p.name + ': ' + share(p.value); } },
         }];
@@ -361,49 +726,39 @@
         opt.series = [{
           // Every group gets its tile, however small (ECharts hides tiles under 10 px² by default).
           type: 'treemap', name: m.column, roam: false, nodeClick: false, breadcrumb: { show: false }, visibleMin: 0,
-          data: items.map(function (i) { return { name: i.name, value: i.value }; }),
+          data: items.map(styled),
           label: { formatter: function (p) { return p.name + '\n' + m.format(p.value) + ' · ' + share(p.value); } },
         }];
       }
     } else if (kind === 'stacked' || kind === 'heatmap') {
       var g1 = shape.groups[0].index;
       var g2 = shape.groups[1].index;
-      var firstKeys = [];
-      var secondKeys = [];
-      var seenFirst = new Map();
-      var seenSecond = new Map();
-      var totals = new Map();
-      rows.forEach(function (r) {
-        var a = label(r[g1]);
-        var b = label(r[g2]);
-        if (!seenFirst.has(a)) { seenFirst.set(a, true); firstKeys.push(a); }
-        if (!seenSecond.has(b)) { seenSecond.set(b, true); secondKeys.push(b); }
-        totals.set(a, (totals.get(a) || 0) + (typeof r[col] === 'number' ? r[col] : 0));
-      });
-      if (m.additive) firstKeys.sort(function (a, b) { return totals.get(b) - totals.get(a); });
-      // The second grouping's values in their own order (codes `1 …`, `2-1 …` sort as
-      // numbers), no value last.
-      secondKeys.sort(byCode);
       var rowsMost = kind === 'stacked' ? LIMITS.stackedCategories : LIMITS.heatmapRows;
       var colsMost = kind === 'stacked' ? LIMITS.stackedSeries : LIMITS.heatmapColumns;
+      var grid = pickPairs(rows, g1, g2, col, m.additive, fold, rowsMost, colsMost, source.known);
+      var firstKeys = grid.first.labels;
+      var secondKeys = grid.second.labels;
+      var apart = grid.cells.filter(function (c) { return !c.others; }).length;
+      // Pairs in "others" cells: every pair not drawn apart when the chart's own calls
+      // accounted for all of them, else the rows summed into those cells.
+      var foldedPairs = fold && source.own && !source.page && !missing ? total - apart : grid.foldedRows;
+      var axisText = function (ax, name) {
+        var k = fmtNumber(ax.values.length, 0);
+        if (ax.folded) return 'the ' + k + ' largest of ' + fmtNumber(ax.given, 0) + ' ' + name + ' and “' + ax.labels[ax.labels.length - 1] + '”, ' + summed;
+        if (ax.leftOut) return 'the ' + k + ' largest of ' + fmtNumber(ax.given, 0) + ' ' + name + ' by ' + m.column;
+        return k + ' ' + name;
+      };
+      var chartName = kind === 'stacked' ? 'stacked' : 'heatmap';
       var pairCuts = [];
-      if (firstKeys.length > rowsMost) {
-        pairCuts.push(fmtNumber(firstKeys.length - rowsMost, 0) + ' of the ' + fmtNumber(firstKeys.length, 0) + ' values of ' + shape.groups[0].name +
-          (m.additive ? ' (the smallest totals)' : ' (the last in the answer)') + ', past the ' + rowsMost + ' a ' + (kind === 'stacked' ? 'stacked' : 'heatmap') + ' chart draws');
-      }
-      if (secondKeys.length > colsMost) {
-        pairCuts.push(fmtNumber(secondKeys.length - colsMost, 0) + ' of the ' + fmtNumber(secondKeys.length, 0) + ' values of ' + shape.groups[1].name +
-          ' (the last in code order), past the ' + colsMost + ' a ' + (kind === 'stacked' ? 'stacked' : 'heatmap') + ' chart draws');
-      }
-      firstKeys = firstKeys.slice(0, rowsMost);
-      secondKeys = secondKeys.slice(0, colsMost);
-      var firstIndex = new Map(firstKeys.map(function (k, i) { return [k, i]; }));
-      var secondIndex = new Map(secondKeys.map(function (k, i) { return [k, i]; }));
-      var drawn = rows.filter(function (r) { return firstIndex.has(label(r[g1])) && secondIndex.has(label(r[g2])); });
-      var pairsMissing = data.total_group_count > rows.length;
-      leftOut = scopeSentence(data, rows, fmtNumber(firstKeys.length, 0) + ' ' + shape.groups[0].name + ' × ' + fmtNumber(secondKeys.length, 0) + ' ' +
-        shape.groups[1].name + ' (' + fmtNumber(drawn.length, 0) + ' of ' + fmtNumber(typeof data.total_group_count === 'number' ? data.total_group_count : rows.length, 0) +
-        ' pairs)' + (pairsMissing && m.additive && kind === 'stacked' ? '; bars lack the pairs not answered, so they may be short' : ''), pairCuts, tableHasAll);
+      [[grid.first, shape.groups[0].name, rowsMost], [grid.second, shape.groups[1].name, colsMost]].forEach(function (a) {
+        if (a[0].leftOut) {
+          pairCuts.push('the other ' + fmtNumber(a[0].leftOut, 0) + ' ' + a[1] + ', past the ' + a[2] + ' a ' + chartName + ' chart draws (' + notFolded(m) + ')');
+        }
+      });
+      scope = scopeSentence(axisText(grid.first, shape.groups[0].name) + ' × ' + axisText(grid.second, shape.groups[1].name) +
+        ' (' + fmtNumber(apart, 0) + ' of ' + fmtNumber(total, 0) + ' pairs' + (foldedPairs > 0 ? ', ' + fmtNumber(foldedPairs, 0) + ' more in “others”' : '') + ')' +
+        (missing && m.additive && kind === 'stacked' ? '; bars lack the pairs not answered, so they may be short' : ''), pairCuts, missing, total, rows.length, tableHasAll);
+      var otherSeries = grid.second.folded ? secondKeys.length - 1 : -1;
       if (kind === 'stacked') {
         target = mount(container, Math.max(240, firstKeys.length * 28 + 110));
         opt.legend = { type: 'scroll', top: 0 };
@@ -411,20 +766,20 @@
         opt.tooltip = { trigger: 'item', formatter: tip };
         opt.xAxis = { type: 'value', name: m.label, nameLocation: 'middle', nameGap: 22, axisLabel: { formatter: axisFormat } };
         opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, nameLocation: 'start', nameTextStyle: { fontWeight: 'bold', align: 'right' }, axisLabel: { width: 220, overflow: 'truncate' } };
-        var series = secondKeys.map(function (b) {
-          return { type: 'bar', stack: 'total', name: b, data: firstKeys.map(function () { return null; }) };
+        var series = secondKeys.map(function (b, i) {
+          var s = { type: 'bar', stack: 'total', name: b, data: firstKeys.map(function () { return null; }) };
+          if (i === otherSeries) s.itemStyle = { color: othersColour };
+          return s;
         });
-        drawn.forEach(function (r) {
-          series[secondIndex.get(label(r[g2]))].data[firstIndex.get(label(r[g1]))] = r[col];
-        });
+        grid.cells.forEach(function (c) { series[c.b].data[c.a] = c.value; });
         opt.series = series;
       } else {
         target = mount(container, Math.max(260, firstKeys.length * 26 + 120));
         // A cell only where the result has a value: an absent combination, or a null, shows
-        // the grid's grey, unlike a 0.
-        var cells = drawn.filter(function (r) { return typeof r[col] === 'number'; }).map(function (r) {
-          return [secondIndex.get(label(r[g2])), firstIndex.get(label(r[g1])), r[col]];
-        });
+        // the grid's grey, unlike a 0. Cells of "others" are grey-blue, apart from the colour
+        // scale: they stand for many groups and would pale every other cell.
+        var cells = grid.cells.filter(function (c) { return numeric(c.value) && !c.others; }).map(function (c) { return [c.b, c.a, c.value]; });
+        var folded = grid.cells.filter(function (c) { return numeric(c.value) && c.others; }).map(function (c) { return { value: [c.b, c.a, c.value], others: c.others }; });
         var values = cells.map(function (c) { return c[2]; });
         opt.tooltip = {
           formatter: function (p) {
@@ -432,28 +787,32 @@
           },
         };
         opt.grid = { left: 8, right: 20, top: 60, bottom: 50, containLabel: true, show: true, backgroundColor: cssVar('--absent'), borderWidth: 0 };
-        opt.xAxis = { type: 'category', position: 'top', data: secondKeys, name: shape.groups[1].name, axisLabel: { rotate: secondKeys.length > 6 ? 30 : 0, width: 120, overflow: 'truncate' } };
+        // Every column named (ECharts would skip labels that overlap, "others" among them):
+        // upright past a dozen columns, as host/chart turns them.
+        opt.xAxis = { type: 'category', position: 'top', data: secondKeys, name: shape.groups[1].name, axisLabel: { interval: 0, rotate: secondKeys.length > 12 ? 90 : secondKeys.length > 6 ? 30 : 0, width: 120, overflow: 'truncate' } };
         opt.yAxis = { type: 'category', inverse: true, data: firstKeys, name: shape.groups[0].name, axisLabel: { width: 200, overflow: 'truncate' } };
         opt.visualMap = {
+          seriesIndex: 0,
           min: values.length ? values.reduce(function (a, b) { return Math.min(a, b); }) : 0,
           max: values.length ? values.reduce(function (a, b) { return Math.max(a, b); }) : 1,
           calculable: false, orient: 'horizontal', left: 'center', bottom: 0,
           inRange: { color: [cssVar('--heat-low'), cssVar('--heat-high')] },
           formatter: function (v) { return m.format(v); },
         };
-        opt.series = [{
-          type: 'heatmap', name: m.column, data: cells,
-          label: { show: firstKeys.length * secondKeys.length <= 300, fontSize: 10, formatter: function (p) { return m.format(p.value[2]); } },
-        }];
+        var cellLabel = { show: firstKeys.length * secondKeys.length <= 300, fontSize: 10, formatter: function (p) { return m.format(p.value[2]); } };
+        opt.series = [{ type: 'heatmap', name: m.column, data: cells, label: cellLabel }];
+        if (folded.length) opt.series.push({ type: 'heatmap', name: m.column + ' (others)', data: folded, itemStyle: { color: othersColour }, label: cellLabel });
       }
     }
     target.box.setAttribute('aria-label', kind + ' chart of ' + m.column + ' by ' + shape.groups.map(function (g) { return g.name; }).join(' and '));
     target.box.dataset.kind = kind;
     target.chart.setOption(opt);
-    if (leftOut) {
-      container.appendChild(h('p', { class: 'chart-scope' + (leftOut.complete ? ' muted' : ' left-out'), dataset: { complete: String(leftOut.complete) }, text: leftOut.text }));
-    }
-    return target;
+    container.appendChild(h('p', {
+      class: 'chart-scope' + (scope.complete ? ' muted' : ' left-out'),
+      dataset: { complete: String(scope.complete), from: source.own ? 'calls' : 'answer' },
+      text: scope.text,
+    }));
+    return { target: target, scope: scope };
   }
 
   function cards(data, shape) {
@@ -483,12 +842,22 @@
     return [h('h2', { text: title }), subtitle ? h('p', { class: 'subtitle', text: subtitle }) : null];
   }
 
+  // The chart's own calls of each answer drawn, by metric (see renderSummary).
+  var chartCalls = new WeakMap();
+
+  // The answer's warnings that are about its page (its limit, its size budget): above a chart
+  // drawn from calls of its own, they are not about what is drawn.
+  function pageWarning(w) {
+    return /^\d+ of \d+ groups returned \(limit \d+\)/.test(w) || /^the result was cut to \d+ groups to /.test(w);
+  }
+
   function renderSummary(root, env, opts) {
     var data = env.data;
     // A comparison of periods is charted by its first change (what was asked); the same rule
     // as `default_metric` in host/chart/src/lib.rs.
     var firstChange = (data.metrics || []).map(function (m) { return m.kind; }).indexOf('change');
-    var state = { metric: firstChange < 0 ? 0 : firstChange, kind: null };
+    // `chosen`: the kind a person picked; else each draw takes the one the data it draws gives.
+    var state = { metric: firstChange < 0 ? 0 : firstChange, kind: null, chosen: false };
     var shape0 = summaryShape(data);
     var by = shape0.groups.map(function (g) { return g.name; });
     var subtitle = fmtNumber(data.total_records, 0) + ' records' +
@@ -496,25 +865,63 @@
       (data.truncated ? ' · the first ' + fmtNumber(data.returned, 0) + ' shown' : '') +
       (shape0.exploded ? ' · a record can be in several parts: the parts do not add up to the records' : '');
     header(titleOf(env, data.dataset_id), subtitle).forEach(function (e) { if (e) root.appendChild(e); });
-    var warn = warningsBlock(env, opts.omitWarnings);
-    if (warn) root.appendChild(warn);
+    var warnBox = h('div', { class: 'warnings-box' });
     var toolbar = h('div', { class: 'toolbar', role: 'toolbar' });
     var body = h('div', { class: 'body' });
+    root.appendChild(warnBox);
     root.appendChild(toolbar);
     root.appendChild(body);
     var formats = {};
     shape0.metrics.forEach(function (m) { formats[m.column] = m.format; });
     var current = null;
-    // The browser front asks a chart's groups in a call of its own when the table's page does
-    // not hold them all (opts.chart: its arguments and result); the chart is drawn from that,
-    // the table is the page asked for.
-    var chartEnv = opts.chart && opts.chart.result && opts.chart.result.structuredContent;
-    var chartData = chartEnv && chartEnv.data && chartEnv.data.columns ? chartEnv.data : data;
-    var ownCall = chartData !== data;
+    // When the page does not hold every group and the view can call tools, a chart asks for
+    // its groups in calls of its own (askChart), one metric at a time, as it is drawn; the
+    // table is the page asked for.
+    var canAsk = !!opts.callTool && shape0.groups.length >= 1 && shape0.groups.length <= 2 &&
+      data.total_group_count > (data.rows || []).length;
+    // Kept with the answer: a view drawn again (the host's theme changed) asks nothing again.
+    var asked = chartCalls.get(env) || {};
+    chartCalls.set(env, asked);
+    var waiting = {};
+    function sourceFor(i) {
+      var page = { data: data, fold: !!(shape0.metrics[i] && shape0.metrics[i].additive) };
+      if (!canAsk) return { source: page };
+      if (!asked[i]) {
+        var entry = asked[i] = { pending: true };
+        entry.promise = askChart(env, i, opts.callTool).then(function (s) {
+          entry.source = s ? Object.assign({ own: true }, s) : page;
+        }, function (e) {
+          entry.source = page;
+          entry.failed = String((e && e.message) || e);
+        }).then(function () { entry.pending = false; });
+      }
+      if (asked[i].pending && !waiting[i]) {
+        waiting[i] = true;
+        asked[i].promise.then(function () {
+          if (state.metric === i && root.contains(body)) draw();
+        });
+      }
+      return asked[i];
+    }
+
+    function warnings(shows) {
+      warnBox.textContent = '';
+      var list = ((env.provenance && env.provenance.warnings) || []).filter(function (w) {
+        return !opts.omitWarnings || opts.omitWarnings.indexOf(w) < 0;
+      });
+      var items = list.map(function (w) { return h('li', { text: w }); });
+      if (shows) {
+        items = [h('li', { class: 'chart-shows', text: shows.text })].concat(
+          list.filter(function (w) { return !shows.replacesPage || !pageWarning(w); }).map(function (w) { return h('li', { text: w }); }));
+      }
+      if (items.length) warnBox.appendChild(h('ul', { class: 'warnings', role: 'alert', 'aria-label': 'warnings' }, items));
+    }
 
     function draw() {
+      var got = sourceFor(state.metric);
+      var chartData = got.source ? got.source.data : data;
       var choice = chooseChart(chartData, state.metric);
-      if (state.kind === null || choice.kinds.indexOf(state.kind) < 0) state.kind = choice.kind;
+      if (!state.chosen || choice.kinds.indexOf(state.kind) < 0) state.kind = choice.kind;
       toolbar.textContent = '';
       if (shape0.metrics.length > 1 && shape0.groups.length > 0) {
         var select = h('select', { 'aria-label': 'metric', on: { change: function (e) { state.metric = Number(e.target.value); draw(); } } },
@@ -526,22 +933,33 @@
         toolbar.appendChild(h('button', {
           type: 'button', 'aria-pressed': k === state.kind ? 'true' : 'false', dataset: { kind: k },
           text: { card: 'Figures', bar: 'Bar', pie: 'Pie', treemap: 'Treemap', stacked: 'Stacked bar', heatmap: 'Heatmap', table: 'Table' }[k],
-          on: { click: function () { state.kind = k; draw(); } },
+          on: { click: function () { state.kind = k; state.chosen = true; draw(); } },
         }));
       });
       if (current && current.chart) current.chart.dispose();
       current = null;
       body.textContent = '';
+      var shows = null;
       if (state.kind === 'table') body.appendChild(table(data, formats));
       else if (state.kind === 'card') body.appendChild(cards(data, choice.shape));
+      else if (got.pending) body.appendChild(h('p', { class: 'muted chart-pending', text: 'Asking for the groups the chart shows…' }));
       else {
-        current = drawSummary(body, chartData, choice, state.kind, !ownCall);
-        if (ownCall) {
-          body.appendChild(h('p', { class: 'muted chart-call', text: 'The chart asked for its groups in a call of its own (limit ' +
-            fmtNumber(opts.chart.arguments.limit, 0) + '); the table is the page asked for (' + fmtNumber(data.returned, 0) + ' of ' +
-            fmtNumber(data.total_group_count, 0) + ' groups).' }));
+        var source = got.source;
+        var drawn = drawSummary(body, source, choice, state.kind, !source.own);
+        current = drawn.target;
+        if (source.own) {
+          // What is drawn is not the page the answer's own warnings are about.
+          shows = {
+            replacesPage: true,
+            text: 'The chart shows ' + drawn.scope.text.replace(/^Drawn: /, '') +
+              ' It was asked in ' + fmtNumber(source.calls, 0) + (source.calls === 1 ? ' call' : ' calls') + ' of its own; the table is the page asked for: ' +
+              fmtNumber(data.returned, 0) + ' of ' + fmtNumber(data.total_group_count, 0) + ' groups.',
+          };
+        } else if (got.failed) {
+          shows = { replacesPage: false, text: 'The chart could not ask for its groups (' + got.failed + '): it is drawn from the page, ' + drawn.scope.text.replace(/^Drawn: /, '') };
         }
       }
+      warnings(shows);
       if (choice.metric && (choice.metric.kind === 'share' || choice.metric.kind === 'ratio')) {
         var rate = choice.metric.kind === 'share';
         body.appendChild(h('p', { class: 'muted', text: choice.metric.column + ' = ' + choice.metric.description +
@@ -895,7 +1313,9 @@
   window.TallyView = {
     render: render,
     chooseChart: chooseChart,
-    chartLimit: chartLimit,
+    pickGroups: pickGroups,
+    askChart: askChart,
+    pickPairs: pickPairs,
     metricInfo: metricInfo,
     h: h,
     fmtNumber: fmtNumber,

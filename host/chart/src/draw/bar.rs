@@ -1,14 +1,17 @@
 //! Horizontal bars, one per group, largest first (nulls last); at most [`LIMITS`]`.bars` of
-//! them.
+//! them, the last one "others" when more groups are given and the metric adds up.
 
 use plotters::style::text_anchor::{HPos, VPos};
 use serde_json::Value;
 
-use super::{BAR, Font, Layer, MUTED, PAD, Scale, close, label_column, open, rate_note, what};
+use super::{
+    BAR, Font, Layer, MUTED, OTHERS, PAD, Scale, close, label_column, open, rate_note, what,
+};
 use crate::drawn::Chart;
 use crate::error::ChartError;
 use crate::kind::Kind;
-use crate::limits::{LIMITS, largest_note};
+use crate::limits::LIMITS;
+use crate::pick::{groups_note, partial_note, pick_groups};
 use crate::summary::{Metric, Summary};
 use crate::text::{NO_VALUE, cell_label, format_number, text_width, truncate};
 
@@ -16,42 +19,41 @@ const ROW: f64 = 26.0;
 const BAR_HEIGHT: f64 = 18.0;
 const LABEL_PX: f64 = 12.0;
 
-/// Rows ordered by `col`, largest first, nulls (and anything not a number) last; the order of
-/// equal values is kept.
-pub(crate) fn by_value_desc<'a>(rows: &[&'a [Value]], col: usize) -> Vec<&'a [Value]> {
-    let mut rows = rows.to_vec();
-    rows.sort_by(|a, b| match (a[col].as_f64(), b[col].as_f64()) {
-        (Some(x), Some(y)) => y.total_cmp(&x),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => std::cmp::Ordering::Equal,
-    });
-    rows
-}
-
 /// The groups drawn, in order, with their labels.
-struct Bars<'a> {
-    rows: Vec<&'a [Value]>,
-    /// What says how many groups are left out, when some are.
+struct Bars {
+    /// Each bar's value (the "others" bar's is the sum of the groups it stands for).
+    values: Vec<Value>,
+    /// What says how many groups are folded or left out, when some are.
     left_out: Option<String>,
-    /// Each row's group, as its label.
+    /// Each bar's group, as its label.
     labels: Vec<String>,
     /// Each row's value, as written beside its bar.
     value_labels: Vec<String>,
+    /// How many groups the last bar stands for, when it is "others".
+    others: Option<usize>,
 }
 
-impl<'a> Bars<'a> {
-    /// Picks the largest groups (nulls last), as many as are drawn, and labels them.
-    fn pick(summary: &Summary<'a>, metric: &Metric) -> Self {
+impl Bars {
+    /// Picks the largest groups (nulls last), as many as are drawn, the rest as one "others"
+    /// bar when the metric adds up, and labels them.
+    fn pick(summary: &Summary<'_>, metric: &Metric) -> Self {
         let group = &summary.groups[0];
-        let mut rows = by_value_desc(&summary.rows, metric.index);
-        let left_out =
-            (rows.len() > LIMITS.bars).then(|| largest_note(LIMITS.bars, rows.len(), "groups"));
-        rows.truncate(LIMITS.bars);
+        let groups = pick_groups(&summary.rows, metric, LIMITS.bars);
+        let left_out = groups_note(&groups, metric, "bar");
         let count_col = summary.column("count");
-        let labels: Vec<String> = rows.iter().map(|r| cell_label(&r[group.index])).collect();
+        let mut labels: Vec<String> = groups
+            .rows
+            .iter()
+            .map(|r| cell_label(&r[group.index]))
+            .collect();
+        let mut values: Vec<Value> = groups
+            .rows
+            .iter()
+            .map(|r| r[metric.index].clone())
+            .collect();
         // A rate says how many records it is a share of, as in the view.
-        let value_labels: Vec<String> = rows
+        let mut value_labels: Vec<String> = groups
+            .rows
             .iter()
             .map(|r| {
                 let v = metric.format(&r[metric.index]);
@@ -66,11 +68,18 @@ impl<'a> Bars<'a> {
                 }
             })
             .collect();
+        let others = groups.others.map(|o| {
+            labels.push(o.label());
+            value_labels.push(metric.format(&o.value));
+            values.push(o.value);
+            o.groups
+        });
         Bars {
-            rows,
+            values,
             left_out,
             labels,
             value_labels,
+            others,
         }
     }
 }
@@ -108,11 +117,7 @@ pub(crate) fn draw(
     let value_w = label_column(&bars.value_labels, 11.0, 30.0, 200.0) + 8.0;
     let plot_x0 = PAD + label_w + 10.0;
     let plot_x1 = w - PAD - value_w;
-    let values: Vec<f64> = bars
-        .rows
-        .iter()
-        .filter_map(|r| r[metric.index].as_f64())
-        .collect();
+    let values: Vec<f64> = bars.values.iter().filter_map(Value::as_f64).collect();
     let lo = values.iter().copied().fold(0.0, f64::min);
     let hi = values.iter().copied().fold(0.0, f64::max);
     let scale = Scale::from_zero(lo, hi, plot_x0, plot_x1);
@@ -127,7 +132,7 @@ pub(crate) fn draw(
     )?;
     canvas.y += 20.0;
     let top = canvas.y;
-    let bottom = top + ROW * bars.rows.len() as f64;
+    let bottom = top + ROW * bars.values.len() as f64;
     let below = scale.draw(&mut frame, top, bottom, metric)?;
 
     let plot = Plot {
@@ -145,6 +150,7 @@ pub(crate) fn draw(
     let chart_notes: Vec<String> = bars
         .left_out
         .into_iter()
+        .chain(partial_note(summary, bars.others.is_some()))
         .chain(rate_note(metric, summary))
         .collect();
     close(
@@ -159,7 +165,7 @@ pub(crate) fn draw(
 /// Draws each group's label into `frame`, and its bar and value: the marks, the value
 /// labels and how many marks.
 fn rows(
-    bars: &Bars<'_>,
+    bars: &Bars,
     metric: &Metric,
     plot: &Plot,
     frame: &mut Layer,
@@ -179,7 +185,7 @@ fn rows(
     let label_font = Font::new(LABEL_PX).anchor(HPos::Right, VPos::Center);
     let value_font = Font::new(11.0).anchor(HPos::Left, VPos::Center);
     let zero = scale.x(0.0);
-    for (i, row) in bars.rows.iter().enumerate() {
+    for (i, value) in bars.values.iter().enumerate() {
         let y = top + ROW * i as f64;
         let mid = y + ROW / 2.0;
         frame.text(
@@ -188,15 +194,24 @@ fn rows(
             mid,
             label_font,
         )?;
-        match row[metric.index].as_f64() {
+        match value.as_f64() {
             Some(v) => {
                 let x = scale.x(v);
                 let mut bar = Layer::new(width);
                 let bar_top = mid - BAR_HEIGHT / 2.0;
-                bar.rect(zero.min(x), bar_top, zero.max(x), bar_top + BAR_HEIGHT, BAR)?;
-                marks.mark(
+                let others = bars.others.filter(|_| i + 1 == bars.values.len());
+                let fill = if others.is_some() { OTHERS } else { BAR };
+                bar.rect(
+                    zero.min(x),
+                    bar_top,
+                    zero.max(x),
+                    bar_top + BAR_HEIGHT,
+                    fill,
+                )?;
+                marks.mark_of(
                     &labels[i],
-                    &metric.format(&row[metric.index]),
+                    &metric.format(value),
+                    others,
                     &bar.into_string(),
                 );
                 count += 1;

@@ -1,16 +1,21 @@
-//! A grid coloured by value: the first grouping field's values as rows (by total when the
-//! metric adds up, else as they come), the second's as columns in code order, with a colour
-//! scale under it; at most [`LIMITS`]`.heatmap_rows` rows and `.heatmap_columns` columns.
+//! A grid coloured by value: the first grouping field's values as rows (largest first: by
+//! total when the metric adds up, else by their largest value), the second's largest as
+//! columns in code order, with a colour scale under it; at most [`LIMITS`]`.heatmap_rows` rows
+//! and `.heatmap_columns` columns, the rest folded into one "others" row or column when the
+//! metric adds up, else left out (`pick::Grid`).
 
 use plotters::style::RGBColor;
 use plotters::style::text_anchor::{HPos, VPos};
 
-use super::stacked::Grid;
-use super::{Canvas, Font, Layer, PAD, close, label_column, open, rate_note, text_on, what};
+use super::stacked::folded_at;
+use super::{
+    Canvas, Font, Layer, OTHERS, PAD, close, label_column, open, rate_note, text_on, what,
+};
 use crate::drawn::Chart;
 use crate::error::ChartError;
 use crate::kind::Kind;
 use crate::limits::LIMITS;
+use crate::pick::{Grid, partial_note};
 use crate::summary::{Metric, Summary};
 use crate::text::{text_width, truncate};
 
@@ -34,6 +39,13 @@ fn mix(t: f64) -> RGBColor {
     RGBColor(c(LOW.0, HIGH.0), c(LOW.1, HIGH.1), c(LOW.2, HIGH.2))
 }
 
+/// The grid picked, with the labels of its rows and columns ("others" last when folded).
+struct Labelled<'g> {
+    grid: &'g Grid,
+    first: Vec<String>,
+    second: Vec<String>,
+}
+
 /// Where the grid's parts go across the chart.
 struct Layout {
     /// The chart's width: the width asked for, or wider when the cells need it.
@@ -47,7 +59,7 @@ struct Layout {
 
 impl Layout {
     /// Lays out the row labels and the cells across `width`.
-    fn new(summary: &Summary<'_>, grid: &Grid<'_>, width: u32) -> Self {
+    fn new(summary: &Summary<'_>, grid: &Labelled<'_>, width: u32) -> Self {
         let cols = grid.second.len();
         let w = f64::from(width);
         let title_w = text_width(&summary.groups[0].name, 12.0).max(40.0);
@@ -71,7 +83,12 @@ pub(crate) fn draw(
     metric: &Metric,
     width: u32,
 ) -> Result<Chart, ChartError> {
-    let grid = Grid::new(summary, metric, LIMITS.heatmap_rows, LIMITS.heatmap_columns);
+    let picked = Grid::new(summary, metric, LIMITS.heatmap_rows, LIMITS.heatmap_columns);
+    let grid = Labelled {
+        first: picked.first.labels(),
+        second: picked.second.labels(),
+        grid: &picked,
+    };
     let rows = grid.first.len();
     let layout = Layout::new(summary, &grid, width);
     let width = layout.width;
@@ -83,7 +100,14 @@ pub(crate) fn draw(
     let top = canvas.y;
     row_labels(&mut frame, &grid, &layout, top)?;
 
-    let values: Vec<f64> = grid.cells.iter().filter_map(|c| c.2.as_f64()).collect();
+    // The colour scale is of the cells drawn apart: "others" stands for many groups, would
+    // hold the largest value and pale every other cell; it is drawn grey with its value.
+    let values: Vec<f64> = picked
+        .cells
+        .iter()
+        .filter(|c| folded_at(&picked, c.0, c.1).is_none())
+        .filter_map(|c| c.2.as_f64())
+        .collect();
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
     let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let (marks, labels, count) = cells(&grid, metric, &layout, top, min, max)?;
@@ -93,9 +117,10 @@ pub(crate) fn draw(
     if !values.is_empty() {
         colour_scale(&mut canvas, metric, min, max, layout.plot_x0)?;
     }
-    let left_out = grid.left_out_note("rows", "columns", false);
-    let chart_notes: Vec<String> = left_out
+    let chart_notes: Vec<String> = picked
+        .note("rows", "columns", metric)
         .into_iter()
+        .chain(partial_note(summary, picked.folded()))
         .chain(rate_note(metric, summary))
         .collect();
     close(
@@ -113,7 +138,7 @@ fn headers(
     frame: &mut Layer,
     canvas: &mut Canvas,
     summary: &Summary<'_>,
-    grid: &Grid<'_>,
+    grid: &Labelled<'_>,
     layout: &Layout,
 ) -> Result<(), ChartError> {
     let Layout {
@@ -183,7 +208,7 @@ fn headers(
 /// Draws the row labels and, under where the cells go, the grey grid into `frame`.
 fn row_labels(
     frame: &mut Layer,
-    grid: &Grid<'_>,
+    grid: &Labelled<'_>,
     layout: &Layout,
     top: f64,
 ) -> Result<(), ChartError> {
@@ -218,7 +243,7 @@ fn row_labels(
 /// value in it when the cells are few enough to read: the marks, the value labels and how
 /// many marks.
 fn cells(
-    grid: &Grid<'_>,
+    grid: &Labelled<'_>,
     metric: &Metric,
     layout: &Layout,
     top: f64,
@@ -242,19 +267,26 @@ fn cells(
     let mut marks = Layer::new(width);
     let mut labels = Layer::new(width);
     let mut count = 0;
-    for &(a, b, v) in &grid.cells {
+    for (a, b, v) in &grid.grid.cells {
+        let (a, b) = (*a, *b);
         let x = plot_x0 + cell_w * b as f64;
         let y = top + ROW * a as f64;
         let value = metric.format(v);
         let Some(number) = v.as_f64() else {
             continue;
         };
-        let fill = mix(t(number));
+        let others = folded_at(grid.grid, a, b);
+        let fill = if others.is_some() {
+            OTHERS
+        } else {
+            mix(t(number))
+        };
         let mut cell = Layer::new(width);
         cell.rect(x + 1.0, y + 1.0, x + cell_w - 1.0, y + ROW - 1.0, fill)?;
-        marks.mark(
+        marks.mark_of(
             &format!("{} × {}", grid.first[a], grid.second[b]),
             &value,
+            others,
             &cell.into_string(),
         );
         count += 1;

@@ -42,6 +42,9 @@ pub(crate) const LINE: RGBColor = RGBColor(0xdd, 0xe2, 0xea);
 pub(crate) const PANEL: RGBColor = RGBColor(0xf6, 0xf8, 0xfb);
 pub(crate) const BAR: RGBColor = RGBColor(0x4d, 0x7f, 0xe0);
 pub(crate) const WHITE: RGBColor = RGBColor(0xff, 0xff, 0xff);
+/// What stands for several groups folded into one, "others" (the view's `--others`): a grey
+/// no value's colour and no series' is.
+pub(crate) const OTHERS: RGBColor = RGBColor(0xb4, 0xbc, 0xc8);
 const WARN_BG: RGBColor = RGBColor(0xff, 0xf6, 0xe0);
 const WARN_LINE: RGBColor = RGBColor(0xe0, 0xa8, 0x00);
 
@@ -279,8 +282,15 @@ impl Layer {
     /// One datum: the shapes in `shapes`, grouped with its label and value so that a reader
     /// (or a test) can tell which is which, and a `<title>` a browser shows on hover.
     pub fn mark(&mut self, label: &str, value: &str, shapes: &str) {
+        self.mark_of(label, value, None, shapes);
+    }
+
+    /// [`mark`](Self::mark), of `others` groups folded into one when given: the group says
+    /// how many (`data-others`).
+    pub fn mark_of(&mut self, label: &str, value: &str, others: Option<usize>, shapes: &str) {
+        let others = others.map_or(String::new(), |n| format!(" data-others=\"{n}\""));
         self.out.push_str(&format!(
-            "<g class=\"mark\" data-label=\"{l}\" data-value=\"{v}\"><title>{l}: {v}</title>\n{shapes}</g>\n",
+            "<g class=\"mark\" data-label=\"{l}\" data-value=\"{v}\"{others}><title>{l}: {v}</title>\n{shapes}</g>\n",
             l = escape_xml(label),
             v = escape_xml(value),
         ));

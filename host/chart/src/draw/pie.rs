@@ -11,11 +11,11 @@ use std::f64::consts::PI;
 use plotters::style::RGBColor;
 use plotters::style::text_anchor::{HPos, VPos};
 
-use super::bar::by_value_desc;
 use super::{Font, Layer, PAD, close, open, palette, text_on, what};
 use crate::drawn::Chart;
 use crate::error::ChartError;
 use crate::kind::Kind;
+use crate::pick::by_value_desc;
 use crate::summary::{Metric, Summary};
 use crate::text::{cell_label, format_percent, text_width, truncate};
 

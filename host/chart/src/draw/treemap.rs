@@ -1,19 +1,22 @@
-//! Parts of a whole (more than 7, at most [`LIMITS`]`.treemap_tiles` drawn, largest first):
+//! Parts of a whole (more than 7, at most [`LIMITS`]`.treemap_tiles` drawn, largest first, the
+//! smallest past the bound as one "others" tile):
 //! rectangles with areas in proportion to the values, laid out
 //! by the squarified algorithm (Bruls, Huizing, van Wijk, 2000) so that tiles stay close to
 //! square and their labels readable. plotters has no treemap; the layout is here and the tiles
 //! are plotters rectangles.
 
 use plotters::style::text_anchor::{HPos, VPos};
+use serde_json::Value;
 
 use super::pie::{left_out_note, parts};
-use super::{Font, Layer, PAD, close, open, palette, text_on, what};
+use super::{Font, Layer, OTHERS, PAD, close, open, palette, text_on, what};
 use crate::drawn::Chart;
 use crate::error::ChartError;
 use crate::kind::Kind;
-use crate::limits::{LIMITS, largest_note};
+use crate::limits::{ALL_IN_TABLE, LIMITS};
+use crate::pick::{Sum, others_label, partial_note};
 use crate::summary::{Metric, Summary};
-use crate::text::{format_percent, text_width, truncate};
+use crate::text::{format_number, format_percent, text_width, truncate};
 
 /// A rectangle in pixels.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -106,13 +109,42 @@ pub(crate) fn draw(
     metric: &Metric,
     width: u32,
 ) -> Result<Chart, ChartError> {
-    let (mut parts, left_out) = parts(summary, metric);
-    // The total and the shares are of every part, drawn or not: a tile's share is of the whole.
+    let (parts, left_out) = parts(summary, metric);
+    // The total and the shares are of every part: past the bound, the smallest parts are one
+    // tile, "others", whose area is their sum.
     let total: f64 = parts.iter().map(|p| p.1).sum();
-    let cut = (parts.len() > LIMITS.treemap_tiles)
-        .then(|| largest_note(LIMITS.treemap_tiles, summary.rows.len(), "groups"));
-    parts.truncate(LIMITS.treemap_tiles);
-    let drawn: f64 = parts.iter().map(|p| p.1).sum();
+    let given = parts.len();
+    let mut tiles_drawn: Vec<(String, f64, Value, Option<usize>)> = Vec::new();
+    let mut others = Sum::default();
+    let mut other_area = 0.0;
+    for (i, (label, v, raw)) in parts.into_iter().enumerate() {
+        if given > LIMITS.treemap_tiles && i + 1 >= LIMITS.treemap_tiles {
+            others.add(raw);
+            other_area += v;
+        } else {
+            tiles_drawn.push((label, v, raw.clone(), None));
+        }
+    }
+    let folded = given.saturating_sub(tiles_drawn.len());
+    let cut = (folded > 0).then(|| {
+        format!(
+            "The {} largest of {} groups are drawn, and the other {} as one tile, “{}”, their \
+             sum; {ALL_IN_TABLE}",
+            tiles_drawn.len(),
+            format_number(given as f64, 0),
+            format_number(folded as f64, 0),
+            others_label(folded)
+        )
+    });
+    if folded > 0 {
+        tiles_drawn.push((
+            others_label(folded),
+            other_area,
+            others.value(),
+            Some(folded),
+        ));
+    }
+    let parts = tiles_drawn;
     let mut canvas = open(width, summary, &what(metric, summary))?;
 
     let mut frame = Layer::new(width);
@@ -131,18 +163,18 @@ pub(crate) fn draw(
         h: height,
     };
     let values: Vec<f64> = parts.iter().map(|p| p.1).collect();
-    // The tiles fill the area whatever was left out; their shares below stay of the total.
+    // The tiles fill the area: every part is in one, and their shares are of the total.
     let tiles = squarify(&values, area);
 
     let mut marks = Layer::new(width);
     let mut labels = Layer::new(width);
-    for (i, ((label, v, raw), t)) in parts.iter().zip(&tiles).enumerate() {
-        let fill = palette(i);
+    for (i, ((label, v, raw, others), t)) in parts.iter().zip(&tiles).enumerate() {
+        let fill = if others.is_some() { OTHERS } else { palette(i) };
         // A 1-pixel gap on every side separates neighbours.
         let mut tile = Layer::new(width);
         tile.rect(t.x + 1.0, t.y + 1.0, t.x + t.w - 1.0, t.y + t.h - 1.0, fill)?;
         let value = metric.format(raw);
-        marks.mark(label, &value, &tile.into_string());
+        marks.mark_of(label, &value, *others, &tile.into_string());
         let room = t.w - 10.0;
         let ink = text_on(fill);
         if room >= 24.0 && t.h >= 20.0 {
@@ -172,20 +204,15 @@ pub(crate) fn draw(
     canvas.plot(Kind::Treemap.as_str(), frame, marks, tiles.len(), labels);
     canvas.y += height + 12.0;
 
-    let was_cut = cut.is_some();
-    let mut extra: Vec<String> = cut.into_iter().chain(left_out_note(&left_out)).collect();
-    if was_cut {
-        extra.push(format!(
-            "total {}; a tile's area is its share of the {} drawn",
-            metric.format_f64(total),
-            metric.format_f64(drawn)
-        ));
-    } else {
-        extra.push(format!(
-            "total {}; a tile's area is its share",
-            metric.format_f64(total)
-        ));
-    }
+    let mut extra: Vec<String> = cut
+        .into_iter()
+        .chain(left_out_note(&left_out))
+        .chain(partial_note(summary, folded > 0))
+        .collect();
+    extra.push(format!(
+        "total {}; a tile's area is its share",
+        metric.format_f64(total)
+    ));
     close(
         canvas,
         Kind::Treemap,
