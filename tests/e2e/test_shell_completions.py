@@ -145,6 +145,8 @@ def zsh_tab(zsh: str, bin_dir: Path, cwd: Path, line: str, shows: bytes) -> str:
     """`bash_tab` for zsh: its completion system (compinit) with the script sourced, a TAB typed
     after `line`, the candidates zsh lists."""
     setup = [
+        # Candidates listed at the first TAB even when a common prefix is inserted with it.
+        b"setopt no_list_ambiguous no_beep\n",
         f"autoload -U compinit && compinit -u -d {cwd}/.zcompdump\n".encode(),
         b"source <(tally completions zsh); echo READY-$((6*7))\n",
     ]
@@ -180,7 +182,7 @@ def shell_tab(argv: list[str], setup: list[bytes], bin_dir: Path, cwd: Path, lin
         started = time.monotonic()
         while marker not in seen:
             if time.monotonic() - started > bound:
-                pytest.fail(f"bash did not show {marker!r} within {bound} s: {seen.decode(errors='replace')}")
+                pytest.fail(f"{argv[0]} did not show {marker!r} within {bound} s: {seen.decode(errors='replace')}")
             ready, _, _ = select.select([master], [], [], 0.5)
             if ready:
                 try:

@@ -174,7 +174,9 @@ _tally_dataset_ids() {
     # quotes what it inserts.
     local -a ids
     local id
-    for id in ${(f)"$($words[1] __datasets --datasets "$datasets" 2>/dev/null)"}; do
+    # The command completed (`$service`; `$words` starts at the subcommand here).
+    local command=${service:-tally}
+    for id in ${(f)"$($command __datasets --datasets "$datasets" 2>/dev/null)"}; do
         [[ $id =~ '__PATTERN__' ]] && ids+=("$id")
     done
     compadd -a ids
