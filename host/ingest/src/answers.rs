@@ -279,7 +279,9 @@ mod tests {
     use super::*;
     use crate::values::Kind;
 
+    /// What `tally add` writes (its first line names the published schema).
     const WRITTEN: &str = "\
+# yaml-language-server: $schema=https://raw.githubusercontent.com/tally-mcp/tally/main/schemas/dataset.schema.json
 schema_version: \"1\"
 title: data  # TODO: the dataset's title as its publisher gives it
 source:
@@ -341,6 +343,7 @@ fields:
         let r = record(WRITTEN, &[], &["-".to_string()], &guesses);
         assert!(r.not_recorded.is_empty(), "{:?}", r.not_recorded);
         let expected = "\
+# yaml-language-server: $schema=https://raw.githubusercontent.com/tally-mcp/tally/main/schemas/dataset.schema.json
 schema_version: \"1\"
 title: data  # TODO: the dataset's title as its publisher gives it
 source:

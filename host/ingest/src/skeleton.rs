@@ -61,8 +61,21 @@ fn comment(s: &str) -> String {
     s.replace(['\n', '\r'], " ")
 }
 
-pub fn write(input: &SkeletonInput<'_>) -> String {
+/// The first line of a skeleton: editors that read it (VS Code's YAML extension, other
+/// editors built on the YAML language server) complete and check the file against the
+/// published schema of `dataset.yaml` (`tally schema` prints it, for a copy kept offline).
+pub fn schema_line() -> String {
+    format!(
+        "# yaml-language-server: $schema={}",
+        tally_semantic::definition::schema_url()
+    )
+}
+
+/// The comments above the keys: the schema, where the file came from, what to confirm.
+fn header(input: &SkeletonInput<'_>) -> String {
     let mut y = String::new();
+    y.push_str(&schema_line());
+    y.push('\n');
     let _ = writeln!(
         y,
         "# Written by `tally add {}` (Tally {}) on {} from {} ({}{}{}, {} header row{}, {} data rows).",
@@ -95,6 +108,11 @@ pub fn write(input: &SkeletonInput<'_>) -> String {
         );
         y.push_str("# past the size a definition may be. Confirm every role and data_type.\n");
     }
+    y
+}
+
+pub fn write(input: &SkeletonInput<'_>) -> String {
+    let mut y = header(input);
     y.push_str("schema_version: \"1\"\n");
     let stem = std::path::Path::new(input.file_name)
         .file_stem()
@@ -187,6 +205,90 @@ pub fn write(input: &SkeletonInput<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::values::Kind;
+
+    fn guess(kind: Kind, role: &'static str) -> Guess {
+        Guess {
+            kind,
+            role,
+            grain: None,
+            codelist: None,
+            multi_value: None,
+            todos: vec!["confirm the role".into()],
+            questions: Vec::new(),
+        }
+    }
+
+    /// A skeleton names the published schema on its first line, and the schema accepts it
+    /// (an editor opening it shows no problem before a person edits it).
+    #[test]
+    fn a_skeleton_names_the_schema_first_and_the_schema_accepts_it() {
+        let names: Vec<String> = ["手続ID", "年度", "区分", "添付書類", "件数", "note: free"]
+            .map(String::from)
+            .to_vec();
+        let guesses = vec![
+            guess(Kind::Text, "id"),
+            Guess {
+                grain: Some("fiscal_year"),
+                ..guess(Kind::Int, "time")
+            },
+            Guess {
+                codelist: Some(Codelist::Static(vec!["1 実施済".into(), "2 未実施".into()])),
+                ..guess(Kind::Text, "dim")
+            },
+            Guess {
+                codelist: Some(Codelist::AutoSplit),
+                multi_value: Some("|".into()),
+                ..guess(Kind::Text, "attr")
+            },
+            guess(Kind::Int, "measure"),
+            Guess {
+                codelist: Some(Codelist::Auto),
+                questions: vec!["cells hold `-` (2). Does that mean \"no value\"?".into()],
+                ..guess(Kind::Text, "attr")
+            },
+        ];
+        let null_markers = ["不明".to_string()];
+        let input = SkeletonInput {
+            dataset_id: "survey",
+            file_name: "survey.csv",
+            format: "CSV",
+            encoding: Some("cp932"),
+            sheet: None,
+            header_rows: 2,
+            title_row: Some("調査結果"),
+            null_markers: &null_markers,
+            names: &names,
+            indices: &[0, 1, 2, 3, 4, 5],
+            guesses: &guesses,
+            id: Some(0),
+            rows: 10,
+            data_file: "data.parquet",
+            date: "2025-07-24",
+            comments: true,
+        };
+        let text = write(&input);
+        assert_eq!(
+            text.lines().next(),
+            Some(
+                "# yaml-language-server: $schema=https://raw.githubusercontent.com/tally-mcp/tally/main/schemas/dataset.schema.json"
+            )
+        );
+        let loaded =
+            tally_semantic::definition::load_definition("survey/dataset.yaml", "survey", &text)
+                .unwrap_or_else(|e| panic!("the reader accepts the skeleton: {e:?}\n{text}"));
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        let schema = tally_semantic::definition::json_schema();
+        let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+        let instance = tally_semantic::yaml::parse(&text)
+            .expect("parses")
+            .to_json();
+        let problems: Vec<String> = validator
+            .iter_errors(&instance)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect();
+        assert!(problems.is_empty(), "{problems:#?}\n{text}");
+    }
 
     #[test]
     fn scalars_read_back_as_written() {

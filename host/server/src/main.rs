@@ -27,6 +27,7 @@ mod plugin;
 mod plugin_api;
 mod plugin_python;
 mod runtime;
+mod schema;
 mod settings;
 
 #[derive(Debug, Parser)]
@@ -175,6 +176,12 @@ enum Command {
         #[arg(long, value_name = "MIB")]
         memory_budget: Option<usize>,
     },
+    /// Print the JSON Schema of dataset.yaml, for editors to complete and check definitions.
+    ///
+    /// The repository publishes the same text as schemas/dataset.schema.json, which the
+    /// skeletons `tally add` writes name on their first line; `tally schema >
+    /// dataset.schema.json` keeps a copy of this version's schema (offline, or pinned).
+    Schema,
     /// Tooling for plugin authors: a new project from the template, a release build of its
     /// component, and a test of it on a dataset folder through the real sandbox (see
     /// docs/plugins.md).
@@ -431,6 +438,7 @@ fn run(
         Command::Fetch(flags) => ingest::fetch(flags),
         Command::Summarize(flags) => cli::summarize(flags),
         Command::Plugin { command } => plugin::run(command),
+        Command::Schema => schema::run(),
         Command::Completions { shell } => match completions::print::<Cli>(shell) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -5,12 +5,13 @@ use tally_plugin_api::provenance::SourceType;
 use crate::names::suggest;
 use crate::yaml::{Node, Value};
 
-use super::read::{BACKEND_KEYS, MapView, Reader, SOURCE_KEYS, valid_http_url};
+use super::keys::{BACKEND, SOURCE};
+use super::read::{MapView, Reader, valid_http_url};
 use super::types::{BackendDef, BackendKind, PluginRef, SourceDef};
 
 impl Reader {
     pub(super) fn source(&mut self, node: &Node) -> SourceDef {
-        let Some(map) = self.map(node, "source", SOURCE_KEYS) else {
+        let Some(map) = self.map(node, "source", &SOURCE) else {
             return SourceDef::default();
         };
         let url = self.string(&map, "url", "source", "write `url: https://…`");
@@ -82,7 +83,7 @@ impl Reader {
     }
 
     pub(super) fn backend(&mut self, node: &Node) -> BackendDef {
-        let Some(map) = self.map(node, "backend", BACKEND_KEYS) else {
+        let Some(map) = self.map(node, "backend", &BACKEND) else {
             return BackendDef::default();
         };
         let kind = match self.string(
@@ -114,11 +115,7 @@ impl Reader {
         let Some(kind) = kind else {
             return BackendDef::default();
         };
-        let plugin_key = match kind {
-            BackendKind::Wasm => Some("component"),
-            BackendKind::Native => Some("library"),
-            BackendKind::Parquet => None,
-        };
+        let plugin_key = kind.plugin_keys().first().copied();
         for key in ["component", "library"] {
             if map.get(key).is_some() && plugin_key != Some(key) {
                 self.error(

@@ -11,11 +11,11 @@ impl Reader {
         let fix = "write `codelist: auto`, `codelist: auto_split`, or a list of codes (`- 1 実施済` or `- \"1 実施済\": description`)";
         match &node.value {
             Value::Null => None,
-            Value::Str(s) => match s.as_str() {
-                "auto" => Some(Codelist::Auto),
-                "auto_split" => Some(Codelist::AutoSplit),
-                other => {
-                    let near = suggest(other, ["auto", "auto_split"]);
+            Value::Str(s) => match Codelist::mode(s) {
+                Some(codelist) => Some(codelist),
+                None => {
+                    let other = s.as_str();
+                    let near = suggest(other, Codelist::MODES);
                     self.error(
                         node.pos,
                         path,

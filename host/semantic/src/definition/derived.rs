@@ -3,9 +3,8 @@
 use crate::names::suggest;
 use crate::yaml::{Node, Value};
 
-use super::read::{
-    AliasesWritten, MULTI_VALUE_KEYS, MapView, RELATION_KEYS, Reader, derived_field, join,
-};
+use super::keys::{MULTI_VALUE, RELATION};
+use super::read::{AliasesWritten, MapView, Reader, derived_field, join};
 use super::types::{
     Aggregation, Codelist, DEFAULT_SEPARATOR, DataType, DerivedSource, Field, FieldId, LocatorKind,
     Role,
@@ -58,7 +57,7 @@ impl Reader {
         };
         for (i, item) in items.iter().enumerate() {
             let path = format!("relations[{i}]");
-            let Some(rel) = self.map(item, &path, RELATION_KEYS) else {
+            let Some(rel) = self.map(item, &path, &RELATION) else {
                 continue;
             };
             let Some(dataset) = self.required_string(&rel, "dataset", &path, fix) else {
@@ -246,7 +245,7 @@ impl Reader {
                 Value::Bool(false) | Value::Null => None,
                 Value::Map(_) => {
                     let mv_path = join(path, "multi_value");
-                    let mv = self.map(n, &mv_path, MULTI_VALUE_KEYS)?;
+                    let mv = self.map(n, &mv_path, &MULTI_VALUE)?;
                     match self.string(&mv, "separator", &mv_path, "write `separator: \";\"`") {
                         Some(sep) if !sep.is_empty() => Some(sep),
                         Some(_) => {
@@ -303,9 +302,11 @@ impl Reader {
         match map.get("locator").map(|n| (n, &n.value)) {
             None | Some((_, Value::Null)) => None,
             Some((_, Value::Str(s)))
-                if s == "law" && !data_type.is_numeric() && multi_value.is_none() =>
+                if LocatorKind::parse(s).is_some()
+                    && !data_type.is_numeric()
+                    && multi_value.is_none() =>
             {
-                Some(LocatorKind::Law)
+                LocatorKind::parse(s)
             }
             Some((n, _)) => {
                 self.error(

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use crate::names::{normalize, suggest};
 use crate::yaml::{Node, Pos, Value};
 
-use super::read::{FIELD_KEYS, MAX_NAME_CHARS, MAX_UNIT_CHARS, MapView, Reader, Rollup, join};
+use super::keys::{FIELD, MAX_NAME_CHARS, MAX_UNIT_CHARS};
+use super::read::{MapView, Reader, Rollup, join};
 use super::types::{Aggregation, Codelist, DataType, Field, Grain, Role};
 
 impl Reader {
@@ -59,7 +60,7 @@ impl Reader {
     }
 
     pub(super) fn field(&mut self, node: &Node, path: &str) -> Option<Field> {
-        let map = self.map(node, path, FIELD_KEYS)?;
+        let map = self.map(node, path, &FIELD)?;
         let name = self.field_name(&map, path)?;
         let role = self.role(&map, path)?;
         let data_type = self.data_type(&map, path, role);
@@ -240,13 +241,11 @@ impl Reader {
     pub(super) fn role(&mut self, map: &MapView<'_>, path: &str) -> Option<Role> {
         let roles: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
         let role_fix = format!("write `role:` as one of {}", roles.join(", "));
-        let role = match self.required_string(map, "role", path, &role_fix)?.as_str() {
-            "id" => Role::Id,
-            "dim" | "dimension" => Role::Dim,
-            "time" => Role::Time,
-            "measure" => Role::Measure,
-            "attr" | "attribute" => Role::Attr,
-            other => {
+        let written = self.required_string(map, "role", path, &role_fix)?;
+        let role = match Role::parse(&written) {
+            Some(role) => role,
+            None => {
+                let other = written.as_str();
                 let fix = match suggest(other, roles.iter().copied()) {
                     Some(near) => format!("did you mean `{near}`? {role_fix}"),
                     None => role_fix,

@@ -3,12 +3,13 @@
 use crate::names::suggest;
 use crate::yaml::{Node, Value};
 
-use super::read::{LINK_KEYS, REVISIONS_KEYS, Reader, join};
+use super::keys::{LINK, REVISIONS};
+use super::read::{Reader, join};
 use super::types::{Field, FieldId, Link, Revisions};
 
 impl Reader {
     pub(super) fn revisions(&mut self, node: &Node, fields: &[Field]) -> Option<Revisions> {
-        let map = self.map(node, "revisions", REVISIONS_KEYS)?;
+        let map = self.map(node, "revisions", &REVISIONS)?;
         let key = self.declared_field(
             &map,
             "key",
@@ -77,7 +78,7 @@ impl Reader {
         let mut out = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let path = format!("links[{i}]");
-            let Some(map) = self.map(item, &path, LINK_KEYS) else {
+            let Some(map) = self.map(item, &path, &LINK) else {
                 continue;
             };
             let Some(to) = self.required_string(

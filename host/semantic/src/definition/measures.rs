@@ -3,7 +3,8 @@
 use crate::names::{normalize, suggest};
 use crate::yaml::{Node, Value};
 
-use super::read::{MEASURE_KEYS, MapView, Reader, join};
+use super::keys::MEASURE;
+use super::read::{MapView, Reader, join};
 use super::types::{Aggregation, ComputedMeasure, Field, FieldId, Formula, Mode, Role};
 
 impl Reader {
@@ -42,7 +43,7 @@ impl Reader {
         fields: &[Field],
         earlier: &[ComputedMeasure],
     ) -> Option<ComputedMeasure> {
-        let map = self.map(item, path, MEASURE_KEYS)?;
+        let map = self.map(item, path, &MEASURE)?;
         let name = self.required_string(&map, "name", path, "write `name: …`")?;
         if fields
             .iter()

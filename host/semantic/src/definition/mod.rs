@@ -13,13 +13,16 @@ mod codes;
 mod derived;
 mod diagnostic;
 mod fields;
+pub mod keys;
 mod links;
 mod measures;
 mod read;
+mod schema;
 mod types;
 mod url;
 
 pub use diagnostic::*;
 pub use read::{load_definition, load_definition_hiding, quote_name, valid_id};
+pub use schema::{SCHEMA_FILE, json_schema, schema_text, schema_url};
 pub use types::*;
 pub use url::*;

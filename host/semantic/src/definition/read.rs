@@ -6,6 +6,7 @@ use crate::names::suggest;
 use crate::yaml::{self, Key, Node, Pos, Value};
 
 use super::diagnostic::{DefinitionError, Diagnostic, Loaded, Severity};
+use super::keys::{DATASET, Section};
 use super::types::{
     BackendDef, BackendKind, DataType, DatasetDef, DateValue, Derived, DerivedSource, Field,
     FieldId, Role, SCHEMA_VERSION, SourceDef,
@@ -100,81 +101,6 @@ pub(super) fn strip_fields(root: &mut Node, hidden: &[String]) {
     }
 }
 
-pub(super) const DATASET_KEYS: &[&str] = &[
-    "schema_version",
-    "id",
-    "title",
-    "description",
-    "publisher",
-    "license",
-    "as_of_date",
-    "published_at",
-    "retrieved_at",
-    "source",
-    "tags",
-    "enabled",
-    "id_field",
-    "generic_values",
-    "notes",
-    "data_file",
-    "data",
-    "backend",
-    "fields",
-    "computed_measures",
-    "revisions",
-    "links",
-    "relations",
-];
-pub(super) const RELATION_KEYS: &[&str] = &["dataset", "on", "fields"];
-pub(super) const REVISIONS_KEYS: &[&str] = &["key", "title", "effective", "id"];
-pub(super) const LINK_KEYS: &[&str] = &["to", "on", "text"];
-pub(super) const SOURCE_KEYS: &[&str] = &[
-    "url",
-    "note",
-    "type",
-    "asset_pattern",
-    "csv_filename",
-    "csv_header_rows",
-    "null_markers",
-];
-pub(super) const BACKEND_KEYS: &[&str] = &["kind", "component", "library", "config"];
-pub(super) const FIELD_KEYS: &[&str] = &[
-    "name",
-    "role",
-    "desc",
-    "data_type",
-    "codelist",
-    "multi_value",
-    "groupable",
-    "filterable",
-    "notes",
-    "csv_col_index",
-    "group",
-    "locator",
-    "aliases",
-    "unit",
-    "grain",
-    "period",
-    "aggregation",
-    "weight",
-    "rollup",
-];
-pub(super) const MULTI_VALUE_KEYS: &[&str] = &["separator"];
-pub(super) const MEASURE_KEYS: &[&str] = &[
-    "name",
-    "mode",
-    "desc",
-    "condition_field",
-    "condition_values",
-    "numerator",
-    "denominator",
-    "unit",
-    "scale",
-];
-pub(super) const MAX_NAME_CHARS: usize = 200;
-/// Longest `unit` (`円/件`, `人/km²`).
-pub(super) const MAX_UNIT_CHARS: usize = 32;
-
 pub(super) struct Reader {
     pub(super) file: String,
     pub(super) diagnostics: Vec<Diagnostic>,
@@ -238,14 +164,22 @@ pub(super) struct AliasesWritten {
     pub(super) names: Vec<(String, Pos, String)>,
 }
 
-/// A mapping being read: remembers which keys were consumed so the rest can be reported.
+/// A mapping being read, with the section whose keys it may hold.
 pub(super) struct MapView<'a> {
     pub(super) pos: Pos,
     pub(super) entries: &'a [(Key, Node)],
+    pub(super) section: &'static Section,
 }
 
 impl<'a> MapView<'a> {
     pub(super) fn get(&self, key: &str) -> Option<&'a Node> {
+        // The reader reads no key its section's table does not list: the table is what the
+        // unknown-key check and the published schema are made of.
+        debug_assert!(
+            self.section.has(key),
+            "`{key}` is read but not listed in section `{}`",
+            self.section.name
+        );
         self.entries
             .iter()
             .find(|(k, _)| k.name == key)
@@ -319,8 +253,9 @@ impl Reader {
         &mut self,
         node: &'a Node,
         path: &str,
-        known: &[&str],
+        section: &'static Section,
     ) -> Option<MapView<'a>> {
+        let known = section.names();
         match &node.value {
             Value::Map(entries) => {
                 for (key, _) in entries {
@@ -348,6 +283,7 @@ impl Reader {
                 Some(MapView {
                     pos: node.pos,
                     entries,
+                    section,
                 })
             }
             _ => {
@@ -557,7 +493,7 @@ impl Reader {
             );
             return None;
         }
-        let map = self.map(root, "", DATASET_KEYS)?;
+        let map = self.map(root, "", &DATASET)?;
 
         let schema_version = self.schema_version(root, &map);
         let id = self.dataset_id(&map, folder_id);

@@ -331,11 +331,21 @@ impl BackendKind {
     pub const ALL: [BackendKind; 3] =
         [BackendKind::Parquet, BackendKind::Wasm, BackendKind::Native];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             BackendKind::Parquet => "parquet",
             BackendKind::Wasm => "wasm",
             BackendKind::Native => "native",
+        }
+    }
+
+    /// The key naming the plugin this kind loads (`component`, `library`), none for the
+    /// built-in reader: required with the kind, refused with another.
+    pub const fn plugin_keys(self) -> &'static [&'static str] {
+        match self {
+            BackendKind::Parquet => &[],
+            BackendKind::Wasm => &["component"],
+            BackendKind::Native => &["library"],
         }
     }
 
@@ -399,7 +409,11 @@ pub enum Role {
 impl Role {
     pub const ALL: [Role; 5] = [Role::Id, Role::Dim, Role::Time, Role::Measure, Role::Attr];
 
-    pub fn as_str(self) -> &'static str {
+    /// Other names a definition may give a role (the reference format's long forms).
+    pub const SYNONYMS: [(&'static str, Role); 2] =
+        [("dimension", Role::Dim), ("attribute", Role::Attr)];
+
+    pub const fn as_str(self) -> &'static str {
         match self {
             Role::Id => "id",
             Role::Dim => "dim",
@@ -407,6 +421,19 @@ impl Role {
             Role::Measure => "measure",
             Role::Attr => "attr",
         }
+    }
+
+    /// The role a definition names: its name or a synonym, exactly as written.
+    pub fn parse(name: &str) -> Option<Role> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == name)
+            .or_else(|| {
+                Role::SYNONYMS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, r)| *r)
+            })
     }
 }
 
@@ -522,15 +549,28 @@ impl DataType {
         matches!(self, DataType::Integer | DataType::Number)
     }
 
-    pub(super) fn parse(s: &str) -> Option<DataType> {
-        Some(match s {
-            "string" | "text" | "str" => DataType::String,
-            "integer" | "int" => DataType::Integer,
-            "number" | "float" | "double" | "decimal" => DataType::Number,
-            "boolean" | "bool" => DataType::Boolean,
-            "date" => DataType::Date,
-            _ => return None,
-        })
+    /// Other names a definition may give a type (as other formats and languages write it).
+    pub const SYNONYMS: [(&'static str, DataType); 7] = [
+        ("text", DataType::String),
+        ("str", DataType::String),
+        ("int", DataType::Integer),
+        ("float", DataType::Number),
+        ("double", DataType::Number),
+        ("decimal", DataType::Number),
+        ("bool", DataType::Boolean),
+    ];
+
+    /// The type a definition names: its name or a synonym, exactly as written.
+    pub fn parse(s: &str) -> Option<DataType> {
+        DataType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .or_else(|| {
+                DataType::SYNONYMS
+                    .iter()
+                    .find(|(n, _)| *n == s)
+                    .map(|(_, t)| *t)
+            })
     }
 }
 
@@ -565,6 +605,20 @@ pub enum Codelist {
     Auto,
     /// The parts of the multi-value cells present in the data.
     AutoSplit,
+}
+
+impl Codelist {
+    /// The codelists named by a word rather than listed (`codelist: auto`).
+    pub const MODES: [&'static str; 2] = ["auto", "auto_split"];
+
+    /// The codelist a word names, exactly as written.
+    pub fn mode(name: &str) -> Option<Codelist> {
+        match name {
+            "auto" => Some(Codelist::Auto),
+            "auto_split" => Some(Codelist::AutoSplit),
+            _ => None,
+        }
+    }
 }
 
 /// A declared field.
@@ -645,6 +699,21 @@ pub enum LocatorKind {
     Law,
 }
 
+impl LocatorKind {
+    pub const ALL: [LocatorKind; 1] = [LocatorKind::Law];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LocatorKind::Law => "law",
+        }
+    }
+
+    /// The kind a definition names, exactly as written.
+    pub fn parse(name: &str) -> Option<LocatorKind> {
+        LocatorKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
 impl Field {
     /// Whether the field is a column of the data (not [`Field::derived`]).
     pub fn is_column(&self) -> bool {
@@ -691,19 +760,24 @@ pub enum Mode {
 impl Mode {
     pub const ALL: [Mode; 2] = [Mode::CountWhere, Mode::SumRatio];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Mode::CountWhere => "count_where",
             Mode::SumRatio => "sum_ratio",
         }
     }
 
-    /// The keys the mode reads, as the fix of a message spells them.
-    pub fn keys(self) -> &'static str {
+    /// The keys the mode reads, each required with it.
+    pub const fn required_keys(self) -> &'static [&'static str] {
         match self {
-            Mode::CountWhere => "condition_field, condition_values",
-            Mode::SumRatio => "numerator, denominator",
+            Mode::CountWhere => &["condition_field", "condition_values"],
+            Mode::SumRatio => &["numerator", "denominator"],
         }
+    }
+
+    /// The keys the mode reads, as the fix of a message spells them.
+    pub fn keys(self) -> String {
+        self.required_keys().join(", ")
     }
 
     /// The mode named exactly `name`.

@@ -6,3 +6,4 @@ mod harness;
 mod perturbations;
 mod reference;
 mod requests;
+mod schema;
