@@ -1,4 +1,4 @@
-//! The MCP server: the four tools over any rmcp transport (stdio, streamable HTTP), in both
+//! The MCP server: the six tools over any rmcp transport (stdio, streamable HTTP), in both
 //! protocol eras rmcp serves (2025-11-25 with the initialize handshake, 2026-07-28 stateless
 //! with `server/discover`).
 //!
