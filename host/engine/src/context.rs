@@ -287,7 +287,7 @@ impl Engine {
     }
 }
 
-/// The most values [`Engine::known_values`] gives (completions rank at most these).
+/// The most values [`Engine::values_to_complete`] gives (completions rank at most these).
 pub const KNOWN_VALUES: usize = 10_000;
 /// How long a completion waits for a preparation it started (the preparation goes on after).
 pub const KNOWN_VALUES_WAIT: Duration = Duration::from_secs(3);
@@ -333,26 +333,10 @@ impl Engine {
     /// first, for completing a condition on it: the codes of a static codelist, else the
     /// distinct values of the prepared data. A table not yet prepared that fits the memory
     /// budget is prepared now (as a call's would be), waited for at most
-    /// [`KNOWN_VALUES_WAIT`]: the first completion after a start offers the values instead of
-    /// none. A table read from its files at every call is never scanned for a completion.
-    /// `None` when the values are not at hand (unknown dataset or field, numbers, data read
-    /// from its files, a preparation still running or failed).
-    pub async fn known_values(
-        self: &Arc<Self>,
-        caller: &Caller,
-        dataset_id: &str,
-        field: &str,
-    ) -> Option<Vec<String>> {
-        match self.values_to_complete(caller, dataset_id, field).await {
-            KnownValues::Values(values) => Some(values),
-            _ => None,
-        }
-    }
-
-    /// [`Engine::known_values`], saying why there are none when they are not ready: a table
-    /// whose preparation is estimated past [`KNOWN_VALUES_WAIT`] is not waited for (the
-    /// preparation starts, and the answer says when to ask again), nor is one still being
-    /// prepared past that wait.
+    /// [`KNOWN_VALUES_WAIT`], so the first completion after a start offers the values; a
+    /// table whose preparation is estimated past that wait is not waited for (the preparation
+    /// starts, and the answer says when to ask again), nor is one still being prepared past
+    /// it. A table read from its files at every call is never scanned for a completion.
     pub async fn values_to_complete(
         self: &Arc<Self>,
         caller: &Caller,

@@ -11,7 +11,7 @@
 //! and aborts the call's task; a heavy call's slot frees when that task has ended.
 //!
 //! Nothing reaches a dataset without a caller: the entry points that read the catalog for
-//! a caller ([`Engine::answer`], [`Engine::estimate`], [`Engine::known_values`],
+//! a caller ([`Engine::answer`], [`Engine::estimate`], [`Engine::values_to_complete`],
 //! [`Engine::view`]) all take one.
 
 use std::sync::Arc;

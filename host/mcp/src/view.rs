@@ -5,7 +5,7 @@
 //! catalog, made here and nowhere else.
 //!
 //! The engine enforces it by its types: every entry point that reads the catalog for
-//! someone takes a [`Caller`] (`Engine::answer`, `Engine::estimate`, `Engine::known_values`,
+//! someone takes a [`Caller`] (`Engine::answer`, `Engine::estimate`, `Engine::values_to_complete`,
 //! `Engine::view`), and the catalog itself is not public. A new surface therefore has no way
 //! to reach a dataset but as some caller, and a view holds only what its caller's token may
 //! see: a hidden dataset and one that does not exist are the same absence to it. (Catalog
@@ -123,22 +123,8 @@ impl View {
         engine.estimate(self.caller(), &ask, chosen)
     }
 
-    /// The values of a field of a dataset the caller may see (for completing a condition),
-    /// at most [`tally_engine::KNOWN_VALUES`]; nothing for any other dataset.
-    pub async fn known_values(
-        &self,
-        engine: &Arc<Engine>,
-        dataset: &str,
-        field: &str,
-    ) -> Vec<String> {
-        engine
-            .known_values(self.caller(), dataset, field)
-            .await
-            .unwrap_or_default()
-    }
-
-    /// The values a completion may offer for `field` of `dataset`, or why there are none now
-    /// (see [`Engine::values_to_complete`]).
+    /// The values a completion may offer for `field` of a dataset the caller may see, or why
+    /// there are none now (see [`Engine::values_to_complete`]); nothing for any other dataset.
     pub async fn values_to_complete(
         &self,
         engine: &Arc<Engine>,
