@@ -71,3 +71,16 @@ async def test_the_unpacked_binary_serves_an_mcp_client(unpacked):
             r = await c.call_tool("summarize_records", {"dataset_id": "procedures", "metrics": ["count"]})
             assert not r.is_error, r
             assert json.loads(r.content[0].text)["data"]["rows"][0][0] > 0
+
+
+def test_the_packer_refuses_bad_arguments_with_what_would_work(tmp_path):
+    package = str(ROOT / "tools" / "release" / "package")
+    for args, says in [
+        (["--binary"], "--binary needs the path of a built tally binary"),
+        (["--bogus"], "unknown argument '--bogus'; see --help"),
+        (["--binary", str(tmp_path / "missing"), "--out", str(tmp_path / "out")], "is not an executable; build it first"),
+    ]:
+        p = subprocess.run([package, *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and says in p.stderr, (args, p.stderr)
+    # Nothing written for a refused call.
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
