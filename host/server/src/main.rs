@@ -30,10 +30,45 @@ mod runtime;
 mod schema;
 mod settings;
 
+/// The optional parts of this build, each with whether it was built in: `tally --version`
+/// says them, so that a refusal's "built without" can be checked before rebuilding.
+const FEATURES: [(&str, bool); 4] = [
+    ("s3", cfg!(feature = "s3")),
+    ("native-plugins", cfg!(feature = "native-plugins")),
+    ("png-charts", cfg!(feature = "png-charts")),
+    ("cluster", cfg!(feature = "cluster")),
+];
+
+/// `tally --version`: the version, then the optional parts built in and left out.
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let list = |built: bool| {
+            let names: Vec<&str> = FEATURES
+                .iter()
+                .filter(|(_, b)| *b == built)
+                .map(|(n, _)| *n)
+                .collect();
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        };
+        format!(
+            "{}\nbuilt with: {}\nbuilt without: {}",
+            env!("CARGO_PKG_VERSION"),
+            list(true),
+            list(false)
+        )
+    })
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tally",
     version,
+    long_version = long_version(),
     about = "Answers questions over datasets; every number computed by the server, with its meaning and provenance.",
     after_help = "Examples:\n  tally add survey survey.xlsx\n  tally list\n  tally inspect procedures\n  tally summarize procedures --group-by 所管府省庁 --metrics count --metrics avg:オンライン率\n  tally query procedures --where '{\"所管府省庁\": [\"デジタル庁\"]}' --select 手続名 --limit 5"
 )]
@@ -705,6 +740,41 @@ fn poll_duration(text: &str) -> Result<PollEvery, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `tally --version` names every optional part once, as built in or left out, and the
+    /// features it names are the manifest's.
+    #[test]
+    fn the_long_version_says_what_the_build_has() {
+        let text = long_version();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(env!("CARGO_PKG_VERSION")));
+        let with = lines
+            .next()
+            .and_then(|l| l.strip_prefix("built with: "))
+            .unwrap();
+        let without = lines
+            .next()
+            .and_then(|l| l.strip_prefix("built without: "))
+            .unwrap();
+        let manifest = include_str!("../Cargo.toml");
+        for (name, built) in FEATURES {
+            assert!(
+                manifest.contains(&format!("\n{name} = [")),
+                "`{name}` is a feature of the manifest"
+            );
+            let (yes, no) = if built {
+                (with, without)
+            } else {
+                (without, with)
+            };
+            assert!(yes.split(", ").any(|n| n == name), "{text}");
+            assert!(!no.split(", ").any(|n| n == name), "{text}");
+        }
+        // Under the test command (`--features tally/full,tally/cluster`) everything is built.
+        if std::env::var_os("CI").is_some() {
+            assert_eq!(without, "none", "CI tests the full build: {text}");
+        }
+    }
 
     /// The tool table (`tally_semantic::request::TOOLS`) names the CLI command of each tool:
     /// a tool added there without a command here fails.

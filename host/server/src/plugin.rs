@@ -337,8 +337,10 @@ fn lib_rs(name: &str) -> String {
 /// The example dataset of a new project: `module.wasm` served, `built` the file
 /// `tally plugin build` makes.
 fn example_yaml(name: &str, crate_name: &str, built: &str) -> String {
+    let schema = tally_semantic::definition::schema_url();
     format!(
-        r#"# An example dataset served by the plugin `{name}`: `tally plugin build` makes
+        r#"# yaml-language-server: $schema={schema}
+# An example dataset served by the plugin `{name}`: `tally plugin build` makes
 # {built}; copy it here (or let `tally plugin test` use the build).
 title: Example lines
 description: The lines of the .txt files of this folder.

@@ -41,7 +41,7 @@ mod tests {
         let published = std::fs::read(&file).expect("the published schema");
         assert!(
             printed == published,
-            "{} differs from `tally schema`: regenerate it with `cargo run --bin tally -- schema > {}`",
+            "{} differs from `tally schema`: regenerate it with `cargo run -p tally -- schema > {}`",
             tally_semantic::definition::SCHEMA_FILE,
             tally_semantic::definition::SCHEMA_FILE
         );

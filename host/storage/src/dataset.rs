@@ -125,8 +125,6 @@ impl Dataset {
         &self.folder
     }
 
-    /// The number of records: from the metadata (Parquet), else once the data has been read
-    /// (plugins); `None` until then.
     /// Records that the folder's or source's current state could not be served while this
     /// version goes on serving; the first time seen is kept while the reason stays the same.
     pub fn note_refused(&self, problems: &[crate::problem::Problem], data_gone: bool) {
@@ -160,6 +158,8 @@ impl Dataset {
             .clone()
     }
 
+    /// The number of records: from the metadata (Parquet), else once the data has been read
+    /// (plugins); `None` until then.
     pub fn record_count(&self) -> Option<u64> {
         self.backend
             .row_count()

@@ -8,6 +8,10 @@
 //! when `AWS_EC2_METADATA_DISABLED=false` says so, and a public bucket is read unsigned only
 //! with `AWS_SKIP_SIGNATURE=true`.
 //!
+//! The S3 client is the `s3` feature (object_store's `aws`: an HTTP client stack of its own).
+//! A build without it refuses an `s3://` dataset with [`ObjectError::NotInThisBuild`], which
+//! says how to get a build that reads it; nothing else changes.
+//!
 //! Every request runs on a runtime of its own (DataFusion's advice for object-store IO: a
 //! query's CPU work must not starve the network, nor the other way round), with a connect
 //! timeout, a request timeout and a bounded retry, so that a store that stops answering fails
@@ -19,7 +23,9 @@ mod failure;
 mod file;
 mod io;
 mod listing;
+#[cfg(feature = "s3")]
 mod s3;
+mod store;
 
 pub use error::ObjectError;
 pub(crate) use error::object_error;

@@ -3,5 +3,8 @@
 mod choose;
 mod common;
 mod limits;
+#[cfg(not(feature = "png"))]
+mod no_png;
+#[cfg(feature = "png")]
 mod png;
 mod svg;

@@ -232,7 +232,7 @@ fn pie_slices_are_polygons_with_shares() {
     assert_eq!(mark_shapes(&chart.svg), vec![vec!["polygon"]; 3]);
     // Together the wedges make a whole ring: nothing clipped (the ring is 240 px across).
     let (mut x0, mut y0, mut x1, mut y1) = (f64::MAX, f64::MAX, f64::MIN, f64::MIN);
-    let doc = resvg::usvg::roxmltree::Document::parse(&chart.svg).unwrap();
+    let doc = roxmltree::Document::parse(&chart.svg).unwrap();
     for polygon in doc.descendants().filter(|n| n.has_tag_name("polygon")) {
         let scale: f64 = polygon
             .parent()
@@ -535,7 +535,7 @@ fn unescape(s: &str) -> String {
 
 /// For each mark, in order, the names of the shapes it holds (read as XML).
 fn mark_shapes(svg: &str) -> Vec<Vec<String>> {
-    let doc = resvg::usvg::roxmltree::Document::parse(svg).unwrap();
+    let doc = roxmltree::Document::parse(svg).unwrap();
     let marks = doc
         .descendants()
         .find(|n| n.attribute("class") == Some("marks"))

@@ -347,7 +347,13 @@ impl Reader {
                 None
             }
             None => {
-                if map.get(key).is_none() {
+                // A key written with no value (`name:`) is as empty as `name: ""`; a value of
+                // another kind was reported by `string`.
+                if let Some(node) = map.get(key)
+                    && matches!(node.value, Value::Null)
+                {
+                    self.error(node.pos, &join(path, key), format!("`{key}` is empty"), fix);
+                } else if map.get(key).is_none() {
                     let near = suggest_present(map, key);
                     let fix = match near {
                         Some(near) => {

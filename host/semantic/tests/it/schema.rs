@@ -57,7 +57,7 @@ fn the_committed_schema_is_what_tally_schema_prints() {
     }
     panic!(
         "{SCHEMA_FILE} is not the schema the reader's key tables give (a key, a shape or a vocabulary changed). \
-         Regenerate it with `cargo run --bin tally -- schema > {SCHEMA_FILE}` (or run this test with UPDATE_EXPECT=1), \
+         Regenerate it with `cargo run -p tally -- schema > {SCHEMA_FILE}` (or run this test with UPDATE_EXPECT=1), \
          review the diff and commit it."
     );
 }

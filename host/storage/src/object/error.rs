@@ -8,6 +8,8 @@ use crate::error::StorageError;
 /// code (see [`Failure`](super::failure::Failure)); never the store's message, body or the
 /// request's headers, which a store may echo (an access key id among them).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// A build without the S3 client (the `s3` feature) finds no credentials and reaches no store.
+#[cfg_attr(not(feature = "s3"), allow(dead_code))]
 pub enum ObjectError {
     /// No credentials could be found in the environment.
     #[error("{0}")]
@@ -33,6 +35,10 @@ pub enum ObjectError {
     /// The store asks for fewer requests (HTTP 429, 503 `SlowDown`).
     #[error("{0}")]
     Throttled(String),
+    /// This build has no S3 client (tally-storage without its `s3` feature).
+    #[cfg_attr(feature = "s3", allow(dead_code))]
+    #[error("{0}")]
+    NotInThisBuild(String),
     #[error("{0}")]
     Other(String),
 }
@@ -59,6 +65,9 @@ impl ObjectError {
             }
             ObjectError::Throttled(_) => {
                 "the store asks for fewer requests: try again in a while, or raise the request rate the store allows for this bucket"
+            }
+            ObjectError::NotInThisBuild(_) => {
+                "use a build that reads object storage: a release archive, or `cargo install --locked --path host/server --features s3` (or `--features full`); or copy the Parquet files into the dataset folder"
             }
             ObjectError::Other(_) => {
                 "the dataset is tried again at the next reload; the store's own logs say more"

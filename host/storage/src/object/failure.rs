@@ -13,6 +13,8 @@ impl ObjectError {
 
 /// Kinds of object-store failure, by who must act and whether trying later helps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Without the S3 client (the `s3` feature) no transport fails: `Unreachable` is its kind.
+#[cfg_attr(not(feature = "s3"), allow(dead_code))]
 enum FailureKind {
     Missing,
     NoBucket,
@@ -151,6 +153,7 @@ fn kind_of_status(status: u16) -> Option<FailureKind> {
 }
 
 /// The transport's own kind of failure (no answer came), found among the error's sources.
+#[cfg(feature = "s3")]
 fn transport_of(e: &object_store::Error) -> Option<FailureKind> {
     use object_store::client::{HttpError, HttpErrorKind};
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
@@ -166,6 +169,12 @@ fn transport_of(e: &object_store::Error) -> Option<FailureKind> {
         }
         source = s.source();
     }
+    None
+}
+
+/// A build without the S3 client has no transport whose failures could be read.
+#[cfg(not(feature = "s3"))]
+fn transport_of(_e: &object_store::Error) -> Option<FailureKind> {
     None
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::error::ObjectError;
 
 /// Connecting to the store: a store that is not there fails fast.
+#[cfg(feature = "s3")]
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// From sending a request (its retries included) to the answer's headers, and then between
 /// two pieces of its body: a store that stops answering is given up within this, inside the
@@ -14,6 +15,7 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// transport's own total timeout is long; a 300 MB object takes seconds to arrive).
 pub(super) const ANSWER_TIMEOUT: Duration = Duration::from_secs(6);
 /// The transport's own limit on one request, body included.
+#[cfg(feature = "s3")]
 pub(super) const TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Retries of a request that failed in a way worth retrying (5xx, a dropped connection), and
 /// the time after which none is tried.

@@ -12,7 +12,7 @@ use tally_semantic::definition::ObjectUrl;
 use super::error::ObjectError;
 use super::file::ObjectFile;
 use super::io::{ANSWER_TIMEOUT, wait, within};
-use super::s3::store_for;
+use super::store::store_for;
 
 /// Keys listed under a prefix, Parquet or not: a prefix of millions of other objects is not
 /// paged through at every start and poll.

@@ -262,10 +262,15 @@ pub(super) struct PartCodes {
 }
 same_by_name!(PartCodes);
 
+/// The count form's name: not [`PART_COUNT`], which an executor rebuilds by name as the
+/// text-splitting [`PartCount`] (a prepared table's codes never leave the server, but a plan
+/// naming one function must mean one function wherever it is read).
+pub(super) const PART_CODE_COUNT: &str = "tally_part_code_count";
+
 impl ScalarUDFImpl for PartCodes {
     fn name(&self) -> &str {
         if self.count {
-            "tally_part_count"
+            PART_CODE_COUNT
         } else {
             "tally_part_codes"
         }

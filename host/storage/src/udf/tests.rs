@@ -429,6 +429,19 @@ fn parts_trim_and_drop_empty() {
     assert_eq!(parts_rows(ColumnarValue::Array(Arc::new(dict))), expected);
 }
 
+/// A prepared table's part-code count is not the text-splitting count an executor rebuilds
+/// by name: one name, one function, wherever a plan is read.
+#[test]
+fn the_count_of_part_codes_has_a_name_of_its_own() {
+    assert_ne!(super::parts::PART_CODE_COUNT, PART_COUNT);
+    assert!(
+        Functions::by_name(super::parts::PART_CODE_COUNT).is_none(),
+        "part codes are the server's own: no executor rebuilds them by name"
+    );
+    let rebuilt = Functions::by_name(PART_COUNT).expect("sent to a cluster by name");
+    assert_eq!(rebuilt.name(), PART_COUNT);
+}
+
 #[test]
 fn part_counts_are_the_lengths_of_the_parts() {
     use datafusion::arrow::array::{AsArray, StringViewArray};
