@@ -233,6 +233,22 @@ fn python_mcp_client_end_to_end() {
         eprintln!("skipped: {message}");
         return;
     };
+    // The suite drives every part of the server; a plain build would fail it test by test.
+    let left_out: Vec<&str> = [
+        ("s3", cfg!(feature = "s3")),
+        ("native-plugins", cfg!(feature = "native-plugins")),
+        ("png-charts", cfg!(feature = "png-charts")),
+    ]
+    .into_iter()
+    .filter(|(_, built)| !built)
+    .map(|(name, _)| name)
+    .collect();
+    assert!(
+        left_out.is_empty(),
+        "the end-to-end tests need the full server, and this build leaves out {}: run \
+         `cargo test --workspace --features tally/cluster,tally/full` (README.md)",
+        left_out.join(", ")
+    );
     let variants = tempfile::tempdir().expect("temp dir");
     write_variants(variants.path());
     write_comparison(variants.path());
