@@ -948,3 +948,27 @@ fn copy_folder(from: &Path, to: &Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The example a new project gets names the schema on its first line (editors check the
+    /// file against it) and is a definition the reader serves without a word.
+    #[test]
+    fn the_example_definition_names_the_schema_and_reads_cleanly() {
+        let yaml = super::example_yaml("my-lines", "my_lines", "my_lines.wasm");
+        assert_eq!(
+            yaml.lines().next(),
+            Some(
+                format!(
+                    "# yaml-language-server: $schema={}",
+                    tally_semantic::definition::schema_url()
+                )
+                .as_str()
+            )
+        );
+        let loaded =
+            tally_semantic::definition::load_definition("example/dataset.yaml", "example", &yaml)
+                .unwrap_or_else(|e| panic!("the example is refused: {e:?}"));
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    }
+}
